@@ -1,0 +1,535 @@
+"""Multi-head attention as small pure NumPy stages.
+
+Dimensions, named once for the whole module:
+
+    n        queries: rows of x (and of q)
+    m        keys and values: rows of x_kv (m = n in self-attention)
+    d_model  width of x
+    d_kv     width of x_kv (d_kv = d_model in self-attention)
+    H        heads
+    d_k      query/key width of one head;   q and k are n × H·d_k and m × H·d_k
+    d_v      value width of one head;       v is m × H·d_v
+    d_out    width of the output: columns of w_o, or H·d_v without w_o
+
+Rows are tokens and weights multiply from the right (Q = X·W_Q), as in the textbooks.
+``attention`` (the fast path) and ``trace`` (every stage recorded) are built from the
+same stage functions below; they differ only in what they keep.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .errors import MaskedRowWarning, MhaError
+
+Array = npt.NDArray[np.floating[Any]]
+
+STAGES = (
+    "x", "x_kv", "q", "k", "v", "q_heads", "k_heads", "v_heads",
+    "scores", "scaled", "masked", "weights", "head_outputs", "concat", "output",
+)
+PER_HEAD = frozenset({"q_heads", "k_heads", "v_heads", "scores", "scaled", "masked",
+                      "weights", "head_outputs"})
+ALIASES = {"z": "scores", "attention": "weights", "a": "weights"}
+SCALE_RULES = ("dk", "n", "none")
+MASKED_ROW_POLICIES = ("zero", "nan", "error")
+DTYPES = {"float64": np.float64, "float32": np.float32}
+
+
+def canonical_stage(name: str) -> str:
+    """The canonical stage name for ``name`` or one of its aliases."""
+    key = name.strip().lower()
+    key = ALIASES.get(key, key)
+    if key not in STAGES:
+        import difflib
+
+        close = difflib.get_close_matches(key, list(STAGES) + list(ALIASES), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise MhaError(f"unknown stage {name!r}{hint}; stages are: {', '.join(STAGES)}")
+    return key
+
+
+# --------------------------------------------------------------------------- stages
+
+
+def project(x: Array, w: Array, b: Array | None = None) -> Array:
+    """One linear map with weights on the right: x·w (+ b)."""
+    out = x @ w  # (rows, cols)
+    if b is not None:
+        out += b
+    return out
+
+
+def split_heads(a: Array, heads: int) -> Array:
+    """(rows, H·d) -> (H, rows, d): head h owns columns h·d … (h+1)·d − 1."""
+    rows, width = a.shape
+    return a.reshape(rows, heads, width // heads).transpose(1, 0, 2)  # (H, rows, d)
+
+
+def scores(q_h: Array, k_h: Array) -> Array:
+    """The raw "Z" matrix of each head: Q_h·K_hᵀ."""
+    return q_h @ k_h.swapaxes(-1, -2)  # (H, n, m)
+
+
+def scale_scores(z: Array, s: float) -> Array:
+    """Z / s."""
+    return z / z.dtype.type(s)  # (H, n, m)
+
+
+def mask_scores(z: Array, allowed: npt.NDArray[np.bool_] | None) -> Array:
+    """Blocked positions (allowed == False) set to −∞; ``allowed`` is n × m."""
+    if allowed is None:
+        return z
+    return np.where(allowed, z, -np.inf).astype(z.dtype, copy=False)  # (H, n, m)
+
+
+def softmax_parts(z: Array, masked_row: str = "zero") -> tuple[Array, Array, Array, Array]:
+    """Row-wise softmax in the parts a person computes by hand.
+
+    Returns (row max, exp(z − max), row sum, weights). The max is subtracted for
+    numerical stability. A row whose every entry is −∞ (fully blocked) gets zero
+    weights, or NaN when ``masked_row == "nan"``.
+    """
+    row_max = z.max(axis=-1, keepdims=True)  # (…, n, 1)
+    dead = np.isneginf(row_max)  # rows with no key to attend to
+    safe_max = np.where(dead, 0, row_max).astype(z.dtype, copy=False)
+    e = np.exp(z - safe_max)  # (…, n, m); exp(−∞) = 0
+    total = e.sum(axis=-1, keepdims=True)  # (…, n, 1)
+    if dead.any():
+        fill = np.nan if masked_row == "nan" else 0
+        weights = np.divide(e, np.where(dead, 1, total), dtype=z.dtype)
+        weights[np.broadcast_to(dead, weights.shape)] = fill
+    else:
+        weights = e / total
+    return row_max, e, total, weights
+
+
+def softmax(z: Array, masked_row: str = "zero") -> Array:
+    """Row-wise softmax (the attention weights A); each live row sums to 1."""
+    return softmax_parts(z, masked_row)[3]
+
+
+def merge_heads(o: Array) -> Array:
+    """(H, n, d_v) -> (n, H·d_v): the heads side by side."""
+    heads, n, d_v = o.shape
+    return o.transpose(1, 0, 2).reshape(n, heads * d_v)  # (n, H·d_v)
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+@dataclass(frozen=True)
+class Config:
+    """The sizes and settings of one problem."""
+
+    n: int
+    m: int
+    heads: int
+    d_k: int
+    d_v: int
+    d_out: int
+    d_model: int | None  # None when q, k, v were given directly
+    d_kv: int | None
+    cross: bool  # keys and values come from x_kv
+    direct: bool  # q, k, v given directly
+    scale: float  # the divisor s
+    scale_rule: str  # "dk", "n", "none" or "number"
+    mask: str  # "none", "causal" or "matrix"
+    dtype: str  # "float64" or "float32"
+    biases: tuple[str, ...]  # which of b_q, b_k, b_v, b_o are present
+    has_w_o: bool
+    masked_row: str
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Validated inputs in the row layout, cast to the working dtype."""
+
+    config: Config
+    x: Array | None  # (n, d_model)
+    x_kv: Array | None  # (m, d_kv), only for cross-attention
+    w_q: Array | None  # (d_model, H·d_k)
+    w_k: Array | None  # (d_kv, H·d_k)
+    w_v: Array | None  # (d_kv, H·d_v)
+    w_o: Array | None  # (H·d_v, d_out)
+    b_q: Array | None
+    b_k: Array | None
+    b_v: Array | None
+    b_o: Array | None
+    q: Array | None  # (n, H·d_k) when given directly
+    k: Array | None  # (m, H·d_k)
+    v: Array | None  # (m, H·d_v)
+    allowed: npt.NDArray[np.bool_] | None  # (n, m), True = may attend
+    dead_rows: tuple[int, ...]  # 1-based query rows with every key blocked
+
+
+def _shape(a: np.ndarray) -> str:
+    return " × ".join(str(s) for s in a.shape)
+
+
+def _entry(name: str, index: tuple[int, ...]) -> str:
+    return name + "".join(f"[{i + 1}]" for i in index)
+
+
+def _as_array(name: str, value: Any, dtype: type) -> np.ndarray:
+    try:
+        arr = np.asarray(value)
+    except ValueError as exc:  # ragged nested lists
+        raise MhaError(f"{name} is not a rectangular array of numbers ({exc})") from None
+    if arr.dtype.kind == "b" or arr.dtype.kind not in "iuf":
+        raise MhaError(f"{name} must hold numbers, got an array of {arr.dtype}")
+    arr = arr.astype(dtype, copy=False)
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise MhaError(f"{_entry(name, where)} is {arr[where]}: every entry must be finite")
+    return arr
+
+
+def _matrix(name: str, value: Any, dtype: type, per_head: bool = False) -> np.ndarray | None:
+    """A 2-D weight, or a list of H per-head matrices when ``per_head``."""
+    if value is None:
+        return None
+    arr = _as_array(name, value, dtype)
+    if arr.ndim == 2 or (per_head and arr.ndim == 3):
+        if 0 in arr.shape:
+            raise MhaError(f"{name} is empty (shape {_shape(arr)})")
+        return arr
+    want = "a matrix or a list of per-head matrices" if per_head else "a matrix"
+    raise MhaError(f"{name} must be {want}, got {arr.ndim} dimension(s) (shape {_shape(arr)})")
+
+
+def _vector(name: str, value: Any, dtype: type) -> np.ndarray | None:
+    """A bias: a vector, or a list of H per-head vectors (flattened)."""
+    if value is None:
+        return None
+    arr = _as_array(name, value, dtype)
+    if arr.ndim == 2:
+        arr = arr.reshape(-1)
+    if arr.ndim != 1:
+        raise MhaError(f"{name} must be a vector, got shape {_shape(arr)}")
+    return arr
+
+
+def _stack_heads(name: str, w: np.ndarray | None, heads: int | None) -> tuple[np.ndarray | None, int | None]:
+    """Join a list of H per-head matrices (H, rows, d) into one (rows, H·d)."""
+    if w is None or w.ndim == 2:
+        return w, None
+    h, rows, d = w.shape
+    if heads is not None and h != heads:
+        raise MhaError(f"{name} lists {h} per-head matrices but heads = {heads}")
+    return w.transpose(1, 0, 2).reshape(rows, h * d), h
+
+
+def scale_divisor(scale: str | float | int, d_k: int, m: int) -> tuple[float, str]:
+    """The divisor s for a scale rule, and the rule's name."""
+    if isinstance(scale, str):
+        rule = scale.strip().lower()
+        if rule == "dk":
+            return math.sqrt(d_k), "dk"
+        if rule == "n":
+            return math.sqrt(m), "n"
+        if rule == "none":
+            return 1.0, "none"
+        try:
+            scale = float(rule)
+        except ValueError:
+            raise MhaError(
+                f"scale must be dk, n, none or a positive number, got {scale!r}") from None
+    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)):
+        raise MhaError(f"scale must be dk, n, none or a positive number, got {scale!r}")
+    value = float(scale)
+    if not math.isfinite(value) or value <= 0:
+        raise MhaError(f"scale must be a positive finite number, got {scale!r}")
+    return value, "number"
+
+
+def causal_mask(n: int, m: int) -> npt.NDArray[np.bool_]:
+    """Query i may attend to keys 1 … i."""
+    return np.tri(n, m, dtype=bool)  # (n, m)
+
+
+def _mask(mask: Any, n: int, m: int) -> tuple[npt.NDArray[np.bool_] | None, str]:
+    if mask is None:
+        return None, "none"
+    if isinstance(mask, str):
+        kind = mask.strip().lower()
+        if kind == "none":
+            return None, "none"
+        if kind == "causal":
+            return causal_mask(n, m), "causal"
+        raise MhaError(f"mask must be none, causal or an n × m matrix of 1/0, got {mask!r}")
+    arr = np.asarray(mask)
+    if arr.dtype.kind == "b":
+        allowed = arr
+    elif arr.dtype.kind in "iuf":
+        bad = (arr != 0) & (arr != 1)
+        if bad.any():
+            where = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise MhaError(f"{_entry('mask', where)} is {arr[where]}: expected 1 (may attend) "
+                           "or 0 (blocked)")
+        allowed = arr == 1
+    else:
+        raise MhaError(f"mask must be none, causal or an n × m matrix of 1/0, got {arr.dtype}")
+    if allowed.shape != (n, m):
+        raise MhaError(f"mask is {_shape(allowed)} but the scores are n × m = {n} × {m} "
+                       "(one row per query, one column per key)")
+    return allowed, "matrix"
+
+
+def prepare(
+    x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, *,
+    heads: int | None = None, w_o: Any = None,
+    b_q: Any = None, b_k: Any = None, b_v: Any = None, b_o: Any = None,
+    x_kv: Any = None, q: Any = None, k: Any = None, v: Any = None,
+    mask: Any = None, scale: str | float = "dk", dtype: Any = np.float64,
+    masked_row: str = "zero",
+) -> Prepared:
+    """Check every shape against every other and cast to ``dtype``; raise MhaError."""
+    dt = np.dtype(dtype)
+    if dt.name not in DTYPES:
+        raise MhaError(f"dtype must be float64 or float32, got {dt.name}")
+    t = DTYPES[dt.name]
+    if masked_row not in MASKED_ROW_POLICIES:
+        raise MhaError(f"masked_row must be zero, nan or error, got {masked_row!r}")
+    if heads is not None:
+        if isinstance(heads, bool) or not isinstance(heads, (int, np.integer)) or heads < 1:
+            raise MhaError(f"heads must be a positive integer, got {heads!r}")
+        heads = int(heads)
+
+    direct = q is not None or k is not None or v is not None
+    if direct:
+        extra = [nm for nm, val in (("x", x), ("x_kv", x_kv), ("w_q", w_q), ("w_k", w_k),
+                                    ("w_v", w_v)) if val is not None]
+        if extra:
+            raise MhaError(f"give either q, k, v or x and the weights, not both "
+                           f"(found q/k/v and {', '.join(extra)})")
+        missing = [nm for nm, val in (("q", q), ("k", k), ("v", v)) if val is None]
+        if missing:
+            raise MhaError(f"q, k and v go together: {', '.join(missing)} is missing")
+        for nm, val in (("b_q", b_q), ("b_k", b_k), ("b_v", b_v)):
+            if val is not None:
+                raise MhaError(f"{nm} applies to a projection, but q, k, v were given directly")
+        q_a, k_a, v_a = (_matrix(nm, val, t) for nm, val in (("q", q), ("k", k), ("v", v)))
+        assert q_a is not None and k_a is not None and v_a is not None
+        if heads is None:
+            heads = 1
+        n, width_qk = q_a.shape
+        m = k_a.shape[0]
+        if k_a.shape[1] != width_qk:
+            raise MhaError(f"q has {width_qk} columns but k has {k_a.shape[1]}: "
+                           "queries and keys need the same width H·d_k")
+        if v_a.shape[0] != m:
+            raise MhaError(f"k has {m} rows but v has {v_a.shape[0]}: one value row per key")
+        width_v = v_a.shape[1]
+        x_a = xkv_a = wq = wk = wv = None
+        d_model = d_kv = None
+        bq = bk = bv = None
+    else:
+        if x is None:
+            raise MhaError("the problem needs x (with w_q, w_k, w_v) or q, k and v")
+        missing = [nm for nm, val in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v)) if val is None]
+        if missing:
+            raise MhaError(f"x is given but {', '.join(missing)} is missing "
+                           "(give w_q, w_k and w_v, or q, k and v instead of x)")
+        x_a = _matrix("x", x, t)
+        xkv_a = _matrix("x_kv", x_kv, t)
+        assert x_a is not None
+        wq, h_q = _stack_heads("w_q", _matrix("w_q", w_q, t, per_head=True), heads)
+        wk, h_k = _stack_heads("w_k", _matrix("w_k", w_k, t, per_head=True), heads or h_q)
+        wv, h_v = _stack_heads("w_v", _matrix("w_v", w_v, t, per_head=True),
+                               heads or h_q or h_k)
+        assert wq is not None and wk is not None and wv is not None
+        if heads is None:
+            heads = h_q or h_k or h_v or 1
+        n, d_model = x_a.shape
+        kv = xkv_a if xkv_a is not None else x_a
+        kv_name = "x_kv" if xkv_a is not None else "x"
+        m, d_kv = kv.shape
+        if wq.shape[0] != d_model:
+            raise MhaError(f"w_q has {wq.shape[0]} rows but x has {d_model} columns")
+        for nm, w in (("w_k", wk), ("w_v", wv)):
+            if w.shape[0] != d_kv:
+                raise MhaError(f"{nm} has {w.shape[0]} rows but {kv_name} has {d_kv} columns")
+        width_qk = wq.shape[1]
+        if wk.shape[1] != width_qk:
+            raise MhaError(f"w_q has {width_qk} columns but w_k has {wk.shape[1]}: "
+                           "queries and keys need the same width H·d_k")
+        width_v = wv.shape[1]
+        bq = _vector("b_q", b_q, t)
+        bk = _vector("b_k", b_k, t)
+        bv = _vector("b_v", b_v, t)
+        for nm, b, w in (("b_q", bq, "w_q"), ("b_k", bk, "w_k"), ("b_v", bv, "w_v")):
+            cols = {"w_q": width_qk, "w_k": width_qk, "w_v": width_v}[w]
+            if b is not None and b.shape[0] != cols:
+                raise MhaError(f"{nm} has {b.shape[0]} entries but {w} has {cols} columns")
+        q_a = k_a = v_a = None
+
+    qk_name = "q" if direct else "w_q"
+    v_name = "v" if direct else "w_v"
+    if width_qk % heads:
+        raise MhaError(f"heads = {heads} does not divide the {width_qk} columns of {qk_name} "
+                       "(each head needs d_k = columns / heads)")
+    if width_v % heads:
+        raise MhaError(f"heads = {heads} does not divide the {width_v} columns of {v_name} "
+                       "(each head needs d_v = columns / heads)")
+    d_k, d_v = width_qk // heads, width_v // heads
+
+    wo = _matrix("w_o", w_o, t, per_head=True)
+    if wo is not None and wo.ndim == 3:
+        if wo.shape[0] != heads:
+            raise MhaError(f"w_o lists {wo.shape[0]} per-head matrices but heads = {heads}")
+        wo = wo.reshape(-1, wo.shape[2])  # per-head blocks stacked top to bottom
+    if wo is not None and wo.shape[0] != width_v:
+        raise MhaError(f"w_o has {wo.shape[0]} rows but the concatenated heads have "
+                       f"H·d_v = {width_v} columns")
+    bo = _vector("b_o", b_o, t)
+    d_out = wo.shape[1] if wo is not None else width_v
+    if bo is not None and bo.shape[0] != d_out:
+        where = f"w_o has {d_out} columns" if wo is not None else \
+            f"without w_o the output has H·d_v = {d_out} columns"
+        raise MhaError(f"b_o has {bo.shape[0]} entries but {where}")
+
+    s, rule = scale_divisor(scale, d_k, m)
+    allowed, mask_kind = _mask(mask, n, m)
+    dead: tuple[int, ...] = ()
+    if allowed is not None:
+        dead = tuple(int(i) + 1 for i in np.flatnonzero(~allowed.any(axis=1)))
+        if dead and masked_row == "error":
+            rows = ", ".join(str(r) for r in dead)
+            raise MhaError(f"mask blocks every key for query row(s) {rows}")
+
+    config = Config(
+        n=n, m=m, heads=heads, d_k=d_k, d_v=d_v, d_out=d_out, d_model=d_model, d_kv=d_kv,
+        cross=xkv_a is not None, direct=direct, scale=s, scale_rule=rule, mask=mask_kind,
+        dtype=dt.name,
+        biases=tuple(nm for nm, b in (("b_q", bq), ("b_k", bk), ("b_v", bv), ("b_o", bo))
+                     if b is not None),
+        has_w_o=wo is not None, masked_row=masked_row,
+    )
+    return Prepared(config, x_a, xkv_a, wq, wk, wv, wo, bq, bk, bv, bo, q_a, k_a, v_a,
+                    allowed, dead)
+
+
+def _qkv(p: Prepared) -> tuple[Array, Array, Array]:
+    """The projections, or the q, k, v that were given."""
+    if p.config.direct:
+        assert p.q is not None and p.k is not None and p.v is not None
+        return p.q, p.k, p.v
+    assert p.x is not None and p.w_q is not None and p.w_k is not None and p.w_v is not None
+    kv = p.x_kv if p.x_kv is not None else p.x
+    q = project(p.x, p.w_q, p.b_q)  # (n, H·d_k)
+    k = project(kv, p.w_k, p.b_k)  # (m, H·d_k)
+    v = project(kv, p.w_v, p.b_v)  # (m, H·d_v)
+    return q, k, v
+
+
+def _output(p: Prepared, concat: Array) -> Array:
+    if p.w_o is None:
+        return concat + p.b_o if p.b_o is not None else concat
+    return project(concat, p.w_o, p.b_o)  # (n, d_out)
+
+
+def _warn_dead(p: Prepared) -> None:
+    if p.dead_rows:
+        warnings.warn(MaskedRowWarning(list(p.dead_rows), p.config.masked_row), stacklevel=3)
+
+
+# --------------------------------------------------------------------------- paths
+
+_BLOCK_ELEMENTS = 1 << 21  # score entries per query block (16 MiB in float64)
+
+
+def _attend(p: Prepared, q: Array, k: Array, v: Array) -> Array:
+    """Head outputs, one block of query rows at a time: the n × m scores never exist whole."""
+    c = p.config
+    q_h, k_h, v_h = split_heads(q, c.heads), split_heads(k, c.heads), split_heads(v, c.heads)
+    out = np.empty((c.heads, c.n, c.d_v), dtype=q.dtype)  # (H, n, d_v)
+    block = max(1, _BLOCK_ELEMENTS // (c.heads * c.m))
+    for lo in range(0, c.n, block):
+        hi = min(lo + block, c.n)
+        z = scale_scores(scores(q_h[:, lo:hi], k_h), c.scale)  # (H, b, m)
+        z = mask_scores(z, None if p.allowed is None else p.allowed[lo:hi])
+        out[:, lo:hi] = softmax(z, c.masked_row) @ v_h  # (H, b, d_v)
+    return out
+
+
+def attention(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None,
+              **options: Any) -> Array:
+    """Multi-head attention: the final output only (n × d_out).
+
+    Takes the arguments of the problem file: ``x, w_q, w_k, w_v`` (or ``q=, k=, v=``),
+    ``heads``, optional ``w_o``, biases ``b_q b_k b_v b_o``, ``x_kv`` for
+    cross-attention, ``mask`` (None, "causal" or an n × m 0/1 array, 1 = may attend),
+    ``scale`` ("dk", "n", "none" or a number), ``dtype`` and ``masked_row``.
+    Raises MhaError on invalid input; warns (MaskedRowWarning) on fully blocked rows.
+    """
+    p = prepare(x, w_q, w_k, w_v, **options)
+    _warn_dead(p)
+    q, k, v = _qkv(p)
+    return _output(p, merge_heads(_attend(p, q, k, v)))  # (n, d_out)
+
+
+class Trace:
+    """Every stage of one computation, by name; ``tr["weights"]`` is H × n × m.
+
+    Aliases work as keys (``tr["z"]``). ``softmax`` holds the parts of the softmax
+    (``row_max``, ``exp``, ``row_sum``), each H × n × ·.
+    """
+
+    def __init__(self, config: Config, stages: dict[str, Array],
+                 softmax: dict[str, Array], allowed: npt.NDArray[np.bool_] | None) -> None:
+        self.config = config
+        self.stages = stages
+        self.softmax = softmax
+        self.allowed = allowed
+
+    def __getitem__(self, name: str) -> Array:
+        return self.stages[canonical_stage(name)]
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and ALIASES.get(name, name) in self.stages
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.stages)
+
+    def keys(self):  # type: ignore[no-untyped-def]
+        return self.stages.keys()
+
+    def __repr__(self) -> str:
+        c = self.config
+        shapes = ", ".join(f"{k}{tuple(v.shape)}" for k, v in self.stages.items())
+        return f"Trace(n={c.n}, m={c.m}, heads={c.heads}, d_k={c.d_k}, d_v={c.d_v}: {shapes})"
+
+
+def trace(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None,
+          **options: Any) -> Trace:
+    """Multi-head attention with every intermediate stage kept (for small problems)."""
+    p = prepare(x, w_q, w_k, w_v, **options)
+    _warn_dead(p)
+    c = p.config
+    st: dict[str, Array] = {}
+    if p.x is not None:
+        st["x"] = p.x  # (n, d_model)
+    if p.x_kv is not None:
+        st["x_kv"] = p.x_kv  # (m, d_kv)
+    q, k, v = _qkv(p)
+    st["q"], st["k"], st["v"] = q, k, v
+    st["q_heads"] = split_heads(q, c.heads)  # (H, n, d_k)
+    st["k_heads"] = split_heads(k, c.heads)  # (H, m, d_k)
+    st["v_heads"] = split_heads(v, c.heads)  # (H, m, d_v)
+    st["scores"] = scores(st["q_heads"], st["k_heads"])  # (H, n, m)
+    st["scaled"] = scale_scores(st["scores"], c.scale)  # (H, n, m)
+    st["masked"] = mask_scores(st["scaled"], p.allowed)  # (H, n, m)
+    row_max, e, total, st["weights"] = softmax_parts(st["masked"], c.masked_row)
+    st["head_outputs"] = st["weights"] @ st["v_heads"]  # (H, n, d_v)
+    st["concat"] = merge_heads(st["head_outputs"])  # (n, H·d_v)
+    st["output"] = _output(p, st["concat"])  # (n, d_out)
+    parts = {"row_max": row_max, "exp": e, "row_sum": total}
+    return Trace(c, st, parts, p.allowed)

@@ -1,0 +1,459 @@
+"""Problem files: reading, validating, and the bundled samples.
+
+A problem is YAML (or JSON, or .npz) with the keys of the contract. YAML is read with
+no implicit typing at all: every scalar arrives as the text the person wrote, and this
+module decides what it means (so ``yes`` is not a boolean, ``1:30`` is not 90 and
+``1e-3`` is a number). Every matrix entry follows one rule: an integer, a decimal,
+an exponent (``1e-3``) or a fraction (``"1/3"``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import io
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import core
+from .errors import MhaError
+
+MATRIX_KEYS = ("x", "x_kv", "w_q", "w_k", "w_v", "w_o", "q", "k", "v")
+VECTOR_KEYS = ("b_q", "b_k", "b_v", "b_o")
+KNOWN_KEYS = ("tokens", "kv_tokens", "heads", "mask", "scale", "answers") + MATRIX_KEYS + VECTOR_KEYS
+
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+_FRACTION = re.compile(r"[+-]?\d+/\d+")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A problem ready for the engine: ``attention(**problem.inputs)``."""
+
+    inputs: dict[str, Any]
+    tokens: list[str] | None = None
+    kv_tokens: list[str] | None = None
+    answers: dict[str, Any] = field(default_factory=dict)
+    source: str = "<problem>"
+
+    def labels(self, n: int, m: int, cross: bool) -> tuple[list[str], list[str]]:
+        """Row labels for the query side and the key side (defaults t1…, kv1…)."""
+        rows = self.tokens or [f"t{i}" for i in range(1, n + 1)]
+        if cross:
+            cols = self.kv_tokens or [f"kv{j}" for j in range(1, m + 1)]
+        else:
+            cols = rows
+        return rows, cols
+
+
+# --------------------------------------------------------------------------- numbers
+
+
+def parse_number(value: Any, where: str) -> float:
+    """One matrix entry by our own rule; anything else is an error naming ``where``."""
+    t = type(value)
+    if t is float or t is int:
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if _NUMBER.fullmatch(text):
+            return float(text)
+        if _FRACTION.fullmatch(text):
+            num, den = text.split("/")
+            if int(den) == 0:
+                raise MhaError(f"{where} is {value!r}: a fraction with denominator 0")
+            return float(Fraction(int(num), int(den)))
+        raise MhaError(f"{where} is {value!r}: expected a number "
+                       "(an integer, a decimal, 1e-3 or a fraction such as 1/3)")
+    if isinstance(value, (np.integer, np.floating)) and not isinstance(value, np.bool_):
+        return float(value)
+    shown = "empty" if value is None else repr(value)
+    raise MhaError(f"{where} is {shown}: expected a number "
+                   "(an integer, a decimal, 1e-3 or a fraction such as 1/3)")
+
+
+def _index(name: str, idx: tuple[int, ...]) -> str:
+    return name + "".join(f"[{i + 1}]" for i in idx)
+
+
+def read_array(value: Any, name: str, ndims: tuple[int, ...]) -> np.ndarray:
+    """A nested list (or an array) of numbers as float64, with 1-based entry names."""
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind not in "iuf":
+            raise MhaError(f"{name} must hold numbers, found an array of {value.dtype}")
+        arr = value.astype(np.float64)
+    else:
+        shape = _shape_of(value, name, ())
+        flat: list[float] = []
+        _flatten(value, name, (), flat)
+        arr = np.array(flat, dtype=np.float64).reshape(shape)
+    if arr.ndim not in ndims:
+        want = " or ".join({1: "a list of numbers", 2: "a matrix (a list of rows)",
+                            3: "a list of matrices"}[d] for d in ndims)
+        raise MhaError(f"{name} must be {want}, found {arr.ndim} level(s) of nesting")
+    if arr.size == 0:
+        raise MhaError(f"{name} is empty")
+    return arr
+
+
+def _shape_of(value: Any, name: str, idx: tuple[int, ...]) -> tuple[int, ...]:
+    if not isinstance(value, list):
+        return ()
+    if not value:
+        raise MhaError(f"{_index(name, idx)} is an empty list")
+    first = _shape_of(value[0], name, idx + (0,))
+    for i, item in enumerate(value[1:], start=1):
+        if not isinstance(item, list) and first == ():
+            continue
+        other = _shape_of(item, name, idx + (i,))
+        if other != first:
+            raise MhaError(f"{name} is ragged: {_index(name, idx + (i,))} has "
+                           f"{_describe(other)} but {_index(name, idx + (0,))} has "
+                           f"{_describe(first)}")
+    return (len(value),) + first
+
+
+def _describe(shape: tuple[int, ...]) -> str:
+    if not shape:
+        return "a single number"
+    if len(shape) == 1:
+        return f"{shape[0]} entries"
+    return "shape " + " × ".join(map(str, shape))
+
+
+def _flatten(value: Any, name: str, idx: tuple[int, ...], out: list[float]) -> None:
+    if isinstance(value, list):
+        if value and not isinstance(value[0], list):
+            # a row of numbers: the common case, kept tight for large inputs
+            for j, entry in enumerate(value):
+                t = type(entry)
+                out.append(float(entry) if t is float or t is int
+                           else parse_number(entry, _index(name, idx + (j,))))
+            return
+        for i, item in enumerate(value):
+            if not isinstance(item, list):
+                raise MhaError(f"{_index(name, idx + (i,))} is a single number where a list "
+                               "was expected")
+            _flatten(item, name, idx + (i,), out)
+    else:
+        out.append(parse_number(value, _index(name, idx)))
+
+
+# --------------------------------------------------------------------------- fields
+
+
+def _labels(value: Any, name: str) -> list[str]:
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, str):
+        value = value.split()
+    if not isinstance(value, list) or not value:
+        raise MhaError(f"{name} must be a list of labels such as [the, cat, sat]")
+    out = []
+    for i, item in enumerate(value):
+        if isinstance(item, (list, dict)) or item is None:
+            raise MhaError(f"{name}[{i + 1}] must be a label (text), found {item!r}")
+        out.append(str(item))
+    return out
+
+
+def _heads(value: Any) -> int:
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()
+    if isinstance(value, bool):
+        raise MhaError(f"heads must be a positive integer, found {value!r}")
+    if isinstance(value, str) and re.fullmatch(r"\+?\d+", value.strip()):
+        value = int(value)
+    if isinstance(value, (int, np.integer)) and value >= 1:
+        return int(value)
+    raise MhaError(f"heads must be a positive integer, found {value!r}")
+
+
+def _scale(value: Any) -> str | float:
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()
+    if isinstance(value, str) and value.strip().lower() in core.SCALE_RULES:
+        return value.strip().lower()
+    try:
+        s = parse_number(value, "scale")
+    except MhaError:
+        raise MhaError(f"scale must be dk, n, none or a positive number, found {value!r}") from None
+    if s <= 0 or s != s or s == float("inf"):
+        raise MhaError(f"scale must be a positive number, found {value!r}")
+    return s
+
+
+def _mask(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        if value.ndim == 0:
+            value = value.item()
+        elif value.dtype.kind in "biuf":
+            return value
+        else:
+            value = value.tolist()
+    if value is None:
+        return None
+    if isinstance(value, str):
+        kind = value.strip().lower()
+        if kind in ("none", "causal"):
+            return kind
+        raise MhaError(f"mask must be none, causal or an n × m matrix of 1/0, found {value!r}")
+    if not isinstance(value, list) or not value or not all(isinstance(r, list) for r in value):
+        raise MhaError("mask must be none, causal or an n × m matrix of 1/0 (a list of rows)")
+    width = len(value[0])
+    rows = []
+    for i, row in enumerate(value):
+        if len(row) != width:
+            raise MhaError(f"mask is ragged: mask[{i + 1}] has {len(row)} entries but mask[1] "
+                           f"has {width}")
+        out = []
+        for j, entry in enumerate(row):
+            text = str(entry).strip().lower()
+            if text in ("1", "true", "1.0"):
+                out.append(True)
+            elif text in ("0", "false", "0.0"):
+                out.append(False)
+            else:
+                raise MhaError(f"mask[{i + 1}][{j + 1}] is {entry!r}: expected 1 (may attend) "
+                               "or 0 (blocked)")
+        rows.append(out)
+    return np.array(rows, dtype=bool)
+
+
+# --------------------------------------------------------------------------- files
+
+
+def _suggest(key: str) -> str:
+    close = difflib.get_close_matches(key, KNOWN_KEYS, n=1, cutoff=0.5)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def from_mapping(data: Any, source: str = "<problem>", base: Path | None = None) -> Problem:
+    """Validate a parsed problem (a dict of the contract's keys) into a Problem."""
+    if not isinstance(data, dict):
+        what = "empty" if data is None else f"a {type(data).__name__}"
+        raise MhaError(f"{source}: a problem must be a mapping of keys (x:, w_q:, ...), "
+                       f"found {what}")
+    try:
+        return _from_mapping(data, source, base)
+    except MhaError as exc:
+        msg = str(exc)
+        raise MhaError(msg if msg.startswith(source) else f"{source}: {msg}") from None
+
+
+def _from_mapping(data: dict[str, Any], source: str, base: Path | None) -> Problem:
+    for key in data:
+        if key not in KNOWN_KEYS:
+            raise MhaError(f"unknown key {key!r}{_suggest(str(key))}; known keys: "
+                           f"{', '.join(KNOWN_KEYS)}")
+    inputs: dict[str, Any] = {}
+    for key in MATRIX_KEYS:
+        if data.get(key) is not None:
+            value = _external(data[key], key, base)
+            dims = (2, 3) if key in ("w_q", "w_k", "w_v", "w_o") else (2,)
+            inputs[key] = read_array(value, key, dims)
+    for key in VECTOR_KEYS:
+        if data.get(key) is not None:
+            inputs[key] = read_array(_external(data[key], key, base), key, (1, 2))
+    if data.get("heads") is not None:
+        inputs["heads"] = _heads(data["heads"])
+    if data.get("mask") is not None:
+        inputs["mask"] = _mask(_external(data["mask"], "mask", base))
+    if data.get("scale") is not None:
+        inputs["scale"] = _scale(data["scale"])
+    tokens = _labels(data["tokens"], "tokens") if data.get("tokens") is not None else None
+    kv_tokens = (_labels(data["kv_tokens"], "kv_tokens")
+                 if data.get("kv_tokens") is not None else None)
+    answers = data.get("answers") or {}
+    if not isinstance(answers, dict):
+        raise MhaError("answers must be a mapping of stage name -> matrix")
+    problem = Problem(inputs, tokens, kv_tokens, dict(answers), source)
+    check_labels(problem)
+    return problem
+
+
+def check_labels(problem: Problem) -> core.Prepared:
+    """Validate the inputs with the engine, and the labels against the sizes."""
+    prepared = core.prepare(**problem.inputs)
+    c = prepared.config
+    if problem.tokens is not None and len(problem.tokens) != c.n:
+        raise MhaError(f"tokens has {len(problem.tokens)} labels but there are {c.n} query rows")
+    if problem.kv_tokens is not None:
+        if not c.cross and not c.direct:
+            raise MhaError("kv_tokens labels the rows of x_kv, but there is no x_kv")
+        if len(problem.kv_tokens) != c.m:
+            raise MhaError(f"kv_tokens has {len(problem.kv_tokens)} labels but there are "
+                           f"{c.m} key rows")
+    return prepared
+
+
+def _external(value: Any, key: str, base: Path | None) -> Any:
+    """A matrix key may name an array in an .npz file: ``w_q: big.npz`` or ``big.npz:name``."""
+    if not isinstance(value, str) or ".npz" not in value:
+        return value
+    path_text, _, name = value.partition(".npz")
+    path = Path(path_text + ".npz")
+    name = name.lstrip(":") or key
+    if base is not None and not path.is_absolute():
+        path = base / path
+    arrays = _read_npz(path)
+    if name not in arrays:
+        raise MhaError(f"{key}: {path} has no array named {name!r} "
+                       f"(it has {', '.join(sorted(arrays)) or 'none'})")
+    return arrays[name]
+
+
+def _read_npz(path: Path | io.BytesIO) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            return {k: npz[k] for k in npz.files}
+    except FileNotFoundError:
+        raise MhaError(f"{path}: no such file") from None
+    except (OSError, ValueError) as exc:
+        raise MhaError(f"{path}: not a readable .npz file ({exc})") from None
+
+
+_LOADER: Any = None
+
+
+def _text_loader() -> Any:
+    """A safe YAML loader with no implicit types: every plain scalar is the string written.
+
+    Built on first use so that reading JSON or .npz never imports YAML.
+    """
+    global _LOADER
+    if _LOADER is None:
+        import yaml
+
+        base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+        class TextLoader(base):  # type: ignore[misc, valid-type]
+            yaml_implicit_resolvers: dict[str, Any] = {}
+
+            def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+                seen = set()
+                for key_node, _ in node.value:
+                    key = self.construct_object(key_node, deep=deep)
+                    if isinstance(key, (list, dict)):
+                        raise MhaError(f"line {key_node.start_mark.line + 1}: "
+                                       "a key must be a plain name")
+                    if key in seen:
+                        raise MhaError(f"line {key_node.start_mark.line + 1}: "
+                                       f"duplicate key {key!r}")
+                    seen.add(key)
+                return super().construct_mapping(node, deep=deep)
+
+        _LOADER = TextLoader
+    return _LOADER
+
+
+def parse_text(text: str, source: str, fmt: str = "yaml") -> Any:
+    """YAML or JSON text to plain Python data (strings, lists, dicts)."""
+    if not text.strip():
+        raise MhaError(f"{source}: the file is empty")
+    if fmt == "json":
+        try:
+            return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+        except json.JSONDecodeError as exc:
+            raise MhaError(f"{source}: line {exc.lineno}, column {exc.colno}: "
+                           f"invalid JSON ({exc.msg})") from None
+    import yaml
+
+    try:
+        return yaml.load(text, Loader=_text_loader())  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise MhaError(f"{source}: {where}invalid YAML ({exc.problem or exc.context})") from None
+    except yaml.YAMLError as exc:
+        raise MhaError(f"{source}: invalid YAML ({exc})") from None
+    except MhaError as exc:
+        raise MhaError(f"{source}: {exc}") from None
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise MhaError(f"duplicate key {k!r}")
+        out[k] = v
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise MhaError(f"{name} is not a number this tool accepts (every entry must be finite)")
+
+
+def load(path: str | Path, *, stdin: Any = None) -> Problem:
+    """Read a problem file (.yaml/.yml, .json or .npz); ``-`` reads standard input."""
+    text_path = str(path)
+    if text_path == "-":
+        stream = stdin if stdin is not None else sys.stdin
+        raw = stream.read()
+        if isinstance(raw, bytes):
+            if raw[:4] == b"PK\x03\x04":  # a zip archive: an .npz problem
+                return from_mapping(_read_npz(io.BytesIO(raw)), "<stdin>")
+            raw = raw.decode("utf-8", errors="replace")
+        fmt = "json" if raw.lstrip().startswith("{") else "yaml"
+        return from_mapping(parse_text(raw, "<stdin>", fmt), "<stdin>", Path.cwd())
+    p = Path(path)
+    if p.is_dir():
+        raise MhaError(f"{p}: is a directory, not a problem file")
+    if p.suffix.lower() == ".npz":
+        return from_mapping(_read_npz(p), str(p), p.parent)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise MhaError(f"{p}: no such file") from None
+    except UnicodeDecodeError:
+        raise MhaError(f"{p}: not a text file (expected YAML, JSON or .npz)") from None
+    except OSError as exc:
+        raise MhaError(f"{p}: cannot read ({exc.strerror})") from None
+    fmt = "json" if p.suffix.lower() == ".json" else "yaml"
+    return from_mapping(parse_text(text, str(p), fmt), str(p), p.parent)
+
+
+# --------------------------------------------------------------------------- samples
+
+
+def samples_dir() -> Path:
+    """The bundled samples: inside the installed package, or the repository's samples/."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "samples", here.parent / "samples"):
+        if candidate.is_dir():
+            return candidate
+    raise MhaError("the bundled samples are missing from this installation")
+
+
+def sample_names() -> list[str]:
+    return sorted(p.stem for p in samples_dir().glob("*.yaml"))
+
+
+def sample_path(name: str) -> Path:
+    path = samples_dir() / f"{name}.yaml"
+    if not path.is_file():
+        names = sample_names()
+        close = difflib.get_close_matches(name, names, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise MhaError(f"no sample named {name!r}{hint}; samples: {', '.join(names)}")
+    return path
+
+
+def sample_description(name: str) -> str:
+    """The first comment line of a sample file."""
+    for line in sample_path(name).read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            return line.lstrip("# ").strip()
+    return ""
+
+
+def load_sample(name: str) -> Problem:
+    problem = load(sample_path(name))
+    return Problem(problem.inputs, problem.tokens, problem.kv_tokens, problem.answers,
+                   f"sample {name}")
