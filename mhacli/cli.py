@@ -1,0 +1,402 @@
+"""The `mha` command: parse options, call the engine, print, map errors to exit codes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import warnings
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Iterator, Optional
+
+import typer
+
+from . import __version__, core, problem as problems
+from .errors import MaskedRowWarning, MhaError
+
+app = typer.Typer(
+    name="mha",
+    help="A step-by-step calculator for multi-head attention.\n\n"
+         "Start with `mha explain` (every stage of the built-in example) and "
+         "`mha explain --help`.",
+    no_args_is_help=True,
+    add_completion=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+class ExplainFormat(str, Enum):
+    rich = "rich"
+    plain = "plain"
+    json = "json"
+
+
+class RunFormat(str, Enum):
+    plain = "plain"
+    csv = "csv"
+    tsv = "tsv"
+    json = "json"
+    yaml = "yaml"
+    npy = "npy"
+
+
+class Dtype(str, Enum):
+    float64 = "float64"
+    float32 = "float32"
+
+
+class MaskedRow(str, Enum):
+    zero = "zero"
+    nan = "nan"
+    error = "error"
+
+
+INPUT = "Input"
+FileArg = Annotated[Optional[str], typer.Argument(
+    help="Problem file (.yaml, .json or .npz), or - for standard input. "
+         "Without it: the built-in example.", show_default=False)]
+SampleOpt = Annotated[Optional[str], typer.Option(
+    "--sample", help="Use a bundled sample (see `mha samples`).", rich_help_panel=INPUT)]
+RandomOpt = Annotated[bool, typer.Option(
+    "--random", help="Generate a random problem.", rich_help_panel=INPUT)]
+SeedOpt = Annotated[Optional[int], typer.Option(
+    "--seed", help="Seed for --random / --ints (same seed, same problem).", rich_help_panel=INPUT)]
+TokensOpt = Annotated[Optional[str], typer.Option(
+    "--tokens", help="Random problem: a number of tokens, or the tokens themselves "
+                     "('the cat sat'). With a file: new row labels.", rich_help_panel=INPUT)]
+DModelOpt = Annotated[Optional[int], typer.Option(
+    "--d-model", help="Random problem: width of each token vector.", rich_help_panel=INPUT)]
+HeadsOpt = Annotated[Optional[int], typer.Option(
+    "--heads", help="Number of heads (overrides the file's).", rich_help_panel=INPUT)]
+IntsOpt = Annotated[Optional[str], typer.Option(
+    "--ints", metavar="LO:HI", help="Random problem of small integers from LO to HI, "
+                                    "for hand calculation.", rich_help_panel=INPUT)]
+MaskOpt = Annotated[Optional[str], typer.Option(
+    "--mask", help="none, causal, or rows of 1/0 such as '1 0;1 1' (1 = may attend).",
+    rich_help_panel=INPUT)]
+ScaleOpt = Annotated[Optional[str], typer.Option(
+    "--scale", help="Divisor of the scores: dk (√d_k, the paper), n (√keys), none, "
+                    "or a number.", rich_help_panel=INPUT)]
+DtypeOpt = Annotated[Dtype, typer.Option("--dtype", help="Working precision.")]
+MaskedRowOpt = Annotated[MaskedRow, typer.Option(
+    "--masked-row", help="A query row whose every key is blocked: zero weights (with a "
+                         "warning), nan, or error.")]
+PrecisionOpt = Annotated[Optional[int], typer.Option(
+    "--precision", "-p", min=0, max=17, help="Decimals to show.")]
+DebugOpt = Annotated[bool, typer.Option("--debug", help="Show the traceback of an error.")]
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"mha {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True, help="Print the version.")] = False
+          ) -> None:
+    """A step-by-step calculator for multi-head attention.
+
+    Start with `mha explain` (every stage of the built-in example) and `mha explain --help`.
+    """
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+@contextlib.contextmanager
+def _guard(debug: bool) -> Iterator[None]:
+    """MhaError -> one line on stderr and exit 2; masked-row warnings -> stderr."""
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", MaskedRowWarning)
+            yield
+        for w in caught:
+            if issubclass(w.category, MaskedRowWarning):
+                typer.echo(f"Warning: {w.message}", err=True)
+    except MhaError as exc:
+        if debug:
+            raise
+        typer.echo(f"Error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+def _parse_mask(text: str) -> object:
+    kind = text.strip().lower()
+    if kind in ("none", "causal"):
+        return kind
+    rows = [r for r in re.split(r"[;\n]", text) if r.strip()]
+    out = []
+    for i, r in enumerate(rows, start=1):
+        entries = r.replace(",", " ").split()
+        for j, e in enumerate(entries, start=1):
+            if e not in ("0", "1"):
+                raise MhaError(f"--mask row {i}, entry {j} is {e!r}: expected 1 (may attend) "
+                               "or 0 (blocked), or none / causal")
+        out.append([e == "1" for e in entries])
+    if not out or len({len(r) for r in out}) != 1:
+        raise MhaError(f"--mask {text!r}: expected none, causal, or rows of equal length "
+                       "separated by ';' such as '1 0;1 1'")
+    return out
+
+
+def _parse_tokens(text: str) -> int | list[str]:
+    if re.fullmatch(r"\s*\d+\s*", text):
+        return int(text)
+    labels = text.replace(",", " ").split()
+    if not labels:
+        raise MhaError("--tokens needs a number or the tokens themselves, e.g. 'the cat sat'")
+    return labels
+
+
+def _problem(file: str | None, sample: str | None, random: bool, seed: int | None,
+             tokens: str | None, d_model: int | None, heads: int | None, ints: str | None,
+             mask: str | None, scale: str | None, dtype: Dtype,
+             masked_row: MaskedRow) -> problems.Problem:
+    """The problem the options describe: a file, a sample, a random one or the built-in."""
+    from . import generate
+
+    token_spec = _parse_tokens(tokens) if tokens is not None else None
+    generating = random or seed is not None or ints is not None or d_model is not None or \
+        isinstance(token_spec, int)
+    if file is not None and sample is not None:
+        raise MhaError("give a FILE or --sample, not both")
+    if generating and (file is not None or sample is not None):
+        used = [o for o, v in (("--random", random), ("--seed", seed), ("--ints", ints),
+                               ("--d-model", d_model)) if v] or ["--tokens N"]
+        raise MhaError(f"{used[0]} makes a random problem; it cannot be combined with a "
+                       "file or --sample")
+    if generating:
+        prob = generate.random_problem(
+            seed=seed, tokens=token_spec, d_model=d_model, heads=heads,
+            ints=generate.parse_ints(ints) if ints is not None else None)
+        heads = None  # already used as a size
+    elif file is not None:
+        if file == "-" and sys.stdin.isatty():
+            raise MhaError("reading the problem from standard input, which is a terminal: "
+                           "pipe a file in (mha explain - < problem.yaml) or name the file")
+        prob = problems.load(file, stdin=sys.stdin.buffer if file == "-" else None)
+    else:
+        prob = problems.load_sample(sample or "intro")
+    inputs = dict(prob.inputs)
+    if heads is not None:
+        inputs["heads"] = heads
+    if mask is not None:
+        inputs["mask"] = _parse_mask(mask)
+    if scale is not None:
+        inputs["scale"] = scale
+    inputs["dtype"] = dtype.value
+    inputs["masked_row"] = masked_row.value
+    labels = token_spec if isinstance(token_spec, list) else prob.tokens
+    prob = problems.Problem(inputs, labels, prob.kv_tokens, prob.answers, prob.source)
+    try:
+        problems.check_labels(prob)
+    except MhaError as exc:
+        raise MhaError(f"{prob.source}: {exc}") from None
+    return prob
+
+
+def _console(force_plain: bool = False):  # type: ignore[no-untyped-def]
+    """A Console for stdout: colour and boxes only on a terminal without NO_COLOR."""
+    from rich.console import Console
+
+    console = Console(file=sys.stdout, highlight=False)
+    boxed = console.is_terminal and not os.environ.get("NO_COLOR") and not force_plain
+    if not console.is_terminal:
+        # nothing to fit: never wrap or cut a number
+        console = Console(file=sys.stdout, highlight=False, width=100_000, color_system=None)
+    return console, boxed
+
+
+# --------------------------------------------------------------------------- commands
+
+
+@app.command()
+def explain(
+    file: FileArg = None,
+    sample: SampleOpt = None,
+    random: RandomOpt = False,
+    seed: SeedOpt = None,
+    tokens: TokensOpt = None,
+    d_model: DModelOpt = None,
+    heads: HeadsOpt = None,
+    ints: IntsOpt = None,
+    mask: MaskOpt = None,
+    scale: ScaleOpt = None,
+    stage: Annotated[Optional[list[str]], typer.Option(
+        "--stage", "-s", help="Show only this stage (repeatable): x, q, k, v, q_heads, "
+                              "scores (z), scaled, masked, weights (attention), "
+                              "head_outputs, concat, output.")] = None,
+    head: Annotated[Optional[int], typer.Option("--head", help="Show only head I (from 1).")
+                    ] = None,
+    precision: PrecisionOpt = None,
+    fmt: Annotated[ExplainFormat, typer.Option("--format", "-f", help="Output format.")
+                   ] = ExplainFormat.rich,
+    dtype: DtypeOpt = Dtype.float64,
+    masked_row: MaskedRowOpt = MaskedRow.zero,
+    debug: DebugOpt = False,
+) -> None:
+    """Show every stage of multi-head attention as a labelled table.
+
+    Q/K/V projections, the split into heads, the scores (the "Z" matrix), scaling,
+    masking, the softmax in its parts, the attention weights as a heat map, the head
+    outputs, their concatenation and the output projection. Each table's title holds the
+    stage name (for --stage), its formula and its shape.
+
+    Examples:
+
+      mha explain                               the built-in example
+
+      mha explain --sample cat --stage weights  one stage of a bundled sample
+
+      mha explain --ints 0:2 --tokens 3 --d-model 4 --seed 1    a problem to do by hand
+
+      mha explain problem.yaml --format json | jq '.stages.weights'
+    """
+    with _guard(debug):
+        prob = _problem(file, sample, random, seed, tokens, d_model, heads, ints, mask,
+                        scale, dtype, masked_row)
+        stages = [core.canonical_stage(s) for s in stage] if stage else None
+        tr = core.trace(**prob.inputs)
+        if head is not None and not 1 <= head <= tr.config.heads:
+            raise MhaError(f"--head {head}: the problem has heads 1 to {tr.config.heads}")
+        rows, cols = prob.labels(tr.config.n, tr.config.m, tr.config.cross or tr.config.direct)
+        from . import formats
+
+        if fmt is ExplainFormat.json:
+            sys.stdout.write(formats.explain_json(tr, rows, cols, stages, head))
+            return
+        vs = formats.views(tr, rows, cols, stages, head)
+        digits = 4 if precision is None else precision
+        if fmt is ExplainFormat.plain:
+            sys.stdout.write(formats.explain_plain(vs, digits))
+            return
+        from .render import render
+
+        console, boxed = _console()
+        render(vs, console, digits, boxed)
+
+
+@app.command()
+def run(
+    file: FileArg = None,
+    sample: SampleOpt = None,
+    random: RandomOpt = False,
+    seed: SeedOpt = None,
+    tokens: TokensOpt = None,
+    d_model: DModelOpt = None,
+    heads: HeadsOpt = None,
+    ints: IntsOpt = None,
+    mask: MaskOpt = None,
+    scale: ScaleOpt = None,
+    fmt: Annotated[RunFormat, typer.Option("--format", "-f", help="Output format.")
+                   ] = RunFormat.plain,
+    output: Annotated[Optional[Path], typer.Option(
+        "--output", "-o", help="Write to this file instead of standard output.")] = None,
+    precision: Annotated[Optional[int], typer.Option(
+        "--precision", "-p", min=0, max=17,
+        help="Decimals to print (default: every digit, so the numbers read back exactly).")
+    ] = None,
+    dtype: DtypeOpt = Dtype.float64,
+    masked_row: MaskedRowOpt = MaskedRow.zero,
+    debug: DebugOpt = False,
+) -> None:
+    """Compute the final output only: the fast path, for scripts and pipelines.
+
+    Prints the n × d_out output, one row a line. plain, csv and tsv print every digit
+    (they read back as exactly the same float64) unless --precision is given; json prints
+    {"output": [[...]], "shape": [n, d_out]}; npy writes a NumPy array.
+
+    Examples:
+
+      mha run problem.yaml
+
+      mha run --sample translate --format csv -o out.csv
+
+      cat problem.json | mha run - --format json | jq '.shape'
+    """
+    with _guard(debug):
+        prob = _problem(file, sample, random, seed, tokens, d_model, heads, ints, mask,
+                        scale, dtype, masked_row)
+        if fmt is RunFormat.npy and output is None and sys.stdout.isatty():
+            raise MhaError("--format npy is binary: give -o FILE or redirect standard output")
+        out = core.attention(**prob.inputs)
+        from .formats import write_output
+
+        data = write_output(out, fmt.value, precision)
+        if output is not None:
+            try:
+                output.write_bytes(data)
+            except OSError as exc:
+                raise MhaError(f"{output}: cannot write ({exc.strerror})") from None
+        else:
+            sys.stdout.flush()
+            sys.stdout.buffer.write(data)
+            sys.stdout.flush()
+
+
+@app.command()
+def samples(
+    name: Annotated[Optional[str], typer.Argument(
+        help="Print this sample's problem file (to copy and edit).", show_default=False)
+    ] = None,
+    debug: DebugOpt = False,
+) -> None:
+    """List the bundled sample problems, or print one.
+
+    Every sample works with --sample NAME on explain and run.
+
+    Examples:
+
+      mha samples
+
+      mha samples cat > my-problem.yaml
+
+      mha explain --sample causal --stage masked --stage weights
+    """
+    with _guard(debug):
+        if name is not None:
+            sys.stdout.write(problems.sample_path(name).read_text(encoding="utf-8"))
+            return
+        names = problems.sample_names()
+        width = max(len(n) for n in names)
+        for n in names:
+            typer.echo(f"{n.ljust(width)}  {problems.sample_description(n)}")
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The console script: usage errors as one `Error:` line, a quiet broken pipe."""
+    # Typer raises Click's exceptions, from its own copy of Click in newer releases
+    cx = sys.modules[typer.BadParameter.__module__]
+    try:
+        code = app(args=argv, prog_name="mha", standalone_mode=False)
+        return code if isinstance(code, int) else 0
+    except cx.NoArgsIsHelpError as exc:
+        # `mha` alone: the help, as `mha --help` would show it
+        typer.echo(exc.ctx.get_help())
+        return 0
+    except cx.ClickException as exc:
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+        typer.echo(f"Error: {exc.format_message()}{hint}", err=True)
+        return 2
+    except typer.Abort:
+        typer.echo("Error: aborted", err=True)
+        return 130
+    except BrokenPipeError:
+        # the reader went away (`mha run ... | head -1`): stop quietly, as the
+        # Python documentation recommends, without a second error at exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
+
+
+def entry() -> None:
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""Views as Rich tables: token labels, shapes, formulas, and a heat map for the weights.
+
+This module draws; it computes nothing. The Console is built by the caller.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .formats import View, cells, shape_text
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+# viridis, from low (dark) to high (bright): readable on dark and light terminals
+_RAMP = [(68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (253, 231, 37)]
+
+
+def heat_style(value: float) -> str:
+    """A background colour for a weight in [0, 1], with a text colour that stays legible."""
+    if value != value:  # NaN
+        return ""
+    t = min(max(value, 0.0), 1.0) * (len(_RAMP) - 1)
+    i = min(int(t), len(_RAMP) - 2)
+    f = t - i
+    r, g, b = (round(a + (c - a) * f) for a, c in zip(_RAMP[i], _RAMP[i + 1]))
+    text = "black" if 0.299 * r + 0.587 * g + 0.114 * b > 140 else "white"
+    return f"{text} on rgb({r},{g},{b})"
+
+
+def _legend() -> "Text":
+    from rich.text import Text
+
+    legend = Text("heat map: ")
+    legend.append("0 ")
+    for k in range(11):
+        legend.append("  ", style=heat_style(k / 10))
+    legend.append(" 1   (weight of each key for the query row; each row sums to 1)")
+    return legend
+
+
+def _column_blocks(widths: list[int], label_width: int, room: int) -> list[range]:
+    """Split the columns into blocks that fit ``room`` characters (never cut a number)."""
+    blocks, start, used = [], 0, label_width + 4
+    for j, w in enumerate(widths):
+        if j > start and used + w + 3 > room:
+            blocks.append(range(start, j))
+            start, used = j, label_width + 4
+        used += w + 3
+    blocks.append(range(start, len(widths)))
+    return blocks
+
+
+def render(views: list[View], console: "Console", precision: int, boxed: bool) -> None:
+    """Print every view as one table (or several column blocks when it is too wide)."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    colour = console.color_system is not None and not console.no_color
+    shown_legend = False
+    for v in views:
+        body = cells(v.matrix, precision)
+        widths = [max(len(v.cols[j]), *(len(r[j]) for r in body)) for j in range(len(v.cols))]
+        label_width = max(len(s) for s in v.rows)
+        blocks = _column_blocks(widths, label_width, console.width)
+        for b_index, block in enumerate(blocks):
+            # the title is a line of its own: a narrow table would wrap it
+            title = Text(v.title, style="bold magenta" if v.heat else "bold")
+            title.append(f"  {v.formula}", style="italic")
+            title.append(f"  ({shape_text(v.matrix)})", style="dim")
+            if len(blocks) > 1:
+                title.append(f"  columns {block.start + 1}–{block.stop} of {len(widths)}",
+                             style="dim")
+            console.print(title)
+            table = Table(box=box.ROUNDED if boxed else None, show_edge=boxed,
+                          pad_edge=boxed, header_style="bold")
+            table.add_column("", style="bold cyan", no_wrap=True, min_width=label_width)
+            for j in block:
+                table.add_column(v.cols[j], justify="right", no_wrap=True, min_width=widths[j])
+            for i, label in enumerate(v.rows):
+                row = []
+                for j in block:
+                    style = heat_style(float(v.matrix[i, j])) if v.heat and colour else ""
+                    row.append(Text(body[i][j], style=style))
+                table.add_row(label, *row)
+            console.print(table)
+        if v.heat and colour and not shown_legend:
+            console.print(_legend())
+            shown_legend = True
+        console.print()
