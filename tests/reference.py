@@ -1,0 +1,98 @@
+"""An independent multi-head attention: plain Python loops over floats, no NumPy algebra.
+
+Written from the paper's definitions, not from mhacli.core, so that the two can disagree.
+Every function takes and returns nested lists.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def matmul(a: list[list[float]], b: list[list[float]]) -> list[list[float]]:
+    rows, inner, cols = len(a), len(b), len(b[0])
+    assert all(len(r) == inner for r in a)
+    return [[math.fsum(a[i][t] * b[t][j] for t in range(inner)) for j in range(cols)]
+            for i in range(rows)]
+
+
+def add_bias(a: list[list[float]], b: list[float] | None) -> list[list[float]]:
+    if b is None:
+        return a
+    return [[v + b[j] for j, v in enumerate(row)] for row in a]
+
+
+def columns(a: list[list[float]], lo: int, hi: int) -> list[list[float]]:
+    return [row[lo:hi] for row in a]
+
+
+def transpose(a: list[list[float]]) -> list[list[float]]:
+    return [list(col) for col in zip(*a)]
+
+
+def reference(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, *,
+              heads: int = 1, w_o: Any = None, b_q: Any = None, b_k: Any = None,
+              b_v: Any = None, b_o: Any = None, x_kv: Any = None, q: Any = None,
+              k: Any = None, v: Any = None, mask: Any = None, scale: Any = "dk",
+              **_: Any) -> dict[str, Any]:
+    """Every stage as nested lists; per-head stages are lists of H matrices."""
+    L = lambda a: None if a is None else [[float(t) for t in row] for row in a]  # noqa: E731
+    V = lambda a: None if a is None else [float(t) for t in a]  # noqa: E731
+    st: dict[str, Any] = {}
+    if q is None:
+        xs, kv = L(x), L(x_kv) if x_kv is not None else L(x)
+        st["x"] = xs
+        if x_kv is not None:
+            st["x_kv"] = kv
+        q = add_bias(matmul(xs, L(w_q)), V(b_q))
+        k = add_bias(matmul(kv, L(w_k)), V(b_k))
+        v = add_bias(matmul(kv, L(w_v)), V(b_v))
+    else:
+        q, k, v = L(q), L(k), L(v)
+    st["q"], st["k"], st["v"] = q, k, v
+    n, m = len(q), len(k)
+    d_k, d_v = len(q[0]) // heads, len(v[0]) // heads
+    if scale == "dk":
+        s = math.sqrt(d_k)
+    elif scale == "n":
+        s = math.sqrt(m)
+    elif scale == "none":
+        s = 1.0
+    else:
+        s = float(scale)
+    if mask is None or (isinstance(mask, str) and mask == "none"):
+        allowed = [[True] * m for _ in range(n)]
+    elif isinstance(mask, str) and mask == "causal":
+        allowed = [[j <= i for j in range(m)] for i in range(n)]
+    else:
+        allowed = [[bool(t) for t in row] for row in mask]
+    names = ("q_heads", "k_heads", "v_heads", "scores", "scaled", "masked", "weights",
+             "head_outputs")
+    for name in names:
+        st[name] = []
+    for h in range(heads):
+        qh = columns(q, h * d_k, (h + 1) * d_k)
+        kh = columns(k, h * d_k, (h + 1) * d_k)
+        vh = columns(v, h * d_v, (h + 1) * d_v)
+        z = [[math.fsum(qh[i][t] * kh[j][t] for t in range(d_k)) for j in range(m)]
+             for i in range(n)]
+        zs = [[z[i][j] / s for j in range(m)] for i in range(n)]
+        zm = [[zs[i][j] if allowed[i][j] else -math.inf for j in range(m)] for i in range(n)]
+        a = []
+        for i in range(n):
+            live = [zm[i][j] for j in range(m) if allowed[i][j]]
+            if not live:
+                a.append([0.0] * m)
+                continue
+            top = max(live)
+            e = [math.exp(zm[i][j] - top) if allowed[i][j] else 0.0 for j in range(m)]
+            total = math.fsum(e)
+            a.append([t / total for t in e])
+        o = matmul(a, vh)
+        for name, val in zip(names, (qh, kh, vh, z, zs, zm, a, o)):
+            st[name].append(val)
+    st["concat"] = [sum((st["head_outputs"][h][i] for h in range(heads)), []) for i in range(n)]
+    st["output"] = add_bias(matmul(st["concat"], L(w_o)) if w_o is not None else st["concat"],
+                            V(b_o))
+    return st

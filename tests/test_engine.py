@@ -1,0 +1,163 @@
+"""Every stage against the plain-loop reference, on seeded problems of every shape."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import mhacli
+from mhacli.core import PER_HEAD
+
+from .cases import NAMES, case, close, per_head
+from .reference import reference
+
+
+@pytest.fixture(autouse=True)
+def _quiet_masked_rows():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", mhacli.MaskedRowWarning)
+        yield
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_every_stage_matches_reference(name: str, seed: int) -> None:
+    kw = case(name, seed)
+    expected = reference(**kw)
+    tr = mhacli.trace(**kw)
+    assert set(tr.stages) == set(expected)
+    for stage, value in expected.items():
+        close(tr[stage], value)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_fast_path_equals_traced_path(name: str) -> None:
+    kw = case(name, 5)
+    close(mhacli.attention(**kw), mhacli.trace(**kw)["output"], rel=1e-12)
+
+
+def test_fast_path_in_query_blocks_matches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small blocks (a few query rows at a time) give the same output as one block."""
+    from mhacli import core
+
+    kw = case("cross", 3)
+    kw["mask"] = np.tri(6, 4, dtype=int)
+    whole = core.attention(**kw)
+    monkeypatch.setattr(core, "_BLOCK_ELEMENTS", 2 * 4)  # one query row per block
+    close(core.attention(**kw), whole, rel=1e-12)
+    close(core.attention(**kw), reference(**kw)["output"])
+
+
+def test_per_head_weight_lists_equal_full_matrices() -> None:
+    kw = case("widths", 4)
+    h = kw["heads"]
+    listed = dict(kw, w_q=per_head(kw["w_q"], h), w_k=per_head(kw["w_k"], h),
+                  w_v=per_head(kw["w_v"], h))
+    close(mhacli.attention(**listed), reference(**kw)["output"])
+    # the number of heads follows from the list when not given
+    listed.pop("heads")
+    assert mhacli.trace(**listed).config.heads == h
+
+
+def test_per_head_w_o_blocks_stack_top_to_bottom() -> None:
+    kw = case("self", 6)
+    w_o = kw["w_o"]
+    blocks = [w_o[i * 4:(i + 1) * 4] for i in range(2)]
+    close(mhacli.attention(**dict(kw, w_o=blocks)), reference(**kw)["output"])
+
+
+def test_fully_blocked_row_gets_zero_weights_and_a_warning() -> None:
+    kw = case("mask_matrix", 0)
+    with pytest.warns(mhacli.MaskedRowWarning, match="query row 3") as rec:
+        tr = mhacli.trace(**kw)
+    assert rec[0].message.rows == [3]
+    assert np.all(tr["weights"][:, 2] == 0)
+    assert np.all(tr["head_outputs"][:, 2] == 0)
+    assert np.all(np.isneginf(tr["masked"][:, 2]))
+
+
+def test_masked_row_policies() -> None:
+    kw = case("mask_matrix", 0)
+    with pytest.warns(mhacli.MaskedRowWarning):
+        out = mhacli.attention(**kw, masked_row="nan")
+    assert np.all(np.isnan(out[2])) and np.all(np.isfinite(out[[0, 1, 3]]))
+    with pytest.raises(mhacli.MhaError, match="query row"):
+        mhacli.attention(**kw, masked_row="error")
+
+
+def test_large_scores_stay_finite() -> None:
+    kw = case("large_scores", 0)
+    tr = mhacli.trace(**kw)
+    assert np.abs(tr["scaled"]).max() > 1e3  # the case really is extreme
+    assert np.isfinite(tr["weights"]).all()
+    close(tr["output"], reference(**kw)["output"])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_float32_close_to_float64(name: str) -> None:
+    kw = case(name, 7)
+    if name == "large_scores":
+        pytest.skip("scores in the thousands amplify float32 rounding beyond 1e-4")
+    out32 = mhacli.attention(**kw, dtype=np.float32)
+    assert out32.dtype == np.float32
+    out64 = mhacli.attention(**kw)
+    close(out32, out64, rel=1e-4)
+
+
+def test_scale_rules() -> None:
+    kw = case("self", 0)
+    z = mhacli.trace(**kw)["scores"]
+    for scale, s in (("dk", 2.0), ("n", np.sqrt(5)), ("none", 1.0), (2.5, 2.5), ("2.5", 2.5)):
+        close(mhacli.trace(**kw, scale=scale)["scaled"], z / s, rel=1e-15)
+
+
+def test_causal_blocks_exactly_the_future() -> None:
+    tr = mhacli.trace(**case("causal", 0))
+    n = tr.config.n
+    future = np.triu(np.ones((n, n), dtype=bool), k=1)
+    assert np.all(tr["weights"][:, future] == 0)
+    assert np.all(tr["weights"][:, ~future] > 0)
+
+
+def test_trace_aliases_and_shapes() -> None:
+    kw = case("cross", 0)
+    tr = mhacli.trace(**kw)
+    c = tr.config
+    assert tr["z"] is tr["scores"] and tr["attention"] is tr["weights"] and tr["a"] is tr["weights"]
+    assert tr["weights"].shape == (c.heads, c.n, c.m) == (2, 6, 4)
+    assert tr["q_heads"].shape == (2, 6, 2) and tr["v_heads"].shape == (2, 4, 3)
+    assert tr["output"].shape == (6, 5)
+    for stage in PER_HEAD:
+        assert tr[stage].shape[0] == c.heads
+    assert "weights" in repr(tr)
+
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:  # torch is optional: these tests need it
+    torch = None
+
+
+@pytest.mark.skipif(torch is None, reason="PyTorch is not installed")
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("causal", [False, True])
+def test_against_pytorch(seed: int, causal: bool) -> None:
+    """torch stores weights transposed (x·Wᵀ): pack ours as in_proj_weight."""
+    rng = np.random.default_rng(seed)
+    n, d, h = 5, 8, 2
+    x = rng.standard_normal((n, d))
+    w_q, w_k, w_v, w_o = (rng.standard_normal((d, d)) for _ in range(4))
+    b = rng.standard_normal(3 * d)
+    b_o = rng.standard_normal(d)
+    t = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
+    xt = t(x)[:, None, :]  # (n, batch 1, d)
+    attn_mask = t(np.triu(np.ones((n, n), dtype=bool), k=1)) if causal else None
+    out, _ = F.multi_head_attention_forward(
+        xt, xt, xt, d, h, t(np.vstack([w_q.T, w_k.T, w_v.T])), t(b), None, None, False, 0.0,
+        t(w_o.T), t(b_o), training=False, need_weights=False, attn_mask=attn_mask)
+    ours = mhacli.attention(x, w_q, w_k, w_v, heads=h, w_o=w_o, b_q=b[:d], b_k=b[d:2 * d],
+                            b_v=b[2 * d:], b_o=b_o, mask="causal" if causal else None)
+    close(ours, out[:, 0, :].numpy())
