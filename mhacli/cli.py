@@ -378,14 +378,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = app(args=argv, prog_name="mha", standalone_mode=False)
         return code if isinstance(code, int) else 0
-    except cx.NoArgsIsHelpError as exc:
-        # `mha` alone: the help, as `mha --help` would show it
-        typer.echo(exc.ctx.get_help())
-        return 0
+    except cx.NoArgsIsHelpError:
+        return 0  # `mha` alone: the help has been shown, as for `mha --help`
     except cx.ClickException as exc:
         ctx = getattr(exc, "ctx", None)
         hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
-        typer.echo(f"Error: {exc.format_message()}{hint}", err=True)
+        message = exc.format_message().replace("Value error, ", "")
+        typer.echo(f"Error: {message}{hint}", err=True)
         return 2
     except typer.Abort:
         typer.echo("Error: aborted", err=True)
