@@ -148,7 +148,7 @@ def cell(v: float, precision: int, whole: bool, unicode: bool = True) -> str:
     if math.isinf(v):
         sign = "−" if unicode else "-"
         return (sign if v < 0 else "") + ("∞" if unicode else "inf")
-    if whole:
+    if whole or v == 0:  # an exact zero (a blocked weight) reads as 0, not 0.0000
         return str(int(v))
     text = f"{v:.{precision}f}"
     if text.lstrip("-").strip("0.") == "":  # no "-0.0000"

@@ -98,8 +98,6 @@ def test_large_scores_stay_finite() -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_float32_close_to_float64(name: str) -> None:
     kw = case(name, 7)
-    if name == "large_scores":
-        pytest.skip("scores in the thousands amplify float32 rounding beyond 1e-4")
     out32 = mhacli.attention(**kw, dtype=np.float32)
     assert out32.dtype == np.float32
     out64 = mhacli.attention(**kw)

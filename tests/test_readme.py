@@ -1,0 +1,40 @@
+"""The README's examples are real: every `$ mha ...` block is replayed and compared."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from mhacli.cli import app
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+TEXT = README.read_text(encoding="utf-8")
+CONSOLE = re.findall(r"```console\n(.*?)```", TEXT, flags=re.S)
+PYTHON = re.findall(r"```python\n(.*?)```", TEXT, flags=re.S)
+
+
+def test_the_readme_has_examples() -> None:
+    assert len(CONSOLE) >= 6 and PYTHON
+
+
+@pytest.mark.parametrize("block", CONSOLE, ids=[b.splitlines()[0][2:40] for b in CONSOLE])
+def test_console_example(block: str) -> None:
+    command, _, expected = block.partition("\n")
+    assert command.startswith("$ mha ")
+    r = CliRunner().invoke(app, shlex.split(command[len("$ mha "):]))
+    assert r.exit_code == 0, r.output
+    assert r.stdout == expected
+
+
+def test_python_example(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(README.parent)
+    namespace: dict = {}
+    exec(compile(PYTHON[0], "README.md", "exec"), namespace)  # noqa: S102
+    assert namespace["tr"]["weights"].shape == (2, 3, 3)
+    assert namespace["out"].shape == (7, 6)
+    assert os.path.exists("samples/cat.yaml")
