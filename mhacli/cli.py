@@ -187,12 +187,14 @@ def _problem(file: str | None, sample: str | None, random: bool, seed: int | Non
         inputs["heads"] = heads
     if mask is not None:
         inputs["mask"] = _parse_mask(mask)
+    raw = dict(prob.raw)
     if scale is not None:
         inputs["scale"] = scale
+        raw.pop("scale", None)
     inputs["dtype"] = dtype.value
     inputs["masked_row"] = masked_row.value
     labels = token_spec if isinstance(token_spec, list) else prob.tokens
-    prob = problems.Problem(inputs, labels, prob.kv_tokens, prob.answers, prob.source)
+    prob = prob.replace(inputs=inputs, tokens=labels, raw=raw)
     try:
         problems.check_labels(prob)
     except MhaError as exc:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -39,7 +40,7 @@ PER_HEAD = frozenset({"q_heads", "k_heads", "v_heads", "scores", "scaled", "mask
 ALIASES = {"z": "scores", "attention": "weights", "a": "weights"}
 SCALE_RULES = ("dk", "n", "none")
 MASKED_ROW_POLICIES = ("zero", "nan", "error")
-DTYPES = {"float64": np.float64, "float32": np.float32}
+DTYPES: dict[str, type] = {"float64": np.float64, "float32": np.float32, "object": object}
 
 
 def canonical_stage(name: str) -> str:
@@ -167,6 +168,7 @@ class Prepared:
     v: Array | None  # (m, H·d_v)
     allowed: npt.NDArray[np.bool_] | None  # (n, m), True = may attend
     dead_rows: tuple[int, ...]  # 1-based query rows with every key blocked
+    exact_scale: Fraction | None  # s as a rational, when it is one
 
 
 def _shape(a: np.ndarray) -> str:
@@ -178,6 +180,8 @@ def _entry(name: str, index: tuple[int, ...]) -> str:
 
 
 def _as_array(name: str, value: Any, dtype: type) -> np.ndarray:
+    if dtype is object:  # exact rationals, already validated as numbers by the loader
+        return np.asarray(value, dtype=object)
     try:
         arr = np.asarray(value)
     except ValueError as exc:  # ragged nested lists
@@ -238,8 +242,8 @@ def scale_divisor(scale: str | float | int, d_k: int, m: int) -> tuple[float, st
         if rule == "none":
             return 1.0, "none"
         try:
-            scale = float(rule)
-        except ValueError:
+            scale = float(Fraction(rule))
+        except (ValueError, ZeroDivisionError):
             raise MhaError(
                 f"scale must be dk, n, none or a positive number, got {scale!r}") from None
     if isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)):
@@ -248,6 +252,22 @@ def scale_divisor(scale: str | float | int, d_k: int, m: int) -> tuple[float, st
     if not math.isfinite(value) or value <= 0:
         raise MhaError(f"scale must be a positive finite number, got {scale!r}")
     return value, "number"
+
+
+def exact_divisor(scale: str | float | int, d_k: int, m: int) -> Fraction | None:
+    """The divisor s as an exact rational, or None when it is irrational (√2)."""
+    if isinstance(scale, str) and scale.strip().lower() in SCALE_RULES:
+        rule = scale.strip().lower()
+        if rule == "none":
+            return Fraction(1)
+        k = d_k if rule == "dk" else m
+        root = math.isqrt(k)
+        return Fraction(root) if root * root == k else None
+    if isinstance(scale, Fraction):
+        return scale
+    if isinstance(scale, str):
+        return Fraction(scale.strip())
+    return Fraction(repr(float(scale)))
 
 
 def causal_mask(n: int, m: int) -> npt.NDArray[np.bool_]:
@@ -295,7 +315,7 @@ def prepare(
     dt = np.dtype(dtype)
     if dt.name not in DTYPES:
         raise MhaError(f"dtype must be float64 or float32, got {dt.name}")
-    t = DTYPES[dt.name]
+    t = DTYPES[dt.name]  # object: exact rationals (Fraction), for the stages before softmax
     if masked_row not in MASKED_ROW_POLICIES:
         raise MhaError(f"masked_row must be zero, nan or error, got {masked_row!r}")
     if heads is not None:
@@ -413,8 +433,9 @@ def prepare(
                      if b is not None),
         has_w_o=wo is not None, masked_row=masked_row,
     )
+    exact = exact_divisor(scale, d_k, m) if t is object else None
     return Prepared(config, x_a, xkv_a, wq, wk, wv, wo, bq, bk, bv, bo, q_a, k_a, v_a,
-                    allowed, dead)
+                    allowed, dead, exact)
 
 
 def _qkv(p: Prepared) -> tuple[Array, Array, Array]:
@@ -513,23 +534,61 @@ def trace(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None,
     """Multi-head attention with every intermediate stage kept (for small problems)."""
     p = prepare(x, w_q, w_k, w_v, **options)
     _warn_dead(p)
+    return run_stages(p)
+
+
+def exact_trace(**inputs: Any) -> Trace:
+    """The stages before the softmax in exact rational arithmetic.
+
+    ``inputs`` hold Fractions (object arrays); the same stage functions run on them.
+    Stops after ``scores`` when the divisor s is irrational, and always before the
+    softmax, whose exponentials are irrational.
+    """
+    return run_stages(prepare(**{**inputs, "dtype": object}))
+
+
+def run_stages(p: Prepared, given: dict[str, Array] | None = None) -> Trace:
+    """Every stage in order; a stage found in ``given`` replaces the computed one.
+
+    Substituting someone's own numbers for a stage shows what the later stages would be
+    if they were right from there on (``mha check`` uses this).
+    """
+    given = given or {}
     c = p.config
     st: dict[str, Array] = {}
+
+    def keep(name: str, value: Array) -> Array:
+        st[name] = given.get(name, value)
+        return st[name]
+
     if p.x is not None:
-        st["x"] = p.x  # (n, d_model)
+        keep("x", p.x)  # (n, d_model)
     if p.x_kv is not None:
-        st["x_kv"] = p.x_kv  # (m, d_kv)
-    q, k, v = _qkv(p)
-    st["q"], st["k"], st["v"] = q, k, v
-    st["q_heads"] = split_heads(q, c.heads)  # (H, n, d_k)
-    st["k_heads"] = split_heads(k, c.heads)  # (H, m, d_k)
-    st["v_heads"] = split_heads(v, c.heads)  # (H, m, d_v)
-    st["scores"] = scores(st["q_heads"], st["k_heads"])  # (H, n, m)
-    st["scaled"] = scale_scores(st["scores"], c.scale)  # (H, n, m)
-    st["masked"] = mask_scores(st["scaled"], p.allowed)  # (H, n, m)
-    row_max, e, total, st["weights"] = softmax_parts(st["masked"], c.masked_row)
-    st["head_outputs"] = st["weights"] @ st["v_heads"]  # (H, n, d_v)
-    st["concat"] = merge_heads(st["head_outputs"])  # (n, H·d_v)
-    st["output"] = _output(p, st["concat"])  # (n, d_out)
+        keep("x_kv", p.x_kv)  # (m, d_kv)
+    if c.direct:
+        q, k, v = p.q, p.k, p.v
+    else:
+        x = st["x"]
+        kv = st.get("x_kv", x)
+        q = project(x, p.w_q, p.b_q)  # (n, H·d_k)
+        k = project(kv, p.w_k, p.b_k)  # (m, H·d_k)
+        v = project(kv, p.w_v, p.b_v)  # (m, H·d_v)
+    q, k, v = keep("q", q), keep("k", k), keep("v", v)
+    q_h = keep("q_heads", split_heads(q, c.heads))  # (H, n, d_k)
+    k_h = keep("k_heads", split_heads(k, c.heads))  # (H, m, d_k)
+    v_h = keep("v_heads", split_heads(v, c.heads))  # (H, m, d_v)
+    z = keep("scores", scores(q_h, k_h))  # (H, n, m)
+    if z.dtype == object:  # exact rationals go as far as the softmax, if s is rational
+        if p.exact_scale is not None:
+            z = keep("scaled", z / p.exact_scale)  # (H, n, m)
+            keep("masked", mask_scores(z, p.allowed))  # (H, n, m)
+        return Trace(c, st, {}, p.allowed)
+    z = keep("scaled", scale_scores(z, c.scale))  # (H, n, m)
+    z = keep("masked", mask_scores(z, p.allowed))  # (H, n, m)
+    row_max, e, total, a = softmax_parts(z, c.masked_row)
+    a = keep("weights", a)  # (H, n, m)
+    o = keep("head_outputs", a @ v_h)  # (H, n, d_v)
+    keep("concat", merge_heads(o))  # (n, H·d_v)
+    keep("output", _output(p, st["concat"]))  # (n, d_out)
     parts = {"row_max": row_max, "exp": e, "row_sum": total}
     return Trace(c, st, parts, p.allowed)

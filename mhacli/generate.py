@@ -62,4 +62,5 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
     sd_w = 1 / np.sqrt(d)
     inputs = {"x": draw(n, d, 1.0), "w_q": draw(d, d, sd_w), "w_k": draw(d, d, sd_w),
               "w_v": draw(d, d, sd_w), "w_o": draw(d, d, sd_w), "heads": h}
-    return Problem(inputs, labels, None, {}, "random problem")
+    raw = {k: v for k, v in inputs.items() if k != "heads"}
+    return Problem(inputs, labels, None, {}, "random problem", raw)

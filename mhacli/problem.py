@@ -26,7 +26,10 @@ from .errors import MhaError
 
 MATRIX_KEYS = ("x", "x_kv", "w_q", "w_k", "w_v", "w_o", "q", "k", "v")
 VECTOR_KEYS = ("b_q", "b_k", "b_v", "b_o")
-KNOWN_KEYS = ("tokens", "kv_tokens", "heads", "mask", "scale", "answers") + MATRIX_KEYS + VECTOR_KEYS
+KNOWN_KEYS = ("tokens", "kv_tokens", "heads", "mask", "scale", "layout", "answers") \
+    + MATRIX_KEYS + VECTOR_KEYS
+COLUMN_KEYS = frozenset(MATRIX_KEYS) | {"mask"}  # transposed in the column layout
+LAYOUTS = ("rows", "columns")
 
 _NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 _FRACTION = re.compile(r"[+-]?\d+/\d+")
@@ -41,6 +44,23 @@ class Problem:
     kv_tokens: list[str] | None = None
     answers: dict[str, Any] = field(default_factory=dict)
     source: str = "<problem>"
+    raw: dict[str, Any] = field(default_factory=dict)  # matrices as written, for exactness
+    layout: str = "rows"
+
+    def replace(self, **changes: Any) -> "Problem":
+        from dataclasses import replace
+
+        return replace(self, **changes)
+
+    def exact_inputs(self) -> dict[str, Any]:
+        """The inputs as exact rationals (Fractions), from the numbers as written."""
+        exact = dict(self.inputs)
+        for key, value in self.raw.items():
+            if key == "scale":
+                exact[key] = value  # the text, e.g. "1/3"
+            else:
+                exact[key] = to_rows(key, fractions_of(value), self.layout)
+        return exact
 
     def labels(self, n: int, m: int, cross: bool) -> tuple[list[str], list[str]]:
         """Row labels for the query side and the key side (defaults t1…, kv1…)."""
@@ -76,6 +96,28 @@ def parse_number(value: Any, where: str) -> float:
     shown = "empty" if value is None else repr(value)
     raise MhaError(f"{where} is {shown}: expected a number "
                    "(an integer, a decimal, 1e-3 or a fraction such as 1/3)")
+
+
+def fraction_of(value: Any) -> Fraction:
+    """A validated entry as the exact rational it was written as (0.1 is 1/10)."""
+    if isinstance(value, str):
+        return Fraction(value.strip())
+    if isinstance(value, (int, np.integer)):
+        return Fraction(int(value))
+    return Fraction(repr(float(value)))
+
+
+def fractions_of(value: Any) -> np.ndarray:
+    """A nested list or array of validated entries as an object array of Fractions."""
+    arr = np.asarray(value, dtype=object)
+    return np.vectorize(fraction_of, otypes=[object])(arr) if arr.size else arr
+
+
+def to_rows(key: str, arr: np.ndarray, layout: str) -> np.ndarray:
+    """Turn a matrix written in the column layout (tokens as columns) into the row layout."""
+    if layout == "rows" or key not in COLUMN_KEYS or arr.ndim < 2:
+        return arr
+    return arr.swapaxes(-1, -2)
 
 
 def _index(name: str, idx: tuple[int, ...]) -> str:
@@ -252,28 +294,33 @@ def _from_mapping(data: dict[str, Any], source: str, base: Path | None) -> Probl
         if key not in KNOWN_KEYS:
             raise MhaError(f"unknown key {key!r}{_suggest(str(key))}; known keys: "
                            f"{', '.join(KNOWN_KEYS)}")
+    layout = str(data.get("layout") or "rows").strip().lower()
+    if layout not in LAYOUTS:
+        raise MhaError(f"layout must be rows or columns, found {data['layout']!r}")
     inputs: dict[str, Any] = {}
-    for key in MATRIX_KEYS:
+    raw: dict[str, Any] = {}
+    for key in MATRIX_KEYS + VECTOR_KEYS:
         if data.get(key) is not None:
-            value = _external(data[key], key, base)
-            dims = (2, 3) if key in ("w_q", "w_k", "w_v", "w_o") else (2,)
-            inputs[key] = read_array(value, key, dims)
-    for key in VECTOR_KEYS:
-        if data.get(key) is not None:
-            inputs[key] = read_array(_external(data[key], key, base), key, (1, 2))
+            raw[key] = _external(data[key], key, base)
+            dims = (2, 3) if key in ("w_q", "w_k", "w_v", "w_o") else \
+                (1, 2) if key in VECTOR_KEYS else (2,)
+            inputs[key] = to_rows(key, read_array(raw[key], key, dims), layout)
     if data.get("heads") is not None:
         inputs["heads"] = _heads(data["heads"])
     if data.get("mask") is not None:
-        inputs["mask"] = _mask(_external(data["mask"], "mask", base))
+        mask = _mask(_external(data["mask"], "mask", base))
+        inputs["mask"] = to_rows("mask", mask, layout) if isinstance(mask, np.ndarray) else mask
     if data.get("scale") is not None:
         inputs["scale"] = _scale(data["scale"])
+        if isinstance(inputs["scale"], float):
+            raw["scale"] = str(data["scale"])
     tokens = _labels(data["tokens"], "tokens") if data.get("tokens") is not None else None
     kv_tokens = (_labels(data["kv_tokens"], "kv_tokens")
                  if data.get("kv_tokens") is not None else None)
     answers = data.get("answers") or {}
     if not isinstance(answers, dict):
         raise MhaError("answers must be a mapping of stage name -> matrix")
-    problem = Problem(inputs, tokens, kv_tokens, dict(answers), source)
+    problem = Problem(inputs, tokens, kv_tokens, dict(answers), source, raw, layout)
     check_labels(problem)
     return problem
 
@@ -454,6 +501,4 @@ def sample_description(name: str) -> str:
 
 
 def load_sample(name: str) -> Problem:
-    problem = load(sample_path(name))
-    return Problem(problem.inputs, problem.tokens, problem.kv_tokens, problem.answers,
-                   f"sample {name}")
+    return load(sample_path(name)).replace(source=f"sample {name}")
