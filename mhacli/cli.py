@@ -48,6 +48,11 @@ class Dtype(str, Enum):
     float32 = "float32"
 
 
+class Layout(str, Enum):
+    rows = "rows"
+    columns = "columns"
+
+
 class MaskedRow(str, Enum):
     zero = "zero"
     nan = "nan"
@@ -368,6 +373,155 @@ def samples(
         width = max(len(n) for n in names)
         for n in names:
             typer.echo(f"{n.ljust(width)}  {problems.sample_description(n)}")
+
+
+class CheckFormat(str, Enum):
+    rich = "rich"
+    plain = "plain"
+    json = "json"
+    markdown = "markdown"
+    latex = "latex"
+
+
+@app.command()
+def check(
+    file: Annotated[Optional[str], typer.Argument(
+        help="Problem file with an answers: section (or - for standard input).",
+        show_default=False)] = None,
+    sample: SampleOpt = None,
+    tolerance: Annotated[float, typer.Option(
+        "--tolerance", min=0.0, help="Absolute slack on top of the precision each answer "
+                                     "was written with.")] = 1e-6,
+    fmt: Annotated[CheckFormat, typer.Option("--format", "-f", help="Report format.")
+                   ] = CheckFormat.rich,
+    masked_row: MaskedRowOpt = MaskedRow.zero,
+    debug: DebugOpt = False,
+) -> None:
+    """Check answers computed by hand against the real stages, cell by cell.
+
+    The file's answers: section maps stage names (aliases such as z and attention work)
+    to matrices; per-head stages are lists of one matrix per head. Each answer is judged
+    at the precision it was written with (0.33 is right for 1/3, 0.35 is not); whole
+    numbers and fractions are exact claims. Each wrong cell is reported with its head,
+    row and column (from 1, with token labels), the value written and the value
+    expected. When an earlier stage is wrong, the report says whether the later answers
+    follow correctly from your own earlier numbers. Exit code 0: all right; 1: something
+    is wrong; 2: the file could not be read.
+
+    Examples:
+
+      mha generate --ints 0:2 --tokens 3 --d-model 4 --blank -o homework.yaml
+
+      mha check homework.yaml
+
+      mha check homework.yaml --format json
+    """
+    with _guard(debug):
+        if file is None and sample is None:
+            raise MhaError("give the problem file to check (mha check FILE)")
+        prob = _problem(file, sample, False, None, None, None, None, None, None, None,
+                        Dtype.float64, masked_row)
+        from . import report as reports
+        from .check import check as run_check
+
+        result = run_check(prob, tolerance)
+        if fmt is CheckFormat.rich:
+            console, _ = _console()
+            styles = {"good": "green", "bad": "bold red", "note": "yellow", "": ""}
+            for text, style in reports.lines(result):
+                console.print(text, style=styles[style], markup=False, highlight=False)
+        else:
+            writer = {CheckFormat.plain: reports.plain, CheckFormat.json: reports.as_json,
+                      CheckFormat.markdown: reports.markdown, CheckFormat.latex: reports.latex}
+            sys.stdout.write(writer[fmt](result))
+    if not result.ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+def generate(
+    seed: SeedOpt = None,
+    tokens: TokensOpt = None,
+    d_model: DModelOpt = None,
+    heads: HeadsOpt = None,
+    ints: IntsOpt = None,
+    mask: MaskOpt = None,
+    scale: ScaleOpt = None,
+    kv_tokens: Annotated[Optional[str], typer.Option(
+        "--kv-tokens", help="Cross-attention: the number of key/value tokens, or the tokens "
+                            "themselves.", rich_help_panel=INPUT)] = None,
+    d_kv: Annotated[Optional[int], typer.Option(
+        "--d-kv", help="Cross-attention: the width of the key/value tokens.",
+        rich_help_panel=INPUT)] = None,
+    no_w_o: Annotated[bool, typer.Option(
+        "--no-w-o", help="Leave out the output projection (the output is the concatenation).",
+        rich_help_panel=INPUT)] = False,
+    layout: Annotated[Layout, typer.Option(
+        "--layout", help="rows (tokens are rows, Q = X·W_Q) or columns (Q = W_Q·X).")
+    ] = Layout.rows,
+    answers: Annotated[bool, typer.Option(
+        "--answers", help="Fill in every stage under answers: (a key for mha check).")] = False,
+    blank: Annotated[bool, typer.Option(
+        "--blank", help="Write empty answer slots (_) of the right shapes, to fill in.")
+    ] = False,
+    stage: Annotated[Optional[list[str]], typer.Option(
+        "--stage", "-s", help="Only these stages under answers: (repeatable).")] = None,
+    output: Annotated[Optional[Path], typer.Option(
+        "--output", "-o", help="Write to this file instead of standard output.")] = None,
+    debug: DebugOpt = False,
+) -> None:
+    """Write a problem file: random decimals, or small integers for hand calculation.
+
+    With --answers every stage is filled in under answers: (exact where the numbers are
+    rational: 5/2 rather than 2.5000000001), so the file is a key for mha check; with
+    --blank the answers: slots are empty (_) for a student to fill in. Integer problems
+    default to d_model 8 with 2 heads, so that d_k = 4 and the scale √d_k = 2 stays whole.
+
+    Examples:
+
+      mha generate --ints 0:2 --tokens 3 --d-model 4 --heads 2 --scale none --blank
+
+      mha generate --seed 7 --answers -o key.yaml
+
+      mha generate --ints -1:1 --kv-tokens 'el gato' --tokens 'the cat sat' --d-kv 3
+    """
+    with _guard(debug):
+        from . import generate as gen
+
+        if answers and blank:
+            raise MhaError("--answers fills the answers in and --blank leaves them empty: "
+                           "choose one")
+        kv_spec = _parse_tokens(kv_tokens) if kv_tokens is not None else None
+        token_spec = _parse_tokens(tokens) if tokens is not None else None
+        prob = gen.random_problem(
+            seed=seed, tokens=token_spec, d_model=d_model, heads=heads,
+            ints=gen.parse_ints(ints) if ints is not None else None, kv_tokens=kv_spec,
+            d_kv=d_kv, w_o=not no_w_o)
+        inputs = dict(prob.inputs)
+        if mask is not None:
+            inputs["mask"] = _parse_mask(mask)
+        if scale is not None:
+            inputs["scale"] = problems._scale(scale)
+        prob = prob.replace(inputs=inputs, layout=layout.value)
+        problems.check_labels(prob)
+        chosen = [core.canonical_stage(s) for s in stage] if stage else None
+        filled = None
+        if answers or blank:
+            tr = core.trace(**prob.inputs)
+            exact = core.exact_trace(**prob.exact_inputs()).stages
+            filled = {s: exact.get(s, a) for s, a in tr.stages.items()
+                      if s not in ("x", "x_kv") and (chosen is None or s in chosen)}
+        what = "small integers" if ints else "random decimals"
+        comment = f"mha generate: {what}, seed {seed}" if seed is not None else \
+            f"mha generate: {what}"
+        text = gen.problem_yaml(prob, comment, filled, blank)
+        if output is not None:
+            try:
+                output.write_text(text, encoding="utf-8")
+            except OSError as exc:
+                raise MhaError(f"{output}: cannot write ({exc.strerror})") from None
+        else:
+            sys.stdout.write(text)
 
 
 # --------------------------------------------------------------------------- entry point

@@ -37,6 +37,8 @@ STAGES = (
 )
 PER_HEAD = frozenset({"q_heads", "k_heads", "v_heads", "scores", "scaled", "masked",
                       "weights", "head_outputs"})
+KEY_ROWS = frozenset({"x_kv", "k", "v", "k_heads", "v_heads"})  # a row per key
+KEY_COLS = frozenset({"scores", "scaled", "masked", "weights"})  # a column per key
 ALIASES = {"z": "scores", "attention": "weights", "a": "weights"}
 SCALE_RULES = ("dk", "n", "none")
 MASKED_ROW_POLICIES = ("zero", "nan", "error")

@@ -14,11 +14,9 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from .core import PER_HEAD, STAGES, Config, Trace
+from .core import KEY_COLS, KEY_ROWS, PER_HEAD, STAGES, Config, Trace
 
 SUB = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
-KEY_ROWS = frozenset({"x_kv", "k", "v", "k_heads", "v_heads"})
-KEY_COLS = frozenset({"scores", "scaled", "masked", "weights"})
 
 
 @dataclass(frozen=True)

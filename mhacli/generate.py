@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
 import numpy as np
 
@@ -29,8 +30,10 @@ def parse_ints(text: str) -> tuple[int, int]:
 
 def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = None,
                    d_model: int | None = None, heads: int | None = None,
-                   ints: tuple[int, int] | None = None) -> Problem:
-    """A random self-attention problem with an output projection.
+                   ints: tuple[int, int] | None = None,
+                   kv_tokens: int | list[str] | None = None, d_kv: int | None = None,
+                   w_o: bool = True) -> Problem:
+    """A random problem: self-attention, or cross-attention when ``kv_tokens`` is given.
 
     Decimal entries are rounded to a few places (two at unit spread), so that what is shown is exactly what is
     used; ``ints`` draws whole numbers from LO to HI instead, for hand calculation.
@@ -59,8 +62,102 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
         places = 2 + max(0, int(np.ceil(-np.log10(sd))) - 1)
         return np.round(rng.standard_normal((rows, cols)) * sd, places)
 
-    sd_w = 1 / np.sqrt(d)
-    inputs = {"x": draw(n, d, 1.0), "w_q": draw(d, d, sd_w), "w_k": draw(d, d, sd_w),
-              "w_v": draw(d, d, sd_w), "w_o": draw(d, d, sd_w), "heads": h}
-    raw = {k: v for k, v in inputs.items() if k != "heads"}
-    return Problem(inputs, labels, None, {}, "random problem", raw)
+    kv_labels = kv_tokens if isinstance(kv_tokens, list) else None
+    cross = kv_tokens is not None or d_kv is not None
+    m = len(kv_labels) if kv_labels else (kv_tokens if isinstance(kv_tokens, int) else n)
+    dkv = d if d_kv is None else d_kv
+    if cross and (m < 1 or dkv < 1):
+        raise MhaError("--kv-tokens and --d-kv must be at least 1")
+    sd_w, sd_kv = 1 / np.sqrt(d), 1 / np.sqrt(dkv)
+    inputs: dict = {"x": draw(n, d, 1.0)}
+    if cross:
+        inputs["x_kv"] = draw(m, dkv, 1.0)
+    inputs.update(w_q=draw(d, d, sd_w), w_k=draw(dkv, d, sd_kv), w_v=draw(dkv, d, sd_kv))
+    if w_o:
+        inputs["w_o"] = draw(d, d, sd_w)
+    raw = dict(inputs)
+    inputs["heads"] = h
+    return Problem(inputs, labels, kv_labels, {}, "random problem", raw)
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def exact_text(value: Fraction) -> str:
+    """A rational as a person writes it: 3, 0.125 (when the decimal ends) or 1/3."""
+    if value.denominator == 1:
+        return str(value.numerator)
+    den = value.denominator
+    for p in (2, 5):
+        while den % p == 0:
+            den //= p
+    if den == 1:  # a terminating decimal: write it out exactly
+        places = 0
+        while (value * 10**places).denominator != 1:
+            places += 1
+        digits = abs(value.numerator * 10**places // value.denominator)
+        text = str(digits).rjust(places + 1, "0")
+        return ("-" if value < 0 else "") + text[:-places] + "." + text[-places:]
+    return f'"{value}"'
+
+
+def float_text(v: float) -> str:
+    if v == float("-inf"):
+        return "-inf"
+    if v == int(v) and abs(v) < 1e15:
+        return str(int(v))
+    text = repr(float(v))
+    return text if "e" not in text or "." in text else text.replace("e", ".0e")
+
+
+def _matrix_lines(key: str, rows: list[list[str]], indent: str = "") -> list[str]:
+    return [f"{indent}{key}:"] + [f"{indent}  - [{', '.join(r)}]" for r in rows]
+
+
+def _texts(a: np.ndarray) -> list[list[str]]:
+    if a.dtype == object:
+        return [[exact_text(v) if isinstance(v, Fraction) else float_text(float(v)) for v in r]
+                for r in a]
+    return [[float_text(float(v)) for v in r] for r in a]
+
+
+def problem_yaml(problem: Problem, comment: str, answers: dict[str, np.ndarray] | None = None,
+                 blank: bool = False) -> str:
+    """A problem file (with an answers: section when given) as YAML text."""
+    columns = problem.layout == "columns"
+    orient = (lambda a: a.swapaxes(-1, -2)) if columns else (lambda a: a)  # noqa: E731
+    out = [f"# {comment}"]
+    if problem.tokens:
+        out.append(f"tokens: [{', '.join(problem.tokens)}]")
+    if problem.kv_tokens:
+        out.append(f"kv_tokens: [{', '.join(problem.kv_tokens)}]")
+    if columns:
+        out.append("layout: columns    # tokens are columns: Q = W_Q·X")
+    inp = problem.inputs
+    out.append(f"heads: {inp.get('heads', 1)}")
+    for key in ("mask", "scale"):
+        value = inp.get(key)
+        if isinstance(value, str):
+            out.append(f"{key}: {value}")
+        elif isinstance(value, float):
+            out.append(f"{key}: {float_text(value)}")
+        elif value is not None:
+            rows = np.asarray(value, dtype=int)
+            out += _matrix_lines(key, [[str(v) for v in r] for r in orient(rows)])
+    for key in ("x", "x_kv", "w_q", "w_k", "w_v", "w_o"):
+        if key in inp:
+            out += _matrix_lines(key, _texts(orient(np.asarray(inp[key]))))
+    if answers:
+        out.append("answers:" + ("    # fill in every _" if blank else ""))
+        for stage, a in answers.items():
+            a = orient(a)
+            if a.ndim == 3:
+                out.append(f"  {stage}:")
+                for h, m in enumerate(a, start=1):
+                    rows = [["_"] * m.shape[1]] * m.shape[0] if blank else _texts(m)
+                    out.append(f"    - # head {h}")
+                    out += [f"      - [{', '.join(r)}]" for r in rows]
+            else:
+                rows = [["_"] * a.shape[1]] * a.shape[0] if blank else _texts(a)
+                out += _matrix_lines(stage, rows, indent="  ")
+    return "\n".join(out) + "\n"
