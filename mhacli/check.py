@@ -189,8 +189,9 @@ def check(problem: Problem, tolerance: float = 1e-6) -> Report:
             reports.append(StageReport(stage, "shape", shape_note=note))
             wrong_so_far.append(stage)
             continue
-        if any(cl.exact is not None for cl in cells) and stage in _EXACT_STAGES:
-            if exact is None:
+        small = sum(np.size(v) for v in problem.raw.values()) <= 20_000
+        if stage in _EXACT_STAGES and (small or any(cl.exact is not None for cl in cells)):
+            if exact is None:  # rational arithmetic: exact claims are judged exactly
                 exact = core.exact_trace(**problem.exact_inputs())
         exact_values = exact.stages.get(stage) if exact is not None else None
         ok = _judge(cells, values, expected, exact_values, tolerance)

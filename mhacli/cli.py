@@ -502,7 +502,7 @@ def generate(
             inputs["mask"] = _parse_mask(mask)
         if scale is not None:
             inputs["scale"] = problems._scale(scale)
-        prob = prob.replace(inputs=inputs, layout=layout.value)
+        prob = prob.replace(inputs=inputs)
         problems.check_labels(prob)
         chosen = [core.canonical_stage(s) for s in stage] if stage else None
         filled = None
@@ -514,7 +514,7 @@ def generate(
         what = "small integers" if ints else "random decimals"
         comment = f"mha generate: {what}, seed {seed}" if seed is not None else \
             f"mha generate: {what}"
-        text = gen.problem_yaml(prob, comment, filled, blank)
+        text = gen.problem_yaml(prob, comment, filled, blank, layout.value)
         if output is not None:
             try:
                 output.write_text(text, encoding="utf-8")

@@ -122,9 +122,12 @@ def _texts(a: np.ndarray) -> list[list[str]]:
 
 
 def problem_yaml(problem: Problem, comment: str, answers: dict[str, np.ndarray] | None = None,
-                 blank: bool = False) -> str:
-    """A problem file (with an answers: section when given) as YAML text."""
-    columns = problem.layout == "columns"
+                 blank: bool = False, layout: str = "rows") -> str:
+    """A problem file (with an answers: section when given) as YAML text.
+
+    ``problem`` is in the row layout; ``layout="columns"`` writes every matrix transposed.
+    """
+    columns = layout == "columns"
     orient = (lambda a: a.swapaxes(-1, -2)) if columns else (lambda a: a)  # noqa: E731
     out = [f"# {comment}"]
     if problem.tokens:
