@@ -277,7 +277,9 @@ def explain(
         if fmt is ExplainFormat.json:
             sys.stdout.write(formats.explain_json(tr, rows, cols, stages, head))
             return
-        vs = formats.views(tr, rows, cols, stages, head)
+        from .views import views
+
+        vs = views(tr, rows, cols, stages, head)
         digits = 4 if precision is None else precision
         if fmt is ExplainFormat.plain:
             sys.stdout.write(formats.explain_plain(vs, digits))

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .formats import View, cells, shape_text
+from .formats import cells
+from .views import View, shape_text
 
 if TYPE_CHECKING:
     from rich.console import Console
