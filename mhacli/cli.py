@@ -11,6 +11,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated, Iterator, Optional
 
+import numpy as np
 import typer
 
 from . import __version__, core, problem as problems
@@ -26,12 +27,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-
-
-class ExplainFormat(str, Enum):
-    rich = "rich"
-    plain = "plain"
-    json = "json"
 
 
 class RunFormat(str, Enum):
@@ -161,8 +156,11 @@ def _parse_tokens(text: str) -> int | list[str]:
 def _problem(file: str | None, sample: str | None, random: bool, seed: int | None,
              tokens: str | None, d_model: int | None, heads: int | None, ints: str | None,
              mask: str | None, scale: str | None, dtype: Dtype,
-             masked_row: MaskedRow) -> problems.Problem:
-    """The problem the options describe: a file, a sample, a random one or the built-in."""
+             masked_row: MaskedRow, layout: Layout | None = None) -> problems.Problem:
+    """The problem the options describe: a file, a sample, a random one or the built-in.
+
+    ``layout`` says how a file that does not declare its layout was written.
+    """
     from . import generate
 
     token_spec = _parse_tokens(tokens) if tokens is not None else None
@@ -185,6 +183,8 @@ def _problem(file: str | None, sample: str | None, random: bool, seed: int | Non
             raise MhaError("reading the problem from standard input, which is a terminal: "
                            "pipe a file in (mha explain - < problem.yaml) or name the file")
         prob = problems.load(file, stdin=sys.stdin.buffer if file == "-" else None)
+        if layout is not None and not prob.layout_declared:
+            prob = prob.read_as(layout.value)
     else:
         prob = problems.load_sample(sample or "intro")
     inputs = dict(prob.inputs)
@@ -222,6 +222,20 @@ def _console(force_plain: bool = False):  # type: ignore[no-untyped-def]
 # --------------------------------------------------------------------------- commands
 
 
+class ExplainFormat(str, Enum):
+    rich = "rich"
+    plain = "plain"
+    markdown = "markdown"
+    latex = "latex"
+    json = "json"
+
+
+LayoutOpt = Annotated[Optional[Layout], typer.Option(
+    "--layout", help="rows: tokens are rows (Q = X·W_Q); columns: tokens are columns "
+                     "(Q = W_Q·X). How a file without a layout: key was written, and how "
+                     "matrices are shown.")]
+
+
 @app.command()
 def explain(
     file: FileArg = None,
@@ -240,9 +254,17 @@ def explain(
                               "head_outputs, concat, output.")] = None,
     head: Annotated[Optional[int], typer.Option("--head", help="Show only head I (from 1).")
                     ] = None,
+    cell: Annotated[Optional[str], typer.Option(
+        "--cell", metavar="STAGE:HEAD:ROW:COL",
+        help="Write one entry out as its arithmetic (HEAD only for per-head stages), e.g. "
+             "scores:1:2:1 or output:3:2.")] = None,
+    fractions: Annotated[bool, typer.Option(
+        "--fractions", help="Show the stages before the softmax as exact fractions (5/2).")
+    ] = False,
     precision: PrecisionOpt = None,
     fmt: Annotated[ExplainFormat, typer.Option("--format", "-f", help="Output format.")
                    ] = ExplainFormat.rich,
+    layout: LayoutOpt = None,
     dtype: DtypeOpt = Dtype.float64,
     masked_row: MaskedRowOpt = MaskedRow.zero,
     debug: DebugOpt = False,
@@ -260,34 +282,82 @@ def explain(
 
       mha explain --sample cat --stage weights  one stage of a bundled sample
 
-      mha explain --ints 0:2 --tokens 3 --d-model 4 --seed 1    a problem to do by hand
+      mha explain --sample by-hand --cell scores:2:2:1 --fractions   one entry, worked out
+
+      mha explain --ints 0:2 --tokens 3 --d-model 4 --seed 1 --format markdown
 
       mha explain problem.yaml --format json | jq '.stages.weights'
     """
     with _guard(debug):
         prob = _problem(file, sample, random, seed, tokens, d_model, heads, ints, mask,
-                        scale, dtype, masked_row)
+                        scale, dtype, masked_row, layout)
+        shown = layout.value if layout is not None else prob.layout
         stages = [core.canonical_stage(s) for s in stage] if stage else None
         tr = core.trace(**prob.inputs)
-        if head is not None and not 1 <= head <= tr.config.heads:
-            raise MhaError(f"--head {head}: the problem has heads 1 to {tr.config.heads}")
-        rows, cols = prob.labels(tr.config.n, tr.config.m, tr.config.cross or tr.config.direct)
+        c = tr.config
+        if head is not None and not 1 <= head <= c.heads:
+            raise MhaError(f"--head {head}: the problem has heads 1 to {c.heads}")
+        rows, cols = prob.labels(c.n, c.m, c.cross or c.direct)
+        digits = 4 if precision is None else precision
+        exact = None
+        if fractions:
+            if sum(np.size(v) for v in prob.raw.values()) > 100_000:
+                raise MhaError("--fractions is for problems small enough to do by hand "
+                               "(this one has over 100000 input numbers)")
+            exact = core.exact_trace(**prob.exact_inputs())
+        expansion = None
+        if cell is not None:
+            from .expand import expand
+
+            exact_p = core.prepare(**{**prob.exact_inputs(), "dtype": object}) \
+                if exact is not None else None
+            expansion = expand(cell, tr, core.prepare(**prob.inputs), exact, exact_p, rows,
+                               cols, digits, shown)
+            if stages is None:
+                stages = [s for s in core.STAGES if any(s == k[0] for k in expansion.marks)]
+            if head is None:
+                head = expansion.head
         from . import formats
 
         if fmt is ExplainFormat.json:
-            sys.stdout.write(formats.explain_json(tr, rows, cols, stages, head))
+            sys.stdout.write(formats.explain_json(
+                tr, rows, cols, stages, head, exact.stages if exact else None,
+                None if expansion is None else {"title": expansion.title,
+                                                 "lines": expansion.lines}, shown))
             return
         from .views import views
 
-        vs = views(tr, rows, cols, stages, head)
-        digits = 4 if precision is None else precision
-        if fmt is ExplainFormat.plain:
-            sys.stdout.write(formats.explain_plain(vs, digits))
-            return
-        from .render import render
+        vs = views(tr, rows, cols, stages, head, exact.stages if exact else None, shown,
+                   expansion.marks if expansion else None)
+        if fmt is ExplainFormat.rich:
+            from .render import render
 
-        console, boxed = _console()
-        render(vs, console, digits, boxed)
+            console, boxed = _console()
+            render(vs, console, digits, boxed)
+            if expansion is not None:
+                console.print(expansion.title, style="bold", markup=False)
+                for line in expansion.lines:
+                    console.print(line, markup=False, highlight=False)
+            return
+        if fmt is ExplainFormat.plain:
+            text = formats.explain_plain(vs, digits)
+        elif fmt is ExplainFormat.markdown:
+            from .markup import markdown
+
+            text = markdown(vs, digits)
+        else:
+            from .markup import latex
+
+            text = latex(vs, c, digits, shown)
+        if expansion is not None:
+            body = "\n".join(expansion.lines)
+            if fmt is ExplainFormat.markdown:
+                text += f"\n### {expansion.title}\n\n```\n{body}\n```\n"
+            elif fmt is ExplainFormat.latex:
+                text += f"\n% {expansion.title}\n\\begin{{verbatim}}\n{body}\n\\end{{verbatim}}\n"
+            else:
+                text += f"\n# {expansion.title}\n{body}\n"
+        sys.stdout.write(text)
 
 
 @app.command()
@@ -396,6 +466,7 @@ def check(
                                      "was written with.")] = 1e-6,
     fmt: Annotated[CheckFormat, typer.Option("--format", "-f", help="Report format.")
                    ] = CheckFormat.rich,
+    layout: LayoutOpt = None,
     masked_row: MaskedRowOpt = MaskedRow.zero,
     debug: DebugOpt = False,
 ) -> None:
@@ -422,7 +493,7 @@ def check(
         if file is None and sample is None:
             raise MhaError("give the problem file to check (mha check FILE)")
         prob = _problem(file, sample, False, None, None, None, None, None, None, None,
-                        Dtype.float64, masked_row)
+                        Dtype.float64, masked_row, layout)
         from . import report as reports
         from .check import check as run_check
 

@@ -87,27 +87,42 @@ def _jsonable(a: np.ndarray) -> Any:
     return a.tolist()
 
 
-def config_dict(c: Config, rows: list[str], cols: list[str]) -> dict[str, Any]:
+def config_dict(c: Config, rows: list[str], cols: list[str], layout: str = "rows"
+                ) -> dict[str, Any]:
     return {
         "n": c.n, "m": c.m, "heads": c.heads, "d_model": c.d_model, "d_kv": c.d_kv,
         "d_k": c.d_k, "d_v": c.d_v, "d_out": c.d_out, "cross_attention": c.cross,
         "scale": c.scale, "scale_rule": c.scale_rule, "mask": c.mask, "dtype": c.dtype,
-        "tokens": rows, "kv_tokens": cols,
+        "tokens": rows, "kv_tokens": cols, "layout": layout,
     }
 
 
 def explain_json(tr: Trace, rows: list[str], cols: list[str],
-                 stages: Iterable[str] | None = None, head: int | None = None) -> str:
+                 stages: Iterable[str] | None = None, head: int | None = None,
+                 exact: dict[str, np.ndarray] | None = None,
+                 cell: dict[str, Any] | None = None, layout: str = "rows") -> str:
+    """Every stage as nested lists in the row layout (the contract's shapes).
+
+    With ``exact``, an "exact" object holds the rational stages as strings ("5/2");
+    with ``cell``, a "cell" object holds one entry's arithmetic.
+    """
     chosen = set(stages) if stages else set(STAGES)
-    out: dict[str, Any] = {}
-    for name, a in tr.stages.items():
-        if name not in chosen:
-            continue
-        if head is not None and name in PER_HEAD:
-            a = a[head - 1:head]
-        out[name] = _jsonable(a)
-    doc = {"config": config_dict(tr.config, rows, cols), "stages": out}
-    return json.dumps(doc, allow_nan=False) + "\n"
+
+    def pick(name: str, a: np.ndarray) -> np.ndarray:
+        return a[head - 1:head] if head is not None and name in PER_HEAD else a
+
+    out = {name: _jsonable(pick(name, a)) for name, a in tr.stages.items() if name in chosen}
+    doc: dict[str, Any] = {"config": config_dict(tr.config, rows, cols, layout), "stages": out}
+    if exact:
+        doc["exact"] = {name: np.vectorize(_exact_json, otypes=[object])(pick(name, a)).tolist()
+                        for name, a in exact.items() if name in chosen}
+    if cell:
+        doc["cell"] = cell
+    return json.dumps(doc, allow_nan=False, ensure_ascii=False) + "\n"
+
+
+def _exact_json(v: Any) -> Any:
+    return str(v) if isinstance(v, Fraction) else None  # −∞ (blocked) is null, as in masked
 
 
 # --------------------------------------------------------------------------- run output

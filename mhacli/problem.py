@@ -45,12 +45,21 @@ class Problem:
     answers: dict[str, Any] = field(default_factory=dict)
     source: str = "<problem>"
     raw: dict[str, Any] = field(default_factory=dict)  # matrices as written, for exactness
-    layout: str = "rows"
+    layout: str = "rows"  # how the matrices were written: tokens as rows or as columns
+    layout_declared: bool = False  # the file said so (a layout: key)
 
     def replace(self, **changes: Any) -> "Problem":
         from dataclasses import replace
 
         return replace(self, **changes)
+
+    def read_as(self, layout: str) -> "Problem":
+        """The same file read in another layout (the matrices were written transposed)."""
+        if layout == self.layout:
+            return self
+        inputs = {k: to_rows(k, v, "columns") if isinstance(v, np.ndarray) else v
+                  for k, v in self.inputs.items()}
+        return self.replace(inputs=inputs, layout=layout)
 
     def exact_inputs(self) -> dict[str, Any]:
         """The inputs as exact rationals (Fractions), from the numbers as written."""
@@ -320,7 +329,8 @@ def _from_mapping(data: dict[str, Any], source: str, base: Path | None) -> Probl
     answers = data.get("answers") or {}
     if not isinstance(answers, dict):
         raise MhaError("answers must be a mapping of stage name -> matrix")
-    problem = Problem(inputs, tokens, kv_tokens, dict(answers), source, raw, layout)
+    problem = Problem(inputs, tokens, kv_tokens, dict(answers), source, raw, layout,
+                      data.get("layout") is not None)
     check_labels(problem)
     return problem
 

@@ -52,6 +52,13 @@ def _column_blocks(widths: list[int], label_width: int, room: int) -> list[range
     return blocks
 
 
+def _marked(v: View, i: int, j: int) -> bool:
+    """Rows alone mark whole rows, columns alone whole columns, both one cell."""
+    if v.marked_rows and v.marked_cols:
+        return i in v.marked_rows and j in v.marked_cols
+    return i in v.marked_rows or j in v.marked_cols
+
+
 def render(views: list[View], console: "Console", precision: int, boxed: bool) -> None:
     """Print every view as one table (or several column blocks when it is too wide)."""
     from rich import box
@@ -83,6 +90,9 @@ def render(views: list[View], console: "Console", precision: int, boxed: bool) -
                 row = []
                 for j in block:
                     style = heat_style(float(v.matrix[i, j])) if v.heat and colour else ""
+                    if _marked(v, i, j):
+                        style = "bold reverse" if v.marked_rows and v.marked_cols else \
+                            "bold black on yellow"
                     row.append(Text(body[i][j], style=style))
                 table.add_row(label, *row)
             console.print(table)
