@@ -182,9 +182,8 @@ def _problem(file: str | None, sample: str | None, random: bool, seed: int | Non
         if file == "-" and sys.stdin.isatty():
             raise MhaError("reading the problem from standard input, which is a terminal: "
                            "pipe a file in (mha explain - < problem.yaml) or name the file")
-        prob = problems.load(file, stdin=sys.stdin.buffer if file == "-" else None)
-        if layout is not None and not prob.layout_declared:
-            prob = prob.read_as(layout.value)
+        prob = problems.load(file, stdin=sys.stdin.buffer if file == "-" else None,
+                             layout=layout.value if layout is not None else "rows")
     else:
         prob = problems.load_sample(sample or "intro")
     inputs = dict(prob.inputs)

@@ -72,7 +72,7 @@ def latex(vs: list[View], c: Config, precision: int, layout: str = "rows") -> st
             lhs = f"\\text{{softmax parts of head {v.head}: max, }} e^{{z - \\max}}\\text{{, sum}}"
         else:
             lhs = latex_formula(v, c, layout)
-        cols = " & ".join(_escape(t) for t in v.cols)
+        cols = ", ".join(_escape(t) for t in v.cols)
         out.append(f"{label}\n% rows: {', '.join(v.rows)}; columns: {cols}\n"
                    f"\\[\n{lhs} = \\begin{{bmatrix}}\n  {body}\n\\end{{bmatrix}}\n\\]")
     return "\n\n".join(out) + "\n"

@@ -46,20 +46,11 @@ class Problem:
     source: str = "<problem>"
     raw: dict[str, Any] = field(default_factory=dict)  # matrices as written, for exactness
     layout: str = "rows"  # how the matrices were written: tokens as rows or as columns
-    layout_declared: bool = False  # the file said so (a layout: key)
 
     def replace(self, **changes: Any) -> "Problem":
         from dataclasses import replace
 
         return replace(self, **changes)
-
-    def read_as(self, layout: str) -> "Problem":
-        """The same file read in another layout (the matrices were written transposed)."""
-        if layout == self.layout:
-            return self
-        inputs = {k: to_rows(k, v, "columns") if isinstance(v, np.ndarray) else v
-                  for k, v in self.inputs.items()}
-        return self.replace(inputs=inputs, layout=layout)
 
     def exact_inputs(self) -> dict[str, Any]:
         """The inputs as exact rationals (Fractions), from the numbers as written."""
@@ -285,25 +276,30 @@ def _suggest(key: str) -> str:
     return f" (did you mean {close[0]}?)" if close else ""
 
 
-def from_mapping(data: Any, source: str = "<problem>", base: Path | None = None) -> Problem:
-    """Validate a parsed problem (a dict of the contract's keys) into a Problem."""
+def from_mapping(data: Any, source: str = "<problem>", base: Path | None = None,
+                 layout: str = "rows") -> Problem:
+    """Validate a parsed problem (a dict of the contract's keys) into a Problem.
+
+    ``layout`` is how the matrices were written when the data has no layout: key.
+    """
     if not isinstance(data, dict):
         what = "empty" if data is None else f"a {type(data).__name__}"
         raise MhaError(f"{source}: a problem must be a mapping of keys (x:, w_q:, ...), "
                        f"found {what}")
     try:
-        return _from_mapping(data, source, base)
+        return _from_mapping(data, source, base, layout)
     except MhaError as exc:
         msg = str(exc)
         raise MhaError(msg if msg.startswith(source) else f"{source}: {msg}") from None
 
 
-def _from_mapping(data: dict[str, Any], source: str, base: Path | None) -> Problem:
+def _from_mapping(data: dict[str, Any], source: str, base: Path | None,
+                  default_layout: str) -> Problem:
     for key in data:
         if key not in KNOWN_KEYS:
             raise MhaError(f"unknown key {key!r}{_suggest(str(key))}; known keys: "
                            f"{', '.join(KNOWN_KEYS)}")
-    layout = str(data.get("layout") or "rows").strip().lower()
+    layout = str(data.get("layout") or default_layout).strip().lower()
     if layout not in LAYOUTS:
         raise MhaError(f"layout must be rows or columns, found {data['layout']!r}")
     inputs: dict[str, Any] = {}
@@ -329,8 +325,7 @@ def _from_mapping(data: dict[str, Any], source: str, base: Path | None) -> Probl
     answers = data.get("answers") or {}
     if not isinstance(answers, dict):
         raise MhaError("answers must be a mapping of stage name -> matrix")
-    problem = Problem(inputs, tokens, kv_tokens, dict(answers), source, raw, layout,
-                      data.get("layout") is not None)
+    problem = Problem(inputs, tokens, kv_tokens, dict(answers), source, raw, layout)
     check_labels(problem)
     return problem
 
@@ -447,23 +442,26 @@ def _no_constant(name: str) -> Any:
     raise MhaError(f"{name} is not a number this tool accepts (every entry must be finite)")
 
 
-def load(path: str | Path, *, stdin: Any = None) -> Problem:
-    """Read a problem file (.yaml/.yml, .json or .npz); ``-`` reads standard input."""
+def load(path: str | Path, *, stdin: Any = None, layout: str = "rows") -> Problem:
+    """Read a problem file (.yaml/.yml, .json or .npz); ``-`` reads standard input.
+
+    ``layout="columns"`` reads a file without a layout: key as tokens-as-columns.
+    """
     text_path = str(path)
     if text_path == "-":
         stream = stdin if stdin is not None else sys.stdin
         raw = stream.read()
         if isinstance(raw, bytes):
             if raw[:4] == b"PK\x03\x04":  # a zip archive: an .npz problem
-                return from_mapping(_read_npz(io.BytesIO(raw)), "<stdin>")
+                return from_mapping(_read_npz(io.BytesIO(raw)), "<stdin>", None, layout)
             raw = raw.decode("utf-8", errors="replace")
         fmt = "json" if raw.lstrip().startswith("{") else "yaml"
-        return from_mapping(parse_text(raw, "<stdin>", fmt), "<stdin>", Path.cwd())
+        return from_mapping(parse_text(raw, "<stdin>", fmt), "<stdin>", Path.cwd(), layout)
     p = Path(path)
     if p.is_dir():
         raise MhaError(f"{p}: is a directory, not a problem file")
     if p.suffix.lower() == ".npz":
-        return from_mapping(_read_npz(p), str(p), p.parent)
+        return from_mapping(_read_npz(p), str(p), p.parent, layout)
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -473,7 +471,7 @@ def load(path: str | Path, *, stdin: Any = None) -> Problem:
     except OSError as exc:
         raise MhaError(f"{p}: cannot read ({exc.strerror})") from None
     fmt = "json" if p.suffix.lower() == ".json" else "yaml"
-    return from_mapping(parse_text(text, str(p), fmt), str(p), p.parent)
+    return from_mapping(parse_text(text, str(p), fmt), str(p), p.parent, layout)
 
 
 # --------------------------------------------------------------------------- samples
