@@ -123,6 +123,14 @@ def _guard(debug: bool) -> Iterator[None]:
             raise
         typer.echo(f"Error: {exc}", err=True)
         raise typer.Exit(2) from None
+    except (typer.Exit, typer.Abort, KeyboardInterrupt, BrokenPipeError):
+        raise
+    except Exception as exc:  # a bug: still one line, and the way to see more
+        if debug:
+            raise
+        typer.echo(f"Error: unexpected {type(exc).__name__}: {exc} (run again with --debug "
+                   "for the traceback, and please report it)", err=True)
+        raise typer.Exit(2) from None
 
 
 def _parse_mask(text: str) -> object:

@@ -459,6 +459,23 @@ def _output(p: Prepared, concat: Array) -> Array:
     return project(concat, p.w_o, p.b_o)  # (n, d_out)
 
 
+def _check_finite(p: Prepared, name: str, a: Array) -> None:
+    """Refuse a stage that overflowed: no silently wrong number (−∞ in masked is meant)."""
+    bad = (np.isnan(a) | np.isposinf(a)) if name == "masked" else ~np.isfinite(a)
+    if p.config.masked_row == "nan" and p.dead_rows and name in _AFTER_SOFTMAX:
+        dead = np.zeros(p.config.n, dtype=bool)
+        dead[np.array(p.dead_rows) - 1] = True
+        bad &= ~(dead[:, None] if a.ndim == 2 else dead[None, :, None])
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise MhaError(f"{name}{''.join(f'[{i + 1}]' for i in where)} is {a[where]}: the "
+                       f"numbers are too large for {p.config.dtype} (scale the inputs down"
+                       f"{'' if p.config.dtype == 'float64' else ', or use float64'})")
+
+
+_AFTER_SOFTMAX = frozenset({"weights", "head_outputs", "concat", "output"})
+
+
 def _warn_dead(p: Prepared) -> None:
     if p.dead_rows:
         warnings.warn(MaskedRowWarning(list(p.dead_rows), p.config.masked_row), stacklevel=3)
@@ -495,8 +512,11 @@ def attention(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None,
     """
     p = prepare(x, w_q, w_k, w_v, **options)
     _warn_dead(p)
-    q, k, v = _qkv(p)
-    return _output(p, merge_heads(_attend(p, q, k, v)))  # (n, d_out)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused just below
+        q, k, v = _qkv(p)
+        out = _output(p, merge_heads(_attend(p, q, k, v)))  # (n, d_out)
+    _check_finite(p, "output", out)  # an overflow anywhere shows here as inf or NaN
+    return out
 
 
 class Trace:
@@ -536,7 +556,11 @@ def trace(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None,
     """Multi-head attention with every intermediate stage kept (for small problems)."""
     p = prepare(x, w_q, w_k, w_v, **options)
     _warn_dead(p)
-    return run_stages(p)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused just below
+        tr = run_stages(p)
+    for name, a in tr.stages.items():
+        _check_finite(p, name, a)
+    return tr
 
 
 def exact_trace(**inputs: Any) -> Trace:

@@ -42,6 +42,8 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
     n = len(labels) if labels else (DEFAULT_TOKENS if tokens is None else tokens)
     d = DEFAULT_D_MODEL if d_model is None else d_model
     h = DEFAULT_HEADS if heads is None else heads
+    if seed is not None and seed < 0:
+        raise MhaError(f"--seed must be 0 or more, got {seed}")
     if n < 1:
         raise MhaError(f"--tokens must be at least 1, got {n}")
     if d < 1:

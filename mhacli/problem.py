@@ -23,6 +23,7 @@ import numpy as np
 
 from . import core
 from .errors import MhaError
+from .reader import MAX_TEXT_BYTES, parse_text, read_npz
 
 MATRIX_KEYS = ("x", "x_kv", "w_q", "w_k", "w_v", "w_o", "q", "k", "v")
 VECTOR_KEYS = ("b_q", "b_k", "b_v", "b_o")
@@ -277,10 +278,11 @@ def _suggest(key: str) -> str:
 
 
 def from_mapping(data: Any, source: str = "<problem>", base: Path | None = None,
-                 layout: str = "rows") -> Problem:
+                 layout: str = "rows", lines: dict[str, int] | None = None) -> Problem:
     """Validate a parsed problem (a dict of the contract's keys) into a Problem.
 
-    ``layout`` is how the matrices were written when the data has no layout: key.
+    ``layout`` is how the matrices were written when the data has no layout: key;
+    ``lines`` gives the line of each key, to point an error at it.
     """
     if not isinstance(data, dict):
         what = "empty" if data is None else f"a {type(data).__name__}"
@@ -290,7 +292,19 @@ def from_mapping(data: Any, source: str = "<problem>", base: Path | None = None,
         return _from_mapping(data, source, base, layout)
     except MhaError as exc:
         msg = str(exc)
-        raise MhaError(msg if msg.startswith(source) else f"{source}: {msg}") from None
+        if msg.startswith(source):
+            raise
+        line = (lines or {}).get(_key_of(msg))
+        where = f"{source}, line {line}" if line else source
+        raise MhaError(f"{where}: {msg}") from None
+
+
+def _key_of(message: str) -> str:
+    """The problem key an error message is about: its first word, or the unknown key."""
+    m = re.match(r"unknown key '([^']*)'", message)
+    if m:
+        return m[1]
+    return re.split(r"[\[\s:.]", message, maxsplit=1)[0]
 
 
 def _from_mapping(data: dict[str, Any], source: str, base: Path | None,
@@ -354,92 +368,11 @@ def _external(value: Any, key: str, base: Path | None) -> Any:
     name = name.lstrip(":") or key
     if base is not None and not path.is_absolute():
         path = base / path
-    arrays = _read_npz(path)
+    arrays = read_npz(path)
     if name not in arrays:
         raise MhaError(f"{key}: {path} has no array named {name!r} "
                        f"(it has {', '.join(sorted(arrays)) or 'none'})")
     return arrays[name]
-
-
-def _read_npz(path: Path | io.BytesIO) -> dict[str, np.ndarray]:
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            return {k: npz[k] for k in npz.files}
-    except FileNotFoundError:
-        raise MhaError(f"{path}: no such file") from None
-    except (OSError, ValueError) as exc:
-        raise MhaError(f"{path}: not a readable .npz file ({exc})") from None
-
-
-_LOADER: Any = None
-
-
-def _text_loader() -> Any:
-    """A safe YAML loader with no implicit types: every plain scalar is the string written.
-
-    Built on first use so that reading JSON or .npz never imports YAML.
-    """
-    global _LOADER
-    if _LOADER is None:
-        import yaml
-
-        base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-        class TextLoader(base):  # type: ignore[misc, valid-type]
-            yaml_implicit_resolvers: dict[str, Any] = {}
-
-            def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
-                seen = set()
-                for key_node, _ in node.value:
-                    key = self.construct_object(key_node, deep=deep)
-                    if isinstance(key, (list, dict)):
-                        raise MhaError(f"line {key_node.start_mark.line + 1}: "
-                                       "a key must be a plain name")
-                    if key in seen:
-                        raise MhaError(f"line {key_node.start_mark.line + 1}: "
-                                       f"duplicate key {key!r}")
-                    seen.add(key)
-                return super().construct_mapping(node, deep=deep)
-
-        _LOADER = TextLoader
-    return _LOADER
-
-
-def parse_text(text: str, source: str, fmt: str = "yaml") -> Any:
-    """YAML or JSON text to plain Python data (strings, lists, dicts)."""
-    if not text.strip():
-        raise MhaError(f"{source}: the file is empty")
-    if fmt == "json":
-        try:
-            return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
-        except json.JSONDecodeError as exc:
-            raise MhaError(f"{source}: line {exc.lineno}, column {exc.colno}: "
-                           f"invalid JSON ({exc.msg})") from None
-    import yaml
-
-    try:
-        return yaml.load(text, Loader=_text_loader())  # noqa: S506 - a SafeLoader subclass
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        raise MhaError(f"{source}: {where}invalid YAML ({exc.problem or exc.context})") from None
-    except yaml.YAMLError as exc:
-        raise MhaError(f"{source}: invalid YAML ({exc})") from None
-    except MhaError as exc:
-        raise MhaError(f"{source}: {exc}") from None
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in pairs:
-        if k in out:
-            raise MhaError(f"duplicate key {k!r}")
-        out[k] = v
-    return out
-
-
-def _no_constant(name: str) -> Any:
-    raise MhaError(f"{name} is not a number this tool accepts (every entry must be finite)")
 
 
 def load(path: str | Path, *, stdin: Any = None, layout: str = "rows") -> Problem:
@@ -447,31 +380,41 @@ def load(path: str | Path, *, stdin: Any = None, layout: str = "rows") -> Proble
 
     ``layout="columns"`` reads a file without a layout: key as tokens-as-columns.
     """
-    text_path = str(path)
-    if text_path == "-":
+    if str(path) == "-":
         stream = stdin if stdin is not None else sys.stdin
-        raw = stream.read()
+        raw = stream.read(MAX_TEXT_BYTES + 1)
         if isinstance(raw, bytes):
             if raw[:4] == b"PK\x03\x04":  # a zip archive: an .npz problem
-                return from_mapping(_read_npz(io.BytesIO(raw)), "<stdin>", None, layout)
-            raw = raw.decode("utf-8", errors="replace")
+                return from_mapping(read_npz(io.BytesIO(raw)), "<stdin>", None, layout)
+            raw = _decode(raw, "<stdin>")
         fmt = "json" if raw.lstrip().startswith("{") else "yaml"
-        return from_mapping(parse_text(raw, "<stdin>", fmt), "<stdin>", Path.cwd(), layout)
+        data, lines = parse_text(raw, "<stdin>", fmt)
+        return from_mapping(data, "<stdin>", Path.cwd(), layout, lines)
     p = Path(path)
     if p.is_dir():
         raise MhaError(f"{p}: is a directory, not a problem file")
     if p.suffix.lower() == ".npz":
-        return from_mapping(_read_npz(p), str(p), p.parent, layout)
+        return from_mapping(read_npz(p), str(p), p.parent, layout)
     try:
-        text = p.read_text(encoding="utf-8")
+        if p.stat().st_size > MAX_TEXT_BYTES:
+            raise MhaError(f"{p}: the file is larger than {MAX_TEXT_BYTES // 2**20} MiB; "
+                           "use .npz for large arrays")
+        text = _decode(p.read_bytes(), str(p))
     except FileNotFoundError:
         raise MhaError(f"{p}: no such file") from None
-    except UnicodeDecodeError:
-        raise MhaError(f"{p}: not a text file (expected YAML, JSON or .npz)") from None
     except OSError as exc:
         raise MhaError(f"{p}: cannot read ({exc.strerror})") from None
     fmt = "json" if p.suffix.lower() == ".json" else "yaml"
-    return from_mapping(parse_text(text, str(p), fmt), str(p), p.parent, layout)
+    data, lines = parse_text(text, str(p), fmt)
+    return from_mapping(data, str(p), p.parent, layout, lines)
+
+
+def _decode(raw: bytes, source: str) -> str:
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise MhaError(f"{source}: not UTF-8 text at byte {exc.start + 1} "
+                       "(expected YAML, JSON or .npz)") from None
 
 
 # --------------------------------------------------------------------------- samples
