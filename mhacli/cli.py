@@ -109,6 +109,17 @@ def _root(version: Annotated[bool, typer.Option(
 
 
 @contextlib.contextmanager
+def _about(prob: problems.Problem) -> Iterator[None]:
+    """Errors found while computing (an overflow) name the problem they come from."""
+    try:
+        yield
+    except MhaError as exc:
+        if str(exc).startswith(prob.source):
+            raise
+        raise MhaError(f"{prob.source}: {exc}") from None
+
+
+@contextlib.contextmanager
 def _guard(debug: bool) -> Iterator[None]:
     """MhaError -> one line on stderr and exit 2; masked-row warnings -> stderr."""
     try:
@@ -300,7 +311,8 @@ def explain(
                         scale, dtype, masked_row, layout)
         shown = layout.value if layout is not None else prob.layout
         stages = [core.canonical_stage(s) for s in stage] if stage else None
-        tr = core.trace(**prob.inputs)
+        with _about(prob):
+            tr = core.trace(**prob.inputs)
         c = tr.config
         if head is not None and not 1 <= head <= c.heads:
             raise MhaError(f"--head {head}: the problem has heads 1 to {c.heads}")
@@ -410,7 +422,8 @@ def run(
                         scale, dtype, masked_row)
         if fmt is RunFormat.npy and output is None and sys.stdout.isatty():
             raise MhaError("--format npy is binary: give -o FILE or redirect standard output")
-        out = core.attention(**prob.inputs)
+        with _about(prob):
+            out = core.attention(**prob.inputs)
         from .formats import write_output
 
         data = write_output(out, fmt.value, precision)
@@ -504,7 +517,8 @@ def check(
         from . import report as reports
         from .check import check as run_check
 
-        result = run_check(prob, tolerance)
+        with _about(prob):
+            result = run_check(prob, tolerance)
         if fmt is CheckFormat.rich:
             console, _ = _console()
             styles = {"good": "green", "bad": "bold red", "note": "yellow", "": ""}

@@ -24,7 +24,8 @@ MAX_NPZ_BYTES = 4 * 1024 * 1024 * 1024  # uncompressed, all arrays together
 MAX_DEPTH = 32  # a problem nests 4 levels deep at most (answers: stage: head: row)
 MAX_INDENT = 256  # leading spaces and "- " of a block-style line
 
-_FLOW = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\n]|\'\')*\'|#[^\n]*|[\[\]{}]')
+_FLOW = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\n]|\'\')*\'|(?<!\S)#[^\n]*|[\[\]{}]'
+                   r'|(?<![^\s\[{,])[&*](?=[^\s,\[\]{}])')  # ... and anchors/aliases
 _BLOCK_PREFIX = re.compile(r"^(?:[ \t]*-(?=[ \t]))*[ \t]*", re.M)
 
 
@@ -47,6 +48,10 @@ def check_shape_of_text(text: str, source: str) -> None:
                                    "levels deep; a problem needs 4 at most")
         elif tok in "]}":
             depth -= 1
+        elif tok in "&*":
+            line = text.count("\n", 0, match.start()) + 1
+            raise MhaError(f"{source}: line {line}: YAML anchors (&name) and aliases (*name) "
+                           "are not accepted; write the values out")
     widest = max((len(m) for m in _BLOCK_PREFIX.findall(text)), default=0)
     if widest > MAX_INDENT:
         raise MhaError(f"{source}: a line is indented or nested more than {MAX_INDENT} "
@@ -143,7 +148,7 @@ def parse_text(text: str, source: str, fmt: str = "yaml") -> tuple[Any, dict[str
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        what = exc.problem or exc.context or "not readable"
+        what = ", ".join(t for t in (exc.context, exc.problem) if t) or "not readable"
         raise MhaError(f"{source}: {where}invalid YAML ({what})") from None
     except yaml.YAMLError as exc:
         raise MhaError(f"{source}: invalid YAML ({exc})") from None
