@@ -23,7 +23,7 @@ import numpy as np
 
 from . import core
 from .errors import MhaError
-from .reader import MAX_TEXT_BYTES, parse_text, read_npz
+from .reader import MAX_TEXT_BYTES, Locator, parse_text, read_npz
 
 MATRIX_KEYS = ("x", "x_kv", "w_q", "w_k", "w_v", "w_o", "q", "k", "v")
 VECTOR_KEYS = ("b_q", "b_k", "b_v", "b_o")
@@ -278,11 +278,11 @@ def _suggest(key: str) -> str:
 
 
 def from_mapping(data: Any, source: str = "<problem>", base: Path | None = None,
-                 layout: str = "rows", lines: dict[str, int] | None = None) -> Problem:
+                 layout: str = "rows", locate: Locator | None = None) -> Problem:
     """Validate a parsed problem (a dict of the contract's keys) into a Problem.
 
     ``layout`` is how the matrices were written when the data has no layout: key;
-    ``lines`` gives the line of each key, to point an error at it.
+    ``locate`` finds the line and column of an entry, to point an error at it.
     """
     if not isinstance(data, dict):
         what = "empty" if data is None else f"a {type(data).__name__}"
@@ -294,17 +294,21 @@ def from_mapping(data: Any, source: str = "<problem>", base: Path | None = None,
         msg = str(exc)
         if msg.startswith(source):
             raise
-        line = (lines or {}).get(_key_of(msg))
-        where = f"{source}, line {line}" if line else source
+        spot = locate(_path_of(msg)) if locate is not None else None
+        where = f"{source}, line {spot[0]}, column {spot[1]}" if spot else source
         raise MhaError(f"{where}: {msg}") from None
 
 
-def _key_of(message: str) -> str:
-    """The problem key an error message is about: its first word, or the unknown key."""
+def _path_of(message: str) -> list:
+    """The entry an error message is about: ``x[3][2]`` -> ["x", 2, 1]; or the unknown key."""
     m = re.match(r"unknown key '([^']*)'", message)
     if m:
-        return m[1]
-    return re.split(r"[\[\s:.]", message, maxsplit=1)[0]
+        return [m[1]]
+    m = re.match(r"([a-z_]+)(?:\.([a-z_]+))?((?:\[\d+\])*)", message)
+    if not m:
+        return []
+    path: list = [m[1]] + ([m[2]] if m[2] else [])
+    return path + [int(i) - 1 for i in re.findall(r"\d+", m[3])]
 
 
 def _from_mapping(data: dict[str, Any], source: str, base: Path | None,

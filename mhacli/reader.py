@@ -13,7 +13,7 @@ import json
 import re
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -81,10 +81,6 @@ def _text_loader() -> Any:
             }
             yaml_multi_constructors: dict[str, Any] = {}
 
-            def __init__(self, stream: str) -> None:
-                super().__init__(stream)
-                self.key_lines: dict[str, int] = {}
-
             def construct_object(self, node: Any, deep: bool = False) -> Any:
                 # a node met a second time was reached through an alias (*name)
                 if node in self.constructed_objects or node in self.recursive_objects:
@@ -109,7 +105,6 @@ def _text_loader() -> Any:
                     if key in seen:
                         raise MhaError(f"line {line}: duplicate key {key!r}")
                     seen.add(key)
-                    self.key_lines.setdefault(key, line)
                 mapping: dict[Any, Any] = {}
                 for key_node, value_node in node.value:
                     mapping[key_node.value] = self.construct_object(value_node, deep=deep)
@@ -119,8 +114,15 @@ def _text_loader() -> Any:
     return _LOADER
 
 
-def parse_text(text: str, source: str, fmt: str = "yaml") -> tuple[Any, dict[str, int]]:
-    """YAML or JSON text to plain data, with the line of each top-level key."""
+Locator = Callable[[list], "tuple[int, int] | None"]
+
+
+def parse_text(text: str, source: str, fmt: str = "yaml") -> tuple[Any, Locator]:
+    """YAML or JSON text to plain data, and a way to find where an entry was written.
+
+    The locator takes a path of keys and 0-based indices (``["x", 2, 1]``) and gives the
+    1-based (line, column) of that entry, or of the nearest enclosing one it can find.
+    """
     if not text.strip():
         raise MhaError(f"{source}: the file is empty")
     check_shape_of_text(text, source)
@@ -133,18 +135,19 @@ def parse_text(text: str, source: str, fmt: str = "yaml") -> tuple[Any, dict[str
                            f"invalid JSON ({exc.msg})") from None
         except (MhaError, RecursionError) as exc:
             raise MhaError(f"{source}: {exc}") from None
-        lines = {}
-        if isinstance(data, dict):
-            for key in data:
-                m = re.search(r'"' + re.escape(str(key)) + r'"\s*:', text)
-                if m:
-                    lines[key] = text.count("\n", 0, m.start()) + 1
-        return data, lines
+        def locate_json(path: list) -> tuple[int, int] | None:
+            m = re.search(r'"' + re.escape(str(path[0])) + r'"\s*:', text) if path else None
+            if not m:
+                return None
+            line = text.count("\n", 0, m.start()) + 1
+            return line, m.start() - text.rfind("\n", 0, m.start())
+
+        return data, locate_json
     import yaml
 
     loader = _text_loader()(text)
     try:
-        return loader.get_single_data(), loader.key_lines
+        return loader.get_single_data(), lambda path: _locate_yaml(text, path)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -156,6 +159,29 @@ def parse_text(text: str, source: str, fmt: str = "yaml") -> tuple[Any, dict[str
         raise MhaError(f"{source}: {exc}") from None
     finally:
         loader.dispose()
+
+
+def _locate_yaml(text: str, path: list) -> tuple[int, int] | None:
+    """Compose the text again (only when reporting an error) and walk to the entry."""
+    import yaml
+
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return None
+    found = None
+    for step in path:
+        if isinstance(node, yaml.MappingNode):
+            node = next((v for k, v in node.value if getattr(k, "value", None) == step), None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(step, int) \
+                and 0 <= step < len(node.value):
+            node = node.value[step]
+        else:
+            break
+        if node is None:
+            break
+        found = (node.start_mark.line + 1, node.start_mark.column + 1)
+    return found
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
