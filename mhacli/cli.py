@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import re
 import sys
@@ -225,16 +226,23 @@ def _problem(file: str | None, sample: str | None, random: bool, seed: int | Non
     return prob
 
 
-def _console(force_plain: bool = False):  # type: ignore[no-untyped-def]
-    """A Console for stdout: colour and boxes only on a terminal without NO_COLOR."""
+PIPE_WIDTH = 100  # the width of text written to a pipe or a file
+
+
+def _console(record: bool = False):  # type: ignore[no-untyped-def]
+    """A Console for stdout: colour and boxes only on a terminal without NO_COLOR.
+
+    FORCE_COLOR makes Rich treat stdout as a terminal. Returns the console and whether
+    it is one (boxes, colour, summaries of large matrices).
+    """
     from rich.console import Console
 
-    console = Console(file=sys.stdout, highlight=False)
-    boxed = console.is_terminal and not os.environ.get("NO_COLOR") and not force_plain
-    if not console.is_terminal:
-        # nothing to fit: never wrap or cut a number
-        console = Console(file=sys.stdout, highlight=False, width=100_000, color_system=None)
-    return console, boxed
+    console = Console(file=sys.stdout, highlight=False, record=record)
+    terminal = console.is_terminal
+    if not terminal:
+        console = Console(file=sys.stdout, highlight=False, width=PIPE_WIDTH,
+                          color_system=None, record=record)
+    return console, terminal and not os.environ.get("NO_COLOR")
 
 
 # --------------------------------------------------------------------------- commands
@@ -283,6 +291,14 @@ def explain(
     fmt: Annotated[ExplainFormat, typer.Option("--format", "-f", help="Output format.")
                    ] = ExplainFormat.rich,
     layout: LayoutOpt = None,
+    full: Annotated[bool, typer.Option(
+        "--full", help="In a terminal, show every number of a large matrix (in column "
+                       "blocks) instead of a summary of its first and last rows and columns.")
+    ] = False,
+    svg: Annotated[Optional[Path], typer.Option(
+        "--svg", help="Also save what the terminal shows as an SVG image.")] = None,
+    html: Annotated[Optional[Path], typer.Option(
+        "--html", help="Also save what the terminal shows as an HTML page.")] = None,
     dtype: DtypeOpt = Dtype.float64,
     masked_row: MaskedRowOpt = MaskedRow.zero,
     debug: DebugOpt = False,
@@ -348,18 +364,13 @@ def explain(
 
         vs = views(tr, rows, cols, stages, head, exact.stages if exact else None, shown,
                    expansion.marks if expansion else None)
+        if (svg or html) and fmt is not ExplainFormat.rich:
+            raise MhaError("--svg and --html save the rich view: leave out --format")
         if fmt is ExplainFormat.rich:
-            from .render import render
-
-            console, boxed = _console()
-            render(vs, console, digits, boxed)
-            if expansion is not None:
-                console.print(expansion.title, style="bold", markup=False)
-                for line in expansion.lines:
-                    console.print(line, markup=False, highlight=False)
+            _show(vs, expansion, digits, full, svg, html)
             return
         if fmt is ExplainFormat.plain:
-            text = formats.explain_plain(vs, digits)
+            text = formats.explain_plain(vs, digits, PIPE_WIDTH)
         elif fmt is ExplainFormat.markdown:
             from .markup import markdown
 
@@ -377,6 +388,35 @@ def explain(
             else:
                 text += f"\n# {expansion.title}\n{body}\n"
         sys.stdout.write(text)
+
+
+def _show(vs: list, expansion: object, digits: int, full: bool, svg: Path | None,
+          html: Path | None) -> None:
+    """The rich view on stdout; saved as SVG/HTML too, in colour, when asked."""
+    from rich.console import Console
+
+    from .render import render
+
+    console, terminal = _console(record=bool(svg or html))
+    targets = [(console, terminal)]
+    if (svg or html) and not terminal:  # stdout is a pipe: record a terminal's view aside
+        targets.append((Console(file=io.StringIO(), record=True, width=PIPE_WIDTH,
+                                force_terminal=True, color_system="truecolor"), True))
+    for con, boxed in targets:
+        render(vs, con, digits, boxed, full=full or not con.is_terminal)
+        if expansion is not None:
+            con.print(expansion.title, style="bold", markup=False,  # type: ignore[attr-defined]
+                      soft_wrap=True)
+            for line in expansion.lines:  # type: ignore[attr-defined]
+                con.print(line, markup=False, highlight=False, soft_wrap=True)
+    recorder = targets[-1][0]
+    for path, save in ((svg, recorder.save_svg), (html, recorder.save_html)):
+        if path is not None:
+            try:
+                save(str(path), clear=False, **({"title": "mha explain"} if save is
+                                                recorder.save_svg else {}))
+            except OSError as exc:
+                raise MhaError(f"{path}: cannot write ({exc.strerror})") from None
 
 
 @app.command()
@@ -523,7 +563,8 @@ def check(
             console, _ = _console()
             styles = {"good": "green", "bad": "bold red", "note": "yellow", "": ""}
             for text, style in reports.lines(result):
-                console.print(text, style=styles[style], markup=False, highlight=False)
+                console.print(text, style=styles[style], markup=False, highlight=False,
+                              soft_wrap=True)
         else:
             writer = {CheckFormat.plain: reports.plain, CheckFormat.json: reports.as_json,
                       CheckFormat.markdown: reports.markdown, CheckFormat.latex: reports.latex}

@@ -11,7 +11,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from .core import PER_HEAD, STAGES, Config, Trace
-from .views import View, shape_text
+from .views import View, column_blocks, shape_text
 
 # --------------------------------------------------------------------------- numbers
 
@@ -61,21 +61,29 @@ def shortest(v: float, dtype: str) -> str:
 # --------------------------------------------------------------------------- explain text
 
 
-def explain_plain(vs: list[View], precision: int) -> str:
-    """Every view as aligned plain text: a title line, a header and labelled rows."""
-    blocks = []
+def explain_plain(vs: list[View], precision: int, width: int | None = None) -> str:
+    """Every view as aligned plain text: a title line, a header and labelled rows.
+
+    With ``width``, a matrix wider than that is split into column blocks, each with its
+    own header, so that no line is longer and no number is left out.
+    """
+    blocks_text = []
     for v in vs:
         body = cells(v.matrix, precision, unicode=False)
         head = [""] + v.cols
         grid = [head] + [[label] + row for label, row in zip(v.rows, body)]
         widths = [max(len(r[j]) for r in grid) for j in range(len(head))]
-        lines = [f"# {v.title}: {v.formula}  ({shape_text(v.matrix)})"]
-        for r in grid:
-            first = r[0].ljust(widths[0])
-            rest = (x.rjust(w) for x, w in zip(r[1:], widths[1:]))
-            lines.append("  ".join([first, *rest]).rstrip())
-        blocks.append("\n".join(lines))
-    return "\n\n".join(blocks) + "\n"
+        blocks = column_blocks(widths[1:], widths[0], width, gap=2) if width else \
+            [range(len(v.cols))]
+        for block in blocks:
+            lines = [f"# {v.title}: {v.formula}  ({shape_text(v.matrix)})"
+                     + (f"  columns {block.start + 1}-{block.stop} of {len(v.cols)}"
+                        if len(blocks) > 1 else "")]
+            for r in grid:
+                rest = (r[j + 1].rjust(widths[j + 1]) for j in block)
+                lines.append("  ".join([r[0].ljust(widths[0]), *rest]).rstrip())
+            blocks_text.append("\n".join(lines))
+    return "\n\n".join(blocks_text) + "\n"
 
 
 def _jsonable(a: np.ndarray) -> Any:

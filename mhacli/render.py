@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .formats import cells
-from .views import View, shape_text
+from .views import View, column_blocks, edge_columns, edge_rows, shape_text, spans
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -40,18 +40,6 @@ def _legend() -> "Text":
     return legend
 
 
-def _column_blocks(widths: list[int], label_width: int, room: int) -> list[range]:
-    """Split the columns into blocks that fit ``room`` characters (never cut a number)."""
-    blocks, start, used = [], 0, label_width + 4
-    for j, w in enumerate(widths):
-        if j > start and used + w + 3 > room:
-            blocks.append(range(start, j))
-            start, used = j, label_width + 4
-        used += w + 3
-    blocks.append(range(start, len(widths)))
-    return blocks
-
-
 def _marked(v: View, i: int, j: int) -> bool:
     """Rows alone mark whole rows, columns alone whole columns, both one cell."""
     if v.marked_rows and v.marked_cols:
@@ -59,8 +47,17 @@ def _marked(v: View, i: int, j: int) -> bool:
     return i in v.marked_rows or j in v.marked_cols
 
 
-def render(views: list[View], console: "Console", precision: int, boxed: bool) -> None:
-    """Print every view as one table (or several column blocks when it is too wide)."""
+MAX_ROWS = 24  # taller matrices show their first and last 12 rows in the terminal
+
+
+def render(views: list[View], console: "Console", precision: int, boxed: bool,
+           full: bool = True) -> None:
+    """Print every view as a table.
+
+    ``full``: every number, in column blocks that fit the width. Otherwise a matrix too
+    wide or too tall is summarised as NumPy does (first and last columns and rows around
+    a "…"), with a note of what is hidden and of --full.
+    """
     from rich import box
     from rich.table import Table
     from rich.text import Text
@@ -71,31 +68,47 @@ def render(views: list[View], console: "Console", precision: int, boxed: bool) -
         body = cells(v.matrix, precision)
         widths = [max(len(v.cols[j]), *(len(r[j]) for r in body)) for j in range(len(v.cols))]
         label_width = max(len(s) for s in v.rows)
-        blocks = _column_blocks(widths, label_width, console.width)
-        for b_index, block in enumerate(blocks):
+        rows = list(range(len(v.rows)))
+        if full:
+            blocks = [list(b) for b in column_blocks(widths, label_width, console.width)]
+        else:
+            rows = edge_rows(len(v.rows), MAX_ROWS)
+            blocks = [edge_columns(widths, label_width, console.width)]
+        for block in blocks:
             # the title is a line of its own: a narrow table would wrap it
             title = Text(v.title, style="bold magenta" if v.heat else "bold")
             title.append(f"  {v.formula}", style="italic")
             title.append(f"  ({shape_text(v.matrix)})", style="dim")
-            if len(blocks) > 1:
-                title.append(f"  columns {block.start + 1}–{block.stop} of {len(widths)}",
-                             style="dim")
-            console.print(title)
+            if full and len(blocks) > 1:
+                title.append(f"  columns {spans(block, len(widths))}", style="dim")
+            console.print(title, soft_wrap=True)  # a long title is never cut or wrapped
             table = Table(box=box.ROUNDED if boxed else None, show_edge=boxed,
                           pad_edge=boxed, header_style="bold")
             table.add_column("", style="bold cyan", no_wrap=True, min_width=label_width)
+            gaps = {b for a, b in zip(block, block[1:]) if b != a + 1}
             for j in block:
+                if j in gaps:
+                    table.add_column("…", justify="center", no_wrap=True)
                 table.add_column(v.cols[j], justify="right", no_wrap=True, min_width=widths[j])
-            for i, label in enumerate(v.rows):
+            for k, i in enumerate(rows):
+                if k and i != rows[k - 1] + 1:
+                    table.add_row("⋮", *(["⋮"] * (len(block) + len(gaps))))
                 row = []
                 for j in block:
+                    if j in gaps:
+                        row.append(Text("…"))
                     style = heat_style(float(v.matrix[i, j])) if v.heat and colour else ""
                     if _marked(v, i, j):
                         style = "bold reverse" if v.marked_rows and v.marked_cols else \
                             "bold black on yellow"
                     row.append(Text(body[i][j], style=style))
-                table.add_row(label, *row)
+                table.add_row(v.rows[i], *row)
             console.print(table)
+            hidden = len(block) < len(widths) or len(rows) < len(v.rows)
+            if not full and hidden:
+                console.print(Text(f"summarised: columns {spans(block, len(widths))}, rows "
+                                   f"{spans(rows, len(v.rows))} shown; --full shows every "
+                                   "number", style="yellow"))
         if v.heat and colour and not shown_legend:
             console.print(_legend())
             shown_legend = True

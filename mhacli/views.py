@@ -150,6 +150,57 @@ def _softmax_view(tr: Trace, h: int, rows: list[str], cols: list[str]) -> View:
     p = tr.softmax
     m = np.hstack([p["row_max"][h - 1], p["exp"][h - 1], p["row_sum"][h - 1]])
     title = f"weights · head {h} of {tr.config.heads}, softmax step by step"
-    text = "the max, then exp(z − max) for each key, then their sum; weight = exp / sum"
+    text = "max, then exp(z − max) for each key, then their sum; weight = exp / sum"
     return View("weights", h, title, text, m, rows,
                 ["max"] + [f"exp {k}" for k in cols] + ["sum"], part="softmax")
+
+
+def column_blocks(widths: list[int], label_width: int, room: int, gap: int = 3) -> list[range]:
+    """Split columns into consecutive blocks that each fit ``room`` characters."""
+    blocks, start, used = [], 0, label_width + gap + 1
+    for j, w in enumerate(widths):
+        if j > start and used + w + gap > room:
+            blocks.append(range(start, j))
+            start, used = j, label_width + gap + 1
+        used += w + gap
+    blocks.append(range(start, len(widths)))
+    return blocks
+
+
+def edge_columns(widths: list[int], label_width: int, room: int, gap: int = 3) -> list[int]:
+    """As many first and last columns as fit beside a "…" column (all when all fit)."""
+    if label_width + gap + 1 + sum(w + gap for w in widths) <= room:
+        return list(range(len(widths)))
+    used = label_width + gap + 1 + 1 + gap  # the "…" column
+    left, right = [], []
+    lo, hi = 0, len(widths) - 1
+    while lo <= hi:
+        if used + widths[lo] + gap > room:
+            break
+        left.append(lo)
+        used += widths[lo] + gap
+        lo += 1
+        if lo > hi or used + widths[hi] + gap > room:
+            break
+        right.insert(0, hi)
+        used += widths[hi] + gap
+        hi -= 1
+    return left + right if left else [0]
+
+
+def edge_rows(n: int, most: int) -> list[int]:
+    """The first and last rows when there are more than ``most`` (NumPy's way)."""
+    if n <= most:
+        return list(range(n))
+    half = most // 2
+    return list(range(half)) + list(range(n - half, n))
+
+
+def spans(kept: list[int], total: int) -> str:
+    """``1–5 and 508–512 of 512``: the 1-based runs of kept indices."""
+    runs, start = [], kept[0]
+    for a, b in zip(kept, kept[1:] + [None]):
+        if b != a + 1:
+            runs.append(f"{start + 1}–{a + 1}" if a > start else f"{a + 1}")
+            start = b
+    return " and ".join(runs) + f" of {total}"
