@@ -20,10 +20,9 @@ from .errors import MaskedRowWarning, MhaError
 
 app = typer.Typer(
     name="mha",
-    help="A step-by-step calculator for multi-head attention.\n\n"
-         "Start with `mha explain` (every stage of the built-in example) and "
-         "`mha explain --help`.",
     no_args_is_help=True,
+    # Rich help panels in a terminal; plain text (no boxes, no colour) in a pipe
+    rich_markup_mode="rich" if sys.stdout.isatty() and not os.environ.get("NO_COLOR") else None,
     add_completion=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -102,11 +101,46 @@ def _root(version: Annotated[bool, typer.Option(
           ) -> None:
     """A step-by-step calculator for multi-head attention.
 
-    Start with `mha explain` (every stage of the built-in example) and `mha explain --help`.
+    Start with `mha explain`: every stage of the built-in example.
+
+    Then `mha explain --help`: its options, with examples.
     """
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+@contextlib.contextmanager
+def _progress(after: float = 1.0) -> Iterator[object]:
+    """A callback that shows a progress bar on stderr once work has taken ``after`` seconds.
+
+    Nothing is shown when stderr is not a terminal, or when the work ends sooner.
+    """
+    if not sys.stderr.isatty():
+        yield None
+        return
+    import time
+
+    start = time.monotonic()
+    state: dict = {}
+
+    def update(done: int, total: int) -> None:
+        if "bar" not in state:
+            if time.monotonic() - start < after or done >= total:
+                return
+            from rich.console import Console
+            from rich.progress import Progress
+
+            state["bar"] = Progress(console=Console(stderr=True), transient=True)
+            state["bar"].start()
+            state["task"] = state["bar"].add_task("attention", total=total)
+        state["bar"].update(state["task"], completed=done)
+
+    try:
+        yield update
+    finally:
+        if "bar" in state:
+            state["bar"].stop()
 
 
 @contextlib.contextmanager
@@ -203,7 +237,8 @@ def _problem(file: str | None, sample: str | None, random: bool, seed: int | Non
             raise MhaError("reading the problem from standard input, which is a terminal: "
                            "pipe a file in (mha explain - < problem.yaml) or name the file")
         prob = problems.load(file, stdin=sys.stdin.buffer if file == "-" else None,
-                             layout=layout.value if layout is not None else "rows")
+                             layout=layout.value if layout is not None else "rows",
+                             heads=heads)
     else:
         prob = problems.load_sample(sample or "intro")
     inputs = dict(prob.inputs)
@@ -239,10 +274,12 @@ def _console(record: bool = False):  # type: ignore[no-untyped-def]
 
     console = Console(file=sys.stdout, highlight=False, record=record)
     terminal = console.is_terminal
-    if not terminal:
-        console = Console(file=sys.stdout, highlight=False, width=PIPE_WIDTH,
-                          color_system=None, record=record)
-    return console, terminal and not os.environ.get("NO_COLOR")
+    plain = not terminal or bool(os.environ.get("NO_COLOR"))
+    if plain:  # no colour, no box drawing, no escape codes at all
+        console = Console(file=sys.stdout, highlight=False, color_system=None, record=record,
+                          width=console.width if terminal else PIPE_WIDTH,
+                          force_terminal=terminal)
+    return console, not plain
 
 
 # --------------------------------------------------------------------------- commands
@@ -462,8 +499,8 @@ def run(
                         scale, dtype, masked_row)
         if fmt is RunFormat.npy and output is None and sys.stdout.isatty():
             raise MhaError("--format npy is binary: give -o FILE or redirect standard output")
-        with _about(prob):
-            out = core.attention(**prob.inputs)
+        with _about(prob), _progress() as progress:
+            out = core.attention(**prob.inputs, progress=progress)
         from .formats import write_output
 
         data = write_output(out, fmt.value, precision)

@@ -22,7 +22,7 @@ import math
 import warnings
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import numpy.typing as npt
@@ -486,8 +486,12 @@ def _warn_dead(p: Prepared) -> None:
 _BLOCK_ELEMENTS = 1 << 21  # score entries per query block (16 MiB in float64)
 
 
-def _attend(p: Prepared, q: Array, k: Array, v: Array) -> Array:
-    """Head outputs, one block of query rows at a time: the n × m scores never exist whole."""
+def _attend(p: Prepared, q: Array, k: Array, v: Array,
+            progress: Callable[[int, int], None] | None = None) -> Array:
+    """Head outputs, one block of query rows at a time: the n × m scores never exist whole.
+
+    ``progress(done, total)`` is called after each block with query rows done so far.
+    """
     c = p.config
     q_h, k_h, v_h = split_heads(q, c.heads), split_heads(k, c.heads), split_heads(v, c.heads)
     out = np.empty((c.heads, c.n, c.d_v), dtype=q.dtype)  # (H, n, d_v)
@@ -497,11 +501,13 @@ def _attend(p: Prepared, q: Array, k: Array, v: Array) -> Array:
         z = scale_scores(scores(q_h[:, lo:hi], k_h), c.scale)  # (H, b, m)
         z = mask_scores(z, None if p.allowed is None else p.allowed[lo:hi])
         out[:, lo:hi] = softmax(z, c.masked_row) @ v_h  # (H, b, d_v)
+        if progress is not None:
+            progress(hi, c.n)
     return out
 
 
 def attention(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None,
-              **options: Any) -> Array:
+              progress: Callable[[int, int], None] | None = None, **options: Any) -> Array:
     """Multi-head attention: the final output only (n × d_out).
 
     Takes the arguments of the problem file: ``x, w_q, w_k, w_v`` (or ``q=, k=, v=``),
@@ -509,12 +515,13 @@ def attention(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None,
     cross-attention, ``mask`` (None, "causal" or an n × m 0/1 array, 1 = may attend),
     ``scale`` ("dk", "n", "none" or a number), ``dtype`` and ``masked_row``.
     Raises MhaError on invalid input; warns (MaskedRowWarning) on fully blocked rows.
+    ``progress(done, total)``, if given, hears how many query rows are done.
     """
     p = prepare(x, w_q, w_k, w_v, **options)
     _warn_dead(p)
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused just below
         q, k, v = _qkv(p)
-        out = _output(p, merge_heads(_attend(p, q, k, v)))  # (n, d_out)
+        out = _output(p, merge_heads(_attend(p, q, k, v, progress)))  # (n, d_out)
     _check_finite(p, "output", out)  # an overflow anywhere shows here as inf or NaN
     return out
 
@@ -535,6 +542,14 @@ class Trace:
 
     def __getitem__(self, name: str) -> Array:
         return self.stages[canonical_stage(name)]
+
+    def __getattr__(self, name: str) -> Array:
+        """Stages as attributes too, for a notebook: ``tr.weights``."""
+        stages = self.__dict__.get("stages", {})
+        key = ALIASES.get(name, name)
+        if key in stages:
+            return stages[key]
+        raise AttributeError(name)
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and ALIASES.get(name, name) in self.stages

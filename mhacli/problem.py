@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from . import core
+from . import core, torchstate
 from .errors import MhaError
 from .reader import MAX_TEXT_BYTES, Locator, parse_text, read_npz
 
@@ -207,8 +207,8 @@ def _labels(value: Any, name: str) -> list[str]:
 
 
 def _heads(value: Any) -> int:
-    if isinstance(value, np.ndarray) and value.ndim == 0:
-        value = value.item()
+    if isinstance(value, np.ndarray) and value.size == 1:  # from an .npz
+        value = value.reshape(()).item()
     if isinstance(value, bool):
         raise MhaError(f"heads must be a positive integer, found {value!r}")
     if isinstance(value, str) and re.fullmatch(r"\+?\d+", value.strip()):
@@ -219,8 +219,8 @@ def _heads(value: Any) -> int:
 
 
 def _scale(value: Any) -> str | float:
-    if isinstance(value, np.ndarray) and value.ndim == 0:
-        value = value.item()
+    if isinstance(value, np.ndarray) and value.size == 1:  # from an .npz
+        value = value.reshape(()).item()
     if isinstance(value, str) and value.strip().lower() in core.SCALE_RULES:
         return value.strip().lower()
     try:
@@ -278,18 +278,21 @@ def _suggest(key: str) -> str:
 
 
 def from_mapping(data: Any, source: str = "<problem>", base: Path | None = None,
-                 layout: str = "rows", locate: Locator | None = None) -> Problem:
+                 layout: str = "rows", locate: Locator | None = None,
+                 heads: int | None = None) -> Problem:
     """Validate a parsed problem (a dict of the contract's keys) into a Problem.
 
     ``layout`` is how the matrices were written when the data has no layout: key;
-    ``locate`` finds the line and column of an entry, to point an error at it.
+    ``locate`` finds the line and column of an entry, to point an error at it;
+    ``heads`` is the number of heads when the data does not give it (a PyTorch state
+    dict, which never does, needs one of the two).
     """
     if not isinstance(data, dict):
         what = "empty" if data is None else f"a {type(data).__name__}"
         raise MhaError(f"{source}: a problem must be a mapping of keys (x:, w_q:, ...), "
                        f"found {what}")
     try:
-        return _from_mapping(data, source, base, layout)
+        return _from_mapping(data, source, base, layout, heads)
     except MhaError as exc:
         msg = str(exc)
         if msg.startswith(source):
@@ -312,7 +315,16 @@ def _path_of(message: str) -> list:
 
 
 def _from_mapping(data: dict[str, Any], source: str, base: Path | None,
-                  default_layout: str) -> Problem:
+                  default_layout: str, heads: int | None = None) -> Problem:
+    found = torchstate.find(data)
+    if found:
+        data = torchstate.convert(data, found, lambda v, k, d: read_array(_external(v, k, base),
+                                                                             k, d))
+        if data.get("heads") is None and heads is None:
+            raise MhaError("a PyTorch state dict does not record the number of heads: give "
+                           "heads in the file (heads=mha.num_heads) or --heads H")
+    if data.get("heads") is None and heads is not None:
+        data = {**data, "heads": heads}
     for key in data:
         if key not in KNOWN_KEYS:
             raise MhaError(f"unknown key {key!r}{_suggest(str(key))}; known keys: "
@@ -379,26 +391,29 @@ def _external(value: Any, key: str, base: Path | None) -> Any:
     return arrays[name]
 
 
-def load(path: str | Path, *, stdin: Any = None, layout: str = "rows") -> Problem:
+def load(path: str | Path, *, stdin: Any = None, layout: str = "rows",
+         heads: int | None = None) -> Problem:
     """Read a problem file (.yaml/.yml, .json or .npz); ``-`` reads standard input.
 
-    ``layout="columns"`` reads a file without a layout: key as tokens-as-columns.
+    ``layout="columns"`` reads a file without a layout: key as tokens-as-columns;
+    ``heads`` serves when the file gives none (a PyTorch state dict needs it).
     """
     if str(path) == "-":
         stream = stdin if stdin is not None else sys.stdin
         raw = stream.read(MAX_TEXT_BYTES + 1)
         if isinstance(raw, bytes):
             if raw[:4] == b"PK\x03\x04":  # a zip archive: an .npz problem
-                return from_mapping(read_npz(io.BytesIO(raw)), "<stdin>", None, layout)
+                return from_mapping(read_npz(io.BytesIO(raw)), "<stdin>", None, layout,
+                                    heads=heads)
             raw = _decode(raw, "<stdin>")
         fmt = "json" if raw.lstrip().startswith("{") else "yaml"
         data, lines = parse_text(raw, "<stdin>", fmt)
-        return from_mapping(data, "<stdin>", Path.cwd(), layout, lines)
+        return from_mapping(data, "<stdin>", Path.cwd(), layout, lines, heads)
     p = Path(path)
     if p.is_dir():
         raise MhaError(f"{p}: is a directory, not a problem file")
     if p.suffix.lower() == ".npz":
-        return from_mapping(read_npz(p), str(p), p.parent, layout)
+        return from_mapping(read_npz(p), str(p), p.parent, layout, heads=heads)
     try:
         if p.stat().st_size > MAX_TEXT_BYTES:
             raise MhaError(f"{p}: the file is larger than {MAX_TEXT_BYTES // 2**20} MiB; "
@@ -410,7 +425,7 @@ def load(path: str | Path, *, stdin: Any = None, layout: str = "rows") -> Proble
         raise MhaError(f"{p}: cannot read ({exc.strerror})") from None
     fmt = "json" if p.suffix.lower() == ".json" else "yaml"
     data, lines = parse_text(text, str(p), fmt)
-    return from_mapping(data, str(p), p.parent, layout, lines)
+    return from_mapping(data, str(p), p.parent, layout, lines, heads)
 
 
 def _decode(raw: bytes, source: str) -> str:

@@ -104,11 +104,12 @@ def render(views: list[View], console: "Console", precision: int, boxed: bool,
                     row.append(Text(body[i][j], style=style))
                 table.add_row(v.rows[i], *row)
             console.print(table)
-            hidden = len(block) < len(widths) or len(rows) < len(v.rows)
-            if not full and hidden:
-                console.print(Text(f"summarised: columns {spans(block, len(widths))}, rows "
-                                   f"{spans(rows, len(v.rows))} shown; --full shows every "
-                                   "number", style="yellow"))
+            shown = [f"{what} {spans(kept, total)}" for what, kept, total in
+                     (("columns", block, len(widths)), ("rows", rows, len(v.rows)))
+                     if len(kept) < total]
+            if not full and shown:
+                console.print(Text(f"summarised: showing {' and '.join(shown)}; --full shows "
+                                   "every number", style="yellow"), soft_wrap=True)
         if v.heat and colour and not shown_legend:
             console.print(_legend())
             shown_legend = True

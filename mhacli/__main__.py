@@ -1,0 +1,5 @@
+"""`python -m mhacli` runs the `mha` command."""
+
+from .cli import entry
+
+entry()

@@ -1,0 +1,228 @@
+"""At home in a terminal and in a pipe: colour, broken pipes, large matrices, exports, help."""
+
+from __future__ import annotations
+
+import fcntl
+import io
+import json
+import os
+import re
+import struct
+import subprocess
+import sys
+import termios
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import mhacli
+from mhacli.cli import app
+
+from .cases import close
+from .reference import reference
+
+runner = CliRunner()
+MHA = [sys.executable, "-m", "mhacli"]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("NO_COLOR", "FORCE_COLOR", "COLUMNS", "LINES", "TERM")}
+    env.update(TERM="xterm-256color", **extra)
+    return env
+
+
+def in_terminal(args: list[str], **env: str) -> str:
+    """Run mha with a 100-column pseudo-terminal as stdin, stdout and stderr."""
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 100, 0, 0))
+    proc = subprocess.Popen(MHA + args, stdin=slave, stdout=slave, stderr=slave,
+                            env=_env(**env), close_fds=True)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 1 << 16)
+        except OSError:  # the other side closed
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(timeout=60)
+    os.close(master)
+    return b"".join(chunks).decode()
+
+
+def piped(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(MHA + args, capture_output=True, text=True, env=_env(**env),
+                          stdin=subprocess.DEVNULL, timeout=60)
+
+
+def test_colour_and_boxes_only_in_a_terminal() -> None:
+    term = in_terminal(["explain", "--stage", "weights", "--head", "1"])
+    assert "\x1b[" in term and "╭" in term and "heat map" in term
+    pipe = piped(["explain", "--stage", "weights", "--head", "1"])
+    assert pipe.returncode == 0 and "\x1b" not in pipe.stdout and "╭" not in pipe.stdout
+    assert "heat map" not in pipe.stdout  # no colour, so no legend of colours
+
+
+def test_no_color_means_no_escape_codes_at_all() -> None:
+    out = in_terminal(["explain", "--stage", "weights", "--head", "1"], NO_COLOR="1")
+    assert "\x1b[" not in out and "╭" not in out
+    assert "0.9442" in out
+
+
+def test_force_color_colours_a_pipe() -> None:
+    out = piped(["explain", "--stage", "x"], FORCE_COLOR="1").stdout
+    assert "\x1b[" in out and "╭" in out
+
+
+def test_broken_pipe_ends_quietly() -> None:
+    for args in (["explain", "--sample", "hopkins"], ["run", "--random", "--tokens", "3000",
+                                                      "--d-model", "64"]):
+        proc = subprocess.run(" ".join(MHA + args) + " | head -1", shell=True,
+                              capture_output=True, text=True, env=_env(), timeout=120)
+        assert proc.stdout.count("\n") == 1
+        assert proc.stderr == "", proc.stderr
+
+
+def test_stdin_terminal_gets_a_hint_not_a_wait() -> None:
+    out = in_terminal(["run", "-"])
+    assert "Error: reading the problem from standard input, which is a terminal" in out
+
+
+def test_json_is_strict_json_even_with_nan_rows() -> None:
+    r = runner.invoke(app, ["explain", "--sample", "by-hand", "--mask", "1 0 0;0 0 0;1 1 1",
+                            "--masked-row", "nan", "--format", "json"])
+    strict = json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+    assert strict["stages"]["weights"][0][1] == [None, None, None]
+    r = runner.invoke(app, ["run", "--sample", "by-hand", "--mask", "1 0 0;0 0 0;1 1 1",
+                            "--masked-row", "nan", "--format", "json"])
+    assert json.loads(r.stdout, parse_constant=pytest.fail)["output"][1] == [None] * 4
+
+
+def test_large_matrix_summarised_in_a_terminal_full_on_request() -> None:
+    summary = in_terminal(["explain", "--sample", "hopkins", "--stage", "x"])
+    assert "summarised: showing columns 1–4 and 509–512 of 512; --full shows every number" \
+        in summary
+    assert "…" in summary and " 256 " not in summary
+    full = re.sub(r"\x1b\[[0-9;]*m", "", in_terminal(["explain", "--sample", "hopkins",
+                                                      "--stage", "x", "--full"]))
+    headers = {int(t) for line in full.splitlines() for t in line.replace("│", " ").split()
+               if t.isdigit()}
+    assert set(range(1, 513)) <= headers and "summarised" not in full
+    assert max(len(line) for line in full.splitlines()) <= 100
+
+
+def test_plain_and_pipes_print_every_number_in_column_blocks() -> None:
+    x = mhacli.load(mhacli.problem.sample_path("hopkins")).inputs["x"]
+    out = runner.invoke(app, ["explain", "--sample", "hopkins", "--stage", "x", "--format",
+                              "plain", "--precision", "4"]).stdout
+    numbers = [t for line in out.splitlines() if not line.startswith("#")
+               for t in line.split()[1:] if "." in t]
+    assert len(numbers) == x.size  # all 9 × 512, none cut
+    assert max(len(line) for line in out.splitlines() if not line.startswith("#")) <= 100
+    piped_rich = runner.invoke(app, ["explain", "--sample", "hopkins", "--stage", "x"]).stdout
+    assert "summarised" not in piped_rich and f"{x[8, 511]:.4f}" in piped_rich
+
+
+def test_svg_and_html_exports(tmp_path: Path) -> None:
+    svg, html = tmp_path / "view.svg", tmp_path / "view.html"
+    r = runner.invoke(app, ["explain", "--stage", "weights", "--head", "1", "--svg", str(svg),
+                            "--html", str(html)])
+    assert r.exit_code == 0
+    assert svg.read_text().lstrip().startswith("<svg") and "weights" in svg.read_text()
+    page = html.read_text()
+    assert "<html" in page and "0.9442" in page and "background-color" in page  # heat map
+
+
+def test_help_teaches() -> None:
+    top = runner.invoke(app, ["--help"]).stdout
+    for word in ("explain", "run", "check", "generate", "samples", "mha explain --help"):
+        assert word in top
+    for cmd in ("explain", "run", "check", "generate", "samples"):
+        text = runner.invoke(app, [cmd, "--help"]).stdout
+        assert text.count("mha ") >= 3, cmd  # the usage line and at least two examples
+
+
+def test_version_and_completion() -> None:
+    assert piped(["--version"]).stdout == f"mha {mhacli.__version__}\n"
+    script = piped(["--show-completion", "bash"]).stdout
+    assert "_MHA_COMPLETE" in script or "complete" in script
+    proc = subprocess.run(MHA + [], capture_output=True, text=True, env=_env(
+        _MHA_COMPLETE="complete_bash", COMP_WORDS="mha ex", COMP_CWORD="1"), timeout=60)
+    assert "explain" in proc.stdout
+
+
+def test_no_progress_bar_when_stderr_is_not_a_terminal() -> None:
+    r = piped(["run", "--random", "--tokens", "4000", "--d-model", "256", "--heads", "4"])
+    assert r.returncode == 0 and r.stderr == ""
+
+
+def test_progress_callback_counts_query_rows() -> None:
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((3000, 16)), rng.standard_normal((16, 16))
+    seen: list[tuple[int, int]] = []
+    mhacli.attention(x, w, w, w, heads=4, progress=lambda d, t: seen.append((d, t)))
+    assert seen[-1] == (3000, 3000) and [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+# --------------------------------------------------------------------------- PyTorch weights
+
+
+def _state_dict(rng: np.random.Generator, e: int, kdim: int | None = None) -> dict:
+    """What torch.nn.MultiheadAttention(e, h).state_dict() holds, as NumPy arrays."""
+    sd = {"in_proj_bias": rng.standard_normal(3 * e), "out_proj.weight": rng.standard_normal((e, e)),
+          "out_proj.bias": rng.standard_normal(e)}
+    if kdim is None:
+        sd["in_proj_weight"] = rng.standard_normal((3 * e, e))
+    else:
+        sd.update(q_proj_weight=rng.standard_normal((e, e)),
+                  k_proj_weight=rng.standard_normal((e, kdim)),
+                  v_proj_weight=rng.standard_normal((e, kdim)))
+    return sd
+
+
+def test_state_dict_is_converted_from_x_w_transposed(tmp_path: Path) -> None:
+    """No torch needed: the conversion against the reference, written out by hand."""
+    rng = np.random.default_rng(0)
+    e, h = 6, 3
+    sd = _state_dict(rng, e)
+    x = rng.standard_normal((4, e))
+    np.savez(tmp_path / "m.npz", x=x, heads=h, **{"attn." + k: v for k, v in sd.items()})
+    w = sd["in_proj_weight"]
+    b = sd["in_proj_bias"]
+    expected = reference(x, w[:e].T, w[e:2 * e].T, w[2 * e:].T, heads=h, b_q=b[:e],
+                         b_k=b[e:2 * e], b_v=b[2 * e:], w_o=sd["out_proj.weight"].T,
+                         b_o=sd["out_proj.bias"])["output"]
+    close(mhacli.attention(**mhacli.load(tmp_path / "m.npz").inputs), expected)
+    # without heads in the file, --heads gives it; with neither, an error says so
+    np.savez(tmp_path / "n.npz", x=x, **sd)
+    r = runner.invoke(app, ["run", str(tmp_path / "n.npz"), "--heads", "3", "-f", "json"])
+    close(json.loads(r.stdout)["output"], expected)
+    r = runner.invoke(app, ["run", str(tmp_path / "n.npz")])
+    assert r.exit_code == 2 and "does not record the number of heads" in r.stderr
+
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+
+@pytest.mark.skipif(torch is None, reason="PyTorch is not installed")
+@pytest.mark.parametrize("kdim", [None, 5])
+def test_pytorch_module_round_trip(tmp_path: Path, kdim: int | None) -> None:
+    """The README's three lines, then mha's output equals the module's own."""
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(embed_dim=8, num_heads=2, kdim=kdim, vdim=kdim).double()
+    x = torch.randn(5, 8, dtype=torch.float64)
+    kv = torch.randn(3, kdim, dtype=torch.float64) if kdim else x
+    arrays = {"x": x.numpy()} | ({"x_kv": kv.numpy()} if kdim else {})
+    np.savez(tmp_path / "mha.npz", heads=mha.num_heads, **arrays,
+             **{k: v.detach().numpy() for k, v in mha.state_dict().items()})
+    expected = mha(x, kv, kv, need_weights=False)[0].detach().numpy()
+    r = runner.invoke(app, ["run", str(tmp_path / "mha.npz"), "--format", "npy"])
+    close(np.load(io.BytesIO(r.stdout_bytes)), expected, rel=1e-12)
