@@ -562,8 +562,11 @@ class Trace:
 
     def __repr__(self) -> str:
         c = self.config
-        shapes = ", ".join(f"{k}{tuple(v.shape)}" for k, v in self.stages.items())
-        return f"Trace(n={c.n}, m={c.m}, heads={c.heads}, d_k={c.d_k}, d_v={c.d_v}: {shapes})"
+        lines = [f"Trace: {c.n} queries, {c.m} keys, {c.heads} head(s) of d_k={c.d_k}, "
+                 f"d_v={c.d_v}; scale {c.scale_rule} (s={c.scale:.6g}), mask {c.mask}, "
+                 f"{c.dtype}"]
+        lines += [f"  {k:<13} {' × '.join(map(str, v.shape))}" for k, v in self.stages.items()]
+        return "\n".join(lines)
 
 
 def trace(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None,

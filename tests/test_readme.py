@@ -36,6 +36,24 @@ def test_python_example(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(README.parent)
     namespace: dict = {}
     exec(compile(PYTHON[0], "README.md", "exec"), namespace)  # noqa: S102
+    assert namespace["tr"].weights is namespace["tr"]["attention"]
     assert namespace["tr"]["weights"].shape == (2, 3, 3)
     assert namespace["out"].shape == (7, 6)
     assert os.path.exists("samples/cat.yaml")
+
+
+def test_pytorch_snippet(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The three lines that save a module's state dict give a file mha reads."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(PYTHON[1], "README.md", "exec"), namespace)  # noqa: S102
+    import numpy as np
+
+    import mhacli
+
+    x, mha = namespace["x"], namespace["mha"]
+    expected = mha(x, x, x, need_weights=False)[0].detach().numpy()
+    out = mhacli.attention(**mhacli.load(tmp_path / "mha.npz").inputs)
+    assert np.allclose(out, expected, atol=1e-5)  # the module computes in float32
+    assert torch is not None
