@@ -443,17 +443,17 @@ def _show(vs: list, expansion: object, digits: int, full: bool, svg: Path | None
         render(vs, con, digits, boxed, full=full or not con.is_terminal)
         if expansion is not None:
             con.print(expansion.title, style="bold", markup=False,  # type: ignore[attr-defined]
-                      soft_wrap=True)
+                      soft_wrap=not con.record)
             for line in expansion.lines:  # type: ignore[attr-defined]
-                con.print(line, markup=False, highlight=False, soft_wrap=True)
+                con.print(line, markup=False, highlight=False, soft_wrap=not con.record)
     recorder = targets[-1][0]
-    for path, save in ((svg, recorder.save_svg), (html, recorder.save_html)):
-        if path is not None:
-            try:
-                save(str(path), clear=False, **({"title": "mha explain"} if save is
-                                                recorder.save_svg else {}))
-            except OSError as exc:
-                raise MhaError(f"{path}: cannot write ({exc.strerror})") from None
+    try:
+        if svg is not None:
+            recorder.save_svg(str(svg), title="mha explain", clear=False)
+        if html is not None:
+            recorder.save_html(str(html), clear=False)
+    except OSError as exc:
+        raise MhaError(f"cannot write {svg if html is None else html} ({exc.strerror})") from None
 
 
 @app.command()

@@ -81,7 +81,8 @@ def render(views: list[View], console: "Console", precision: int, boxed: bool,
             title.append(f"  ({shape_text(v.matrix)})", style="dim")
             if full and len(blocks) > 1:
                 title.append(f"  columns {spans(block, len(widths))}", style="dim")
-            console.print(title, soft_wrap=True)  # a long title is never cut or wrapped
+            # a long title is never cut: the terminal wraps it, or an export folds it
+            console.print(title, soft_wrap=not console.record)
             table = Table(box=box.ROUNDED if boxed else None, show_edge=boxed,
                           pad_edge=boxed, header_style="bold")
             table.add_column("", style="bold cyan", no_wrap=True, min_width=label_width)
@@ -109,7 +110,8 @@ def render(views: list[View], console: "Console", precision: int, boxed: bool,
                      if len(kept) < total]
             if not full and shown:
                 console.print(Text(f"summarised: showing {' and '.join(shown)}; --full shows "
-                                   "every number", style="yellow"), soft_wrap=True)
+                                   "every number", style="yellow"),
+                              soft_wrap=not console.record)
         if v.heat and colour and not shown_legend:
             console.print(_legend())
             shown_legend = True
