@@ -177,10 +177,10 @@ def test_output_to_a_directory(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("args, words", [
-    (["run", "--precision", "-1"], ["--precision", "greater than or equal to 0"]),
+    (["run", "--precision", "-1"], ["--precision"]),
     (["explain", "--format", "xml"], ["'xml'"]),
     (["run", "--dtype", "float16"], ["'float16'"]),
-    (["run", "--frobnicate"], ["No such option: --frobnicate"]),
+    (["run", "--frobnicate"], ["No such option", "--frobnicate"]),
     (["frobnicate"], ["No such command 'frobnicate'"]),
     (["run", "--heads", "two"], ["--heads", "integer"]),
 ])

@@ -1,0 +1,207 @@
+"""Every speed and memory figure of mha, measured side by side in one process.
+
+    python benchmarks/bench.py            # all figures (a few minutes on 2 cores)
+    python benchmarks/bench.py --quick    # fewer repeats
+
+The reference is PyTorch's torch.nn.functional.multi_head_attention_forward on the CPU
+when torch is importable, else a plain NumPy implementation (one einsum per stage).
+Each time is the median of repeated runs; the two sides alternate within each round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+import mhacli
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:
+    torch = None
+
+N, D, H = 4096, 512, 8
+
+
+def problem(n: int, d: int, dtype: type, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, d)).astype(dtype)
+    ws = [(rng.standard_normal((d, d)) / np.sqrt(d)).astype(dtype) for _ in range(4)]
+    return dict(x=x, w_q=ws[0], w_k=ws[1], w_v=ws[2], w_o=ws[3])
+
+
+def numpy_baseline(p: dict, heads: int, causal: bool = False) -> np.ndarray:
+    """The straightforward NumPy version: every stage whole, as a tutorial writes it."""
+    x = p["x"]
+    n, d = x.shape
+    dk = d // heads
+    q, k, v = (x @ p[w] for w in ("w_q", "w_k", "w_v"))
+    split = lambda a: a.reshape(n, heads, dk).transpose(1, 0, 2)  # noqa: E731
+    z = split(q) @ split(k).transpose(0, 2, 1) / np.sqrt(dk)
+    if causal:
+        z = np.where(np.tri(n, dtype=bool), z, -np.inf)
+    a = np.exp(z - z.max(-1, keepdims=True))
+    a /= a.sum(-1, keepdims=True)
+    return (a @ split(v)).transpose(1, 0, 2).reshape(n, d) @ p["w_o"]
+
+
+def torch_reference(p: dict, heads: int, causal: bool = False) -> Callable[[], object]:
+    """A closure running PyTorch's own multi-head attention on the same numbers."""
+    t = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
+    x = t(p["x"])[:, None, :]
+    d = p["x"].shape[1]
+    w_in = t(np.vstack([p["w_q"].T, p["w_k"].T, p["w_v"].T]))
+    w_o = t(p["w_o"].T)
+    mask = t(np.triu(np.ones((len(p["x"]),) * 2, dtype=bool), k=1)) if causal else None
+
+    def run() -> object:
+        with torch.no_grad():
+            return F.multi_head_attention_forward(
+                x, x, x, d, heads, w_in, None, None, None, False, 0.0, w_o, None,
+                training=False, need_weights=False, attn_mask=mask, is_causal=causal)[0]
+    return run
+
+
+def median_pair(a: Callable[[], object], b: Callable[[], object], repeats: int) -> tuple[float, float]:
+    a(), b()  # warm up
+    ta, tb = [], []
+    for _ in range(repeats):
+        for fn, acc in ((a, ta), (b, tb)):
+            start = time.perf_counter()
+            fn()
+            acc.append(time.perf_counter() - start)
+    return statistics.median(ta), statistics.median(tb)
+
+
+def speed(repeats: int) -> None:
+    name = "PyTorch" if torch is not None else "NumPy baseline"
+    print(f"Attention, n = {N}, d_model = {D}, H = {H} (reference: {name})")
+    results = {}
+    for dtype, target in ((np.float64, 1.0), (np.float32, 1.3)):
+        p = problem(N, D, dtype)
+        ours = lambda: mhacli.attention(**p, heads=H, dtype=dtype)  # noqa: E731
+        ref = torch_reference(p, H) if torch is not None else \
+            (lambda: numpy_baseline(p, H))
+        t_ours, t_ref = median_pair(ours, ref, repeats)
+        results[dtype] = t_ours
+        print(f"  {np.dtype(dtype).name}: mha {t_ours:.3f} s, {name} {t_ref:.3f} s, "
+              f"ratio {t_ours / t_ref:.2f} (target ≤ {target})")
+    p = problem(N, D, np.float64)
+    causal = lambda: mhacli.attention(**p, heads=H, mask="causal")  # noqa: E731
+    plain = lambda: mhacli.attention(**p, heads=H)  # noqa: E731
+    t_causal, t_plain = median_pair(causal, plain, repeats)
+    print(f"  causal / unmasked, float64: {t_causal:.3f} s / {t_plain:.3f} s = "
+          f"{t_causal / t_plain:.2f} (target ≤ 0.6)")
+
+
+MEMORY_CHILD = """
+import resource, sys, numpy as np, mhacli
+n, d, h = 16384, 256, 4
+rng = np.random.default_rng(0)
+x = rng.standard_normal((n, d), dtype=np.float32)
+ws = [(rng.standard_normal((d, d), dtype=np.float32) / 16) for _ in range(4)]
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+out = mhacli.attention(x, *ws[:3], w_o=ws[3], heads=h, mask="causal", dtype=np.float32)
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(before, peak, bool(np.isfinite(out).all()))
+"""
+
+
+def memory() -> None:
+    out = subprocess.run([sys.executable, "-c", MEMORY_CHILD], capture_output=True, text=True,
+                         check=True).stdout.split()
+    before, peak = int(out[0]) / 2**20, int(out[1]) / 2**20  # KiB -> GiB
+    print(f"Memory, n = 16384, d_model = 256, H = 4, causal, float32: peak resident "
+          f"{peak:.2f} GiB ({before:.2f} GiB before the call; target ≤ 1 GiB; the whole "
+          f"score tensor would be {16384 * 16384 * 4 * 4 / 2**30:.0f} GiB)")
+
+
+def wall(cmd: list[str], repeats: int, env: dict | None = None) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def startup(repeats: int) -> None:
+    mha = [sys.executable, "-m", "mhacli"]
+    with tempfile.TemporaryDirectory() as tmp:
+        small = Path(tmp) / "two.yaml"
+        small.write_text("x: [[1, 0], [0, 1]]\nw_q: [[1, 0], [0, 1]]\nw_k: [[1, 0], [0, 1]]\n"
+                         "w_v: [[1, 0], [0, 1]]\n")
+        env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR",)}
+        pairs = [
+            ("mha run on a 2-token problem", mha + ["run", str(small)],
+             "import numpy, yaml, typer", 1.10),
+            ("mha explain on the built-in example", mha + ["explain"],
+             "import numpy, yaml, typer, rich.console, rich.table", 1.25),
+        ]
+        for label, cmd, imports, target in pairs:
+            base = [sys.executable, "-c", imports]
+            wall(cmd, 2, env), wall(base, 2, env)  # warm the file cache
+            ours, ref = [], []
+            for _ in range(repeats):
+                ours.append(wall(cmd, 1, env))
+                ref.append(wall(base, 1, env))
+            a, b = statistics.median(ours), statistics.median(ref)
+            print(f"Start-up, {label}: {a:.3f} s vs `python -c \"{imports}\"` {b:.3f} s, "
+                  f"ratio {a / b:.2f} (target ≤ {target})")
+
+
+def reading(repeats: int) -> None:
+    p = problem(N, D, np.float64)
+    t_attn = statistics.median(_times(lambda: mhacli.attention(**p, heads=H), repeats))
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp)
+        np.savez(base / "p.npz", heads=H, **p)
+        doc = {k: v.tolist() for k, v in p.items()} | {"heads": H}
+        (base / "p.json").write_text(json.dumps(doc))
+        (base / "p.yaml").write_text(
+            "heads: 8\n" + "".join(f"{k}:\n" + "".join(f"  - [{', '.join(map(repr, r))}]\n"
+                                                      for r in v.tolist())
+                                   for k, v in p.items()))
+        print(f"Reading a {N} × {D} problem (attention itself: {t_attn:.3f} s):")
+        for name in ("p.npz", "p.json", "p.yaml"):
+            path = base / name
+            reps = repeats if name != "p.yaml" else 1
+            t = statistics.median(_times(lambda: mhacli.load(path), reps))
+            size = path.stat().st_size / 2**20
+            print(f"  {name:7} {size:6.1f} MiB  {t:.3f} s  ({t / t_attn:.2f} × the attention)")
+
+
+def _times(fn: Callable[[], object], repeats: int) -> list[float]:
+    out = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - start)
+    return out
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer repeats")
+    ap.add_argument("--only", choices=["speed", "memory", "startup", "reading"])
+    args = ap.parse_args()
+    reps = 3 if args.quick else 7
+    print(f"numpy {np.__version__}, torch {torch.__version__ if torch else 'not installed'}, "
+          f"{os.cpu_count()} cores")
+    for part, fn in (("speed", lambda: speed(reps)), ("memory", memory),
+                     ("startup", lambda: startup(reps * 2)), ("reading", lambda: reading(reps))):
+        if args.only in (None, part):
+            fn()
+    _ = resource  # the child measures with it
