@@ -92,25 +92,45 @@ def mask_scores(z: Array, allowed: npt.NDArray[np.bool_] | None) -> Array:
     return np.where(allowed, z, -np.inf).astype(z.dtype, copy=False)  # (H, n, m)
 
 
+def exp_shifted(z: Array) -> tuple[Array, Array, Array]:
+    """The heart of the softmax, in place: z becomes exp(z − row max).
+
+    Returns (row max, row sum of the exponentials, dead rows). Subtracting the row
+    maximum keeps every exponent ≤ 0, so large scores cannot overflow. A dead row (every
+    entry −∞: all keys blocked) gets exp = 0 and sum = 0.
+    """
+    row_max = z.max(axis=-1, keepdims=True)  # (…, rows, 1)
+    dead = np.isneginf(row_max)
+    if dead.any():
+        row_max[dead] = 0  # exp(−∞ − 0) = 0 for the whole row
+    np.subtract(z, row_max, out=z)
+    np.exp(z, out=z)
+    if dead.any():
+        row_max[dead] = -np.inf  # as it was: the row's maximum is −∞
+    return row_max, z.sum(axis=-1, keepdims=True), dead
+
+
+def normalise(a: Array, row_sum: Array, dead: Array, masked_row: str = "zero") -> Array:
+    """a / row sum, in place: the weights, or the output when the division comes last.
+
+    Dead rows become 0, or NaN when ``masked_row == "nan"``.
+    """
+    if dead.any():
+        a /= np.where(dead, 1, row_sum)
+        a[np.broadcast_to(dead, a.shape)] = np.nan if masked_row == "nan" else 0
+    else:
+        a /= row_sum
+    return a
+
+
 def softmax_parts(z: Array, masked_row: str = "zero") -> tuple[Array, Array, Array, Array]:
     """Row-wise softmax in the parts a person computes by hand.
 
-    Returns (row max, exp(z − max), row sum, weights). The max is subtracted for
-    numerical stability. A row whose every entry is −∞ (fully blocked) gets zero
-    weights, or NaN when ``masked_row == "nan"``.
+    Returns (row max, exp(z − max), row sum, weights); ``z`` itself is left alone.
     """
-    row_max = z.max(axis=-1, keepdims=True)  # (…, n, 1)
-    dead = np.isneginf(row_max)  # rows with no key to attend to
-    safe_max = np.where(dead, 0, row_max).astype(z.dtype, copy=False)
-    e = np.exp(z - safe_max)  # (…, n, m); exp(−∞) = 0
-    total = e.sum(axis=-1, keepdims=True)  # (…, n, 1)
-    if dead.any():
-        fill = np.nan if masked_row == "nan" else 0
-        weights = np.divide(e, np.where(dead, 1, total), dtype=z.dtype)
-        weights[np.broadcast_to(dead, weights.shape)] = fill
-    else:
-        weights = e / total
-    return row_max, e, total, weights
+    e = z.copy()
+    row_max, total, dead = exp_shifted(e)
+    return row_max, e, total, normalise(e.copy(), total, dead, masked_row)
 
 
 def softmax(z: Array, masked_row: str = "zero") -> Array:
@@ -168,9 +188,19 @@ class Prepared:
     q: Array | None  # (n, H·d_k) when given directly
     k: Array | None  # (m, H·d_k)
     v: Array | None  # (m, H·d_v)
-    allowed: npt.NDArray[np.bool_] | None  # (n, m), True = may attend
+    mask: npt.NDArray[np.bool_] | None  # (n, m) for a mask matrix; causal is not stored
     dead_rows: tuple[int, ...]  # 1-based query rows with every key blocked
     exact_scale: Fraction | None  # s as a rational, when it is one
+
+    def allowed(self, lo: int = 0, hi: int | None = None) -> npt.NDArray[np.bool_] | None:
+        """Rows lo … hi − 1 of the n × m mask (True = may attend), or None for no mask.
+
+        The causal mask is made block by block: whole, it would be n × m booleans.
+        """
+        hi = self.config.n if hi is None else hi
+        if self.config.mask == "causal":
+            return np.tri(hi - lo, self.config.m, k=lo, dtype=bool)
+        return None if self.mask is None else self.mask[lo:hi]
 
 
 def _shape(a: np.ndarray) -> str:
@@ -272,11 +302,6 @@ def exact_divisor(scale: str | float | int, d_k: int, m: int) -> Fraction | None
     return Fraction(repr(float(scale)))
 
 
-def causal_mask(n: int, m: int) -> npt.NDArray[np.bool_]:
-    """Query i may attend to keys 1 … i."""
-    return np.tri(n, m, dtype=bool)  # (n, m)
-
-
 def _mask(mask: Any, n: int, m: int) -> tuple[npt.NDArray[np.bool_] | None, str]:
     if mask is None:
         return None, "none"
@@ -285,7 +310,7 @@ def _mask(mask: Any, n: int, m: int) -> tuple[npt.NDArray[np.bool_] | None, str]
         if kind == "none":
             return None, "none"
         if kind == "causal":
-            return causal_mask(n, m), "causal"
+            return None, "causal"  # made block by block: Prepared.allowed
         raise MhaError(f"mask must be none, causal or an n × m matrix of 1/0, got {mask!r}")
     arr = np.asarray(mask)
     if arr.dtype.kind == "b":
@@ -483,26 +508,45 @@ def _warn_dead(p: Prepared) -> None:
 
 # --------------------------------------------------------------------------- paths
 
-_BLOCK_ELEMENTS = 1 << 21  # score entries per query block (16 MiB in float64)
+_BLOCK_ELEMENTS = 1 << 21  # scores of one head held at once (16 MiB in float64)
 
 
 def _attend(p: Prepared, q: Array, k: Array, v: Array,
             progress: Callable[[int, int], None] | None = None) -> Array:
-    """Head outputs, one block of query rows at a time: the n × m scores never exist whole.
+    """Head outputs, one head and one block of query rows at a time.
 
-    ``progress(done, total)`` is called after each block with query rows done so far.
+    The n × m scores never exist whole: a block of b rows lives in one reused buffer
+    (memory O(b · m), not O(H · n · m)). The divisor s is folded into Q (n·d_k divisions
+    instead of n·m); with a causal mask a block computes no key above its last query;
+    the softmax runs in place and its division is applied to the b × d_v output instead
+    of the b × m weights.
     """
     c = p.config
-    q_h, k_h, v_h = split_heads(q, c.heads), split_heads(k, c.heads), split_heads(v, c.heads)
+    q_h = split_heads(q, c.heads) / q.dtype.type(c.scale)  # (H, n, d_k), scaled
+    k_t = np.ascontiguousarray(split_heads(k, c.heads).swapaxes(-1, -2))  # (H, d_k, m)
+    v_h = split_heads(v, c.heads)  # (H, m, d_v)
     out = np.empty((c.heads, c.n, c.d_v), dtype=q.dtype)  # (H, n, d_v)
-    block = max(1, _BLOCK_ELEMENTS // (c.heads * c.m))
-    for lo in range(0, c.n, block):
-        hi = min(lo + block, c.n)
-        z = scale_scores(scores(q_h[:, lo:hi], k_h), c.scale)  # (H, b, m)
-        z = mask_scores(z, None if p.allowed is None else p.allowed[lo:hi])
-        out[:, lo:hi] = softmax(z, c.masked_row) @ v_h  # (H, b, d_v)
-        if progress is not None:
-            progress(hi, c.n)
+    block = max(1, min(c.n, _BLOCK_ELEMENTS // c.m))
+    buf = np.empty((block, c.m), dtype=q.dtype)  # (b, m), reused by every block
+    causal = c.mask == "causal"
+    upper = np.triu(np.ones((block, block), dtype=bool), k=1) if causal else None
+    for h in range(c.heads):
+        for lo in range(0, c.n, block):
+            hi = min(lo + block, c.n)
+            keys = min(hi, c.m) if causal else c.m  # query i sees keys 1 … i at most
+            z = buf[:hi - lo, :keys]  # (b, keys)
+            np.matmul(q_h[h, lo:hi], k_t[h, :, :keys], out=z)
+            if causal:
+                if lo < keys:  # blocked: key j > query i, inside the diagonal square
+                    np.copyto(z[:, lo:keys], -np.inf, where=upper[:hi - lo, :keys - lo])
+            elif p.mask is not None:
+                np.copyto(z, -np.inf, where=~p.mask[lo:hi])
+            _, total, dead = exp_shifted(z)
+            o = out[h, lo:hi]  # (b, d_v)
+            np.matmul(z, v_h[h, :keys], out=o)
+            normalise(o, total, dead, c.masked_row)
+            if progress is not None:
+                progress(h * c.n + hi, c.heads * c.n)
     return out
 
 
@@ -515,7 +559,7 @@ def attention(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None,
     cross-attention, ``mask`` (None, "causal" or an n × m 0/1 array, 1 = may attend),
     ``scale`` ("dk", "n", "none" or a number), ``dtype`` and ``masked_row``.
     Raises MhaError on invalid input; warns (MaskedRowWarning) on fully blocked rows.
-    ``progress(done, total)``, if given, hears how many query rows are done.
+    ``progress(done, total)``, if given, hears how much of the work is done.
     """
     p = prepare(x, w_q, w_k, w_v, **options)
     _warn_dead(p)
@@ -625,14 +669,14 @@ def run_stages(p: Prepared, given: dict[str, Array] | None = None) -> Trace:
     if z.dtype == object:  # exact rationals go as far as the softmax, if s is rational
         if p.exact_scale is not None:
             z = keep("scaled", z / p.exact_scale)  # (H, n, m)
-            keep("masked", mask_scores(z, p.allowed))  # (H, n, m)
-        return Trace(c, st, {}, p.allowed)
+            keep("masked", mask_scores(z, p.allowed()))  # (H, n, m)
+        return Trace(c, st, {}, p.allowed())
     z = keep("scaled", scale_scores(z, c.scale))  # (H, n, m)
-    z = keep("masked", mask_scores(z, p.allowed))  # (H, n, m)
+    z = keep("masked", mask_scores(z, p.allowed()))  # (H, n, m)
     row_max, e, total, a = softmax_parts(z, c.masked_row)
     a = keep("weights", a)  # (H, n, m)
     o = keep("head_outputs", a @ v_h)  # (H, n, d_v)
     keep("concat", merge_heads(o))  # (n, H·d_v)
     keep("output", _output(p, st["concat"]))  # (n, d_out)
     parts = {"row_max": row_max, "exp": e, "row_sum": total}
-    return Trace(c, st, parts, p.allowed)
+    return Trace(c, st, parts, p.allowed())

@@ -140,7 +140,8 @@ def expand(spec: str, tr: core.Trace, p: core.Prepared, exact: core.Trace | None
         lines = [f"{name} = z{hs}[{q_lab[i]}, {k_lab[j]}] / s = {z} / {s}", f"  = {result}"]
         marks[("scores", h)] = ({i}, {j})
     elif stage == "masked":
-        allowed = p.allowed is None or bool(p.allowed[i, j])
+        row = p.allowed(i, i + 1)
+        allowed = row is None or bool(row[0, j])
         if allowed:
             lines = [f"{name} = scaled{hs}[{q_lab[i]}, {k_lab[j]}] = {result}  "
                      f"({q_lab[i]} may attend to {k_lab[j]})"]
