@@ -471,11 +471,25 @@ def _qkv(p: Prepared) -> tuple[Array, Array, Array]:
         assert p.q is not None and p.k is not None and p.v is not None
         return p.q, p.k, p.v
     assert p.x is not None and p.w_q is not None and p.w_k is not None and p.w_v is not None
-    kv = p.x_kv if p.x_kv is not None else p.x
-    q = project(p.x, p.w_q, p.b_q)  # (n, H·d_k)
-    k = project(kv, p.w_k, p.b_k)  # (m, H·d_k)
-    v = project(kv, p.w_v, p.b_v)  # (m, H·d_v)
-    return q, k, v
+    if p.x_kv is not None:  # cross-attention: queries from x, keys and values from x_kv
+        q = project(p.x, p.w_q, p.b_q)  # (n, H·d_k)
+        kv = project(p.x_kv, np.hstack([p.w_k, p.w_v]), _joined(p.b_k, p.b_v, p.w_k, p.w_v))
+        return q, kv[:, :p.w_k.shape[1]], kv[:, p.w_k.shape[1]:]
+    # self-attention: one product for all three, X·[W_Q | W_K | W_V]
+    qkv = project(p.x, np.hstack([p.w_q, p.w_k, p.w_v]),
+                  _joined(p.b_q, p.b_k, p.b_v, p.w_q, p.w_k, p.w_v))  # (n, 2·H·d_k + H·d_v)
+    a, b = p.w_q.shape[1], 2 * p.w_q.shape[1]
+    return qkv[:, :a], qkv[:, a:b], qkv[:, b:]
+
+
+def _joined(*parts: Any) -> Array | None:
+    """Biases side by side (zeros for those missing), or None when there are none."""
+    half = len(parts) // 2
+    biases, weights = parts[:half], parts[half:]
+    if all(b is None for b in biases):
+        return None
+    return np.concatenate([np.zeros(w.shape[1], dtype=w.dtype) if b is None else b
+                           for b, w in zip(biases, weights)])
 
 
 def _output(p: Prepared, concat: Array) -> Array:
@@ -508,7 +522,7 @@ def _warn_dead(p: Prepared) -> None:
 
 # --------------------------------------------------------------------------- paths
 
-_BLOCK_ELEMENTS = 1 << 21  # scores of one head held at once (16 MiB in float64)
+_BLOCK_BYTES = 4 << 20  # the scores of one head held at once: about twice the L2 cache
 
 
 def _attend(p: Prepared, q: Array, k: Array, v: Array,
@@ -523,10 +537,10 @@ def _attend(p: Prepared, q: Array, k: Array, v: Array,
     """
     c = p.config
     q_h = split_heads(q, c.heads) / q.dtype.type(c.scale)  # (H, n, d_k), scaled
-    k_t = np.ascontiguousarray(split_heads(k, c.heads).swapaxes(-1, -2))  # (H, d_k, m)
+    k_t = split_heads(k, c.heads).swapaxes(-1, -2)  # (H, d_k, m), a view: BLAS transposes
     v_h = split_heads(v, c.heads)  # (H, m, d_v)
     out = np.empty((c.heads, c.n, c.d_v), dtype=q.dtype)  # (H, n, d_v)
-    block = max(1, min(c.n, _BLOCK_ELEMENTS // c.m))
+    block = max(1, min(c.n, _BLOCK_BYTES // (c.m * q.dtype.itemsize)))
     buf = np.empty((block, c.m), dtype=q.dtype)  # (b, m), reused by every block
     causal = c.mask == "causal"
     upper = np.triu(np.ones((block, block), dtype=bool), k=1) if causal else None

@@ -45,7 +45,7 @@ def test_fast_path_in_query_blocks_matches(monkeypatch: pytest.MonkeyPatch) -> N
     kw = case("cross", 3)
     kw["mask"] = np.tri(6, 4, dtype=int)
     whole = core.attention(**kw)
-    monkeypatch.setattr(core, "_BLOCK_ELEMENTS", 2 * 4)  # one query row per block
+    monkeypatch.setattr(core, "_BLOCK_BYTES", 4 * 8)  # one query row of 4 keys per block
     close(core.attention(**kw), whole, rel=1e-12)
     close(core.attention(**kw), reference(**kw)["output"])
 
