@@ -138,12 +138,15 @@ def wall(cmd: list[str], repeats: int, env: dict | None = None) -> float:
 
 
 def startup(repeats: int) -> None:
-    mha = [sys.executable, "-m", "mhacli"]
+    script = Path(sys.executable).parent / "mha"  # the console script, as a user runs it
+    mha = [str(script)] if script.exists() else [sys.executable, "-m", "mhacli"]
     with tempfile.TemporaryDirectory() as tmp:
         small = Path(tmp) / "two.yaml"
         small.write_text("x: [[1, 0], [0, 1]]\nw_q: [[1, 0], [0, 1]]\nw_k: [[1, 0], [0, 1]]\n"
                          "w_v: [[1, 0], [0, 1]]\n")
-        env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR",)}
+        # as installed: bytecode cached (pip compiles it at install), no forced colour
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("FORCE_COLOR", "PYTHONDONTWRITEBYTECODE")}
         pairs = [
             ("mha run on a 2-token problem", mha + ["run", str(small)],
              "import numpy, yaml, typer", 1.10),

@@ -1,6 +1,7 @@
 """The `mha` command: parse options, call the engine, print, map errors to exit codes."""
 
-from __future__ import annotations
+# No `from __future__ import annotations` here: Typer would evaluate every string
+# annotation at start-up, which costs more than the rest of a small run.
 
 import contextlib
 import io
@@ -215,8 +216,6 @@ def _problem(file: str | None, sample: str | None, random: bool, seed: int | Non
 
     ``layout`` says how a file that does not declare its layout was written.
     """
-    from . import generate
-
     token_spec = _parse_tokens(tokens) if tokens is not None else None
     generating = random or seed is not None or ints is not None or d_model is not None or \
         isinstance(token_spec, int)
@@ -228,6 +227,8 @@ def _problem(file: str | None, sample: str | None, random: bool, seed: int | Non
         raise MhaError(f"{used[0]} makes a random problem; it cannot be combined with a "
                        "file or --sample")
     if generating:
+        from . import generate
+
         prob = generate.random_problem(
             seed=seed, tokens=token_spec, d_model=d_model, heads=heads,
             ints=generate.parse_ints(ints) if ints is not None else None)
@@ -262,6 +263,11 @@ def _problem(file: str | None, sample: str | None, random: bool, seed: int | Non
 
 
 PIPE_WIDTH = 100  # the width of text written to a pipe or a file
+
+
+def _rich_stdout() -> bool:
+    """Is stdout a terminal (or is colour forced)? Rich draws only then."""
+    return sys.stdout.isatty() or bool(os.environ.get("FORCE_COLOR"))
 
 
 def _console(record: bool = False):  # type: ignore[no-untyped-def]
@@ -403,8 +409,14 @@ def explain(
                    expansion.marks if expansion else None)
         if (svg or html) and fmt is not ExplainFormat.rich:
             raise MhaError("--svg and --html save the rich view: leave out --format")
-        if fmt is ExplainFormat.rich:
+        if fmt is ExplainFormat.rich and (svg or html or _rich_stdout()):
             _show(vs, expansion, digits, full, svg, html)
+            return
+        if fmt is ExplainFormat.rich:  # a pipe or a file: the same view as text, sans Rich
+            text = formats.explain_plain(vs, digits, PIPE_WIDTH, view=True)
+            if expansion is not None:
+                text += "\n".join([expansion.title, *expansion.lines]) + "\n"
+            sys.stdout.write(text)
             return
         if fmt is ExplainFormat.plain:
             text = formats.explain_plain(vs, digits, PIPE_WIDTH)
@@ -596,14 +608,14 @@ def check(
 
         with _about(prob):
             result = run_check(prob, tolerance)
-        if fmt is CheckFormat.rich:
+        if fmt is CheckFormat.rich and _rich_stdout():
             console, _ = _console()
             styles = {"good": "green", "bad": "bold red", "note": "yellow", "": ""}
             for text, style in reports.lines(result):
                 console.print(text, style=styles[style], markup=False, highlight=False,
                               soft_wrap=True)
         else:
-            writer = {CheckFormat.plain: reports.plain, CheckFormat.json: reports.as_json,
+            writer = {CheckFormat.rich: reports.plain, CheckFormat.plain: reports.plain, CheckFormat.json: reports.as_json,
                       CheckFormat.markdown: reports.markdown, CheckFormat.latex: reports.latex}
             sys.stdout.write(writer[fmt](result))
     if not result.ok:

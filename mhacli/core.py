@@ -21,15 +21,18 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from fractions import Fraction
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
-import numpy.typing as npt
+
+if TYPE_CHECKING:  # kept out of the start-up path
+    from fractions import Fraction
+
+    import numpy.typing as npt
 
 from .errors import MaskedRowWarning, MhaError
 
-Array = npt.NDArray[np.floating[Any]]
+Array = np.ndarray  # of floats (or of Fractions, for exact arithmetic)
 
 STAGES = (
     "x", "x_kv", "q", "k", "v", "q_heads", "k_heads", "v_heads",
@@ -273,6 +276,8 @@ def scale_divisor(scale: str | float | int, d_k: int, m: int) -> tuple[float, st
             return math.sqrt(m), "n"
         if rule == "none":
             return 1.0, "none"
+        from fractions import Fraction
+
         try:
             scale = float(Fraction(rule))
         except (ValueError, ZeroDivisionError):
@@ -288,6 +293,8 @@ def scale_divisor(scale: str | float | int, d_k: int, m: int) -> tuple[float, st
 
 def exact_divisor(scale: str | float | int, d_k: int, m: int) -> Fraction | None:
     """The divisor s as an exact rational, or None when it is irrational (√2)."""
+    from fractions import Fraction
+
     if isinstance(scale, str) and scale.strip().lower() in SCALE_RULES:
         rule = scale.strip().lower()
         if rule == "none":

@@ -6,12 +6,14 @@ import io
 import json
 import math
 from fractions import Fraction
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 
 from .core import PER_HEAD, STAGES, Config, Trace
-from .views import View, column_blocks, shape_text
+
+if TYPE_CHECKING:
+    from .views import View
 
 # --------------------------------------------------------------------------- numbers
 
@@ -61,29 +63,37 @@ def shortest(v: float, dtype: str) -> str:
 # --------------------------------------------------------------------------- explain text
 
 
-def explain_plain(vs: list[View], precision: int, width: int | None = None) -> str:
+def explain_plain(vs: list[View], precision: int, width: int | None = None,
+                  view: bool = False) -> str:
     """Every view as aligned plain text: a title line, a header and labelled rows.
 
     With ``width``, a matrix wider than that is split into column blocks, each with its
-    own header, so that no line is longer and no number is left out.
+    own header, so that no line is longer and no number is left out. ``view=True`` writes
+    the rich view as it looks without a terminal (no colour, no boxes: the same text
+    Rich would print, made without it): titles without "#", −∞ and ∞ as symbols.
     """
+    from .views import column_blocks, shape_text
+
     blocks_text = []
     for v in vs:
-        body = cells(v.matrix, precision, unicode=False)
+        body = cells(v.matrix, precision, unicode=view)
         head = [""] + v.cols
         grid = [head] + [[label] + row for label, row in zip(v.rows, body)]
         widths = [max(len(r[j]) for r in grid) for j in range(len(head))]
         blocks = column_blocks(widths[1:], widths[0], width, gap=2) if width else \
             [range(len(v.cols))]
         for block in blocks:
-            lines = [f"# {v.title}: {v.formula}  ({shape_text(v.matrix)})"
-                     + (f"  columns {block.start + 1}-{block.stop} of {len(v.cols)}"
-                        if len(blocks) > 1 else "")]
+            title = (f"{v.title}  {v.formula}" if view else f"# {v.title}: {v.formula}") + \
+                f"  ({shape_text(v.matrix)})"
+            if len(blocks) > 1:
+                title += f"  columns {block.start + 1}{'–' if view else '-'}{block.stop} " \
+                    f"of {len(v.cols)}"
+            lines = [title]
             for r in grid:
                 rest = (r[j + 1].rjust(widths[j + 1]) for j in block)
                 lines.append("  ".join([r[0].ljust(widths[0]), *rest]).rstrip())
             blocks_text.append("\n".join(lines))
-    return "\n\n".join(blocks_text) + "\n"
+    return "\n\n".join(blocks_text) + ("\n\n" if view else "\n")
 
 
 def _jsonable(a: np.ndarray) -> Any:

@@ -9,21 +9,21 @@ an exponent (``1e-3``) or a fraction (``"1/3"``).
 
 from __future__ import annotations
 
-import difflib
 import io
-import json
 import re
 import sys
 from dataclasses import dataclass, field
-from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import core, torchstate
 from .errors import MhaError
 from .reader import MAX_TEXT_BYTES, Locator, parse_text, read_npz
+
+if TYPE_CHECKING:
+    from fractions import Fraction
 
 MATRIX_KEYS = ("x", "x_kv", "w_q", "w_k", "w_v", "w_o", "q", "k", "v")
 VECTOR_KEYS = ("b_q", "b_k", "b_v", "b_o")
@@ -89,6 +89,8 @@ def parse_number(value: Any, where: str) -> float:
             num, den = text.split("/")
             if int(den) == 0:
                 raise MhaError(f"{where} is {value!r}: a fraction with denominator 0")
+            from fractions import Fraction
+
             return float(Fraction(int(num), int(den)))
         raise MhaError(f"{where} is {value!r}: expected a number "
                        "(an integer, a decimal, 1e-3 or a fraction such as 1/3)")
@@ -101,6 +103,8 @@ def parse_number(value: Any, where: str) -> float:
 
 def fraction_of(value: Any) -> Fraction:
     """A validated entry as the exact rational it was written as (0.1 is 1/10)."""
+    from fractions import Fraction
+
     if isinstance(value, str):
         return Fraction(value.strip())
     if isinstance(value, (int, np.integer)):
@@ -273,6 +277,8 @@ def _mask(value: Any) -> Any:
 
 
 def _suggest(key: str) -> str:
+    import difflib
+
     close = difflib.get_close_matches(key, KNOWN_KEYS, n=1, cutoff=0.5)
     return f" (did you mean {close[0]}?)" if close else ""
 
@@ -456,6 +462,8 @@ def sample_path(name: str) -> Path:
     path = samples_dir() / f"{name}.yaml"
     if not path.is_file():
         names = sample_names()
+        import difflib
+
         close = difflib.get_close_matches(name, names, n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
         raise MhaError(f"no sample named {name!r}{hint}; samples: {', '.join(names)}")

@@ -9,9 +9,7 @@ refused; JSON's NaN and Infinity too. Every scalar of YAML arrives as the text w
 from __future__ import annotations
 
 import io
-import json
 import re
-import zipfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -24,38 +22,158 @@ MAX_NPZ_BYTES = 4 * 1024 * 1024 * 1024  # uncompressed, all arrays together
 MAX_DEPTH = 32  # a problem nests 4 levels deep at most (answers: stage: head: row)
 MAX_INDENT = 256  # leading spaces and "- " of a block-style line
 
-_FLOW = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\n]|\'\')*\'|(?<!\S)#[^\n]*|[\[\]{}]'
-                   r'|(?<![^\s\[{,])[&*](?=[^\s,\[\]{}])')  # ... and anchors/aliases
-_BLOCK_PREFIX = re.compile(r"^(?:[ \t]*-(?=[ \t]))*[ \t]*", re.M)
+_SPECIAL = re.compile(r"[\"'#\[\]{}&*]")  # the only characters the scan stops at
+# the indentation and "- " of a line (a literal newline first, so the search is fast)
+_BLOCK_PREFIX = re.compile(r"\n((?:[ \t]*-(?=[ \t]))*[ \t]*)")
+_OPENS_AFTER = frozenset(" \t\n[{,:")  # where a quote, anchor or alias can begin a token
 
 
 def check_shape_of_text(text: str, source: str) -> None:
-    """Refuse text too large or nested too deeply, before any parser sees it."""
+    """Refuse text too large or nested too deeply, before any parser sees it.
+
+    Also refuses YAML anchors (&name) and aliases (*name). The scan stops only at
+    brackets, quotes, comments and & or *, so a large file of numbers is scanned fast.
+    """
     if len(text) > MAX_TEXT_BYTES:
         raise MhaError(f"{source}: the file is {len(text) / 2**20:.0f} MiB; problem text is "
                        f"limited to {MAX_TEXT_BYTES // 2**20} MiB (use .npz for large arrays)")
-    depth = deepest = 0
-    line = 1
-    for match in _FLOW.finditer(text):
-        tok = match.group()
-        if tok in "[{":
+    depth = 0
+    pos = 0
+    search = _SPECIAL.search
+
+    def line_at(i: int) -> int:
+        return text.count("\n", 0, i) + 1
+
+    while True:
+        match = search(text, pos)
+        if match is None:
+            break
+        i = match.start()
+        ch = text[i]
+        pos = i + 1
+        starts_token = i == 0 or text[i - 1] in _OPENS_AFTER
+        if ch in "[{":
             depth += 1
-            if depth > deepest:
-                deepest = depth
-                if deepest > MAX_DEPTH:
-                    line = text.count("\n", 0, match.start()) + 1
-                    raise MhaError(f"{source}: line {line}: nested more than {MAX_DEPTH} "
-                                   "levels deep; a problem needs 4 at most")
-        elif tok in "]}":
+            if depth > MAX_DEPTH:
+                raise MhaError(f"{source}: line {line_at(i)}: nested more than {MAX_DEPTH} "
+                               "levels deep; a problem needs 4 at most")
+        elif ch in "]}":
             depth -= 1
-        elif tok in "&*":
-            line = text.count("\n", 0, match.start()) + 1
-            raise MhaError(f"{source}: line {line}: YAML anchors (&name) and aliases (*name) "
-                           "are not accepted; write the values out")
-    widest = max((len(m) for m in _BLOCK_PREFIX.findall(text)), default=0)
+        elif ch == '"' and starts_token:  # skip the string, escapes included
+            end = i + 1
+            while True:
+                end = text.find('"', end)
+                if end < 0 or text[end - 1] != "\\" or text[end - 2] == "\\":
+                    break
+                end += 1
+            pos = len(text) if end < 0 else end + 1
+        elif ch == "'" and starts_token:  # '' is a quote inside a single-quoted string
+            end = i + 1
+            while True:
+                end = text.find("'", end)
+                if end < 0 or text[end + 1:end + 2] != "'":
+                    break
+                end += 2
+            pos = len(text) if end < 0 else end + 1
+        elif ch == "#" and (i == 0 or text[i - 1] in " \t\n"):
+            end = text.find("\n", i)
+            pos = len(text) if end < 0 else end
+        elif ch in "&*" and starts_token and text[i + 1:i + 2] not in ("", " ", "\t", "\n",
+                                                                        ",", "]", "}"):
+            raise MhaError(f"{source}: line {line_at(i)}: YAML anchors (&name) and aliases "
+                           "(*name) are not accepted; write the values out")
+    widest = max((len(m) for m in _BLOCK_PREFIX.findall("\n" + text)), default=0)
     if widest > MAX_INDENT:
         raise MhaError(f"{source}: a line is indented or nested more than {MAX_INDENT} "
                        "columns deep; a problem needs far less")
+
+
+FAST_FROM_BYTES = 1 << 20  # files this large take the fast route for their matrices
+_MATRIX_KEYS = ("x", "x_kv", "w_q", "w_k", "w_v", "w_o", "q", "k", "v")
+_KEYS = "|".join(_MATRIX_KEYS)
+_REGIONS = {  # a top-level matrix key, then its rows
+    "json": re.compile(r'("(?:' + _KEYS + r')"\s*:\s*)(\[\s*(?:\[[^\[\]"{}]*\]\s*,\s*)*'
+                       r'\[[^\[\]"{}]*\]\s*\])'),
+    "yaml": re.compile(r"^((?:" + _KEYS + r"):[ \t]*(?:\n|(?=\[)))"
+                       r"((?:[ \t]+- \[[^\[\]\n#]*\][ \t]*(?:\n|$))+"
+                       r"|\[[ \t]*(?:\[[^\[\]\n#]*\][ \t]*,[ \t]*)*\[[^\[\]\n#]*\][ \t]*\])",
+                       re.M),
+}
+_NUMERIC_BYTES = b"0123456789eE+-., \t\r\n[]"  # anything else (nan, inf, yes, 1_0) falls back
+_LONE_PLUS = re.compile(rb"(?<![eE])\+")  # JSON numbers have no leading +
+
+
+def _rows_of_numbers(body: str, fmt: str, block: bool) -> np.ndarray | None:
+    """The matrix in ``body`` (rows of plain numbers), or None to leave it to the parser.
+
+    Vectorised: the brackets and commas give the shape (every row must have as many
+    entries), NumPy's C conversion the numbers; anything it cannot read falls back.
+    """
+    try:
+        raw = body.encode("ascii")
+    except UnicodeEncodeError:
+        return None
+    if raw.translate(None, _NUMERIC_BYTES) or \
+            fmt == "json" and b"+" in raw and _LONE_PLUS.search(raw):
+        return None
+    b = np.frombuffer(raw, dtype=np.uint8)
+    opens, closes = np.flatnonzero(b == ord("[")), np.flatnonzero(b == ord("]"))
+    if not block:  # the outer brackets hold the matrix; the inner ones are its rows
+        opens, closes = opens[1:], closes[:-1]
+    if len(opens) == 0 or len(opens) != len(closes) or np.any(opens >= closes) or \
+            np.any(opens[1:] <= closes[:-1]):
+        return None
+    commas = np.flatnonzero(b == ord(","))
+    per_row = np.searchsorted(commas, closes) - np.searchsorted(commas, opens)
+    if np.any(per_row != per_row[0]):
+        return None  # ragged: the full parser says where
+    if block:
+        flat = raw.replace(b"- [", b"").replace(b"]", b",").rstrip(b", \t\r\n")
+    else:
+        flat = raw.strip()[1:-1].replace(b"[", b"").replace(b"]", b"")
+    try:
+        values = np.array(flat.split(b","), dtype="S").astype(np.float64)
+    except ValueError:
+        return None
+    rows = len(opens)
+    if values.size != rows * (int(per_row[0]) + 1):
+        return None
+    return values.reshape(rows, -1)
+
+
+def _fast_matrices(text: str, fmt: str) -> tuple[str, dict[str, np.ndarray]]:
+    """Take the large numeric matrices out of the text, read at NumPy's speed.
+
+    Only a top-level matrix key whose rows are all plain numbers qualifies. Anything else
+    is left in place for the full parser (which reports errors with their line). The
+    matrices are replaced by placeholders that the full parser reads as text.
+    """
+    import secrets
+
+    tag = f"mha-array-{secrets.token_hex(6)}-"
+    arrays: dict[str, np.ndarray] = {}
+
+    def take(match: re.Match) -> str:
+        body = match.group(2)
+        block = fmt == "yaml" and not body.lstrip().startswith("[")
+        arr = _rows_of_numbers(body, fmt, block)
+        if arr is None:
+            return match.group(0)
+        name = f"{tag}{len(arrays)}"
+        arrays[name] = arr
+        if fmt == "json":
+            return f'{match.group(1)}"{name}"'
+        if block:  # block rows: an indented scalar in their place
+            return f"{match.group(1)}  {name}\n"
+        return match.group(1) + name
+
+    return _REGIONS[fmt].sub(take, text), arrays
+
+
+def _put_back(data: Any, arrays: dict[str, np.ndarray]) -> Any:
+    if isinstance(data, dict):
+        return {k: arrays.get(v, v) if isinstance(v, str) else v for k, v in data.items()}
+    return data
 
 
 _LOADER: Any = None
@@ -126,7 +244,12 @@ def parse_text(text: str, source: str, fmt: str = "yaml") -> tuple[Any, Locator]
     if not text.strip():
         raise MhaError(f"{source}: the file is empty")
     check_shape_of_text(text, source)
+    arrays: dict[str, np.ndarray] = {}
+    if len(text) >= FAST_FROM_BYTES:
+        text, arrays = _fast_matrices(text, fmt)
     if fmt == "json":
+        import json
+
         try:
             data = json.loads(text, object_pairs_hook=_no_duplicates,
                               parse_constant=_no_constant)
@@ -142,12 +265,12 @@ def parse_text(text: str, source: str, fmt: str = "yaml") -> tuple[Any, Locator]
             line = text.count("\n", 0, m.start()) + 1
             return line, m.start() - text.rfind("\n", 0, m.start())
 
-        return data, locate_json
+        return _put_back(data, arrays), locate_json
     import yaml
 
     loader = _text_loader()(text)
     try:
-        return loader.get_single_data(), lambda path: _locate_yaml(text, path)
+        return _put_back(loader.get_single_data(), arrays), lambda path: _locate_yaml(text, path)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -199,6 +322,8 @@ def _no_constant(name: str) -> Any:
 
 def read_npz(path: Path | io.BytesIO) -> dict[str, np.ndarray]:
     """The arrays of an .npz file, refusing pickled objects and oversized contents."""
+    import zipfile
+
     shown = "<stdin>" if isinstance(path, io.BytesIO) else str(path)
     try:
         with zipfile.ZipFile(path) as archive:

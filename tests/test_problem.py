@@ -165,3 +165,57 @@ def test_api_errors_are_value_errors() -> None:
     with pytest.raises(mhacli.MhaError, match=r"x\[1\]\[2\] is nan"):
         mhacli.attention(np.array([[1.0, np.nan]]), np.ones((2, 2)), np.ones((2, 2)),
                          np.ones((2, 2)))
+
+
+def _big(rows: int = 120, cols: int = 64) -> np.ndarray:
+    return np.random.default_rng(5).standard_normal((rows, cols))
+
+
+@pytest.fixture
+def fast_from_10k(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mhacli import reader
+
+    monkeypatch.setattr(reader, "FAST_FROM_BYTES", 10_000)  # small files, same route
+
+
+@pytest.mark.parametrize("style", ["block", "flow", "json"])
+def test_large_files_read_fast_and_exactly(tmp_path: Path, style: str, fast_from_10k: None
+                                           ) -> None:
+    """Large files: plain numeric rows take a vectorised route; same numbers, same errors."""
+    x = _big()
+    w = np.eye(64)
+    if style == "json":
+        path = tmp_path / "big.json"
+        path.write_text(json.dumps({"x": x.tolist(), "w_q": w.tolist(), "w_k": w.tolist(),
+                                    "w_v": w.tolist()}))
+    else:
+        def block(a: np.ndarray) -> str:
+            return "".join(f"  - [{', '.join(map(repr, r))}]\n" for r in a.tolist())
+        body = (f"x:\n{block(x)}" if style == "block" else f"x: {json.dumps(x.tolist())}\n")
+        path = tmp_path / "big.yaml"
+        path.write_text(body + f"w_q:\n{block(w)}w_k:\n{block(w)}w_v:\n{block(w)}")
+    assert path.stat().st_size > 10_000
+    p = mhacli.load(path)
+    assert np.array_equal(p.inputs["x"], x) and np.array_equal(p.inputs["w_v"], w)
+    assert isinstance(p.raw["x"], np.ndarray)  # it did take the fast route
+    # a bad entry sends that matrix to the full parser, which names it
+    text = path.read_text()
+    bad = text.replace(repr(float(x[70][3])), "yes" if style != "json" else "true", 1)
+    path.write_text(bad)
+    with pytest.raises(mhacli.MhaError, match=r"x\[71\]\[4\] is"):
+        mhacli.load(path)
+    ragged = text.replace(", " + repr(float(x[42][63])), "", 1)
+    path.write_text(ragged)
+    with pytest.raises(mhacli.MhaError, match=r"ragged: x\[43\] has 63 entries"):
+        mhacli.load(path)
+
+
+def test_large_json_with_a_plus_sign_is_still_invalid_json(tmp_path: Path,
+                                                             fast_from_10k: None) -> None:
+    x = _big()
+    w = np.eye(64).tolist()
+    text = json.dumps({"x": x.tolist(), "w_q": w, "w_k": w, "w_v": w})
+    path = tmp_path / "big.json"
+    path.write_text(text.replace(repr(float(x[9][9])), "+1.5", 1))
+    with pytest.raises(mhacli.MhaError, match="invalid JSON"):
+        mhacli.load(path)
