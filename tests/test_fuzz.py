@@ -16,6 +16,8 @@ from typing import Iterator
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import numpy as np
+
 import mhacli
 from mhacli.problem import from_mapping, samples_dir
 
@@ -126,3 +128,35 @@ def test_structured_values(data: dict) -> None:
     except (TypeError, ValueError):
         return
     _only_mha_errors(text.encode())
+
+
+@FUZZ
+@given(mutated())
+def test_mutated_samples_through_the_fast_route(data: bytes) -> None:
+    """The same mutations with the large-file route on for every size."""
+    from mhacli import reader
+
+    saved = reader.FAST_FROM_BYTES
+    reader.FAST_FROM_BYTES = 0
+    try:
+        _only_mha_errors(data)
+    finally:
+        reader.FAST_FROM_BYTES = saved
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.floats(allow_nan=False, allow_infinity=False, width=64),
+                         min_size=3, max_size=3), min_size=2, max_size=5))
+def test_fast_route_reads_the_same_numbers(rows: list[list[float]]) -> None:
+    from mhacli import reader
+
+    text = "x:\n" + "".join(f"  - [{', '.join(map(repr, r))}]\n" for r in rows)
+    saved = reader.FAST_FROM_BYTES
+    reader.FAST_FROM_BYTES = 0
+    try:
+        fast, _ = reader.parse_text(text, "t")
+    finally:
+        reader.FAST_FROM_BYTES = saved
+    slow, _ = reader.parse_text(text, "t")
+    assert isinstance(fast["x"], np.ndarray)
+    assert fast["x"].tolist() == [[float(v) for v in r] for r in slow["x"]]
