@@ -711,12 +711,33 @@ def generate(
 # --------------------------------------------------------------------------- entry point
 
 
+def _app_for(args: list[str]) -> typer.Typer:
+    """The app with only the command being run: Typer need not build the other four.
+
+    `mha run ...` then starts as fast as a one-command tool; help, completion and
+    anything unexpected get the whole app.
+    """
+    if not args or "_MHA_COMPLETE" in os.environ:
+        return app
+    infos = [i for i in app.registered_commands
+             if (i.name or i.callback.__name__) == args[0]]  # type: ignore[union-attr]
+    if not infos:
+        return app
+    only = typer.Typer(name=app.info.name, no_args_is_help=True, add_completion=False,
+                       pretty_exceptions_enable=False, rich_markup_mode=app.rich_markup_mode,
+                       context_settings=app.info.context_settings)
+    only.registered_commands = infos
+    only.registered_callback = app.registered_callback
+    return only
+
+
 def main(argv: list[str] | None = None) -> int:
     """The console script: usage errors as one `Error:` line, a quiet broken pipe."""
     # Typer raises Click's exceptions, from its own copy of Click in newer releases
     cx = sys.modules[typer.BadParameter.__module__]
+    args = sys.argv[1:] if argv is None else argv
     try:
-        code = app(args=argv, prog_name="mha", standalone_mode=False)
+        code = _app_for(args)(args=args, prog_name="mha", standalone_mode=False)
         return code if isinstance(code, int) else 0
     except cx.NoArgsIsHelpError:
         return 0  # `mha` alone: the help has been shown, as for `mha --help`

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import io
-import json
 import math
-from fractions import Fraction
+from numbers import Rational
 from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
@@ -13,6 +12,8 @@ import numpy as np
 from .core import PER_HEAD, STAGES, Config, Trace
 
 if TYPE_CHECKING:
+    from fractions import Fraction
+
     from .views import View
 
 # --------------------------------------------------------------------------- numbers
@@ -32,7 +33,7 @@ def cell(v: float | Fraction, precision: int, whole: bool, unicode: bool = True)
 
     A Fraction is shown exactly: 5/2, or 3 when it is whole.
     """
-    if isinstance(v, Fraction):
+    if isinstance(v, Rational) and not isinstance(v, int):  # a Fraction
         return str(v)
     if math.isnan(v):
         return "nan"
@@ -49,7 +50,9 @@ def cell(v: float | Fraction, precision: int, whole: bool, unicode: bool = True)
 
 def cells(m: np.ndarray, precision: int, unicode: bool = True) -> list[list[str]]:
     whole = integral(m)
-    return [[cell(v if isinstance(v, Fraction) else float(v), precision, whole, unicode)
+    if m.dtype != object:
+        return [[cell(v, precision, whole, unicode) for v in row] for row in m.tolist()]
+    return [[cell(v if isinstance(v, Rational) else float(v), precision, whole, unicode)
              for v in row] for row in m]
 
 
@@ -136,11 +139,13 @@ def explain_json(tr: Trace, rows: list[str], cols: list[str],
                         for name, a in exact.items() if name in chosen}
     if cell:
         doc["cell"] = cell
+    import json
+
     return json.dumps(doc, allow_nan=False, ensure_ascii=False) + "\n"
 
 
 def _exact_json(v: Any) -> Any:
-    return str(v) if isinstance(v, Fraction) else None  # −∞ (blocked) is null, as in masked
+    return str(v) if isinstance(v, Rational) else None  # −∞ (blocked) is null, as in masked
 
 
 # --------------------------------------------------------------------------- run output
@@ -173,6 +178,8 @@ def write_output(out: np.ndarray, fmt: str, precision: int | None = None) -> byt
     if fmt == "json":
         data = out if precision is None else np.round(out.astype(np.float64), precision)
         doc = {"output": _jsonable(data), "shape": list(out.shape)}
+        import json
+
         return (json.dumps(doc, allow_nan=False) + "\n").encode()
     rows = _row_texts(out, precision)
     if fmt == "yaml":
