@@ -534,19 +534,19 @@ _BLOCK_BYTES = 4 << 20  # the scores of one head held at once: about twice the L
 
 def _attend(p: Prepared, q: Array, k: Array, v: Array,
             progress: Callable[[int, int], None] | None = None) -> Array:
-    """Head outputs, one head and one block of query rows at a time.
+    """The heads' outputs side by side (n × H·d_v), one head and block of rows at a time.
 
     The n × m scores never exist whole: a block of b rows lives in one reused buffer
     (memory O(b · m), not O(H · n · m)). The divisor s is folded into Q (n·d_k divisions
     instead of n·m); with a causal mask a block computes no key above its last query;
     the softmax runs in place and its division is applied to the b × d_v output instead
-    of the b × m weights.
+    of the b × m weights, written straight into its columns of the concatenation.
     """
     c = p.config
     q_h = split_heads(q, c.heads) / q.dtype.type(c.scale)  # (H, n, d_k), scaled
     k_t = split_heads(k, c.heads).swapaxes(-1, -2)  # (H, d_k, m), a view: BLAS transposes
     v_h = split_heads(v, c.heads)  # (H, m, d_v)
-    out = np.empty((c.heads, c.n, c.d_v), dtype=q.dtype)  # (H, n, d_v)
+    out = np.empty((c.n, c.heads * c.d_v), dtype=q.dtype)  # (n, H·d_v): the concat
     block = max(1, min(c.n, _BLOCK_BYTES // (c.m * q.dtype.itemsize)))
     buf = np.empty((block, c.m), dtype=q.dtype)  # (b, m), reused by every block
     causal = c.mask == "causal"
@@ -563,7 +563,7 @@ def _attend(p: Prepared, q: Array, k: Array, v: Array,
             elif p.mask is not None:
                 np.copyto(z, -np.inf, where=~p.mask[lo:hi])
             _, total, dead = exp_shifted(z)
-            o = out[h, lo:hi]  # (b, d_v)
+            o = out[lo:hi, h * c.d_v:(h + 1) * c.d_v]  # (b, d_v), head h's columns
             np.matmul(z, v_h[h, :keys], out=o)
             normalise(o, total, dead, c.masked_row)
             if progress is not None:
@@ -586,7 +586,7 @@ def attention(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None,
     _warn_dead(p)
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused just below
         q, k, v = _qkv(p)
-        out = _output(p, merge_heads(_attend(p, q, k, v, progress)))  # (n, d_out)
+        out = _output(p, _attend(p, q, k, v, progress))  # (n, d_out)
     _check_finite(p, "output", out)  # an overflow anywhere shows here as inf or NaN
     return out
 
