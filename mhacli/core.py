@@ -472,18 +472,21 @@ def prepare(
                     allowed, dead, exact)
 
 
-def _qkv(p: Prepared) -> tuple[Array, Array, Array]:
-    """The projections, or the q, k, v that were given."""
+def _qkv(p: Prepared, x: Array | None = None, x_kv: Array | None = None
+         ) -> tuple[Array, Array, Array]:
+    """The projections (of ``x``/``x_kv`` when given instead), or the q, k, v given."""
     if p.config.direct:
         assert p.q is not None and p.k is not None and p.v is not None
         return p.q, p.k, p.v
-    assert p.x is not None and p.w_q is not None and p.w_k is not None and p.w_v is not None
-    if p.x_kv is not None:  # cross-attention: queries from x, keys and values from x_kv
-        q = project(p.x, p.w_q, p.b_q)  # (n, H·d_k)
-        kv = project(p.x_kv, np.hstack([p.w_k, p.w_v]), _joined(p.b_k, p.b_v, p.w_k, p.w_v))
+    x = p.x if x is None else x
+    x_kv = p.x_kv if x_kv is None else x_kv
+    assert x is not None and p.w_q is not None and p.w_k is not None and p.w_v is not None
+    if x_kv is not None:  # cross-attention: queries from x, keys and values from x_kv
+        q = project(x, p.w_q, p.b_q)  # (n, H·d_k)
+        kv = project(x_kv, np.hstack([p.w_k, p.w_v]), _joined(p.b_k, p.b_v, p.w_k, p.w_v))
         return q, kv[:, :p.w_k.shape[1]], kv[:, p.w_k.shape[1]:]
     # self-attention: one product for all three, X·[W_Q | W_K | W_V]
-    qkv = project(p.x, np.hstack([p.w_q, p.w_k, p.w_v]),
+    qkv = project(x, np.hstack([p.w_q, p.w_k, p.w_v]),
                   _joined(p.b_q, p.b_k, p.b_v, p.w_q, p.w_k, p.w_v))  # (n, 2·H·d_k + H·d_v)
     a, b = p.w_q.shape[1], 2 * p.w_q.shape[1]
     return qkv[:, :a], qkv[:, a:b], qkv[:, b:]
@@ -674,14 +677,7 @@ def run_stages(p: Prepared, given: dict[str, Array] | None = None) -> Trace:
         keep("x", p.x)  # (n, d_model)
     if p.x_kv is not None:
         keep("x_kv", p.x_kv)  # (m, d_kv)
-    if c.direct:
-        q, k, v = p.q, p.k, p.v
-    else:
-        x = st["x"]
-        kv = st.get("x_kv", x)
-        q = project(x, p.w_q, p.b_q)  # (n, H·d_k)
-        k = project(kv, p.w_k, p.b_k)  # (m, H·d_k)
-        v = project(kv, p.w_v, p.b_v)  # (m, H·d_v)
+    q, k, v = _qkv(p, st.get("x"), st.get("x_kv"))  # the same products as the fast path
     q, k, v = keep("q", q), keep("k", k), keep("v", v)
     q_h = keep("q_heads", split_heads(q, c.heads))  # (H, n, d_k)
     k_h = keep("k_heads", split_heads(k, c.heads))  # (H, m, d_k)
