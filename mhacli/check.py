@@ -17,7 +17,7 @@ import numpy as np
 
 from . import core
 from .errors import MhaError
-from .problem import Problem, to_rows
+from .problem import Problem
 
 BLANKS = frozenset({"", "_", "?", "~", "null"})
 NEG_INF = frozenset({"-inf", "−inf", "-∞", "−∞", "-infinity"})

@@ -12,6 +12,7 @@ from .views import View, column_blocks, edge_columns, edge_rows, shape_text, spa
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.text import Text
 
 # viridis, from low (dark) to high (bright): readable on dark and light terminals
 _RAMP = [(68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (253, 231, 37)]
@@ -29,7 +30,7 @@ def heat_style(value: float) -> str:
     return f"{text} on rgb({r},{g},{b})"
 
 
-def _legend() -> "Text":
+def _legend() -> Text:
     from rich.text import Text
 
     legend = Text("heat map: ")
