@@ -4,12 +4,9 @@
 # annotation at start-up, which costs more than the rest of a small run.
 
 import contextlib
-import io
 import os
-import re
 import sys
 import warnings
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Iterator, Optional
 
@@ -18,6 +15,13 @@ import typer
 
 from . import __version__, core, problem as problems
 from .errors import MaskedRowWarning, MhaError
+from .options import (
+    INPUT, CheckFormat, DebugOpt, DModelOpt, Dtype, DtypeOpt, ExplainFormat, FileArg,
+    HeadsOpt, IntsOpt, Layout, LayoutOpt, MaskedRow, MaskedRowOpt, MaskOpt, PrecisionOpt,
+    RandomOpt, RunFormat, SampleOpt, ScaleOpt, SeedOpt, TokensOpt, build_problem, parse_mask,
+    parse_tokens,
+)
+from .terminal import PIPE_WIDTH, console_for_stdout, progress_bar, rich_stdout, show
 
 app = typer.Typer(
     name="mha",
@@ -28,66 +32,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-
-
-class RunFormat(str, Enum):
-    plain = "plain"
-    csv = "csv"
-    tsv = "tsv"
-    json = "json"
-    yaml = "yaml"
-    npy = "npy"
-
-
-class Dtype(str, Enum):
-    float64 = "float64"
-    float32 = "float32"
-
-
-class Layout(str, Enum):
-    rows = "rows"
-    columns = "columns"
-
-
-class MaskedRow(str, Enum):
-    zero = "zero"
-    nan = "nan"
-    error = "error"
-
-
-INPUT = "Input"
-FileArg = Annotated[Optional[str], typer.Argument(
-    help="Problem file (.yaml, .json or .npz), or - for standard input. "
-         "Without it: the built-in example.", show_default=False)]
-SampleOpt = Annotated[Optional[str], typer.Option(
-    "--sample", help="Use a bundled sample (see `mha samples`).", rich_help_panel=INPUT)]
-RandomOpt = Annotated[bool, typer.Option(
-    "--random", help="Generate a random problem.", rich_help_panel=INPUT)]
-SeedOpt = Annotated[Optional[int], typer.Option(
-    "--seed", help="Seed for --random / --ints (same seed, same problem).", rich_help_panel=INPUT)]
-TokensOpt = Annotated[Optional[str], typer.Option(
-    "--tokens", help="Random problem: a number of tokens, or the tokens themselves "
-                     "('the cat sat'). With a file: new row labels.", rich_help_panel=INPUT)]
-DModelOpt = Annotated[Optional[int], typer.Option(
-    "--d-model", help="Random problem: width of each token vector.", rich_help_panel=INPUT)]
-HeadsOpt = Annotated[Optional[int], typer.Option(
-    "--heads", help="Number of heads (overrides the file's).", rich_help_panel=INPUT)]
-IntsOpt = Annotated[Optional[str], typer.Option(
-    "--ints", metavar="LO:HI", help="Random problem of small integers from LO to HI, "
-                                    "for hand calculation.", rich_help_panel=INPUT)]
-MaskOpt = Annotated[Optional[str], typer.Option(
-    "--mask", help="none, causal, or rows of 1/0 such as '1 0;1 1' (1 = may attend).",
-    rich_help_panel=INPUT)]
-ScaleOpt = Annotated[Optional[str], typer.Option(
-    "--scale", help="Divisor of the scores: dk (√d_k, the paper), n (√keys), none, "
-                    "or a number.", rich_help_panel=INPUT)]
-DtypeOpt = Annotated[Dtype, typer.Option("--dtype", help="Working precision.")]
-MaskedRowOpt = Annotated[MaskedRow, typer.Option(
-    "--masked-row", help="A query row whose every key is blocked: zero weights (with a "
-                         "warning), nan, or error.")]
-PrecisionOpt = Annotated[Optional[int], typer.Option(
-    "--precision", "-p", min=0, max=17, help="Decimals to show.")]
-DebugOpt = Annotated[bool, typer.Option("--debug", help="Show the traceback of an error.")]
 
 
 def _version(value: bool) -> None:
@@ -109,39 +53,6 @@ def _root(version: Annotated[bool, typer.Option(
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-@contextlib.contextmanager
-def _progress(after: float = 1.0) -> Iterator[object]:
-    """A callback that shows a progress bar on stderr once work has taken ``after`` seconds.
-
-    Nothing is shown when stderr is not a terminal, or when the work ends sooner.
-    """
-    if not sys.stderr.isatty():
-        yield None
-        return
-    import time
-
-    start = time.monotonic()
-    state: dict = {}
-
-    def update(done: int, total: int) -> None:
-        if "bar" not in state:
-            if time.monotonic() - start < after or done >= total:
-                return
-            from rich.console import Console
-            from rich.progress import Progress
-
-            state["bar"] = Progress(console=Console(stderr=True), transient=True)
-            state["bar"].start()
-            state["task"] = state["bar"].add_task("attention", total=total)
-        state["bar"].update(state["task"], completed=done)
-
-    try:
-        yield update
-    finally:
-        if "bar" in state:
-            state["bar"].stop()
 
 
 @contextlib.contextmanager
@@ -180,129 +91,7 @@ def _guard(debug: bool) -> Iterator[None]:
         raise typer.Exit(2) from None
 
 
-def _parse_mask(text: str) -> object:
-    kind = text.strip().lower()
-    if kind in ("none", "causal"):
-        return kind
-    rows = [r for r in re.split(r"[;\n]", text) if r.strip()]
-    out = []
-    for i, r in enumerate(rows, start=1):
-        entries = r.replace(",", " ").split()
-        for j, e in enumerate(entries, start=1):
-            if e not in ("0", "1"):
-                raise MhaError(f"--mask row {i}, entry {j} is {e!r}: expected 1 (may attend) "
-                               "or 0 (blocked), or none / causal")
-        out.append([e == "1" for e in entries])
-    if not out or len({len(r) for r in out}) != 1:
-        raise MhaError(f"--mask {text!r}: expected none, causal, or rows of equal length "
-                       "separated by ';' such as '1 0;1 1'")
-    return out
-
-
-def _parse_tokens(text: str) -> int | list[str]:
-    if re.fullmatch(r"\s*\d+\s*", text):
-        return int(text)
-    labels = text.replace(",", " ").split()
-    if not labels:
-        raise MhaError("--tokens needs a number or the tokens themselves, e.g. 'the cat sat'")
-    return labels
-
-
-def _problem(file: str | None, sample: str | None, random: bool, seed: int | None,
-             tokens: str | None, d_model: int | None, heads: int | None, ints: str | None,
-             mask: str | None, scale: str | None, dtype: Dtype,
-             masked_row: MaskedRow, layout: Layout | None = None) -> problems.Problem:
-    """The problem the options describe: a file, a sample, a random one or the built-in.
-
-    ``layout`` says how a file that does not declare its layout was written.
-    """
-    token_spec = _parse_tokens(tokens) if tokens is not None else None
-    generating = random or seed is not None or ints is not None or d_model is not None or \
-        isinstance(token_spec, int)
-    if file is not None and sample is not None:
-        raise MhaError("give a FILE or --sample, not both")
-    if generating and (file is not None or sample is not None):
-        used = [o for o, v in (("--random", random), ("--seed", seed), ("--ints", ints),
-                               ("--d-model", d_model)) if v] or ["--tokens N"]
-        raise MhaError(f"{used[0]} makes a random problem; it cannot be combined with a "
-                       "file or --sample")
-    if generating:
-        from . import generate
-
-        prob = generate.random_problem(
-            seed=seed, tokens=token_spec, d_model=d_model, heads=heads,
-            ints=generate.parse_ints(ints) if ints is not None else None)
-        heads = None  # already used as a size
-    elif file is not None:
-        if file == "-" and sys.stdin.isatty():
-            raise MhaError("reading the problem from standard input, which is a terminal: "
-                           "pipe a file in (mha explain - < problem.yaml) or name the file")
-        prob = problems.load(file, stdin=sys.stdin.buffer if file == "-" else None,
-                             layout=layout.value if layout is not None else "rows",
-                             heads=heads)
-    else:
-        prob = problems.load_sample(sample or "intro")
-    inputs = dict(prob.inputs)
-    if heads is not None:
-        inputs["heads"] = heads
-    if mask is not None:
-        inputs["mask"] = _parse_mask(mask)
-    raw = dict(prob.raw)
-    if scale is not None:
-        inputs["scale"] = scale
-        raw.pop("scale", None)
-    inputs["dtype"] = dtype.value
-    inputs["masked_row"] = masked_row.value
-    labels = token_spec if isinstance(token_spec, list) else prob.tokens
-    prob = prob.replace(inputs=inputs, tokens=labels, raw=raw)
-    try:
-        problems.check_labels(prob)
-    except MhaError as exc:
-        raise MhaError(f"{prob.source}: {exc}") from None
-    return prob
-
-
-PIPE_WIDTH = 100  # the width of text written to a pipe or a file
-
-
-def _rich_stdout() -> bool:
-    """Is stdout a terminal (or is colour forced)? Rich draws only then."""
-    return sys.stdout.isatty() or bool(os.environ.get("FORCE_COLOR"))
-
-
-def _console(record: bool = False):  # type: ignore[no-untyped-def]
-    """A Console for stdout: colour and boxes only on a terminal without NO_COLOR.
-
-    FORCE_COLOR makes Rich treat stdout as a terminal. Returns the console and whether
-    it is one (boxes, colour, summaries of large matrices).
-    """
-    from rich.console import Console
-
-    console = Console(file=sys.stdout, highlight=False, record=record)
-    terminal = console.is_terminal
-    plain = not terminal or bool(os.environ.get("NO_COLOR"))
-    if plain:  # no colour, no box drawing, no escape codes at all
-        console = Console(file=sys.stdout, highlight=False, color_system=None, record=record,
-                          width=console.width if terminal else PIPE_WIDTH,
-                          force_terminal=terminal)
-    return console, not plain
-
-
 # --------------------------------------------------------------------------- commands
-
-
-class ExplainFormat(str, Enum):
-    rich = "rich"
-    plain = "plain"
-    markdown = "markdown"
-    latex = "latex"
-    json = "json"
-
-
-LayoutOpt = Annotated[Optional[Layout], typer.Option(
-    "--layout", help="rows: tokens are rows (Q = X·W_Q); columns: tokens are columns "
-                     "(Q = W_Q·X). How a file without a layout: key was written, and how "
-                     "matrices are shown.")]
 
 
 @app.command()
@@ -366,7 +155,7 @@ def explain(
       mha explain problem.yaml --format json | jq '.stages.weights'
     """
     with _guard(debug):
-        prob = _problem(file, sample, random, seed, tokens, d_model, heads, ints, mask,
+        prob = build_problem(file, sample, random, seed, tokens, d_model, heads, ints, mask,
                         scale, dtype, masked_row, layout)
         shown = layout.value if layout is not None else prob.layout
         stages = [core.canonical_stage(s) for s in stage] if stage else None
@@ -409,8 +198,8 @@ def explain(
                    expansion.marks if expansion else None)
         if (svg or html) and fmt is not ExplainFormat.rich:
             raise MhaError("--svg and --html save the rich view: leave out --format")
-        if fmt is ExplainFormat.rich and (svg or html or _rich_stdout()):
-            _show(vs, expansion, digits, full, svg, html)
+        if fmt is ExplainFormat.rich and (svg or html or rich_stdout()):
+            show(vs, expansion, digits, full, svg, html)
             return
         if fmt is ExplainFormat.rich:  # a pipe or a file: the same view as text, sans Rich
             text = formats.explain_plain(vs, digits, PIPE_WIDTH, view=True)
@@ -437,35 +226,6 @@ def explain(
             else:
                 text += f"\n# {expansion.title}\n{body}\n"
         sys.stdout.write(text)
-
-
-def _show(vs: list, expansion: object, digits: int, full: bool, svg: Path | None,
-          html: Path | None) -> None:
-    """The rich view on stdout; saved as SVG/HTML too, in colour, when asked."""
-    from rich.console import Console
-
-    from .render import render
-
-    console, terminal = _console(record=bool(svg or html))
-    targets = [(console, terminal)]
-    if (svg or html) and not terminal:  # stdout is a pipe: record a terminal's view aside
-        targets.append((Console(file=io.StringIO(), record=True, width=PIPE_WIDTH,
-                                force_terminal=True, color_system="truecolor"), True))
-    for con, boxed in targets:
-        render(vs, con, digits, boxed, full=full or not con.is_terminal)
-        if expansion is not None:
-            con.print(expansion.title, style="bold", markup=False,  # type: ignore[attr-defined]
-                      soft_wrap=not con.record)
-            for line in expansion.lines:  # type: ignore[attr-defined]
-                con.print(line, markup=False, highlight=False, soft_wrap=not con.record)
-    recorder = targets[-1][0]
-    try:
-        if svg is not None:
-            recorder.save_svg(str(svg), title="mha explain", clear=False)
-        if html is not None:
-            recorder.save_html(str(html), clear=False)
-    except OSError as exc:
-        raise MhaError(f"cannot write {svg if html is None else html} ({exc.strerror})") from None
 
 
 @app.command()
@@ -507,11 +267,11 @@ def run(
       cat problem.json | mha run - --format json | jq '.shape'
     """
     with _guard(debug):
-        prob = _problem(file, sample, random, seed, tokens, d_model, heads, ints, mask,
+        prob = build_problem(file, sample, random, seed, tokens, d_model, heads, ints, mask,
                         scale, dtype, masked_row)
         if fmt is RunFormat.npy and output is None and sys.stdout.isatty():
             raise MhaError("--format npy is binary: give -o FILE or redirect standard output")
-        with _about(prob), _progress() as progress:
+        with _about(prob), progress_bar() as progress:
             out = core.attention(**prob.inputs, progress=progress)
         from .formats import write_output
 
@@ -556,14 +316,6 @@ def samples(
             typer.echo(f"{n.ljust(width)}  {problems.sample_description(n)}")
 
 
-class CheckFormat(str, Enum):
-    rich = "rich"
-    plain = "plain"
-    json = "json"
-    markdown = "markdown"
-    latex = "latex"
-
-
 @app.command()
 def check(
     file: Annotated[Optional[str], typer.Argument(
@@ -601,15 +353,15 @@ def check(
     with _guard(debug):
         if file is None and sample is None:
             raise MhaError("give the problem file to check (mha check FILE)")
-        prob = _problem(file, sample, False, None, None, None, None, None, None, None,
+        prob = build_problem(file, sample, False, None, None, None, None, None, None, None,
                         Dtype.float64, masked_row, layout)
         from . import report as reports
         from .check import check as run_check
 
         with _about(prob):
             result = run_check(prob, tolerance)
-        if fmt is CheckFormat.rich and _rich_stdout():
-            console, _ = _console()
+        if fmt is CheckFormat.rich and rich_stdout():
+            console, _ = console_for_stdout()
             styles = {"good": "green", "bad": "bold red", "note": "yellow", "": ""}
             for text, style in reports.lines(result):
                 console.print(text, style=styles[style], markup=False, highlight=False,
@@ -675,15 +427,15 @@ def generate(
         if answers and blank:
             raise MhaError("--answers fills the answers in and --blank leaves them empty: "
                            "choose one")
-        kv_spec = _parse_tokens(kv_tokens) if kv_tokens is not None else None
-        token_spec = _parse_tokens(tokens) if tokens is not None else None
+        kv_spec = parse_tokens(kv_tokens) if kv_tokens is not None else None
+        token_spec = parse_tokens(tokens) if tokens is not None else None
         prob = gen.random_problem(
             seed=seed, tokens=token_spec, d_model=d_model, heads=heads,
             ints=gen.parse_ints(ints) if ints is not None else None, kv_tokens=kv_spec,
             d_kv=d_kv, w_o=not no_w_o)
         inputs = dict(prob.inputs)
         if mask is not None:
-            inputs["mask"] = _parse_mask(mask)
+            inputs["mask"] = parse_mask(mask)
         if scale is not None:
             inputs["scale"] = problems._scale(scale)
         prob = prob.replace(inputs=inputs)

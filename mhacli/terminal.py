@@ -1,0 +1,97 @@
+"""The terminal side of the command line: consoles, the progress bar, the rich view."""
+
+import contextlib
+import io
+import os
+import sys
+from pathlib import Path
+from typing import Iterator
+
+from .errors import MhaError
+
+PIPE_WIDTH = 100  # the width of text written to a pipe or a file
+
+
+def rich_stdout() -> bool:
+    """Is stdout a terminal (or is colour forced)? Rich draws only then."""
+    return sys.stdout.isatty() or bool(os.environ.get("FORCE_COLOR"))
+
+
+def console_for_stdout(record: bool = False):  # type: ignore[no-untyped-def]
+    """A Console for stdout: colour and boxes only on a terminal without NO_COLOR.
+
+    FORCE_COLOR makes Rich treat stdout as a terminal. Returns the console and whether
+    it is one (boxes, colour, summaries of large matrices).
+    """
+    from rich.console import Console
+
+    console = Console(file=sys.stdout, highlight=False, record=record)
+    terminal = console.is_terminal
+    plain = not terminal or bool(os.environ.get("NO_COLOR"))
+    if plain:  # no colour, no box drawing, no escape codes at all
+        console = Console(file=sys.stdout, highlight=False, color_system=None, record=record,
+                          width=console.width if terminal else PIPE_WIDTH,
+                          force_terminal=terminal)
+    return console, not plain
+
+
+@contextlib.contextmanager
+def progress_bar(after: float = 1.0) -> Iterator[object]:
+    """A callback that shows a progress bar on stderr once work has taken ``after`` seconds.
+
+    Nothing is shown when stderr is not a terminal, or when the work ends sooner.
+    """
+    if not sys.stderr.isatty():
+        yield None
+        return
+    import time
+
+    start = time.monotonic()
+    state: dict = {}
+
+    def update(done: int, total: int) -> None:
+        if "bar" not in state:
+            if time.monotonic() - start < after or done >= total:
+                return
+            from rich.console import Console
+            from rich.progress import Progress
+
+            state["bar"] = Progress(console=Console(stderr=True), transient=True)
+            state["bar"].start()
+            state["task"] = state["bar"].add_task("attention", total=total)
+        state["bar"].update(state["task"], completed=done)
+
+    try:
+        yield update
+    finally:
+        if "bar" in state:
+            state["bar"].stop()
+
+
+def show(vs: list, expansion: object, digits: int, full: bool, svg: Path | None,
+          html: Path | None) -> None:
+    """The rich view on stdout; saved as SVG/HTML too, in colour, when asked."""
+    from rich.console import Console
+
+    from .render import render
+
+    console, terminal = console_for_stdout(record=bool(svg or html))
+    targets = [(console, terminal)]
+    if (svg or html) and not terminal:  # stdout is a pipe: record a terminal's view aside
+        targets.append((Console(file=io.StringIO(), record=True, width=PIPE_WIDTH,
+                                force_terminal=True, color_system="truecolor"), True))
+    for con, boxed in targets:
+        render(vs, con, digits, boxed, full=full or not con.is_terminal)
+        if expansion is not None:
+            con.print(expansion.title, style="bold", markup=False,  # type: ignore[attr-defined]
+                      soft_wrap=not con.record)
+            for line in expansion.lines:  # type: ignore[attr-defined]
+                con.print(line, markup=False, highlight=False, soft_wrap=not con.record)
+    recorder = targets[-1][0]
+    try:
+        if svg is not None:
+            recorder.save_svg(str(svg), title="mha explain", clear=False)
+        if html is not None:
+            recorder.save_html(str(html), clear=False)
+    except OSError as exc:
+        raise MhaError(f"cannot write {svg if html is None else html} ({exc.strerror})") from None
