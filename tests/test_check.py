@@ -178,3 +178,14 @@ def test_integer_exercises_are_hand_friendly() -> None:
     assert np.array(data["x"]).shape == (4, 8) and data["heads"] == 2  # d_k 4: √d_k = 2
     scaled = np.array(data["answers"]["scaled"], dtype=object)
     assert all(isinstance(v, (int, float)) for v in scaled.ravel())  # exact: no "p/q" needed
+
+
+def test_report_as_markdown_and_latex(tmp_path: Path) -> None:
+    weights = rows(REF["weights"], 2)
+    weights[0][0][1] = 0.5
+    path = homework(tmp_path, {"attention": weights})
+    md = check(path, "--format", "markdown").stdout
+    assert "| `weights` | 1 of 18 cells wrong |" in md
+    assert "- head 1, row 1 (I), column 2 (like): wrote 0.5, expected" in md
+    tex = check(path, "--format", "latex").stdout
+    assert tex.startswith("\\begin{itemize}") and "\\texttt{weights}: 1 wrong cell(s)" in tex

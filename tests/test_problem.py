@@ -219,3 +219,15 @@ def test_large_json_with_a_plus_sign_is_still_invalid_json(tmp_path: Path,
     path.write_text(text.replace(repr(float(x[9][9])), "+1.5", 1))
     with pytest.raises(mhacli.MhaError, match="invalid JSON"):
         mhacli.load(path)
+
+
+def test_mask_words_and_numbers(tmp_path: Path) -> None:
+    """1/true may attend, 0/false is blocked, in YAML and in JSON."""
+    base = "x: [[1, 0], [0, 1]]\nw_q: [[1, 0], [0, 1]]\nw_k: [[1, 0], [0, 1]]\nw_v: [[1, 0], [0, 1]]\n"
+    a = mhacli.load(write(tmp_path, "a.yaml", base + "mask: [[true, false], [1, TRUE]]\n"))
+    b = mhacli.load(write(tmp_path, "b.json", json.dumps(
+        {"x": [[1, 0], [0, 1]], "w_q": [[1, 0], [0, 1]], "w_k": [[1, 0], [0, 1]],
+         "w_v": [[1, 0], [0, 1]], "mask": [[True, False], [1, True]]})))
+    for p in (a, b):
+        w = mhacli.trace(**p.inputs)["weights"][0]
+        assert w[0].tolist() == [1.0, 0.0] and w[1, 1] > 0 and w[1, 0] > 0
