@@ -73,7 +73,8 @@ def torch_reference(p: dict, heads: int, causal: bool = False) -> Callable[[], o
     return run
 
 
-def median_pair(a: Callable[[], object], b: Callable[[], object], repeats: int) -> tuple[float, float]:
+def median_pair(a: Callable[[], object], b: Callable[[], object],
+                repeats: int) -> tuple[float, float]:
     a(), b()  # warm up
     ta, tb = [], []
     for _ in range(repeats):

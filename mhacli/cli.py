@@ -156,7 +156,7 @@ def explain(
     """
     with _guard(debug):
         prob = build_problem(file, sample, random, seed, tokens, d_model, heads, ints, mask,
-                        scale, dtype, masked_row, layout)
+                             scale, dtype, masked_row, layout)
         shown = layout.value if layout is not None else prob.layout
         stages = [core.canonical_stage(s) for s in stage] if stage else None
         with _about(prob):
@@ -201,31 +201,32 @@ def explain(
         if fmt is ExplainFormat.rich and (svg or html or rich_stdout()):
             show(vs, expansion, digits, full, svg, html)
             return
-        if fmt is ExplainFormat.rich:  # a pipe or a file: the same view as text, sans Rich
-            text = formats.explain_plain(vs, digits, PIPE_WIDTH, view=True)
-            if expansion is not None:
-                text += "\n".join([expansion.title, *expansion.lines]) + "\n"
-            sys.stdout.write(text)
-            return
-        if fmt is ExplainFormat.plain:
-            text = formats.explain_plain(vs, digits, PIPE_WIDTH)
-        elif fmt is ExplainFormat.markdown:
-            from .markup import markdown
+        sys.stdout.write(_as_text(fmt, vs, c, digits, shown, expansion))
 
-            text = markdown(vs, digits)
-        else:
-            from .markup import latex
 
-            text = latex(vs, c, digits, shown)
-        if expansion is not None:
-            body = "\n".join(expansion.lines)
-            if fmt is ExplainFormat.markdown:
-                text += f"\n### {expansion.title}\n\n```\n{body}\n```\n"
-            elif fmt is ExplainFormat.latex:
-                text += f"\n% {expansion.title}\n\\begin{{verbatim}}\n{body}\n\\end{{verbatim}}\n"
-            else:
-                text += f"\n# {expansion.title}\n{body}\n"
-        sys.stdout.write(text)
+def _as_text(fmt: ExplainFormat, vs: list, config: core.Config, digits: int, layout: str,
+             expansion: object) -> str:
+    """The views (and the worked-out cell) as text: the rich view without a terminal,
+    plain, Markdown or LaTeX."""
+    from . import formats
+
+    lines = [] if expansion is None else [expansion.title, *expansion.lines]  # type: ignore[attr-defined]
+    if fmt is ExplainFormat.rich:  # a pipe or a file: the same view as text, sans Rich
+        text = formats.explain_plain(vs, digits, PIPE_WIDTH, view=True)
+        return text + ("\n".join(lines) + "\n" if lines else "")
+    if fmt is ExplainFormat.plain:
+        text = formats.explain_plain(vs, digits, PIPE_WIDTH)
+        return text + (f"\n# {lines[0]}\n" + "\n".join(lines[1:]) + "\n" if lines else "")
+    if fmt is ExplainFormat.markdown:
+        from .markup import markdown
+
+        body = "\n".join(lines[1:])
+        return markdown(vs, digits) + (f"\n### {lines[0]}\n\n```\n{body}\n```\n" if lines else "")
+    from .markup import latex
+
+    body = "\n".join(lines[1:])
+    return latex(vs, config, digits, layout) + (
+        f"\n% {lines[0]}\n\\begin{{verbatim}}\n{body}\n\\end{{verbatim}}\n" if lines else "")
 
 
 @app.command()
@@ -268,7 +269,7 @@ def run(
     """
     with _guard(debug):
         prob = build_problem(file, sample, random, seed, tokens, d_model, heads, ints, mask,
-                        scale, dtype, masked_row)
+                             scale, dtype, masked_row)
         if fmt is RunFormat.npy and output is None and sys.stdout.isatty():
             raise MhaError("--format npy is binary: give -o FILE or redirect standard output")
         with _about(prob), progress_bar() as progress:
@@ -354,7 +355,7 @@ def check(
         if file is None and sample is None:
             raise MhaError("give the problem file to check (mha check FILE)")
         prob = build_problem(file, sample, False, None, None, None, None, None, None, None,
-                        Dtype.float64, masked_row, layout)
+                             Dtype.float64, masked_row, layout)
         from . import report as reports
         from .check import check as run_check
 
@@ -367,7 +368,8 @@ def check(
                 console.print(text, style=styles[style], markup=False, highlight=False,
                               soft_wrap=True)
         else:
-            writer = {CheckFormat.rich: reports.plain, CheckFormat.plain: reports.plain, CheckFormat.json: reports.as_json,
+            writer = {CheckFormat.rich: reports.plain, CheckFormat.plain: reports.plain,
+                      CheckFormat.json: reports.as_json,
                       CheckFormat.markdown: reports.markdown, CheckFormat.latex: reports.latex}
             sys.stdout.write(writer[fmt](result))
     if not result.ok:

@@ -30,7 +30,8 @@ class Expansion:
     head: int | None
 
 
-def parse_cell(spec: str, config: core.Config, layout: str = "rows") -> tuple[str, int | None, int, int]:
+def parse_cell(spec: str, config: core.Config,
+               layout: str = "rows") -> tuple[str, int | None, int, int]:
     """``STAGE:HEAD:ROW:COL`` (or ``STAGE:ROW:COL``) -> stage, head, row, col (0-based)."""
     parts = spec.split(":")
     stage = core.canonical_stage(parts[0])
@@ -84,7 +85,8 @@ def expand(spec: str, tr: core.Trace, p: core.Prepared, exact: core.Trace | None
         terms = [f"{factor(x)}×{factor(y)}" for x, y in zip(left, right)]
         if len(terms) > MAX_TERMS:
             hidden = len(terms) - MAX_TERMS
-            terms = terms[:MAX_TERMS // 2] + [f"… ({hidden} more terms) …"] + terms[-MAX_TERMS // 2:]
+            half = MAX_TERMS // 2
+            terms = terms[:half] + [f"… ({hidden} more terms) …"] + terms[-half:]
         return " + ".join(terms)
 
     h = head
@@ -156,7 +158,8 @@ def expand(spec: str, tr: core.Trace, p: core.Prepared, exact: core.Trace | None
         else:
             e = parts["exp"][h - 1, i]
             z = num(val("masked", h, i, j))
-            lines = [f"{name} = exp(z − max) / Σ exp(z − max) over the row {q_lab[i]} of masked{hs}",
+            lines = [f"{name} = exp(z − max) / Σ exp(z − max) over the row {q_lab[i]} "
+                     f"of masked{hs}",
                      f"  max of the row = {num(m)}",
                      f"  exp({z} − {num(m)}) = {num(e[j])}",
                      f"  row sum = {' + '.join(num(t) for t in e)} = "

@@ -35,8 +35,9 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
                    w_o: bool = True) -> Problem:
     """A random problem: self-attention, or cross-attention when ``kv_tokens`` is given.
 
-    Decimal entries are rounded to a few places (two at unit spread), so that what is shown is exactly what is
-    used; ``ints`` draws whole numbers from LO to HI instead, for hand calculation.
+    Decimal entries are rounded to a few places (two at unit spread), so that what is
+    shown is exactly what is used; ``ints`` draws whole numbers from LO to HI instead,
+    for hand calculation.
     """
     labels = tokens if isinstance(tokens, list) else None
     n = len(labels) if labels else (DEFAULT_TOKENS if tokens is None else tokens)

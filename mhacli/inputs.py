@@ -133,7 +133,8 @@ def _vector(name: str, value: Any, dtype: type) -> np.ndarray | None:
     return arr
 
 
-def _stack_heads(name: str, w: np.ndarray | None, heads: int | None) -> tuple[np.ndarray | None, int | None]:
+def _stack_heads(name: str, w: np.ndarray | None,
+                 heads: int | None) -> tuple[np.ndarray | None, int | None]:
     """Join a list of H per-head matrices (H, rows, d) into one (rows, H·d)."""
     if w is None or w.ndim == 2:
         return w, None

@@ -136,7 +136,8 @@ def as_json(report: Report) -> str:
             "wrong": [{"head": w.head, "row": w.row, "column": w.col,
                        "row_label": w.row_label, "column_label": w.col_label,
                        "written": w.written, "expected": _num(w.expected),
-                       "expected_exact": None if w.expected_exact is None else str(w.expected_exact),
+                       "expected_exact": (None if w.expected_exact is None
+                                          else str(w.expected_exact)),
                        "difference": _num(w.difference)} for w in s.wrong],
         }
     doc = {"source": report.source, "correct": report.ok, "checked": report.checked,
