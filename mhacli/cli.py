@@ -429,6 +429,10 @@ def generate(
         if answers and blank:
             raise MhaError("--answers fills the answers in and --blank leaves them empty: "
                            "choose one")
+        if seed is None:  # record the seed drawn, so that the file can be made again
+            import secrets
+
+            seed = secrets.randbelow(1_000_000)
         kv_spec = parse_tokens(kv_tokens) if kv_tokens is not None else None
         token_spec = parse_tokens(tokens) if tokens is not None else None
         prob = gen.random_problem(
@@ -450,8 +454,7 @@ def generate(
             filled = {s: exact.get(s, a) for s, a in tr.stages.items()
                       if s not in ("x", "x_kv") and (chosen is None or s in chosen)}
         what = "small integers" if ints else "random decimals"
-        comment = f"mha generate: {what}, seed {seed}" if seed is not None else \
-            f"mha generate: {what}"
+        comment = f"mha generate: {what}, seed {seed}"
         text = gen.problem_yaml(prob, comment, filled, blank, layout.value)
         if output is not None:
             try:

@@ -72,12 +72,17 @@ def lines(report: Report, limit: int = 20) -> list[tuple[str, str]]:
             if carried:
                 out.append((f"    {carried}", "note"))
     bad = [s.stage for s in report.stages if s.status in ("wrong", "shape")]
+    blank = [s.stage for s in report.stages if s.status == "blank"]
+    filled = len(report.stages) - len(blank)
+    still = f"; still blank: {', '.join(blank)}" if blank else ""
     if bad:
-        out.append((f"Result: {len(bad)} of {len(report.stages)} answered stage(s) wrong "
-                    f"({', '.join(bad)}); tolerance {report.tolerance:g} plus the precision "
-                    "each answer was written with", "bad"))
+        out.append((f"Result: {len(bad)} of {filled} answered stage(s) wrong "
+                    f"({', '.join(bad)}){still}; tolerance {report.tolerance:g} plus the "
+                    "precision each answer was written with", "bad"))
+    elif filled == 0:
+        out.append((f"Result: nothing filled in yet ({len(blank)} stage(s) blank)", "note"))
     else:
-        out.append((f"Result: all {len(report.stages)} answered stage(s) correct", "good"))
+        out.append((f"Result: all {filled} answered stage(s) correct{still}", "good"))
     return out
 
 

@@ -169,7 +169,16 @@ def test_blank_exercise_has_slots_of_the_right_shapes(tmp_path: Path) -> None:
     assert {v for row in data["answers"]["q"] for v in row} == {"_"}
     path = tmp_path / "ex.yaml"
     path.write_text(r.stdout)
-    assert check(path).exit_code == 0  # nothing filled in yet: nothing wrong
+    r = check(path)
+    assert r.exit_code == 0  # nothing filled in yet: nothing wrong
+    assert "Result: nothing filled in yet (13 stage(s) blank)" in r.stdout
+
+
+def test_generate_records_its_seed_so_the_file_can_be_made_again() -> None:
+    first = runner.invoke(app, ["generate", "--ints", "0:3", "--answers"]).stdout
+    seed = first.splitlines()[0].rsplit("seed ", 1)[1]
+    again = runner.invoke(app, ["generate", "--ints", "0:3", "--answers", "--seed", seed]).stdout
+    assert again == first
 
 
 def test_integer_exercises_are_hand_friendly() -> None:
