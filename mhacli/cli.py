@@ -81,7 +81,13 @@ def _guard(debug: bool) -> Iterator[None]:
             raise
         typer.echo(f"Error: {exc}", err=True)
         raise typer.Exit(2) from None
-    except (typer.Exit, typer.Abort, KeyboardInterrupt, BrokenPipeError):
+    except BrokenPipeError:
+        # the reader went away (`mha ... | head -1`): stop quietly, as the Python
+        # documentation recommends, with the status a shell gives for SIGPIPE
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise typer.Exit(141) from None
+    except (typer.Exit, typer.Abort, KeyboardInterrupt):
         raise
     except Exception as exc:  # a bug: still one line, and the way to see more
         if debug:
