@@ -67,15 +67,20 @@ def _about(prob: problems.Problem) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _guard(debug: bool) -> Iterator[None]:
-    """MhaError -> one line on stderr and exit 2; masked-row warnings -> stderr."""
+def _guard(debug: bool) -> Iterator[dict]:
+    """MhaError -> one line on stderr and exit 2; masked-row warnings -> stderr.
+
+    The command may put the query rows' labels under "tokens" of what this yields, so
+    that a warning names each row by its token.
+    """
+    context: dict = {}
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", MaskedRowWarning)
-            yield
+            yield context
         for w in caught:
-            if issubclass(w.category, MaskedRowWarning):
-                typer.echo(f"Warning: {w.message}", err=True)
+            if isinstance(w.message, MaskedRowWarning):
+                typer.echo(f"Warning: {w.message.describe(context.get('tokens'))}", err=True)
     except MhaError as exc:
         if debug:
             raise
@@ -160,9 +165,10 @@ def explain(
 
       mha explain problem.yaml --format json | jq '.stages.weights'
     """
-    with _guard(debug):
+    with _guard(debug) as context:
         prob = build_problem(file, sample, random, seed, tokens, d_model, heads, ints, mask,
                              scale, dtype, masked_row, layout)
+        context["tokens"] = prob.tokens
         shown = layout.value if layout is not None else prob.layout
         stages = [core.canonical_stage(s) for s in stage] if stage else None
         with _about(prob):
@@ -273,9 +279,10 @@ def run(
 
       cat problem.json | mha run - --format json | jq '.shape'
     """
-    with _guard(debug):
+    with _guard(debug) as context:
         prob = build_problem(file, sample, random, seed, tokens, d_model, heads, ints, mask,
                              scale, dtype, masked_row)
+        context["tokens"] = prob.tokens
         if fmt is RunFormat.npy and output is None and sys.stdout.isatty():
             raise MhaError("--format npy is binary: give -o FILE or redirect standard output")
         with _about(prob), progress_bar() as progress:

@@ -16,7 +16,13 @@ class MaskedRowWarning(UserWarning):
     def __init__(self, rows: list[int], policy: str) -> None:
         self.rows = rows
         self.policy = policy
-        outcome = "zero weights and a zero head output" if policy == "zero" else "NaN weights"
-        which = ", ".join(str(r) for r in rows)
-        plural = "rows" if len(rows) > 1 else "row"
-        super().__init__(f"query {plural} {which}: every key is blocked by the mask; {outcome}")
+        super().__init__(self.describe())
+
+    def describe(self, labels: list[str] | None = None) -> str:
+        """The message, naming each row by its token label when ``labels`` are given."""
+        outcome = "zero weights and a zero head output" if self.policy == "zero" \
+            else "NaN weights"
+        which = ", ".join(f"{r} ({labels[r - 1]})" if labels and r <= len(labels) else str(r)
+                          for r in self.rows)
+        plural = "rows" if len(self.rows) > 1 else "row"
+        return f"query {plural} {which}: every key is blocked by the mask; {outcome}"

@@ -159,7 +159,7 @@ def test_overrides_on_a_file() -> None:
 def test_masked_row_warning_on_stderr() -> None:
     r = mha("run", "--sample", "by-hand", "--mask", "1 0 0;0 0 0;1 1 1")
     assert r.exit_code == 0
-    assert r.stderr.startswith("Warning: query row 2")
+    assert r.stderr.startswith("Warning: query row 2 (like): every key is blocked")
     assert r.stdout.splitlines()[1].split() == ["0.0"] * 4
     r = mha("run", "--sample", "by-hand", "--mask", "1 0 0;0 0 0;1 1 1", "--masked-row", "error")
     assert r.exit_code == 2 and "Error:" in r.stderr and r.stdout == ""
