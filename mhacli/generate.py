@@ -80,7 +80,8 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
         inputs["w_o"] = draw(d, d, sd_w)
     raw = dict(inputs)
     inputs["heads"] = h
-    return Problem(inputs, labels, kv_labels, {}, "random problem", raw)
+    source = "random problem" + (f" (seed {seed})" if seed is not None else "")
+    return Problem(inputs, labels, kv_labels, {}, source, raw)
 
 
 # --------------------------------------------------------------------------- writing

@@ -143,6 +143,10 @@ def build_problem(file: str | None, sample: str | None, random: bool, seed: int 
     if generating:
         from . import generate
 
+        if seed is None:  # drawn here, so that messages can say how to see it again
+            import secrets
+
+            seed = secrets.randbelow(1_000_000)
         prob = generate.random_problem(
             seed=seed, tokens=token_spec, d_model=d_model, heads=heads,
             ints=generate.parse_ints(ints) if ints is not None else None)
