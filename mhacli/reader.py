@@ -258,14 +258,7 @@ def parse_text(text: str, source: str, fmt: str = "yaml") -> tuple[Any, Locator]
                            f"invalid JSON ({exc.msg})") from None
         except (MhaError, RecursionError) as exc:
             raise MhaError(f"{source}: {exc}") from None
-        def locate_json(path: list) -> tuple[int, int] | None:
-            m = re.search(r'"' + re.escape(str(path[0])) + r'"\s*:', text) if path else None
-            if not m:
-                return None
-            line = text.count("\n", 0, m.start()) + 1
-            return line, m.start() - text.rfind("\n", 0, m.start())
-
-        return _put_back(data, arrays), locate_json
+        return _put_back(data, arrays), lambda path: _locate_json(text, path)
     import yaml
 
     loader = _text_loader()(text)
@@ -282,6 +275,42 @@ def parse_text(text: str, source: str, fmt: str = "yaml") -> tuple[Any, Locator]
         raise MhaError(f"{source}: {exc}") from None
     finally:
         loader.dispose()
+
+
+def _locate_json(text: str, path: list) -> tuple[int, int] | None:
+    """Walk from a top-level key through list indices to an entry (only on an error)."""
+    m = re.search(r'"' + re.escape(str(path[0])) + r'"\s*:\s*', text) if path else None
+    if not m:
+        return None
+    pos, found = m.end(), m.start()
+    for index in path[1:]:
+        if not isinstance(index, int) or text[pos:pos + 1] != "[":
+            break
+        pos += 1
+        depth, seen, in_string = 0, 0, False
+        while pos < len(text) and seen < index:  # skip `index` elements of this list
+            ch = text[pos]
+            if in_string:
+                in_string = ch != '"' or text[pos - 1] == "\\"
+            elif ch == '"':
+                in_string = True
+            elif ch in "[{":
+                depth += 1
+            elif ch in "]}":
+                if depth == 0:
+                    return _line_col(text, found)  # fewer elements than the index
+                depth -= 1
+            elif ch == "," and depth == 0:
+                seen += 1
+            pos += 1
+        while pos < len(text) and text[pos] in " \t\r\n":
+            pos += 1
+        found = pos
+    return _line_col(text, found)
+
+
+def _line_col(text: str, pos: int) -> tuple[int, int]:
+    return text.count("\n", 0, pos) + 1, pos - text.rfind("\n", 0, pos)
 
 
 def _locate_yaml(text: str, path: list) -> tuple[int, int] | None:

@@ -231,3 +231,10 @@ def test_mask_words_and_numbers(tmp_path: Path) -> None:
     for p in (a, b):
         w = mhacli.trace(**p.inputs)["weights"][0]
         assert w[0].tolist() == [1.0, 0.0] and w[1, 1] > 0 and w[1, 0] > 0
+
+
+def test_json_errors_point_at_the_entry(tmp_path: Path) -> None:
+    text = ('{\n  "x": [[1, 0],\n        [0, true]],\n'
+            '  "w_q": [[1, 0], [0, 1]], "w_k": [[1, 0], [0, 1]], "w_v": [[1, 0], [0, 1]]\n}\n')
+    with pytest.raises(mhacli.MhaError, match=r"p\.json, line 3, column 13: x\[2\]\[2\] is True"):
+        mhacli.load(write(tmp_path, "p.json", text))
