@@ -127,6 +127,11 @@ def _rows_of_numbers(body: str, fmt: str, block: bool) -> np.ndarray | None:
     per_row = np.searchsorted(commas, closes) - np.searchsorted(commas, opens)
     if np.any(per_row != per_row[0]):
         return None  # ragged: the full parser says where
+    rows, cols = len(opens), int(per_row[0]) + 1
+    fast = _as_json_numbers(raw, block)
+    if fast is not None and fast.shape == (rows, cols):
+        return fast
+    # numbers JSON does not write (.5, 5., +1, 010): NumPy converts them one by one
     if block:
         flat = raw.replace(b"- [", b"").replace(b"]", b",").rstrip(b", \t\r\n")
     else:
@@ -135,10 +140,25 @@ def _rows_of_numbers(body: str, fmt: str, block: bool) -> np.ndarray | None:
         values = np.array(flat.split(b","), dtype="S").astype(np.float64)
     except ValueError:
         return None
-    rows = len(opens)
-    if values.size != rows * (int(per_row[0]) + 1):
+    if values.size != rows * cols:
         return None
-    return values.reshape(rows, -1)
+    return values.reshape(rows, cols)
+
+
+def _as_json_numbers(raw: bytes, block: bool) -> np.ndarray | None:
+    """The rows read by the JSON parser (the quickest reader of numbers at hand), or None
+    when they are not valid JSON numbers. Only digits, signs, dots, e, commas, brackets
+    and spaces reach here, so the result can only be numbers."""
+    import json
+
+    if block:  # "  - [1, 2]\n  - [3, 4]\n" -> "[[1, 2],[3, 4]]"
+        raw = b"[" + re.sub(rb"\][ \t]*(?:\r?\n|$)", b"],", raw.replace(b"- [", b"[")) \
+            .rstrip(b", \t\r\n") + b"]"
+    try:
+        values = np.array(json.loads(raw), dtype=np.float64)
+    except (ValueError, OverflowError, RecursionError):
+        return None
+    return values if values.ndim == 2 else None
 
 
 def _fast_matrices(text: str, fmt: str) -> tuple[str, dict[str, np.ndarray]]:

@@ -238,3 +238,16 @@ def test_json_errors_point_at_the_entry(tmp_path: Path) -> None:
             '  "w_q": [[1, 0], [0, 1]], "w_k": [[1, 0], [0, 1]], "w_v": [[1, 0], [0, 1]]\n}\n')
     with pytest.raises(mhacli.MhaError, match=r"p\.json, line 3, column 13: x\[2\]\[2\] is True"):
         mhacli.load(write(tmp_path, "p.json", text))
+
+
+def test_fast_route_reads_numbers_json_does_not_write(tmp_path: Path, fast_from_10k: None
+                                                      ) -> None:
+    """.5, 5., +1 and 010 are numbers by this tool's rule, though not JSON's."""
+    row = "[.5, 5., +1, 010, -2e1, 1E-1]"
+    text = "x:\n" + "".join(f"  - {row}\n" for _ in range(400)) + \
+        "w_q: [[1], [1], [1], [1], [1], [1]]\nw_k: [[1], [1], [1], [1], [1], [1]]\n" \
+        "w_v: [[1], [1], [1], [1], [1], [1]]\n"
+    assert len(text) > 10_000
+    p = mhacli.load(write(tmp_path, "p.yaml", text))
+    assert isinstance(p.raw["x"], np.ndarray)  # the fast route, not the full parser
+    assert p.inputs["x"][0].tolist() == [0.5, 5.0, 1.0, 10.0, -20.0, 0.1]
