@@ -135,11 +135,6 @@ def softmax_parts(z: Array, masked_row: str = "zero") -> tuple[Array, Array, Arr
     return row_max, e, total, normalise(e.copy(), total, dead, masked_row)
 
 
-def softmax(z: Array, masked_row: str = "zero") -> Array:
-    """Row-wise softmax (the attention weights A); each live row sums to 1."""
-    return softmax_parts(z, masked_row)[3]
-
-
 def merge_heads(o: Array) -> Array:
     """(H, n, d_v) -> (n, H·d_v): the heads side by side."""
     heads, n, d_v = o.shape
@@ -281,11 +276,10 @@ class Trace:
     """
 
     def __init__(self, config: Config, stages: dict[str, Array],
-                 softmax: dict[str, Array], allowed: npt.NDArray[np.bool_] | None) -> None:
+                 softmax: dict[str, Array]) -> None:
         self.config = config
         self.stages = stages
         self.softmax = softmax
-        self.allowed = allowed
 
     def __getitem__(self, name: str) -> Array:
         return self.stages[canonical_stage(name)]
@@ -366,7 +360,7 @@ def run_stages(p: Prepared, given: dict[str, Array] | None = None) -> Trace:
         if p.exact_scale is not None:
             z = keep("scaled", z / p.exact_scale)  # (H, n, m)
             keep("masked", mask_scores(z, p.allowed()))  # (H, n, m)
-        return Trace(c, st, {}, p.allowed())
+        return Trace(c, st, {})
     z = keep("scaled", scale_scores(z, c.scale))  # (H, n, m)
     z = keep("masked", mask_scores(z, p.allowed()))  # (H, n, m)
     row_max, e, total, a = softmax_parts(z, c.masked_row)
@@ -375,4 +369,4 @@ def run_stages(p: Prepared, given: dict[str, Array] | None = None) -> Trace:
     keep("concat", merge_heads(o))  # (n, H·d_v)
     keep("output", _output(p, st["concat"]))  # (n, d_out)
     parts = {"row_max": row_max, "exp": e, "row_sum": total}
-    return Trace(c, st, parts, p.allowed())
+    return Trace(c, st, parts)
