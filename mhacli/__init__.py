@@ -9,9 +9,9 @@
 
 from __future__ import annotations
 
-from .core import STAGES, Config, Trace, attention, trace
+from .engine.core import STAGES, Config, Trace, attention, trace
 from .errors import MaskedRowWarning, MhaError
-from .problem import Problem, load
+from .io.problem import Problem, load
 
 __version__ = "0.1.0"
 

@@ -1,5 +1,5 @@
 """`python -m mhacli` runs the `mha` command."""
 
-from .cli import entry
+from .cli.commands import entry
 
 entry()

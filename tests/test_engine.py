@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import mhacli
-from mhacli.core import PER_HEAD
+from mhacli.engine.core import PER_HEAD
 
 from .cases import NAMES, case, close, per_head
 from .reference import reference
@@ -40,7 +40,7 @@ def test_fast_path_equals_traced_path(name: str) -> None:
 
 def test_fast_path_in_query_blocks_matches(monkeypatch: pytest.MonkeyPatch) -> None:
     """Small blocks (a few query rows at a time) give the same output as one block."""
-    from mhacli import core
+    from mhacli.engine import core
 
     kw = case("cross", 3)
     kw["mask"] = np.tri(6, 4, dtype=int)

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import numpy as np
 
 import mhacli
-from mhacli.problem import from_mapping, samples_dir
+from mhacli.io.problem import from_mapping, samples_dir
 
 SAMPLES = [p.read_text() for p in sorted(samples_dir().glob("*.yaml")) if p.stem != "hopkins"]
 FUZZ = settings(max_examples=300, deadline=None,
@@ -134,7 +134,7 @@ def test_structured_values(data: dict) -> None:
 @given(mutated())
 def test_mutated_samples_through_the_fast_route(data: bytes) -> None:
     """The same mutations with the large-file route on for every size."""
-    from mhacli import reader
+    from mhacli.io import reader
 
     saved = reader.FAST_FROM_BYTES
     reader.FAST_FROM_BYTES = 0
@@ -148,7 +148,7 @@ def test_mutated_samples_through_the_fast_route(data: bytes) -> None:
 @given(st.lists(st.lists(st.floats(allow_nan=False, allow_infinity=False, width=64),
                          min_size=3, max_size=3), min_size=2, max_size=5))
 def test_fast_route_reads_the_same_numbers(rows: list[list[float]]) -> None:
-    from mhacli import reader
+    from mhacli.io import reader
 
     text = "x:\n" + "".join(f"  - [{', '.join(map(repr, r))}]\n" for r in rows)
     saved = reader.FAST_FROM_BYTES

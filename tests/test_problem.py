@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import mhacli
-from mhacli.problem import parse_number
+from mhacli.io.problem import parse_number
 
 from .cases import close
 from .reference import reference
@@ -173,7 +173,7 @@ def _big(rows: int = 120, cols: int = 64) -> np.ndarray:
 
 @pytest.fixture
 def fast_from_10k(monkeypatch: pytest.MonkeyPatch) -> None:
-    from mhacli import reader
+    from mhacli.io import reader
 
     monkeypatch.setattr(reader, "FAST_FROM_BYTES", 10_000)  # small files, same route
 

@@ -118,7 +118,7 @@ def test_large_matrix_summarised_in_a_terminal_full_on_request() -> None:
 
 
 def test_plain_and_pipes_print_every_number_in_column_blocks() -> None:
-    x = mhacli.load(mhacli.problem.sample_path("hopkins")).inputs["x"]
+    x = mhacli.load(mhacli.io.problem.sample_path("hopkins")).inputs["x"]
     out = runner.invoke(app, ["explain", "--sample", "hopkins", "--stage", "x", "--format",
                               "plain", "--precision", "4"]).stdout
     numbers = [t for line in out.splitlines() if not line.startswith("#")
@@ -232,7 +232,7 @@ def test_pytorch_module_round_trip(tmp_path: Path, kdim: int | None) -> None:
 
 def test_a_broken_pipe_mid_write_exits_141_quietly(monkeypatch: pytest.MonkeyPatch) -> None:
     """When the reader goes away mid-output: no traceback, the shell's SIGPIPE status."""
-    from mhacli import formats
+    from mhacli.present import text as formats
 
     def gone(*_: object, **__: object) -> bytes:
         raise BrokenPipeError(32, "Broken pipe")

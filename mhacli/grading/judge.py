@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from . import core
-from .errors import MhaError
-from .problem import Problem
+from ..engine import core
+from ..errors import MhaError
+from ..io.problem import Problem
 
 BLANKS = frozenset({"", "_", "?", "~", "null"})
 NEG_INF = frozenset({"-inf", "−inf", "-∞", "−∞", "-infinity"})

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from .core import Config
-from .formats import cell, cells, integral
+from ..engine.core import Config
+from .text import cell, cells, integral
 from .views import View, shape_text
 
 # each stage's left-hand side, and its right-hand side in the row and the column layout;

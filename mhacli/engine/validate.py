@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import MhaError
+from ..errors import MhaError
 
 if TYPE_CHECKING:  # kept out of the start-up path
     from fractions import Fraction

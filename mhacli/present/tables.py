@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .formats import cells
+from .text import cells
 from .views import View, column_blocks, edge_columns, edge_rows, shape_text, spans
 
 if TYPE_CHECKING:

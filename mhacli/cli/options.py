@@ -9,8 +9,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from . import problem as problems
-from .errors import MhaError
+from ..io import problem as problems
+from ..errors import MhaError
 
 class RunFormat(str, Enum):
     plain = "plain"
@@ -141,7 +141,7 @@ def build_problem(file: str | None, sample: str | None, random: bool, seed: int 
         raise MhaError(f"{used[0]} makes a random problem; it cannot be combined with a "
                        "file or --sample")
     if generating:
-        from . import generate
+        from ..io import generate
 
         if seed is None:  # drawn here, so that messages can say how to see it again
             import secrets

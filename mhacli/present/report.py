@@ -7,7 +7,7 @@ import math
 from fractions import Fraction
 from typing import Any
 
-from .check import Report, StageReport, Wrong
+from ..grading.judge import Report, StageReport, Wrong
 
 
 def number(v: float, exact: Fraction | None = None) -> str:

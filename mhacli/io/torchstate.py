@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import MhaError
+from ..errors import MhaError
 
 NAMES = ("in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias",
          "q_proj_weight", "k_proj_weight", "v_proj_weight", "bias_k", "bias_v")

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .errors import MhaError
+from ..errors import MhaError
 
 MAX_TEXT_BYTES = 256 * 1024 * 1024  # a 4096 × 512 problem as YAML is about 60 MB
 MAX_NPZ_BYTES = 4 * 1024 * 1024 * 1024  # uncompressed, all arrays together

@@ -31,8 +31,8 @@ if TYPE_CHECKING:  # kept out of the start-up path
 
     import numpy.typing as npt
 
-from .errors import MaskedRowWarning, MhaError
-from .inputs import SCALE_RULES, Config, Prepared, prepare  # noqa: F401 - the engine's API
+from ..errors import MaskedRowWarning, MhaError
+from .validate import SCALE_RULES, Config, Prepared, prepare  # noqa: F401 - the engine's API
 
 Array = np.ndarray  # of floats (or of Fractions, for exact arithmetic)
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 
-from .core import PER_HEAD, STAGES, Config, Trace
+from ..engine.core import PER_HEAD, STAGES, Config, Trace
 
 if TYPE_CHECKING:
     from fractions import Fraction

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
-from .errors import MhaError
+from ..errors import MhaError
 
 PIPE_WIDTH = 100  # the width of text written to a pipe or a file
 
@@ -73,7 +73,7 @@ def show(vs: list, expansion: object, digits: int, full: bool, svg: Path | None,
     """The rich view on stdout; saved as SVG/HTML too, in colour, when asked."""
     from rich.console import Console
 
-    from .render import render
+    from ..present.tables import render
 
     console, terminal = console_for_stdout(record=bool(svg or html))
     targets = [(console, terminal)]

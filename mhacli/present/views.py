@@ -12,7 +12,7 @@ from typing import Iterable
 
 import numpy as np
 
-from .core import KEY_COLS, KEY_ROWS, PER_HEAD, STAGES, Config, Trace
+from ..engine.core import KEY_COLS, KEY_ROWS, PER_HEAD, STAGES, Config, Trace
 
 SUB = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
 

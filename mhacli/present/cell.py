@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from . import core
-from .errors import MhaError
-from .formats import cell
+from ..engine import core
+from ..errors import MhaError
+from .text import cell
 from .views import sub
 
 Marks = dict[tuple[str, "int | None"], tuple[set[int], set[int]]]

@@ -13,8 +13,12 @@ from typing import Annotated, Iterator, Optional
 import numpy as np
 import typer
 
-from . import __version__, core, problem as problems
-from .errors import MaskedRowWarning, MhaError
+from .. import __version__
+
+from ..engine import core
+
+from ..io import problem as problems
+from ..errors import MaskedRowWarning, MhaError
 from .options import (
     INPUT, CheckFormat, DebugOpt, DModelOpt, Dtype, DtypeOpt, ExplainFormat, FileArg,
     HeadsOpt, IntsOpt, Layout, LayoutOpt, MaskedRow, MaskedRowOpt, MaskOpt, PrecisionOpt,
@@ -186,7 +190,7 @@ def explain(
             exact = core.exact_trace(**prob.exact_inputs())
         expansion = None
         if cell is not None:
-            from .expand import expand
+            from ..present.cell import expand
 
             exact_p = core.prepare(**{**prob.exact_inputs(), "dtype": object}) \
                 if exact is not None else None
@@ -196,7 +200,7 @@ def explain(
                 stages = [s for s in core.STAGES if any(s == k[0] for k in expansion.marks)]
             if head is None:
                 head = expansion.head
-        from . import formats
+        from ..present import text as formats
 
         if fmt is ExplainFormat.json:
             sys.stdout.write(formats.explain_json(
@@ -204,7 +208,7 @@ def explain(
                 None if expansion is None else {"title": expansion.title,
                                                  "lines": expansion.lines}, shown))
             return
-        from .views import views
+        from ..present.views import views
 
         vs = views(tr, rows, cols, stages, head, exact.stages if exact else None, shown,
                    expansion.marks if expansion else None)
@@ -220,7 +224,7 @@ def _as_text(fmt: ExplainFormat, vs: list, config: core.Config, digits: int, lay
              expansion: object) -> str:
     """The views (and the worked-out cell) as text: the rich view without a terminal,
     plain, Markdown or LaTeX."""
-    from . import formats
+    from ..present import text as formats
 
     lines = [] if expansion is None else [expansion.title, *expansion.lines]  # type: ignore[attr-defined]
     if fmt is ExplainFormat.rich:  # a pipe or a file: the same view as text, sans Rich
@@ -230,11 +234,11 @@ def _as_text(fmt: ExplainFormat, vs: list, config: core.Config, digits: int, lay
         text = formats.explain_plain(vs, digits, PIPE_WIDTH)
         return text + (f"\n# {lines[0]}\n" + "\n".join(lines[1:]) + "\n" if lines else "")
     if fmt is ExplainFormat.markdown:
-        from .markup import markdown
+        from ..present.markup import markdown
 
         body = "\n".join(lines[1:])
         return markdown(vs, digits) + (f"\n### {lines[0]}\n\n```\n{body}\n```\n" if lines else "")
-    from .markup import latex
+    from ..present.markup import latex
 
     body = "\n".join(lines[1:])
     return latex(vs, config, digits, layout) + (
@@ -287,7 +291,7 @@ def run(
             raise MhaError("--format npy is binary: give -o FILE or redirect standard output")
         with _about(prob), progress_bar() as progress:
             out = core.attention(**prob.inputs, progress=progress)
-        from .formats import write_output
+        from ..present.text import write_output
 
         data = write_output(out, fmt.value, precision)
         if output is not None:
@@ -369,8 +373,8 @@ def check(
             raise MhaError("give the problem file to check (mha check FILE)")
         prob = build_problem(file, sample, False, None, None, None, None, None, None, None,
                              Dtype.float64, masked_row, layout)
-        from . import report as reports
-        from .check import check as run_check
+        from ..present import report as reports
+        from ..grading.judge import check as run_check
 
         with _about(prob):
             result = run_check(prob, tolerance)
@@ -437,7 +441,7 @@ def generate(
       mha generate --ints -1:1 --kv-tokens 'el gato' --tokens 'the cat sat' --d-kv 3
     """
     with _guard(debug):
-        from . import generate as gen
+        from ..io import generate as gen
 
         if answers and blank:
             raise MhaError("--answers fills the answers in and --blank leaves them empty: "

@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import core, torchstate
-from .errors import MhaError
+from ..engine import core
+
+from . import torchstate
+from ..errors import MhaError
 from .reader import MAX_TEXT_BYTES, Locator, parse_text, read_npz
 
 if TYPE_CHECKING:
@@ -447,8 +449,8 @@ def _decode(raw: bytes, source: str) -> str:
 
 def samples_dir() -> Path:
     """The bundled samples: inside the installed package, or the repository's samples/."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "samples", here.parent / "samples"):
+    package = Path(__file__).resolve().parent.parent  # mhacli/
+    for candidate in (package / "samples", package.parent / "samples"):
         if candidate.is_dir():
             return candidate
     raise MhaError("the bundled samples are missing from this installation")

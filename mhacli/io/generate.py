@@ -7,7 +7,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from .errors import MhaError
+from ..errors import MhaError
 from .problem import Problem
 
 DEFAULT_TOKENS = 4

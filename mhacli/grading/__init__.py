@@ -1,0 +1,1 @@
+"""Answers against a trace: judging, carried errors, named mistakes."""
