@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from .engine.core import STAGES, Config, Trace, attention, trace
+from .engine import STAGES, Config, Trace, attention, trace
 from .errors import MaskedRowWarning, MhaError
 from .io.problem import Problem, load
 

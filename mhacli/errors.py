@@ -1,10 +1,68 @@
-"""The one exception users see, and the warning for fully blocked query rows."""
+"""The one exception users see, and the warning for fully blocked query rows.
+
+An error is data: what is wrong (``message``), and where — the file or sample
+(``source``), the key path of the entry (``path``, shown as ``key``: ``x[2][3]``), and
+the line and column it was written on. Its text is made from them here, and only here.
+"""
 
 from __future__ import annotations
 
+from typing import Union
+
+Step = Union[str, int]  # a key of a mapping, or a 0-based index into a list
+KeyPath = tuple[Step, ...]
+
+
+def key_text(path: KeyPath) -> str:
+    """A key path as a person reads it: ``("answers", "q", 0, 1)`` -> ``answers.q[1][2]``."""
+    out = ""
+    for step in path:
+        if isinstance(step, int):
+            out += f"[{step + 1}]"
+        else:
+            out += f".{step}" if out else str(step)
+    return out
+
 
 class MhaError(ValueError):
-    """Invalid input: the message says what is wrong and where (file, key, entry)."""
+    """Invalid input: what is wrong, and where (source, key path, line, column).
+
+    ``str(error)`` is the line the command line prints after ``Error:``.
+    """
+
+    def __init__(self, message: str, *, key: KeyPath | str | None = None,
+                 source: str | None = None, line: int | None = None,
+                 column: int | None = None) -> None:
+        self.message = message
+        self.path: KeyPath = (key,) if isinstance(key, str) else tuple(key or ())
+        self.source = source
+        self.line = line
+        self.column = column
+        super().__init__(message)
+
+    @property
+    def key(self) -> str | None:
+        """The entry the error is about, such as ``x[2][3]``, or None."""
+        return key_text(self.path) if self.path else None
+
+    def located(self, source: str | None = None, line: int | None = None,
+                column: int | None = None) -> MhaError:
+        """This error with the place filled in where it is not known yet."""
+        return MhaError(self.message, key=self.path, source=self.source or source,
+                        line=self.line or line, column=self.column or column)
+
+    def __str__(self) -> str:
+        where = [w for w in (self.source, self.line and f"line {self.line}",
+                             self.column and f"column {self.column}") if w]
+        return f"{', '.join(where)}: {self.message}" if where else self.message
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return _rebuild, (self.message, self.path, self.source, self.line, self.column)
+
+
+def _rebuild(message: str, path: KeyPath, source: str | None, line: int | None,
+             column: int | None) -> MhaError:
+    return MhaError(message, key=path, source=source, line=line, column=column)
 
 
 class MaskedRowWarning(UserWarning):
@@ -18,7 +76,7 @@ class MaskedRowWarning(UserWarning):
         self.policy = policy
         super().__init__(self.describe())
 
-    def describe(self, labels: list[str] | None = None) -> str:
+    def describe(self, labels: list[str] | tuple[str, ...] | None = None) -> str:
         """The message, naming each row by its token label when ``labels`` are given."""
         outcome = "zero weights and a zero head output" if self.policy == "zero" \
             else "NaN weights"

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 import mhacli
 from mhacli.cli import app, main
-from mhacli.io.problem import load_sample
+from mhacli.io.samples import load_sample
 
 from .cases import NAMES, case, close
 from .reference import reference
@@ -127,7 +127,7 @@ def test_run_float32() -> None:
 
 
 def test_stdin_yaml_and_json(tmp_path: Path) -> None:
-    text = (Path(mhacli.io.problem.samples_dir()) / "by-hand.yaml").read_text()
+    text = (Path(mhacli.io.samples.samples_dir()) / "by-hand.yaml").read_text()
     r = mha("run", "-", input=text)
     assert r.exit_code == 0
     exact = mhacli.attention(**load_sample("by-hand").inputs)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import mhacli
-from mhacli.engine.core import PER_HEAD
+from mhacli.engine import PER_HEAD
 
 from .cases import NAMES, case, close, per_head
 from .reference import reference
@@ -40,14 +40,14 @@ def test_fast_path_equals_traced_path(name: str) -> None:
 
 def test_fast_path_in_query_blocks_matches(monkeypatch: pytest.MonkeyPatch) -> None:
     """Small blocks (a few query rows at a time) give the same output as one block."""
-    from mhacli.engine import core
+    from mhacli.engine import paths
 
     kw = case("cross", 3)
     kw["mask"] = np.tri(6, 4, dtype=int)
-    whole = core.attention(**kw)
-    monkeypatch.setattr(core, "_BLOCK_BYTES", 4 * 8)  # one query row of 4 keys per block
-    close(core.attention(**kw), whole, rel=1e-12)
-    close(core.attention(**kw), reference(**kw)["output"])
+    whole = paths.attention(**kw)
+    monkeypatch.setattr(paths, "_BLOCK_BYTES", 4 * 8)  # one query row of 4 keys per block
+    close(paths.attention(**kw), whole, rel=1e-12)
+    close(paths.attention(**kw), reference(**kw)["output"])
 
 
 def test_per_head_weight_lists_equal_full_matrices() -> None:

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 import numpy as np
 
 import mhacli
-from mhacli.io.problem import from_mapping, samples_dir
+from mhacli.io.problem import from_mapping
+from mhacli.io.samples import samples_dir
 
 SAMPLES = [p.read_text() for p in sorted(samples_dir().glob("*.yaml")) if p.stem != "hopkins"]
 FUZZ = settings(max_examples=300, deadline=None,

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 import mhacli
 from mhacli.cli import app
-from mhacli.io.problem import load_sample
+from mhacli.io.samples import load_sample
 
 from .cases import close
 from .reference import reference
@@ -126,14 +126,14 @@ def test_bad_cell_specs(spec: str, words: str) -> None:
 def test_cell_highlights_rows_and_the_cell_in_rich() -> None:
     from rich.console import Console
 
-    from mhacli.present.cell import expand
+    from mhacli.present.cell import work_out
     from mhacli.present.tables import render
     from mhacli.present.views import views
 
     p = load_sample("intro")
     tr = mhacli.trace(**p.inputs)
-    rows, cols = p.labels(3, 3, False)
-    ex = expand("scores:1:2:1", tr, mhacli.engine.core.prepare(**p.inputs), None, None, rows, cols, 4)
+    rows, cols = p.labels()
+    ex = work_out("scores:1:2:1", tr, None, rows, cols, 4)
     assert ex.marks[("q_heads", 1)] == ({1}, set()) and ex.marks[("k_heads", 1)] == ({0}, set())
     vs = views(tr, rows, cols, ["q_heads", "k_heads", "scores"], 1, marks=ex.marks)
     buf = io.StringIO()

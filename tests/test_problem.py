@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import mhacli
-from mhacli.io.problem import parse_number
+from mhacli.numbers import parse as parse_number
 
 from .cases import close
 from .reference import reference
@@ -39,7 +39,7 @@ def test_numbers_in_every_written_form(tmp_path: Path) -> None:
     assert x[0].tolist() == [1.0, 0.5, 0.001]  # 1e-3 is a string to PyYAML: read as a number
     assert x[1, 2] == float(Fraction(1, 3))
     assert x[2, 2] == 25.0
-    assert p.tokens == ["the", "cat", "sat"]
+    assert p.tokens == ("the", "cat", "sat")
     assert p.inputs["mask"] == "causal" and p.inputs["scale"] == "none"
     close(mhacli.attention(**p.inputs), reference(**p.inputs)["output"])
 
@@ -62,7 +62,7 @@ def test_npz_problem_and_npz_reference(tmp_path: Path) -> None:
     np.savez(tmp_path / "p.npz", heads=np.array(2), mask=np.array("causal"),
              tokens=np.array(["a", "b", "c"]), **arrays)
     p = mhacli.load(tmp_path / "p.npz")
-    assert p.tokens == ["a", "b", "c"] and p.inputs["heads"] == 2
+    assert p.tokens == ("a", "b", "c") and p.inputs["heads"] == 2
     expected = reference(**arrays, heads=2, mask="causal")["output"]
     close(mhacli.attention(**p.inputs), expected)
     # a YAML file may take its large arrays from an .npz beside it
@@ -75,7 +75,7 @@ def test_npz_problem_and_npz_reference(tmp_path: Path) -> None:
 def test_yaml_words_stay_words(tmp_path: Path) -> None:
     """YAML 1.1 would turn these labels into True, None and 90."""
     text = YAML.replace("[the, cat, sat]", "[yes, null, 1:30]")
-    assert mhacli.load(write(tmp_path, "p.yaml", text)).tokens == ["yes", "null", "1:30"]
+    assert mhacli.load(write(tmp_path, "p.yaml", text)).tokens == ("yes", "null", "1:30")
 
 
 @pytest.mark.parametrize("entry, found", [
@@ -197,7 +197,7 @@ def test_large_files_read_fast_and_exactly(tmp_path: Path, style: str, fast_from
     assert path.stat().st_size > 10_000
     p = mhacli.load(path)
     assert np.array_equal(p.inputs["x"], x) and np.array_equal(p.inputs["w_v"], w)
-    assert isinstance(p.raw["x"], np.ndarray)  # it did take the fast route
+    assert isinstance(p.written["x"], np.ndarray)  # it did take the fast route
     # a bad entry sends that matrix to the full parser, which names it
     text = path.read_text()
     bad = text.replace(repr(float(x[70][3])), "yes" if style != "json" else "true", 1)
@@ -242,12 +242,16 @@ def test_json_errors_point_at_the_entry(tmp_path: Path) -> None:
 
 def test_fast_route_reads_numbers_json_does_not_write(tmp_path: Path, fast_from_10k: None
                                                       ) -> None:
-    """.5, 5., +1 and 010 are numbers by this tool's rule, though not JSON's."""
-    row = "[.5, 5., +1, 010, -2e1, 1E-1]"
+    """.5, 5., +1 are numbers by this tool's rule, though not JSON's; 010 is neither."""
+    row = "[.5, 5., +1, 10, -2e1, 1E-1]"
     text = "x:\n" + "".join(f"  - {row}\n" for _ in range(400)) + \
         "w_q: [[1], [1], [1], [1], [1], [1]]\nw_k: [[1], [1], [1], [1], [1], [1]]\n" \
         "w_v: [[1], [1], [1], [1], [1], [1]]\n"
     assert len(text) > 10_000
     p = mhacli.load(write(tmp_path, "p.yaml", text))
-    assert isinstance(p.raw["x"], np.ndarray)  # the fast route, not the full parser
+    assert isinstance(p.written["x"], np.ndarray)  # the fast route, not the full parser
     assert p.inputs["x"][0].tolist() == [0.5, 5.0, 1.0, 10.0, -20.0, 0.1]
+    # a leading zero is refused by the rule, in a large file as in a small one
+    bad = text.replace("  - " + row, "  - " + row.replace("10,", "010,"), 1)
+    with pytest.raises(mhacli.MhaError, match=r"p\.yaml, line 2, column \d+: x\[1\]\[4\] is '010'"):
+        mhacli.load(write(tmp_path, "p.yaml", bad))

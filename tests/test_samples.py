@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 import mhacli
 from mhacli.cli import app
-from mhacli.io.problem import load_sample, sample_names
+from mhacli.io.samples import load_sample, sample_names
 
 from .cases import close
 from .reference import reference
@@ -43,7 +43,7 @@ def test_samples_match_their_descriptions() -> None:
     assert load_sample("translate").inputs["x"].shape[0] > load_sample("translate").inputs["x_kv"].shape[0]
     assert load_sample("causal").inputs["mask"] == "causal"
     assert load_sample("causal").inputs["heads"] == 2
-    assert load_sample("cat").tokens == "the cat jumped over the lazy dog".split()
+    assert load_sample("cat").tokens == tuple("the cat jumped over the lazy dog".split())
     hand = load_sample("by-hand").inputs
     for key in ("x", "w_q", "w_k", "w_v"):
         assert np.all(hand[key] == np.round(hand[key])) and np.abs(hand[key]).max() <= 2

@@ -118,7 +118,7 @@ def test_large_matrix_summarised_in_a_terminal_full_on_request() -> None:
 
 
 def test_plain_and_pipes_print_every_number_in_column_blocks() -> None:
-    x = mhacli.load(mhacli.io.problem.sample_path("hopkins")).inputs["x"]
+    x = mhacli.load(mhacli.io.samples.sample_path("hopkins")).inputs["x"]
     out = runner.invoke(app, ["explain", "--sample", "hopkins", "--stage", "x", "--format",
                               "plain", "--precision", "4"]).stdout
     numbers = [t for line in out.splitlines() if not line.startswith("#")

@@ -10,22 +10,16 @@ import warnings
 from pathlib import Path
 from typing import Annotated, Iterator, Optional
 
-import numpy as np
 import typer
 
 from .. import __version__
-
-from ..engine import core
-
-from ..io import problem as problems
 from ..errors import MaskedRowWarning, MhaError
 from .options import (
     INPUT, CheckFormat, DebugOpt, DModelOpt, Dtype, DtypeOpt, ExplainFormat, FileArg,
     HeadsOpt, IntsOpt, Layout, LayoutOpt, MaskedRow, MaskedRowOpt, MaskOpt, PrecisionOpt,
-    RandomOpt, RunFormat, SampleOpt, ScaleOpt, SeedOpt, TokensOpt, build_problem, parse_mask,
-    parse_tokens,
+    RandomOpt, RunFormat, SampleOpt, ScaleOpt, SeedOpt, TokensOpt,
 )
-from .terminal import PIPE_WIDTH, console_for_stdout, progress_bar, rich_stdout, show
+from .terminal import console_for_stdout, progress_bar, rich_stdout, show
 
 app = typer.Typer(
     name="mha",
@@ -59,23 +53,24 @@ def _root(version: Annotated[bool, typer.Option(
 # --------------------------------------------------------------------------- helpers
 
 
-@contextlib.contextmanager
-def _about(prob: problems.Problem) -> Iterator[None]:
-    """Errors found while computing (an overflow) name the problem they come from."""
-    try:
-        yield
-    except MhaError as exc:
-        if str(exc).startswith(prob.source):
-            raise
-        raise MhaError(f"{prob.source}: {exc}") from None
+def _problem(file: Optional[str], sample: Optional[str], **options: object):  # type: ignore[no-untyped-def]
+    """The problem the options name (see ``mhacli.io.choose.problem_from``)."""
+    from ..io.choose import problem_from
+
+    if file == "-" and sys.stdin.isatty():
+        raise MhaError("reading the problem from standard input, which is a terminal: "
+                       "pipe a file in (mha explain - < problem.yaml) or name the file")
+    return problem_from(file=file, sample=sample, stdin=sys.stdin.buffer if file == "-"
+                        else None, **options)  # type: ignore[arg-type]
 
 
 @contextlib.contextmanager
 def _guard(debug: bool) -> Iterator[dict]:
     """MhaError -> one line on stderr and exit 2; masked-row warnings -> stderr.
 
-    The command may put the query rows' labels under "tokens" of what this yields, so
-    that a warning names each row by its token.
+    The command may put the problem's query labels under "tokens" of what this yields,
+    so that a warning names each row by its token, and its "source", so that an error
+    found while computing (an overflow) names the problem.
     """
     context: dict = {}
     try:
@@ -88,7 +83,7 @@ def _guard(debug: bool) -> Iterator[dict]:
     except MhaError as exc:
         if debug:
             raise
-        typer.echo(f"Error: {exc}", err=True)
+        typer.echo(f"Error: {exc.located(context.get('source'))}", err=True)
         raise typer.Exit(2) from None
     except BrokenPipeError:
         # the reader went away (`mha ... | head -1`): stop quietly, as the Python
@@ -170,79 +165,54 @@ def explain(
       mha explain problem.yaml --format json | jq '.stages.weights'
     """
     with _guard(debug) as context:
-        prob = build_problem(file, sample, random, seed, tokens, d_model, heads, ints, mask,
-                             scale, dtype, masked_row, layout)
-        context["tokens"] = prob.tokens
+        from .. import engine
+
+        prob = _problem(file, sample, random=random, seed=seed, tokens=tokens,
+                        d_model=d_model, heads=heads, ints=ints, mask=mask, scale=scale,
+                        dtype=dtype.value, masked_row=masked_row.value,
+                        layout=layout.value if layout is not None else None)
+        context.update(tokens=prob.tokens, source=prob.source)
         shown = layout.value if layout is not None else prob.layout
-        stages = [core.canonical_stage(s) for s in stage] if stage else None
-        with _about(prob):
-            tr = core.trace(**prob.inputs)
+        stages = [engine.canonical(s) for s in stage] if stage else None
+        tr = engine.traced(prob.prepared)
         c = tr.config
         if head is not None and not 1 <= head <= c.heads:
             raise MhaError(f"--head {head}: the problem has heads 1 to {c.heads}")
-        rows, cols = prob.labels(c.n, c.m, c.cross or c.direct)
+        queries, keys = prob.labels()
         digits = 4 if precision is None else precision
         exact = None
         if fractions:
-            if sum(np.size(v) for v in prob.raw.values()) > 100_000:
+            if prob.size > 100_000:
                 raise MhaError("--fractions is for problems small enough to do by hand "
                                "(this one has over 100000 input numbers)")
-            exact = core.exact_trace(**prob.exact_inputs())
-        expansion = None
+            exact = engine.exact_trace(prob.exact)
+        worked = None
         if cell is not None:
-            from ..present.cell import expand
+            from ..present.cell import work_out
 
-            exact_p = core.prepare(**{**prob.exact_inputs(), "dtype": object}) \
-                if exact is not None else None
-            expansion = expand(cell, tr, core.prepare(**prob.inputs), exact, exact_p, rows,
-                               cols, digits, shown)
-            if stages is None:
-                stages = [s for s in core.STAGES if any(s == k[0] for k in expansion.marks)]
-            if head is None:
-                head = expansion.head
-        from ..present import text as formats
-
+            worked = work_out(cell, tr, exact, queries, keys, digits, shown)
+            stages = stages or worked.stages
+            head = head or worked.head
         if fmt is ExplainFormat.json:
-            sys.stdout.write(formats.explain_json(
-                tr, rows, cols, stages, head, exact.stages if exact else None,
-                None if expansion is None else {"title": expansion.title,
-                                                 "lines": expansion.lines}, shown))
+            from ..present.text import explain_json
+
+            sys.stdout.write(explain_json(
+                tr, queries, keys, stages, head, exact.stages if exact else None,
+                None if worked is None else {"title": worked.title, "lines": worked.lines},
+                shown))
             return
         from ..present.views import views
 
-        vs = views(tr, rows, cols, stages, head, exact.stages if exact else None, shown,
-                   expansion.marks if expansion else None)
+        vs = views(tr, queries, keys, stages, head, exact.stages if exact else None, shown,
+                   worked.marks if worked else None)
         if (svg or html) and fmt is not ExplainFormat.rich:
             raise MhaError("--svg and --html save the rich view: leave out --format")
         if fmt is ExplainFormat.rich and (svg or html or rich_stdout()):
-            show(vs, expansion, digits, full, svg, html)
+            show(vs, worked, digits, full, svg, html)
             return
-        sys.stdout.write(_as_text(fmt, vs, c, digits, shown, expansion))
+        from ..present.explain import as_text
 
-
-def _as_text(fmt: ExplainFormat, vs: list, config: core.Config, digits: int, layout: str,
-             expansion: object) -> str:
-    """The views (and the worked-out cell) as text: the rich view without a terminal,
-    plain, Markdown or LaTeX."""
-    from ..present import text as formats
-
-    lines = [] if expansion is None else [expansion.title, *expansion.lines]  # type: ignore[attr-defined]
-    if fmt is ExplainFormat.rich:  # a pipe or a file: the same view as text, sans Rich
-        text = formats.explain_plain(vs, digits, PIPE_WIDTH, view=True)
-        return text + ("\n".join(lines) + "\n" if lines else "")
-    if fmt is ExplainFormat.plain:
-        text = formats.explain_plain(vs, digits, PIPE_WIDTH)
-        return text + (f"\n# {lines[0]}\n" + "\n".join(lines[1:]) + "\n" if lines else "")
-    if fmt is ExplainFormat.markdown:
-        from ..present.markup import markdown
-
-        body = "\n".join(lines[1:])
-        return markdown(vs, digits) + (f"\n### {lines[0]}\n\n```\n{body}\n```\n" if lines else "")
-    from ..present.markup import latex
-
-    body = "\n".join(lines[1:])
-    return latex(vs, config, digits, layout) + (
-        f"\n% {lines[0]}\n\\begin{{verbatim}}\n{body}\n\\end{{verbatim}}\n" if lines else "")
+        sys.stdout.write(as_text(fmt.value, vs, worked, digits))
 
 
 @app.command()
@@ -284,13 +254,16 @@ def run(
       cat problem.json | mha run - --format json | jq '.shape'
     """
     with _guard(debug) as context:
-        prob = build_problem(file, sample, random, seed, tokens, d_model, heads, ints, mask,
-                             scale, dtype, masked_row)
-        context["tokens"] = prob.tokens
+        from ..engine import fast
+
+        prob = _problem(file, sample, random=random, seed=seed, tokens=tokens,
+                        d_model=d_model, heads=heads, ints=ints, mask=mask, scale=scale,
+                        dtype=dtype.value, masked_row=masked_row.value)
+        context.update(tokens=prob.tokens, source=prob.source)
         if fmt is RunFormat.npy and output is None and sys.stdout.isatty():
             raise MhaError("--format npy is binary: give -o FILE or redirect standard output")
-        with _about(prob), progress_bar() as progress:
-            out = core.attention(**prob.inputs, progress=progress)
+        with progress_bar() as progress:
+            out = fast(prob.prepared, progress)
         from ..present.text import write_output
 
         data = write_output(out, fmt.value, precision)
@@ -325,13 +298,15 @@ def samples(
       mha explain --sample causal --stage masked --stage weights
     """
     with _guard(debug):
+        from ..io.samples import sample_description, sample_names, sample_path
+
         if name is not None:
-            sys.stdout.write(problems.sample_path(name).read_text(encoding="utf-8"))
+            sys.stdout.write(sample_path(name).read_text(encoding="utf-8"))
             return
-        names = problems.sample_names()
+        names = sample_names()
         width = max(len(n) for n in names)
         for n in names:
-            typer.echo(f"{n.ljust(width)}  {problems.sample_description(n)}")
+            typer.echo(f"{n.ljust(width)}  {sample_description(n)}")
 
 
 @app.command()
@@ -368,27 +343,21 @@ def check(
 
       mha check homework.yaml --format json
     """
-    with _guard(debug):
+    with _guard(debug) as context:
         if file is None and sample is None:
             raise MhaError("give the problem file to check (mha check FILE)")
-        prob = build_problem(file, sample, False, None, None, None, None, None, None, None,
-                             Dtype.float64, masked_row, layout)
-        from ..present import report as reports
-        from ..grading.judge import check as run_check
+        prob = _problem(file, sample, masked_row=masked_row.value,
+                        layout=layout.value if layout is not None else None)
+        context.update(tokens=prob.tokens, source=prob.source)
+        from ..grading.judge import check as judge
+        from ..present import report
 
-        with _about(prob):
-            result = run_check(prob, tolerance)
+        result = judge(prob, tolerance)
         if fmt is CheckFormat.rich and rich_stdout():
-            console, _ = console_for_stdout()
-            styles = {"good": "green", "bad": "bold red", "note": "yellow", "": ""}
-            for text, style in reports.lines(result):
-                console.print(text, style=styles[style], markup=False, highlight=False,
-                              soft_wrap=True)
+            report.show(result, console_for_stdout()[0])
         else:
-            writer = {CheckFormat.rich: reports.plain, CheckFormat.plain: reports.plain,
-                      CheckFormat.json: reports.as_json,
-                      CheckFormat.markdown: reports.markdown, CheckFormat.latex: reports.latex}
-            sys.stdout.write(writer[fmt](result))
+            sys.stdout.write(report.as_text(result, "plain" if fmt is CheckFormat.rich
+                                            else fmt.value))
     if not result.ok:
         raise typer.Exit(1)
 
@@ -441,6 +410,7 @@ def generate(
       mha generate --ints -1:1 --kv-tokens 'el gato' --tokens 'the cat sat' --d-kv 3
     """
     with _guard(debug):
+        from .. import engine
         from ..io import generate as gen
 
         if answers and blank:
@@ -450,26 +420,21 @@ def generate(
             import secrets
 
             seed = secrets.randbelow(1_000_000)
-        kv_spec = parse_tokens(kv_tokens) if kv_tokens is not None else None
-        token_spec = parse_tokens(tokens) if tokens is not None else None
         prob = gen.random_problem(
-            seed=seed, tokens=token_spec, d_model=d_model, heads=heads,
-            ints=gen.parse_ints(ints) if ints is not None else None, kv_tokens=kv_spec,
+            seed=seed, tokens=gen.parse_tokens(tokens) if tokens is not None else None,
+            d_model=d_model, heads=heads,
+            ints=gen.parse_ints(ints) if ints is not None else None,
+            kv_tokens=gen.parse_tokens(kv_tokens) if kv_tokens is not None else None,
             d_kv=d_kv, w_o=not no_w_o)
-        inputs = dict(prob.inputs)
-        if mask is not None:
-            inputs["mask"] = parse_mask(mask)
-        if scale is not None:
-            inputs["scale"] = problems._scale(scale)
-        prob = prob.replace(inputs=inputs)
-        problems.check_labels(prob)
-        chosen = [core.canonical_stage(s) for s in stage] if stage else None
+        if mask is not None or scale is not None:
+            prob = prob.with_overrides(mask=mask, scale=scale)
+        chosen = [engine.canonical(s) for s in stage] if stage else None
         filled = None
         if answers or blank:
-            tr = core.trace(**prob.inputs)
-            exact = core.exact_trace(**prob.exact_inputs()).stages
+            tr = engine.traced(prob.prepared)
+            exact = engine.exact_trace(prob.exact).stages
             filled = {s: exact.get(s, a) for s, a in tr.stages.items()
-                      if s not in ("x", "x_kv") and (chosen is None or s in chosen)}
+                      if not engine.BY_NAME[s].given and (chosen is None or s in chosen)}
         what = "small integers" if ints else "random decimals"
         comment = f"mha generate: {what}, seed {seed}"
         text = gen.problem_yaml(prob, comment, filled, blank, layout.value)

@@ -9,7 +9,7 @@ from typing import Iterator
 
 from ..errors import MhaError
 
-PIPE_WIDTH = 100  # the width of text written to a pipe or a file
+from ..present.explain import PIPE_WIDTH
 
 
 def rich_stdout() -> bool:
@@ -68,12 +68,12 @@ def progress_bar(after: float = 1.0) -> Iterator[object]:
             state["bar"].stop()
 
 
-def show(vs: list, expansion: object, digits: int, full: bool, svg: Path | None,
-          html: Path | None) -> None:
+def show(vs: list, worked: object, digits: int, full: bool, svg: Path | None,
+         html: Path | None) -> None:
     """The rich view on stdout; saved as SVG/HTML too, in colour, when asked."""
     from rich.console import Console
 
-    from ..present.tables import render
+    from ..present.explain import show as draw
 
     console, terminal = console_for_stdout(record=bool(svg or html))
     targets = [(console, terminal)]
@@ -81,12 +81,7 @@ def show(vs: list, expansion: object, digits: int, full: bool, svg: Path | None,
         targets.append((Console(file=io.StringIO(), record=True, width=PIPE_WIDTH,
                                 force_terminal=True, color_system="truecolor"), True))
     for con, boxed in targets:
-        render(vs, con, digits, boxed, full=full or not con.is_terminal)
-        if expansion is not None:
-            con.print(expansion.title, style="bold", markup=False,  # type: ignore[attr-defined]
-                      soft_wrap=not con.record)
-            for line in expansion.lines:  # type: ignore[attr-defined]
-                con.print(line, markup=False, highlight=False, soft_wrap=not con.record)
+        draw(vs, worked, con, digits, boxed, full=full or not con.is_terminal)  # type: ignore[arg-type]
     recorder = targets[-1][0]
     try:
         if svg is not None:

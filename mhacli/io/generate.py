@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+import json
 import re
-from fractions import Fraction
 
 import numpy as np
 
+from .. import numbers
 from ..errors import MhaError
 from .problem import Problem
 
 DEFAULT_TOKENS = 4
 DEFAULT_D_MODEL = 8
 DEFAULT_HEADS = 2
+
+
+def parse_tokens(text: str) -> int | list[str]:
+    """``--tokens``: a number of tokens, or the tokens themselves ('the cat sat')."""
+    if re.fullmatch(r"\s*\d{1,9}\s*", text):
+        return int(text)
+    labels = text.replace(",", " ").split()
+    if not labels:
+        raise MhaError("--tokens needs a number or the tokens themselves, e.g. 'the cat sat'")
+    return labels
 
 
 def parse_ints(text: str) -> tuple[int, int]:
@@ -78,51 +89,37 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
     inputs.update(w_q=draw(d, d, sd_w), w_k=draw(dkv, d, sd_kv), w_v=draw(dkv, d, sd_kv))
     if w_o:
         inputs["w_o"] = draw(d, d, sd_w)
-    raw = dict(inputs)
+    written = dict(inputs)
     inputs["heads"] = h
     source = "random problem" + (f" (seed {seed})" if seed is not None else "")
-    return Problem(inputs, labels, kv_labels, {}, source, raw)
+    return Problem.build(inputs, tokens=labels, kv_tokens=kv_labels, source=source,
+                         written=written)
 
 
 # --------------------------------------------------------------------------- writing
 
-
-def exact_text(value: Fraction) -> str:
-    """A rational as a person writes it: 3, 0.125 (when the decimal ends) or 1/3."""
-    if value.denominator == 1:
-        return str(value.numerator)
-    den = value.denominator
-    for p in (2, 5):
-        while den % p == 0:
-            den //= p
-    if den == 1:  # a terminating decimal: write it out exactly
-        places = 0
-        while (value * 10**places).denominator != 1:
-            places += 1
-        digits = abs(value.numerator * 10**places // value.denominator)
-        text = str(digits).rjust(places + 1, "0")
-        return ("-" if value < 0 else "") + text[:-places] + "." + text[-places:]
-    return f'"{value}"'
+_PLAIN_LABEL = re.compile(r"[^\W\d][\w.'!?-]*|\d[\w.]*[^\W\d.][\w.]*", re.UNICODE)
 
 
-def float_text(v: float) -> str:
-    if v == float("-inf"):
-        return "-inf"
-    if v == int(v) and abs(v) < 1e15:
-        return str(int(v))
-    text = repr(float(v))
-    return text if "e" not in text or "." in text else text.replace("e", ".0e")
+def label_text(label: str) -> str:
+    """A token label as YAML reads it back unchanged: plain when that is safe, else
+    double-quoted (``"#a b"``, ``"[x] y"``, ``"'q'"``, ``"yes"`` stay as they are)."""
+    if _PLAIN_LABEL.fullmatch(label):
+        return label
+    return json.dumps(label, ensure_ascii=False)
 
 
 def _matrix_lines(key: str, rows: list[list[str]], indent: str = "") -> list[str]:
     return [f"{indent}{key}:"] + [f"{indent}  - [{', '.join(r)}]" for r in rows]
 
 
+def _number(v: object) -> str:
+    text = numbers.written(v)
+    return f'"{text}"' if "/" in text else text  # a fraction is text to YAML
+
+
 def _texts(a: np.ndarray) -> list[list[str]]:
-    if a.dtype == object:
-        return [[exact_text(v) if isinstance(v, Fraction) else float_text(float(v)) for v in r]
-                for r in a]
-    return [[float_text(float(v)) for v in r] for r in a]
+    return [[_number(v) for v in row] for row in a]
 
 
 def problem_yaml(problem: Problem, comment: str, answers: dict[str, np.ndarray] | None = None,
@@ -135,25 +132,26 @@ def problem_yaml(problem: Problem, comment: str, answers: dict[str, np.ndarray] 
     orient = (lambda a: a.swapaxes(-1, -2)) if columns else (lambda a: a)  # noqa: E731
     out = [f"# {comment}"]
     if problem.tokens:
-        out.append(f"tokens: [{', '.join(problem.tokens)}]")
+        out.append(f"tokens: [{', '.join(label_text(t) for t in problem.tokens)}]")
     if problem.kv_tokens:
-        out.append(f"kv_tokens: [{', '.join(problem.kv_tokens)}]")
+        out.append(f"kv_tokens: [{', '.join(label_text(t) for t in problem.kv_tokens)}]")
     if columns:
         out.append("layout: columns    # tokens are columns: Q = W_Q·X")
-    inp = problem.inputs
-    out.append(f"heads: {inp.get('heads', 1)}")
-    for key in ("mask", "scale"):
-        value = inp.get(key)
-        if isinstance(value, str):
-            out.append(f"{key}: {value}")
-        elif isinstance(value, float):
-            out.append(f"{key}: {float_text(value)}")
-        elif value is not None:
-            rows = np.asarray(value, dtype=int)
-            out += _matrix_lines(key, [[str(v) for v in r] for r in orient(rows)])
+    p = problem.prepared
+    c = p.config
+    out.append(f"heads: {c.heads}")
+    if c.mask != "none":
+        if p.mask is None:
+            out.append(f"mask: {c.mask}")
+        else:
+            out += _matrix_lines("mask", [[str(int(v)) for v in r] for r in orient(p.mask)])
+    scale = problem.inputs.get("scale")
+    if scale is not None:
+        rule = scale.strip().lower() if isinstance(scale, str) else ""
+        out.append(f"scale: {rule if rule in ('dk', 'n', 'none') else _number(p.exact_scale)}")
     for key in ("x", "x_kv", "w_q", "w_k", "w_v", "w_o"):
-        if key in inp:
-            out += _matrix_lines(key, _texts(orient(np.asarray(inp[key]))))
+        if key in problem.inputs:
+            out += _matrix_lines(key, _texts(orient(getattr(p, key))))
     if answers:
         out.append("answers:" + ("    # fill in every _" if blank else ""))
         for stage, a in answers.items():

@@ -35,8 +35,9 @@ def check_shape_of_text(text: str, source: str) -> None:
     brackets, quotes, comments and & or *, so a large file of numbers is scanned fast.
     """
     if len(text) > MAX_TEXT_BYTES:
-        raise MhaError(f"{source}: the file is {len(text) / 2**20:.0f} MiB; problem text is "
-                       f"limited to {MAX_TEXT_BYTES // 2**20} MiB (use .npz for large arrays)")
+        raise MhaError(f"the file is {len(text) / 2**20:.0f} MiB; problem text is limited "
+                       f"to {MAX_TEXT_BYTES // 2**20} MiB (use .npz for large arrays)",
+                       source=source)
     depth = 0
     pos = 0
     search = _SPECIAL.search
@@ -55,8 +56,8 @@ def check_shape_of_text(text: str, source: str) -> None:
         if ch in "[{":
             depth += 1
             if depth > MAX_DEPTH:
-                raise MhaError(f"{source}: line {line_at(i)}: nested more than {MAX_DEPTH} "
-                               "levels deep; a problem needs 4 at most")
+                raise MhaError(f"nested more than {MAX_DEPTH} levels deep; a problem needs "
+                               "4 at most", source=source, line=line_at(i))
         elif ch in "]}":
             depth -= 1
         elif ch == '"' and starts_token:  # skip the string, escapes included
@@ -80,12 +81,12 @@ def check_shape_of_text(text: str, source: str) -> None:
             pos = len(text) if end < 0 else end
         elif ch in "&*" and starts_token and text[i + 1:i + 2] not in ("", " ", "\t", "\n",
                                                                         ",", "]", "}"):
-            raise MhaError(f"{source}: line {line_at(i)}: YAML anchors (&name) and aliases "
-                           "(*name) are not accepted; write the values out")
+            raise MhaError("YAML anchors (&name) and aliases (*name) are not accepted; "
+                           "write the values out", source=source, line=line_at(i))
     widest = max((len(m) for m in _BLOCK_PREFIX.findall("\n" + text)), default=0)
     if widest > MAX_INDENT:
-        raise MhaError(f"{source}: a line is indented or nested more than {MAX_INDENT} "
-                       "columns deep; a problem needs far less")
+        raise MhaError(f"a line is indented or nested more than {MAX_INDENT} columns deep; "
+                       "a problem needs far less", source=source)
 
 
 FAST_FROM_BYTES = 1 << 20  # files this large take the fast route for their matrices
@@ -101,6 +102,7 @@ _REGIONS = {  # a top-level matrix key, then its rows
 }
 _NUMERIC_BYTES = b"0123456789eE+-., \t\r\n[]"  # anything else (nan, inf, yes, 1_0) falls back
 _LONE_PLUS = re.compile(rb"(?<![eE])\+")  # JSON numbers have no leading +
+_LEADING_ZERO = re.compile(rb"(?:^|[\[,\s])[+-]?0\d")  # 010 is not a number: the parser says so
 
 
 def _rows_of_numbers(body: str, fmt: str, block: bool) -> np.ndarray | None:
@@ -114,7 +116,8 @@ def _rows_of_numbers(body: str, fmt: str, block: bool) -> np.ndarray | None:
     except UnicodeEncodeError:
         return None
     if raw.translate(None, _NUMERIC_BYTES) or \
-            fmt == "json" and b"+" in raw and _LONE_PLUS.search(raw):
+            fmt == "json" and b"+" in raw and _LONE_PLUS.search(raw) or \
+            _LEADING_ZERO.search(raw):
         return None
     b = np.frombuffer(raw, dtype=np.uint8)
     opens, closes = np.flatnonzero(b == ord("[")), np.flatnonzero(b == ord("]"))
@@ -222,26 +225,27 @@ def _text_loader() -> Any:
             def construct_object(self, node: Any, deep: bool = False) -> Any:
                 # a node met a second time was reached through an alias (*name)
                 if node in self.constructed_objects or node in self.recursive_objects:
-                    raise MhaError(f"line {node.start_mark.line + 1}: YAML aliases (*name) "
-                                   "and anchors (&name) are not accepted; write the values out")
+                    raise MhaError("YAML aliases (*name) and anchors (&name) are not "
+                                   "accepted; write the values out",
+                                   line=node.start_mark.line + 1)
                 if node.tag not in self.yaml_constructors:
-                    raise MhaError(f"line {node.start_mark.line + 1}: the tag {node.tag} is "
-                                   "not accepted")
+                    raise MhaError(f"the tag {node.tag} is not accepted",
+                                   line=node.start_mark.line + 1)
                 return super().construct_object(node, deep)
 
             def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
                 import yaml as y
 
                 if not isinstance(node, y.MappingNode):
-                    raise MhaError(f"line {node.start_mark.line + 1}: expected a mapping")
+                    raise MhaError("expected a mapping", line=node.start_mark.line + 1)
                 seen: set[str] = set()
                 for key_node, _ in node.value:
                     line = key_node.start_mark.line + 1
                     if not isinstance(key_node, y.ScalarNode):
-                        raise MhaError(f"line {line}: a key must be a plain name")
+                        raise MhaError("a key must be a plain name", line=line)
                     key = key_node.value
                     if key in seen:
-                        raise MhaError(f"line {line}: duplicate key {key!r}")
+                        raise MhaError(f"duplicate key {key!r}", line=line)
                     seen.add(key)
                 mapping: dict[Any, Any] = {}
                 for key_node, value_node in node.value:
@@ -262,7 +266,7 @@ def parse_text(text: str, source: str, fmt: str = "yaml") -> tuple[Any, Locator]
     1-based (line, column) of that entry, or of the nearest enclosing one it can find.
     """
     if not text.strip():
-        raise MhaError(f"{source}: the file is empty")
+        raise MhaError("the file is empty", source=source)
     check_shape_of_text(text, source)
     arrays: dict[str, np.ndarray] = {}
     if len(text) >= FAST_FROM_BYTES:
@@ -271,13 +275,16 @@ def parse_text(text: str, source: str, fmt: str = "yaml") -> tuple[Any, Locator]
         import json
 
         try:
-            data = json.loads(text, object_pairs_hook=_no_duplicates,
-                              parse_constant=_no_constant)
+            # numbers arrive as the text written, as YAML's do: the digits decide
+            data = json.loads(text, object_pairs_hook=_no_duplicates, parse_float=str,
+                              parse_int=str, parse_constant=_no_constant)
         except json.JSONDecodeError as exc:
-            raise MhaError(f"{source}: line {exc.lineno}, column {exc.colno}: "
-                           f"invalid JSON ({exc.msg})") from None
-        except (MhaError, RecursionError) as exc:
-            raise MhaError(f"{source}: {exc}") from None
+            raise MhaError(f"invalid JSON ({exc.msg})", source=source, line=exc.lineno,
+                           column=exc.colno) from None
+        except MhaError as exc:
+            raise exc.located(source) from None
+        except RecursionError:
+            raise MhaError("nested too deeply", source=source) from None
         return _put_back(data, arrays), lambda path: _locate_json(text, path)
     import yaml
 
@@ -286,13 +293,16 @@ def parse_text(text: str, source: str, fmt: str = "yaml") -> tuple[Any, Locator]
         return _put_back(loader.get_single_data(), arrays), lambda path: _locate_yaml(text, path)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         what = ", ".join(t for t in (exc.context, exc.problem) if t) or "not readable"
-        raise MhaError(f"{source}: {where}invalid YAML ({what})") from None
+        raise MhaError(f"invalid YAML ({what})", source=source,
+                       line=mark.line + 1 if mark else None,
+                       column=mark.column + 1 if mark else None) from None
     except yaml.YAMLError as exc:
-        raise MhaError(f"{source}: invalid YAML ({exc})") from None
-    except (MhaError, RecursionError) as exc:
-        raise MhaError(f"{source}: {exc}") from None
+        raise MhaError(f"invalid YAML ({exc})", source=source) from None
+    except MhaError as exc:
+        raise exc.located(source) from None
+    except RecursionError:
+        raise MhaError("nested too deeply", source=source) from None
     finally:
         loader.dispose()
 
@@ -369,6 +379,23 @@ def _no_constant(name: str) -> Any:
     raise MhaError(f"{name} is not a number this tool accepts (every entry must be finite)")
 
 
+def read_bytes(stream: Any, source: str) -> bytes:
+    """All of a stream (a file, a pipe, a device), but never more than the size bound:
+    what a device such as /dev/zero would give without end is refused as it is read."""
+    chunks, total = [], 0
+    while True:
+        chunk = stream.read(min(1 << 20, MAX_TEXT_BYTES + 1 - total))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+        if total > MAX_TEXT_BYTES:
+            raise MhaError(f"the input is larger than {MAX_TEXT_BYTES // 2**20} MiB; problem "
+                           "text is limited to that (use .npz for large arrays)",
+                           source=source)
+    return b"".join(chunks)
+
+
 def read_npz(path: Path | io.BytesIO) -> dict[str, np.ndarray]:
     """The arrays of an .npz file, refusing pickled objects and oversized contents."""
     import zipfile
@@ -378,15 +405,17 @@ def read_npz(path: Path | io.BytesIO) -> dict[str, np.ndarray]:
         with zipfile.ZipFile(path) as archive:
             total = sum(info.file_size for info in archive.infolist())
         if total > MAX_NPZ_BYTES:
-            raise MhaError(f"{shown}: the arrays would take {total / 2**30:.1f} GiB "
-                           f"unpacked; the limit is {MAX_NPZ_BYTES // 2**30} GiB")
+            raise MhaError(f"the arrays would take {total / 2**30:.1f} GiB unpacked; the "
+                           f"limit is {MAX_NPZ_BYTES // 2**30} GiB", source=shown)
         if isinstance(path, io.BytesIO):
             path.seek(0)
         with np.load(path, allow_pickle=False) as npz:
             return {k: npz[k] for k in npz.files}
+    except MhaError:
+        raise
     except FileNotFoundError:
-        raise MhaError(f"{shown}: no such file") from None
+        raise MhaError("no such file", source=shown) from None
     except IsADirectoryError:
-        raise MhaError(f"{shown}: is a directory, not a problem file") from None
+        raise MhaError("is a directory, not a problem file", source=shown) from None
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-        raise MhaError(f"{shown}: not a readable .npz file ({exc})") from None
+        raise MhaError(f"not a readable .npz file ({exc})", source=shown) from None

@@ -41,12 +41,17 @@ def convert(data: dict[str, Any], found: dict[str, str], read: Any) -> dict[str,
     if clash:
         raise MhaError(f"the file holds both a PyTorch state dict and {', '.join(clash)}; "
                        "give one or the other")
+    separate = [n for n in ("q_proj_weight", "k_proj_weight", "v_proj_weight") if n in found]
+    if "in_proj_weight" in found and separate:
+        raise MhaError(f"the file holds both {found['in_proj_weight']} and "
+                       f"{found[separate[0]]}: a module has one or the other",
+                       key=found[separate[0]])
     out = {k: v for k, v in data.items() if k not in found.values()}
     if "in_proj_weight" in found:
         w = read(data[found["in_proj_weight"]], found["in_proj_weight"], (2,))
         if w.shape[0] % 3:
             raise MhaError(f"{found['in_proj_weight']} has {w.shape[0]} rows: expected 3·E "
-                           "(queries, keys and values stacked)")
+                           "(queries, keys and values stacked)", key=found["in_proj_weight"])
         e = w.shape[0] // 3
         out["w_q"], out["w_k"], out["w_v"] = (w[i * e:(i + 1) * e].T for i in range(3))
     else:
@@ -61,7 +66,8 @@ def convert(data: dict[str, Any], found: dict[str, str], read: Any) -> dict[str,
     if "in_proj_bias" in found:
         b = read(data[found["in_proj_bias"]], found["in_proj_bias"], (1,))
         if b.shape[0] % 3:
-            raise MhaError(f"{found['in_proj_bias']} has {b.shape[0]} entries: expected 3·E")
+            raise MhaError(f"{found['in_proj_bias']} has {b.shape[0]} entries: expected 3·E",
+                           key=found["in_proj_bias"])
         e = b.shape[0] // 3
         out["b_q"], out["b_k"], out["b_v"] = (b[i * e:(i + 1) * e] for i in range(3))
     if "out_proj.weight" in found:

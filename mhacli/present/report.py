@@ -1,34 +1,77 @@
-"""A check report as text lines (with a style hint each), Markdown, LaTeX or JSON."""
+"""A check report as text lines (with a style hint each), Markdown, LaTeX or JSON.
+
+Reports are made in the row layout; a problem written with tokens as columns is shown
+its cells the way round it wrote them, here.
+"""
 
 from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from .. import numbers
+from ..engine import BY_NAME
 from ..grading.judge import Report, StageReport, Wrong
+from .views import side
 
 
 def number(v: float, exact: Fraction | None = None) -> str:
     if exact is not None:
         return str(exact) if exact.denominator == 1 else f"{exact} ({float(exact):.6g})"
-    if math.isinf(v):
-        return "−∞ (blocked)" if v < 0 else "∞"
-    if v == int(v) and abs(v) < 1e15:
-        return str(int(v))
-    return f"{v:.6g}"
+    if math.isinf(v) and v < 0:
+        return "−∞ (blocked)"
+    return numbers.significant(v)
 
 
-def _where(w: Wrong) -> str:
-    head = f"head {w.head}, " if w.head is not None else ""
-    return f"{head}row {w.row} ({w.row_label}), column {w.col} ({w.col_label})"
+@dataclass(frozen=True)
+class Place:
+    """Where a wrong cell is, as the person sees it: 1-based, with labels."""
+
+    head: int | None
+    row: int
+    col: int
+    row_label: str
+    col_label: str
 
 
-def _wrong_line(w: Wrong) -> str:
+def place(report: Report, stage: str, w: Wrong) -> Place:
+    s = BY_NAME[stage]
+    queries, keys = report.problem.labels()
+    rows = side(s.rows, queries, keys, w.row + 1)  # a numbered side counts from 1
+    cols = side(s.cols, queries, keys, w.col + 1)
+    r, k, row_label, col_label = w.row, w.col, rows[w.row], cols[w.col]
+    if report.problem.layout == "columns":  # shown transposed: the token is the column
+        r, k, row_label, col_label = k, r, col_label, row_label
+    return Place(w.head, r + 1, k + 1, row_label, col_label)
+
+
+def _where(at: Place) -> str:
+    head = f"head {at.head}, " if at.head is not None else ""
+    return f"{head}row {at.row} ({at.row_label}), column {at.col} ({at.col_label})"
+
+
+def _wrong_line(report: Report, stage: str, w: Wrong) -> str:
     diff = "" if math.isnan(w.difference) else f" (difference {w.difference:+.6g})"
     written = w.written or "blank"
-    return f"{_where(w)}: wrote {written}, expected {number(w.expected, w.expected_exact)}{diff}"
+    return (f"{_where(place(report, stage, w))}: wrote {written}, expected "
+            f"{number(w.expected, w.expected_exact)}{diff}")
+
+
+def shape_note(report: Report, s: StageReport) -> str:
+    """``expected a list of 2 matrices of 3 × 3, found 3 × 3``, as the person wrote it."""
+    shown = list(s.shape)
+    found = list(s.found) if s.found is not None else None
+    if report.problem.layout == "columns":
+        shown[-2:] = shown[:-3:-1]
+        if found is not None and len(found) >= 2:
+            found[-2:] = found[:-3:-1]
+    want = (f"a list of {shown[0]} matrices of {shown[1]} × {shown[2]}"
+            if len(shown) == 3 else f"{shown[0]} × {shown[1]}")
+    got = " × ".join(map(str, found)) if found else "a ragged or flat list"
+    return f"expected {want}, found {got}"
 
 
 def _carried(s: StageReport) -> str | None:
@@ -53,7 +96,7 @@ def lines(report: Report, limit: int = 20) -> list[tuple[str, str]]:
     for s in report.stages:
         name = s.stage.ljust(width)
         if s.status == "shape":
-            out.append((f"✗ {name}  wrong shape: {s.shape_note}", "bad"))
+            out.append((f"✗ {name}  wrong shape: {shape_note(report, s)}", "bad"))
             continue
         filled = s.cells - s.blank
         blanks = f", {s.blank} left blank" if s.blank else ""
@@ -64,7 +107,7 @@ def lines(report: Report, limit: int = 20) -> list[tuple[str, str]]:
         else:
             out.append((f"✗ {name}  {len(s.wrong)} of {filled} cells wrong{blanks}", "bad"))
             for w in s.wrong[:limit]:
-                out.append((f"    {_wrong_line(w)}", ""))
+                out.append((f"    {_wrong_line(report, s.stage, w)}", ""))
             if len(s.wrong) > limit:
                 out.append((f"    … and {len(s.wrong) - limit} more (--format json lists all)",
                              "note"))
@@ -96,14 +139,14 @@ def markdown(report: Report) -> str:
         out += [f"Not answered: {', '.join(report.skipped)}", ""]
     out += ["| stage | result |", "|---|---|"]
     for s in report.stages:
-        result = {"shape": f"wrong shape: {s.shape_note}", "blank": "left blank",
-                  "correct": f"all {s.cells - s.blank} cells correct",
-                  "wrong": f"{len(s.wrong)} of {s.cells - s.blank} cells wrong"}[s.status]
+        result = f"wrong shape: {shape_note(report, s)}" if s.status == "shape" else \
+            {"blank": "left blank", "correct": f"all {s.cells - s.blank} cells correct",
+             "wrong": f"{len(s.wrong)} of {s.cells - s.blank} cells wrong"}[s.status]
         out.append(f"| `{s.stage}` | {result} |")
     for s in report.stages:
         if s.wrong:
             out += ["", f"### `{s.stage}`: wrong cells", ""]
-            out += [f"- {_wrong_line(w)}" for w in s.wrong]
+            out += [f"- {_wrong_line(report, s.stage, w)}" for w in s.wrong]
             carried = _carried(s)
             if carried:
                 out += ["", carried]
@@ -115,11 +158,12 @@ def latex(report: Report) -> str:
     out = [r"\begin{itemize}"]
     for s in report.stages:
         if s.status == "shape":
-            out.append(rf"  \item \texttt{{{esc(s.stage)}}}: wrong shape, {esc(s.shape_note)}")
+            out.append(rf"  \item \texttt{{{esc(s.stage)}}}: wrong shape, "
+                       rf"{esc(shape_note(report, s))}")
         elif s.status == "wrong":
             out.append(rf"  \item \texttt{{{esc(s.stage)}}}: {len(s.wrong)} wrong cell(s)")
             out.append(r"  \begin{itemize}")
-            out += [rf"    \item {esc(_wrong_line(w))}" for w in s.wrong]
+            out += [rf"    \item {esc(_wrong_line(report, s.stage, w))}" for w in s.wrong]
             out.append(r"  \end{itemize}")
         else:
             out.append(rf"  \item \texttt{{{esc(s.stage)}}}: {s.status}")
@@ -134,17 +178,37 @@ def _num(v: float) -> float | None:
 def as_json(report: Report) -> str:
     stages: dict[str, Any] = {}
     for s in report.stages:
+        wrong = []
+        for w in s.wrong:
+            at = place(report, s.stage, w)
+            wrong.append({"head": at.head, "row": at.row, "column": at.col,
+                          "row_label": at.row_label, "column_label": at.col_label,
+                          "written": w.written, "expected": _num(w.expected),
+                          "expected_exact": (None if w.expected_exact is None
+                                             else str(w.expected_exact)),
+                          "difference": _num(w.difference)})
         stages[s.stage] = {
             "status": s.status, "cells": s.cells, "blank": s.blank,
-            "shape_note": s.shape_note or None,
+            "shape_note": shape_note(report, s) if s.status == "shape" else None,
             "consistent_with_own_earlier_answers": s.consistent if s.status == "wrong" else None,
-            "wrong": [{"head": w.head, "row": w.row, "column": w.col,
-                       "row_label": w.row_label, "column_label": w.col_label,
-                       "written": w.written, "expected": _num(w.expected),
-                       "expected_exact": (None if w.expected_exact is None
-                                          else str(w.expected_exact)),
-                       "difference": _num(w.difference)} for w in s.wrong],
+            "wrong": wrong,
         }
     doc = {"source": report.source, "correct": report.ok, "checked": report.checked,
            "not_answered": report.skipped, "tolerance": report.tolerance, "stages": stages}
     return json.dumps(doc, allow_nan=False, ensure_ascii=False) + "\n"
+
+
+STYLES = {"good": "green", "bad": "bold red", "note": "yellow", "": ""}
+
+
+def show(report: Report, console: Any) -> None:
+    """The report on a Rich console, each line in the colour of what it says."""
+    for text, style in lines(report):
+        console.print(text, style=STYLES[style], markup=False, highlight=False,
+                      soft_wrap=True)
+
+
+def as_text(report: Report, fmt: str) -> str:
+    """The report as ``plain``, ``json``, ``markdown`` or ``latex`` text."""
+    writer = {"plain": plain, "json": as_json, "markdown": markdown, "latex": latex}
+    return writer[fmt](report)

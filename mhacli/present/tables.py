@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .text import cells
+from .. import numbers
 from .views import View, column_blocks, edge_columns, edge_rows, shape_text, spans
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ def render(views: list[View], console: "Console", precision: int, boxed: bool,
     colour = console.color_system is not None and not console.no_color
     shown_legend = False
     for v in views:
-        body = cells(v.matrix, precision)
+        body = numbers.table(v.matrix, precision)
         widths = [max(len(v.cols[j]), *(len(r[j]) for r in body)) for j in range(len(v.cols))]
         label_width = max(len(s) for s in v.rows)
         rows = list(range(len(v.rows)))

@@ -1,67 +1,21 @@
-"""Numbers as text, and the text formats of explain and run (no terminal library here)."""
+"""The text formats of explain and run: plain text, JSON, CSV, TSV, YAML and .npy.
+
+No terminal library here; numbers are written by ``mhacli.numbers``.
+"""
 
 from __future__ import annotations
 
 import io
-import math
-from numbers import Rational
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 
-from ..engine.core import PER_HEAD, STAGES, Config, Trace
+from .. import numbers
+from ..engine import BY_NAME, Config, Trace
 
 if TYPE_CHECKING:
-    from fractions import Fraction
-
     from .views import View
-
-# --------------------------------------------------------------------------- numbers
-
-
-def integral(a: np.ndarray) -> bool:
-    """True when every finite entry is a whole number of modest size."""
-    if a.dtype == object:
-        return False  # exact values: each is written as it is
-    finite = a[np.isfinite(a)]
-    return bool(finite.size) and bool(np.all(finite == np.round(finite))) and \
-        bool(np.all(np.abs(finite) < 1e12))
-
-
-def cell(v: float | Fraction, precision: int, whole: bool, unicode: bool = True) -> str:
-    """One number for display: whole numbers plain, others to ``precision`` decimals.
-
-    A Fraction is shown exactly: 5/2, or 3 when it is whole.
-    """
-    if isinstance(v, Rational) and not isinstance(v, int):  # a Fraction
-        return str(v)
-    if math.isnan(v):
-        return "nan"
-    if math.isinf(v):
-        sign = "−" if unicode else "-"
-        return (sign if v < 0 else "") + ("∞" if unicode else "inf")
-    if whole or v == 0:  # an exact zero (a blocked weight) reads as 0, not 0.0000
-        return str(int(v))
-    text = f"{v:.{precision}f}"
-    if text.lstrip("-").strip("0.") == "":  # no "-0.0000"
-        text = text.lstrip("-")
-    return text
-
-
-def cells(m: np.ndarray, precision: int, unicode: bool = True) -> list[list[str]]:
-    whole = integral(m)
-    if m.dtype != object:
-        return [[cell(v, precision, whole, unicode) for v in row] for row in m.tolist()]
-    return [[cell(v if isinstance(v, Rational) else float(v), precision, whole, unicode)
-             for v in row] for row in m]
-
-
-def shortest(v: float, dtype: str) -> str:
-    """The shortest text that reads back as exactly this number in ``dtype``."""
-    if dtype == "float32":
-        return str(np.float32(v))
-    return repr(float(v))
-
 
 # --------------------------------------------------------------------------- explain text
 
@@ -79,7 +33,7 @@ def explain_plain(vs: list[View], precision: int, width: int | None = None,
 
     blocks_text = []
     for v in vs:
-        body = cells(v.matrix, precision, unicode=view)
+        body = numbers.table(v.matrix, precision, unicode=view)
         head = [""] + v.cols
         grid = [head] + [[label] + row for label, row in zip(v.rows, body)]
         widths = [max(len(r[j]) for r in grid) for j in range(len(head))]
@@ -127,10 +81,10 @@ def explain_json(tr: Trace, rows: list[str], cols: list[str],
     With ``exact``, an "exact" object holds the rational stages as strings ("5/2");
     with ``cell``, a "cell" object holds one entry's arithmetic.
     """
-    chosen = set(stages) if stages else set(STAGES)
+    chosen = set(stages) if stages else set(tr.stages)
 
     def pick(name: str, a: np.ndarray) -> np.ndarray:
-        return a[head - 1:head] if head is not None and name in PER_HEAD else a
+        return a[head - 1:head] if head is not None and BY_NAME[name].per_head else a
 
     out = {name: _jsonable(pick(name, a)) for name, a in tr.stages.items() if name in chosen}
     doc: dict[str, Any] = {"config": config_dict(tr.config, rows, cols, layout), "stages": out}
@@ -145,7 +99,7 @@ def explain_json(tr: Trace, rows: list[str], cols: list[str],
 
 
 def _exact_json(v: Any) -> Any:
-    return str(v) if isinstance(v, Rational) else None  # −∞ (blocked) is null, as in masked
+    return str(v) if isinstance(v, Fraction) else None  # −∞ (blocked) is null, as in masked
 
 
 # --------------------------------------------------------------------------- run output
@@ -155,18 +109,9 @@ RUN_FORMATS = ("plain", "csv", "tsv", "json", "yaml", "npy")
 
 def _row_texts(out: np.ndarray, precision: int | None) -> list[list[str]]:
     if precision is not None:
-        return [[cell(float(v), precision, False, unicode=False) for v in row] for row in out]
-    if out.dtype == np.float64:
-        return [[repr(v) for v in row] for row in out.tolist()]
-    return [[shortest(v, "float32") for v in row] for row in out]
-
-
-def _yaml_number(text: str) -> str:
-    # YAML 1.1 readers take "1e-05" for a string; "1.0e-05" is a float everywhere
-    if "e" in text and "." not in text and "n" not in text:
-        mant, _, exp = text.partition("e")
-        return f"{mant}.0e{exp}"
-    return {"nan": ".nan"}.get(text, text)
+        return [[numbers.fixed(v, precision, unicode=False) for v in row] for row in out.tolist()]
+    dtype = out.dtype.name
+    return [[numbers.full(v, dtype) for v in row] for row in out.tolist()]
 
 
 def write_output(out: np.ndarray, fmt: str, precision: int | None = None) -> bytes:
@@ -183,7 +128,7 @@ def write_output(out: np.ndarray, fmt: str, precision: int | None = None) -> byt
         return (json.dumps(doc, allow_nan=False) + "\n").encode()
     rows = _row_texts(out, precision)
     if fmt == "yaml":
-        lines = ["output:"] + ["  - [" + ", ".join(_yaml_number(t) for t in r) + "]"
+        lines = ["output:"] + ["  - [" + ", ".join(numbers.yaml_float(t) for t in r) + "]"
                                for r in rows]
         lines.append(f"shape: [{out.shape[0]}, {out.shape[1]}]")
         return ("\n".join(lines) + "\n").encode()

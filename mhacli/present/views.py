@@ -1,8 +1,8 @@
 """What each stage looks like to a reader: a 2-D matrix with its title, formula and labels.
 
-The Rich tables, plain text, Markdown and LaTeX all draw from the same views. In the
-column layout (tokens as columns, Q = W_Q·X) every matrix is shown transposed and the
-formulas are written to match.
+The Rich tables, plain text, Markdown and LaTeX all draw from the same views, and the
+views from the stage table. In the column layout (tokens as columns, Q = W_Q·X) every
+matrix is shown transposed and the formulas are written to match.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Iterable
 
 import numpy as np
 
-from ..engine.core import KEY_COLS, KEY_ROWS, PER_HEAD, STAGES, Config, Trace
-
-SUB = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
+from ..engine import TABLE, Trace
+from ..engine.stages import KEY, QUERY, Stage
+from ..engine.writing import Formula, Marks
 
 
 @dataclass(frozen=True)
@@ -29,114 +29,55 @@ class View:
     rows: list[str]
     cols: list[str]
     heat: bool = False  # attention weights: shade as a heat map
-    part: str = ""  # "softmax" for the softmax-in-parts table
+    part: str = ""  # "parts" for a stage shown in its parts (the softmax's)
     marked_rows: frozenset[int] = field(default_factory=frozenset)  # 0-based, highlighted
     marked_cols: frozenset[int] = field(default_factory=frozenset)
-
-
-def sub(h: int) -> str:
-    return str(h).translate(SUB)
+    latex: str = ""  # the formula in LaTeX
 
 
 def shape_text(a: np.ndarray) -> str:
     return " × ".join(str(s) for s in a.shape)
 
 
-def scale_text(c: Config) -> str:
-    s = f"{c.scale:.6g}"
-    exact = float(c.scale).is_integer()
-    if c.scale_rule == "dk":
-        return f"s = √d_k = √{c.d_k}" + ("" if exact else f" ≈ {s}")
-    if c.scale_rule == "n":
-        return f"s = √m = √{c.m} (keys)" + ("" if exact else f" ≈ {s}")
-    if c.scale_rule == "none":
-        return "s = 1 (no scaling)"
-    return f"s = {s}"
+def side(which: str, queries: list[str], keys: list[str], count: int) -> list[str]:
+    """The labels of one side of a matrix: the query tokens, the key tokens, or 1…count."""
+    if which == QUERY:
+        return queries
+    if which == KEY:
+        return keys
+    return [str(j) for j in range(1, count + 1)]
 
 
-def formula(stage: str, c: Config, h: int | None = None, layout: str = "rows") -> str:
-    """The formula of a stage, for head ``h`` (1-based) where it has heads."""
-    i = sub(h) if h is not None else "ₕ"
-    cols = layout == "columns"
-    src = "X_kv" if c.cross else "X"
-    bias = {b: f" + {b}" if b in c.biases else "" for b in ("b_q", "b_k", "b_v", "b_o")}
-    if stage in ("q_heads", "k_heads", "v_heads") and h is not None:
-        d = c.d_v if stage == "v_heads" else c.d_k
-        letter = stage[0].upper()
-        part = "rows" if cols else "columns"
-        return f"{letter}{i} = {part} {(h - 1) * d + 1}–{h * d} of {letter}"
-    mask_text = {"none": "no mask: the same as scaled",
-                 "causal": "causal mask: query i sees keys 1…i; blocked entries set to −∞",
-                 "matrix": "mask 0 = blocked: set to −∞"}[c.mask]
-
-    def proj(w: str, x: str, b: str) -> str:
-        return (f"{w}·{x}" if cols else f"{x}·{w}") + bias[b]
-
-    out_text = (proj("W_O", "concat", "b_o") if c.has_w_o
-                else "concat" + bias["b_o"] + " (no w_o)")
-    heads = " | ".join(f"O{sub(j)}" for j in range(1, min(c.heads, 4) + 1)) + \
-        (" | …" if c.heads > 4 else "")
-    table = {
-        "x": "X, the query-side input" + (", a column per token" if cols else ""),
-        "x_kv": "X_kv, the key/value-side input" + (", a column per token" if cols else ""),
-        "q": "Q, given" if c.direct else "Q = " + proj("W_Q", "X", "b_q"),
-        "k": "K, given" if c.direct else "K = " + proj("W_K", src, "b_k"),
-        "v": "V, given" if c.direct else "V = " + proj("W_V", src, "b_v"),
-        "q_heads": f"Q split into {c.heads} heads of d_k = {c.d_k}",
-        "k_heads": f"K split into {c.heads} heads of d_k = {c.d_k}",
-        "v_heads": f"V split into {c.heads} heads of d_v = {c.d_v}",
-        "scores": f"Z{i} = K{i}ᵀ·Q{i}" if cols else f"Z{i} = Q{i}·K{i}ᵀ",
-        "scaled": f"Z{i} / s, {scale_text(c)}",
-        "masked": mask_text,
-        "weights": f"A{i} = softmax of each {'column' if cols else 'row'} of masked{i}",
-        "head_outputs": f"O{i} = V{i}·A{i}" if cols else f"O{i} = A{i}·V{i}",
-        "concat": (f"[{heads}] stacked, one head below the other" if cols
-                   else f"[{heads}], the heads side by side"),
-        "output": out_text,
-    }
-    return table[stage]
-
-
-def _numbered(k: int) -> list[str]:
-    return [str(j) for j in range(1, k + 1)]
-
-
-def views(tr: Trace, rows: list[str], cols: list[str], stages: Iterable[str] | None = None,
+def views(tr: Trace, queries: list[str], keys: list[str], stages: Iterable[str] | None = None,
           head: int | None = None, exact: dict[str, np.ndarray] | None = None,
-          layout: str = "rows",
-          marks: dict[tuple[str, int | None], tuple[set[int], set[int]]] | None = None,
-          ) -> list[View]:
+          layout: str = "rows", marks: Marks | None = None) -> list[View]:
     """The views of the chosen stages (all by default), for one head or all.
 
     ``exact`` maps stages to exact values (Fractions) to show instead of the floats;
     ``marks`` maps (stage, head) to the 0-based rows and columns to highlight.
     """
     c = tr.config
-    chosen = list(stages) if stages else list(STAGES)
+    chosen = set(stages) if stages else None
     exact = exact or {}
+    columns = layout == "columns"
     out: list[View] = []
-    for stage in STAGES:
-        if stage not in chosen or stage not in tr.stages:
+    for s in TABLE:
+        if chosen is not None and s.name not in chosen or s.name not in tr.stages:
             continue
-        a = exact.get(stage, tr.stages[stage])
-        row_labels = cols if stage in KEY_ROWS else rows
-        if stage in PER_HEAD:
-            for h in [head] if head else range(1, c.heads + 1):
-                m = a[h - 1]
-                col_labels = cols if stage in KEY_COLS else _numbered(m.shape[1])
-                if stage == "weights":
-                    out.append(_softmax_view(tr, h, rows, cols))
-                out.append(View(stage, h, f"{stage} · head {h} of {c.heads}",
-                                formula(stage, c, h, layout), m, row_labels, col_labels,
-                                heat=stage == "weights"))
-        else:
-            out.append(View(stage, None, stage, formula(stage, c, None, layout), a, row_labels,
-                            _numbered(a.shape[1])))
-    for k, v in enumerate(out):
-        if marks and (v.stage, v.head) in marks and not v.part:
-            r, cl = marks[(v.stage, v.head)]
-            out[k] = replace(v, marked_rows=frozenset(r), marked_cols=frozenset(cl))
-    return [transposed(v) for v in out] if layout == "columns" else out
+        a = exact.get(s.name, tr.stages[s.name])
+        for h in ([head] if head else range(1, c.heads + 1)) if s.per_head else [None]:
+            m = a[h - 1] if h is not None else a
+            if h is not None and s.name in tr.parts:
+                out.append(_parts_view(s, tr, h, queries, keys))
+            f = Formula(c, h, columns)
+            title = f"{s.name} · head {h} of {c.heads}" if h is not None else s.name
+            rows = side(s.rows, queries, keys, m.shape[0])
+            cols = side(s.cols, queries, keys, m.shape[1])
+            rows_marked, cols_marked = (marks or {}).get((s.name, h), (frozenset(), frozenset()))
+            out.append(View(s.name, h, title, s.formula(f), m, rows, cols, heat=s.heat,
+                            marked_rows=rows_marked, marked_cols=cols_marked,
+                            latex=s.latex(f)))
+    return [transposed(v) for v in out] if columns else out
 
 
 def transposed(v: View) -> View:
@@ -145,14 +86,17 @@ def transposed(v: View) -> View:
                    marked_cols=v.marked_rows)
 
 
-def _softmax_view(tr: Trace, h: int, rows: list[str], cols: list[str]) -> View:
-    """The softmax of one head in its parts: row max | exp(z − max) | row sum."""
-    p = tr.softmax
-    m = np.hstack([p["row_max"][h - 1], p["exp"][h - 1], p["row_sum"][h - 1]])
-    title = f"weights · head {h} of {tr.config.heads}, softmax step by step"
-    text = "max, then exp(z − max) for each key, then their sum; weight = exp / sum"
-    return View("weights", h, title, text, m, rows,
-                ["max"] + [f"exp {k}" for k in cols] + ["sum"], part="softmax")
+def _parts_view(s: Stage, tr: Trace, h: int, queries: list[str], keys: list[str]) -> View:
+    """A stage in the parts a person computes it in (the softmax: row max | exp(z − max)
+    for each key | row sum), side by side."""
+    blocks, cols = [], []
+    for part, heading in s.parts:
+        block = tr.parts[s.name][part][h - 1]  # (n, 1) or (n, m)
+        blocks.append(block)
+        cols += [heading.format(key=k) for k in keys] if "{key}" in heading else [heading]
+    title = f"{s.name} · head {h} of {tr.config.heads}, {s.parts_title}"
+    return View(s.name, h, title, s.parts_formula, np.hstack(blocks), queries, cols,
+                part="parts")
 
 
 def column_blocks(widths: list[int], label_width: int, room: int, gap: int = 3) -> list[range]:

@@ -1,0 +1,131 @@
+"""The stage functions of multi-head attention: small, pure NumPy.
+
+Dimensions, named once for the whole engine:
+
+    n        queries: rows of x (and of q)
+    m        keys and values: rows of x_kv (m = n in self-attention)
+    d_model  width of x
+    d_kv     width of x_kv (d_kv = d_model in self-attention)
+    H        heads
+    d_k      query/key width of one head;   q and k are n × H·d_k and m × H·d_k
+    d_v      value width of one head;       v is m × H·d_v
+    d_out    width of the output: columns of w_o, or H·d_v without w_o
+
+Rows are tokens and weights multiply from the right (Q = X·W_Q), as in the textbooks.
+The fast path and the traced path (``paths.py``) are both built from these functions.
+They work on float arrays and, before the softmax, on object arrays of Fractions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+Array = np.ndarray  # of floats (or of Fractions, for exact arithmetic)
+
+
+def project(x: Array, w: Array, b: Array | None = None) -> Array:
+    """One linear map with weights on the right: x·w (+ b)."""
+    out = x @ w  # (rows, cols)
+    if b is not None:
+        out += b
+    return out
+
+
+def joined_bias(*parts: Any) -> Array | None:
+    """Biases side by side (zeros for those missing), or None when there are none.
+
+    ``parts`` are the biases, then the weights they belong to (for the widths).
+    """
+    half = len(parts) // 2
+    biases, weights = parts[:half], parts[half:]
+    if all(b is None for b in biases):
+        return None
+    return np.concatenate([np.zeros(w.shape[1], dtype=w.dtype) if b is None else b
+                           for b, w in zip(biases, weights)])
+
+
+def split_heads(a: Array, heads: int) -> Array:
+    """(rows, H·d) -> (H, rows, d): head h owns columns h·d … (h+1)·d − 1."""
+    rows, width = a.shape
+    return a.reshape(rows, heads, width // heads).transpose(1, 0, 2)  # (H, rows, d)
+
+
+def scores(q_h: Array, k_h: Array) -> Array:
+    """The raw "Z" matrix of each head: Q_h·K_hᵀ."""
+    return q_h @ k_h.swapaxes(-1, -2)  # (H, n, m)
+
+
+def divide(z: Array, s: Any) -> Array:
+    """Z / s (s a float, or a Fraction for exact arithmetic)."""
+    return z / (z.dtype.type(s) if z.dtype != object else s)  # (H, n, m)
+
+
+def mask_scores(z: Array, allowed: npt.NDArray[np.bool_] | None) -> Array:
+    """Blocked positions (allowed == False) set to −∞; ``allowed`` is n × m."""
+    if allowed is None:
+        return z
+    return np.where(allowed, z, -np.inf).astype(z.dtype, copy=False)  # (H, n, m)
+
+
+def exp_shifted(z: Array) -> tuple[Array, Array, Array]:
+    """The heart of the softmax, in place: z becomes exp(z − row max).
+
+    Returns (row max, row sum of the exponentials, dead rows). Subtracting the row
+    maximum keeps every exponent ≤ 0, so large scores cannot overflow. A dead row (every
+    entry −∞: all keys blocked) gets exp = 0 and sum = 0.
+    """
+    row_max = z.max(axis=-1, keepdims=True)  # (…, rows, 1)
+    dead = np.isneginf(row_max)
+    if dead.any():
+        row_max[dead] = 0  # exp(−∞ − 0) = 0 for the whole row
+    np.subtract(z, row_max, out=z)
+    np.exp(z, out=z)
+    if dead.any():
+        row_max[dead] = -np.inf  # as it was: the row's maximum is −∞
+    return row_max, z.sum(axis=-1, keepdims=True), dead
+
+
+def normalise(a: Array, row_sum: Array, dead: Array, masked_row: str = "zero") -> Array:
+    """a / row sum, in place: the weights, or the output when the division comes last.
+
+    Dead rows become 0, or NaN when ``masked_row == "nan"``.
+    """
+    if dead.any():
+        a /= np.where(dead, 1, row_sum)
+        a[np.broadcast_to(dead, a.shape)] = np.nan if masked_row == "nan" else 0
+    else:
+        a /= row_sum
+    return a
+
+
+def softmax_parts(z: Array, masked_row: str = "zero") -> dict[str, Array]:
+    """Row-wise softmax in the parts a person computes by hand: the row maximum, each
+    exp(z − max), the row sum, and the weights; ``z`` itself is left alone."""
+    e = z.copy()
+    row_max, total, dead = exp_shifted(e)
+    weights = normalise(e.copy(), total, dead, masked_row)
+    return {"max": row_max, "exp": e, "sum": total, "weights": weights}
+
+
+def merge_heads(o: Array) -> Array:
+    """(H, n, d_v) -> (n, H·d_v): the heads side by side."""
+    heads, n, d_v = o.shape
+    return o.transpose(1, 0, 2).reshape(n, heads * d_v)  # (n, H·d_v)
+
+
+def projections(x: Array, x_kv: Array | None, w_q: Array, w_k: Array, w_v: Array,
+                b_q: Array | None, b_k: Array | None, b_v: Array | None
+                ) -> tuple[Array, Array, Array]:
+    """Q, K, V in as few products as there are inputs: X·[W_Q | W_K | W_V] in
+    self-attention, X·W_Q and X_kv·[W_K | W_V] in cross-attention."""
+    if x_kv is not None:
+        q = project(x, w_q, b_q)  # (n, H·d_k)
+        kv = project(x_kv, np.hstack([w_k, w_v]), joined_bias(b_k, b_v, w_k, w_v))
+        return q, kv[:, :w_k.shape[1]], kv[:, w_k.shape[1]:]
+    qkv = project(x, np.hstack([w_q, w_k, w_v]),
+                  joined_bias(b_q, b_k, b_v, w_q, w_k, w_v))  # (n, 2·H·d_k + H·d_v)
+    a, b = w_q.shape[1], 2 * w_q.shape[1]
+    return qkv[:, :a], qkv[:, a:b], qkv[:, b:]

@@ -1,0 +1,357 @@
+"""The stage table: every stage of attention, declared once.
+
+An entry says what a stage is called (and its aliases), how it is computed from the
+stages before it, its shape, whether it has one matrix per head, whose labels its rows
+and columns take, its formula as text and as LaTeX, and how one of its entries is
+written out as arithmetic. The traced path computes the table in order; the views,
+JSON, Markdown, LaTeX, ``--cell``, ``check`` and ``generate`` all read it.
+
+A new stage is its function (``ops.py``) and its entry here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+from ..errors import MhaError
+from . import ops
+from .writing import Entry, Formula, sub
+
+if TYPE_CHECKING:
+    from .validate import Config, Prepared
+
+Array = np.ndarray
+QUERY, KEY, NUMBERED = "query", "key", ""  # whose labels a side of a matrix takes
+
+
+class Work:
+    """The stages computed so far, as the next stage's function sees them."""
+
+    def __init__(self, p: Prepared, exact: bool) -> None:
+        self.p = p
+        self.c = p.config
+        self.exact = exact
+        self.stages: dict[str, Array] = {}
+        self.parts: dict[str, dict[str, Array]] = {}  # a stage's parts (the softmax's)
+        self._qkv: tuple[Array, Array, Array] | None = None
+
+    def __getitem__(self, name: str) -> Array:
+        return self.stages[name]
+
+    def projections(self) -> tuple[Array, Array, Array]:
+        """Q, K and V: projected from x (and x_kv) as computed or given, or given."""
+        if self._qkv is None:
+            p = self.p
+            if self.c.direct:
+                self._qkv = (p.q, p.k, p.v)  # type: ignore[assignment]
+            else:
+                self._qkv = ops.projections(self.stages["x"], self.stages.get("x_kv"),
+                                            p.w_q, p.w_k, p.w_v, p.b_q, p.b_k, p.b_v)
+        return self._qkv
+
+    @property
+    def divisor(self) -> Any:
+        """s: a float, a Fraction in exact arithmetic, or None when s is irrational there."""
+        return self.p.exact_scale if self.exact else self.c.scale
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of the computation, and everything that shows it."""
+
+    name: str
+    shape: str  # the contract's shape, in symbols
+    dims: Callable[[Config], tuple[int, ...]]  # its shape for a problem
+    rows: str  # whose labels its rows take: QUERY, KEY, or NUMBERED
+    cols: str
+    compute: Callable[[Work], Array | None]  # None: not computable here (exact, √2)
+    formula: Callable[[Formula], str]
+    latex: Callable[[Formula], str]  # "LHS = RHS", or "LHS" alone
+    cell: Callable[[Entry], list[str]]  # the arithmetic behind one entry
+    per_head: bool = False
+    exact: bool = False  # rational when the inputs are (the stages before the softmax)
+    given: bool = False  # an input: shown, but not an answer
+    heat: bool = False  # shaded as a heat map
+    aliases: tuple[str, ...] = ()
+    exists: Callable[[Config], bool] = lambda c: True
+    parts: tuple[tuple[str, str], ...] = ()  # (part, column heading) of a parts table
+    parts_title: str = ""
+    parts_formula: str = ""
+
+
+# --------------------------------------------------------------------------- cells
+
+
+def _cell_input(e: Entry) -> list[str]:
+    return [f"{e.name} = {e.result}, an input"]
+
+
+def _cell_projection(e: Entry) -> list[str]:
+    if e.c.direct:
+        return [f"{e.name} = {e.result}, given"]
+    src = "x_kv" if e.c.cross and e.stage != "q" else "x"
+    w = {"q": e.p.w_q, "k": e.p.w_k, "v": e.p.w_v}[e.stage]
+    b = {"q": e.p.b_q, "k": e.p.b_k, "v": e.p.b_v}[e.stage]
+    assert w is not None
+    bias = f" + b_{e.stage}[{e.col + 1}]" if b is not None else ""
+    e.mark(src, None, {e.row})
+    return [f"{e.name} = row {e.row + 1} of {'X' if src == 'x' else 'X_kv'} · "
+            f"column {e.col + 1} of W_{e.stage.upper()}{bias}",
+            f"  = {e.dot(e.row_of(src, None, e.row), list(w[:, e.col]))}"
+            + (f" + {e.factor(b[e.col])}" if b is not None else ""),
+            f"  = {e.result}"]
+
+
+def _cell_split(e: Entry) -> list[str]:
+    whole = e.stage[0]
+    d = e.c.d_v if whole == "v" else e.c.d_k
+    h = e.head or 1
+    col = (h - 1) * d + e.col
+    e.mark(whole, None, {e.row}, {col})
+    return [f"{e.name} = {whole}[{e.row_label}, {col + 1}] = {e.result}  "
+            f"(head {h} owns columns {(h - 1) * d + 1}–{h * d} of {whole})"]
+
+
+def _cell_scores(e: Entry) -> list[str]:
+    hs, h = e.hs, e.head
+    e.mark("q_heads", h, {e.row})
+    e.mark("k_heads", h, {e.col})
+    return [f"{e.name} = q{hs}[{e.row_label}] · k{hs}[{e.col_label}]  (row {e.row + 1} of "
+            f"Q{hs} times row {e.col + 1} of K{hs})",
+            f"  = {e.dot(e.row_of('q_heads', h, e.row), e.row_of('k_heads', h, e.col))}",
+            f"  = {e.result}"]
+
+
+def _cell_scaled(e: Entry) -> list[str]:
+    c = e.c
+    z = e.num(e.value("scores", e.head, e.row, e.col))
+    s = {"dk": f"√{c.d_k}", "n": f"√{c.m}", "none": "1"}.get(c.scale_rule, e.num(c.scale))
+    if s.startswith("√") and float(c.scale).is_integer():
+        s += f" = {int(c.scale)}"
+    e.mark("scores", e.head, {e.row}, {e.col})
+    return [f"{e.name} = z{e.hs}[{e.row_label}, {e.col_label}] / s = {z} / {s}",
+            f"  = {e.result}"]
+
+
+def _cell_masked(e: Entry) -> list[str]:
+    e.mark("scaled", e.head, {e.row}, {e.col})
+    allowed = e.trace.prepared.allowed(e.row, e.row + 1)
+    if allowed is None or allowed[0, e.col]:
+        return [f"{e.name} = scaled{e.hs}[{e.row_label}, {e.col_label}] = {e.result}  "
+                f"({e.row_label} may attend to {e.col_label})"]
+    return [f"{e.name} = −∞  (the mask blocks {e.col_label} for the query {e.row_label})"]
+
+
+def _cell_weights(e: Entry) -> list[str]:
+    h, i, j = e.head or 1, e.row, e.col
+    parts = e.trace.parts["weights"]
+    e.mark("masked", h, {i})
+    top = parts["max"][h - 1, i, 0]
+    if np.isneginf(top):
+        return [f"{e.name} = 0: every key of the query {e.row_label} is blocked"]
+    exps = parts["exp"][h - 1, i]
+    total = e.num(parts["sum"][h - 1, i, 0])
+    z = e.num(e.value("masked", h, i, j))
+    return [f"{e.name} = exp(z − max) / Σ exp(z − max) over the row {e.row_label} "
+            f"of masked{e.hs}",
+            f"  max of the row = {e.num(top)}",
+            f"  exp({z} − {e.num(top)}) = {e.num(exps[j])}",
+            f"  row sum = {' + '.join(e.num(t) for t in exps)} = {total}",
+            f"  {e.num(exps[j])} / {total} = {e.result}"]
+
+
+def _cell_head_outputs(e: Entry) -> list[str]:
+    h, hs = e.head, e.hs
+    e.mark("weights", h, {e.row})
+    e.mark("v_heads", h, None, {e.col})
+    return [f"{e.name} = row {e.row + 1} of A{hs} · column {e.col + 1} of V{hs}  "
+            "(the values, weighted by attention)",
+            f"  = {e.dot(e.row_of('weights', h, e.row), e.col_of('v_heads', h, e.col))}",
+            f"  = {e.result}"]
+
+
+def _cell_concat(e: Entry) -> list[str]:
+    d_v = e.c.d_v
+    hh, jj = divmod(e.col, d_v)
+    e.mark("head_outputs", hh + 1, {e.row}, {jj})
+    return [f"{e.name} = head_outputs{sub(hh + 1)}[{e.row_label}, {jj + 1}] = {e.result}  "
+            f"(head {hh + 1} fills columns {hh * d_v + 1}–{(hh + 1) * d_v})"]
+
+
+def _cell_output(e: Entry) -> list[str]:
+    p, j = e.trace.prepared, e.col
+    e.mark("concat", None, {e.row})
+    bias = f" + b_o[{j + 1}]" if p.b_o is not None else ""
+    if p.w_o is None:
+        return [f"{e.name} = concat[{e.row_label}, {j + 1}]{bias} = {e.result}  (no w_o)"]
+    b_text = f" + {e.factor(p.b_o[j])}" if p.b_o is not None else ""
+    return [f"{e.name} = row {e.row + 1} of concat · column {j + 1} of W_O{bias}",
+            f"  = {e.dot(e.row_of('concat', None, e.row), list(p.w_o[:, j]))}{b_text}",
+            f"  = {e.result}"]
+
+
+# --------------------------------------------------------------------------- compute
+
+
+def _output(w: Work) -> Array:
+    p, concat = w.p, w["concat"]
+    if p.w_o is None:
+        return concat + p.b_o if p.b_o is not None else concat
+    return ops.project(concat, p.w_o, p.b_o)  # (n, d_out)
+
+
+def _scaled(w: Work) -> Array | None:
+    s = w.divisor
+    return None if s is None else ops.divide(w["scores"], s)  # (H, n, m)
+
+
+def _weights(w: Work) -> Array:
+    parts = ops.softmax_parts(w["masked"], w.c.masked_row)
+    w.parts["weights"] = {k: parts[k] for k in ("max", "exp", "sum")}
+    return parts["weights"]  # (H, n, m)
+
+
+def _mask_text(f: Formula) -> str:
+    return {"none": "no mask: the same as scaled",
+            "causal": "causal mask: query i sees keys 1…i; blocked entries set to −∞",
+            "matrix": "mask 0 = blocked: set to −∞"}[f.c.mask]
+
+
+def _split_text(letter: str, d: Callable[[Config], int], dname: str) -> Callable[[Formula], str]:
+    def text(f: Formula) -> str:
+        size = d(f.c)
+        if f.h is None:
+            return f"{letter} split into {f.c.heads} heads of {dname} = {size}"
+        return (f"{letter}{f.i} = {f.pick('columns', 'rows')} {(f.h - 1) * size + 1}–"
+                f"{f.h * size} of {letter}")
+    return text
+
+
+def _proj_text(letter: str, w: str, src: Callable[[Formula], str]) -> Callable[[Formula], str]:
+    b = "b_" + letter.lower()
+    return lambda f: f"{letter}, given" if f.c.direct else \
+        f"{letter} = {f.proj(w, src(f), b)}"
+
+
+def _proj_tex(letter: str, w: str, src: str) -> Callable[[Formula], str]:
+    b = "b_" + letter.lower()
+    return lambda f: letter if f.c.direct else \
+        f.tex(f"{letter} = {f.pick(f'{src} {w}', f'{w} {src}')}") + f.tex_bias(b)
+
+
+def _tex(lhs: str, rows: str = "", columns: str = "") -> Callable[[Formula], str]:
+    return lambda f: f.tex(f"{lhs} = {f.pick(rows, columns)}" if rows else lhs)
+
+
+def _output_tex(f: Formula) -> str:
+    rhs = f.pick("C W_O", "W_O C") if f.c.has_w_o else "C"
+    return f"Y = {rhs}{f.tex_bias('b_o')}"
+
+
+def _input_text(what: str) -> Callable[[Formula], str]:
+    return lambda f: what + f.pick("", ", a column per token")
+
+
+# --------------------------------------------------------------------------- the table
+
+TABLE: tuple[Stage, ...] = (
+    Stage("x", "n × d_model", lambda c: (c.n, c.d_model), QUERY, NUMBERED,
+          compute=lambda w: w.p.x, formula=_input_text("X, the query-side input"),
+          latex=_tex("X"), cell=_cell_input, exact=True, given=True,
+          exists=lambda c: not c.direct),
+    Stage("x_kv", "m × d_kv", lambda c: (c.m, c.d_kv), KEY, NUMBERED,
+          compute=lambda w: w.p.x_kv, formula=_input_text("X_kv, the key/value-side input"),
+          latex=_tex("X_{kv}"), cell=_cell_input, exact=True, given=True,
+          exists=lambda c: c.cross),
+    Stage("q", "n × H·d_k", lambda c: (c.n, c.heads * c.d_k), QUERY, NUMBERED,
+          compute=lambda w: w.projections()[0], formula=_proj_text("Q", "W_Q", lambda f: "X"),
+          latex=_proj_tex("Q", "W_Q", "X"), cell=_cell_projection, exact=True),
+    Stage("k", "m × H·d_k", lambda c: (c.m, c.heads * c.d_k), KEY, NUMBERED,
+          compute=lambda w: w.projections()[1], formula=_proj_text("K", "W_K", lambda f: f.src),
+          latex=_proj_tex("K", "W_K", "@src"), cell=_cell_projection, exact=True),
+    Stage("v", "m × H·d_v", lambda c: (c.m, c.heads * c.d_v), KEY, NUMBERED,
+          compute=lambda w: w.projections()[2], formula=_proj_text("V", "W_V", lambda f: f.src),
+          latex=_proj_tex("V", "W_V", "@src"), cell=_cell_projection, exact=True),
+    Stage("q_heads", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
+          compute=lambda w: ops.split_heads(w["q"], w.c.heads),
+          formula=_split_text("Q", lambda c: c.d_k, "d_k"), latex=_tex("Q_{@h}"),
+          cell=_cell_split, per_head=True, exact=True),
+    Stage("k_heads", "H × m × d_k", lambda c: (c.heads, c.m, c.d_k), KEY, NUMBERED,
+          compute=lambda w: ops.split_heads(w["k"], w.c.heads),
+          formula=_split_text("K", lambda c: c.d_k, "d_k"), latex=_tex("K_{@h}"),
+          cell=_cell_split, per_head=True, exact=True),
+    Stage("v_heads", "H × m × d_v", lambda c: (c.heads, c.m, c.d_v), KEY, NUMBERED,
+          compute=lambda w: ops.split_heads(w["v"], w.c.heads),
+          formula=_split_text("V", lambda c: c.d_v, "d_v"), latex=_tex("V_{@h}"),
+          cell=_cell_split, per_head=True, exact=True),
+    Stage("scores", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
+          compute=lambda w: ops.scores(w["q_heads"], w["k_heads"]),
+          formula=lambda f: f"Z{f.i} = " + f.pick(f"Q{f.i}·K{f.i}ᵀ", f"K{f.i}ᵀ·Q{f.i}"),
+          latex=_tex("Z_{@h}", r"Q_{@h} K_{@h}^{\top}", r"K_{@h}^{\top} Q_{@h}"),
+          cell=_cell_scores, per_head=True, exact=True, aliases=("z",)),
+    Stage("scaled", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
+          compute=_scaled, formula=lambda f: f"Z{f.i} / s, {f.scale_text()}",
+          latex=_tex(r"\frac{Z_{@h}}{s}"), cell=_cell_scaled, per_head=True, exact=True),
+    Stage("masked", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
+          compute=lambda w: ops.mask_scores(w["scaled"], w.p.allowed()), formula=_mask_text,
+          latex=_tex(r"\operatorname{mask}\left(\frac{Z_{@h}}{s}\right)"),
+          cell=_cell_masked, per_head=True, exact=True),
+    Stage("weights", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
+          compute=_weights,
+          formula=lambda f: f"A{f.i} = softmax of each {f.pick('row', 'column')} of masked{f.i}",
+          latex=_tex("A_{@h}", r"\operatorname{softmax}_{\text{rows}}",
+                     r"\operatorname{softmax}_{\text{columns}}"),
+          cell=_cell_weights, per_head=True, heat=True, aliases=("attention", "a"),
+          parts=(("max", "max"), ("exp", "exp {key}"), ("sum", "sum")),
+          parts_title="softmax step by step",
+          parts_formula="max, then exp(z − max) for each key, then their sum; "
+                        "weight = exp / sum"),
+    Stage("head_outputs", "H × n × d_v", lambda c: (c.heads, c.n, c.d_v), QUERY, NUMBERED,
+          compute=lambda w: w["weights"] @ w["v_heads"],  # (H, n, d_v)
+          formula=lambda f: f"O{f.i} = " + f.pick(f"A{f.i}·V{f.i}", f"V{f.i}·A{f.i}"),
+          latex=_tex("O_{@h}", "A_{@h} V_{@h}", "V_{@h} A_{@h}"),
+          cell=_cell_head_outputs, per_head=True),
+    Stage("concat", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,
+          compute=lambda w: ops.merge_heads(w["head_outputs"]),
+          formula=lambda f: f.pick(f"[{f.heads_list()}], the heads side by side",
+                                   f"[{f.heads_list()}] stacked, one head below the other"),
+          latex=_tex("C", r"[O_1 \mid \dots \mid O_H]", r"[O_1; \dots; O_H]"),
+          cell=_cell_concat),
+    Stage("output", "n × d_out", lambda c: (c.n, c.d_out), QUERY, NUMBERED,
+          compute=_output,
+          formula=lambda f: f.proj("W_O", "concat", "b_o") if f.c.has_w_o
+          else "concat" + f.bias("b_o") + " (no w_o)",
+          latex=_output_tex, cell=_cell_output),
+)
+
+BY_NAME = {s.name: s for s in TABLE}
+STAGES = tuple(BY_NAME)  # the canonical names, in order
+ALIASES = {alias: s.name for s in TABLE for alias in s.aliases}
+PER_HEAD = frozenset(s.name for s in TABLE if s.per_head)
+
+
+def canonical(name: Any) -> str:
+    """The canonical stage name for ``name`` or one of its aliases (any case)."""
+    key = name.strip().lower() if isinstance(name, str) else None
+    key = ALIASES.get(key, key) if key is not None else None
+    if key not in BY_NAME:
+        import difflib
+
+        close = difflib.get_close_matches(str(key), list(STAGES) + list(ALIASES), n=1) \
+            if key is not None else []
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise MhaError(f"unknown stage {name!r}{hint}; stages are: {', '.join(STAGES)}")
+    return key
+
+
+def stage(name: Any) -> Stage:
+    """The table's entry for a stage name or alias."""
+    return BY_NAME[canonical(name)]
+
+
+def present(c: Config) -> list[Stage]:
+    """The stages a problem has, in order."""
+    return [s for s in TABLE if s.exists(c)]

@@ -1,0 +1,53 @@
+"""The problem a command names: a file, a sample, a random one, or the built-in example,
+with the settings it changes (heads, mask, scale, dtype, labels)."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from ..errors import MhaError
+from .generate import parse_ints, parse_tokens, random_problem
+from .problem import Problem, load
+from .samples import load_sample
+
+BUILT_IN = "intro"
+
+
+def problem_from(*, file: str | None = None, sample: str | None = None,
+                 random: bool = False, seed: int | None = None, tokens: str | None = None,
+                 d_model: int | None = None, heads: int | None = None,
+                 ints: str | None = None, mask: str | None = None, scale: str | None = None,
+                 dtype: str | None = None, masked_row: str | None = None,
+                 layout: str | None = None, stdin: Any = None) -> Problem:
+    """The problem a command line describes, validated once with its overrides.
+
+    ``tokens`` is a number of tokens (a random problem) or the labels themselves;
+    ``ints`` is ``LO:HI`` for a random problem of small integers; ``layout`` is how a
+    file without a layout: key was written.
+    """
+    token_spec = parse_tokens(tokens) if tokens is not None else None
+    generating = random or seed is not None or ints is not None or d_model is not None \
+        or isinstance(token_spec, int)
+    if file is not None and sample is not None:
+        raise MhaError("give a FILE or --sample, not both")
+    if generating and (file is not None or sample is not None):
+        used = [o for o, v in (("--random", random), ("--seed", seed is not None),
+                               ("--ints", ints), ("--d-model", d_model)) if v] or ["--tokens N"]
+        raise MhaError(f"{used[0]} makes a random problem; it cannot be combined with a "
+                       "file or --sample")
+    if generating:
+        if seed is None:  # drawn here, so that messages can say how to see it again
+            seed = secrets.randbelow(1_000_000)
+        prob = random_problem(seed=seed, tokens=token_spec, d_model=d_model, heads=heads,
+                              ints=parse_ints(ints) if ints is not None else None)
+        heads = None  # already used as a size
+    elif file is not None:
+        prob = load(file, stdin=stdin, layout=layout or "rows", heads=heads)
+    else:
+        prob = load_sample(sample or BUILT_IN)
+    labels = token_spec if isinstance(token_spec, list) else None
+    if any(v is not None for v in (heads, mask, scale, dtype, masked_row, labels)):
+        prob = prob.with_overrides(heads=heads, mask=mask, scale=scale, dtype=dtype,
+                                   masked_row=masked_row, tokens=labels)
+    return prob

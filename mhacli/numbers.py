@@ -1,0 +1,265 @@
+"""The number rule, in both directions: text a person wrote -> a number, a number -> text.
+
+In: an entry is an integer (no leading zeros: ``010`` is refused), a decimal, an exponent
+(``1e-3``) or a fraction (``"1/3"``); ``−`` (U+2212, which this tool prints) is a minus.
+Nothing else is a number: not ``yes``, ``nan``, ``1:30`` or ``0x1F``. A number too large
+for float64 (``1e400``), or so small that it would become 0 or lose digits (``1e-400``),
+is refused rather than silently changed.
+
+Out: full precision (the shortest text that reads back as the same float), a fixed number
+of decimals for display, exact fractions (``5/2``), LaTeX, and the decimal or fraction a
+person would write for a rational.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from dataclasses import dataclass
+from fractions import Fraction
+from numbers import Rational
+from typing import Any
+
+import numpy as np
+
+from .errors import KeyPath, MhaError, key_text
+
+MINUS = "\u2212"
+NUMBER = re.compile(r"[+-]?(?:(?:0|[1-9]\d*)(?:\.(\d*))?|\.(\d+))(?:[eE]([+-]?\d+))?")
+FRACTION = re.compile(r"[+-]?(?:0|[1-9]\d*)/[1-9]\d*")
+MAX_TEXT = 400  # characters: a number written by hand is far shorter
+SMALLEST = sys.float_info.min  # below this (but not 0), a float64 loses digits
+EXPECTED = "expected a number (an integer, a decimal, 1e-3 or a fraction such as 1/3)"
+
+
+def _text(value: str) -> str:
+    return value.strip().replace(MINUS, "-")
+
+
+def _too_long(text: str, key: KeyPath) -> MhaError:
+    return MhaError(f"{key_text(key)} is a number {len(text)} characters long; "
+                    f"numbers are limited to {MAX_TEXT}", key=key)
+
+
+def exact(value: Any, key: KeyPath = ()) -> Fraction:
+    """An entry as the exact rational it was written as (``0.1`` is 1/10); MhaError if
+    it is not a number by the rule."""
+    t = type(value)
+    if t is int or isinstance(value, (np.integer,)) and not isinstance(value, np.bool_):
+        return Fraction(int(value))
+    if t is float or isinstance(value, np.floating):
+        if not math.isfinite(value):
+            raise MhaError(f"{key_text(key)} is {value}: every entry must be finite", key=key)
+        return Fraction(repr(float(value)))  # the shortest decimal of a binary float
+    if isinstance(value, Fraction):
+        return value
+    if isinstance(value, str):
+        text = _text(value)
+        if len(text) > MAX_TEXT:
+            raise _too_long(text, key)
+        if NUMBER.fullmatch(text):
+            return Fraction(text)
+        if FRACTION.fullmatch(text):
+            num, den = text.split("/")
+            return Fraction(int(num), int(den))
+        if re.fullmatch(r"[+-]?\d+/0+", text):
+            raise MhaError(f"{key_text(key)} is {value!r}: a fraction with denominator 0",
+                           key=key)
+        raise MhaError(f"{key_text(key)} is {value!r}: {EXPECTED}", key=key)
+    shown = "empty" if value is None else repr(value)
+    raise MhaError(f"{key_text(key)} is {shown}: {EXPECTED}", key=key)
+
+
+def parse(value: Any, key: KeyPath = ()) -> float:
+    """One entry as a float64, by the rule; MhaError naming ``key`` otherwise."""
+    t = type(value)
+    if t is float:
+        if math.isfinite(value) and (value == 0 or abs(value) >= SMALLEST):
+            return value
+    elif t is int and abs(value) < 2**53:
+        return float(value)
+    elif isinstance(value, str):
+        text = _text(value)
+        if len(text) <= 30 and NUMBER.fullmatch(text):  # the common case, kept quick
+            f = float(text)
+            if math.isfinite(f) and (abs(f) >= SMALLEST or Fraction(text) == 0):
+                return f
+    return to_float(exact(value, key), key, value)
+
+
+def to_float(x: Fraction, key: KeyPath = (), written: Any = None) -> float:
+    """A rational as the nearest float64, refusing what float64 cannot hold."""
+    shown = repr(written) if isinstance(written, str) else str(x)
+    try:
+        f = float(x)
+    except OverflowError:
+        f = math.inf
+    if math.isinf(f):
+        raise MhaError(f"{key_text(key)} is {shown}: too large for float64 (at most about "
+                       "1.8e308)", key=key)
+    if x != 0 and abs(f) < SMALLEST:
+        raise MhaError(f"{key_text(key)} is {shown}: too small for float64 to hold "
+                       "(below 2.2e-308 it loses digits or becomes 0); write 0 if 0 is "
+                       "meant", key=key)
+    return f
+
+
+def exact_array(values: Any) -> np.ndarray:
+    """Nested lists or an array of validated entries as an object array of Fractions."""
+    arr = np.asarray(values, dtype=object)
+    return np.vectorize(exact, otypes=[object])(arr) if arr.size else arr
+
+
+# --------------------------------------------------------------------------- claims
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a written answer claims: an exact value, or a value to within half a unit of
+    its last written digit. A blank slot claims nothing (``text`` is empty)."""
+
+    value: float  # NaN when blank; −∞ for a blocked score
+    exact: Fraction | None  # whole numbers and fractions
+    half_unit: Fraction  # 0 for exact claims
+    text: str  # as written ("" when blank)
+
+    @property
+    def blank(self) -> bool:
+        return self.text == ""
+
+
+BLANKS = frozenset({"", "_", "?", "~", "null"})
+NEG_INF = frozenset({"-inf", "-∞", "-infinity"})
+
+
+def claim(value: Any, key: KeyPath = ()) -> Claim:
+    """One answer entry: a number, a fraction, −∞, or a blank slot (``_``, null)."""
+    if value is None:
+        return Claim(math.nan, None, Fraction(0), "")
+    if isinstance(value, (bool, list, dict)):
+        raise MhaError(f"{key_text(key)} is {value!r}: expected a number", key=key)
+    text = repr(value) if isinstance(value, float) else _text(str(value))
+    low = text.lower()
+    if low in BLANKS:
+        return Claim(math.nan, None, Fraction(0), "")
+    if low in NEG_INF:
+        return Claim(-math.inf, None, Fraction(0), "−∞")
+    try:
+        x = exact(text, key)
+    except MhaError:
+        raise MhaError(f"{key_text(key)} is {text!r}: expected a number (such as 2, 0.33, "
+                       "1e-3 or 1/3), -inf for a blocked score, or _ for a blank",
+                       key=key) from None
+    shown = repr(value) if isinstance(value, float) else str(value).strip()
+    m = NUMBER.fullmatch(text)
+    if m is None or x.denominator == 1 and (m[1] in (None, "") and m[2] is None
+                                             or m[3] is not None):
+        # a fraction, or a whole number written as one (2, 2., 2e0, 12e3): exact
+        return Claim(to_float(x, key, text), x, Fraction(0), shown)
+    places = len(m[1] or m[2] or "") - int(m[3] or 0)
+    return Claim(to_float(x, key, text), None, Fraction(1, 2) / Fraction(10) ** places,
+                 shown)
+
+
+# --------------------------------------------------------------------------- out
+
+
+def full(v: float, dtype: str = "float64") -> str:
+    """The shortest text that reads back as exactly this number in ``dtype``."""
+    if dtype == "float32":
+        return str(np.float32(v))
+    return repr(float(v))
+
+
+def integral(a: np.ndarray) -> bool:
+    """True when every finite entry is a whole number of modest size."""
+    if a.dtype == object:
+        return False  # exact values: each is written as it is
+    finite = a[np.isfinite(a)]
+    return bool(finite.size) and bool(np.all(finite == np.round(finite))) and \
+        bool(np.all(np.abs(finite) < 1e12))
+
+
+def fixed(v: Any, precision: int, whole: bool = False, unicode: bool = True) -> str:
+    """One number for display: whole numbers plain, others to ``precision`` decimals;
+    a Fraction exactly (``5/2``, or ``3``); −∞ as a symbol (``-inf`` without Unicode).
+    Never ``-0.0000``: a value that rounds to zero has no sign."""
+    if isinstance(v, Rational) and not isinstance(v, int):
+        return str(v)
+    v = float(v)
+    if math.isnan(v):
+        return "nan"
+    if math.isinf(v):
+        sign = (MINUS if unicode else "-") if v < 0 else ""
+        return sign + ("∞" if unicode else "inf")
+    if whole or v == 0:  # an exact zero (a blocked weight) reads as 0, not 0.0000
+        return str(int(v))
+    text = f"{v:.{precision}f}"
+    if text.lstrip("-").strip("0.") == "":  # no "-0.0000"
+        text = text.lstrip("-")
+    return text
+
+
+def table(m: np.ndarray, precision: int, unicode: bool = True) -> list[list[str]]:
+    """Every entry of a matrix as display text (whole numbers plain when all are)."""
+    whole = integral(m)
+    rows = m.tolist() if m.dtype != object else m
+    return [[fixed(v, precision, whole, unicode) for v in row] for row in rows]
+
+
+def significant(v: float, digits: int = 6) -> str:
+    """``0.235004``: a value to a few significant digits, whole values plain."""
+    if math.isinf(v):
+        return f"{MINUS}∞" if v < 0 else "∞"
+    if v == int(v) and abs(v) < 1e15:
+        return str(int(v))
+    return f"{v:.{digits}g}"
+
+
+def latex(v: Any, precision: int, whole: bool) -> str:
+    """One entry for a LaTeX matrix: ``\\frac{5}{2}``, ``-\\infty`` or a fixed decimal."""
+    if isinstance(v, Fraction):
+        if v.denominator == 1:
+            return str(v.numerator)
+        sign = "-" if v < 0 else ""
+        return f"{sign}\\frac{{{abs(v.numerator)}}}{{{v.denominator}}}"
+    f = float(v)
+    if math.isinf(f):
+        return "-\\infty" if f < 0 else "\\infty"
+    if math.isnan(f):
+        return "\\text{nan}"
+    return fixed(f, precision, whole, unicode=False)
+
+
+def written(v: Any) -> str:
+    """A number as a problem file holds it, exactly: ``3``, ``0.125`` (a decimal that
+    ends), ``1/3`` (one that does not), a float in full, or ``-inf``."""
+    if isinstance(v, Fraction):
+        if v.denominator == 1:
+            return str(v.numerator)
+        den = v.denominator
+        for p in (2, 5):
+            while den % p == 0:
+                den //= p
+        if den != 1:
+            return str(v)
+        places = 0
+        while (v * 10**places).denominator != 1:
+            places += 1
+        digits = str(abs(v.numerator * 10**places // v.denominator)).rjust(places + 1, "0")
+        return ("-" if v < 0 else "") + digits[:-places] + "." + digits[-places:]
+    v = float(v)
+    if math.isinf(v):
+        return "-inf" if v < 0 else "inf"
+    if v == int(v) and abs(v) < 1e15:
+        return str(int(v))
+    return yaml_float(repr(v))
+
+
+def yaml_float(text: str) -> str:
+    """YAML 1.1 readers take ``1e-05`` for a string; ``1.0e-05`` is a float everywhere."""
+    if "e" in text and "." not in text and "n" not in text:
+        mantissa, _, exponent = text.partition("e")
+        return f"{mantissa}.0e{exponent}"
+    return {"nan": ".nan"}.get(text, text)
