@@ -198,3 +198,33 @@ def test_report_as_markdown_and_latex(tmp_path: Path) -> None:
     assert "- head 1, row 1 (I), column 2 (like): wrote 0.5, expected" in md
     tex = check(path, "--format", "latex").stdout
     assert tex.startswith("\\begin{itemize}") and "\\texttt{weights}: 1 wrong cell(s)" in tex
+
+
+@pytest.mark.parametrize("written, ok", [
+    ("0.33333333333", True),  # 11 decimals: off by 3.3e-12, within half a unit (5e-12)
+    ("0.3333333334", False),  # 10 decimals: off by 6.7e-11, more than 5e-11
+    ("0.33334", False),  # off by 6.7e-6: more than half a unit of the fifth decimal
+])
+def test_no_slack_beyond_the_digits_written(tmp_path: Path, written: str, ok: bool) -> None:
+    """With --tolerance 0, only the float computation's own rounding (1e-12) is added."""
+    r = check(_one_third_problem(tmp_path, written), "--tolerance", "0", "--format", "json")
+    assert json.loads(r.stdout)["correct"] is ok and r.exit_code == (0 if ok else 1)
+
+
+def test_check_warns_and_refuses_as_run_does(tmp_path: Path) -> None:
+    """check computes through the same engine entry as explain and run: a fully blocked
+    query row warns, and numbers that overflow are refused (exit 2), not graded."""
+    blocked = tmp_path / "blocked.yaml"
+    blocked.write_text(PROBLEM + "mask: [[1, 0, 0], [0, 0, 0], [1, 1, 1]]\n"
+                       "answers:\n  q: " + json.dumps(rows(REF["q"])) + "\n")
+    for command in (["run", str(blocked)], ["check", str(blocked)]):
+        r = runner.invoke(app, command)
+        assert r.exit_code == 0, r.output
+        assert r.stderr.startswith("Warning: query row 2 (like): every key is blocked")
+    huge = tmp_path / "huge.yaml"
+    huge.write_text(PROBLEM.replace("[[1, 0, 1, 0]", "[[1e200, 1e200, 1e200, 1e200]", 1)
+                    + "answers:\n  q: " + json.dumps(rows(REF["q"])) + "\n")
+    for command in (["run", str(huge)], ["check", str(huge)]):
+        r = runner.invoke(app, command)
+        assert r.exit_code == 2 and r.stdout == "", (command, r.output)
+        assert r.stderr.startswith(f"Error: {huge}") and "too large for float64" in r.stderr

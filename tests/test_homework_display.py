@@ -193,7 +193,7 @@ def test_column_layout_reads_and_shows_transposed(tmp_path: Path) -> None:
     r = runner.invoke(app, ["run", str(bare)])
     assert r.exit_code == 2  # 4 × 3 read as rows: the tokens do not fit
     doc2 = json.loads(mha("explain", str(bare), "--layout", "columns", "--format", "json"))
-    assert doc2["stages"]["output"] == doc["stages"].get("output", doc2["stages"]["output"])
+    assert doc2["stages"]["q"] == doc["stages"]["q"]  # the key and the option read alike
     close(np.array(doc2["stages"]["output"]), rows_out, rel=1e-12)  # traced vs fast path
 
 

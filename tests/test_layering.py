@@ -1,9 +1,24 @@
-"""The numerics import no terminal library: a fresh interpreter proves it."""
+"""The direction of the house: cli -> {present, grading, io} -> engine. A fresh
+interpreter proves what each layer imports, and the sources say whom they import."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "mhacli"
+# a layer, and the layers (and top-level modules) of mhacli it may import
+MAY_IMPORT = {
+    "engine": {"engine", "errors", "numbers"},
+    "io": {"io", "engine", "errors", "numbers"},
+    "grading": {"grading", "io", "engine", "errors", "numbers"},
+    "present": {"present", "grading", "io", "engine", "errors", "numbers"},
+    "cli": {"cli", "present", "grading", "io", "engine", "errors", "numbers", "__version__"},
+}
 
 
 def _modules_after(statement: str) -> set[str]:
@@ -12,15 +27,38 @@ def _modules_after(statement: str) -> set[str]:
     return set(out.stdout.split())
 
 
-def test_core_imports_neither_rich_nor_typer() -> None:
-    mods = _modules_after("import mhacli.engine")
-    assert "numpy" in mods  # the check itself works
-    assert not {m for m in mods if m.split(".")[0] in ("rich", "typer", "click", "yaml")}
+def _top(mods: set[str], names: tuple[str, ...]) -> set[str]:
+    return {m for m in mods if m.split(".")[0] in names}
+
+
+@pytest.mark.parametrize("layer, banned", [
+    ("engine", ("rich", "typer", "click", "yaml")),
+    ("io", ("rich", "typer", "click")),
+    ("grading", ("rich", "typer", "click")),
+    ("present", ("rich", "typer", "click")),  # Rich only when something is drawn
+])
+def test_layer_imports_no_terminal_library(layer: str, banned: tuple[str, ...]) -> None:
+    modules = " ".join(f"mhacli.{layer}.{p.stem}" for p in (PACKAGE / layer).glob("*.py"))
+    mods = _modules_after(f"import {', '.join(modules.split())}")
+    assert f"mhacli.{layer}" in mods and "numpy" in mods  # the check itself works
+    assert not _top(mods, banned)
 
 
 def test_public_api_imports_no_terminal_library() -> None:
     mods = _modules_after("import mhacli; mhacli.attention([[1.0]], [[1.0]], [[1.0]], [[1.0]])")
-    assert not {m for m in mods if m.split(".")[0] in ("rich", "typer", "click")}
+    assert not _top(mods, ("rich", "typer", "click"))
+
+
+@pytest.mark.parametrize("layer", sorted(MAY_IMPORT))
+def test_imports_point_down_the_layers(layer: str) -> None:
+    for path in (PACKAGE / layer).glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level >= 1:
+                # from . import x (level 1) stays in the layer; from .. import x goes up
+                targets = [layer] if node.level == 1 else \
+                    [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
+                for target in targets:
+                    assert target in MAY_IMPORT[layer], f"{path.name} imports {target}"
 
 
 def test_run_does_not_import_rich_for_plain_output() -> None:

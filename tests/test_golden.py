@@ -1,0 +1,62 @@
+"""What a person sees, pinned: the rich tables of every sample, in colour and without.
+
+The golden files under tests/golden/ are rewritten only by
+``pytest tests/test_golden.py --update-golden``; review the diff before committing it.
+A change in a colour, a box, an alignment or a number's text fails here.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from mhacli import engine
+from mhacli.io.samples import load_sample, sample_names
+from mhacli.present.explain import show
+from mhacli.present.views import views
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def _rendered(name: str, color_system: str | None) -> str:
+    """The sample as `mha explain --sample NAME` draws it in a 100-column terminal."""
+    prob = load_sample(name)
+    tr = engine.traced(prob.prepared)
+    queries, keys = prob.labels()
+    buf = io.StringIO()
+    console = Console(file=buf, width=100, color_system=color_system, force_terminal=True,
+                      highlight=False, legacy_windows=False)
+    boxed = color_system is not None  # NO_COLOR: no colour and no box drawing
+    show(views(tr, queries, keys, layout=prob.layout), None, console, 4, boxed, full=False)
+    return buf.getvalue()
+
+
+@pytest.fixture(autouse=True)
+def _no_colour_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rich reads NO_COLOR, FORCE_COLOR and the like from the environment: not here."""
+    for name in ("NO_COLOR", "FORCE_COLOR", "TERM", "COLUMNS", "LINES", "TTY_COMPATIBLE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.parametrize("colour", ["truecolor", "none"])
+@pytest.mark.parametrize("name", sample_names())
+def test_rich_view_matches_golden(name: str, colour: str, update_golden: bool) -> None:
+    text = _rendered(name, None if colour == "none" else colour)
+    path = GOLDEN / f"{name}.{colour}.txt"
+    if update_golden:
+        path.write_text(text, encoding="utf-8")
+    assert path.exists(), f"no golden file {path.name}: run pytest --update-golden"
+    assert text == path.read_text(encoding="utf-8")
+
+
+def test_golden_files_have_what_they_should() -> None:
+    """The pins are about the right things: shading, boxes, and no colour without it."""
+    coloured = (GOLDEN / "intro.truecolor.txt").read_text(encoding="utf-8")
+    plain = (GOLDEN / "intro.none.txt").read_text(encoding="utf-8")
+    assert "\x1b[" in coloured and "╭" in coloured and "heat map" in coloured
+    assert "\x1b[" not in plain and "╭" not in plain
+    # the lightest shade (yellow) marks the weight 1.0000 of the first row
+    assert "48;2;253;231;37m" in coloured

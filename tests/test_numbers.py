@@ -1,0 +1,77 @@
+"""The number rule, both ways: what a written entry means, and how numbers are shown."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from mhacli import numbers
+from mhacli.errors import MhaError
+
+
+@pytest.mark.parametrize("text, value", [
+    ("2", Fraction(2)), ("-2", Fraction(-2)), ("\u22122.5", Fraction(-5, 2)), ("0.5", Fraction(1, 2)),
+    (".5", Fraction(1, 2)), ("5.", Fraction(5)), ("+1", Fraction(1)), ("1e-3", Fraction(1, 1000)),
+    ("2.5E2", Fraction(250)), ("1/3", Fraction(1, 3)), ("\u22121/3", Fraction(-1, 3)), (" 7 ", Fraction(7)),
+])
+def test_written_numbers_mean_what_they_say(text: str, value: Fraction) -> None:
+    assert numbers.exact(text) == value
+    assert numbers.parse(text) == float(value)
+
+
+@pytest.mark.parametrize("text, words", [
+    ("010", "expected a number"), ("0x1F", "expected a number"), ("nan", "expected a number"),
+    ("yes", "expected a number"), ("1:30", "expected a number"), ("1_000", "expected a number"),
+    ("1/0", "denominator 0"), ("1e400", "too large for float64"),
+    ("1e-400", "too small for float64"), ("9" * 401, "400"),
+    ("1" * 396 + "/3", "too large for float64"), ("1/" + "3" * 397, "too small for float64"),
+])
+def test_what_is_not_a_number_is_refused_by_name(text: str, words: str) -> None:
+    with pytest.raises(MhaError, match=words) as err:
+        numbers.parse(text, ("x", 1, 2))
+    assert err.value.key == "x[2][3]" and str(err.value).startswith("x[2][3] is ")
+
+
+@pytest.mark.parametrize("value, precision, text", [
+    (-1e-9, 4, "0.0000"), (-0.00004, 4, "0.0000"), (-0.00005001, 4, "-0.0001"),
+    (0.0, 4, "0"), (2.5, 2, "2.50"), (float("-inf"), 4, "\u2212∞"), (Fraction(5, 2), 4, "5/2"),
+])
+def test_numbers_shown_at_a_precision(value: float, precision: int, text: str) -> None:
+    assert numbers.fixed(value, precision) == text
+
+
+def test_whole_matrices_show_plain_integers() -> None:
+    assert numbers.table(np.array([[1.0, -2.0], [0.0, 3.0]]), 4) == [["1", "-2"], ["0", "3"]]
+    assert numbers.table(np.array([[1.5, -1e-7]]), 2) == [["1.50", "0.00"]]
+
+
+@pytest.mark.parametrize("value", [0.1, 1 / 3, -2.5e-300, 1e300, 123456789.123])
+def test_full_precision_reads_back_exactly(value: float) -> None:
+    assert float(numbers.full(value)) == value
+    assert float(numbers.written(value)) == value
+
+
+@pytest.mark.parametrize("value, text", [
+    (Fraction(1, 8), "0.125"), (Fraction(-3, 4), "-0.75"), (Fraction(1, 3), "1/3"),
+    (Fraction(7), "7"), (Fraction(1, 20), "0.05"),
+])
+def test_exact_values_are_written_as_a_person_would(value: Fraction, text: str) -> None:
+    assert numbers.written(value) == text and numbers.exact(text) == value
+
+
+@pytest.mark.parametrize("text, exact, half", [
+    ("1", Fraction(1), 0), ("1.", Fraction(1), 0), ("1e0", Fraction(1), 0),
+    ("0e9", Fraction(0), 0), ("12e3", Fraction(12000), 0), ("1/3", Fraction(1, 3), 0),
+    ("\u22121", Fraction(-1), 0), ("1.0", None, Fraction(1, 20)), ("0.33", None, Fraction(1, 200)),
+    ("2.5e-3", None, Fraction(1, 20000)), (".5", None, Fraction(1, 20)),
+])
+def test_what_an_answer_claims(text: str, exact: Fraction | None, half: Fraction) -> None:
+    c = numbers.claim(text)
+    assert (c.exact, c.half_unit) == (exact, half) and not c.blank
+
+
+def test_blanks_and_blocked_scores() -> None:
+    assert all(numbers.claim(t).blank for t in ("_", "", None, "null", "?"))
+    assert numbers.claim("\u2212∞").value == float("-inf") == numbers.claim("-inf").value
