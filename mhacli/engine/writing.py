@@ -10,8 +10,6 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from .. import numbers
 
 if TYPE_CHECKING:
@@ -177,7 +175,3 @@ class Entry:
              cols: set[int] | None = None) -> None:
         self.marks[(stage, h)] = (frozenset(rows or ()), frozenset(cols or ()))
 
-
-def softmax_row(parts: dict[str, np.ndarray], h: int, i: int) -> dict[str, Any]:
-    """One query row of the softmax's parts: its maximum, exponentials and sum."""
-    return {name: a[h - 1, i] for name, a in parts.items()}
