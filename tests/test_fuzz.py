@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import signal
 import warnings
 from contextlib import contextmanager
@@ -159,5 +160,8 @@ def test_fast_route_reads_the_same_numbers(rows: list[list[float]]) -> None:
     finally:
         reader.FAST_FROM_BYTES = saved
     slow, _ = reader.parse_text(text, "t")
+    if re.search(r"e[+-]?(30[89]|3[1-9]\d)", text):  # near float64's ends: by name, in full
+        assert not isinstance(fast["x"], np.ndarray)
+        return
     assert isinstance(fast["x"], np.ndarray)
     assert fast["x"].tolist() == [[float(v) for v in r] for r in slow["x"]]

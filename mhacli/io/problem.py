@@ -26,7 +26,7 @@ from ..engine.validate import mask_matrix
 from ..errors import MhaError, key_text
 from . import torchstate
 from .matrices import LAYOUTS, read_array, read_claims, to_rows
-from .reader import Locator, parse_text, read_bytes, read_npz
+from .reader import Locator, parse_text, read_bytes, read_file, read_npz
 
 MATRIX_KEYS = ("x", "x_kv", "w_q", "w_k", "w_v", "w_o", "q", "k", "v")
 PER_HEAD_KEYS = frozenset({"w_q", "w_k", "w_v", "w_o"})  # may be a list of H matrices
@@ -283,21 +283,33 @@ def _answers(value: Any, layout: str) -> dict[str, Any]:
 
 
 def _external(value: Any, key: str, base: Path | None) -> Any:
-    """A matrix key may name an array in an .npz file: ``w_q: big.npz`` or ``big.npz:name``."""
+    """A matrix key may name an array in an .npz file beside the problem (in its folder
+    or below): ``w_q: big.npz`` (the array called w_q) or ``w_q: big.npz:name``."""
     if not isinstance(value, str) or ".npz" not in value:
         return value
     path_text, _, name = value.partition(".npz")
-    path = Path(path_text + ".npz")
     name = name.lstrip(":") or key
-    if base is not None and not path.is_absolute():
-        path = base / path
+    if base is None:
+        raise MhaError(f"{key}: a problem read from standard input cannot name other files "
+                       f"({value!r})", key=key)
+    path = base / (path_text + ".npz")
+    try:
+        inside = path.resolve().is_relative_to(base.resolve())
+    except (OSError, ValueError):
+        inside = False
+    if Path(path_text).is_absolute() or not inside:
+        raise MhaError(f"{key}: {path_text}.npz is outside the problem's folder; an .npz "
+                       "named in a problem must lie beside it (or below)", key=key)
     try:
         arrays = read_npz(path)
     except MhaError as exc:  # about the .npz file, at this key of the problem
         raise MhaError(f"{exc.source}: {exc.message}", key=key) from None
     if name not in arrays:
-        raise MhaError(f"{key}: {path} has no array named {name!r} "
-                       f"(it has {', '.join(sorted(arrays)) or 'none'})", key=key)
+        import difflib
+
+        close = difflib.get_close_matches(name, list(arrays), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise MhaError(f"{key}: {path} has no array named {name!r}{hint}", key=key)
     return arrays[name]
 
 
@@ -332,18 +344,9 @@ def load(path: str | Path, *, stdin: Any = None, layout: str = "rows",
         raise MhaError(f"{str(p)!r}: a file name cannot hold a NUL character")
     if not p.suffix and not p.exists() and str(p) in sample_names():
         return load(sample_path(str(p)), layout=layout, heads=heads).renamed(f"sample {p}")
-    if p.is_dir():
-        raise MhaError("is a directory, not a problem file", source=str(p))
     if p.suffix.lower() == ".npz":
         return from_mapping(read_npz(p), str(p), p.parent, layout, heads=heads)
-    try:
-        with open(p, "rb") as stream:
-            raw = read_bytes(stream, str(p))
-    except FileNotFoundError:
-        raise MhaError("no such file", source=str(p)) from None
-    except OSError as exc:
-        raise MhaError(f"cannot read ({exc.strerror})", source=str(p)) from None
-    text = _decode(raw, str(p))
+    text = _decode(read_file(p), str(p))
     fmt = "json" if p.suffix.lower() == ".json" else "yaml"
     data, lines = parse_text(text, str(p), fmt)
     return from_mapping(data, str(p), p.parent, layout, lines, heads)
