@@ -1,5 +1,5 @@
 """`python -m mhacli` runs the `mha` command."""
 
-from .cli.commands import entry
+from .cli import entry
 
 entry()

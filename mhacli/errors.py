@@ -13,6 +13,18 @@ Step = Union[str, int]  # a key of a mapping, or a 0-based index into a list
 KeyPath = tuple[Step, ...]
 
 
+def shown(value: object, limit: int = 40) -> str:
+    """A value as an error message quotes it: its repr, cut short when long."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _printable(text: str) -> str:
+    """One line with no control character or lone surrogate: what a file named or a
+    value held cannot reach the terminal as an escape sequence."""
+    return "".join(ch if ch.isprintable() or ch == " " else ascii(ch)[1:-1] for ch in text)
+
+
 def key_text(path: KeyPath) -> str:
     """A key path as a person reads it: ``("answers", "q", 0, 1)`` -> ``answers.q[1][2]``."""
     out = ""
@@ -54,7 +66,7 @@ class MhaError(ValueError):
     def __str__(self) -> str:
         where = [w for w in (self.source, self.line and f"line {self.line}",
                              self.column and f"column {self.column}") if w]
-        return f"{', '.join(where)}: {self.message}" if where else self.message
+        return _printable(f"{', '.join(where)}: {self.message}" if where else self.message)
 
     def __reduce__(self):  # type: ignore[no-untyped-def]
         return _rebuild, (self.message, self.path, self.source, self.line, self.column)

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import KeyPath, MhaError, key_text
+from .errors import KeyPath, MhaError, key_text, shown
 
 MINUS = "\u2212"
 NUMBER = re.compile(r"[+-]?(?:(?:0|[1-9]\d*)(?:\.(\d*))?|\.(\d+))(?:[eE]([+-]?\d+))?")
@@ -64,11 +64,11 @@ def exact(value: Any, key: KeyPath = ()) -> Fraction:
             num, den = text.split("/")
             return Fraction(int(num), int(den))
         if re.fullmatch(r"[+-]?\d+/0+", text):
-            raise MhaError(f"{key_text(key)} is {value!r}: a fraction with denominator 0",
+            raise MhaError(f"{key_text(key)} is {shown(value)}: a fraction with denominator 0",
                            key=key)
-        raise MhaError(f"{key_text(key)} is {value!r}: {EXPECTED}", key=key)
-    shown = "empty" if value is None else repr(value)
-    raise MhaError(f"{key_text(key)} is {shown}: {EXPECTED}", key=key)
+        raise MhaError(f"{key_text(key)} is {shown(value)}: {EXPECTED}", key=key)
+    what = "empty" if value is None else shown(value)
+    raise MhaError(f"{key_text(key)} is {what}: {EXPECTED}", key=key)
 
 
 def parse(value: Any, key: KeyPath = ()) -> float:
@@ -90,16 +90,16 @@ def parse(value: Any, key: KeyPath = ()) -> float:
 
 def to_float(x: Fraction, key: KeyPath = (), written: Any = None) -> float:
     """A rational as the nearest float64, refusing what float64 cannot hold."""
-    shown = repr(written) if isinstance(written, str) else str(x)
+    what = shown(written) if isinstance(written, str) else str(x)[:40]
     try:
         f = float(x)
     except OverflowError:
         f = math.inf
     if math.isinf(f):
-        raise MhaError(f"{key_text(key)} is {shown}: too large for float64 (at most about "
+        raise MhaError(f"{key_text(key)} is {what}: too large for float64 (at most about "
                        "1.8e308)", key=key)
     if x != 0 and abs(f) < SMALLEST:
-        raise MhaError(f"{key_text(key)} is {shown}: too small for float64 to hold "
+        raise MhaError(f"{key_text(key)} is {what}: too small for float64 to hold "
                        "(below 2.2e-308 it loses digits or becomes 0); write 0 if 0 is "
                        "meant", key=key)
     return f
@@ -138,7 +138,7 @@ def claim(value: Any, key: KeyPath = ()) -> Claim:
     if value is None:
         return Claim(math.nan, None, Fraction(0), "")
     if isinstance(value, (bool, list, dict)):
-        raise MhaError(f"{key_text(key)} is {value!r}: expected a number", key=key)
+        raise MhaError(f"{key_text(key)} is {shown(value)}: expected a number", key=key)
     text = repr(value) if isinstance(value, float) else _text(str(value))
     low = text.lower()
     if low in BLANKS:
@@ -148,18 +148,18 @@ def claim(value: Any, key: KeyPath = ()) -> Claim:
     try:
         x = exact(text, key)
     except MhaError:
-        raise MhaError(f"{key_text(key)} is {text!r}: expected a number (such as 2, 0.33, "
+        raise MhaError(f"{key_text(key)} is {shown(text)}: expected a number (such as 2, 0.33, "
                        "1e-3 or 1/3), -inf for a blocked score, or _ for a blank",
                        key=key) from None
-    shown = repr(value) if isinstance(value, float) else str(value).strip()
+    as_written = repr(value) if isinstance(value, float) else str(value).strip()
     m = NUMBER.fullmatch(text)
     if m is None or x.denominator == 1 and (m[1] in (None, "") and m[2] is None
                                              or m[3] is not None):
         # a fraction, or a whole number written as one (2, 2., 2e0, 12e3): exact
-        return Claim(to_float(x, key, text), x, Fraction(0), shown)
+        return Claim(to_float(x, key, text), x, Fraction(0), as_written)
     places = len(m[1] or m[2] or "") - int(m[3] or 0)
     return Claim(to_float(x, key, text), None, Fraction(1, 2) / Fraction(10) ** places,
-                 shown)
+                 as_written)
 
 
 # --------------------------------------------------------------------------- out

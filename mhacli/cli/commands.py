@@ -4,6 +4,7 @@
 # annotation at start-up, which costs more than the rest of a small run.
 
 import contextlib
+import math
 import os
 import sys
 import warnings
@@ -19,13 +20,15 @@ from .options import (
     HeadsOpt, IntsOpt, Layout, LayoutOpt, MaskedRow, MaskedRowOpt, MaskOpt, PrecisionOpt,
     RandomOpt, RunFormat, SampleOpt, ScaleOpt, SeedOpt, TokensOpt,
 )
+from .streams import check_writable, failed_write, write_file
 from .terminal import console_for_stdout, progress_bar, rich_stdout, show
 
 app = typer.Typer(
     name="mha",
     no_args_is_help=True,
     # Rich help panels in a terminal; plain text (no boxes, no colour) in a pipe
-    rich_markup_mode="rich" if sys.stdout.isatty() and not os.environ.get("NO_COLOR") else None,
+    rich_markup_mode="rich" if sys.stdout is not None and sys.stdout.isatty()
+    and not os.environ.get("NO_COLOR") else None,
     add_completion=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -57,6 +60,8 @@ def _problem(file: Optional[str], sample: Optional[str], **options: object):  # 
     """The problem the options name (see ``mhacli.io.choose.problem_from``)."""
     from ..io.choose import problem_from
 
+    if file == "-" and sys.stdin is None:
+        raise MhaError("standard input is closed: pipe a problem in, or name the file")
     if file == "-" and sys.stdin.isatty():
         raise MhaError("reading the problem from standard input, which is a terminal: "
                        "pipe a file in (mha explain - < problem.yaml) or name the file")
@@ -77,6 +82,7 @@ def _guard(debug: bool) -> Iterator[dict]:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", MaskedRowWarning)
             yield context
+            sys.stdout.flush()  # a write that fails must fail here, not at exit
         for w in caught:
             if isinstance(w.message, MaskedRowWarning):
                 typer.echo(f"Warning: {w.message.describe(context.get('tokens'))}", err=True)
@@ -85,12 +91,8 @@ def _guard(debug: bool) -> Iterator[dict]:
             raise
         typer.echo(f"Error: {exc.located(context.get('source'))}", err=True)
         raise typer.Exit(2) from None
-    except BrokenPipeError:
-        # the reader went away (`mha ... | head -1`): stop quietly, as the Python
-        # documentation recommends, with the status a shell gives for SIGPIPE
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        raise typer.Exit(141) from None
+    except OSError as exc:  # standard output: the reader went away, or the disk is full
+        raise typer.Exit(failed_write(exc)) from None
     except (typer.Exit, typer.Abort, KeyboardInterrupt):
         raise
     except Exception as exc:  # a bug: still one line, and the way to see more
@@ -207,6 +209,9 @@ def explain(
                    worked.marks if worked else None)
         if (svg or html) and fmt is not ExplainFormat.rich:
             raise MhaError("--svg and --html save the rich view: leave out --format")
+        for export in (svg, html):  # before anything is printed
+            if export is not None:
+                check_writable(export)
         if fmt is ExplainFormat.rich and (svg or html or rich_stdout()):
             show(vs, worked, digits, full, svg, html)
             return
@@ -268,14 +273,10 @@ def run(
 
         data = write_output(out, fmt.value, precision)
         if output is not None:
-            try:
-                output.write_bytes(data)
-            except OSError as exc:
-                raise MhaError(f"{output}: cannot write ({exc.strerror})") from None
+            write_file(output, data, keep=Path(file) if file not in (None, "-") else None)
         else:
             sys.stdout.flush()
             sys.stdout.buffer.write(data)
-            sys.stdout.flush()
 
 
 @app.command()
@@ -346,6 +347,8 @@ def check(
     with _guard(debug) as context:
         if file is None and sample is None:
             raise MhaError("give the problem file to check (mha check FILE)")
+        if not math.isfinite(tolerance):
+            raise MhaError(f"--tolerance must be a number of 0 or more, got {tolerance}")
         prob = _problem(file, sample, masked_row=masked_row.value,
                         layout=layout.value if layout is not None else None)
         context.update(tokens=prob.tokens, source=prob.source)
@@ -425,7 +428,7 @@ def generate(
             d_model=d_model, heads=heads,
             ints=gen.parse_ints(ints) if ints is not None else None,
             kv_tokens=gen.parse_tokens(kv_tokens) if kv_tokens is not None else None,
-            d_kv=d_kv, w_o=not no_w_o)
+            d_kv=d_kv, w_o=not no_w_o, most=gen.MOST_WRITTEN)
         if mask is not None or scale is not None:
             prob = prob.with_overrides(mask=mask, scale=scale)
         chosen = [engine.canonical(s) for s in stage] if stage else None
@@ -439,10 +442,7 @@ def generate(
         comment = f"mha generate: {what}, seed {seed}"
         text = gen.problem_yaml(prob, comment, filled, blank, layout.value)
         if output is not None:
-            try:
-                output.write_text(text, encoding="utf-8")
-            except OSError as exc:
-                raise MhaError(f"{output}: cannot write ({exc.strerror})") from None
+            write_file(output, text.encode("utf-8"))
         else:
             sys.stdout.write(text)
 
@@ -477,9 +477,9 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     try:
         code = _app_for(args)(args=args, prog_name="mha", standalone_mode=False)
-        return code if isinstance(code, int) else 0
+        return _finish(code if isinstance(code, int) else 0)
     except cx.NoArgsIsHelpError:
-        return 0  # `mha` alone: the help has been shown, as for `mha --help`
+        return _finish(0)  # `mha` alone: the help has been shown, as for `mha --help`
     except cx.ClickException as exc:
         ctx = getattr(exc, "ctx", None)
         hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
@@ -489,13 +489,15 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Abort:
         typer.echo("Error: aborted", err=True)
         return 130
-    except BrokenPipeError:
-        # the reader went away (`mha run ... | head -1`): stop quietly, as the
-        # Python documentation recommends, without a second error at exit
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 141
+    except OSError as exc:  # help or --version that could not be written
+        return failed_write(exc)
 
 
-def entry() -> None:
-    sys.exit(main())
+def _finish(code: int) -> int:
+    """Everything written is flushed before the exit code is given."""
+    try:
+        sys.stdout.flush()
+    except OSError as exc:
+        return failed_write(exc)
+    return code
+

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
-from ..errors import MhaError
+from .streams import write_file
 
 from ..present.explain import PIPE_WIDTH
 
@@ -83,10 +83,7 @@ def show(vs: list, worked: object, digits: int, full: bool, svg: Path | None,
     for con, boxed in targets:
         draw(vs, worked, con, digits, boxed, full=full or not con.is_terminal)  # type: ignore[arg-type]
     recorder = targets[-1][0]
-    try:
-        if svg is not None:
-            recorder.save_svg(str(svg), title="mha explain", clear=False)
-        if html is not None:
-            recorder.save_html(str(html), clear=False)
-    except OSError as exc:
-        raise MhaError(f"cannot write {svg if html is None else html} ({exc.strerror})") from None
+    if svg is not None:
+        write_file(svg, recorder.export_svg(title="mha explain", clear=False).encode("utf-8"))
+    if html is not None:
+        write_file(html, recorder.export_html(clear=False).encode("utf-8"))

@@ -123,8 +123,14 @@ def exact_trace(p: Prepared, until: str | None = None) -> Trace:
 
 
 def _check_finite(p: Prepared, name: str, a: Array) -> None:
-    """Refuse a stage that overflowed: no silently wrong number (−∞ in masked is meant)."""
+    """Refuse a stage that overflowed, or fell below float's normal range where digits
+    are lost: no silently wrong number. (−∞ in masked is meant; a weight whose exp
+    underflows is as near 0 as it prints.)"""
     bad = (np.isnan(a) | np.isposinf(a)) if name == "masked" else ~np.isfinite(a)
+    if name != "weights":
+        with np.errstate(invalid="ignore"):
+            tiny = np.abs(a) < np.finfo(a.dtype).tiny
+        bad |= tiny & (a != 0)
     if p.config.masked_row == "nan" and p.dead_rows and name in _AFTER_SOFTMAX:
         dead = np.zeros(p.config.n, dtype=bool)
         dead[np.array(p.dead_rows) - 1] = True
@@ -132,8 +138,9 @@ def _check_finite(p: Prepared, name: str, a: Array) -> None:
     if bad.any():
         where = tuple(int(i) for i in np.argwhere(bad)[0])
         dtype = p.config.dtype
+        size = "small" if np.isfinite(a[where]) else "large"
         raise MhaError(f"{key_text((name,) + where)} is {a[where]}: the numbers are too "
-                       f"large for {dtype} (scale the inputs down"
+                       f"{size} for {dtype} (scale the inputs {'up' if size == 'small' else 'down'}"
                        f"{'' if dtype == 'float64' else ', or use float64'})")
 
 

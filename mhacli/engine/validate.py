@@ -17,7 +17,7 @@ from typing import Any, Callable
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import MhaError, key_text
+from ..errors import MhaError, key_text, shown
 
 Array = np.ndarray  # of floats (or of Fractions, for exact arithmetic)
 SCALE_RULES = ("dk", "n", "none")
@@ -104,16 +104,18 @@ def _as_array(name: str, value: Any, dtype: Any) -> np.ndarray:
                            key=name) from None
         if arr.dtype.kind not in "iuf":
             raise MhaError(f"{name} must hold numbers, got an array of {arr.dtype}", key=name)
-        with np.errstate(over="ignore"):
-            arr = arr.astype(dtype)
-        bad = ~np.isfinite(arr)
+        with np.errstate(over="ignore", under="ignore"):
+            given, arr = arr, arr.astype(dtype)
+            tiny = (given != 0) & (np.abs(arr) < np.finfo(arr.dtype).tiny)
+        bad = ~np.isfinite(arr) | tiny
         if bad.any():
             where = tuple(int(i) for i in np.argwhere(bad)[0])
             entry = (name,) + where
-            given = np.asarray(value)[where]
-            why = "every entry must be finite" if not np.isfinite(given) else \
-                f"too large for {np.dtype(dtype).name} (use float64)"
-            raise MhaError(f"{key_text(entry)} is {given}: {why}", key=entry)
+            name_t = np.dtype(dtype).name
+            why = "every entry must be finite" if not np.isfinite(given[where]) else \
+                f"too small for {name_t} to hold (it loses digits or becomes 0); write 0 " \
+                "if 0 is meant" if tiny[where] else f"too large for {name_t} (use float64)"
+            raise MhaError(f"{key_text(entry)} is {given[where]}: {why}", key=entry)
     arr.flags.writeable = False
     return arr
 
@@ -174,19 +176,19 @@ def scale_rule(scale: Any) -> str | Fraction:
         try:
             value = exact(scale, ("scale",))
         except MhaError:
-            raise MhaError(f"scale must be {SCALE_EXPECTED}, got {scale!r}",
+            raise MhaError(f"scale must be {SCALE_EXPECTED}, got {shown(scale)}",
                            key="scale") from None
     elif isinstance(scale, (int, float, np.integer, np.floating, Fraction)) \
             and not isinstance(scale, (bool, np.bool_)):
         if isinstance(scale, (float, np.floating)) and not math.isfinite(scale):
-            raise MhaError(f"scale must be a positive finite number, got {scale!r}",
+            raise MhaError(f"scale must be a positive finite number, got {shown(scale)}",
                            key="scale")
         value = Fraction(scale) if not isinstance(scale, (float, np.floating)) \
             else Fraction(repr(float(scale)))
     else:
-        raise MhaError(f"scale must be {SCALE_EXPECTED}, got {scale!r}", key="scale")
+        raise MhaError(f"scale must be {SCALE_EXPECTED}, got {shown(scale)}", key="scale")
     if value <= 0:
-        raise MhaError(f"scale must be a positive number, got {scale!r}", key="scale")
+        raise MhaError(f"scale must be a positive number, got {shown(scale)}", key="scale")
     return value
 
 
@@ -218,7 +220,7 @@ def mask_matrix(mask: Any, n: int | None = None, m: int | None = None
         kind = mask.strip().lower()
         if kind in MASKS:
             return None, kind  # causal is made block by block: Prepared.allowed
-        raise MhaError(f"mask must be none, causal or an n × m matrix of 1/0, got {mask!r}",
+        raise MhaError(f"mask must be none, causal or an n × m matrix of 1/0, got {shown(mask)}",
                        key="mask")
     try:
         arr = np.array(mask)
@@ -251,7 +253,7 @@ def _heads(heads: Any) -> int | None:
         return None
     if isinstance(heads, (bool, np.bool_)) or not isinstance(heads, (int, np.integer)) \
             or heads < 1:
-        raise MhaError(f"heads must be a positive integer, got {heads!r}", key="heads")
+        raise MhaError(f"heads must be a positive integer, got {shown(heads)}", key="heads")
     return int(heads)
 
 
@@ -279,7 +281,7 @@ def prepare(
             raise MhaError(f"dtype must be float64 or float32, got {dtype_name}", key="dtype")
         t = np.dtype(dtype_name).type
     if masked_row not in MASKED_ROW_POLICIES:
-        raise MhaError(f"masked_row must be zero, nan or error, got {masked_row!r}",
+        raise MhaError(f"masked_row must be zero, nan or error, got {shown(masked_row)}",
                        key="masked_row")
     heads = _heads(heads)
     rule = scale_rule(scale)
@@ -404,7 +406,7 @@ def prepare(
 
 def check_progress(progress: Any) -> Callable[[int, int], None] | None:
     if progress is not None and not callable(progress):
-        raise MhaError(f"progress must be a function progress(done, total), got {progress!r}",
+        raise MhaError(f"progress must be a function progress(done, total), got {shown(progress)}",
                        key="progress")
     return progress
 

@@ -14,6 +14,8 @@ from .problem import Problem
 DEFAULT_TOKENS = 4
 DEFAULT_D_MODEL = 8
 DEFAULT_HEADS = 2
+MOST_NUMBERS = 1 << 24  # in a random problem's inputs: 128 MiB as float64
+MOST_WRITTEN = 1_000_000  # in a problem file written out by `mha generate`
 
 
 def parse_tokens(text: str) -> int | list[str]:
@@ -43,7 +45,7 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
                    d_model: int | None = None, heads: int | None = None,
                    ints: tuple[int, int] | None = None,
                    kv_tokens: int | list[str] | None = None, d_kv: int | None = None,
-                   w_o: bool = True) -> Problem:
+                   w_o: bool = True, most: int = MOST_NUMBERS) -> Problem:
     """A random problem: self-attention, or cross-attention when ``kv_tokens`` is given.
 
     Decimal entries are rounded to a few places (two at unit spread), so that what is
@@ -65,8 +67,6 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
     if d % h:
         raise MhaError(f"--d-model {d} is not divisible by --heads {h} "
                        "(each head gets d_model / heads columns)")
-    if n * d > 50_000_000 or d * d > 50_000_000:
-        raise MhaError(f"a random problem of {n} tokens × d_model {d} is too large to generate")
     rng = np.random.default_rng(seed)
 
     def draw(rows: int, cols: int, sd: float) -> np.ndarray:
@@ -82,6 +82,10 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
     dkv = d if d_kv is None else d_kv
     if cross and (m < 1 or dkv < 1):
         raise MhaError("--kv-tokens and --d-kv must be at least 1")
+    count = n * d + (m * dkv if cross else 0) + d * d + 2 * dkv * d + (d * d if w_o else 0)
+    if count > most:
+        raise MhaError(f"a random problem of {n} tokens × d_model {d} would hold {count} "
+                       f"numbers; this is limited to {most} (too large to generate)")
     sd_w, sd_kv = 1 / np.sqrt(d), 1 / np.sqrt(dkv)
     inputs: dict = {"x": draw(n, d, 1.0)}
     if cross:

@@ -23,7 +23,7 @@ import numpy as np
 from .. import numbers
 from ..engine import Config, Prepared, canonical, prepare
 from ..engine.validate import mask_matrix
-from ..errors import MhaError, key_text
+from ..errors import MhaError, key_text, shown
 from . import torchstate
 from .matrices import LAYOUTS, read_array, read_claims, to_rows
 from .reader import Locator, parse_text, read_bytes, read_file, read_npz
@@ -145,10 +145,12 @@ def _labels(value: Any, name: str, count: int, what: str) -> tuple[str, ...] | N
         if isinstance(item, (list, dict, tuple)) or item is None:
             raise MhaError(f"{key_text((name, i))} must be a label (text), found {item!r}",
                            key=(name, i))
-        bad = next((ch for ch in str(item) if unicodedata.category(ch) == "Cc"), None)
+        bad = next((ch for ch in str(item) if unicodedata.category(ch) in ("Cc", "Cs")),
+                   None)
         if bad is not None:
-            raise MhaError(f"{key_text((name, i))} holds the control character "
-                           f"U+{ord(bad):04X}; a label is printable text", key=(name, i))
+            raise MhaError(f"{key_text((name, i))} holds the character U+{ord(bad):04X} (a "
+                           "control character or half a surrogate pair); a label is "
+                           "printable text", key=(name, i))
     if len(value) != count:
         raise MhaError(f"{name} has {len(value)} labels but there are {count} {what}",
                        key=name)
@@ -176,9 +178,9 @@ def _heads(value: Any) -> int:
         value = int(value)
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 1:
         return int(value)
-    shown = value if isinstance(value, str) and re.fullmatch(r"[+-]?\d+", value.strip()) \
-        else repr(value)
-    raise MhaError(f"heads must be a positive integer, found {shown}", key="heads")
+    what = value.strip()[:40] if isinstance(value, str) and re.fullmatch(r"[+-]?\d+", value.strip()) \
+        else shown(value)
+    raise MhaError(f"heads must be a positive integer, found {what}", key="heads")
 
 
 def _scale(value: Any) -> Any:
@@ -234,7 +236,7 @@ def _from_mapping(data: dict[str, Any], source: str, base: Path | None,
     if isinstance(layout, np.ndarray) and layout.ndim == 0:
         layout = layout.item()
     if not isinstance(layout, str) or layout.strip().lower() not in LAYOUTS:
-        raise MhaError(f"layout must be rows or columns, found {layout!r}", key="layout")
+        raise MhaError(f"layout must be rows or columns, found {shown(layout)}", key="layout")
     layout = layout.strip().lower()
     inputs: dict[str, Any] = {}
     written: dict[str, Any] = {}
@@ -325,9 +327,9 @@ def load(path: str | Path, *, stdin: Any = None, layout: str = "rows",
     ``heads`` serves when the file gives none (a PyTorch state dict needs it).
     """
     if not isinstance(path, (str, Path)):
-        raise MhaError(f"a problem is named by a path, got {path!r}")
+        raise MhaError(f"a problem is named by a path, got {shown(path)}")
     if layout not in LAYOUTS:
-        raise MhaError(f"layout must be rows or columns, got {layout!r}", key="layout")
+        raise MhaError(f"layout must be rows or columns, got {shown(layout)}", key="layout")
     if str(path) == "-":
         raw = read_bytes(stdin if stdin is not None else sys.stdin.buffer, "<stdin>")
         if raw[:4] == b"PK\x03\x04":  # a zip archive: an .npz problem

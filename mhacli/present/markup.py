@@ -18,15 +18,25 @@ def latex(vs: list[View], precision: int) -> str:
             lhs = f"\\text{{softmax parts of head {v.head}: max, }} e^{{z - \\max}}\\text{{, sum}}"
         else:
             lhs = v.latex
-        cols = ", ".join(_escape(t) for t in v.cols)
-        out.append(f"{label}\n% rows: {', '.join(v.rows)}; columns: {cols}\n"
+        rows = ", ".join(latex_text(t) for t in v.rows)
+        cols = ", ".join(latex_text(t) for t in v.cols)
+        out.append(f"{label}\n% rows: {rows}; columns: {cols}\n"
                    f"\\[\n{lhs} = \\begin{{bmatrix}}\n  {body}\n\\end{{bmatrix}}\n\\]")
     return "\n\n".join(out) + "\n"
 
 
-def _escape(text: str) -> str:
-    return text.replace("\\", "\\textbackslash{}").replace("&", "\\&").replace("_", "\\_") \
-        .replace("%", "\\%").replace("#", "\\#")
+_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "$": r"\$", "&": r"\&",
+                  "#": r"\#", "^": r"\textasciicircum{}", "_": r"\_", "%": r"\%",
+                  "~": r"\textasciitilde{}", "−": "-"}
+
+
+def latex_text(text: str) -> str:
+    """Text as LaTeX prints it: every special character escaped, so that nothing a
+    label holds (``\\write18{...}``) is read as a command; −∞ as math."""
+    text = text.replace("−∞", "\x00")
+    out = "".join(_LATEX_SPECIAL.get(ch, ch) for ch in text)
+    return out.replace("\x00", r"$-\infty$")
+
 
 
 def _md(text: str) -> str:

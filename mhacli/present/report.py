@@ -154,7 +154,8 @@ def markdown(report: Report) -> str:
 
 
 def latex(report: Report) -> str:
-    esc = lambda t: t.replace("_", r"\_").replace("−∞", r"$-\infty$")  # noqa: E731
+    from .markup import latex_text as esc
+
     out = [r"\begin{itemize}"]
     for s in report.stages:
         if s.status == "shape":
