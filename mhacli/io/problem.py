@@ -331,14 +331,13 @@ def load(path: str | Path, *, stdin: Any = None, layout: str = "rows",
     if layout not in LAYOUTS:
         raise MhaError(f"layout must be rows or columns, got {shown(layout)}", key="layout")
     if str(path) == "-":
-        raw = read_bytes(stdin if stdin is not None else sys.stdin.buffer, "<stdin>")
-        if raw[:4] == b"PK\x03\x04":  # a zip archive: an .npz problem
-            return from_mapping(read_npz(io.BytesIO(raw)), "<stdin>", None, layout,
+        text = read_bytes(stdin if stdin is not None else sys.stdin.buffer, "<stdin>")
+        if isinstance(text, bytes):  # a zip archive: an .npz problem
+            return from_mapping(read_npz(io.BytesIO(text)), "<stdin>", None, layout,
                                 heads=heads)
-        text = _decode(raw, "<stdin>")
         fmt = "json" if text.lstrip().startswith("{") else "yaml"
         data, lines = parse_text(text, "<stdin>", fmt)
-        return from_mapping(data, "<stdin>", Path.cwd(), layout, lines, heads)
+        return from_mapping(data, "<stdin>", None, layout, lines, heads)
     from .samples import sample_path, sample_names
 
     p = Path(path)
@@ -348,15 +347,11 @@ def load(path: str | Path, *, stdin: Any = None, layout: str = "rows",
         return load(sample_path(str(p)), layout=layout, heads=heads).renamed(f"sample {p}")
     if p.suffix.lower() == ".npz":
         return from_mapping(read_npz(p), str(p), p.parent, layout, heads=heads)
-    text = _decode(read_file(p), str(p))
+    text = read_file(p)
+    if isinstance(text, bytes):
+        raise MhaError("is a zip archive: name an .npz problem with the .npz suffix",
+                       source=str(p))
     fmt = "json" if p.suffix.lower() == ".json" else "yaml"
     data, lines = parse_text(text, str(p), fmt)
     return from_mapping(data, str(p), p.parent, layout, lines, heads)
 
-
-def _decode(raw: bytes, source: str) -> str:
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise MhaError(f"not UTF-8 text at byte {exc.start + 1} (expected YAML, JSON or .npz)",
-                       source=source) from None

@@ -33,24 +33,49 @@ Locator = Callable[[list], "tuple[int, int] | None"]
 # --------------------------------------------------------------------------- bytes
 
 
-def read_bytes(stream: BinaryIO, source: str) -> bytes:
-    """All of a stream (a file, a pipe, a device), but never more than the size bound:
-    what a device such as /dev/zero would give without end is refused as it is read."""
-    chunks, total = [], 0
+def read_bytes(stream: BinaryIO, source: str) -> bytes | str:
+    """All of a stream (a file, a pipe, a device), never more than the size bound, and
+    checked as it is read: an .npz (a zip archive) comes back as bytes, anything else
+    as UTF-8 text, refused at its first byte that is not (so /dev/zero or /dev/urandom
+    are refused at once, and an endless pipe of text at the size bound)."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8-sig")()
+    chunks: list[Any] = []
+    total, binary = 0, False
     while True:
-        chunk = stream.read(min(1 << 20, MAX_TEXT_BYTES + 1 - total))
-        if not chunk:
+        raw = stream.read(min(1 << 20, MAX_TEXT_BYTES + 1 - total))
+        if not raw:
             break
-        chunks.append(chunk)
-        total += len(chunk)
+        if total == 0 and raw[:4] == b"PK\x03\x04":
+            binary = True
+        if binary:
+            chunks.append(raw)
+        else:
+            try:
+                chunks.append(decoder.decode(raw))
+            except UnicodeDecodeError as exc:
+                raise MhaError(f"not UTF-8 text at byte {total + exc.start + 1} (expected "
+                               "YAML, JSON or .npz)", source=source) from None
+            nul = raw.find(b"\0")
+            if nul >= 0:
+                raise MhaError(f"holds a NUL byte at byte {total + nul + 1}: a problem is "
+                               "text (YAML or JSON) or an .npz", source=source)
+        total += len(raw)
         if total > MAX_TEXT_BYTES:
             raise MhaError(f"the input is larger than {MAX_TEXT_BYTES // 2**20} MiB; problem "
                            "text is limited to that (use .npz for large arrays)",
                            source=source)
-    return b"".join(chunks)
+    if binary:
+        return b"".join(chunks)
+    try:
+        return "".join(chunks) + decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        raise MhaError(f"not UTF-8 text at byte {total} (it ends inside a character)",
+                       source=source) from None
 
 
-def read_file(path: Path) -> bytes:
+def read_file(path: Path) -> bytes | str:
     """A problem file's bytes. A named pipe with no writer is read as empty instead of
     waiting for one forever; a directory or a missing file is an error naming it."""
     shown = str(path)
@@ -154,11 +179,20 @@ def _no_constant(name: str) -> Any:
 
 
 def _events(text: str) -> Any:
-    """libyaml's parser events (the C parser when PyYAML has it)."""
+    """libyaml's parser events, one by one (the C parser when PyYAML has it)."""
     import yaml
 
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return yaml.parse(text, Loader=loader)
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
+    try:
+        while True:
+            ev = loader.get_event()
+            if ev is None:
+                return
+            yield ev
+            if type(ev) is yaml.StreamEndEvent:
+                return
+    finally:
+        loader.dispose()
 
 
 _NO_KEY = object()
@@ -168,75 +202,76 @@ def _yaml(text: str, want: KeyPath | None = None) -> Any:
     """YAML text to lists, mappings and text, built from parser events without recursion.
 
     With ``want`` (a key path), returns instead the (line, column) of the deepest node
-    on that path.
+    on that path, stopping as soon as the node itself is met.
     """
     import yaml
 
+    scalar, seq_start, map_start = yaml.ScalarEvent, yaml.SequenceStartEvent, \
+        yaml.MappingStartEvent
+    ends = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
+    skip = (yaml.StreamStartEvent, yaml.StreamEndEvent, yaml.DocumentEndEvent)
     root: Any = _NO_KEY
-    stack: list[list[Any]] = []  # [container, path, pending key, keys seen]
+    # each open container: [the list or dict, its key path, the key awaiting its value
+    # (_NO_KEY: the next scalar is a key), the keys seen]
+    stack: list[list[Any]] = []
     documents = 0
     found = None
     try:
         for ev in _events(text):
             kind = type(ev)
-            if kind is yaml.DocumentStartEvent:
+            if kind is scalar:
+                if ev.anchor is not None or ev.tag is not None:
+                    raise _refused(ev)
+                value: Any = ev.value
+            elif kind in ends:
+                value = stack.pop()[0]
+            elif kind is seq_start or kind is map_start:
+                if ev.anchor is not None or ev.tag is not None:
+                    raise _refused(ev)
+                if len(stack) >= MAX_DEPTH:
+                    raise _at(ev, f"indented or nested more than {MAX_DEPTH} levels deep; a "
+                                  "problem needs 4 at most")
+                if stack and stack[-1][2] is _NO_KEY and type(stack[-1][0]) is dict:
+                    raise _at(ev, "a key must be a plain name")
+                path = _path(stack) if want is not None else ()
+                if want is not None and path == want[:len(path)]:
+                    found = (ev.start_mark.line + 1, ev.start_mark.column + 1)
+                    if len(path) == len(want):
+                        return found
+                stack.append([[] if kind is seq_start else {}, path, _NO_KEY, set()])
+                continue
+            elif kind is yaml.DocumentStartEvent:
                 documents += 1
                 if documents > 1:
                     raise _at(ev, "invalid YAML (expected a single document in the stream, "
                                   "but found another document)")
                 continue
-            if kind in (yaml.StreamStartEvent, yaml.StreamEndEvent, yaml.DocumentEndEvent):
+            elif kind in skip:
                 continue
-            if kind is yaml.AliasEvent or getattr(ev, "anchor", None):
-                raise _at(ev, "YAML anchors (&name) and aliases (*name) are not accepted; "
-                              "write the values out")
-            if kind in (yaml.SequenceEndEvent, yaml.MappingEndEvent):
-                value = stack.pop()[0]
-            else:
-                if ev.tag is not None:
-                    raise _at(ev, f"the tag {ev.tag} is not accepted")
-                value = ev.value if kind is yaml.ScalarEvent else \
-                    [] if kind is yaml.SequenceStartEvent else {}
-            # where the node goes: the root, a list, a mapping's key or its value
-            if not stack:
-                path: KeyPath = ()
-            else:
-                top = stack[-1]
-                if isinstance(top[0], list):
-                    path = top[1] + (len(top[0]),)
-                elif top[2] is _NO_KEY:
-                    path = top[1]
-                else:
-                    path = top[1] + (top[2],)
-            if kind in (yaml.SequenceStartEvent, yaml.MappingStartEvent):
-                if len(stack) >= MAX_DEPTH:
-                    raise _at(ev, f"indented or nested more than {MAX_DEPTH} levels deep; a "
-                                  "problem needs 4 at most")
-                if want is not None and path == want[:len(path)]:
-                    found = (ev.start_mark.line + 1, ev.start_mark.column + 1)
-                is_key = bool(stack) and isinstance(stack[-1][0], dict) \
-                    and stack[-1][2] is _NO_KEY
-                if is_key:
-                    raise _at(ev, "a key must be a plain name")
-                stack.append([value, path, _NO_KEY, set()])
-                continue
-            if want is not None and kind is yaml.ScalarEvent and path == want[:len(path)] \
-                    and not (stack and isinstance(stack[-1][0], dict)
-                             and stack[-1][2] is _NO_KEY):
-                found = (ev.start_mark.line + 1, ev.start_mark.column + 1)
+            else:  # an alias (*name)
+                raise _refused(ev)
             if not stack:
                 root = value
                 continue
             top = stack[-1]
-            if isinstance(top[0], list):
-                top[0].append(value)
+            container = top[0]
+            if type(container) is list:
+                if want is not None and kind is scalar:
+                    path = top[1] + (len(container),)
+                    if path == want[:len(path)]:
+                        return (ev.start_mark.line + 1, ev.start_mark.column + 1)
+                container.append(value)
             elif top[2] is _NO_KEY:  # a key
                 if value in top[3]:
                     raise _at(ev, f"duplicate key {value!r}")
                 top[3].add(value)
                 top[2] = value
             else:
-                top[0][top[2]] = value
+                if want is not None and kind is scalar:
+                    path = top[1] + (top[2],)
+                    if path == want[:len(path)]:
+                        return (ev.start_mark.line + 1, ev.start_mark.column + 1)
+                container[top[2]] = value
                 top[2] = _NO_KEY
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -248,6 +283,22 @@ def _yaml(text: str, want: KeyPath | None = None) -> Any:
     if want is not None:
         return found
     return None if root is _NO_KEY else root
+
+
+def _path(stack: list[list[Any]]) -> KeyPath:
+    """The key path of the node about to start inside the innermost open container."""
+    if not stack:
+        return ()
+    top = stack[-1]
+    return top[1] + ((len(top[0]),) if type(top[0]) is list else (top[2],))
+
+
+def _refused(ev: Any) -> MhaError:
+    tag = getattr(ev, "tag", None)
+    if tag is not None and getattr(ev, "anchor", None) is None:
+        return _at(ev, f"the tag {tag} is not accepted")
+    return _at(ev, "YAML anchors (&name) and aliases (*name) are not accepted; write the "
+                   "values out")
 
 
 def _at(ev: Any, message: str) -> MhaError:
