@@ -90,7 +90,12 @@ def parse(value: Any, key: KeyPath = ()) -> float:
 
 def to_float(x: Fraction, key: KeyPath = (), written: Any = None) -> float:
     """A rational as the nearest float64, refusing what float64 cannot hold."""
-    what = shown(written) if isinstance(written, str) else str(x)[:40]
+    if isinstance(written, str):
+        what = shown(written)
+    elif max(abs(x.numerator), x.denominator).bit_length() > 1300:
+        what = "a number of more than 390 digits"
+    else:
+        what = str(x)[:40]
     try:
         f = float(x)
     except OverflowError:
