@@ -53,11 +53,15 @@ def case(name: str, seed: int = 0) -> dict[str, Any]:
         n, d, h = 4, 4, 2
         return dict(x=_m(rng, n, d, 30.0), w_q=_m(rng, d, d, 10.0), w_k=_m(rng, d, d, 10.0),
                     w_v=_m(rng, d, d), heads=h)
+    if name == "softcap":  # large scores soft-capped (Gemma 2), then a causal mask
+        n, d, h = 5, 4, 2
+        return dict(x=_m(rng, n, d, 3.0), w_q=_m(rng, d, d), w_k=_m(rng, d, d),
+                    w_v=_m(rng, d, d), w_o=_m(rng, d, 3), heads=h, mask="causal", softcap=2.5)
     raise KeyError(name)
 
 
 NAMES = ("self", "widths", "cross", "cross_wide", "biases", "causal", "mask_matrix",
-         "direct", "large_scores")
+         "direct", "large_scores", "softcap")
 
 
 def per_head(w: np.ndarray, heads: int) -> list[np.ndarray]:

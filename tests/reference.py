@@ -35,7 +35,7 @@ def reference(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, 
               heads: int = 1, w_o: Any = None, b_q: Any = None, b_k: Any = None,
               b_v: Any = None, b_o: Any = None, x_kv: Any = None, q: Any = None,
               k: Any = None, v: Any = None, mask: Any = None, scale: Any = "dk",
-              **_: Any) -> dict[str, Any]:
+              softcap: Any = None, **_: Any) -> dict[str, Any]:
     """Every stage as nested lists; per-head stages are lists of H matrices."""
     L = lambda a: None if a is None else [[float(t) for t in row] for row in a]  # noqa: E731
     V = lambda a: None if a is None else [float(t) for t in a]  # noqa: E731
@@ -67,8 +67,8 @@ def reference(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, 
         allowed = [[j <= i for j in range(m)] for i in range(n)]
     else:
         allowed = [[bool(t) for t in row] for row in mask]
-    names = ("q_heads", "k_heads", "v_heads", "scores", "scaled", "masked", "weights",
-             "head_outputs")
+    names = ("q_heads", "k_heads", "v_heads", "scores", "scaled", "softcapped", "masked",
+             "weights", "head_outputs")
     for name in names:
         st[name] = []
     for h in range(heads):
@@ -78,7 +78,10 @@ def reference(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, 
         z = [[math.fsum(qh[i][t] * kh[j][t] for t in range(d_k)) for j in range(m)]
              for i in range(n)]
         zs = [[z[i][j] / s for j in range(m)] for i in range(n)]
-        zm = [[zs[i][j] if allowed[i][j] else -math.inf for j in range(m)] for i in range(n)]
+        c = None if softcap is None else float(softcap)
+        zc = zs if c is None else [[c * math.tanh(zs[i][j] / c) for j in range(m)]
+                                   for i in range(n)]
+        zm = [[zc[i][j] if allowed[i][j] else -math.inf for j in range(m)] for i in range(n)]
         a = []
         for i in range(n):
             live = [zm[i][j] for j in range(m) if allowed[i][j]]
@@ -90,8 +93,10 @@ def reference(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, 
             total = math.fsum(e)
             a.append([t / total for t in e])
         o = matmul(a, vh)
-        for name, val in zip(names, (qh, kh, vh, z, zs, zm, a, o)):
+        for name, val in zip(names, (qh, kh, vh, z, zs, zc, zm, a, o)):
             st[name].append(val)
+    if softcap is None:
+        del st["softcapped"]
     st["concat"] = [sum((st["head_outputs"][h][i] for h in range(heads)), []) for i in range(n)]
     st["output"] = add_bias(matmul(st["concat"], L(w_o)) if w_o is not None else st["concat"],
                             V(b_o))

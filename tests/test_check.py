@@ -228,3 +228,28 @@ def test_check_warns_and_refuses_as_run_does(tmp_path: Path) -> None:
         r = runner.invoke(app, command)
         assert r.exit_code == 2 and r.stdout == "", (command, r.output)
         assert r.stderr.startswith(f"Error: {huge}") and "too large for float64" in r.stderr
+
+
+def test_a_soft_capped_problem_is_generated_shown_and_graded(tmp_path: Path) -> None:
+    """A variant stage goes through generate, explain and check as every stage does."""
+    r = runner.invoke(app, ["generate", "--seed", "3", "--tokens", "3", "--d-model", "4",
+                            "--softcap", "1.5", "--answers", "--stage", "softcapped"])
+    assert r.exit_code == 0 and "softcap: 1.5" in r.stdout
+    key = tmp_path / "key.yaml"
+    key.write_text(r.stdout)
+    assert check(key).exit_code == 0  # the key passes its own check
+    doc = yaml.safe_load(r.stdout)
+    ref = reference(**{k: doc[k] for k in ("x", "w_q", "w_k", "w_v", "w_o", "heads")},
+                    softcap=1.5)
+    answered = np.array(doc["answers"]["softcapped"], dtype=float)
+    assert np.allclose(answered, ref["softcapped"], atol=1e-12)
+    answered[1][2][0] += 0.01
+    doc["answers"]["softcapped"] = answered.tolist()
+    key.write_text(yaml.safe_dump(doc))
+    r = check(key, "--format", "json")
+    assert r.exit_code == 1
+    wrong = json.loads(r.stdout)["stages"]["softcapped"]["wrong"]
+    assert [(w["head"], w["row"], w["column"]) for w in wrong] == [(2, 3, 1)]
+    out = runner.invoke(app, ["explain", str(key), "--stage", "softcapped", "--format",
+                              "latex"]).stdout
+    assert r"c \tanh" in out

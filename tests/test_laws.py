@@ -38,6 +38,8 @@ def problems(draw: st.DrawFn, cross: bool | None = None) -> dict:
         kw["x_kv"] = rng.standard_normal((m, d_kv))
     if draw(st.booleans()):
         kw["w_o"] = rng.standard_normal((heads * d_v, draw(st.integers(1, 4))))
+    if draw(st.booleans()):
+        kw["softcap"] = draw(st.sampled_from([0.5, 2.0, 30.0]))
     kind = draw(st.sampled_from(["none", "causal", "matrix"]))
     if kind == "matrix":
         kw["mask"] = rng.random((n, m)) < 0.7
@@ -122,3 +124,13 @@ def test_one_head_is_single_head_attention(n: int, d: int, d_k: int, seed: int) 
     a = np.exp(z - z.max(axis=1, keepdims=True))
     expected = (a / a.sum(axis=1, keepdims=True)) @ v
     close(mhacli.attention(x, w_q, w_k, w_v, heads=1), expected, rel=1e-9)
+
+
+@settings(max_examples=100, deadline=None)
+@given(problems())
+def test_a_soft_cap_bounds_the_scores_and_a_distant_one_changes_nothing(kw: dict) -> None:
+    capped = _quiet(mhacli.trace, **{**kw, "softcap": 1.5})
+    assert np.all(np.abs(capped["softcapped"]) <= 1.5)
+    plain = {k: v for k, v in kw.items() if k != "softcap"}
+    far = _quiet(mhacli.attention, **{**plain, "softcap": 1e12})
+    close(far, _quiet(mhacli.attention, **plain), rel=1e-9)

@@ -18,7 +18,7 @@ from ..errors import MaskedRowWarning, MhaError
 from .options import (
     INPUT, CheckFormat, DebugOpt, DModelOpt, Dtype, DtypeOpt, ExplainFormat, FileArg,
     HeadsOpt, IntsOpt, Layout, LayoutOpt, MaskedRow, MaskedRowOpt, MaskOpt, PrecisionOpt,
-    RandomOpt, RunFormat, SampleOpt, ScaleOpt, SeedOpt, TokensOpt,
+    RandomOpt, RunFormat, SampleOpt, ScaleOpt, SeedOpt, SoftcapOpt, TokensOpt,
 )
 from .streams import check_writable, failed_write, write_file
 from .terminal import console_for_stdout, progress_bar, rich_stdout, show
@@ -118,6 +118,7 @@ def explain(
     ints: IntsOpt = None,
     mask: MaskOpt = None,
     scale: ScaleOpt = None,
+    softcap: SoftcapOpt = None,
     stage: Annotated[Optional[list[str]], typer.Option(
         "--stage", "-s", help="Show only this stage (repeatable): x, q, k, v, q_heads, "
                               "scores (z), scaled, masked, weights (attention), "
@@ -171,7 +172,7 @@ def explain(
 
         prob = _problem(file, sample, random=random, seed=seed, tokens=tokens,
                         d_model=d_model, heads=heads, ints=ints, mask=mask, scale=scale,
-                        dtype=dtype.value, masked_row=masked_row.value,
+                        softcap=softcap, dtype=dtype.value, masked_row=masked_row.value,
                         layout=layout.value if layout is not None else None)
         context.update(tokens=prob.tokens, source=prob.source)
         shown = layout.value if layout is not None else prob.layout
@@ -232,6 +233,7 @@ def run(
     ints: IntsOpt = None,
     mask: MaskOpt = None,
     scale: ScaleOpt = None,
+    softcap: SoftcapOpt = None,
     fmt: Annotated[RunFormat, typer.Option("--format", "-f", help="Output format.")
                    ] = RunFormat.plain,
     output: Annotated[Optional[Path], typer.Option(
@@ -263,7 +265,7 @@ def run(
 
         prob = _problem(file, sample, random=random, seed=seed, tokens=tokens,
                         d_model=d_model, heads=heads, ints=ints, mask=mask, scale=scale,
-                        dtype=dtype.value, masked_row=masked_row.value)
+                        softcap=softcap, dtype=dtype.value, masked_row=masked_row.value)
         context.update(tokens=prob.tokens, source=prob.source)
         if fmt is RunFormat.npy and output is None and sys.stdout.isatty():
             raise MhaError("--format npy is binary: give -o FILE or redirect standard output")
@@ -374,6 +376,7 @@ def generate(
     ints: IntsOpt = None,
     mask: MaskOpt = None,
     scale: ScaleOpt = None,
+    softcap: SoftcapOpt = None,
     kv_tokens: Annotated[Optional[str], typer.Option(
         "--kv-tokens", help="Cross-attention: the number of key/value tokens, or the tokens "
                             "themselves.", rich_help_panel=INPUT)] = None,
@@ -429,8 +432,8 @@ def generate(
             ints=gen.parse_ints(ints) if ints is not None else None,
             kv_tokens=gen.parse_tokens(kv_tokens) if kv_tokens is not None else None,
             d_kv=d_kv, w_o=not no_w_o, most=gen.MOST_WRITTEN)
-        if mask is not None or scale is not None:
-            prob = prob.with_overrides(mask=mask, scale=scale)
+        if mask is not None or scale is not None or softcap is not None:
+            prob = prob.with_overrides(mask=mask, scale=scale, softcap=softcap)
         chosen = [engine.canonical(s) for s in stage] if stage else None
         filled = None
         if answers or blank:

@@ -58,6 +58,9 @@ MaskOpt = Annotated[Optional[str], typer.Option(
 ScaleOpt = Annotated[Optional[str], typer.Option(
     "--scale", help="Divisor of the scores: dk (√d_k, the paper), n (√keys), none, "
                     "or a number.", rich_help_panel=INPUT)]
+SoftcapOpt = Annotated[Optional[str], typer.Option(
+    "--softcap", metavar="C", help="Soft-cap the scaled scores: each becomes C·tanh(z / C) "
+                                   "(Gemma 2).", rich_help_panel=INPUT)]
 DtypeOpt = Annotated[Dtype, typer.Option("--dtype", help="Working precision.")]
 MaskedRowOpt = Annotated[MaskedRow, typer.Option(
     "--masked-row", help="A query row whose every key is blocked: zero weights (with a "

@@ -63,6 +63,14 @@ def divide(z: Array, s: Any) -> Array:
     return z / (z.dtype.type(s) if z.dtype != object else s)  # (H, n, m)
 
 
+def softcap(z: Array, c: float, out: Array | None = None) -> Array:
+    """c·tanh(z / c): every score squashed into (−c, c), nearly unchanged when |z| ≪ c
+    (Gemma 2's logit soft-capping). In place when ``out`` is ``z``."""
+    out = np.divide(z, z.dtype.type(c), out=out)
+    np.tanh(out, out=out)
+    return np.multiply(out, out.dtype.type(c), out=out)
+
+
 def mask_scores(z: Array, allowed: npt.NDArray[np.bool_] | None) -> Array:
     """Blocked positions (allowed == False) set to −∞; ``allowed`` is n × m."""
     if allowed is None:

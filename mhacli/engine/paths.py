@@ -98,6 +98,8 @@ def _run(p: Prepared, given: dict[str, Array] | None = None, exact: bool = False
         if value is None:  # not rational (s = √2): exact arithmetic stops here
             break
         work.stages[s.name] = given[s.name] if given and s.name in given else value
+        if s.chain:
+            work.chain = s.name
     return Trace(p, work.stages, work.parts)
 
 
@@ -186,6 +188,8 @@ def _attend(p: Prepared, q: Array, k: Array, v: Array, progress: Progress | None
             keys = min(hi, c.m) if causal else c.m  # query i sees keys 1 … i at most
             z = buf[:hi - lo, :keys]  # (b, keys)
             np.matmul(q_h[h, lo:hi], k_t[h, :, :keys], out=z)
+            if c.softcap is not None:
+                ops.softcap(z, c.softcap, out=z)
             if upper is not None:
                 if lo < keys:  # blocked: key j > query i, inside the diagonal square
                     np.copyto(z[:, lo:keys], -np.inf, where=upper[:hi - lo, :keys - lo])
@@ -225,14 +229,15 @@ def attention(
     b_q: Any = None, b_k: Any = None, b_v: Any = None, b_o: Any = None,
     x_kv: Any = None, q: Any = None, k: Any = None, v: Any = None,
     mask: Any = None, scale: Any = "dk", dtype: Any = np.float64,
-    masked_row: str = "zero", progress: Progress | None = None,
+    masked_row: str = "zero", softcap: Any = None, progress: Progress | None = None,
 ) -> Array:
     """Multi-head attention: the final output only (n × d_out), the fast path.
 
     ``x, w_q, w_k, w_v`` (or ``q=, k=, v=``), ``heads``, optional ``w_o`` and biases
     ``b_q b_k b_v b_o``, ``x_kv`` for cross-attention, ``mask`` (None, "causal" or an
     n × m 0/1 array, 1 = may attend), ``scale`` ("dk", "n", "none" or a number),
-    ``dtype`` (float64 or float32), ``masked_row`` ("zero", "nan" or "error").
+    ``dtype`` (float64 or float32), ``masked_row`` ("zero", "nan" or "error"),
+    ``softcap`` (c: the scaled scores become c·tanh(z / c)).
     Raises MhaError on invalid input; warns (MaskedRowWarning) on fully blocked rows.
     ``progress(done, total)``, if given, hears how much of the work is done.
     """
@@ -246,7 +251,7 @@ def trace(
     b_q: Any = None, b_k: Any = None, b_v: Any = None, b_o: Any = None,
     x_kv: Any = None, q: Any = None, k: Any = None, v: Any = None,
     mask: Any = None, scale: Any = "dk", dtype: Any = np.float64,
-    masked_row: str = "zero",
+    masked_row: str = "zero", softcap: Any = None,
 ) -> Trace:
     """Multi-head attention with every intermediate stage kept (for small problems).
 

@@ -36,10 +36,16 @@ class Work:
         self.exact = exact
         self.stages: dict[str, Array] = {}
         self.parts: dict[str, dict[str, Array]] = {}  # a stage's parts (the softmax's)
+        self.chain = ""  # the latest stage of the score chain (scores, scaled, …)
         self._qkv: tuple[Array, Array, Array] | None = None
 
     def __getitem__(self, name: str) -> Array:
         return self.stages[name]
+
+    @property
+    def scores(self) -> Array:
+        """The score matrix as far as it has come: scaled, softcapped, biased …"""
+        return self.stages[self.chain]
 
     def projections(self) -> tuple[Array, Array, Array]:
         """Q, K and V: projected from x (and x_kv) as computed or given, or given."""
@@ -72,6 +78,7 @@ class Stage:
     latex: Callable[[Formula], str]  # "LHS = RHS", or "LHS" alone
     cell: Callable[[Entry], list[str]]  # the arithmetic behind one entry
     per_head: bool = False
+    chain: bool = False  # a step of the score chain: each takes the latest scores on
     exact: bool = False  # rational when the inputs are (the stages before the softmax)
     given: bool = False  # an input: shown, but not an answer
     heat: bool = False  # shaded as a heat map
@@ -137,12 +144,23 @@ def _cell_scaled(e: Entry) -> list[str]:
 
 
 def _cell_masked(e: Entry) -> list[str]:
-    e.mark("scaled", e.head, {e.row}, {e.col})
+    before = e.before
+    e.mark(before, e.head, {e.row}, {e.col})
     allowed = e.trace.prepared.allowed(e.row, e.row + 1)
     if allowed is None or allowed[0, e.col]:
-        return [f"{e.name} = scaled{e.hs}[{e.row_label}, {e.col_label}] = {e.result}  "
+        return [f"{e.name} = {before}{e.hs}[{e.row_label}, {e.col_label}] = {e.result}  "
                 f"({e.row_label} may attend to {e.col_label})"]
     return [f"{e.name} = −∞  (the mask blocks {e.col_label} for the query {e.row_label})"]
+
+
+def _cell_softcapped(e: Entry) -> list[str]:
+    c = e.c.softcap
+    before = e.before
+    z = e.value(before, e.head, e.row, e.col)
+    e.mark(before, e.head, {e.row}, {e.col})
+    return [f"{e.name} = c·tanh({before}{e.hs}[{e.row_label}, {e.col_label}] / c) = "
+            f"{e.num(c)}·tanh({e.num(z)} / {e.num(c)})",
+            f"  = {e.num(c)}·{e.num(np.tanh(float(z) / c))}", f"  = {e.result}"]
 
 
 def _cell_weights(e: Entry) -> list[str]:
@@ -205,7 +223,7 @@ def _output(w: Work) -> Array:
 
 def _scaled(w: Work) -> Array | None:
     s = w.divisor
-    return None if s is None else ops.divide(w["scores"], s)  # (H, n, m)
+    return None if s is None else ops.divide(w.scores, s)  # (H, n, m)
 
 
 def _weights(w: Work) -> Array:
@@ -215,7 +233,8 @@ def _weights(w: Work) -> Array:
 
 
 def _mask_text(f: Formula) -> str:
-    return {"none": "no mask: the same as scaled",
+    before = "softcapped" if f.c.softcap is not None else "scaled"
+    return {"none": f"no mask: the same as {before}",
             "causal": "causal mask: query i sees keys 1…i; blocked entries set to −∞",
             "matrix": "mask 0 = blocked: set to −∞"}[f.c.mask]
 
@@ -291,14 +310,23 @@ TABLE: tuple[Stage, ...] = (
           compute=lambda w: ops.scores(w["q_heads"], w["k_heads"]),
           formula=lambda f: f"Z{f.i} = " + f.pick(f"Q{f.i}·K{f.i}ᵀ", f"K{f.i}ᵀ·Q{f.i}"),
           latex=_tex("Z_{@h}", r"Q_{@h} K_{@h}^{\top}", r"K_{@h}^{\top} Q_{@h}"),
-          cell=_cell_scores, per_head=True, exact=True, aliases=("z",)),
+          cell=_cell_scores, per_head=True, chain=True, exact=True, aliases=("z",)),
     Stage("scaled", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=_scaled, formula=lambda f: f"Z{f.i} / s, {f.scale_text()}",
-          latex=_tex(r"\frac{Z_{@h}}{s}"), cell=_cell_scaled, per_head=True, exact=True),
+          latex=_tex(r"\frac{Z_{@h}}{s}"), cell=_cell_scaled, per_head=True, chain=True,
+          exact=True),
+    Stage("softcapped", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
+          compute=lambda w: ops.softcap(w.scores, w.c.softcap),
+          formula=lambda f: f"c·tanh(Z{f.i} / s / c), c = {f.c.softcap:g}: every score "
+                            "squashed into (−c, c)",
+          latex=_tex(r"\operatorname{softcap}(Z_{@h})", r"c \tanh\left(\frac{Z_{@h}}{s\,c}"
+                     r"\right)", r"c \tanh\left(\frac{Z_{@h}}{s\,c}\right)"),
+          cell=_cell_softcapped, per_head=True, chain=True,
+          exists=lambda c: c.softcap is not None),
     Stage("masked", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
-          compute=lambda w: ops.mask_scores(w["scaled"], w.p.allowed()), formula=_mask_text,
+          compute=lambda w: ops.mask_scores(w.scores, w.p.allowed()), formula=_mask_text,
           latex=_tex(r"\operatorname{mask}\left(\frac{Z_{@h}}{s}\right)"),
-          cell=_cell_masked, per_head=True, exact=True),
+          cell=_cell_masked, per_head=True, chain=True, exact=True),
     Stage("weights", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=_weights,
           formula=lambda f: f"A{f.i} = softmax of each {f.pick('row', 'column')} of masked{f.i}",

@@ -48,6 +48,7 @@ class Config:
     biases: tuple[str, ...]  # which of b_q, b_k, b_v, b_o are present
     has_w_o: bool
     masked_row: str
+    softcap: float | None = None  # c of c·tanh(z / c), or None
 
     @property
     def key_labels(self) -> bool:
@@ -248,6 +249,21 @@ def mask_matrix(mask: Any, n: int | None = None, m: int | None = None
     return allowed, "matrix"
 
 
+def _positive(name: str, value: Any) -> float | None:
+    """A setting that is a positive number (text by the number rule, or a number)."""
+    if value is None:
+        return None
+    from ..numbers import parse
+
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+            value, (str, int, float, np.integer, np.floating)):
+        raise MhaError(f"{name} must be a positive number, got {shown(value)}", key=name)
+    number = parse(value, (name,)) if isinstance(value, str) else float(value)
+    if not (np.isfinite(number) and number > 0):
+        raise MhaError(f"{name} must be a positive number, got {shown(value)}", key=name)
+    return number
+
+
 def _heads(heads: Any) -> int | None:
     if heads is None:
         return None
@@ -263,7 +279,7 @@ def prepare(
     b_q: Any = None, b_k: Any = None, b_v: Any = None, b_o: Any = None,
     x_kv: Any = None, q: Any = None, k: Any = None, v: Any = None,
     mask: Any = None, scale: Any = "dk", dtype: Any = np.float64,
-    masked_row: str = "zero", exact: bool = False,
+    masked_row: str = "zero", softcap: Any = None, exact: bool = False,
 ) -> Prepared:
     """Check every shape against every other and copy into ``dtype``; raise MhaError.
 
@@ -285,6 +301,7 @@ def prepare(
                        key="masked_row")
     heads = _heads(heads)
     rule = scale_rule(scale)
+    cap = _positive("softcap", softcap)
 
     direct = q is not None or k is not None or v is not None
     if direct:
@@ -398,7 +415,7 @@ def prepare(
         dtype=dtype_name,
         biases=tuple(nm for nm, b in (("b_q", bq), ("b_k", bk), ("b_v", bv), ("b_o", bo))
                      if b is not None),
-        has_w_o=wo is not None, masked_row=masked_row,
+        has_w_o=wo is not None, masked_row=masked_row, softcap=cap,
     )
     return Prepared(config, x_a, xkv_a, wq, wk, wv, wo, bq, bk, bv, bo, q_a, k_a, v_a,
                     allowed, dead, exact_s)

@@ -149,6 +149,15 @@ class Entry:
         return list(a[h - 1, :, k] if h is not None else a[:, k])
 
     @property
+    def before(self) -> str:
+        """The step of the score chain this stage was computed from (scaled, softcapped …)."""
+        from .stages import BY_NAME
+
+        names = list(self.trace.stages)
+        earlier = names[:names.index(self.stage)]
+        return next(n for n in reversed(earlier) if BY_NAME[n].chain)
+
+    @property
     def result(self) -> str:
         return self.num(self.value(self.stage, self.head, self.row, self.col))
 

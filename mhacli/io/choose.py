@@ -19,7 +19,8 @@ def problem_from(*, file: str | None = None, sample: str | None = None,
                  d_model: int | None = None, heads: int | None = None,
                  ints: str | None = None, mask: str | None = None, scale: str | None = None,
                  dtype: str | None = None, masked_row: str | None = None,
-                 layout: str | None = None, stdin: Any = None) -> Problem:
+                 softcap: str | None = None, layout: str | None = None,
+                 stdin: Any = None) -> Problem:
     """The problem a command line describes, validated once with its overrides.
 
     ``tokens`` is a number of tokens (a random problem) or the labels themselves;
@@ -47,7 +48,8 @@ def problem_from(*, file: str | None = None, sample: str | None = None,
     else:
         prob = load_sample(sample or BUILT_IN)
     labels = token_spec if isinstance(token_spec, list) else None
-    if any(v is not None for v in (heads, mask, scale, dtype, masked_row, labels)):
-        prob = prob.with_overrides(heads=heads, mask=mask, scale=scale, dtype=dtype,
-                                   masked_row=masked_row, tokens=labels)
+    overrides = {"heads": heads, "mask": mask, "scale": scale, "dtype": dtype,
+                 "masked_row": masked_row, "softcap": softcap, "tokens": labels}
+    if any(v is not None for v in overrides.values()):
+        prob = prob.with_overrides(**overrides)
     return prob

@@ -153,6 +153,8 @@ def problem_yaml(problem: Problem, comment: str, answers: dict[str, np.ndarray] 
     if scale is not None:
         rule = scale.strip().lower() if isinstance(scale, str) else ""
         out.append(f"scale: {rule if rule in ('dk', 'n', 'none') else _number(p.exact_scale)}")
+    if c.softcap is not None:
+        out.append(f"softcap: {numbers.written(c.softcap)}")
     for key in ("x", "x_kv", "w_q", "w_k", "w_v", "w_o"):
         if key in problem.inputs:
             out += _matrix_lines(key, _texts(orient(getattr(p, key))))

@@ -31,7 +31,8 @@ from .reader import Locator, parse_text, read_bytes, read_file, read_npz
 MATRIX_KEYS = ("x", "x_kv", "w_q", "w_k", "w_v", "w_o", "q", "k", "v")
 PER_HEAD_KEYS = frozenset({"w_q", "w_k", "w_v", "w_o"})  # may be a list of H matrices
 VECTOR_KEYS = ("b_q", "b_k", "b_v", "b_o")
-KNOWN_KEYS = ("tokens", "kv_tokens", "heads", "mask", "scale", "layout", "answers") \
+SETTINGS = ("scale", "softcap")  # numbers or words, read by the engine's own rules
+KNOWN_KEYS = ("tokens", "kv_tokens", "heads", "mask", "layout", "answers") + SETTINGS \
     + MATRIX_KEYS + VECTOR_KEYS
 EMPTY: Mapping[str, Any] = MappingProxyType({})
 
@@ -81,12 +82,14 @@ class Problem:
 
     def with_overrides(self, *, heads: int | None = None, mask: Any = None,
                        scale: Any = None, dtype: str | None = None,
-                       masked_row: str | None = None, tokens: Any = None) -> Problem:
+                       masked_row: str | None = None, softcap: Any = None,
+                       tokens: Any = None) -> Problem:
         """The same problem with settings changed (as on the command line): ``mask`` may
         be rows of 1/0 written as text, ``'1 0;1 1'``; ``tokens`` new row labels."""
         inputs = dict(self.inputs)
         written = dict(self.written)
-        changes = {"heads": heads, "scale": scale, "dtype": dtype, "masked_row": masked_row}
+        changes = {"heads": heads, "scale": scale, "dtype": dtype, "masked_row": masked_row,
+                   "softcap": softcap}
         for name, value in changes.items():
             if value is not None:
                 inputs[name] = value
@@ -183,7 +186,7 @@ def _heads(value: Any) -> int:
     raise MhaError(f"heads must be a positive integer, found {what}", key="heads")
 
 
-def _scale(value: Any) -> Any:
+def _setting(value: Any) -> Any:
     if isinstance(value, np.ndarray) and value.size == 1:  # from an .npz
         value = value.reshape(()).item()
     return value
@@ -256,8 +259,9 @@ def _from_mapping(data: dict[str, Any], source: str, base: Path | None,
         if not isinstance(mask, str):
             mask = to_rows("mask", mask_matrix(mask)[0], layout)
         inputs["mask"] = mask
-    if data.get("scale") is not None:
-        inputs["scale"] = _scale(data["scale"])
+    for key in SETTINGS:
+        if data.get(key) is not None:
+            inputs[key] = _setting(data[key])
     answers = _answers(data.get("answers"), layout)
     return Problem.build(inputs, tokens=data.get("tokens"), kv_tokens=data.get("kv_tokens"),
                          answers=answers, source=source, written=written, layout=layout)
