@@ -30,6 +30,7 @@ NUMBER = re.compile(r"[+-]?(?:(?:0|[1-9]\d*)(?:\.(\d*))?|\.(\d+))(?:[eE]([+-]?\d
 FRACTION = re.compile(r"[+-]?(?:0|[1-9]\d*)/[1-9]\d*")
 MAX_TEXT = 400  # characters: a number written by hand is far shorter
 SMALLEST = sys.float_info.min  # below this (but not 0), a float64 loses digits
+FAR = 1000  # an exponent this large is out of float64's range whatever its digits
 EXPECTED = "expected a number (an integer, a decimal, 1e-3 or a fraction such as 1/3)"
 
 
@@ -58,7 +59,10 @@ def exact(value: Any, key: KeyPath = ()) -> Fraction:
         text = _text(value)
         if len(text) > MAX_TEXT:
             raise _too_long(text, key)
-        if NUMBER.fullmatch(text):
+        m = NUMBER.fullmatch(text)
+        if m:
+            if m[3] is not None and abs(int(m[3])) > FAR:  # 1e999999999: decided unbuilt
+                return _far(text, int(m[3]), key)
             return Fraction(text)
         if FRACTION.fullmatch(text):
             num, den = text.split("/")
@@ -69,6 +73,20 @@ def exact(value: Any, key: KeyPath = ()) -> Fraction:
         raise MhaError(f"{key_text(key)} is {shown(value)}: {EXPECTED}", key=key)
     what = "empty" if value is None else shown(value)
     raise MhaError(f"{key_text(key)} is {what}: {EXPECTED}", key=key)
+
+
+def _digits(text: str) -> str:
+    """The significant digits of a decimal's mantissa ('' when it is a zero)."""
+    return re.split("[eE]", text)[0].strip("+-").replace(".", "").strip("0")
+
+
+def _far(text: str, exponent: int, key: KeyPath) -> Fraction:
+    """A number whose exponent alone puts it out of range: 0 if its digits are all 0,
+    else too large or too small, said without building 10**exponent."""
+    if not _digits(text):
+        return Fraction(0)
+    size = "large" if exponent > 0 else "small"
+    raise MhaError(f"{key_text(key)} is {shown(text)}: too {size} for float64", key=key)
 
 
 def parse(value: Any, key: KeyPath = ()) -> float:
@@ -83,7 +101,7 @@ def parse(value: Any, key: KeyPath = ()) -> float:
         text = _text(value)
         if len(text) <= 30 and NUMBER.fullmatch(text):  # the common case, kept quick
             f = float(text)
-            if math.isfinite(f) and (abs(f) >= SMALLEST or Fraction(text) == 0):
+            if math.isfinite(f) and (abs(f) >= SMALLEST or not _digits(text)):
                 return f
     return to_float(exact(value, key), key, value)
 
@@ -108,6 +126,13 @@ def to_float(x: Fraction, key: KeyPath = (), written: Any = None) -> float:
                        "(below 2.2e-308 it loses digits or becomes 0); write 0 if 0 is "
                        "meant", key=key)
     return f
+
+
+def out_of_range(a: np.ndarray) -> np.ndarray:
+    """Where an array of floats holds what its dtype cannot: inf, NaN, or a nonzero value
+    below the normal range, where digits are lost."""
+    with np.errstate(invalid="ignore"):
+        return ~np.isfinite(a) | (a != 0) & (np.abs(a) < np.finfo(a.dtype).tiny)
 
 
 def exact_array(values: Any) -> np.ndarray:
@@ -215,8 +240,8 @@ def table(m: np.ndarray, precision: int, unicode: bool = True) -> list[list[str]
 
 def significant(v: float, digits: int = 6) -> str:
     """``0.235004``: a value to a few significant digits, whole values plain."""
-    if math.isinf(v):
-        return f"{MINUS}∞" if v < 0 else "∞"
+    if not math.isfinite(v):
+        return "nan" if math.isnan(v) else f"{MINUS}∞" if v < 0 else "∞"
     if v == int(v) and abs(v) < 1e15:
         return str(int(v))
     return f"{v:.{digits}g}"
@@ -255,8 +280,8 @@ def written(v: Any) -> str:
         digits = str(abs(v.numerator * 10**places // v.denominator)).rjust(places + 1, "0")
         return ("-" if v < 0 else "") + digits[:-places] + "." + digits[-places:]
     v = float(v)
-    if math.isinf(v):
-        return "-inf" if v < 0 else "inf"
+    if not math.isfinite(v):
+        return "nan" if math.isnan(v) else "-inf" if v < 0 else "inf"
     if v == int(v) and abs(v) < 1e15:
         return str(int(v))
     return yaml_float(repr(v))

@@ -56,6 +56,11 @@ def _root(version: Annotated[bool, typer.Option(
 # --------------------------------------------------------------------------- helpers
 
 
+def _inputs(file: Optional[str]) -> tuple:
+    """The files a command reads, which its outputs must not replace."""
+    return (Path(file),) if file not in (None, "-") else ()
+
+
 def _problem(file: Optional[str], sample: Optional[str], **options: object):  # type: ignore[no-untyped-def]
     """The problem the options name (see ``mhacli.io.choose.problem_from``)."""
     from ..io.choose import problem_from
@@ -70,12 +75,20 @@ def _problem(file: Optional[str], sample: Optional[str], **options: object):  # 
 
 
 @contextlib.contextmanager
+def _about(prob: object) -> Iterator[None]:
+    """An error found while computing (an overflow) names the problem it comes from."""
+    try:
+        yield
+    except MhaError as exc:
+        raise exc.located(prob.source) from None  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
 def _guard(debug: bool) -> Iterator[dict]:
     """MhaError -> one line on stderr and exit 2; masked-row warnings -> stderr.
 
     The command may put the problem's query labels under "tokens" of what this yields,
-    so that a warning names each row by its token, and its "source", so that an error
-    found while computing (an overflow) names the problem.
+    so that a warning names each row by its token.
     """
     context: dict = {}
     try:
@@ -89,7 +102,7 @@ def _guard(debug: bool) -> Iterator[dict]:
     except MhaError as exc:
         if debug:
             raise
-        typer.echo(f"Error: {exc.located(context.get('source'))}", err=True)
+        typer.echo(f"Error: {exc}", err=True)
         raise typer.Exit(2) from None
     except OSError as exc:  # standard output: the reader went away, or the disk is full
         raise typer.Exit(failed_write(exc)) from None
@@ -174,10 +187,11 @@ def explain(
                         d_model=d_model, heads=heads, ints=ints, mask=mask, scale=scale,
                         softcap=softcap, dtype=dtype.value, masked_row=masked_row.value,
                         layout=layout.value if layout is not None else None)
-        context.update(tokens=prob.tokens, source=prob.source)
+        context["tokens"] = prob.tokens
         shown = layout.value if layout is not None else prob.layout
         stages = [engine.canonical(s) for s in stage] if stage else None
-        tr = engine.traced(prob.prepared)
+        with _about(prob):
+            tr = engine.traced(prob.prepared)
         c = tr.config
         if head is not None and not 1 <= head <= c.heads:
             raise MhaError(f"--head {head}: the problem has heads 1 to {c.heads}")
@@ -188,7 +202,8 @@ def explain(
             if prob.size > 100_000:
                 raise MhaError("--fractions is for problems small enough to do by hand "
                                "(this one has over 100000 input numbers)")
-            exact = engine.exact_trace(prob.exact)
+            with _about(prob):
+                exact = engine.exact_trace(prob.exact)
         worked = None
         if cell is not None:
             from ..present.cell import work_out
@@ -196,6 +211,13 @@ def explain(
             worked = work_out(cell, tr, exact, queries, keys, digits, shown)
             stages = stages or worked.stages
             head = head or worked.head
+        if (svg or html) and fmt is not ExplainFormat.rich:
+            raise MhaError("--svg and --html save the rich view: leave out --format")
+        if svg is not None and html is not None and svg.resolve() == html.resolve():
+            raise MhaError(f"--svg and --html both name {svg}: give each its own file")
+        for export in (svg, html):  # before anything is printed
+            if export is not None:
+                check_writable(export, _inputs(file))
         if fmt is ExplainFormat.json:
             from ..present.text import explain_json
 
@@ -208,11 +230,7 @@ def explain(
 
         vs = views(tr, queries, keys, stages, head, exact.stages if exact else None, shown,
                    worked.marks if worked else None)
-        if (svg or html) and fmt is not ExplainFormat.rich:
-            raise MhaError("--svg and --html save the rich view: leave out --format")
-        for export in (svg, html):  # before anything is printed
-            if export is not None:
-                check_writable(export)
+
         if fmt is ExplainFormat.rich and (svg or html or rich_stdout()):
             show(vs, worked, digits, full, svg, html)
             return
@@ -266,16 +284,16 @@ def run(
         prob = _problem(file, sample, random=random, seed=seed, tokens=tokens,
                         d_model=d_model, heads=heads, ints=ints, mask=mask, scale=scale,
                         softcap=softcap, dtype=dtype.value, masked_row=masked_row.value)
-        context.update(tokens=prob.tokens, source=prob.source)
+        context["tokens"] = prob.tokens
         if fmt is RunFormat.npy and output is None and sys.stdout.isatty():
             raise MhaError("--format npy is binary: give -o FILE or redirect standard output")
-        with progress_bar() as progress:
+        with _about(prob), progress_bar() as progress:
             out = fast(prob.prepared, progress)
         from ..present.text import write_output
 
         data = write_output(out, fmt.value, precision)
         if output is not None:
-            write_file(output, data, keep=Path(file) if file not in (None, "-") else None)
+            write_file(output, data, keep=_inputs(file))
         else:
             sys.stdout.flush()
             sys.stdout.buffer.write(data)
@@ -353,11 +371,12 @@ def check(
             raise MhaError(f"--tolerance must be a number of 0 or more, got {tolerance}")
         prob = _problem(file, sample, masked_row=masked_row.value,
                         layout=layout.value if layout is not None else None)
-        context.update(tokens=prob.tokens, source=prob.source)
+        context["tokens"] = prob.tokens
         from ..grading.judge import check as judge
         from ..present import report
 
-        result = judge(prob, tolerance)
+        with _about(prob):
+            result = judge(prob, tolerance)
         if fmt is CheckFormat.rich and rich_stdout():
             report.show(result, console_for_stdout()[0])
         else:

@@ -91,30 +91,34 @@ def failed_write(exc: OSError) -> int:
     return 2
 
 
-def write_file(path: Path, data: bytes, keep: Path | None = None) -> None:
-    """Write ``data`` to ``path`` whole or not at all: into a temporary file beside it,
-    renamed over ``path`` only when complete. ``keep``: a file that must not be replaced
-    (the problem being read)."""
-    if keep is not None and path.exists() and keep.exists():
+def write_file(path: Path, data: bytes, keep: tuple[Path, ...] = ()) -> None:
+    """Write ``data`` to ``path`` whole or not at all. A file is written into a temporary
+    file beside it (a link: beside what it points to), renamed over it only when
+    complete; a device or a pipe (/dev/stdout, a FIFO) is written through, every byte or
+    an error. ``keep``: files that must not be replaced (the problem being read)."""
+    check_writable(path, keep)
+    if path.exists() and not path.is_file():  # a device or a pipe: write through it
         try:
-            same = path.samefile(keep)
-        except OSError:
-            same = False
-        if same:
-            raise MhaError("is the problem file itself; write the output elsewhere",
-                           source=str(path))
-    if path.is_dir():
-        raise MhaError("cannot write (is a directory)", source=str(path))
-    folder = path.parent if str(path.parent) else Path(".")
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                _Complete(fd).write(data)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise MhaError(f"cannot write ({exc.strerror})", source=str(path)) from None
+        return
+    target = Path(os.path.realpath(path))  # a link: replace what it points to
+    folder = target.parent
     try:
-        fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".part")
+        fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".part")
     except OSError as exc:
         raise MhaError(f"cannot write ({exc.strerror})", source=str(path)) from None
     try:
         with os.fdopen(fd, "wb") as out:
             _Complete(out.fileno()).write(data)
-        os.chmod(temp, path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask())
-        os.replace(temp, path)
+        mode = target.stat().st_mode & 0o7777 if target.exists() else 0o666 & ~_umask()
+        os.chmod(temp, mode)
+        os.replace(temp, target)
     except OSError as exc:
         try:
             os.unlink(temp)
@@ -123,14 +127,28 @@ def write_file(path: Path, data: bytes, keep: Path | None = None) -> None:
         raise MhaError(f"cannot write ({exc.strerror})", source=str(path)) from None
 
 
-def check_writable(path: Path) -> None:
-    """Refuse, before anything is printed, a file that cannot be written."""
-    folder = path.parent if str(path.parent) else Path(".")
+def check_writable(path: Path, keep: tuple[Path, ...] = ()) -> None:
+    """Refuse, before anything is printed, a file that cannot be written, or one of the
+    files in ``keep`` (the problem being read)."""
+    for other in keep:
+        try:
+            same = path.exists() and other.exists() and path.samefile(other)
+        except OSError:
+            same = False
+        if same:
+            raise MhaError("is the problem file itself; write the output elsewhere",
+                           source=str(path))
     if path.is_dir():
         raise MhaError("cannot write (is a directory)", source=str(path))
+    if path.exists() and not path.is_file():  # a device or a pipe
+        if not os.access(path, os.W_OK):
+            raise MhaError("cannot write (permission denied)", source=str(path))
+        return
+    target = Path(os.path.realpath(path))
+    folder = target.parent
     if not folder.is_dir():
         raise MhaError("cannot write (no such folder)", source=str(path))
-    if not os.access(folder, os.W_OK) or path.exists() and not os.access(path, os.W_OK):
+    if not os.access(folder, os.W_OK) or target.exists() and not os.access(target, os.W_OK):
         raise MhaError("cannot write (permission denied)", source=str(path))
 
 

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from ..errors import MaskedRowWarning, MhaError, key_text
+from ..numbers import out_of_range
 from . import ops
 from .stages import ALIASES, BY_NAME, STAGES, Work, canonical, present
 from .validate import Config, Prepared, check_progress, prepare
@@ -128,11 +129,8 @@ def _check_finite(p: Prepared, name: str, a: Array) -> None:
     """Refuse a stage that overflowed, or fell below float's normal range where digits
     are lost: no silently wrong number. (−∞ in masked is meant; a weight whose exp
     underflows is as near 0 as it prints.)"""
-    bad = (np.isnan(a) | np.isposinf(a)) if name == "masked" else ~np.isfinite(a)
-    if name != "weights":
-        with np.errstate(invalid="ignore"):
-            tiny = np.abs(a) < np.finfo(a.dtype).tiny
-        bad |= tiny & (a != 0)
+    bad = out_of_range(a) & ~np.isneginf(a) if name == "masked" else \
+        ~np.isfinite(a) if name == "weights" else out_of_range(a)
     if p.config.masked_row == "nan" and p.dead_rows and name in _AFTER_SOFTMAX:
         dead = np.zeros(p.config.n, dtype=bool)
         dead[np.array(p.dead_rows) - 1] = True

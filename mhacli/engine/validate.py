@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import MhaError, key_text, shown
+from ..numbers import out_of_range
 
 Array = np.ndarray  # of floats (or of Fractions, for exact arithmetic)
 SCALE_RULES = ("dk", "n", "none")
@@ -25,6 +26,9 @@ MASKS = ("none", "causal")
 MASKED_ROW_POLICIES = ("zero", "nan", "error")
 DTYPES = ("float64", "float32")
 SCALE_EXPECTED = "dk, n, none or a positive number"
+MATRICES = ("x", "x_kv", "w_q", "w_k", "w_v", "w_o", "q", "k", "v")  # the input matrices
+PER_HEAD_MATRICES = frozenset({"w_q", "w_k", "w_v", "w_o"})  # or a list of H of them
+VECTORS = ("b_q", "b_k", "b_v", "b_o")  # the biases
 
 
 @dataclass(frozen=True)
@@ -107,8 +111,8 @@ def _as_array(name: str, value: Any, dtype: Any) -> np.ndarray:
             raise MhaError(f"{name} must hold numbers, got an array of {arr.dtype}", key=name)
         with np.errstate(over="ignore", under="ignore"):
             given, arr = arr, arr.astype(dtype)
-            tiny = (given != 0) & (np.abs(arr) < np.finfo(arr.dtype).tiny)
-        bad = ~np.isfinite(arr) | tiny
+        tiny = (given != 0) & (arr == 0) | (arr != 0) & (np.abs(arr) < np.finfo(arr.dtype).tiny)
+        bad = out_of_range(arr) | tiny
         if bad.any():
             where = tuple(int(i) for i in np.argwhere(bad)[0])
             entry = (name,) + where

@@ -17,9 +17,10 @@ import secrets
 import numpy as np
 
 from .. import numbers
+from ..engine.validate import MATRICES
 from ..errors import MhaError
 
-_KEYS = "|".join(("x", "x_kv", "w_q", "w_k", "w_v", "w_o", "q", "k", "v"))
+_KEYS = "|".join(MATRICES)
 _ROW = r"\[[^\[\]\n#{}]*\]"
 _REGIONS = {  # a top-level matrix key, then its rows
     "json": re.compile(r'("(?:' + _KEYS + r')"\s*:\s*)(\[\s*(?:\[[^\[\]{}]*\]\s*,\s*)*'
@@ -156,9 +157,7 @@ def rows_of_numbers(body: str, fmt: str, block: bool) -> np.ndarray | None:
 def _representable(values: np.ndarray) -> bool:
     """No inf, and nothing so small that float64 lost its digits: the full reading
     refuses those by name."""
-    magnitude = np.abs(values)
-    return bool(np.all(np.isfinite(values)) and
-                not np.any((magnitude > 0) & (magnitude < numbers.SMALLEST)))
+    return not numbers.out_of_range(values).any()
 
 
 def _as_json_numbers(raw: bytes, block: bool) -> np.ndarray | None:

@@ -8,6 +8,7 @@ import re
 import numpy as np
 
 from .. import numbers
+from ..engine.validate import MATRICES
 from ..errors import MhaError
 from .problem import Problem
 
@@ -155,7 +156,7 @@ def problem_yaml(problem: Problem, comment: str, answers: dict[str, np.ndarray] 
         out.append(f"scale: {rule if rule in ('dk', 'n', 'none') else _number(p.exact_scale)}")
     if c.softcap is not None:
         out.append(f"softcap: {numbers.written(c.softcap)}")
-    for key in ("x", "x_kv", "w_q", "w_k", "w_v", "w_o"):
+    for key in MATRICES:
         if key in problem.inputs:
             out += _matrix_lines(key, _texts(orient(getattr(p, key))))
     if answers:

@@ -12,10 +12,11 @@ from typing import Any
 import numpy as np
 
 from .. import numbers
+from ..engine.validate import MATRICES
 from ..errors import KeyPath, MhaError, key_text
 
 LAYOUTS = ("rows", "columns")
-TOKEN_KEYS = frozenset({"x", "x_kv", "w_q", "w_k", "w_v", "w_o", "q", "k", "v", "mask"})
+TOKEN_KEYS = frozenset(MATRICES) | {"mask"}  # what a column layout writes transposed
 
 
 def to_rows(key: str, arr: np.ndarray, layout: str) -> np.ndarray:

@@ -22,18 +22,15 @@ import numpy as np
 
 from .. import numbers
 from ..engine import Config, Prepared, canonical, prepare
-from ..engine.validate import mask_matrix
+from ..engine.validate import MATRICES, PER_HEAD_MATRICES, VECTORS, mask_matrix
 from ..errors import MhaError, key_text, shown
 from . import torchstate
 from .matrices import LAYOUTS, read_array, read_claims, to_rows
 from .reader import Locator, parse_text, read_bytes, read_file, read_npz
 
-MATRIX_KEYS = ("x", "x_kv", "w_q", "w_k", "w_v", "w_o", "q", "k", "v")
-PER_HEAD_KEYS = frozenset({"w_q", "w_k", "w_v", "w_o"})  # may be a list of H matrices
-VECTOR_KEYS = ("b_q", "b_k", "b_v", "b_o")
 SETTINGS = ("scale", "softcap")  # numbers or words, read by the engine's own rules
 KNOWN_KEYS = ("tokens", "kv_tokens", "heads", "mask", "layout", "answers") + SETTINGS \
-    + MATRIX_KEYS + VECTOR_KEYS
+    + MATRICES + VECTORS
 EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
@@ -130,8 +127,7 @@ class Problem:
     @property
     def size(self) -> int:
         """How many input numbers the problem holds."""
-        p = self.prepared
-        arrays = (p.x, p.x_kv, p.w_q, p.w_k, p.w_v, p.w_o, p.q, p.k, p.v)
+        arrays = (getattr(self.prepared, key) for key in MATRICES)
         return sum(a.size for a in arrays if a is not None)
 
 
@@ -243,10 +239,10 @@ def _from_mapping(data: dict[str, Any], source: str, base: Path | None,
     layout = layout.strip().lower()
     inputs: dict[str, Any] = {}
     written: dict[str, Any] = {}
-    for key in MATRIX_KEYS + VECTOR_KEYS:
+    for key in MATRICES + VECTORS:
         if data.get(key) is not None:
             written[key] = _external(data[key], key, base)
-            dims = (2, 3) if key in PER_HEAD_KEYS else (1, 2) if key in VECTOR_KEYS else (2,)
+            dims = (2, 3) if key in PER_HEAD_MATRICES else (1, 2) if key in VECTORS else (2,)
             inputs[key] = to_rows(key, read_array(written[key], (key,), dims), layout)
     if data.get("heads") is not None:
         inputs["heads"] = _heads(data["heads"])
