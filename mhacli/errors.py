@@ -64,7 +64,9 @@ class MhaError(ValueError):
                         line=self.line or line, column=self.column or column)
 
     def __str__(self) -> str:
-        where = [w for w in (self.source, self.line and f"line {self.line}",
+        source = self.source if self.source is None or len(self.source) <= 200 else \
+            self.source[:100] + "…" + self.source[-99:]
+        where = [w for w in (source, self.line and f"line {self.line}",
                              self.column and f"column {self.column}") if w]
         return _printable(f"{', '.join(where)}: {self.message}" if where else self.message)
 
@@ -87,6 +89,9 @@ class MaskedRowWarning(UserWarning):
         self.rows = rows
         self.policy = policy
         super().__init__(self.describe())
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return MaskedRowWarning, (self.rows, self.policy)
 
     def describe(self, labels: list[str] | tuple[str, ...] | None = None) -> str:
         """The message, naming each row by its token label when ``labels`` are given."""

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 import zipfile
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -291,7 +292,25 @@ def test_one_fraction_keeps_the_fast_route(tmp_path: Path, fast_from_1k: None) -
     path = tmp_path / "p.yaml"
     path.write_text(text)
     p = mhacli.load(path)
-    assert isinstance(p.written["x"], np.ndarray) and p.inputs["x"][0, 0] == 0.5
+    assert p.written["x"][0][0] == "1/2" and p.inputs["x"][0, 0] == 0.5  # as written
+    assert p.exact.x[0, 0] == Fraction(1, 2)
+
+
+def test_large_and_small_files_read_alike(tmp_path: Path, fast_from_1k: None) -> None:
+    """What the full reading refuses, the fast route refuses too; what it reads exactly,
+    the fast route reads exactly."""
+    rows = "".join(f'  - ["1/3", 0]\n' for _ in range(200))
+    path = tmp_path / "third.yaml"
+    path.write_text("x:\n" + rows + W + 'answers:\n  q: [["1/3", 0]]\n')
+    assert mhacli.load(path).exact.x[5, 0] == Fraction(1, 3)
+    for text in ('{"x": [' + ", ".join(['[".5", 1]'] * 300).replace('".5"', ".5") + "]}",
+                 '{"x": [' + ", ".join(["[\"'1', '2'\"]"] * 300) + "]}",
+                 "x:\n" + "".join(f"\t- [1, 2]\n" for _ in range(300)),
+                 "x:\n" + "".join(f"{'    ' if i % 2 else '  '}- [1, 2]\n" for i in range(300))):
+        path = tmp_path / ("p.json" if text.startswith("{") else "p.yaml")
+        path.write_text(text)
+        with pytest.raises(mhacli.MhaError, match="invalid|expected a number"):
+            mhacli.load(path)
 
 
 def test_nested_json_keys_are_read_as_written(tmp_path: Path, fast_from_1k: None) -> None:

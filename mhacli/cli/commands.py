@@ -56,6 +56,13 @@ def _root(version: Annotated[bool, typer.Option(
 # --------------------------------------------------------------------------- helpers
 
 
+def _format_of(output: Optional[Path]) -> RunFormat:
+    """The format an -o file's extension names (.json .csv .tsv .yaml .npy .txt)."""
+    suffix = output.suffix.lower().lstrip(".") if output is not None else ""
+    suffix = {"yml": "yaml", "txt": "plain"}.get(suffix, suffix)
+    return RunFormat(suffix) if suffix in RunFormat.__members__ else RunFormat.plain
+
+
 def _inputs(file: Optional[str]) -> tuple:
     """The files a command reads, which its outputs must not replace."""
     return (Path(file),) if file not in (None, "-") else ()
@@ -252,8 +259,10 @@ def run(
     mask: MaskOpt = None,
     scale: ScaleOpt = None,
     softcap: SoftcapOpt = None,
-    fmt: Annotated[RunFormat, typer.Option("--format", "-f", help="Output format.")
-                   ] = RunFormat.plain,
+    fmt: Annotated[Optional[RunFormat], typer.Option(
+        "--format", "-f", help="Output format (default: plain, or the -o file's extension: "
+                               ".json .csv .tsv .yaml .npy .txt).", show_default=False)
+    ] = None,
     output: Annotated[Optional[Path], typer.Option(
         "--output", "-o", help="Write to this file instead of standard output.")] = None,
     precision: Annotated[Optional[int], typer.Option(
@@ -285,6 +294,7 @@ def run(
                         d_model=d_model, heads=heads, ints=ints, mask=mask, scale=scale,
                         softcap=softcap, dtype=dtype.value, masked_row=masked_row.value)
         context["tokens"] = prob.tokens
+        fmt = fmt or _format_of(output)
         if fmt is RunFormat.npy and output is None and sys.stdout.isatty():
             raise MhaError("--format npy is binary: give -o FILE or redirect standard output")
         with _about(prob), progress_bar() as progress:
@@ -449,7 +459,8 @@ def generate(
             seed=seed, tokens=gen.parse_tokens(tokens) if tokens is not None else None,
             d_model=d_model, heads=heads,
             ints=gen.parse_ints(ints) if ints is not None else None,
-            kv_tokens=gen.parse_tokens(kv_tokens) if kv_tokens is not None else None,
+            kv_tokens=gen.parse_tokens(kv_tokens, "--kv-tokens") if kv_tokens is not None
+            else None,
             d_kv=d_kv, w_o=not no_w_o, most=gen.MOST_WRITTEN)
         if mask is not None or scale is not None or softcap is not None:
             prob = prob.with_overrides(mask=mask, scale=scale, softcap=softcap)

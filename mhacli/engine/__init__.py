@@ -3,11 +3,11 @@
 """
 
 from .paths import Trace, attention, exact_trace, fast, trace, traced
-from .stages import ALIASES, BY_NAME, PER_HEAD, STAGES, TABLE, Stage, canonical, present, stage
+from .stages import ALIASES, BY_NAME, PER_HEAD, STAGES, TABLE, Stage, canonical, present
 from .validate import Config, Prepared, prepare
 
 __all__ = [
     "ALIASES", "BY_NAME", "PER_HEAD", "STAGES", "TABLE", "Config", "Prepared", "Stage",
-    "Trace", "attention", "canonical", "exact_trace", "fast", "present", "prepare", "stage",
+    "Trace", "attention", "canonical", "exact_trace", "fast", "present", "prepare",
     "trace", "traced",
 ]

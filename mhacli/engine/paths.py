@@ -39,6 +39,8 @@ class Trace:
         self.prepared = prepared
         self.stages = stages
         self.parts = parts
+        for a in [*stages.values(), *(x for p in parts.values() for x in p.values())]:
+            a.flags.writeable = False  # a trace is a record: what it shows stays so
 
     @property
     def config(self) -> Config:
@@ -77,7 +79,8 @@ class Trace:
         lines = [f"Trace: {c.n} queries, {c.m} keys, {c.heads} head(s) of d_k={c.d_k}, "
                  f"d_v={c.d_v}; scale {c.scale_rule} (s={c.scale:.6g}), mask {c.mask}, "
                  f"{c.dtype}"]
-        lines += [f"  {k:<13} {' × '.join(map(str, v.shape))}" for k, v in self.stages.items()]
+        lines += [f"  {k:<13} {BY_NAME[k].shape:<12} = {' × '.join(map(str, v.shape))}"
+                  for k, v in self.stages.items()]
         return "\n".join(lines)
 
 
@@ -206,12 +209,10 @@ def fast(p: Prepared, progress: Progress | None = None) -> Array:
     """The fast path on validated inputs: the n × d_out output, nothing recorded."""
     _warn_dead(p)
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused just below
-        if p.config.direct:
-            q, k, v = p.q, p.k, p.v
-        else:
-            q, k, v = ops.projections(p.x, p.x_kv, p.w_q, p.w_k, p.w_v, p.b_q, p.b_k, p.b_v)
         work = Work(p, exact=False)
-        work.stages["concat"] = _attend(p, q, k, v, progress)  # type: ignore[arg-type]
+        work.stages.update(x=p.x, x_kv=p.x_kv)  # type: ignore[dict-item]
+        q, k, v = work.projections()
+        work.stages["concat"] = _attend(p, q, k, v, progress)
         out = BY_NAME["output"].compute(work)  # (n, d_out)
     assert out is not None
     _check_finite(p, "output", out)  # an overflow anywhere shows here as inf or NaN

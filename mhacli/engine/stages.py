@@ -375,11 +375,6 @@ def canonical(name: Any) -> str:
     return key
 
 
-def stage(name: Any) -> Stage:
-    """The table's entry for a stage name or alias."""
-    return BY_NAME[canonical(name)]
-
-
 def present(c: Config) -> list[Stage]:
     """The stages a problem has, in order."""
     return [s for s in TABLE if s.exists(c)]

@@ -83,7 +83,7 @@ def _judge(claims: np.ndarray, expected: np.ndarray, exact: np.ndarray | None,
         c: Claim
         e = float(expected[idx])
         x = exact[idx] if exact is not None else None
-        if c.blank:
+        if c.blank or np.isnan(e):  # blank, or nothing to compare (--masked-row nan)
             ok[idx] = True
         elif np.isinf(e) or np.isinf(c.value):
             ok[idx] = c.value == e
@@ -111,8 +111,8 @@ def check(problem: Problem, tolerance: float = 1e-6) -> Report:
     have = [s.name for s in present(p.config)]
     for stage in problem.answers:
         if stage not in have:
-            raise MhaError(f"answers.{stage}: this problem has no {stage} stage (it gives q, "
-                           "k, v directly)", key=("answers", stage), source=problem.source)
+            raise MhaError(f"answers.{stage}: this problem has no {stage} stage (its stages: "
+                           f"{', '.join(have)})", key=("answers", stage), source=problem.source)
     order = [s for s in STAGES if s in problem.answers]
     skipped = [s for s in have if s not in problem.answers and not BY_NAME[s].given]
     exact: Trace | None = None

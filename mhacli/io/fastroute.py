@@ -25,9 +25,11 @@ _ROW = r"\[[^\[\]\n#{}]*\]"
 _REGIONS = {  # a top-level matrix key, then its rows
     "json": re.compile(r'("(?:' + _KEYS + r')"\s*:\s*)(\[\s*(?:\[[^\[\]{}]*\]\s*,\s*)*'
                        r'\[[^\[\]{}]*\]\s*\])'),
+    # block rows share one indentation of spaces (YAML allows no tabs there)
     "yaml": re.compile(r"^((?:" + _KEYS + r"):[ \t]*(?:#[^\n]*)?(?:\n|(?=\[)))"
-                       r"((?:[ \t]+- " + _ROW + r"[ \t]*(?:#[^\n]*)?(?:\n|$)"
-                       r"|[ \t]*(?:#[^\n]*)?\n)*[ \t]+- " + _ROW + r"[ \t]*(?:#[^\n]*)?(?:\n|$)"
+                       r"((?P<indent> +)- " + _ROW + r"[ \t]*(?:#[^\n]*)?(?:\n|$)"
+                       r"(?:(?:[ \t]*(?:#[^\n]*)?\n)*(?P=indent)- " + _ROW +
+                       r"[ \t]*(?:#[^\n]*)?(?:\n|$))*"
                        r"|\[[ \t]*(?:" + _ROW + r"[ \t]*,[ \t]*)*" + _ROW + r"[ \t]*\])",
                        re.M),
 }
@@ -99,11 +101,13 @@ def _ends_block(text: str, end: int) -> bool:
     return pos >= len(text) or text[pos] not in " \t-"
 
 
-def rows_of_numbers(body: str, fmt: str, block: bool) -> np.ndarray | None:
+def rows_of_numbers(body: str, fmt: str, block: bool) -> np.ndarray | list | None:
     """The matrix in ``body`` (rows of numbers), or None to leave it to the parser.
 
     Vectorised: the brackets and commas give the shape (every row must have as many
-    entries), the JSON parser or NumPy the numbers; anything else falls back.
+    entries), the JSON parser or NumPy the numbers; anything else falls back. A matrix
+    with quoted entries ("1/3") comes back as rows of floats and the quoted texts, so
+    that exact arithmetic still sees 1/3 as written.
     """
     try:
         raw = body.encode("ascii")
@@ -133,6 +137,8 @@ def rows_of_numbers(body: str, fmt: str, block: bool) -> np.ndarray | None:
         fast = _as_json_numbers(raw, block)
         if fast is not None and fast.shape == (rows, cols):
             return fast if _representable(fast) else None
+    if fmt == "json":
+        return None  # what JSON itself cannot read is an error for the full reading to name
     if block:
         flat = raw.replace(b"- [", b"").replace(b"]", b",").rstrip(b", \t\r\n")
     else:
@@ -147,11 +153,20 @@ def rows_of_numbers(body: str, fmt: str, block: bool) -> np.ndarray | None:
             if quoted else np.zeros(len(texts), dtype=bool)
         # numbers JSON does not write (.5, 5., +1): NumPy converts them
         values[~quotes] = texts[~quotes].astype(np.float64)
+        written: list = values.tolist()
         for i in np.flatnonzero(quotes):  # one by one, by the rule: "1/3" is a third
-            values[i] = numbers.parse(texts[i].strip(b"\"'").decode())
+            text = texts[i].decode()
+            if len(text) < 2 or text[-1] != text[0] or text[0] in text[1:-1]:
+                return None  # not one whole quoted entry ("a, b" split at its comma)
+            values[i] = numbers.parse(text[1:-1])
+            written[i] = text[1:-1]
     except (ValueError, MhaError):
         return None
-    return values.reshape(rows, cols) if _representable(values) else None
+    if not _representable(values):
+        return None
+    if quoted:  # rows as written: floats, and the quoted texts for exact arithmetic
+        return [written[r * cols:(r + 1) * cols] for r in range(rows)]
+    return values.reshape(rows, cols)
 
 
 def _representable(values: np.ndarray) -> bool:

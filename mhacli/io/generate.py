@@ -19,13 +19,13 @@ MOST_NUMBERS = 1 << 24  # in a random problem's inputs: 128 MiB as float64
 MOST_WRITTEN = 1_000_000  # in a problem file written out by `mha generate`
 
 
-def parse_tokens(text: str) -> int | list[str]:
+def parse_tokens(text: str, option: str = "--tokens") -> int | list[str]:
     """``--tokens``: a number of tokens, or the tokens themselves ('the cat sat')."""
     if re.fullmatch(r"\s*\d{1,9}\s*", text):
         return int(text)
     labels = text.replace(",", " ").split()
     if not labels:
-        raise MhaError("--tokens needs a number or the tokens themselves, e.g. 'the cat sat'")
+        raise MhaError(f"{option} needs a number or the tokens themselves, e.g. 'the cat sat'")
     return labels
 
 

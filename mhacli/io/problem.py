@@ -68,6 +68,9 @@ class Problem:
                 raise MhaError("kv_tokens labels the rows of x_kv, but there is no x_kv",
                                key="kv_tokens")
         except MhaError as exc:
+            if layout == "columns" and exc.line is None:  # sizes as the engine counts them
+                exc = MhaError(f"{exc.message} (counted with tokens as rows: each matrix of "
+                               "the file transposed)", key=exc.path)
             raise exc.located(source) from None
         return cls(MappingProxyType(dict(inputs)), prepared, rows, cols,
                    MappingProxyType(dict(answers or {})), source,
@@ -144,16 +147,23 @@ def _labels(value: Any, name: str, count: int, what: str) -> tuple[str, ...] | N
         if isinstance(item, (list, dict, tuple)) or item is None:
             raise MhaError(f"{key_text((name, i))} must be a label (text), found {item!r}",
                            key=(name, i))
-        bad = next((ch for ch in str(item) if unicodedata.category(ch) in ("Cc", "Cs")),
-                   None)
+        bad = next((ch for ch in str(item) if _unprintable(ch)), None)
         if bad is not None:
             raise MhaError(f"{key_text((name, i))} holds the character U+{ord(bad):04X} (a "
-                           "control character or half a surrogate pair); a label is "
-                           "printable text", key=(name, i))
+                           "control, line-separating or direction-changing character, or "
+                           "half a surrogate pair); a label is printable text", key=(name, i))
     if len(value) != count:
         raise MhaError(f"{name} has {len(value)} labels but there are {count} {what}",
                        key=name)
     return tuple(str(item) for item in value)
+
+
+def _unprintable(ch: str) -> bool:
+    """A character that would act on a terminal or a page rather than show: controls,
+    line and paragraph separators, direction overrides (U+202E), lone surrogates."""
+    category = unicodedata.category(ch)
+    return category in ("Cc", "Cs", "Zl", "Zp") or category == "Cf" and \
+        ch not in "\u200c\u200d"  # joiners, as emoji and some scripts need
 
 
 def mask_text(text: str) -> Any:
@@ -173,7 +183,7 @@ def mask_text(text: str) -> Any:
 def _heads(value: Any) -> int:
     if isinstance(value, np.ndarray) and value.size == 1:  # from an .npz
         value = value.reshape(()).item()
-    if isinstance(value, str) and re.fullmatch(r"\+?[1-9]\d{0,5}", value.strip()):
+    if isinstance(value, str) and re.fullmatch(r"\+?[1-9]\d{0,8}", value.strip()):
         value = int(value)
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 1:
         return int(value)
@@ -277,11 +287,12 @@ def _answers(value: Any, layout: str) -> dict[str, Any]:
         except MhaError as exc:
             raise MhaError(f"{key_text(path)}: {exc.message}", key=path) from None
         if stage in out:
-            raise MhaError(f"answers gives {stage} twice (as {key!r})", key=path)
+            raise MhaError(f"answers gives {stage} twice (as {out[stage][1]!r} and {key!r})",
+                           key=path)
         claims = read_claims(answer, path)
-        out[stage] = claims if isinstance(claims, str) else \
-            to_rows(f"answers.{stage}", claims, layout)
-    return out
+        out[stage] = (claims if isinstance(claims, str) else
+                      to_rows(f"answers.{stage}", claims, layout), str(key))
+    return {stage: claims for stage, (claims, _) in out.items()}
 
 
 def _external(value: Any, key: str, base: Path | None) -> Any:
@@ -335,8 +346,16 @@ def load(path: str | Path, *, stdin: Any = None, layout: str = "rows",
         if isinstance(text, bytes):  # a zip archive: an .npz problem
             return from_mapping(read_npz(io.BytesIO(text)), "<stdin>", None, layout,
                                 heads=heads)
-        fmt = "json" if text.lstrip().startswith("{") else "yaml"
-        data, lines = parse_text(text, "<stdin>", fmt)
+        try:  # JSON when it looks like JSON; YAML's flow style looks alike
+            data, lines = parse_text(text, "<stdin>", "json" if text.lstrip()[:1] == "{"
+                                     else "yaml")
+        except MhaError as json_error:
+            if text.lstrip()[:1] != "{":
+                raise
+            try:
+                data, lines = parse_text(text, "<stdin>", "yaml")
+            except MhaError:
+                raise json_error from None
         return from_mapping(data, "<stdin>", None, layout, lines, heads)
     from .samples import sample_path, sample_names
 

@@ -44,7 +44,15 @@ def read_bytes(stream: BinaryIO, source: str) -> bytes | str:
     chunks: list[Any] = []
     total, binary = 0, False
     while True:
-        raw = stream.read(min(1 << 20, MAX_TEXT_BYTES + 1 - total))
+        try:
+            raw = stream.read(min(1 << 20, MAX_TEXT_BYTES + 1 - total))
+        except OSError as exc:
+            raise MhaError(f"cannot read ({exc.strerror or exc})", source=source) from None
+        except (AttributeError, TypeError):
+            raise MhaError("is not a stream of bytes to read a problem from",
+                           source=source) from None
+        if not isinstance(raw, (bytes, bytearray)):
+            raise MhaError("gave text, not bytes: open it in binary mode", source=source)
         if not raw:
             break
         if total == 0 and raw[:4] == b"PK\x03\x04":
@@ -131,18 +139,18 @@ def parse_text(text: str, source: str, fmt: str = "yaml") -> tuple[Any, Locator]
             except MhaError:
                 data = None  # the full reading below says what is wrong, and where
             if isinstance(data, dict) and _placed(data, arrays):
-                return data, lambda path: _locate(text, fmt, path)
+                return data, lambda path: _locate(text, path)
     try:
         data = parse(text)
     except MhaError as exc:
         raise exc.located(source) from None
-    return data, lambda path: _locate(text, fmt, path)
+    return data, lambda path: _locate(text, path)
 
 
 FAST_FROM_BYTES = 1 << 20  # files this large take the fast route for their matrices
 
 
-def _placed(data: dict[str, Any], arrays: dict[str, np.ndarray]) -> bool:
+def _placed(data: dict[str, Any], arrays: dict[str, Any]) -> bool:
     """Put the fast route's arrays back in place of their placeholders: only as the values
     of top-level keys. False when a placeholder turned up anywhere else."""
     for key, value in data.items():
@@ -156,13 +164,29 @@ def _json(text: str) -> Any:
 
     try:
         # numbers arrive as the text written, as YAML's do: the digits decide
-        return json.loads(text, object_pairs_hook=_no_duplicates, parse_float=str,
+        data = json.loads(text, object_pairs_hook=_no_duplicates, parse_float=str,
                           parse_int=str, parse_constant=_no_constant)
+        _check_depth(data)
+        return data
     except json.JSONDecodeError as exc:
         raise MhaError(f"invalid JSON ({exc.msg})", line=exc.lineno, column=exc.colno) from None
     except RecursionError:
         raise MhaError(f"nested more than {MAX_DEPTH} levels deep; a problem needs 4 at most"
                        ) from None
+
+
+def _check_depth(data: Any) -> None:
+    """Refuse nesting deeper than a problem needs (walked without recursion)."""
+    stack = [(data, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (list, dict)):
+            if depth >= MAX_DEPTH:
+                raise MhaError(f"nested more than {MAX_DEPTH} levels deep; a problem needs 4 "
+                               "at most")
+            items = value.values() if isinstance(value, dict) else value
+            stack.extend((item, depth + 1) for item in items
+                         if isinstance(item, (list, dict)))
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -305,50 +329,13 @@ def _at(ev: Any, message: str) -> MhaError:
     return MhaError(message, line=ev.start_mark.line + 1, column=ev.start_mark.column + 1)
 
 
-def _locate(text: str, fmt: str, path: list) -> tuple[int, int] | None:
-    """Where the entry at ``path`` was written (only looked for when reporting an error)."""
-    if fmt == "json":
-        return _locate_json(text, path)
+def _locate(text: str, path: list) -> tuple[int, int] | None:
+    """Where the entry at ``path`` was written (only looked for when reporting an error).
+    JSON is YAML's flow style, so one walk over the parser's events serves both."""
     try:
         return _yaml(text, tuple(path))
     except MhaError:
         return None
-
-
-def _locate_json(text: str, path: list) -> tuple[int, int] | None:
-    """Walk from a top-level key through list indices to an entry (only on an error)."""
-    m = re.search(r'"' + re.escape(str(path[0])) + r'"\s*:\s*', text) if path else None
-    if not m:
-        return None
-    pos, found = m.end(), m.start()
-    for index in path[1:]:
-        if not isinstance(index, int) or text[pos:pos + 1] != "[":
-            break
-        pos += 1
-        depth, seen, in_string = 0, 0, False
-        while pos < len(text) and seen < index:  # skip `index` elements of this list
-            ch = text[pos]
-            if in_string:
-                in_string = ch != '"' or text[pos - 1] == "\\"
-            elif ch == '"':
-                in_string = True
-            elif ch in "[{":
-                depth += 1
-            elif ch in "]}":
-                if depth == 0:
-                    return _line_col(text, found)  # fewer elements than the index
-                depth -= 1
-            elif ch == "," and depth == 0:
-                seen += 1
-            pos += 1
-        while pos < len(text) and text[pos] in " \t\r\n":
-            pos += 1
-        found = pos
-    return _line_col(text, found)
-
-
-def _line_col(text: str, pos: int) -> tuple[int, int]:
-    return text.count("\n", 0, pos) + 1, pos - text.rfind("\n", 0, pos)
 
 
 # --------------------------------------------------------------------------- .npz
@@ -378,9 +365,11 @@ def read_npz(path: Path | io.BytesIO) -> dict[str, np.ndarray]:
                     header = fmt.read_array_header_1_0 if major == 1 else \
                         fmt.read_array_header_2_0
                     shape, _, dtype = header(member)
-                if dtype.kind not in "biufU":  # numbers, or text (mask: causal)
-                    raise MhaError(f"{name} holds {dtype} values; only numbers are read",
-                                   source=shown, key=name)
+                if dtype.kind not in "biufU" or dtype.kind == "U" and dtype.itemsize > 256:
+                    what = "text longer than 64 characters" if dtype.kind == "U" \
+                        else f"{dtype} values"
+                    raise MhaError(f"{name} holds {what}; only numbers (and short words such "
+                                   "as causal) are read", source=shown, key=name)
                 total += int(np.prod(shape, dtype=object))
                 if total > MAX_NUMBERS:
                     raise MhaError(f"the arrays hold more than {MAX_NUMBERS} numbers (the "

@@ -105,8 +105,6 @@ def _exact_json(v: Any) -> Any:
 
 # --------------------------------------------------------------------------- run output
 
-RUN_FORMATS = ("plain", "csv", "tsv", "json", "yaml", "npy")
-
 
 def _row_texts(out: np.ndarray, precision: int | None) -> list[list[str]]:
     if precision is not None:
