@@ -160,3 +160,18 @@ def test_against_pytorch(seed: int, causal: bool) -> None:
     ours = mhacli.attention(x, w_q, w_k, w_v, heads=h, w_o=w_o, b_q=b[:d], b_k=b[d:2 * d],
                             b_v=b[2 * d:], b_o=b_o, mask="causal" if causal else None)
     close(ours, out[:, 0, :].numpy())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_stage_table_says_each_shape(name: str) -> None:
+    """Every stage computed has the shape its table entry declares, and the stages come
+    in the table's order: the table is the one description of the stages."""
+    from mhacli.engine import BY_NAME, STAGES
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tr = mhacli.trace(**case(name, 2))
+    for stage, a in tr.stages.items():
+        assert a.shape == BY_NAME[stage].dims(tr.config), stage
+    order = [STAGES.index(s) for s in tr.stages]
+    assert order == sorted(order)

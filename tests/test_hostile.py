@@ -27,8 +27,8 @@ from mhacli.cli import app
 runner = CliRunner()
 MHA = [sys.executable, "-m", "mhacli"]
 OK = "x: [[1, 0], [0, 1]]\nw_q: [[1, 0], [0, 1]]\nw_k: [[1, 0], [0, 1]]\nw_v: [[1, 0], [0, 1]]\n"
-BIG_RUN = ["run", "--random", "--seed", "1", "--tokens", "3000", "--d-model", "64",
-           "--heads", "4"]
+BIG_RUN = ["run", "--random", "--seed", "1", "--tokens", "1500", "--d-model", "64",
+           "--heads", "4"]  # 1500 rows of 64 numbers: about 2 MB of text
 
 
 def _env() -> dict[str, str]:
@@ -507,3 +507,130 @@ def test_a_trace_does_not_share_the_callers_arrays() -> None:
     with pytest.raises(ValueError):
         tr["x"][0, 0] = 5.0  # read-only: a trace cannot be changed behind its back
     assert x[0, 0] == 1.0
+
+
+# --------------------------------------------------------------------------- found on review
+
+
+def test_outputs_write_through_devices_pipes_and_links(tmp_path: Path) -> None:
+    target = tmp_path / "target.txt"
+    target.write_text("before\n")
+    (tmp_path / "link.txt").symlink_to(target)
+    r = runner.invoke(app, ["run", "-o", str(tmp_path / "link.txt")])
+    assert r.exit_code == 0 and (tmp_path / "link.txt").is_symlink()
+    assert target.read_text().startswith("1.0 0.5")
+    with open("/dev/full", "rb"):
+        pass
+    one_error(mha(["run", "-o", "/dev/full"]), "/dev/full", "No space left")
+    assert Path("/dev/full").is_char_device()
+    fifo = tmp_path / "ff"
+    os.mkfifo(fifo)
+    reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE)
+    r = mha(["run", "-o", str(fifo)])
+    assert r.returncode == 0 and reader.communicate(timeout=20)[0].startswith(b"1.0 0.5")
+    assert fifo.is_fifo()
+
+
+def test_exports_never_replace_the_problem(tmp_path: Path) -> None:
+    problem = tmp_path / "keep.yaml"
+    problem.write_text(OK)
+    for option in ("--svg", "--html"):
+        cli_error(["explain", str(problem), option, str(problem)], "is the problem file itself")
+    assert problem.read_text() == OK
+    cli_error(["explain", "--svg", str(tmp_path / "a"), "--html", str(tmp_path / "a")],
+              "give each its own file")
+    cli_error(["explain", "--format", "json", "--svg", str(tmp_path / "a.svg")],
+              "leave out --format")
+
+
+def test_option_errors_do_not_name_the_problem() -> None:
+    err = cli_error(["explain", "--sample", "by-hand", "--stage", "nope"], "unknown stage")
+    assert err.startswith("Error: unknown stage")
+    cli_error(["explain", "--sample", "by-hand", "--stage", "softcapped"],
+              "--stage softcapped: this problem has no softcapped stage")
+
+
+@pytest.mark.parametrize("suffix, check", [
+    (".json", lambda b: json.loads(b)["shape"] == [3, 4]),
+    (".csv", lambda b: b.count(b",") == 9),
+    (".npy", lambda b: b.startswith(b"\x93NUMPY")),
+    (".yaml", lambda b: b.startswith(b"output:")),
+    (".txt", lambda b: b.count(b" ") == 9),
+])
+def test_minus_o_takes_the_format_from_the_extension(tmp_path: Path, suffix: str, check) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / f"out{suffix}"
+    assert runner.invoke(app, ["run", "-o", str(out)]).exit_code == 0
+    assert check(out.read_bytes())
+
+
+@pytest.mark.parametrize("number", ["1e999999999", "-1e-999999999", "2.5e99999999999999999"])
+def test_huge_exponents_are_decided_at_once(tmp_path: Path, number: str) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(OK.replace("[[1, 0]", f"[[{number}, 0]", 1))
+    start = time.monotonic()
+    cli_error(["run", str(path)], "x[1][1]", "float64")
+    cli_error(["run", "--scale", number], "scale")
+    assert time.monotonic() - start < 5
+    path.write_text(OK.replace("[[1, 0]", "[[0e999999999, 0]", 1))  # a zero, however written
+    assert runner.invoke(app, ["run", str(path)]).exit_code == 0
+
+
+def test_json_nested_past_what_numpy_holds(tmp_path: Path) -> None:
+    path = tmp_path / "deep.json"
+    path.write_text('{"x": ' + "[" * 900 + "1" + "]" * 900 + "}")
+    cli_error(["run", str(path)], "nested more than 32 levels")
+
+
+def test_errors_in_json_point_at_the_right_key(tmp_path: Path) -> None:
+    doc = ('{"answers": {"x": [[1, 2], [3, 4]]},\n "w_q": [[1, 0], [0, 1]],\n'
+           ' "w_k": [[1, 0], [0, 1]],\n "w_v": [[1, 0], [0, 1]],\n "x": [[1, 0],\n'
+           '       [0, "zz"]]}\n')
+    path = tmp_path / "p.json"
+    path.write_text(doc)
+    with pytest.raises(mhacli.MhaError) as err:
+        mhacli.load(path)
+    assert (err.value.line, err.value.key) == (6, "x[2][2]")
+
+
+def test_check_with_nan_rows(tmp_path: Path) -> None:
+    path = tmp_path / "hw.yaml"
+    path.write_text(OK + "mask: [[1, 0], [0, 0]]\nanswers:\n  weights: [[1, 0], [0, 0]]\n")
+    for fmt in ("plain", "json", "markdown", "latex"):
+        r = runner.invoke(app, ["check", str(path), "--masked-row", "nan", "--format", fmt])
+        assert r.exit_code == 0, (fmt, r.output)
+
+
+def test_npz_text_arrays_are_bounded(tmp_path: Path) -> None:
+    np.savez(tmp_path / "t.npz", mask=np.array(["x" * 1000] * 4),
+             **{k: np.eye(2) for k in ("x", "w_q", "w_k", "w_v")})
+    cli_error(["run", str(tmp_path / "t.npz")], "text longer than 64 characters")
+
+
+def test_yaml_flow_style_on_standard_input() -> None:
+    text = "{x: [[1, 0], [0, 1]], w_q: [[1, 0], [0, 1]], w_k: [[1, 0], [0, 1]], " \
+           "w_v: [[1, 0], [0, 1]]}"
+    r = runner.invoke(app, ["run", "-"], input=text)
+    assert r.exit_code == 0 and r.stdout.count("\n") == 2
+
+
+def test_arguments_are_utf8_under_a_c_locale() -> None:
+    env = {**_env(), "LANG": "C", "LC_ALL": "C", "PYTHONUTF8": "0"}
+    r = mha(["run", "--tokens", "é ü ñ", "--sample", "intro"], env=env)
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("char", ["\u2028", "\u202e", "\u200b"])
+def test_invisible_characters_in_labels(tmp_path: Path, char: str) -> None:
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"tokens": [f"a{char}b", "c"], "x": [[1, 0], [0, 1]],
+                                "w_q": [[1, 0], [0, 1]], "w_k": [[1, 0], [0, 1]],
+                                "w_v": [[1, 0], [0, 1]]}))
+    cli_error(["run", str(path)], f"U+{ord(char):04X}")
+
+
+def test_the_warning_travels() -> None:
+    import pickle
+
+    w = mhacli.MaskedRowWarning([2], "zero")
+    back = pickle.loads(pickle.dumps(w))
+    assert (back.rows, back.policy, str(back)) == ([2], "zero", str(w))

@@ -202,6 +202,10 @@ def explain(
         c = tr.config
         if head is not None and not 1 <= head <= c.heads:
             raise MhaError(f"--head {head}: the problem has heads 1 to {c.heads}")
+        missing = [s for s in stages or () if s not in tr.stages]
+        if missing:
+            raise MhaError(f"--stage {missing[0]}: this problem has no {missing[0]} stage "
+                           f"(its stages: {', '.join(tr.stages)})")
         queries, keys = prob.labels()
         digits = 4 if precision is None else precision
         exact = None
@@ -465,12 +469,7 @@ def generate(
         if mask is not None or scale is not None or softcap is not None:
             prob = prob.with_overrides(mask=mask, scale=scale, softcap=softcap)
         chosen = [engine.canonical(s) for s in stage] if stage else None
-        filled = None
-        if answers or blank:
-            tr = engine.traced(prob.prepared)
-            exact = engine.exact_trace(prob.exact).stages
-            filled = {s: exact.get(s, a) for s, a in tr.stages.items()
-                      if not engine.BY_NAME[s].given and (chosen is None or s in chosen)}
+        filled = gen.answer_key(prob, chosen) if answers or blank else None
         what = "small integers" if ints else "random decimals"
         comment = f"mha generate: {what}, seed {seed}"
         text = gen.problem_yaml(prob, comment, filled, blank, layout.value)
@@ -507,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
     """The console script: usage errors as one `Error:` line, a quiet broken pipe."""
     # Typer raises Click's exceptions, from its own copy of Click in newer releases
     cx = sys.modules[typer.BadParameter.__module__]
-    args = sys.argv[1:] if argv is None else argv
+    args = [_utf8(a) for a in sys.argv[1:]] if argv is None else argv
     try:
         code = _app_for(args)(args=args, prog_name="mha", standalone_mode=False)
         return _finish(code if isinstance(code, int) else 0)
@@ -524,6 +523,14 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except OSError as exc:  # help or --version that could not be written
         return failed_write(exc)
+
+
+def _utf8(arg: str) -> str:
+    """An argument as UTF-8, even where a C locale decoded its bytes as escapes."""
+    try:
+        return arg.encode("utf-8", "surrogateescape").decode("utf-8")
+    except UnicodeError:
+        return arg
 
 
 def _finish(code: int) -> int:

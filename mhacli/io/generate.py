@@ -127,6 +127,17 @@ def _texts(a: np.ndarray) -> list[list[str]]:
     return [[_number(v) for v in row] for row in a]
 
 
+def answer_key(problem: Problem, stages: list[str] | None = None) -> dict[str, np.ndarray]:
+    """Every stage a person could answer (or those named), exactly where the arithmetic is
+    rational (5/2, not 2.5000000001), as floats after the softmax."""
+    from ..engine import BY_NAME, exact_trace, traced
+
+    floats = traced(problem.prepared).stages
+    exact = exact_trace(problem.exact).stages
+    return {s: exact.get(s, a) for s, a in floats.items()
+            if not BY_NAME[s].given and (stages is None or s in stages)}
+
+
 def problem_yaml(problem: Problem, comment: str, answers: dict[str, np.ndarray] | None = None,
                  blank: bool = False, layout: str = "rows") -> str:
     """A problem file (with an answers: section when given) as YAML text.
