@@ -515,7 +515,9 @@ def main(argv: list[str] | None = None) -> int:
     except cx.ClickException as exc:
         ctx = getattr(exc, "ctx", None)
         hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
-        message = exc.format_message().replace("Value error, ", "")
+        message = exc.format_message().replace("Value error, ", "") \
+            .replace("Got unexpected extra argument", "one argument too many") \
+            .replace("Got unexpected extra arguments", "arguments too many")
         typer.echo(f"Error: {message}{hint}", err=True)
         return 2
     except typer.Abort:

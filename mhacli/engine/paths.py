@@ -71,6 +71,9 @@ class Trace:
     def __iter__(self) -> Iterator[str]:
         return iter(self.stages)
 
+    def __len__(self) -> int:
+        return len(self.stages)
+
     def keys(self):  # type: ignore[no-untyped-def]
         return self.stages.keys()
 

@@ -268,7 +268,7 @@ def _positive(name: str, value: Any) -> float | None:
     return number
 
 
-def _heads(heads: Any) -> int | None:
+def positive_heads(heads: Any) -> int | None:
     if heads is None:
         return None
     if isinstance(heads, (bool, np.bool_)) or not isinstance(heads, (int, np.integer)) \
@@ -303,7 +303,7 @@ def prepare(
     if masked_row not in MASKED_ROW_POLICIES:
         raise MhaError(f"masked_row must be zero, nan or error, got {shown(masked_row)}",
                        key="masked_row")
-    heads = _heads(heads)
+    heads = positive_heads(heads)
     rule = scale_rule(scale)
     cap = _positive("softcap", softcap)
 

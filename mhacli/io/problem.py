@@ -22,7 +22,7 @@ import numpy as np
 
 from .. import numbers
 from ..engine import Config, Prepared, canonical, prepare
-from ..engine.validate import MATRICES, PER_HEAD_MATRICES, VECTORS, mask_matrix
+from ..engine.validate import MATRICES, PER_HEAD_MATRICES, VECTORS, mask_matrix, positive_heads
 from ..errors import MhaError, key_text, shown
 from . import torchstate
 from .matrices import LAYOUTS, read_array, read_claims, to_rows
@@ -216,7 +216,7 @@ def from_mapping(data: Any, source: str = "<problem>", base: Path | None = None,
     dict, which never does, needs one of the two).
     """
     if not isinstance(data, dict):
-        what = "empty" if data is None else f"a {type(data).__name__}"
+        what = "empty" if data is None or data == "" else f"a {type(data).__name__}"
         raise MhaError(f"a problem must be a mapping of keys (x:, w_q:, ...), found {what}",
                        source=source)
     try:
@@ -341,6 +341,7 @@ def load(path: str | Path, *, stdin: Any = None, layout: str = "rows",
         raise MhaError(f"a problem is named by a path, got {shown(path)}")
     if layout not in LAYOUTS:
         raise MhaError(f"layout must be rows or columns, got {shown(layout)}", key="layout")
+    heads = positive_heads(heads)
     if str(path) == "-":
         text = read_bytes(stdin if stdin is not None else sys.stdin.buffer, "<stdin>")
         if isinstance(text, bytes):  # a zip archive: an .npz problem

@@ -42,7 +42,7 @@ def parse_cell(spec: str, tr: Trace, layout: str = "rows") -> tuple[str, int | N
     if per_head and len(parts) == 3 and c.heads == 1:
         parts = [parts[0], "1", parts[1], parts[2]]
     want = 4 if per_head else 3
-    if len(parts) != want or not all(re.fullmatch(r"\d{1,9}", p) for p in parts[1:]):
+    if len(parts) != want or not all(re.fullmatch(r"[0-9]{1,9}", p) for p in parts[1:]):
         form = "STAGE:HEAD:ROW:COL" if per_head else "STAGE:ROW:COL"
         raise MhaError(f"--cell {spec!r}: {stage} takes {form}, numbers from 1 "
                        f"(e.g. {stage}:{'1:' if per_head else ''}2:1)")
