@@ -175,7 +175,7 @@ def test_mutated_samples_through_the_fast_route(data: bytes) -> None:
         reader.FAST_FROM_BYTES = saved
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=EXAMPLES, deadline=None)
 @given(st.lists(st.lists(st.floats(allow_nan=False, allow_infinity=False, width=64),
                          min_size=3, max_size=3), min_size=2, max_size=5))
 def test_fast_route_reads_the_same_numbers(rows: list[list[float]]) -> None:
