@@ -158,6 +158,23 @@ class Claim:
     def blank(self) -> bool:
         return self.text == ""
 
+    @property
+    def places(self) -> int | None:
+        """The decimals this claim is written to (2 for 0.24, 4 for 2.5e-3), or None
+        for an exact claim, a blank or −∞."""
+        if self.half_unit == 0:
+            return None
+        unit = self.half_unit * 2  # 10^-places
+        return len(str(unit.denominator)) - 1
+
+    def rounded(self, v: float) -> str | None:
+        """``v`` at the precision of this claim (``0.24`` for 0.235004 after ``0.25``),
+        or None when the claim has no decimals to follow."""
+        places = self.places
+        if places is None or places > 17 or not math.isfinite(v):
+            return None
+        return fixed(v, places) if v != 0 else f"{0:.{places}f}"
+
 
 BLANKS = frozenset({"", "_", "?", "~", "null"})
 NEG_INF = frozenset({"-inf", "-∞", "-infinity"})

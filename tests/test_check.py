@@ -55,8 +55,9 @@ def test_two_decimal_answers_with_one_wrong_cell(tmp_path: Path) -> None:
     assert r.exit_code == 1
     expected = REF["weights"][1][2][0]
     wrong = [line for line in r.stdout.splitlines() if line.startswith("    head")]
+    # the expected value at the two decimals written, then in full
     assert wrong == [f"    head 2, row 3 (tea), column 1 (I): wrote {weights[1][2][0]}, "
-                     f"expected {expected:.6g} (difference {weights[1][2][0] - expected:+.6g})"]
+                     f"expected {expected:.2f} ({expected:.6g})"]
     assert "✓ q " in r.stdout and "✓ scores " in r.stdout and "✗ weights  1 of 18" in r.stdout
     doc = json.loads(check(path, "--format", "json").stdout)
     assert doc["correct"] is False and doc["checked"] == ["q", "scores", "weights"]
@@ -71,7 +72,7 @@ def test_correct_answers_at_any_sensible_precision(tmp_path: Path, decimals: int
                                                    "output")}
     r = check(homework(tmp_path, answers))
     assert r.exit_code == 0, r.stdout
-    assert "all 5 answered stage(s) correct" in r.stdout
+    assert "Result: all 5 stage(s) correct" in r.stdout
 
 
 def _one_third_problem(tmp_path: Path, written: str) -> Path:
@@ -169,9 +170,12 @@ def test_blank_exercise_has_slots_of_the_right_shapes(tmp_path: Path) -> None:
     assert {v for row in data["answers"]["q"] for v in row} == {"_"}
     path = tmp_path / "ex.yaml"
     path.write_text(r.stdout)
-    r = check(path)
-    assert r.exit_code == 0  # nothing filled in yet: nothing wrong
-    assert "Result: nothing filled in yet (13 stage(s) blank)" in r.stdout
+    r = check(path, "--format", "plain")
+    assert r.exit_code == 1  # nothing filled in: the work is not done
+    cells = sum(np.array(a).size for a in data["answers"].values())
+    assert f"Result: not done: {cells} cell(s) left blank (--partial" in r.stdout
+    r = check(path, "--partial", "--format", "json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["blank"] == cells
 
 
 def test_generate_records_its_seed_so_the_file_can_be_made_again() -> None:
@@ -197,7 +201,7 @@ def test_report_as_markdown_and_latex(tmp_path: Path) -> None:
     assert "| `weights` | 1 of 18 cells wrong |" in md
     assert "- head 1, row 1 (I), column 2 (like): wrote 0.5, expected" in md
     tex = check(path, "--format", "latex").stdout
-    assert tex.startswith("\\begin{itemize}") and "\\texttt{weights}: 1 wrong cell(s)" in tex
+    assert tex.startswith("\\begin{itemize}") and "\\texttt{weights}: 1 of 18 cells wrong" in tex
 
 
 @pytest.mark.parametrize("written, ok", [

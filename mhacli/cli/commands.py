@@ -352,7 +352,12 @@ def check(
     sample: SampleOpt = None,
     tolerance: Annotated[float, typer.Option(
         "--tolerance", min=0.0, help="Absolute slack on top of the precision each answer "
-                                     "was written with.")] = 1e-6,
+                                     "was written with.")] = 0.0,
+    partial: Annotated[bool, typer.Option(
+        "--partial", help="Skip blank slots (_) instead of counting them as work not "
+                          "done.")] = False,
+    stage: Annotated[Optional[list[str]], typer.Option(
+        "--stage", "-s", help="Check only this stage (repeatable).")] = None,
     fmt: Annotated[CheckFormat, typer.Option("--format", "-f", help="Report format.")
                    ] = CheckFormat.rich,
     layout: LayoutOpt = None,
@@ -389,8 +394,11 @@ def check(
         from ..grading.judge import check as judge
         from ..present import report
 
+        from .. import engine
+
+        only = [engine.canonical(s) for s in stage] if stage else None
         with _about(prob):
-            result = judge(prob, tolerance)
+            result = judge(prob, tolerance, partial=partial, only=only)
         if fmt is CheckFormat.rich and rich_stdout():
             report.show(result, console_for_stdout()[0])
         else:

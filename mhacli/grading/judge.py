@@ -15,9 +15,11 @@ from fractions import Fraction
 import numpy as np
 
 from ..engine import BY_NAME, STAGES, Trace, exact_trace, present, traced
+from ..engine.validate import Prepared
 from ..errors import MhaError
 from ..io.problem import Problem
 from ..numbers import Claim
+from .mistakes import Mistake
 
 FLOAT_SLACK = 1e-12  # relative: the float computation's own rounding
 EXACT_SIZE = 20_000  # input numbers: up to this many, wrong cells get exact values too
@@ -34,12 +36,13 @@ class Wrong:
     expected: float
     expected_exact: Fraction | None
     difference: float
+    rounded: str | None = None  # the expected value at the precision written ("0.24")
 
 
 @dataclass(frozen=True)
 class StageReport:
     stage: str
-    status: str  # "correct", "wrong", "shape" or "blank"
+    status: str  # "correct", "wrong", "shape", "blank" (every cell) or "incomplete"
     cells: int = 0
     blank: int = 0
     wrong: list[Wrong] = field(default_factory=list)
@@ -49,6 +52,13 @@ class StageReport:
     # own earlier numbers? None when every earlier answer is right (nothing to say)
     consistent: bool | None = None
     earlier_wrong: list[str] = field(default_factory=list)
+    mistake: str | None = None  # a known mistake that reproduces what was written
+    mistake_stage: str | None = None  # where that mistake is made
+
+    @property
+    def right(self) -> int:
+        """Cells written and right."""
+        return 0 if self.status == "shape" else self.cells - self.blank - len(self.wrong)
 
 
 @dataclass(frozen=True)
@@ -59,10 +69,21 @@ class Report:
     stages: list[StageReport]
     tolerance: float
     problem: Problem
+    partial: bool = False  # blanks are skipped rather than work not done
+
+    @property
+    def wrong(self) -> list[str]:
+        return [s.stage for s in self.stages if s.status in ("wrong", "shape")]
+
+    @property
+    def blank(self) -> int:
+        """Cells left blank (in stages whose shape is right)."""
+        return sum(s.blank for s in self.stages)
 
     @property
     def ok(self) -> bool:
-        return all(s.status in ("correct", "blank") for s in self.stages)
+        """Everything right, and (unless ``partial``) nothing left blank."""
+        return not self.wrong and (self.partial or self.blank == 0)
 
 
 def _shaped(stage: str, claims: np.ndarray | str, expected: np.ndarray
@@ -101,31 +122,77 @@ def _values(claims: np.ndarray, fill: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(written), fill, written)
 
 
-def check(problem: Problem, tolerance: float = 1e-6) -> Report:
+def _blank_claims(shape: tuple[int, ...]) -> np.ndarray:
+    out = np.empty(shape, dtype=object)
+    for idx in np.ndindex(shape):
+        out[idx] = Claim(float("nan"), None, Fraction(0), "")
+    return out
+
+
+def _known_mistake(p: Prepared, stage: str, claims: np.ndarray, own: dict[str, np.ndarray],
+                   tolerance: float) -> Mistake | None:
+    """The first known mistake that, put into the person's own earlier numbers (and the
+    stages they did not answer), reproduces every number written at ``stage``."""
+    from .mistakes import MISTAKES
+
+    have = [s.name for s in present(p.config)]
+    right = traced(p, dict(own), checked=False).stages  # from their own numbers, done right
+    filled = np.array([not c.blank for c in claims.flat]).reshape(claims.shape)
+    for m in MISTAKES:
+        if m.stage not in have or STAGES.index(m.stage) > STAGES.index(stage):
+            continue
+        with np.errstate(all="ignore"):
+            changed = m.redo(p, right)
+            if changed is None:
+                continue
+            then = traced(p, {**changed, **own}, checked=False).stages[stage]
+        if then.shape != claims.shape:
+            continue
+        differs = ~np.isclose(then, right[stage], rtol=1e-9, atol=1e-12, equal_nan=True)
+        if (differs & filled).any() and _judge(claims, then, None, tolerance).all():
+            return m
+    return None
+
+
+def check(problem: Problem, tolerance: float = 0.0, *, partial: bool = False,
+          only: list[str] | None = None, required: tuple[str, ...] = ()) -> Report:
     """Judge every answered stage of ``problem`` against the traced path (the same one
-    `explain` uses: a fully blocked row warns, an overflow is refused)."""
-    if not problem.answers:
-        raise MhaError("there is no answers: section to check", source=problem.source)
+    `explain` uses: a fully blocked row warns, an overflow is refused).
+
+    ``only`` limits the check to those stages; ``required`` are stages to be answered
+    even where the answers leave them out (a teacher's key: missing is blank); with
+    ``partial`` blanks are skipped instead of counting as work not done.
+    """
     p = problem.prepared
-    truth = traced(p)
     have = [s.name for s in present(p.config)]
     for stage in problem.answers:
         if stage not in have:
             raise MhaError(f"answers.{stage}: this problem has no {stage} stage (its stages: "
                            f"{', '.join(have)})", key=("answers", stage), source=problem.source)
-    order = [s for s in STAGES if s in problem.answers]
-    skipped = [s for s in have if s not in problem.answers and not BY_NAME[s].given]
+    for stage in only or ():
+        if stage not in have:
+            raise MhaError(f"--stage {stage}: this problem has no {stage} stage (its stages: "
+                           f"{', '.join(have)})")
+    wanted = set(problem.answers) | set(required)
+    if only:
+        wanted = set(only)
+    if not wanted:
+        raise MhaError("there is no answers: section to check", source=problem.source)
+    truth = traced(p)
+    order = [s for s in STAGES if s in wanted]
+    skipped = [s for s in have if s not in wanted and not BY_NAME[s].given]
     exact: Trace | None = None
     own: dict[str, np.ndarray] = {}  # the person's numbers so far, blanks filled in
     reports: list[StageReport] = []
     wrong_so_far: list[str] = []
     for stage in order:
         expected = truth.stages[stage]
-        claims = _shaped(stage, problem.answers[stage], expected)
+        answer = problem.answers.get(stage)
+        claims = _blank_claims(expected.shape) if answer is None else \
+            _shaped(stage, answer, expected)
         if claims is None:
-            found = problem.answers[stage]
             reports.append(StageReport(stage, "shape", shape=expected.shape,
-                                       found=None if isinstance(found, str) else found.shape))
+                                       found=None if isinstance(answer, str) else answer.shape))
             wrong_so_far.append(stage)
             continue
         if exact is None and BY_NAME[stage].exact and \
@@ -141,17 +208,24 @@ def check(problem: Problem, tolerance: float = 1e-6) -> Report:
         if wrong_so_far:  # what this stage would be, from the person's own earlier numbers
             from_own = traced(p, dict(own), checked=False).stages[stage]
             consistent = bool(np.all(_judge(claims, from_own, None, tolerance)))
-        own[stage] = _values(claims, expected)
         wrong = [Wrong(idx[0] + 1 if expected.ndim == 3 else None, idx[-2], idx[-1],
                        claims[idx].text, float(expected[idx]),
                        exact_values[idx] if exact_values is not None
                        and isinstance(exact_values[idx], Fraction) else None,
                        claims[idx].value - float(expected[idx])
-                       if np.isfinite(expected[idx]) else float("nan"))
+                       if np.isfinite(expected[idx]) else float("nan"),
+                       claims[idx].rounded(float(expected[idx])))
                  for idx in map(tuple, np.argwhere(~ok).tolist())]
-        status = "wrong" if wrong else ("blank" if blank == claims.size else "correct")
+        mistake = None
+        if wrong and not consistent and problem.size <= EXACT_SIZE:
+            mistake = _known_mistake(p, stage, claims, own, tolerance)
+        own[stage] = _values(claims, expected)
+        status = "wrong" if wrong else "blank" if blank == claims.size else \
+            "incomplete" if blank else "correct"
         reports.append(StageReport(stage, status, claims.size, blank, wrong, (), None,
-                                   consistent, list(wrong_so_far)))
+                                   consistent, list(wrong_so_far),
+                                   mistake.wording(p) if mistake else None,
+                                   mistake.stage if mistake else None))
         if wrong:
             wrong_so_far.append(stage)
-    return Report(problem.source, order, skipped, reports, tolerance, problem)
+    return Report(problem.source, order, skipped, reports, tolerance, problem, partial)

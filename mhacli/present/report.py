@@ -53,11 +53,26 @@ def _where(at: Place) -> str:
     return f"{head}row {at.row} ({at.row_label}), column {at.col} ({at.col_label})"
 
 
+def expected_text(w: Wrong) -> str:
+    """``0.24 (0.235004)``: at the precision written, then in full."""
+    full = number(w.expected, w.expected_exact)
+    if w.rounded is None or w.rounded == w.written or w.rounded == full:
+        return full
+    return f"{w.rounded} ({full})"
+
+
 def _wrong_line(report: Report, stage: str, w: Wrong) -> str:
-    diff = "" if math.isnan(w.difference) else f" (difference {w.difference:+.6g})"
-    written = w.written or "blank"
-    return (f"{_where(place(report, stage, w))}: wrote {written}, expected "
-            f"{number(w.expected, w.expected_exact)}{diff}")
+    return (f"{_where(place(report, stage, w))}: wrote {w.written or 'blank'}, expected "
+            f"{expected_text(w)}")
+
+
+def mistake_note(s: StageReport) -> str | None:
+    """``Known mistake: …`` when one reproduces what was written."""
+    if s.mistake is None:
+        return None
+    where = "" if s.mistake_stage == s.stage else \
+        f" (made at {s.mistake_stage}, which you did not answer; your {s.stage} follow from it)"
+    return f"Known mistake: {s.mistake}{where}."
 
 
 def shape_note(report: Report, s: StageReport) -> str:
@@ -101,9 +116,11 @@ def lines(report: Report, limit: int = 20) -> list[tuple[str, str]]:
         filled = s.cells - s.blank
         blanks = f", {s.blank} left blank" if s.blank else ""
         if s.status == "blank":
-            out.append((f"· {name}  every cell left blank", "note"))
-        elif s.status == "correct":
-            out.append((f"✓ {name}  all {filled} cells correct{blanks}", "good"))
+            out.append((f"· {name}  every cell left blank ({s.cells})",
+                        "note" if report.partial else "bad"))
+        elif s.status in ("correct", "incomplete"):
+            style = "good" if s.status == "correct" or report.partial else "note"
+            out.append((f"✓ {name}  all {filled} cells correct{blanks}", style))
         else:
             out.append((f"✗ {name}  {len(s.wrong)} of {filled} cells wrong{blanks}", "bad"))
             for w in s.wrong[:limit]:
@@ -111,22 +128,29 @@ def lines(report: Report, limit: int = 20) -> list[tuple[str, str]]:
             if len(s.wrong) > limit:
                 out.append((f"    … and {len(s.wrong) - limit} more (--format json lists all)",
                              "note"))
-            carried = _carried(s)
-            if carried:
-                out.append((f"    {carried}", "note"))
-    bad = [s.stage for s in report.stages if s.status in ("wrong", "shape")]
-    blank = [s.stage for s in report.stages if s.status == "blank"]
-    filled = len(report.stages) - len(blank)
-    still = f"; still blank: {', '.join(blank)}" if blank else ""
-    if bad:
-        out.append((f"Result: {len(bad)} of {filled} answered stage(s) wrong "
-                    f"({', '.join(bad)}){still}; tolerance {report.tolerance:g} plus the "
-                    "precision each answer was written with", "bad"))
-    elif filled == 0:
-        out.append((f"Result: nothing filled in yet ({len(blank)} stage(s) blank)", "note"))
-    else:
-        out.append((f"Result: all {filled} answered stage(s) correct{still}", "good"))
+            for note in (_carried(s), mistake_note(s)):
+                if note:
+                    out.append((f"    {note}", "note"))
+    out.append(verdict(report))
     return out
+
+
+def verdict(report: Report) -> tuple[str, str]:
+    """The last line: right, wrong, or not done."""
+    bad = report.wrong
+    blank = report.blank
+    rules = "" if report.tolerance == 0 else f" (tolerance {report.tolerance:g})"
+    not_done = f"; {blank} cell(s) left blank" if blank and not report.partial else ""
+    if bad:
+        return (f"Result: {len(bad)} of {len(report.stages)} stage(s) wrong "
+                f"({', '.join(bad)}){not_done}{rules}", "bad")
+    if blank and not report.partial:
+        filled = sum(s.cells - s.blank for s in report.stages if s.status != "shape")
+        return (f"Result: not done: {blank} cell(s) left blank"
+                f"{f', the {filled} filled in are right' if filled else ''} "
+                "(--partial checks only what is filled in)", "bad")
+    skipped = f"; {blank} blank cell(s) skipped" if blank else ""
+    return (f"Result: all {len(report.stages)} stage(s) correct{skipped}{rules}", "good")
 
 
 def plain(report: Report) -> str:
@@ -139,18 +163,25 @@ def markdown(report: Report) -> str:
         out += [f"Not answered: {', '.join(report.skipped)}", ""]
     out += ["| stage | result |", "|---|---|"]
     for s in report.stages:
-        result = f"wrong shape: {shape_note(report, s)}" if s.status == "shape" else \
-            {"blank": "left blank", "correct": f"all {s.cells - s.blank} cells correct",
-             "wrong": f"{len(s.wrong)} of {s.cells - s.blank} cells wrong"}[s.status]
-        out.append(f"| `{s.stage}` | {result} |")
+        out.append(f"| `{s.stage}` | {summary(report, s)} |")
     for s in report.stages:
         if s.wrong:
             out += ["", f"### `{s.stage}`: wrong cells", ""]
             out += [f"- {_wrong_line(report, s.stage, w)}" for w in s.wrong]
-            carried = _carried(s)
-            if carried:
-                out += ["", carried]
+            out += ["\n" + note for note in (_carried(s), mistake_note(s)) if note]
+    out += ["", verdict(report)[0]]
     return "\n".join(out) + "\n"
+
+
+def summary(report: Report, s: StageReport) -> str:
+    """One stage's result in a few words."""
+    filled = s.cells - s.blank
+    blanks = f", {s.blank} left blank" if s.blank else ""
+    return {"shape": lambda: f"wrong shape: {shape_note(report, s)}",
+            "blank": lambda: f"left blank ({s.cells} cells)",
+            "correct": lambda: f"all {filled} cells correct",
+            "incomplete": lambda: f"all {filled} cells correct{blanks}",
+            "wrong": lambda: f"{len(s.wrong)} of {filled} cells wrong{blanks}"}[s.status]()
 
 
 def latex(report: Report) -> str:
@@ -162,13 +193,16 @@ def latex(report: Report) -> str:
             out.append(rf"  \item \texttt{{{esc(s.stage)}}}: wrong shape, "
                        rf"{esc(shape_note(report, s))}")
         elif s.status == "wrong":
-            out.append(rf"  \item \texttt{{{esc(s.stage)}}}: {len(s.wrong)} wrong cell(s)")
+            out.append(rf"  \item \texttt{{{esc(s.stage)}}}: {esc(summary(report, s))}")
             out.append(r"  \begin{itemize}")
             out += [rf"    \item {esc(_wrong_line(report, s.stage, w))}" for w in s.wrong]
+            out += [rf"    \item {esc(note)}" for note in (_carried(s), mistake_note(s))
+                    if note]
             out.append(r"  \end{itemize}")
         else:
-            out.append(rf"  \item \texttt{{{esc(s.stage)}}}: {s.status}")
+            out.append(rf"  \item \texttt{{{esc(s.stage)}}}: {esc(summary(report, s))}")
     out.append(r"\end{itemize}")
+    out.append(esc(verdict(report)[0]))
     return "\n".join(out) + "\n"
 
 
@@ -185,6 +219,7 @@ def as_json(report: Report) -> str:
             wrong.append({"head": at.head, "row": at.row, "column": at.col,
                           "row_label": at.row_label, "column_label": at.col_label,
                           "written": w.written, "expected": _num(w.expected),
+                          "expected_as_written": w.rounded,
                           "expected_exact": (None if w.expected_exact is None
                                              else str(w.expected_exact)),
                           "difference": _num(w.difference)})
@@ -192,9 +227,11 @@ def as_json(report: Report) -> str:
             "status": s.status, "cells": s.cells, "blank": s.blank,
             "shape_note": shape_note(report, s) if s.status == "shape" else None,
             "consistent_with_own_earlier_answers": s.consistent if s.status == "wrong" else None,
+            "mistake": s.mistake, "mistake_stage": s.mistake_stage,
             "wrong": wrong,
         }
-    doc = {"source": report.source, "correct": report.ok, "checked": report.checked,
+    doc = {"source": report.source, "correct": report.ok, "wrong": report.wrong,
+           "blank": report.blank, "partial": report.partial, "checked": report.checked,
            "not_answered": report.skipped, "tolerance": report.tolerance, "stages": stages}
     return json.dumps(doc, allow_nan=False, ensure_ascii=False) + "\n"
 

@@ -1,0 +1,152 @@
+"""The mistakes people make when they work attention by hand, each one redone.
+
+A mistake is made at one stage (or a few, like the split into heads) and changes what
+follows. To test it against a wrong answer, the stages are computed again from the
+person's own earlier numbers with the mistake put in; the mistake is named only when
+that reproduces every number written at its precision, and differs from the right one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..engine import ops
+from ..engine.validate import Prepared
+from ..numbers import significant
+
+Array = np.ndarray
+Stages = dict[str, Array]  # the stages computed so far (from the person's own numbers)
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """``redo`` gives the stages the mistake changes (computed from the stages so far),
+    or None when the mistake cannot be made in this problem (no mask, one head, …)."""
+
+    stage: str  # the first stage it changes
+    says: str | Callable[[Prepared], str]  # what was done, as a clause
+    redo: Callable[[Prepared, Stages], Stages | None]
+
+    def wording(self, p: Prepared) -> str:
+        return self.says(p) if callable(self.says) else self.says
+
+
+def _chain_before_mask(p: Prepared, st: Stages) -> Array:
+    return st["softcapped"] if "softcapped" in st else st["scaled"]
+
+
+def _softmax(z: Array, p: Prepared, axis: int = -1) -> Array:
+    with np.errstate(invalid="ignore", over="ignore"):
+        moved = np.moveaxis(z, axis, -1)
+        return np.moveaxis(ops.softmax_parts(moved, p.config.masked_row)["weights"], -1, axis)
+
+
+def _divisor_text(p: Prepared) -> str:
+    """The divisor this problem uses, as a person would name it: ``√d_k = 2``."""
+    c = p.config
+    name = {"dk": "√d_k", "n": "√n"}.get(c.scale_rule, "s")
+    return "no division (s = 1)" if c.scale_rule == "none" else \
+        f"{name} = {significant(c.scale, 3)}"
+
+
+def _divided(name: str, value: Callable[[Prepared], float | None]) -> Mistake:
+    def redo(p: Prepared, st: Stages) -> Stages | None:
+        s = value(p)
+        if s is None or math.isclose(s, p.config.scale, rel_tol=1e-12):
+            return None
+        return {"scaled": st["scores"] / st["scores"].dtype.type(s)}
+
+    def text(p: Prepared) -> str:
+        s = value(p)
+        by = "not divided at all" if s == 1 else f"divided by {name} = {significant(s, 3)}"
+        return f"the scores are {by} instead of {_divisor_text(p)}"
+
+    return Mistake("scaled", text, redo)
+
+
+def _inverted(p: Prepared, st: Stages) -> Stages | None:
+    allowed = p.allowed()
+    if allowed is None:
+        return None
+    return {"masked": ops.mask_scores(_chain_before_mask(p, st), ~allowed)}
+
+
+def _columns(p: Prepared, st: Stages) -> Stages | None:
+    z = st["masked"] if "masked" in st else _chain_before_mask(p, st)
+    return {"weights": _softmax(z, p, axis=-2)}
+
+
+def _mask_after(p: Prepared, st: Stages) -> Stages | None:
+    allowed = p.allowed()
+    if allowed is None:
+        return None
+    return {"weights": np.where(allowed, _softmax(_chain_before_mask(p, st), p), 0.0)}
+
+
+def _swapped(p: Prepared, st: Stages) -> Stages | None:
+    if p.config.n != p.config.m:
+        return None
+    return {"scores": ops.scores(st["k_heads"], st["q_heads"])}
+
+
+def _interleaved(p: Prepared, st: Stages) -> Stages | None:
+    h = p.config.heads
+    if h == 1:
+        return None
+
+    def split(a: Array) -> Array:  # head h takes columns h, h + H, h + 2H, …
+        rows, width = a.shape
+        return a.reshape(rows, width // h, h).transpose(2, 0, 1)
+
+    return {f"{x}_heads": split(st[x]) for x in ("q", "k", "v")}
+
+
+def _reversed_heads(p: Prepared, st: Stages) -> Stages | None:
+    if p.config.heads == 1:
+        return None
+    return {"concat": ops.merge_heads(st["head_outputs"][::-1])}
+
+
+def _wrong_side(p: Prepared, st: Stages) -> Stages | None:
+    w = p.w_o
+    if w is None or w.shape[0] != w.shape[1]:
+        return None
+    return {"output": ops.project(st["concat"], w.T, p.b_o)}
+
+
+def _no_bias(stage: str, bias: str) -> Callable[[Prepared, Stages], Stages | None]:
+    def redo(p: Prepared, st: Stages) -> Stages | None:
+        b = getattr(p, bias)
+        return None if b is None else {stage: st[stage] - b}
+    return redo
+
+
+MISTAKES: tuple[Mistake, ...] = (
+    Mistake("q_heads", "the heads are split from interleaved columns (every H-th column) "
+            "instead of from consecutive blocks of d_k columns", _interleaved),
+    Mistake("q", "the bias b_q is left out of q", _no_bias("q", "b_q")),
+    Mistake("k", "the bias b_k is left out of k", _no_bias("k", "b_k")),
+    Mistake("v", "the bias b_v is left out of v", _no_bias("v", "b_v")),
+    Mistake("scores", "the scores are Zᵀ = K_h·Q_hᵀ (Q and K swapped, or K not "
+            "transposed): row i should hold query i's scores", _swapped),
+    _divided("√d_model", lambda p: None if p.config.d_model is None
+             else math.sqrt(p.config.d_model)),
+    _divided("√n", lambda p: math.sqrt(p.config.m)),
+    _divided("√d_k", lambda p: math.sqrt(p.config.d_k)),
+    _divided("d_k", lambda p: float(p.config.d_k)),
+    _divided("1", lambda p: 1.0),
+    Mistake("masked", "the mask is inverted (1 means may attend, 0 means blocked)",
+            _inverted),
+    Mistake("weights", "the softmax is taken down each column instead of along each row",
+            _columns),
+    Mistake("weights", "the mask is applied after the softmax (blocked weights set to 0, "
+            "the rows not normalised again)", _mask_after),
+    Mistake("concat", "the heads are concatenated in the wrong order", _reversed_heads),
+    Mistake("output", "W_O is on the wrong side of the product (concat·W_Oᵀ, as if "
+            "W_O·concat in the other layout)", _wrong_side),
+    Mistake("output", "the bias b_o is left out of the output", _no_bias("output", "b_o")),
+)
