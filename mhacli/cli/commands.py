@@ -346,10 +346,14 @@ def samples(
 
 @app.command()
 def check(
-    file: Annotated[Optional[str], typer.Argument(
-        help="Problem file with an answers: section (or - for standard input).",
-        show_default=False)] = None,
+    files: Annotated[Optional[list[str]], typer.Argument(
+        help="Problem files with an answers: section (- for standard input); several are "
+             "graded a line each, then a summary.", show_default=False)] = None,
     sample: SampleOpt = None,
+    key: Annotated[Optional[str], typer.Option(
+        "--key", metavar="KEY", help="The teacher's file: the problem every submission is "
+        "graded on (a submission may then hold only answers:), and with answers: the "
+        "stages to grade.")] = None,
     tolerance: Annotated[float, typer.Option(
         "--tolerance", min=0.0, help="Absolute slack on top of the precision each answer "
                                      "was written with.")] = 0.0,
@@ -360,6 +364,9 @@ def check(
         "--stage", "-s", help="Check only this stage (repeatable).")] = None,
     fmt: Annotated[CheckFormat, typer.Option("--format", "-f", help="Report format.")
                    ] = CheckFormat.rich,
+    points: Annotated[Optional[list[str]], typer.Option(
+        "--points", metavar="STAGE=N", help="--format gradescope: what a stage is worth "
+        "(repeatable; default 1 a stage).")] = None,
     layout: LayoutOpt = None,
     masked_row: MaskedRowOpt = MaskedRow.zero,
     debug: DebugOpt = False,
@@ -369,43 +376,127 @@ def check(
     The file's answers: section maps stage names (aliases such as z and attention work)
     to matrices; per-head stages are lists of one matrix per head. Each answer is judged
     at the precision it was written with (0.33 is right for 1/3, 0.35 is not); whole
-    numbers and fractions are exact claims. Each wrong cell is reported with its head,
-    row and column (from 1, with token labels), the value written and the value
-    expected. When an earlier stage is wrong, the report says whether the later answers
-    follow correctly from your own earlier numbers. Exit code 0: all right; 1: something
-    is wrong; 2: the file could not be read.
+    numbers and fractions are exact claims; a blank slot (_) is work not done unless
+    --partial. Each wrong cell is reported with its head, row and column (from 1, with
+    token labels), the value written and the value expected (at the precision written,
+    then in full), and a known mistake is named when it reproduces the numbers written.
+    Exit code 0: all right; 1: something is wrong or blank; 2: a file could not be read.
 
     Examples:
 
-      mha generate --ints 0:2 --tokens 3 --d-model 4 --blank -o homework.yaml
+      mha generate --ints -1:1 --blank -o homework.yaml
 
       mha check homework.yaml
 
-      mha check homework.yaml --format json
+      mha check --key key.yaml submissions/*.yaml
+
+      mha check --key key.yaml answers.yaml --format gradescope
     """
     with _guard(debug) as context:
-        if file is None and sample is None:
+        files = list(files or [])
+        if not files and sample is None:
             raise MhaError("give the problem file to check (mha check FILE)")
+        if files and sample is not None:
+            raise MhaError("give FILEs or --sample, not both")
         if not math.isfinite(tolerance):
             raise MhaError(f"--tolerance must be a number of 0 or more, got {tolerance}")
-        prob = _problem(file, sample, masked_row=masked_row.value,
-                        layout=layout.value if layout is not None else None)
-        context["tokens"] = prob.tokens
+        if files.count("-") > 1:
+            raise MhaError("standard input (-) can be read once only")
+        from .. import engine
         from ..grading.judge import check as judge
         from ..present import report
 
-        from .. import engine
-
         only = [engine.canonical(s) for s in stage] if stage else None
-        with _about(prob):
-            result = judge(prob, tolerance, partial=partial, only=only)
-        if fmt is CheckFormat.rich and rich_stdout():
-            report.show(result, console_for_stdout()[0])
+        worth = _points(points or [])
+        if worth and fmt is not CheckFormat.gradescope:
+            raise MhaError("--points sets what a stage is worth in --format gradescope")
+        teacher = _key(key, layout, masked_row.value, tolerance) if key else None
+        required = tuple(teacher.problem.answers) if teacher else ()
+        results: list[tuple[str, object]] = []
+        for file in files or [None]:
+            try:
+                if teacher is not None:
+                    from ..io.problem import load_submission
+
+                    prob = load_submission(file or sample, teacher,
+                                           stdin=sys.stdin.buffer if file == "-" else None)
+                else:
+                    prob = _problem(file, sample, masked_row=masked_row.value,
+                                    layout=layout.value if layout is not None else None)
+                context["tokens"] = prob.tokens
+                with _about(prob):
+                    results.append((prob.source, judge(prob, tolerance, partial=partial,
+                                                       only=only, required=required)))
+            except MhaError as exc:
+                if len(files) <= 1 and fmt not in (CheckFormat.jsonl, CheckFormat.gradescope):
+                    raise
+                typer.echo(f"Error: {exc}", err=True)
+                results.append((exc.source or str(file), exc))
+        for name in worth:
+            if not any(name in r.checked for _, r in results if not isinstance(r, MhaError)):
+                raise MhaError(f"--points {name}=…: {name} is not a stage being graded")
+        single = len(results) == 1 and not isinstance(results[0][1], MhaError)
+        if fmt is CheckFormat.jsonl:
+            sys.stdout.write(report.jsonl(results))
+        elif fmt is CheckFormat.gradescope:
+            sys.stdout.write(report.batch_gradescope(results, worth))
+        elif single:
+            result = results[0][1]
+            if fmt is CheckFormat.rich and rich_stdout():
+                report.show(result, console_for_stdout()[0])
+            else:
+                sys.stdout.write(report.as_text(result, "plain" if fmt is CheckFormat.rich
+                                                else fmt.value))
+        elif fmt is CheckFormat.rich and rich_stdout():
+            report.show_lines(report.batch_lines(results), console_for_stdout()[0])
         else:
-            sys.stdout.write(report.as_text(result, "plain" if fmt is CheckFormat.rich
-                                            else fmt.value))
-    if not result.ok:
+            writer = {"json": report.batch_json, "markdown": report.batch_markdown,
+                      "latex": report.batch_latex}.get(fmt.value)
+            sys.stdout.write(writer(results) if writer else
+                             "\n".join(t for t, _ in report.batch_lines(results)) + "\n")
+    if any(isinstance(r, MhaError) for _, r in results):
+        raise typer.Exit(2)
+    if not all(r.ok for _, r in results):
         raise typer.Exit(1)
+
+
+def _points(specs: list[str]) -> dict[str, float]:
+    """``--points weights=2``: stage name (or alias) to what it is worth."""
+    from .. import engine
+    from ..numbers import exact
+
+    out: dict[str, float] = {}
+    for spec in specs:
+        name, eq, value = spec.partition("=")
+        if not eq:
+            raise MhaError(f"--points takes STAGE=N, such as weights=2, got {spec!r}")
+        try:
+            worth = float(exact(value.strip(), ("--points",)))
+        except MhaError:
+            raise MhaError(f"--points {spec}: {value.strip()!r} is not a number") from None
+        if not (math.isfinite(worth) and worth >= 0):
+            raise MhaError(f"--points {spec}: a stage is worth 0 points or more")
+        out[engine.canonical(name.strip())] = worth
+    return out
+
+
+def _key(path: str, layout: Optional[Layout], masked_row: str, tolerance: float):  # type: ignore[no-untyped-def]
+    """The teacher's key, its own answers checked: a key must be right."""
+    import dataclasses
+
+    from ..grading.judge import check as judge
+    from ..io.problem import load_key
+
+    teacher = load_key(path, layout=layout.value if layout is not None else "rows")
+    teacher = dataclasses.replace(
+        teacher, problem=teacher.problem.with_overrides(masked_row=masked_row))
+    if teacher.problem.answers:
+        with _about(teacher.problem):
+            own = judge(teacher.problem, tolerance, partial=True)
+        if own.wrong:
+            raise MhaError(f"the key's own answers are wrong in {', '.join(own.wrong)} "
+                           f"(mha check {path} shows where)", source=teacher.problem.source)
+    return teacher
 
 
 @app.command()

@@ -90,3 +90,5 @@ class CheckFormat(str, Enum):
     json = "json"
     markdown = "markdown"
     latex = "latex"
+    jsonl = "jsonl"
+    gradescope = "gradescope"

@@ -329,24 +329,17 @@ def _external(value: Any, key: str, base: Path | None) -> Any:
 # --------------------------------------------------------------------------- files
 
 
-def load(path: str | Path, *, stdin: Any = None, layout: str = "rows",
-         heads: int | None = None) -> Problem:
-    """Read a problem file (.yaml/.yml, .json or .npz), or a bundled sample by name;
-    ``-`` reads standard input.
-
-    ``layout="columns"`` reads a file without a layout: key as tokens-as-columns;
-    ``heads`` serves when the file gives none (a PyTorch state dict needs it).
-    """
+def _document(path: str | Path, stdin: Any = None
+              ) -> tuple[Any, Locator | None, str, Path | None]:
+    """A problem file's parsed content, how to locate a key path in it, its name, and
+    its folder (for the .npz files it names): YAML, JSON or .npz; ``-`` is standard
+    input."""
     if not isinstance(path, (str, Path)):
         raise MhaError(f"a problem is named by a path, got {shown(path)}")
-    if layout not in LAYOUTS:
-        raise MhaError(f"layout must be rows or columns, got {shown(layout)}", key="layout")
-    heads = positive_heads(heads)
     if str(path) == "-":
         text = read_bytes(stdin if stdin is not None else sys.stdin.buffer, "<stdin>")
         if isinstance(text, bytes):  # a zip archive: an .npz problem
-            return from_mapping(read_npz(io.BytesIO(text)), "<stdin>", None, layout,
-                                heads=heads)
+            return read_npz(io.BytesIO(text)), None, "<stdin>", None
         try:  # JSON when it looks like JSON; YAML's flow style looks alike
             data, lines = parse_text(text, "<stdin>", "json" if text.lstrip()[:1] == "{"
                                      else "yaml")
@@ -357,21 +350,141 @@ def load(path: str | Path, *, stdin: Any = None, layout: str = "rows",
                 data, lines = parse_text(text, "<stdin>", "yaml")
             except MhaError:
                 raise json_error from None
-        return from_mapping(data, "<stdin>", None, layout, lines, heads)
-    from .samples import sample_path, sample_names
-
+        return data, lines, "<stdin>", None
     p = Path(path)
     if "\0" in str(p):
         raise MhaError(f"{str(p)!r}: a file name cannot hold a NUL character")
-    if not p.suffix and not p.exists() and str(p) in sample_names():
-        return load(sample_path(str(p)), layout=layout, heads=heads).renamed(f"sample {p}")
     if p.suffix.lower() == ".npz":
-        return from_mapping(read_npz(p), str(p), p.parent, layout, heads=heads)
+        return read_npz(p), None, str(p), p.parent
     text = read_file(p)
     if isinstance(text, bytes):
         raise MhaError("is a zip archive: name an .npz problem with the .npz suffix",
                        source=str(p))
-    fmt = "json" if p.suffix.lower() == ".json" else "yaml"
-    data, lines = parse_text(text, str(p), fmt)
-    return from_mapping(data, str(p), p.parent, layout, lines, heads)
+    data, lines = parse_text(text, str(p), "json" if p.suffix.lower() == ".json" else "yaml")
+    return data, lines, str(p), p.parent
 
+
+def load(path: str | Path, *, stdin: Any = None, layout: str = "rows",
+         heads: int | None = None) -> Problem:
+    """Read a problem file (.yaml/.yml, .json or .npz), or a bundled sample by name;
+    ``-`` reads standard input.
+
+    ``layout="columns"`` reads a file without a layout: key as tokens-as-columns;
+    ``heads`` serves when the file gives none (a PyTorch state dict needs it).
+    """
+    if layout not in LAYOUTS:
+        raise MhaError(f"layout must be rows or columns, got {shown(layout)}", key="layout")
+    heads = positive_heads(heads)
+    from .samples import sample_path, sample_names
+
+    if isinstance(path, (str, Path)) and str(path) != "-":
+        p = Path(path)
+        if "\0" not in str(p) and not p.suffix and not p.exists() \
+                and str(p) in sample_names():
+            return load(sample_path(str(p)), layout=layout, heads=heads).renamed(f"sample {p}")
+    data, locate, source, base = _document(path, stdin)
+    return from_mapping(data, source, base, layout, locate, heads)
+
+
+# --------------------------------------------------------------------------- a course
+
+PROBLEM_KEYS = tuple(k for k in KNOWN_KEYS if k != "answers")
+
+
+@dataclass(frozen=True)
+class Key:
+    """A teacher's file: the problem every submission is graded on, and its raw keys
+    (to tell whether a submission that repeats them repeats them faithfully)."""
+
+    problem: Problem
+    data: Mapping[str, Any]
+    base: Path | None
+
+
+def load_key(path: str | Path, *, layout: str = "rows") -> Key:
+    """The teacher's file named by ``--key`` (a sample name serves too)."""
+    from .samples import sample_path, sample_names
+
+    p = Path(path)
+    if not p.suffix and not p.exists() and str(p) in sample_names():
+        path = sample_path(str(p))
+    data, locate, source, base = _document(path)
+    problem = from_mapping(data, source, base, layout, locate)
+    return Key(problem, MappingProxyType(dict(data)), base)
+
+
+def load_submission(path: str | Path, key: Key, *, stdin: Any = None) -> Problem:
+    """A student's file graded on the key's problem. It may hold only ``answers:``; a
+    problem key it does hold must say what the key says (else the answers belong to
+    another problem, and that is an error naming the key and the entry)."""
+    data, locate, source, base = _document(path, stdin)
+    if not isinstance(data, dict):
+        return from_mapping(data, source)  # says what a problem must be
+    own = [k for k in data if k in PROBLEM_KEYS]
+    merged = {k: _external(v, k, key.base) for k, v in key.data.items()
+              if k != "answers" and k in KNOWN_KEYS}
+    try:
+        merged.update({k: _external(v, k, base) for k, v in data.items()})
+    except MhaError as exc:
+        raise exc.located(source, *((locate(list(exc.path)) or ()) if locate and exc.path
+                                    else ())) from None
+    try:
+        problem = from_mapping(merged, source, None, key.problem.layout, locate)
+    except MhaError as exc:
+        for k in own:  # which of its own keys makes it another problem than the key's?
+            alone = {**{j: v for j, v in key.data.items() if j != "answers"}, k: merged[k]}
+            try:
+                from_mapping(alone, source, key.base, key.problem.layout)
+            except MhaError as why:
+                spot = locate([k]) if locate is not None else None
+                raise MhaError(f"{k} is not the key's ({key.problem.source}): {why.message}",
+                               key=k).located(source, *(spot or ())) from None
+        raise exc
+    try:
+        for k in own:
+            _same(k, problem, key)
+    except MhaError as exc:
+        spot = locate(list(exc.path)) if locate is not None and exc.path else None
+        raise exc.located(source, *(spot or ())) from None
+    return replace(key.problem, answers=problem.answers, source=source)
+
+
+def _same(k: str, sub: Problem, key: Key) -> None:
+    """Raise when the submission's ``k`` differs from the key's."""
+    kp = key.problem
+    said = f"the key ({kp.source}) says otherwise"
+    if k in ("tokens", "kv_tokens"):
+        if getattr(sub, k) != getattr(kp, k):
+            raise MhaError(f"{k} differs from the key's: {said}", key=k)
+        return
+    if k == "layout":
+        if sub.layout != kp.layout:
+            raise MhaError(f"layout is {sub.layout} but the key's is {kp.layout}", key=k)
+        return
+    if k in MATRICES + VECTORS:
+        mine, theirs = getattr(sub.exact, k), getattr(kp.exact, k)
+        if theirs is None:
+            raise MhaError(f"{k}: the key ({kp.source}) has no {k}", key=k)
+        if mine.shape != theirs.shape:
+            raise MhaError(f"{k} is {' × '.join(map(str, mine.shape))} but the key's "
+                           f"({kp.source}) is {' × '.join(map(str, theirs.shape))}", key=k)
+        differs = np.argwhere(mine != theirs)
+        if len(differs):
+            at = [int(i) for i in differs[0]]
+            if sub.layout == "columns" and len(at) == 2:
+                at.reverse()
+            path = (k, *at) if isinstance(sub.written.get(k), (list, np.ndarray)) \
+                and np.ndim(sub.written[k]) == len(at) else (k,)
+            here = tuple(differs[0])
+            raise MhaError(f"{key_text((k, *at))} is {numbers.written(mine[here])} but the key "
+                           f"({kp.source}) has {numbers.written(theirs[here])}: these answers "
+                           "belong to another problem", key=path)
+        return
+    a, b = sub.config, kp.config
+    same = {"heads": a.heads == b.heads,
+            "mask": a.mask == b.mask and np.array_equal(sub.prepared.allowed(),
+                                                        kp.prepared.allowed()),
+            "scale": a.scale == b.scale, "softcap": a.softcap == b.softcap}.get(k, True)
+    if not same:
+        raise MhaError(f"{k} differs from the key's ({kp.source}): these answers belong to "
+                       "another problem", key=k)

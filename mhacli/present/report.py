@@ -14,6 +14,7 @@ from typing import Any
 
 from .. import numbers
 from ..engine import BY_NAME
+from ..errors import MhaError
 from ..grading.judge import Report, StageReport, Wrong
 from .views import side
 
@@ -241,12 +242,134 @@ STYLES = {"good": "green", "bad": "bold red", "note": "yellow", "": ""}
 
 def show(report: Report, console: Any) -> None:
     """The report on a Rich console, each line in the colour of what it says."""
-    for text, style in lines(report):
-        console.print(text, style=STYLES[style], markup=False, highlight=False,
-                      soft_wrap=True)
+    show_lines(lines(report), console)
 
 
 def as_text(report: Report, fmt: str) -> str:
     """The report as ``plain``, ``json``, ``markdown`` or ``latex`` text."""
     writer = {"plain": plain, "json": as_json, "markdown": markdown, "latex": latex}
     return writer[fmt](report)
+
+
+# --------------------------------------------------------------------------- a course
+
+def brief(report: Report) -> str:
+    """One submission in a line: right, wrong (where, and the mistake), or not done."""
+    stages = len(report.stages)
+    right = sum(s.status == "correct" or s.status == "incomplete" and report.partial
+                for s in report.stages)
+    cells = sum(s.cells for s in report.stages)
+    got = sum(s.right for s in report.stages)
+    tally = f"{right} of {stages} stage(s), {got} of {cells} cells right"
+    if report.wrong:
+        named = [s.mistake if len(report.wrong) == 1 else f"{s.stage}: {s.mistake}"
+                 for s in report.stages if s.mistake]
+        why = f" ({'; '.join(named)})" if named else ""
+        blank = f", {report.blank} blank" if report.blank and not report.partial else ""
+        return f"wrong in {', '.join(report.wrong)}{why}; {tally}{blank}"
+    if report.blank and not report.partial:
+        return f"not done: {report.blank} cell(s) left blank; {tally}"
+    return f"right: {tally}"
+
+
+def _verdict_word(r: Any) -> str:
+    if isinstance(r, MhaError):
+        return "unreadable"
+    return "right" if r.ok else "wrong" if r.wrong else "not done"
+
+
+def tally(results: list[tuple[str, Any]]) -> str:
+    """``3 submissions: 1 right, 1 wrong, 1 not done``."""
+    words = [_verdict_word(r) for _, r in results]
+    parts = [f"{words.count(w)} {w}" for w in ("right", "wrong", "not done", "unreadable")
+             if words.count(w)]
+    return f"{len(results)} submission(s): {', '.join(parts)}"
+
+
+def batch_lines(results: list[tuple[str, Any]]) -> list[tuple[str, str]]:
+    """One line a submission, then the summary, as (text, style) lines."""
+    width = max(len(src) for src, _ in results)
+    out = []
+    for src, r in results:
+        if isinstance(r, MhaError):
+            out.append((f"{src.ljust(width)}  unreadable: {r.message}", "bad"))
+        else:
+            out.append((f"{src.ljust(width)}  {brief(r)}", "good" if r.ok else "bad"))
+    out.append((tally(results), "note"))
+    return out
+
+
+def _error_doc(src: str, e: MhaError) -> dict[str, Any]:
+    return {"source": src, "error": str(e), "line": e.line}
+
+
+def as_dict(report: Report) -> dict[str, Any]:
+    return json.loads(as_json(report))
+
+
+def jsonl(results: list[tuple[str, Any]]) -> str:
+    """One JSON object a submission, a line each, and nothing else."""
+    return "".join(json.dumps(_error_doc(src, r) if isinstance(r, MhaError) else as_dict(r),
+                              allow_nan=False, ensure_ascii=False) + "\n"
+                   for src, r in results)
+
+
+def batch_json(results: list[tuple[str, Any]]) -> str:
+    words = [_verdict_word(r) for _, r in results]
+    doc = {"submissions": [_error_doc(src, r) if isinstance(r, MhaError) else as_dict(r)
+                           for src, r in results],
+           "summary": {w: words.count(w) for w in ("right", "wrong", "not done", "unreadable")}}
+    return json.dumps(doc, allow_nan=False, ensure_ascii=False) + "\n"
+
+
+def batch_markdown(results: list[tuple[str, Any]]) -> str:
+    out = ["| submission | result |", "|---|---|"]
+    for src, r in results:
+        text = f"unreadable: {r.message}" if isinstance(r, MhaError) else brief(r)
+        out.append(f"| `{src}` | {text.replace('|', '∣')} |")
+    return "\n".join(out + ["", tally(results)]) + "\n"
+
+
+def batch_latex(results: list[tuple[str, Any]]) -> str:
+    from .markup import latex_text as esc
+
+    out = [r"\begin{itemize}"]
+    for src, r in results:
+        text = f"unreadable: {r.message}" if isinstance(r, MhaError) else brief(r)
+        out.append(rf"  \item \texttt{{{esc(src)}}}: {esc(text)}")
+    return "\n".join(out + [r"\end{itemize}", esc(tally(results))]) + "\n"
+
+
+def gradescope(src: str, r: Any, points: dict[str, float]) -> dict[str, Any]:
+    """The ``results.json`` object of Gradescope's autograder specification: one test a
+    stage, scored by the share of its cells right (blanks count as not right unless
+    ``--partial``) times its points."""
+    if isinstance(r, MhaError):
+        return {"score": 0, "output": f"{src}: could not be graded: {r}", "tests": []}
+    tests = []
+    for s in r.stages:
+        worth = points.get(s.stage, 1.0)
+        counted = s.cells - (s.blank if r.partial else 0)
+        share = s.right / counted if counted and s.status != "shape" else 0.0
+        detail = [summary(r, s)] + [_wrong_line(r, s.stage, w) for w in s.wrong]
+        detail += [n for n in (_carried(s), mistake_note(s)) if n]
+        passed = s.status == "correct" or s.status == "incomplete" and r.partial
+        tests.append({"name": s.stage, "score": round(worth * share, 6), "max_score": worth,
+                      "status": "passed" if passed else "failed",
+                      "output": "\n".join(detail)})
+    return {"score": round(sum(t["score"] for t in tests), 6),
+            "output": f"{src}: {brief(r)}", "tests": tests}
+
+
+def batch_gradescope(results: list[tuple[str, Any]], points: dict[str, float]) -> str:
+    """One results object for one submission; for several, one a line."""
+    docs = [gradescope(src, r, points) for src, r in results]
+    if len(docs) == 1:
+        return json.dumps(docs[0], indent=2, allow_nan=False, ensure_ascii=False) + "\n"
+    return "".join(json.dumps(d, allow_nan=False, ensure_ascii=False) + "\n" for d in docs)
+
+
+def show_lines(rows: list[tuple[str, str]], console: Any) -> None:
+    for text, style in rows:
+        console.print(text, style=STYLES[style], markup=False, highlight=False,
+                      soft_wrap=True)
