@@ -23,7 +23,8 @@ def test_the_readme_has_examples() -> None:
 
 
 @pytest.mark.parametrize("block", CONSOLE, ids=[b.splitlines()[0][2:40] for b in CONSOLE])
-def test_console_example(block: str) -> None:
+def test_console_example(block: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(README.parent)  # the examples name files such as samples/course/…
     command, _, expected = block.partition("\n")
     assert command.startswith("$ mha ")
     args = shlex.split(command[len("$ mha "):])

@@ -528,6 +528,12 @@ def generate(
     ] = False,
     stage: Annotated[Optional[list[str]], typer.Option(
         "--stage", "-s", help="Only these stages under answers: (repeatable).")] = None,
+    d_k: Annotated[Optional[int], typer.Option(
+        "--d-k", help="Width of each head (default d_model / heads; under --ints a perfect "
+                      "square, so that √d_k is whole).", rich_help_panel=INPUT)] = None,
+    max_score: Annotated[Optional[float], typer.Option(
+        "--max-score", help="--ints: every scaled score within ± this (default 4), so each "
+                            "exp is one a calculator handles.", rich_help_panel=INPUT)] = None,
     output: Annotated[Optional[Path], typer.Option(
         "--output", "-o", help="Write to this file instead of standard output.")] = None,
     debug: DebugOpt = False,
@@ -536,12 +542,16 @@ def generate(
 
     With --answers every stage is filled in under answers: (exact where the numbers are
     rational: 5/2 rather than 2.5000000001), so the file is a key for mha check; with
-    --blank the answers: slots are empty (_) for a student to fill in. Integer problems
-    default to d_model 8 with 2 heads, so that d_k = 4 and the scale √d_k = 2 stays whole.
+    --blank the answers: slots are empty (_) for a student to fill in. An --ints
+    exercise is one a person can do with pencil and a calculator: 3 tokens, d_model 4
+    and 2 heads by default, √d_k whole (d_k = 4 here), and redrawn until every scaled
+    score lies within ±--max-score and no weight rounds to 0 or 1 unless masked.
 
     Examples:
 
-      mha generate --ints 0:2 --tokens 3 --d-model 4 --heads 2 --scale none --blank
+      mha generate --ints -1:1 --seed 3 --answers -o key.yaml
+
+      mha generate --ints -1:1 --seed 3 --blank -o homework.yaml
 
       mha generate --seed 7 --answers -o key.yaml
 
@@ -564,9 +574,8 @@ def generate(
             ints=gen.parse_ints(ints) if ints is not None else None,
             kv_tokens=gen.parse_tokens(kv_tokens, "--kv-tokens") if kv_tokens is not None
             else None,
-            d_kv=d_kv, w_o=not no_w_o, most=gen.MOST_WRITTEN)
-        if mask is not None or scale is not None or softcap is not None:
-            prob = prob.with_overrides(mask=mask, scale=scale, softcap=softcap)
+            d_kv=d_kv, w_o=not no_w_o, most=gen.MOST_WRITTEN, d_k=d_k, max_score=max_score,
+            mask=mask, scale=scale, softcap=softcap)
         chosen = [engine.canonical(s) for s in stage] if stage else None
         filled = gen.answer_key(prob, chosen) if answers or blank else None
         what = "small integers" if ints else "random decimals"

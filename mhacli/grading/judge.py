@@ -97,13 +97,20 @@ def _shaped(stage: str, claims: np.ndarray | str, expected: np.ndarray
 
 
 def _judge(claims: np.ndarray, expected: np.ndarray, exact: np.ndarray | None,
-           tolerance: float) -> np.ndarray:
-    """True where the written cell is right (blanks count as right: they are skipped)."""
+           tolerance: float, allowance: np.ndarray | None = None) -> np.ndarray:
+    """True where the written cell is right (blanks count as right: they are skipped);
+    ``allowance`` widens each cell's slack (the rounding carried from earlier answers)."""
     ok = np.zeros(expected.shape, dtype=bool)
     for idx, c in np.ndenumerate(claims):
         c: Claim
         e = float(expected[idx])
         x = exact[idx] if exact is not None else None
+        if allowance is not None:
+            e_slack = float(allowance[idx])
+            if not c.blank and np.isfinite(e) and np.isfinite(c.value) and \
+                    abs(c.value - e) <= tolerance + float(c.half_unit) + e_slack:
+                ok[idx] = True
+                continue
         if c.blank or np.isnan(e):  # blank, or nothing to compare (--masked-row nan)
             ok[idx] = True
         elif np.isinf(e) or np.isinf(c.value):
@@ -122,6 +129,29 @@ def _values(claims: np.ndarray, fill: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(written), fill, written)
 
 
+CARRY_CELLS = 600  # earlier answers up to this many cells: their rounding is carried
+
+
+def _carried_rounding(p: Prepared, own: dict[str, np.ndarray], half: dict[str, np.ndarray],
+                      stage: str) -> np.ndarray | None:
+    """How far ``stage`` may move when each earlier answer moves by the half unit it was
+    written to (0.24 stands for anything in 0.235 … 0.245): the sum over those cells of
+    |change|, each found by moving that one cell. A person who computes from their own
+    rounded numbers is then told their step follows from them."""
+    cells = [(name, idx) for name, h in half.items() for idx in map(tuple, np.argwhere(h > 0))]
+    if not cells or len(cells) > CARRY_CELLS:
+        return None
+    with np.errstate(all="ignore"):
+        base = traced(p, dict(own), checked=False).stages[stage]
+        total = np.zeros(base.shape)
+        for name, idx in cells:
+            moved = own[name].copy()
+            moved[idx] += half[name][idx]
+            then = traced(p, {**own, name: moved}, checked=False).stages[stage]
+            total += np.nan_to_num(np.abs(then - base), nan=0.0, posinf=0.0)
+    return total * 1.01  # first order: a little room for the curvature of exp
+
+
 def _blank_claims(shape: tuple[int, ...]) -> np.ndarray:
     out = np.empty(shape, dtype=object)
     for idx in np.ndindex(shape):
@@ -130,7 +160,7 @@ def _blank_claims(shape: tuple[int, ...]) -> np.ndarray:
 
 
 def _known_mistake(p: Prepared, stage: str, claims: np.ndarray, own: dict[str, np.ndarray],
-                   tolerance: float) -> Mistake | None:
+                   tolerance: float, allowance: np.ndarray | None) -> Mistake | None:
     """The first known mistake that, put into the person's own earlier numbers (and the
     stages they did not answer), reproduces every number written at ``stage``."""
     from .mistakes import MISTAKES
@@ -149,7 +179,7 @@ def _known_mistake(p: Prepared, stage: str, claims: np.ndarray, own: dict[str, n
         if then.shape != claims.shape:
             continue
         differs = ~np.isclose(then, right[stage], rtol=1e-9, atol=1e-12, equal_nan=True)
-        if (differs & filled).any() and _judge(claims, then, None, tolerance).all():
+        if (differs & filled).any() and _judge(claims, then, None, tolerance, allowance).all():
             return m
     return None
 
@@ -183,6 +213,7 @@ def check(problem: Problem, tolerance: float = 0.0, *, partial: bool = False,
     skipped = [s for s in have if s not in wanted and not BY_NAME[s].given]
     exact: Trace | None = None
     own: dict[str, np.ndarray] = {}  # the person's numbers so far, blanks filled in
+    half: dict[str, np.ndarray] = {}  # the half unit each of them was written to
     reports: list[StageReport] = []
     wrong_so_far: list[str] = []
     for stage in order:
@@ -205,9 +236,13 @@ def check(problem: Problem, tolerance: float = 0.0, *, partial: bool = False,
         ok = _judge(claims, expected, exact_values, tolerance)
         blank = sum(c.blank for c in claims.flat)
         consistent = None
-        if wrong_so_far:  # what this stage would be, from the person's own earlier numbers
+        allowance = None
+        if wrong_so_far or half:  # what this stage would be, from the person's own numbers
+            allowance = _carried_rounding(p, own, half, stage) \
+                if problem.size <= EXACT_SIZE else None
+        if wrong_so_far:
             from_own = traced(p, dict(own), checked=False).stages[stage]
-            consistent = bool(np.all(_judge(claims, from_own, None, tolerance)))
+            consistent = bool(np.all(_judge(claims, from_own, None, tolerance, allowance)))
         wrong = [Wrong(idx[0] + 1 if expected.ndim == 3 else None, idx[-2], idx[-1],
                        claims[idx].text, float(expected[idx]),
                        exact_values[idx] if exact_values is not None
@@ -218,8 +253,9 @@ def check(problem: Problem, tolerance: float = 0.0, *, partial: bool = False,
                  for idx in map(tuple, np.argwhere(~ok).tolist())]
         mistake = None
         if wrong and not consistent and problem.size <= EXACT_SIZE:
-            mistake = _known_mistake(p, stage, claims, own, tolerance)
+            mistake = _known_mistake(p, stage, claims, own, tolerance, allowance)
         own[stage] = _values(claims, expected)
+        half[stage] = np.array([float(c.half_unit) for c in claims.flat]).reshape(claims.shape)
         status = "wrong" if wrong else "blank" if blank == claims.size else \
             "incomplete" if blank else "correct"
         reports.append(StageReport(stage, status, claims.size, blank, wrong, (), None,

@@ -49,8 +49,7 @@ def _divisor_text(p: Prepared) -> str:
     """The divisor this problem uses, as a person would name it: ``√d_k = 2``."""
     c = p.config
     name = {"dk": "√d_k", "n": "√n"}.get(c.scale_rule, "s")
-    return "no division (s = 1)" if c.scale_rule == "none" else \
-        f"{name} = {significant(c.scale, 3)}"
+    return f"{name} = {significant(c.scale, 3)}"
 
 
 def _divided(name: str, value: Callable[[Prepared], float | None]) -> Mistake:
@@ -62,8 +61,12 @@ def _divided(name: str, value: Callable[[Prepared], float | None]) -> Mistake:
 
     def text(p: Prepared) -> str:
         s = value(p)
-        by = "not divided at all" if s == 1 else f"divided by {name} = {significant(s, 3)}"
-        return f"the scores are {by} instead of {_divisor_text(p)}"
+        by = f"{name} = {significant(s, 3)}"
+        if p.config.scale_rule == "none":
+            return f"the scores are divided by {by}, though this problem does not scale them"
+        if s == 1:
+            return f"the scores are not divided by {_divisor_text(p)}"
+        return f"the scores are divided by {by} instead of {_divisor_text(p)}"
 
     return Mistake("scaled", text, redo)
 

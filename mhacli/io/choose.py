@@ -41,8 +41,9 @@ def problem_from(*, file: str | None = None, sample: str | None = None,
         if seed is None:  # drawn here, so that messages can say how to see it again
             seed = secrets.randbelow(1_000_000)
         prob = random_problem(seed=seed, tokens=token_spec, d_model=d_model, heads=heads,
-                              ints=parse_ints(ints) if ints is not None else None)
-        heads = None  # already used as a size
+                              ints=parse_ints(ints) if ints is not None else None,
+                              mask=mask, scale=scale, softcap=softcap)
+        heads = mask = scale = softcap = None  # already used
     elif file is not None:
         prob = load(file, stdin=stdin, layout=layout or "rows", heads=heads)
     else:

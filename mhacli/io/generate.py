@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 import re
+from typing import Any, Callable
 
 import numpy as np
 
@@ -46,16 +48,22 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
                    d_model: int | None = None, heads: int | None = None,
                    ints: tuple[int, int] | None = None,
                    kv_tokens: int | list[str] | None = None, d_kv: int | None = None,
-                   w_o: bool = True, most: int = MOST_NUMBERS) -> Problem:
+                   w_o: bool = True, most: int = MOST_NUMBERS, d_k: int | None = None,
+                   max_score: float | None = None, mask: Any = None, scale: Any = None,
+                   softcap: Any = None) -> Problem:
     """A random problem: self-attention, or cross-attention when ``kv_tokens`` is given.
 
     Decimal entries are rounded to a few places (two at unit spread), so that what is
-    shown is exactly what is used; ``ints`` draws whole numbers from LO to HI instead,
-    for hand calculation.
+    shown is exactly what is used. ``ints`` draws whole numbers from LO to HI instead,
+    for hand calculation: √d_k whole under the default scale, and the problem redrawn
+    until every scaled score lies within ±``max_score`` (default 4) and no weight rounds
+    to 0.0000 or 1.0000 unless the mask makes it so.
     """
     labels = tokens if isinstance(tokens, list) else None
-    n = len(labels) if labels else (DEFAULT_TOKENS if tokens is None else tokens)
-    d = DEFAULT_D_MODEL if d_model is None else d_model
+    hand = ints is not None
+    n = len(labels) if labels else (
+        (HAND_TOKENS if hand else DEFAULT_TOKENS) if tokens is None else tokens)
+    d = (HAND_D_MODEL if hand else DEFAULT_D_MODEL) if d_model is None else d_model
     h = DEFAULT_HEADS if heads is None else heads
     if seed is not None and seed < 0:
         raise MhaError(f"--seed must be 0 or more, got {seed}")
@@ -65,40 +73,165 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
         raise MhaError(f"--d-model must be at least 1, got {d}")
     if h < 1:
         raise MhaError(f"--heads must be at least 1, got {h}")
-    if d % h:
-        raise MhaError(f"--d-model {d} is not divisible by --heads {h} "
-                       "(each head gets d_model / heads columns)")
+    width = _head_width(d, h, d_k, hand and _default_scale(scale))
+    if max_score is not None and not (math.isfinite(max_score) and max_score > 0):
+        raise MhaError(f"--max-score must be a positive number, got {max_score:g}")
+    if max_score is not None and not hand:
+        raise MhaError("--max-score bounds the scores of an --ints exercise: give --ints too")
     rng = np.random.default_rng(seed)
-
-    def draw(rows: int, cols: int, sd: float) -> np.ndarray:
-        if ints is not None:
-            return rng.integers(ints[0], ints[1] + 1, size=(rows, cols)).astype(np.float64)
-        # two decimals, one more per factor of ten the spread shrinks below 0.1
-        places = 2 + max(0, int(np.ceil(-np.log10(sd))) - 1)
-        return np.round(rng.standard_normal((rows, cols)) * sd, places)
-
     kv_labels = kv_tokens if isinstance(kv_tokens, list) else None
     cross = kv_tokens is not None or d_kv is not None
     m = len(kv_labels) if kv_labels else (kv_tokens if isinstance(kv_tokens, int) else n)
     dkv = d if d_kv is None else d_kv
     if cross and (m < 1 or dkv < 1):
         raise MhaError("--kv-tokens and --d-kv must be at least 1")
-    count = n * d + (m * dkv if cross else 0) + d * d + 2 * dkv * d + (d * d if w_o else 0)
+    hd = h * width
+    count = n * d + (m * dkv if cross else 0) + d * hd + 2 * dkv * hd + (hd * d if w_o else 0)
     if count > most:
         raise MhaError(f"a random problem of {n} tokens × d_model {d} would hold {count} "
                        f"numbers; this is limited to {most} (too large to generate)")
-    sd_w, sd_kv = 1 / np.sqrt(d), 1 / np.sqrt(dkv)
-    inputs: dict = {"x": draw(n, d, 1.0)}
-    if cross:
-        inputs["x_kv"] = draw(m, dkv, 1.0)
-    inputs.update(w_q=draw(d, d, sd_w), w_k=draw(dkv, d, sd_kv), w_v=draw(dkv, d, sd_kv))
-    if w_o:
-        inputs["w_o"] = draw(d, d, sd_w)
-    written = dict(inputs)
-    inputs["heads"] = h
     source = "random problem" + (f" (seed {seed})" if seed is not None else "")
-    return Problem.build(inputs, tokens=labels, kv_tokens=kv_labels, source=source,
-                         written=written)
+    settings = {"mask": mask, "scale": scale, "softcap": softcap}
+
+    def build(inputs: dict) -> Problem:
+        written = dict(inputs)
+        prob = Problem.build({**inputs, "heads": h}, tokens=labels, kv_tokens=kv_labels,
+                             source=source, written=written)
+        if any(v is not None for v in settings.values()):
+            prob = prob.with_overrides(**settings)
+        return prob
+
+    if not hand:
+        def draw(rows: int, cols: int, sd: float) -> np.ndarray:
+            # two decimals, one more per factor of ten the spread shrinks below 0.1
+            places = 2 + max(0, int(np.ceil(-np.log10(sd))) - 1)
+            return np.round(rng.standard_normal((rows, cols)) * sd, places)
+
+        sd_w, sd_kv = 1 / np.sqrt(d), 1 / np.sqrt(dkv)
+        inputs: dict = {"x": draw(n, d, 1.0)}
+        if cross:
+            inputs["x_kv"] = draw(m, dkv, 1.0)
+        inputs.update(w_q=draw(d, hd, sd_w), w_k=draw(dkv, hd, sd_kv), w_v=draw(dkv, hd, sd_kv))
+        if w_o:
+            inputs["w_o"] = draw(hd, d, sd_w)
+        return build(inputs)
+    if h * n * m > HAND_MOST:
+        raise MhaError(f"an --ints exercise is worked by hand: {h} head(s) of {n} × {m} "
+                       f"scores is more than a person does ({HAND_MOST} at most); use "
+                       "--random for a problem this size")
+    return _hand_sized(rng, ints, n, m, d, dkv, h, width, cross, w_o,
+                       HAND_MAX_SCORE if max_score is None else max_score, build)
+
+
+HAND_TOKENS = 3  # an --ints exercise: 3 tokens of width 4, 2 heads (d_k = 4, √d_k = 2)
+HAND_D_MODEL = 4
+HAND_MAX_SCORE = 4.0
+DRAWS = 400  # whole problems tried before an --ints exercise is declared impossible
+HEAD_DRAWS = 60  # weights tried for one head, for each problem drawn
+HAND_MOST = 4096  # scores in all heads of an --ints exercise
+
+
+def _default_scale(scale: Any) -> bool:
+    return scale is None or isinstance(scale, str) and scale.strip().lower() == "dk"
+
+
+def _head_width(d: int, h: int, d_k: int | None, whole_root: bool) -> int:
+    """d_k: given, or d_model / H; under --ints with the default scale, a perfect square
+    (the next one above d_model / H), so that √d_k is whole."""
+    if d_k is not None:
+        if d_k < 1:
+            raise MhaError(f"--d-k must be at least 1, got {d_k}")
+        root = math.isqrt(d_k)
+        if whole_root and root * root != d_k:
+            raise MhaError(f"--d-k {d_k}: an --ints exercise divides the scores by √d_k, which "
+                           f"is whole only for d_k = 1, 4, 9, 16 …; choose one of those, or "
+                           "--scale none (or a number)")
+        return d_k
+    if d % h:
+        raise MhaError(f"--d-model {d} is not divisible by --heads {h} "
+                       "(each head gets d_model / heads columns; or give --d-k)")
+    width = d // h
+    if whole_root:
+        root = math.isqrt(width)
+        width = root * root if root * root == width else (root + 1) ** 2
+    return width
+
+
+def _hand_sized(rng: np.random.Generator, ints: tuple[int, int], n: int, m: int, d: int,
+                dkv: int, h: int, width: int, cross: bool, w_o: bool, bound: float,
+                build: Callable[[dict], Problem]) -> Problem:
+    """Small integers, redrawn until the exercise is one a person can do by hand.
+
+    Scores grow with the width of the sums, so entries are drawn sparser (more of the
+    range's smallest value, 0 where the range holds it) the longer no draw has fitted;
+    each head's weights are drawn on their own, so that one head that fits is kept."""
+    lo, hi = ints
+    values = np.arange(lo, hi + 1)
+    small = values[np.argmin(np.abs(values))]
+
+    def draw(rows: int, cols: int, density: float, every_row: bool = False) -> np.ndarray:
+        a = rng.integers(lo, hi + 1, size=(rows, cols))
+        if density < 1:
+            a = np.where(rng.random((rows, cols)) < density, a, small)
+        if every_row and (values != 0).any():  # no token whose vector is all zeros
+            for i in np.flatnonzero(~a.any(axis=1)):
+                a[i, rng.integers(cols)] = rng.choice(values[values != 0])
+        return a.astype(np.float64)
+
+    for attempt in range(DRAWS):
+        density = max(0.15, 1.0 - attempt / (DRAWS / 2))
+        x = draw(n, d, max(density, 0.5), every_row=True)
+        x_kv = draw(m, dkv, max(density, 0.5), every_row=True) if cross else x
+        w_q, w_k = np.zeros((d, h * width)), np.zeros((dkv, h * width))
+        trial = build({"x": x, **({"x_kv": x_kv} if cross else {}),
+                       "w_q": w_q, "w_k": w_k, "w_v": w_k})
+        s, allowed = trial.config.scale, trial.prepared.allowed()
+        for head in range(h):
+            cols = slice(head * width, (head + 1) * width)
+            for _ in range(HEAD_DRAWS):
+                wq, wk = draw(d, width, density), draw(dkv, width, density)
+                scaled = (x @ wq) @ (x_kv @ wk).T / s
+                if np.abs(scaled).max() <= bound and _varied(scaled, allowed):
+                    w_q[:, cols], w_k[:, cols] = wq, wk
+                    break
+            else:
+                break  # this head found no weights that fit: draw the inputs again
+        else:
+            inputs = {"x": x, **({"x_kv": x_kv} if cross else {}), "w_q": w_q, "w_k": w_k,
+                      "w_v": draw(dkv, h * width, density)}
+            if w_o:
+                inputs["w_o"] = draw(h * width, d, density)
+            prob = build(inputs)
+            if _hand_sized_weights(prob, bound):
+                return prob
+    raise MhaError(f"no exercise of integers {lo}:{hi} keeps every scaled score within "
+                   f"±{bound:g} at this size; narrow --ints, raise --max-score, or make "
+                   "--d-model or --d-k smaller")
+
+
+def _varied(scaled: np.ndarray, allowed: np.ndarray | None) -> bool:
+    """Some query sees keys with different scores: the weights are not all uniform."""
+    for i, row in enumerate(scaled):
+        live = row if allowed is None else row[allowed[i]]
+        if live.size > 1 and live.max() != live.min():
+            return True
+    return scaled.shape[1] == 1 or allowed is not None and allowed.sum(axis=1).max() <= 1
+
+
+def _hand_sized_weights(prob: Problem, bound: float) -> bool:
+    """Every scaled score within ±bound, and no weight that prints as 0.0000 or 1.0000
+    where the mask leaves a query more than one key."""
+    from ..engine import traced
+
+    with np.errstate(all="ignore"):
+        tr = traced(prob.prepared, checked=False)
+    if np.abs(tr.stages["scaled"]).max() > bound:
+        return False
+    allowed = prob.prepared.allowed()
+    live = np.ones(tr.stages["weights"].shape[1:], dtype=bool) if allowed is None else allowed
+    several = live.sum(axis=1) > 1
+    w = tr.stages["weights"][:, several][:, live[several]]
+    return bool(np.all((w >= 0.00005) & (w <= 0.99995)))
 
 
 # --------------------------------------------------------------------------- writing

@@ -104,10 +104,10 @@ def _carried(s: StageReport) -> str | None:
 
 def lines(report: Report, limit: int = 20) -> list[tuple[str, str]]:
     """The report as (text, style) lines; style is "good", "bad", "note" or ""."""
-    out = [(f"Checking {report.source}: {len(report.checked)} stage(s) answered "
+    out = [(f"Checking {report.source}: {len(report.checked)} stage(s) "
             f"({', '.join(report.checked)})", "")]
     if report.skipped:
-        out.append((f"Not answered, so not checked: {', '.join(report.skipped)}", "note"))
+        out.append((f"Not checked: {', '.join(report.skipped)}", "note"))
     width = max(len(s.stage) for s in report.stages)
     for s in report.stages:
         name = s.stage.ljust(width)
@@ -161,7 +161,7 @@ def plain(report: Report) -> str:
 def markdown(report: Report) -> str:
     out = [f"## Check of {report.source}", ""]
     if report.skipped:
-        out += [f"Not answered: {', '.join(report.skipped)}", ""]
+        out += [f"Not checked: {', '.join(report.skipped)}", ""]
     out += ["| stage | result |", "|---|---|"]
     for s in report.stages:
         out.append(f"| `{s.stage}` | {summary(report, s)} |")
