@@ -189,8 +189,9 @@ def check(problem: Problem, tolerance: float = 0.0, *, partial: bool = False,
     """Judge every answered stage of ``problem`` against the traced path (the same one
     `explain` uses: a fully blocked row warns, an overflow is refused).
 
-    ``only`` limits the check to those stages; ``required`` are stages to be answered
-    even where the answers leave them out (a teacher's key: missing is blank); with
+    ``only`` limits the check to those stages; ``required`` are the stages to grade
+    (a teacher's key: one the answers leave out is blank, one not asked for is not
+    graded); with
     ``partial`` blanks are skipped instead of counting as work not done.
     """
     p = problem.prepared
@@ -203,9 +204,7 @@ def check(problem: Problem, tolerance: float = 0.0, *, partial: bool = False,
         if stage not in have:
             raise MhaError(f"--stage {stage}: this problem has no {stage} stage (its stages: "
                            f"{', '.join(have)})")
-    wanted = set(problem.answers) | set(required)
-    if only:
-        wanted = set(only)
+    wanted = set(only or required or problem.answers)  # a key's stages are the assignment
     if not wanted:
         raise MhaError("there is no answers: section to check", source=problem.source)
     truth = traced(p)

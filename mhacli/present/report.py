@@ -370,6 +370,6 @@ def batch_gradescope(results: list[tuple[str, Any]], points: dict[str, float]) -
 
 
 def show_lines(rows: list[tuple[str, str]], console: Any) -> None:
+    """Lines on a Rich console, wrapped between words at its width."""
     for text, style in rows:
-        console.print(text, style=STYLES[style], markup=False, highlight=False,
-                      soft_wrap=True)
+        console.print(text, style=STYLES[style], markup=False, highlight=False)
