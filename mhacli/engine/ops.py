@@ -78,14 +78,18 @@ def mask_scores(z: Array, allowed: npt.NDArray[np.bool_] | None) -> Array:
     return np.where(allowed, z, -np.inf).astype(z.dtype, copy=False)  # (H, n, m)
 
 
-def exp_shifted(z: Array) -> tuple[Array, Array, Array]:
+def exp_shifted(z: Array, sink: Array | None = None) -> tuple[Array, Array, Array]:
     """The heart of the softmax, in place: z becomes exp(z − row max).
 
     Returns (row max, row sum of the exponentials, dead rows). Subtracting the row
     maximum keeps every exponent ≤ 0, so large scores cannot overflow. A dead row (every
-    entry −∞: all keys blocked) gets exp = 0 and sum = 0.
+    entry −∞: all keys blocked) gets exp = 0 and sum = 0. ``sink`` (broadcast against
+    the row maxima, (…, 1, 1) per head) is one more logit in each row: in the maximum
+    and the sum, while its own exp is not kept; a row then is never dead.
     """
     row_max = z.max(axis=-1, keepdims=True)  # (…, rows, 1)
+    if sink is not None:
+        row_max = np.maximum(row_max, sink)
     dead = np.isneginf(row_max)
     if dead.any():
         row_max[dead] = 0  # exp(−∞ − 0) = 0 for the whole row
@@ -93,7 +97,10 @@ def exp_shifted(z: Array) -> tuple[Array, Array, Array]:
     np.exp(z, out=z)
     if dead.any():
         row_max[dead] = -np.inf  # as it was: the row's maximum is −∞
-    return row_max, z.sum(axis=-1, keepdims=True), dead
+    total = z.sum(axis=-1, keepdims=True)
+    if sink is not None:
+        total += np.exp(sink - row_max)
+    return row_max, total, dead
 
 
 def normalise(a: Array, row_sum: Array, dead: Array, masked_row: str = "zero") -> Array:
@@ -109,13 +116,33 @@ def normalise(a: Array, row_sum: Array, dead: Array, masked_row: str = "zero") -
     return a
 
 
-def softmax_parts(z: Array, masked_row: str = "zero") -> dict[str, Array]:
+def softmax_parts(z: Array, masked_row: str = "zero", sinks: Array | None = None
+                  ) -> dict[str, Array]:
     """Row-wise softmax in the parts a person computes by hand: the row maximum, each
-    exp(z − max), the row sum, and the weights; ``z`` itself is left alone."""
+    exp(z − max), the row sum, and the weights; ``z`` itself is left alone. With
+    ``sinks`` (one logit per head, z being H × n × m) the parts hold the sink's exp too."""
     e = z.copy()
-    row_max, total, dead = exp_shifted(e)
+    sink = None if sinks is None else np.asarray(sinks, dtype=z.dtype)[:, None, None]
+    row_max, total, dead = exp_shifted(e, sink)
     weights = normalise(e.copy(), total, dead, masked_row)
-    return {"max": row_max, "exp": e, "sum": total, "weights": weights}
+    parts = {"max": row_max, "exp": e, "sum": total, "weights": weights}
+    if sink is not None:
+        parts["sink"] = np.exp(sink - row_max)
+    return parts
+
+
+def alibi(slopes: Array, rows: Array, cols: Array) -> Array:
+    """ALiBi's bias −slope_h·|i − j| for query positions ``rows`` and key positions
+    ``cols``: (H, len(rows), len(cols))."""
+    distance = np.abs(rows[:, None] - cols[None, :])  # (rows, cols), whole numbers
+    return -slopes[:, None, None] * distance.astype(slopes.dtype)
+
+
+def shared(kv: Array, heads: int) -> Array:
+    """Key/value heads (G, …) repeated so that query head h finds its own at h:
+    consecutive query heads share one (grouped-query attention)."""
+    groups = kv.shape[0]
+    return kv if groups == heads else np.repeat(kv, heads // groups, axis=0)
 
 
 def merge_heads(o: Array) -> Array:
@@ -134,6 +161,6 @@ def projections(x: Array, x_kv: Array | None, w_q: Array, w_k: Array, w_v: Array
         kv = project(x_kv, np.hstack([w_k, w_v]), joined_bias(b_k, b_v, w_k, w_v))
         return q, kv[:, :w_k.shape[1]], kv[:, w_k.shape[1]:]
     qkv = project(x, np.hstack([w_q, w_k, w_v]),
-                  joined_bias(b_q, b_k, b_v, w_q, w_k, w_v))  # (n, 2·H·d_k + H·d_v)
-    a, b = w_q.shape[1], 2 * w_q.shape[1]
+                  joined_bias(b_q, b_k, b_v, w_q, w_k, w_v))  # (n, H·d_k + G·d_k + G·d_v)
+    a, b = w_q.shape[1], w_q.shape[1] + w_k.shape[1]
     return qkv[:, :a], qkv[:, a:b], qkv[:, b:]

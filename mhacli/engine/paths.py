@@ -171,41 +171,65 @@ def _attend(p: Prepared, q: Array, k: Array, v: Array, progress: Progress | None
 
     The n × m scores never exist whole: a block of b rows lives in one reused buffer
     (memory O(b · m), not O(H · n · m)). The divisor s is folded into Q (n·d_k divisions
-    instead of n·m); with a causal mask a block computes no key above its last query;
-    the softmax runs in place and its division is applied to the b × d_v output instead
-    of the b × m weights, written straight into its columns of the concatenation.
+    instead of n·m); a block computes only the keys its queries may see (causal: none
+    above its last query; a window: only those within w of its queries); the softmax
+    runs in place and its division is applied to the b × d_v output instead of the
+    b × m weights, written straight into its columns of the concatenation.
     """
     c = p.config
     q_h = ops.divide(ops.split_heads(q, c.heads), c.scale)  # (H, n, d_k), scaled
-    k_t = ops.split_heads(k, c.heads).swapaxes(-1, -2)  # (H, d_k, m), a view
-    v_h = ops.split_heads(v, c.heads)  # (H, m, d_v)
+    k_t = ops.split_heads(k, c.groups).swapaxes(-1, -2)  # (G, d_k, m), a view
+    v_h = ops.split_heads(v, c.groups)  # (G, m, d_v)
     out = np.empty((c.n, c.heads * c.d_v), dtype=q.dtype)  # (n, H·d_v): the concat
     size = q.dtype.itemsize
     block_bytes = _BLOCK_BYTES * (8 // size)  # 4 MiB for float64, 8 MiB for float32
-    block = max(1, min(c.n, block_bytes // (c.m * size)))  # rows of queries at once
-    buf = np.empty((block, c.m), dtype=q.dtype)  # (b, m), reused by every block
+    span = c.m if c.window is None else min(c.m, 2 * c.window)  # keys a block row needs
+    block = max(1, min(c.n, block_bytes // (span * size)))  # rows of queries at once
+    buf = np.empty((block, min(c.m, span + block)), dtype=q.dtype)  # reused by every block
     causal = c.mask == "causal"
-    upper = np.triu(np.ones((block, block), dtype=bool), k=1) if causal else None
+    only_causal = causal and c.window is None and not c.padding
+    upper = np.triu(np.ones((block, block), dtype=bool), k=1) if only_causal else None
+    sinks = None if p.sinks is None else p.sinks.astype(q.dtype)
     for h in range(c.heads):
+        g = c.kv_of(h)
         for lo in range(0, c.n, block):
             hi = min(lo + block, c.n)
-            keys = min(hi, c.m) if causal else c.m  # query i sees keys 1 … i at most
-            z = buf[:hi - lo, :keys]  # (b, keys)
-            np.matmul(q_h[h, lo:hi], k_t[h, :, :keys], out=z)
+            k0, k1 = _key_range(c, lo, hi)  # the keys these queries may see
+            z = buf[:hi - lo, :k1 - k0]  # (b, keys)
+            np.matmul(q_h[h, lo:hi], k_t[g, :, k0:k1], out=z)
             if c.softcap is not None:
                 ops.softcap(z, c.softcap, out=z)
+            if p.slopes is not None:
+                z += ops.alibi(p.slopes[h:h + 1], np.arange(lo, hi), np.arange(k0, k1))[0]
+            if p.bias is not None:
+                z += (p.bias[h] if p.bias.ndim == 3 else p.bias)[lo:hi, k0:k1]
             if upper is not None:
-                if lo < keys:  # blocked: key j > query i, inside the diagonal square
-                    np.copyto(z[:, lo:keys], -np.inf, where=upper[:hi - lo, :keys - lo])
-            elif p.mask is not None:
-                np.copyto(z, -np.inf, where=~p.mask[lo:hi])
-            _, total, dead = ops.exp_shifted(z)
+                if lo < k1:  # blocked: key j > query i, inside the diagonal square
+                    np.copyto(z[:, lo:k1], -np.inf, where=upper[:hi - lo, :k1 - lo])
+            elif c.blocks:
+                allowed = p.allowed(lo, hi)
+                assert allowed is not None
+                np.copyto(z, -np.inf, where=~allowed[:, k0:k1])
+            sink = None if sinks is None else sinks[h]
+            _, total, dead = ops.exp_shifted(z, sink)
             o = out[lo:hi, h * c.d_v:(h + 1) * c.d_v]  # (b, d_v), head h's columns
-            np.matmul(z, v_h[h, :keys], out=o)
+            np.matmul(z, v_h[g, k0:k1], out=o)
             ops.normalise(o, total, dead, c.masked_row)
             if progress is not None:
                 progress(h * c.n + hi, c.heads * c.n)
     return out
+
+
+def _key_range(c: Config, lo: int, hi: int) -> tuple[int, int]:
+    """Keys k0 … k1 − 1 that query rows lo … hi − 1 may see at most (causal: none after
+    the last query; a window of w: none farther than w − 1 from a query)."""
+    k0, k1 = 0, c.m
+    if c.mask == "causal":
+        k1 = min(hi, c.m)
+    if c.window is not None:
+        k0 = min(max(0, lo - c.window + 1), k1)
+        k1 = min(k1, hi - 1 + c.window)
+    return k0, max(k0, k1)
 
 
 def fast(p: Prepared, progress: Progress | None = None) -> Array:
@@ -231,7 +255,9 @@ def attention(
     b_q: Any = None, b_k: Any = None, b_v: Any = None, b_o: Any = None,
     x_kv: Any = None, q: Any = None, k: Any = None, v: Any = None,
     mask: Any = None, scale: Any = "dk", dtype: Any = np.float64,
-    masked_row: str = "zero", softcap: Any = None, progress: Progress | None = None,
+    masked_row: str = "zero", softcap: Any = None, kv_heads: int | None = None,
+    window: int | None = None, alibi: Any = None, bias: Any = None,
+    key_padding: Any = None, sinks: Any = None, progress: Progress | None = None,
 ) -> Array:
     """Multi-head attention: the final output only (n × d_out), the fast path.
 
@@ -239,7 +265,10 @@ def attention(
     ``b_q b_k b_v b_o``, ``x_kv`` for cross-attention, ``mask`` (None, "causal" or an
     n × m 0/1 array, 1 = may attend), ``scale`` ("dk", "n", "none" or a number),
     ``dtype`` (float64 or float32), ``masked_row`` ("zero", "nan" or "error"),
-    ``softcap`` (c: the scaled scores become c·tanh(z / c)).
+    ``softcap`` (c: the scaled scores become c·tanh(z / c)), ``kv_heads`` (G key/value
+    heads, grouped-query), ``window`` (query i sees key j only if |i − j| < w),
+    ``alibi`` (True, or H slopes), ``bias`` (n × m or H × n × m, added to the scores),
+    ``key_padding`` (m entries of 1/0, 0 = a padding key) and ``sinks`` (H logits).
     Raises MhaError on invalid input; warns (MaskedRowWarning) on fully blocked rows.
     ``progress(done, total)``, if given, hears how much of the work is done.
     """
@@ -253,7 +282,9 @@ def trace(
     b_q: Any = None, b_k: Any = None, b_v: Any = None, b_o: Any = None,
     x_kv: Any = None, q: Any = None, k: Any = None, v: Any = None,
     mask: Any = None, scale: Any = "dk", dtype: Any = np.float64,
-    masked_row: str = "zero", softcap: Any = None,
+    masked_row: str = "zero", softcap: Any = None, kv_heads: int | None = None,
+    window: int | None = None, alibi: Any = None, bias: Any = None,
+    key_padding: Any = None, sinks: Any = None,
 ) -> Trace:
     """Multi-head attention with every intermediate stage kept (for small problems).
 

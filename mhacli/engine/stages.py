@@ -118,18 +118,49 @@ def _cell_split(e: Entry) -> list[str]:
     h = e.head or 1
     col = (h - 1) * d + e.col
     e.mark(whole, None, {e.row}, {col})
+    shared = ""
+    if whole != "q" and e.c.groups != e.c.heads:
+        per = e.c.heads // e.c.groups
+        shared = f"; key/value head {h} serves query heads {(h - 1) * per + 1}–{h * per}"
     return [f"{e.name} = {whole}[{e.row_label}, {col + 1}] = {e.result}  "
-            f"(head {h} owns columns {(h - 1) * d + 1}–{h * d} of {whole})"]
+            f"(head {h} owns columns {(h - 1) * d + 1}–{h * d} of {whole}{shared})"]
 
 
 def _cell_scores(e: Entry) -> list[str]:
-    hs, h = e.hs, e.head
+    hs, h = e.hs, e.head or 1
+    g = e.c.kv_of(h - 1) + 1  # the key head this query head uses
+    gs = sub(g)
     e.mark("q_heads", h, {e.row})
-    e.mark("k_heads", h, {e.col})
-    return [f"{e.name} = q{hs}[{e.row_label}] · k{hs}[{e.col_label}]  (row {e.row + 1} of "
-            f"Q{hs} times row {e.col + 1} of K{hs})",
-            f"  = {e.dot(e.row_of('q_heads', h, e.row), e.row_of('k_heads', h, e.col))}",
+    e.mark("k_heads", g, {e.col})
+    uses = f"; query head {h} uses key head {g}" if e.c.groups != e.c.heads else ""
+    return [f"{e.name} = q{hs}[{e.row_label}] · k{gs}[{e.col_label}]  (row {e.row + 1} of "
+            f"Q{hs} times row {e.col + 1} of K{gs}{uses})",
+            f"  = {e.dot(e.row_of('q_heads', h, e.row), e.row_of('k_heads', g, e.col))}",
             f"  = {e.result}"]
+
+
+def _cell_alibi(e: Entry) -> list[str]:
+    slope = e.p.slopes[(e.head or 1) - 1]
+    i, j = e.row, e.col
+    return [f"{e.name} = −slope{e.hs}·|i − j| = −{e.num(slope)}·|{i} − {j}|  "
+            f"(positions from 0: {e.row_label} is {i}, {e.col_label} is {j})",
+            f"  = {e.result}"]
+
+
+def _cell_biased(e: Entry) -> list[str]:
+    before = e.before
+    h, i, j = e.head, e.row, e.col
+    e.mark(before, h, {i}, {j})
+    terms = [(f"{before}{e.hs}[{e.row_label}, {e.col_label}]", e.value(before, h, i, j))]
+    if e.c.alibi:
+        e.mark("alibi", h, {i}, {j})
+        terms.append((f"alibi{e.hs}[{e.row_label}, {e.col_label}]", e.value("alibi", h, i, j)))
+    if e.c.bias:
+        b = e.p.bias
+        value = b[(h or 1) - 1, i, j] if b.ndim == 3 else b[i, j]
+        terms.append((f"bias[{i + 1}, {j + 1}]", value))
+    return [f"{e.name} = {' + '.join(t for t, _ in terms)}",
+            f"  = {' + '.join(e.factor(v) for _, v in terms)}", f"  = {e.result}"]
 
 
 def _cell_scaled(e: Entry) -> list[str]:
@@ -170,24 +201,32 @@ def _cell_weights(e: Entry) -> list[str]:
     top = parts["max"][h - 1, i, 0]
     if np.isneginf(top):
         return [f"{e.name} = 0: every key of the query {e.row_label} is blocked"]
-    exps = parts["exp"][h - 1, i]
+    exps = [e.num(t) for t in parts["exp"][h - 1, i]]
     total = e.num(parts["sum"][h - 1, i, 0])
     z = e.num(e.value("masked", h, i, j))
+    sink = ""
+    if "sink" in parts:
+        s_h = e.num(e.trace.prepared.sinks[h - 1])
+        exps.append(e.num(parts["sink"][h - 1, 0, 0]))
+        sink = f" and the sink s{e.hs} = {s_h}"
     return [f"{e.name} = exp(z − max) / Σ exp(z − max) over the row {e.row_label} "
-            f"of masked{e.hs}",
+            f"of masked{e.hs}{sink}",
             f"  max of the row = {e.num(top)}",
-            f"  exp({z} − {e.num(top)}) = {e.num(exps[j])}",
-            f"  row sum = {' + '.join(e.num(t) for t in exps)} = {total}",
-            f"  {e.num(exps[j])} / {total} = {e.result}"]
+            f"  exp({z} − {e.num(top)}) = {exps[j]}",
+            f"  row sum = {' + '.join(exps)} = {total}"
+            + ("  (the last term is the sink's)" if sink else ""),
+            f"  {exps[j]} / {total} = {e.result}"]
 
 
 def _cell_head_outputs(e: Entry) -> list[str]:
-    h, hs = e.head, e.hs
+    h, hs = e.head or 1, e.hs
+    g = e.c.kv_of(h - 1) + 1  # the value head this query head uses
     e.mark("weights", h, {e.row})
-    e.mark("v_heads", h, None, {e.col})
-    return [f"{e.name} = row {e.row + 1} of A{hs} · column {e.col + 1} of V{hs}  "
-            "(the values, weighted by attention)",
-            f"  = {e.dot(e.row_of('weights', h, e.row), e.col_of('v_heads', h, e.col))}",
+    e.mark("v_heads", g, None, {e.col})
+    uses = f"; query head {h} uses value head {g}" if e.c.groups != e.c.heads else ""
+    return [f"{e.name} = row {e.row + 1} of A{hs} · column {e.col + 1} of V{sub(g)}  "
+            f"(the values, weighted by attention{uses})",
+            f"  = {e.dot(e.row_of('weights', h, e.row), e.col_of('v_heads', g, e.col))}",
             f"  = {e.result}"]
 
 
@@ -227,16 +266,51 @@ def _scaled(w: Work) -> Array | None:
 
 
 def _weights(w: Work) -> Array:
-    parts = ops.softmax_parts(w["masked"], w.c.masked_row)
-    w.parts["weights"] = {k: parts[k] for k in ("max", "exp", "sum")}
+    parts = ops.softmax_parts(w["masked"], w.c.masked_row, w.p.sinks)
+    w.parts["weights"] = {k: v for k, v in parts.items() if k != "weights"}
     return parts["weights"]  # (H, n, m)
 
 
+def _alibi(w: Work) -> Array:
+    c = w.c
+    return ops.alibi(w.p.slopes, np.arange(c.n), np.arange(c.m))  # (H, n, m)
+
+
+def _biased(w: Work) -> Array:
+    out = w.scores
+    if w.c.alibi:
+        out = out + w["alibi"]
+    if w.p.bias is not None:
+        out = out + w.p.bias  # (n, m) or (H, n, m), broadcast over the heads
+    return out  # (H, n, m)
+
+
 def _mask_text(f: Formula) -> str:
+    c = f.c
+    before = "biased" if c.alibi or c.bias else "softcapped" if c.softcap is not None \
+        else "scaled"
+    if not c.blocks:
+        return f"no mask: the same as {before}"
+    if c.window is None and not c.padding:
+        return {"causal": "causal mask: query i sees keys 1…i; blocked entries set to −∞",
+                "matrix": "mask 0 = blocked: set to −∞"}[c.mask]
+    rules = []
+    if c.mask == "causal":
+        rules.append("causal: query i sees keys 1…i")
+    elif c.mask == "matrix":
+        rules.append("mask 0 = blocked")
+    if c.window is not None:
+        rules.append(f"window {c.window}: |i − j| < {c.window}")
+    if c.padding:
+        rules.append("padding keys blocked")
+    return "; ".join(rules) + "; blocked entries set to −∞"
+
+
+def _biased_text(f: Formula) -> str:
     before = "softcapped" if f.c.softcap is not None else "scaled"
-    return {"none": f"no mask: the same as {before}",
-            "causal": "causal mask: query i sees keys 1…i; blocked entries set to −∞",
-            "matrix": "mask 0 = blocked: set to −∞"}[f.c.mask]
+    terms = [before + f.i] + (["alibi" + f.i] if f.c.alibi else []) + \
+        (["bias"] if f.c.bias else [])
+    return " + ".join(terms)
 
 
 def _split_text(letter: str, d: Callable[[Config], int], dname: str) -> Callable[[Formula], str]:
@@ -298,16 +372,16 @@ TABLE: tuple[Stage, ...] = (
           compute=lambda w: ops.split_heads(w["q"], w.c.heads),
           formula=_split_text("Q", lambda c: c.d_k, "d_k"), latex=_tex("Q_{@h}"),
           cell=_cell_split, per_head=True, exact=True),
-    Stage("k_heads", "H × m × d_k", lambda c: (c.heads, c.m, c.d_k), KEY, NUMBERED,
-          compute=lambda w: ops.split_heads(w["k"], w.c.heads),
+    Stage("k_heads", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
+          compute=lambda w: ops.split_heads(w["k"], w.c.groups),
           formula=_split_text("K", lambda c: c.d_k, "d_k"), latex=_tex("K_{@h}"),
           cell=_cell_split, per_head=True, exact=True),
-    Stage("v_heads", "H × m × d_v", lambda c: (c.heads, c.m, c.d_v), KEY, NUMBERED,
-          compute=lambda w: ops.split_heads(w["v"], w.c.heads),
+    Stage("v_heads", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,
+          compute=lambda w: ops.split_heads(w["v"], w.c.groups),
           formula=_split_text("V", lambda c: c.d_v, "d_v"), latex=_tex("V_{@h}"),
           cell=_cell_split, per_head=True, exact=True),
     Stage("scores", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
-          compute=lambda w: ops.scores(w["q_heads"], w["k_heads"]),
+          compute=lambda w: ops.scores(w["q_heads"], ops.shared(w["k_heads"], w.c.heads)),
           formula=lambda f: f"Z{f.i} = " + f.pick(f"Q{f.i}·K{f.i}ᵀ", f"K{f.i}ᵀ·Q{f.i}"),
           latex=_tex("Z_{@h}", r"Q_{@h} K_{@h}^{\top}", r"K_{@h}^{\top} Q_{@h}"),
           cell=_cell_scores, per_head=True, chain=True, exact=True, aliases=("z",)),
@@ -323,22 +397,33 @@ TABLE: tuple[Stage, ...] = (
                      r"\right)", r"c \tanh\left(\frac{Z_{@h}}{s\,c}\right)"),
           cell=_cell_softcapped, per_head=True, chain=True,
           exists=lambda c: c.softcap is not None),
+    Stage("alibi", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
+          compute=_alibi,
+          formula=lambda f: f"−slope{f.i}·|i − j|, the ALiBi bias (positions i, j from 0)",
+          latex=_tex(r"-m_{@h} \lvert i - j \rvert"), cell=_cell_alibi, per_head=True,
+          exact=True, exists=lambda c: c.alibi),
+    Stage("biased", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
+          compute=_biased, formula=_biased_text,
+          latex=_tex(r"Z_{@h} + B_{@h}"), cell=_cell_biased, per_head=True, chain=True,
+          exact=True, exists=lambda c: c.alibi or c.bias),
     Stage("masked", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=lambda w: ops.mask_scores(w.scores, w.p.allowed()), formula=_mask_text,
           latex=_tex(r"\operatorname{mask}\left(\frac{Z_{@h}}{s}\right)"),
           cell=_cell_masked, per_head=True, chain=True, exact=True),
     Stage("weights", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=_weights,
-          formula=lambda f: f"A{f.i} = softmax of each {f.pick('row', 'column')} of masked{f.i}",
+          formula=lambda f: f"A{f.i} = softmax of each {f.pick('row', 'column')} of masked{f.i}"
+          + (f" with the sink s{f.i} (its weight dropped: rows sum to less than 1)"
+             if f.c.sinks else ""),
           latex=_tex("A_{@h}", r"\operatorname{softmax}_{\text{rows}}",
                      r"\operatorname{softmax}_{\text{columns}}"),
           cell=_cell_weights, per_head=True, heat=True, aliases=("attention", "a"),
-          parts=(("max", "max"), ("exp", "exp {key}"), ("sum", "sum")),
+          parts=(("max", "max"), ("exp", "exp {key}"), ("sink", "exp sink"), ("sum", "sum")),
           parts_title="softmax step by step",
           parts_formula="max, then exp(z − max) for each key, then their sum; "
                         "weight = exp / sum"),
     Stage("head_outputs", "H × n × d_v", lambda c: (c.heads, c.n, c.d_v), QUERY, NUMBERED,
-          compute=lambda w: w["weights"] @ w["v_heads"],  # (H, n, d_v)
+          compute=lambda w: w["weights"] @ ops.shared(w["v_heads"], w.c.heads),  # (H, n, d_v)
           formula=lambda f: f"O{f.i} = " + f.pick(f"A{f.i}·V{f.i}", f"V{f.i}·A{f.i}"),
           latex=_tex("O_{@h}", "A_{@h} V_{@h}", "V_{@h} A_{@h}"),
           cell=_cell_head_outputs, per_head=True),

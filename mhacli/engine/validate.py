@@ -53,6 +53,27 @@ class Config:
     has_w_o: bool
     masked_row: str
     softcap: float | None = None  # c of c·tanh(z / c), or None
+    kv_heads: int = 0  # G key/value heads (grouped-query); 0 is read as H
+    window: int | None = None  # sliding window: query i sees key j only if |i − j| < w
+    alibi: bool = False  # ALiBi: −slope_h·|i − j| added to the scores
+    bias: bool = False  # an additive bias on the scores (PyTorch's float attn_mask)
+    padding: bool = False  # key_padding: some keys blocked for every query
+    sinks: bool = False  # an extra logit per head in the softmax, its weight dropped
+
+    @property
+    def groups(self) -> int:
+        """G, the number of key/value heads (H unless grouped-query)."""
+        return self.kv_heads or self.heads
+
+    def kv_of(self, h: int) -> int:
+        """The key/value head (0-based) that query head ``h`` (0-based) uses:
+        consecutive query heads share one, ⌈(h+1)·G/H⌉ − 1."""
+        return h // (self.heads // self.groups)
+
+    @property
+    def blocks(self) -> bool:
+        """Does anything block positions (mask, window or padding)?"""
+        return self.mask != "none" or self.window is not None or self.padding
 
     @property
     def key_labels(self) -> bool:
@@ -81,16 +102,33 @@ class Prepared:
     mask: npt.NDArray[np.bool_] | None  # (n, m) for a mask matrix; causal is not stored
     dead_rows: tuple[int, ...]  # 1-based query rows with every key blocked
     exact_scale: Fraction | None  # s as a rational, when it is one
+    slopes: Array | None = None  # (H,) ALiBi slopes
+    bias: Array | None = None  # (n, m) or (H, n, m), added to the scores
+    key_padding: npt.NDArray[np.bool_] | None = None  # (m,) True = a real key
+    sinks: Array | None = None  # (H,) one extra logit per head
 
     def allowed(self, lo: int = 0, hi: int | None = None) -> npt.NDArray[np.bool_] | None:
-        """Rows lo … hi − 1 of the n × m mask (True = may attend), or None for no mask.
+        """Rows lo … hi − 1 of the n × m positions a query may attend to (mask ∧ window ∧
+        key padding), or None when nothing is blocked.
 
-        The causal mask is made block by block: whole, it would be n × m booleans.
+        Causal masks and windows are made block by block: whole, they would be n × m
+        booleans.
         """
-        hi = self.config.n if hi is None else hi
-        if self.config.mask == "causal":
-            return np.tri(hi - lo, self.config.m, k=lo, dtype=bool)
-        return None if self.mask is None else self.mask[lo:hi]
+        c = self.config
+        hi = c.n if hi is None else hi
+        out = None
+        if c.mask == "causal":
+            out = np.tri(hi - lo, c.m, k=lo, dtype=bool)
+        elif self.mask is not None:
+            out = self.mask[lo:hi]
+        if c.window is not None:
+            gap = np.arange(lo, hi)[:, None] - np.arange(c.m)[None, :]
+            near = np.abs(gap) < c.window
+            out = near if out is None else out & near
+        if self.key_padding is not None:
+            out = self.key_padding[None, :] if out is None else out & self.key_padding
+            out = np.broadcast_to(out, (hi - lo, c.m))
+        return out
 
 
 def _shape(a: np.ndarray) -> str:
@@ -268,12 +306,12 @@ def _positive(name: str, value: Any) -> float | None:
     return number
 
 
-def positive_heads(heads: Any) -> int | None:
+def positive_heads(heads: Any, name: str = "heads") -> int | None:
     if heads is None:
         return None
     if isinstance(heads, (bool, np.bool_)) or not isinstance(heads, (int, np.integer)) \
             or heads < 1:
-        raise MhaError(f"heads must be a positive integer, got {shown(heads)}", key="heads")
+        raise MhaError(f"{name} must be a positive integer, got {shown(heads)}", key=name)
     return int(heads)
 
 
@@ -283,7 +321,9 @@ def prepare(
     b_q: Any = None, b_k: Any = None, b_v: Any = None, b_o: Any = None,
     x_kv: Any = None, q: Any = None, k: Any = None, v: Any = None,
     mask: Any = None, scale: Any = "dk", dtype: Any = np.float64,
-    masked_row: str = "zero", softcap: Any = None, exact: bool = False,
+    masked_row: str = "zero", softcap: Any = None, kv_heads: Any = None,
+    window: Any = None, alibi: Any = None, bias: Any = None, key_padding: Any = None,
+    sinks: Any = None, exact: bool = False,
 ) -> Prepared:
     """Check every shape against every other and copy into ``dtype``; raise MhaError.
 
@@ -325,10 +365,7 @@ def prepare(
         assert q_a is not None and k_a is not None and v_a is not None
         heads = heads or 1
         n, width_qk = q_a.shape
-        m = k_a.shape[0]
-        if k_a.shape[1] != width_qk:
-            raise MhaError(f"q has {width_qk} columns but k has {k_a.shape[1]}: "
-                           "queries and keys need the same width H·d_k", key="k")
+        m, width_k = k_a.shape
         if v_a.shape[0] != m:
             raise MhaError(f"k has {m} rows but v has {v_a.shape[0]}: one value row per key",
                            key="v")
@@ -347,11 +384,13 @@ def prepare(
         xkv_a = _matrix("x_kv", x_kv, t)
         assert x_a is not None
         wq, h_q = _stack_heads("w_q", _matrix("w_q", w_q, t, per_head=True), heads)
-        wk, h_k = _stack_heads("w_k", _matrix("w_k", w_k, t, per_head=True), heads or h_q)
+        groups_given = positive_heads(kv_heads, "kv_heads")
+        wk, h_k = _stack_heads("w_k", _matrix("w_k", w_k, t, per_head=True),
+                               groups_given or heads or h_q)
         wv, h_v = _stack_heads("w_v", _matrix("w_v", w_v, t, per_head=True),
-                               heads or h_q or h_k)
+                               groups_given or h_k or heads or h_q)
         assert wq is not None and wk is not None and wv is not None
-        heads = heads or h_q or h_k or h_v or 1
+        heads = heads or h_q or (h_k if groups_given is None else None) or 1
         n, d_model = x_a.shape
         kv = xkv_a if xkv_a is not None else x_a
         kv_name = "x_kv" if xkv_a is not None else "x"
@@ -363,29 +402,39 @@ def prepare(
             if w.shape[0] != d_kv:
                 raise MhaError(f"{nm} has {w.shape[0]} rows but {kv_name} has {d_kv} columns",
                                key=nm)
-        width_qk = wq.shape[1]
-        if wk.shape[1] != width_qk:
-            raise MhaError(f"w_q has {width_qk} columns but w_k has {wk.shape[1]}: "
-                           "queries and keys need the same width H·d_k", key="w_k")
+        width_qk, width_k = wq.shape[1], wk.shape[1]
         width_v = wv.shape[1]
-        bq, bk, bv = (_join_bias(nm, _vector(nm, val, t), heads)
-                      for nm, val in (("b_q", b_q), ("b_k", b_k), ("b_v", b_v)))
-        for nm, b, w, cols in (("b_q", bq, "w_q", width_qk), ("b_k", bk, "w_k", width_qk),
+        groups = groups_given or heads
+        bq, bk, bv = (_join_bias(nm, _vector(nm, val, t), hh) for nm, val, hh in
+                      (("b_q", b_q, heads), ("b_k", b_k, groups), ("b_v", b_v, groups)))
+        for nm, b, w, cols in (("b_q", bq, "w_q", width_qk), ("b_k", bk, "w_k", width_k),
                                ("b_v", bv, "w_v", width_v)):
             if b is not None and b.shape[0] != cols:
                 raise MhaError(f"{nm} has {b.shape[0]} entries but {w} has {cols} columns",
                                key=nm)
         q_a = k_a = v_a = None
 
-    qk_name = "q" if direct else "w_q"
-    v_name = "v" if direct else "w_v"
+    qk_name, k_name, v_name = ("q", "k", "v") if direct else ("w_q", "w_k", "w_v")
+    groups = positive_heads(kv_heads, "kv_heads") or heads
+    if heads % groups:
+        raise MhaError(f"kv_heads = {groups} does not divide heads = {heads} (each key/value "
+                       "head serves the same number of query heads)", key="kv_heads")
     if width_qk % heads:
         raise MhaError(f"heads = {heads} does not divide the {width_qk} columns of {qk_name} "
                        "(each head needs d_k = columns / heads)", key="heads")
-    if width_v % heads:
-        raise MhaError(f"heads = {heads} does not divide the {width_v} columns of {v_name} "
-                       "(each head needs d_v = columns / heads)", key="heads")
-    d_k, d_v = width_qk // heads, width_v // heads
+    d_k = width_qk // heads
+    if width_k != groups * d_k:
+        what = f"G·d_k = {groups}·{d_k}" if groups != heads else f"H·d_k = {width_qk}"
+        raise MhaError(f"{qk_name} has {width_qk} columns but {k_name} has {width_k}: keys "
+                       f"need {what} columns" + (" (kv_heads = G)" if groups != heads else
+                                                 ", the same width as the queries"),
+                       key=k_name)
+    if width_v % groups:
+        raise MhaError(f"{'kv_heads' if groups != heads else 'heads'} = {groups} does not "
+                       f"divide the {width_v} columns of {v_name} (each head needs d_v = "
+                       "columns / heads)", key="kv_heads" if groups != heads else "heads")
+    d_v = width_v // groups
+    width_v = heads * d_v  # the concatenated heads
 
     wo = _matrix("w_o", w_o, t, per_head=True)
     if wo is not None and wo.ndim == 3:
@@ -405,12 +454,16 @@ def prepare(
 
     s, exact_s = scale_divisor(rule, d_k, m)
     allowed, mask_kind = mask_matrix(mask, n, m)
-    dead: tuple[int, ...] = ()
-    if allowed is not None:
-        dead = tuple(int(i) + 1 for i in np.flatnonzero(~allowed.any(axis=1)))
-        if dead and masked_row == "error":
-            rows = ", ".join(str(r) for r in dead)
-            raise MhaError(f"mask blocks every key for query row(s) {rows}", key="mask")
+    w = _window(window)
+    padding = _key_padding(key_padding, m)
+    slopes = _slopes(alibi, heads, t)
+    bias_a = _score_bias(bias, heads, n, m, t)
+    sink_a = _per_head("sinks", sinks, heads, t)
+    dead = () if sink_a is not None else \
+        _dead_rows(allowed, mask_kind == "causal", w, padding, n, m)
+    if dead and masked_row == "error":
+        rows = ", ".join(str(r) for r in dead)
+        raise MhaError(f"the mask blocks every key for query row(s) {rows}", key="mask")
 
     config = Config(
         n=n, m=m, heads=heads, d_k=d_k, d_v=d_v, d_out=d_out, d_model=d_model, d_kv=d_kv,
@@ -420,9 +473,121 @@ def prepare(
         biases=tuple(nm for nm, b in (("b_q", bq), ("b_k", bk), ("b_v", bv), ("b_o", bo))
                      if b is not None),
         has_w_o=wo is not None, masked_row=masked_row, softcap=cap,
+        kv_heads=groups if groups != heads else 0, window=w, alibi=slopes is not None,
+        bias=bias_a is not None, padding=padding is not None, sinks=sink_a is not None,
     )
     return Prepared(config, x_a, xkv_a, wq, wk, wv, wo, bq, bk, bv, bo, q_a, k_a, v_a,
-                    allowed, dead, exact_s)
+                    allowed, dead, exact_s, slopes, bias_a, padding, sink_a)
+
+
+def _window(window: Any) -> int | None:
+    if window is None:
+        return None
+    if isinstance(window, str) and window.strip().isdigit():
+        window = int(window)
+    if isinstance(window, (bool, np.bool_)) or not isinstance(window, (int, np.integer)) \
+            or window < 1:
+        raise MhaError(f"window must be a whole number of 1 or more, got {shown(window)}",
+                       key="window")
+    return int(window)
+
+
+def _key_padding(value: Any, m: int) -> npt.NDArray[np.bool_] | None:
+    """``[1, 1, 0]``: length m, 0 marks a padding key (blocked for every query)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = value.replace(",", " ").split()
+    rows, _ = mask_matrix([list(np.atleast_1d(np.asarray(value, dtype=object)))])
+    assert rows is not None
+    if np.asarray(value, dtype=object).ndim != 1 or rows.shape[1] != m:
+        raise MhaError(f"key_padding must be a list of {m} entries of 1/0, one per key, got "
+                       f"{shown(value)}", key="key_padding")
+    out = rows[0].copy()
+    out.flags.writeable = False
+    return out
+
+
+def _per_head(name: str, value: Any, heads: int, dtype: Any) -> Array | None:
+    """One number per head (ALiBi slopes, sinks)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        from ..numbers import parse
+
+        value = [parse(t, (name, i)) for i, t in enumerate(value.replace(",", " ").split())]
+    arr = _as_array(name, np.atleast_1d(value) if np.ndim(value) == 0 else value, dtype)
+    if arr.shape != (heads,):
+        raise MhaError(f"{name} needs one number per head ({heads}), got shape "
+                       f"{_shape(arr)}", key=name)
+    return arr
+
+
+def alibi_slopes(heads: int) -> list[Fraction | float]:
+    """The ALiBi reference slopes: 2^(−8h/H) for h = 1 … H when H is a power of two;
+    else those of the largest power of two P ≤ H, then the 1st, 3rd, 5th … slopes of 2P
+    heads until there are H. Exact (a Fraction) where the power is whole."""
+    def power_of_two(count: int) -> list[Fraction | float]:
+        out: list[Fraction | float] = []
+        for h in range(1, count + 1):
+            num, den = 8 * h, count
+            out.append(Fraction(1, 2 ** (num // den)) if num % den == 0
+                       else 2.0 ** (-num / den))
+        return out
+    p = 1 << (heads.bit_length() - 1)
+    if p == heads:
+        return power_of_two(heads)
+    return power_of_two(p) + power_of_two(2 * p)[0::2][:heads - p]
+
+
+def _slopes(alibi: Any, heads: int, dtype: Any) -> Array | None:
+    """ALiBi: ``True`` for the reference slopes, or H slopes given."""
+    if alibi is None or alibi is False:
+        return None
+    if isinstance(alibi, str) and alibi.strip().lower() in ("true", "yes", "on", "false",
+                                                            "no", "off"):
+        if alibi.strip().lower() in ("false", "no", "off"):
+            return None
+        alibi = True
+    if alibi is True or isinstance(alibi, np.bool_) and bool(alibi):
+        slopes = alibi_slopes(heads)
+        if dtype is object:
+            return np.array([s if isinstance(s, Fraction) else float(s) for s in slopes],
+                            dtype=object)
+        return _as_array("alibi", [float(s) for s in slopes], dtype)
+    return _per_head("alibi", alibi, heads, dtype)
+
+
+def _score_bias(value: Any, heads: int, n: int, m: int, dtype: Any) -> Array | None:
+    """An n × m (every head) or H × n × m matrix added to the scores."""
+    if value is None:
+        return None
+    arr = _as_array("bias", value, dtype)
+    if arr.shape not in ((n, m), (heads, n, m)):
+        raise MhaError(f"bias is {_shape(arr)} but the scores are n × m = {n} × {m} (or "
+                       f"H × n × m = {heads} × {n} × {m})", key="bias")
+    return arr
+
+
+def _dead_rows(allowed: npt.NDArray[np.bool_] | None, causal: bool, window: int | None,
+               padding: npt.NDArray[np.bool_] | None, n: int, m: int) -> tuple[int, ...]:
+    """1-based query rows that may attend to no key, found without building n × m
+    booleans when the mask is causal or none: each row's keys are then one run
+    lo … hi, and a count of real keys before each position tells if one is in it."""
+    rows = np.arange(n)
+    if allowed is not None:  # a matrix: n × m exists already
+        live = allowed & (padding if padding is not None else True)
+        if window is not None:
+            live = live & (np.abs(rows[:, None] - np.arange(m)[None, :]) < window)
+        return tuple(int(i) + 1 for i in np.flatnonzero(~live.any(axis=1)))
+    lo = np.zeros(n, dtype=np.int64) if window is None else np.maximum(rows - window + 1, 0)
+    hi = np.full(n, m - 1) if not causal else np.minimum(rows, m - 1)
+    if window is not None and not causal:
+        hi = np.minimum(rows + window - 1, m - 1)
+    real = np.concatenate([[0], np.cumsum(padding if padding is not None
+                                          else np.ones(m, dtype=bool))])
+    count = np.where(hi >= lo, real[np.maximum(hi + 1, 0)] - real[np.minimum(lo, m)], 0)
+    return tuple(int(i) + 1 for i in np.flatnonzero(count == 0))
 
 
 def check_progress(progress: Any) -> Callable[[int, int], None] | None:

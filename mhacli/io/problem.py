@@ -29,8 +29,10 @@ from .matrices import LAYOUTS, read_array, read_claims, to_rows
 from .reader import Locator, parse_text, read_bytes, read_file, read_npz
 
 SETTINGS = ("scale", "softcap")  # numbers or words, read by the engine's own rules
+COUNTS = ("kv_heads", "window")  # whole numbers
+VARIANTS = ("alibi", "bias", "key_padding", "sinks")  # lists and matrices of the variants
 KNOWN_KEYS = ("tokens", "kv_tokens", "heads", "mask", "layout", "answers") + SETTINGS \
-    + MATRICES + VECTORS
+    + COUNTS + VARIANTS + MATRICES + VECTORS
 EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
@@ -83,13 +85,19 @@ class Problem:
     def with_overrides(self, *, heads: int | None = None, mask: Any = None,
                        scale: Any = None, dtype: str | None = None,
                        masked_row: str | None = None, softcap: Any = None,
-                       tokens: Any = None) -> Problem:
+                       tokens: Any = None, kv_heads: int | None = None,
+                       window: int | None = None, alibi: Any = None,
+                       key_padding: Any = None, sinks: Any = None) -> Problem:
         """The same problem with settings changed (as on the command line): ``mask`` may
-        be rows of 1/0 written as text, ``'1 0;1 1'``; ``tokens`` new row labels."""
+        be rows of 1/0 written as text, ``'1 0;1 1'``; ``tokens`` new row labels;
+        ``key_padding`` and ``sinks`` may be text, ``'1 1 0'``."""
         inputs = dict(self.inputs)
         written = dict(self.written)
         changes = {"heads": heads, "scale": scale, "dtype": dtype, "masked_row": masked_row,
-                   "softcap": softcap}
+                   "softcap": softcap, "kv_heads": kv_heads, "window": window,
+                   "alibi": alibi, "key_padding": key_padding, "sinks": sinks}
+        if sinks is not None or alibi is not None:
+            written.pop("sinks" if sinks is not None else "alibi", None)
         for name, value in changes.items():
             if value is not None:
                 inputs[name] = value
@@ -180,7 +188,7 @@ def mask_text(text: str) -> Any:
 # --------------------------------------------------------------------------- mappings
 
 
-def _heads(value: Any) -> int:
+def _heads(value: Any, name: str = "heads") -> int:
     if isinstance(value, np.ndarray) and value.size == 1:  # from an .npz
         value = value.reshape(()).item()
     if isinstance(value, str) and re.fullmatch(r"\+?[1-9]\d{0,8}", value.strip()):
@@ -189,7 +197,22 @@ def _heads(value: Any) -> int:
         return int(value)
     what = value.strip()[:40] if isinstance(value, str) and re.fullmatch(r"[+-]?\d+", value.strip()) \
         else shown(value)
-    raise MhaError(f"heads must be a positive integer, found {what}", key="heads")
+    raise MhaError(f"{name} must be a positive integer, found {what}", key=name)
+
+
+def _variant(key: str, value: Any, layout: str, written: dict[str, Any]) -> Any:
+    """A variant's value as the engine takes it: ALiBi ``true`` or slopes, a bias matrix
+    (in the row layout), key padding as 1/0, sinks; numbers kept as written for exact
+    arithmetic."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()
+    if key == "alibi" and isinstance(value, (str, bool)):
+        return value
+    if key == "key_padding":
+        return value
+    dims = {"alibi": (1,), "sinks": (1,), "bias": (2, 3)}[key]
+    written[key] = value
+    return to_rows(key, read_array(value, (key,), dims), layout)
 
 
 def _setting(value: Any) -> Any:
@@ -268,6 +291,12 @@ def _from_mapping(data: dict[str, Any], source: str, base: Path | None,
     for key in SETTINGS:
         if data.get(key) is not None:
             inputs[key] = _setting(data[key])
+    for key in COUNTS:
+        if data.get(key) is not None:
+            inputs[key] = _heads(data[key], key)
+    for key in VARIANTS:
+        if data.get(key) is not None:
+            inputs[key] = _variant(key, _external(data[key], key, base), layout, written)
     answers = _answers(data.get("answers"), layout)
     return Problem.build(inputs, tokens=data.get("tokens"), kv_tokens=data.get("kv_tokens"),
                          answers=answers, source=source, written=written, layout=layout)

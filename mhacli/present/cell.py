@@ -51,9 +51,9 @@ def parse_cell(spec: str, tr: Trace, layout: str = "rows") -> tuple[str, int | N
     row, col = nums
     if layout == "columns":
         row, col = col, row
-    if head is not None and not 1 <= head <= c.heads:
-        raise MhaError(f"--cell {spec}: head {head} is out of range 1–{c.heads}")
     a = tr.stages[stage]
+    if head is not None and not 1 <= head <= a.shape[0]:
+        raise MhaError(f"--cell {spec}: head {head} is out of range 1–{a.shape[0]}")
     shape = a.shape[-2:]
     if not (1 <= row <= shape[0] and 1 <= col <= shape[1]):
         shown = shape[::-1] if layout == "columns" else shape

@@ -68,7 +68,8 @@ def config_dict(c: Config, rows: list[str], cols: list[str], layout: str = "rows
         "n": c.n, "m": c.m, "heads": c.heads, "d_model": c.d_model, "d_kv": c.d_kv,
         "d_k": c.d_k, "d_v": c.d_v, "d_out": c.d_out, "cross_attention": c.cross,
         "scale": c.scale, "scale_rule": c.scale_rule, "mask": c.mask, "dtype": c.dtype,
-        "softcap": c.softcap,
+        "softcap": c.softcap, "kv_heads": c.groups, "window": c.window, "alibi": c.alibi,
+        "bias": c.bias, "key_padding": c.padding, "sinks": c.sinks,
         "tokens": rows, "kv_tokens": cols, "layout": layout,
     }
 

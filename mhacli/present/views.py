@@ -65,12 +65,22 @@ def views(tr: Trace, queries: list[str], keys: list[str], stages: Iterable[str] 
         if chosen is not None and s.name not in chosen or s.name not in tr.stages:
             continue
         a = exact.get(s.name, tr.stages[s.name])
-        for h in ([head] if head else range(1, c.heads + 1)) if s.per_head else [None]:
+        count = a.shape[0] if s.per_head else 0
+        grouped = s.per_head and count != c.heads  # key/value heads of grouped-query
+        if head and grouped:
+            picked = [c.kv_of(head - 1) + 1]  # the one query head `head` uses
+        else:
+            picked = [head] if head else list(range(1, count + 1))
+        for h in picked if s.per_head else [None]:
             m = a[h - 1] if h is not None else a
             if h is not None and s.name in tr.parts:
                 out.append(_parts_view(s, tr, h, queries, keys))
             f = Formula(c, h, columns)
-            title = f"{s.name} · head {h} of {c.heads}" if h is not None else s.name
+            title = s.name if h is None else f"{s.name} · head {h} of {count}"
+            if grouped and h is not None:
+                per = c.heads // count
+                title = (f"{s.name} · key/value head {h} of {count} (for query heads "
+                         f"{(h - 1) * per + 1}–{h * per})")
             rows = side(s.rows, queries, keys, m.shape[0])
             cols = side(s.cols, queries, keys, m.shape[1])
             rows_marked, cols_marked = (marks or {}).get((s.name, h), (frozenset(), frozenset()))
@@ -90,9 +100,12 @@ def _parts_view(s: Stage, tr: Trace, h: int, queries: list[str], keys: list[str]
     """A stage in the parts a person computes it in (the softmax: row max | exp(z − max)
     for each key | row sum), side by side."""
     blocks, cols = [], []
+    n = tr.stages[s.name].shape[1]
     for part, heading in s.parts:
-        block = tr.parts[s.name][part][h - 1]  # (n, 1) or (n, m)
-        blocks.append(block)
+        if part not in tr.parts[s.name]:
+            continue  # a part only some problems have (the sink)
+        block = tr.parts[s.name][part][h - 1]  # (n, 1) or (n, m); the sink's (1, 1)
+        blocks.append(np.broadcast_to(block, (n, block.shape[1])))
         cols += [heading.format(key=k) for k in keys] if "{key}" in heading else [heading]
     title = f"{s.name} · head {h} of {tr.config.heads}, {s.parts_title}"
     return View(s.name, h, title, s.parts_formula, np.hstack(blocks), queries, cols,
