@@ -35,8 +35,13 @@ def reference(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, 
               heads: int = 1, w_o: Any = None, b_q: Any = None, b_k: Any = None,
               b_v: Any = None, b_o: Any = None, x_kv: Any = None, q: Any = None,
               k: Any = None, v: Any = None, mask: Any = None, scale: Any = "dk",
-              softcap: Any = None, **_: Any) -> dict[str, Any]:
-    """Every stage as nested lists; per-head stages are lists of H matrices."""
+              softcap: Any = None, kv_heads: Any = None, window: Any = None,
+              alibi: Any = None, bias: Any = None, key_padding: Any = None,
+              sinks: Any = None, **_: Any) -> dict[str, Any]:
+    """Every stage as nested lists; per-head stages are lists of H matrices (G for the
+    key/value heads of grouped-query attention). The variants follow the contract's
+    table: ALiBi and bias added after the softcap, then mask ∧ window ∧ key padding,
+    then a softmax whose row holds one more logit per head (the sink), dropped after."""
     L = lambda a: None if a is None else [[float(t) for t in row] for row in a]  # noqa: E731
     V = lambda a: None if a is None else [float(t) for t in a]  # noqa: E731
     st: dict[str, Any] = {}
@@ -52,7 +57,8 @@ def reference(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, 
         q, k, v = L(q), L(k), L(v)
     st["q"], st["k"], st["v"] = q, k, v
     n, m = len(q), len(k)
-    d_k, d_v = len(q[0]) // heads, len(v[0]) // heads
+    groups = kv_heads or heads
+    d_k, d_v = len(q[0]) // heads, len(v[0]) // groups
     if scale == "dk":
         s = math.sqrt(d_k)
     elif scale == "n":
@@ -67,36 +73,64 @@ def reference(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, 
         allowed = [[j <= i for j in range(m)] for i in range(n)]
     else:
         allowed = [[bool(t) for t in row] for row in mask]
-    names = ("q_heads", "k_heads", "v_heads", "scores", "scaled", "softcapped", "masked",
-             "weights", "head_outputs")
+    if window is not None:
+        allowed = [[allowed[i][j] and abs(i - j) < window for j in range(m)] for i in range(n)]
+    if key_padding is not None:
+        allowed = [[allowed[i][j] and bool(key_padding[j]) for j in range(m)]
+                   for i in range(n)]
+    if alibi is True:  # the reference slopes, written out from the paper's rule
+        def pow2(count: int) -> list[float]:
+            return [2.0 ** (-8.0 * (h + 1) / count) for h in range(count)]
+        p2 = 2 ** int(math.log2(heads))
+        slopes = pow2(heads) if p2 == heads else pow2(p2) + pow2(2 * p2)[0::2][:heads - p2]
+    else:
+        slopes = None if alibi is None else [float(t) for t in alibi]
+    names = ("q_heads", "k_heads", "v_heads", "scores", "scaled", "softcapped", "alibi",
+             "biased", "masked", "weights", "head_outputs")
     for name in names:
         st[name] = []
+    for g in range(groups):
+        st["k_heads"].append(columns(k, g * d_k, (g + 1) * d_k))
+        st["v_heads"].append(columns(v, g * d_v, (g + 1) * d_v))
     for h in range(heads):
+        g = h * groups // heads  # consecutive query heads share a key/value head
         qh = columns(q, h * d_k, (h + 1) * d_k)
-        kh = columns(k, h * d_k, (h + 1) * d_k)
-        vh = columns(v, h * d_v, (h + 1) * d_v)
+        kh = columns(k, g * d_k, (g + 1) * d_k)
+        vh = columns(v, g * d_v, (g + 1) * d_v)
         z = [[math.fsum(qh[i][t] * kh[j][t] for t in range(d_k)) for j in range(m)]
              for i in range(n)]
         zs = [[z[i][j] / s for j in range(m)] for i in range(n)]
         c = None if softcap is None else float(softcap)
         zc = zs if c is None else [[c * math.tanh(zs[i][j] / c) for j in range(m)]
                                    for i in range(n)]
-        zm = [[zc[i][j] if allowed[i][j] else -math.inf for j in range(m)] for i in range(n)]
+        al = [[-slopes[h] * abs(i - j) for j in range(m)] for i in range(n)] if slopes else None
+        bh = None if bias is None else (bias[h] if len(bias) == heads and
+                                        isinstance(bias[0][0], list) else bias)
+        zb = [[zc[i][j] + (al[i][j] if al else 0.0) + (float(bh[i][j]) if bh else 0.0)
+               for j in range(m)] for i in range(n)]
+        zm = [[zb[i][j] if allowed[i][j] else -math.inf for j in range(m)] for i in range(n)]
         a = []
         for i in range(n):
             live = [zm[i][j] for j in range(m) if allowed[i][j]]
-            if not live:
+            sink = None if sinks is None else float(sinks[h])
+            if not live and sink is None:
                 a.append([0.0] * m)
                 continue
-            top = max(live)
+            top = max(live + ([sink] if sink is not None else []))
             e = [math.exp(zm[i][j] - top) if allowed[i][j] else 0.0 for j in range(m)]
-            total = math.fsum(e)
+            total = math.fsum(e + ([math.exp(sink - top)] if sink is not None else []))
             a.append([t / total for t in e])
         o = matmul(a, vh)
-        for name, val in zip(names, (qh, kh, vh, z, zs, zc, zm, a, o)):
+        for name, val in zip(("q_heads", "scores", "scaled", "softcapped", "alibi", "biased",
+                              "masked", "weights", "head_outputs"),
+                             (qh, z, zs, zc, al, zb, zm, a, o)):
             st[name].append(val)
     if softcap is None:
         del st["softcapped"]
+    if slopes is None:
+        del st["alibi"]
+    if slopes is None and bias is None:
+        del st["biased"]
     st["concat"] = [sum((st["head_outputs"][h][i] for h in range(heads)), []) for i in range(n)]
     st["output"] = add_bias(matmul(st["concat"], L(w_o)) if w_o is not None else st["concat"],
                             V(b_o))

@@ -1,0 +1,246 @@
+"""The variants of the contract's table (grouped-query, windows, key padding, ALiBi, score
+bias, sinks, softcap), alone and combined, against the plain-loop reference written from
+the contract's formulas, against PyTorch's scaled_dot_product_attention where it
+expresses them, and by the laws that tie each to plain attention."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+import mhacli
+from mhacli.cli import app
+from mhacli.engine import paths
+
+from .reference import reference
+
+runner = CliRunner()
+
+COMBOS = {
+    "gqa": dict(kv_heads=2),
+    "mqa": dict(kv_heads=1),
+    "window": dict(window=2),
+    "causal window": dict(mask="causal", window=3),
+    "padding": dict(key_padding="pad"),
+    "alibi": dict(alibi=True),
+    "alibi slopes": dict(alibi=[0.5, 0.25, 1.5, 0.125]),
+    "bias": dict(bias="nm"),
+    "head bias": dict(bias="hnm"),
+    "sinks": dict(sinks=[0.5, -1.0, 2.0, 0.0]),
+    "llama": dict(kv_heads=2, mask="causal", window=3),
+    "everything": dict(kv_heads=2, mask="causal", window=4, key_padding="pad", alibi=True,
+                       bias="hnm", sinks=[1.0, 0.0, -2.0, 0.5], softcap=3.0),
+}
+
+
+def _problem(seed: int, combo: dict, cross: bool = False) -> dict:
+    rng = np.random.default_rng(seed)
+    n, m, d, heads = 6, (5 if cross else 6), 8, 4
+    groups = combo.get("kv_heads", heads)
+    out: dict = {"x": rng.standard_normal((n, d)), "heads": heads,
+                 "w_q": rng.standard_normal((d, heads * 2)),
+                 "w_k": rng.standard_normal((d, groups * 2)),
+                 "w_v": rng.standard_normal((d, groups * 3)),
+                 "w_o": rng.standard_normal((heads * 3, d))}
+    if cross:
+        out["x_kv"] = rng.standard_normal((m, d))
+    for key, value in combo.items():
+        if value == "pad":
+            value = [int(t) for t in rng.integers(0, 2, m)]
+            value[0] = 1  # the first key is always real: no query loses every key
+        elif value == "nm":
+            value = rng.standard_normal((n, m))
+        elif value == "hnm":
+            value = rng.standard_normal((heads, n, m))
+        out[key] = value
+    return out
+
+
+def _lists(p: dict) -> dict:
+    return {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in p.items()}
+
+
+def _close(got: np.ndarray, want: object) -> None:
+    want = np.array(want, dtype=float)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("cross", [False, True])
+@pytest.mark.parametrize("name", sorted(COMBOS))
+@pytest.mark.parametrize("seed", range(3))
+def test_every_stage_agrees_with_the_plain_loops(name: str, seed: int, cross: bool) -> None:
+    if cross and COMBOS[name].get("mask") == "causal":
+        pytest.skip("causal with more queries than keys is covered by the engine tests")
+    p = _problem(seed, COMBOS[name], cross)
+    ref = reference(**_lists(p))
+    tr = mhacli.trace(**p)
+    for stage in tr:
+        if stage in ref:
+            _close(tr[stage], ref[stage])
+    assert set(ref) - {"x", "x_kv"} <= set(tr)
+    _close(mhacli.attention(**p), ref["output"])
+    out32 = mhacli.attention(**p, dtype=np.float32)
+    np.testing.assert_allclose(out32, np.array(ref["output"]), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", sorted(COMBOS))
+def test_the_fast_path_in_many_small_blocks(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks of a row or two: windows and padding skip and cut key blocks correctly."""
+    rng = np.random.default_rng(5)
+    n, d, heads = 23, 8, 4
+    groups = COMBOS[name].get("kv_heads", heads)
+    p = {"x": rng.standard_normal((n, d)), "heads": heads,
+         "w_q": rng.standard_normal((d, heads * 2)), "w_k": rng.standard_normal((d, groups * 2)),
+         "w_v": rng.standard_normal((d, groups * 2))}
+    for key, value in COMBOS[name].items():
+        p[key] = {"pad": [1] + [int(t) for t in rng.integers(0, 2, n - 1)],
+                  "nm": rng.standard_normal((n, n)),
+                  "hnm": rng.standard_normal((heads, n, n))}.get(value, value) \
+            if isinstance(value, str) and value in ("pad", "nm", "hnm") else value
+    want = mhacli.trace(**p)["output"]
+    monkeypatch.setattr(paths, "_BLOCK_BYTES", 8 * 2 * n // 8)  # about two rows a block
+    np.testing.assert_allclose(mhacli.attention(**p), want, rtol=1e-12, atol=1e-12)
+
+
+# --------------------------------------------------------------------------- laws
+
+
+def test_laws_that_tie_each_variant_to_plain_attention() -> None:
+    p = _problem(1, {})
+    plain = mhacli.attention(**p)
+    same = [dict(kv_heads=4), dict(alibi=[0.0] * 4), dict(window=6), dict(key_padding=[1] * 6),
+            dict(sinks=[-1e4] * 4), dict(softcap=1e12), dict(bias=np.zeros((6, 6)))]
+    for extra in same:
+        np.testing.assert_allclose(mhacli.attention(**p, **extra), plain, rtol=1e-9, atol=1e-9,
+                                   err_msg=str(list(extra)))
+    # a sink takes weight: every row of weights sums to less than 1
+    tr = mhacli.trace(**p, sinks=[0.0] * 4)
+    assert (tr["weights"].sum(axis=-1) < 1).all()
+    # multi-query: every query head scores against the one key head
+    tr = mhacli.trace(**_problem(2, dict(kv_heads=1)))
+    assert tr["k_heads"].shape == (1, 6, 2)
+    for h in range(4):
+        np.testing.assert_allclose(tr["scores"][h], tr["q_heads"][h] @ tr["k_heads"][0].T)
+
+
+def test_reference_slopes_for_heads_not_a_power_of_two() -> None:
+    """ALiBi's rule for H = 6: the 4 slopes of 4 heads, then the 1st and 3rd of 8."""
+    from mhacli.engine.validate import alibi_slopes
+
+    four = [2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8]
+    eight = [2 ** -(h + 1) for h in range(8)]
+    assert [float(s) for s in alibi_slopes(6)] == four + [eight[0], eight[2]]
+    assert [float(s) for s in alibi_slopes(3)] == [2 ** -4, 2 ** -8, 2 ** -2]
+
+
+def test_a_row_with_every_key_padded_warns_and_a_sink_keeps_it_quiet() -> None:
+    p = _problem(3, dict(mask="causal", key_padding=[0, 1, 1, 1, 1, 1]))
+    with pytest.warns(mhacli.MaskedRowWarning):
+        tr = mhacli.trace(**p)
+    assert (tr["weights"][:, 0] == 0).all()
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tr = mhacli.trace(**p, sinks=[0.0] * 4)
+    assert (tr["weights"][:, 0] == 0).all() and (tr["head_outputs"][:, 0] == 0).all()
+
+
+# --------------------------------------------------------------------------- PyTorch
+
+try:
+    import torch  # type: ignore[no-redef]
+except ImportError:  # pragma: no cover - torch is optional
+    torch = None
+
+
+@pytest.mark.skipif(torch is None, reason="PyTorch is not installed")
+@pytest.mark.parametrize("name", ["gqa", "mqa", "window", "causal window", "padding", "alibi",
+                                  "bias", "head bias", "llama"])
+def test_pytorch_scaled_dot_product_attention_agrees(name: str) -> None:
+    import torch.nn.functional as F
+
+    p = _problem(7, COMBOS[name])
+    heads, groups = p["heads"], p.get("kv_heads", p["heads"])
+    x = torch.tensor(p["x"])
+    q = (x @ torch.tensor(p["w_q"])).reshape(6, heads, 2).transpose(0, 1)
+    k = (x @ torch.tensor(p["w_k"])).reshape(6, groups, 2).transpose(0, 1)
+    v = (x @ torch.tensor(p["w_v"])).reshape(6, groups, 3).transpose(0, 1)
+    i, j = torch.arange(6)[:, None], torch.arange(6)[None, :]
+    allowed = torch.ones(6, 6, dtype=torch.bool)
+    if p.get("mask") == "causal":
+        allowed &= j <= i
+    if "window" in p:
+        allowed &= (i - j).abs() < p["window"]
+    if "key_padding" in p:
+        allowed &= torch.tensor(p["key_padding"], dtype=torch.bool)[None, :]
+    float_mask = torch.zeros(heads, 6, 6, dtype=torch.float64)
+    if p.get("alibi") is True:  # the float attn_mask SDPA adds: −slope·|i − j|
+        slopes = torch.tensor([2.0 ** (-8 * h / heads) for h in range(1, heads + 1)],
+                              dtype=torch.float64)
+        float_mask -= slopes[:, None, None] * (i - j).abs()
+    if "bias" in p:
+        float_mask += torch.tensor(p["bias"])
+    float_mask = float_mask.masked_fill(~allowed, float("-inf"))
+    o = F.scaled_dot_product_attention(q, k, v, attn_mask=float_mask,
+                                       enable_gqa=groups != heads)
+    concat = o.transpose(0, 1).reshape(6, heads * 3)
+    want = (concat @ torch.tensor(p["w_o"])).numpy()
+    np.testing.assert_allclose(mhacli.attention(**p), want, rtol=1e-9, atol=1e-9)
+
+
+# --------------------------------------------------------------------------- files
+
+
+def _write(tmp_path: Path, p: dict) -> Path:
+    path = tmp_path / "variant.yaml"
+    path.write_text(yaml.safe_dump(_lists(p), default_flow_style=None))
+    return path
+
+
+@pytest.mark.parametrize("name", sorted(COMBOS))
+def test_a_problem_file_with_each_variant(tmp_path: Path, name: str) -> None:
+    p = _problem(4, COMBOS[name])
+    ref = reference(**_lists(p))
+    path = _write(tmp_path, p)
+    r = runner.invoke(app, ["run", str(path), "--format", "json"])
+    assert r.exit_code == 0, r.stderr
+    _close(np.array(json.loads(r.stdout)["output"]), ref["output"])
+    r = runner.invoke(app, ["explain", str(path), "--format", "json"])
+    stages = json.loads(r.stdout)["stages"]
+    for stage in ("k_heads", "alibi", "biased", "weights", "head_outputs"):
+        if stage in ref:
+            _close(np.array(stages[stage], dtype=float), ref[stage])
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"kv_heads": 3}, "kv_heads = 3 does not divide heads = 4"),
+    ({"kv_heads": 0}, "kv_heads must be a positive integer"),
+    ({"window": 0}, "window must be a positive integer"),
+    ({"key_padding": [1, 0]}, "key_padding must be a list of 6 entries"),
+    ({"key_padding": [1, 0, 1, 2, 1, 1]}, "expected 1 (may attend) or 0 (blocked)"),
+    ({"bias": [[1, 2], [3, 4]]}, "bias is 2 × 2 but the scores are n × m = 6 × 6"),
+    ({"sinks": [1, 2]}, "sinks needs one number per head (4)"),
+    ({"alibi": "maybe"}, "alibi"),
+])
+def test_a_bad_variant_is_one_clear_error(tmp_path: Path, extra: dict, message: str) -> None:
+    path = _write(tmp_path, {**_problem(4, {}), **extra})
+    r = runner.invoke(app, ["run", str(path)])
+    assert r.exit_code == 2 and r.stdout == "" and message in r.stderr, r.stderr
+    assert r.stderr.startswith(f"Error: {path}") and "Traceback" not in r.stderr
+
+
+def test_cells_of_the_new_stages_are_written_out(tmp_path: Path) -> None:
+    path = _write(tmp_path, _problem(4, dict(kv_heads=2, alibi=True, sinks=[0.5] * 4)))
+    cell = lambda spec: runner.invoke(  # noqa: E731
+        app, ["explain", str(path), "--cell", spec, "--stage", spec.split(":")[0],
+              "--format", "plain"]).stdout
+    assert "query head 4 uses key head 2" in cell("scores:4:2:3")
+    assert "−slope₃·|i − j|" in cell("alibi:3:5:2") and "|4 − 1|" in cell("alibi:3:5:2")
+    assert "the sink s₂" in cell("weights:2:1:1")
