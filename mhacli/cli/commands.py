@@ -16,9 +16,10 @@ import typer
 from .. import __version__
 from ..errors import MaskedRowWarning, MhaError
 from .options import (
-    INPUT, CheckFormat, DebugOpt, DModelOpt, Dtype, DtypeOpt, ExplainFormat, FileArg,
-    HeadsOpt, IntsOpt, Layout, LayoutOpt, MaskedRow, MaskedRowOpt, MaskOpt, PrecisionOpt,
-    RandomOpt, RunFormat, SampleOpt, ScaleOpt, SeedOpt, SoftcapOpt, TokensOpt,
+    INPUT, AlibiOpt, BiasOpt, CheckFormat, DebugOpt, DModelOpt, Dtype, DtypeOpt,
+    ExplainFormat, FileArg, HeadsOpt, IntsOpt, KeyPaddingOpt, KvHeadsOpt, Layout, LayoutOpt,
+    MaskedRow, MaskedRowOpt, MaskOpt, PrecisionOpt, RandomOpt, RunFormat, SampleOpt,
+    ScaleOpt, SeedOpt, SinksOpt, SoftcapOpt, TokensOpt, WindowOpt,
 )
 from .streams import check_writable, failed_write, write_file
 from .terminal import console_for_stdout, progress_bar, rich_stdout, show
@@ -139,6 +140,12 @@ def explain(
     mask: MaskOpt = None,
     scale: ScaleOpt = None,
     softcap: SoftcapOpt = None,
+    kv_heads: KvHeadsOpt = None,
+    window: WindowOpt = None,
+    key_padding: KeyPaddingOpt = None,
+    alibi: AlibiOpt = False,
+    sinks: SinksOpt = None,
+    bias: BiasOpt = None,
     stage: Annotated[Optional[list[str]], typer.Option(
         "--stage", "-s", help="Show only this stage (repeatable): x, q, k, v, q_heads, "
                               "scores (z), scaled, masked, weights (attention), "
@@ -193,6 +200,8 @@ def explain(
         prob = _problem(file, sample, random=random, seed=seed, tokens=tokens,
                         d_model=d_model, heads=heads, ints=ints, mask=mask, scale=scale,
                         softcap=softcap, dtype=dtype.value, masked_row=masked_row.value,
+                        kv_heads=kv_heads, window=window, key_padding=key_padding,
+                        alibi=alibi, sinks=sinks, bias=bias,
                         layout=layout.value if layout is not None else None)
         context["tokens"] = prob.tokens
         shown = layout.value if layout is not None else prob.layout
@@ -263,6 +272,12 @@ def run(
     mask: MaskOpt = None,
     scale: ScaleOpt = None,
     softcap: SoftcapOpt = None,
+    kv_heads: KvHeadsOpt = None,
+    window: WindowOpt = None,
+    key_padding: KeyPaddingOpt = None,
+    alibi: AlibiOpt = False,
+    sinks: SinksOpt = None,
+    bias: BiasOpt = None,
     fmt: Annotated[Optional[RunFormat], typer.Option(
         "--format", "-f", help="Output format (default: plain, or the -o file's extension: "
                                ".json .csv .tsv .yaml .npy .txt).", show_default=False)
@@ -296,7 +311,9 @@ def run(
 
         prob = _problem(file, sample, random=random, seed=seed, tokens=tokens,
                         d_model=d_model, heads=heads, ints=ints, mask=mask, scale=scale,
-                        softcap=softcap, dtype=dtype.value, masked_row=masked_row.value)
+                        softcap=softcap, dtype=dtype.value, masked_row=masked_row.value,
+                        kv_heads=kv_heads, window=window, key_padding=key_padding,
+                        alibi=alibi, sinks=sinks, bias=bias)
         context["tokens"] = prob.tokens
         fmt = fmt or _format_of(output)
         if fmt is RunFormat.npy and output is None and sys.stdout.isatty():
@@ -509,6 +526,12 @@ def generate(
     mask: MaskOpt = None,
     scale: ScaleOpt = None,
     softcap: SoftcapOpt = None,
+    kv_heads: KvHeadsOpt = None,
+    window: WindowOpt = None,
+    key_padding: KeyPaddingOpt = None,
+    alibi: AlibiOpt = False,
+    sinks: SinksOpt = None,
+    bias: BiasOpt = None,
     kv_tokens: Annotated[Optional[str], typer.Option(
         "--kv-tokens", help="Cross-attention: the number of key/value tokens, or the tokens "
                             "themselves.", rich_help_panel=INPUT)] = None,
@@ -560,6 +583,7 @@ def generate(
     with _guard(debug):
         from .. import engine
         from ..io import generate as gen
+        from ..io.choose import variant_settings
 
         if answers and blank:
             raise MhaError("--answers fills the answers in and --blank leaves them empty: "
@@ -575,7 +599,8 @@ def generate(
             kv_tokens=gen.parse_tokens(kv_tokens, "--kv-tokens") if kv_tokens is not None
             else None,
             d_kv=d_kv, w_o=not no_w_o, most=gen.MOST_WRITTEN, d_k=d_k, max_score=max_score,
-            mask=mask, scale=scale, softcap=softcap)
+            mask=mask, scale=scale, softcap=softcap, kv_heads=kv_heads,
+            variants=variant_settings(window, key_padding, alibi, sinks, bias))
         chosen = [engine.canonical(s) for s in stage] if stage else None
         filled = gen.answer_key(prob, chosen) if answers or blank else None
         what = "small integers" if ints else "random decimals"

@@ -3,6 +3,7 @@
 # No `from __future__ import annotations`: Typer reads these annotations at start-up.
 
 from enum import Enum
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -92,3 +93,23 @@ class CheckFormat(str, Enum):
     latex = "latex"
     jsonl = "jsonl"
     gradescope = "gradescope"
+
+VARIANTS = "Variants"
+KvHeadsOpt = Annotated[Optional[int], typer.Option(
+    "--kv-heads", metavar="G", help="Grouped-query attention: G key/value heads, each shared "
+    "by H/G consecutive query heads (1: multi-query).", rich_help_panel=VARIANTS)]
+WindowOpt = Annotated[Optional[int], typer.Option(
+    "--window", metavar="W", help="Sliding window: query i sees key j only if |i − j| < W "
+    "(with causal: the W keys up to i).", rich_help_panel=VARIANTS)]
+KeyPaddingOpt = Annotated[Optional[str], typer.Option(
+    "--key-padding", metavar="'1 1 0'", help="One 1/0 per key: 0 marks a padding key, "
+    "blocked for every query.", rich_help_panel=VARIANTS)]
+AlibiOpt = Annotated[bool, typer.Option(
+    "--alibi", help="ALiBi: add −slope_h·|i − j| to the scores, slopes 2^(−8h/H) (the "
+    "key alibi: in a file may give H slopes).", rich_help_panel=VARIANTS)]
+SinksOpt = Annotated[Optional[str], typer.Option(
+    "--sinks", metavar="'s1 s2 …'", help="Attention sinks: one extra logit per head in the "
+    "softmax, its weight dropped (gpt-oss).", rich_help_panel=VARIANTS)]
+BiasOpt = Annotated[Optional[Path], typer.Option(
+    "--bias", metavar="FILE", help="Add a matrix to the scores: n × m or H × n × m, from "
+    ".npy, or YAML/JSON holding the matrix (or a bias: key).", rich_help_panel=VARIANTS)]

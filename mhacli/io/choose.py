@@ -8,7 +8,7 @@ from typing import Any
 
 from ..errors import MhaError
 from .generate import parse_ints, parse_tokens, random_problem
-from .problem import Problem, load
+from .problem import Problem, load, read_bias
 from .samples import load_sample
 
 BUILT_IN = "intro"
@@ -20,14 +20,18 @@ def problem_from(*, file: str | None = None, sample: str | None = None,
                  ints: str | None = None, mask: str | None = None, scale: str | None = None,
                  dtype: str | None = None, masked_row: str | None = None,
                  softcap: str | None = None, layout: str | None = None,
-                 stdin: Any = None) -> Problem:
+                 stdin: Any = None, kv_heads: int | None = None, window: int | None = None,
+                 key_padding: str | None = None, alibi: bool = False,
+                 sinks: str | None = None, bias: Any = None) -> Problem:
     """The problem a command line describes, validated once with its overrides.
 
     ``tokens`` is a number of tokens (a random problem) or the labels themselves;
     ``ints`` is ``LO:HI`` for a random problem of small integers; ``layout`` is how a
-    file without a layout: key was written.
+    file without a layout: key was written; the variants (``kv_heads`` … ``bias``, a
+    file's path) are set as the options set them.
     """
     token_spec = parse_tokens(tokens) if tokens is not None else None
+    variants = variant_settings(window, key_padding, alibi, sinks, bias)
     generating = random or seed is not None or ints is not None or d_model is not None \
         or isinstance(token_spec, int)
     if file is not None and sample is not None:
@@ -42,15 +46,28 @@ def problem_from(*, file: str | None = None, sample: str | None = None,
             seed = secrets.randbelow(1_000_000)
         prob = random_problem(seed=seed, tokens=token_spec, d_model=d_model, heads=heads,
                               ints=parse_ints(ints) if ints is not None else None,
-                              mask=mask, scale=scale, softcap=softcap)
-        heads = mask = scale = softcap = None  # already used
+                              mask=mask, scale=scale, softcap=softcap, kv_heads=kv_heads,
+                              variants=variants)
+        heads = mask = scale = softcap = kv_heads = None  # already used
+        variants = {}
     elif file is not None:
         prob = load(file, stdin=stdin, layout=layout or "rows", heads=heads)
     else:
         prob = load_sample(sample or BUILT_IN)
     labels = token_spec if isinstance(token_spec, list) else None
     overrides = {"heads": heads, "mask": mask, "scale": scale, "dtype": dtype,
-                 "masked_row": masked_row, "softcap": softcap, "tokens": labels}
+                 "masked_row": masked_row, "softcap": softcap, "tokens": labels,
+                 "kv_heads": kv_heads, **variants}
     if any(v is not None for v in overrides.values()):
         prob = prob.with_overrides(**overrides)
     return prob
+
+
+def variant_settings(window: int | None = None, key_padding: str | None = None,
+                     alibi: bool = False, sinks: str | None = None,
+                     bias: Any = None) -> dict[str, Any]:
+    """The variants the options set (``bias`` names a file), as Problem settings."""
+    given = (("window", window), ("key_padding", key_padding),
+             ("alibi", True if alibi else None), ("sinks", sinks),
+             ("bias", read_bias(bias) if bias is not None else None))
+    return {k: v for k, v in given if v is not None}

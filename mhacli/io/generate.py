@@ -50,14 +50,16 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
                    kv_tokens: int | list[str] | None = None, d_kv: int | None = None,
                    w_o: bool = True, most: int = MOST_NUMBERS, d_k: int | None = None,
                    max_score: float | None = None, mask: Any = None, scale: Any = None,
-                   softcap: Any = None) -> Problem:
+                   softcap: Any = None, kv_heads: int | None = None,
+                   variants: dict[str, Any] | None = None) -> Problem:
     """A random problem: self-attention, or cross-attention when ``kv_tokens`` is given.
 
     Decimal entries are rounded to a few places (two at unit spread), so that what is
     shown is exactly what is used. ``ints`` draws whole numbers from LO to HI instead,
     for hand calculation: √d_k whole under the default scale, and the problem redrawn
     until every scaled score lies within ±``max_score`` (default 4) and no weight rounds
-    to 0.0000 or 1.0000 unless the mask makes it so.
+    to 0.0000 or 1.0000 unless the mask makes it so. ``kv_heads`` makes W_K and W_V
+    G·d_k wide (grouped-query); ``variants`` (window, alibi, …) are set as options are.
     """
     labels = tokens if isinstance(tokens, list) else None
     hand = ints is not None
@@ -74,6 +76,10 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
     if h < 1:
         raise MhaError(f"--heads must be at least 1, got {h}")
     width = _head_width(d, h, d_k, hand and _default_scale(scale))
+    g = h if kv_heads is None else kv_heads
+    if g < 1 or h % g:
+        raise MhaError(f"--kv-heads {g} must divide --heads {h} (each key/value head serves "
+                       "the same number of query heads)")
     if max_score is not None and not (math.isfinite(max_score) and max_score > 0):
         raise MhaError(f"--max-score must be a positive number, got {max_score:g}")
     if max_score is not None and not hand:
@@ -85,18 +91,19 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
     dkv = d if d_kv is None else d_kv
     if cross and (m < 1 or dkv < 1):
         raise MhaError("--kv-tokens and --d-kv must be at least 1")
-    hd = h * width
-    count = n * d + (m * dkv if cross else 0) + d * hd + 2 * dkv * hd + (hd * d if w_o else 0)
+    hd, gd = h * width, g * width
+    count = n * d + (m * dkv if cross else 0) + d * hd + 2 * dkv * gd + (hd * d if w_o else 0)
     if count > most:
         raise MhaError(f"a random problem of {n} tokens × d_model {d} would hold {count} "
                        f"numbers; this is limited to {most} (too large to generate)")
     source = "random problem" + (f" (seed {seed})" if seed is not None else "")
-    settings = {"mask": mask, "scale": scale, "softcap": softcap}
+    settings = {"mask": mask, "scale": scale, "softcap": softcap, **(variants or {})}
 
     def build(inputs: dict) -> Problem:
         written = dict(inputs)
-        prob = Problem.build({**inputs, "heads": h}, tokens=labels, kv_tokens=kv_labels,
-                             source=source, written=written)
+        grouped = {"kv_heads": g} if g != h else {}
+        prob = Problem.build({**inputs, "heads": h, **grouped}, tokens=labels,
+                             kv_tokens=kv_labels, source=source, written=written)
         if any(v is not None for v in settings.values()):
             prob = prob.with_overrides(**settings)
         return prob
@@ -111,7 +118,7 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
         inputs: dict = {"x": draw(n, d, 1.0)}
         if cross:
             inputs["x_kv"] = draw(m, dkv, 1.0)
-        inputs.update(w_q=draw(d, hd, sd_w), w_k=draw(dkv, hd, sd_kv), w_v=draw(dkv, hd, sd_kv))
+        inputs.update(w_q=draw(d, hd, sd_w), w_k=draw(dkv, gd, sd_kv), w_v=draw(dkv, gd, sd_kv))
         if w_o:
             inputs["w_o"] = draw(hd, d, sd_w)
         return build(inputs)
@@ -119,7 +126,7 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
         raise MhaError(f"an --ints exercise is worked by hand: {h} head(s) of {n} × {m} "
                        f"scores is more than a person does ({HAND_MOST} at most); use "
                        "--random for a problem this size")
-    return _hand_sized(rng, ints, n, m, d, dkv, h, width, cross, w_o,
+    return _hand_sized(rng, ints, n, m, d, dkv, h, g, width, cross, w_o,
                        HAND_MAX_SCORE if max_score is None else max_score, build)
 
 
@@ -158,7 +165,7 @@ def _head_width(d: int, h: int, d_k: int | None, whole_root: bool) -> int:
 
 
 def _hand_sized(rng: np.random.Generator, ints: tuple[int, int], n: int, m: int, d: int,
-                dkv: int, h: int, width: int, cross: bool, w_o: bool, bound: float,
+                dkv: int, h: int, g: int, width: int, cross: bool, w_o: bool, bound: float,
                 build: Callable[[dict], Problem]) -> Problem:
     """Small integers, redrawn until the exercise is one a person can do by hand.
 
@@ -182,23 +189,34 @@ def _hand_sized(rng: np.random.Generator, ints: tuple[int, int], n: int, m: int,
         density = max(0.15, 1.0 - attempt / (DRAWS / 2))
         x = draw(n, d, max(density, 0.5), every_row=True)
         x_kv = draw(m, dkv, max(density, 0.5), every_row=True) if cross else x
-        w_q, w_k = np.zeros((d, h * width)), np.zeros((dkv, h * width))
+        w_q, w_k = np.zeros((d, h * width)), np.zeros((dkv, g * width))
         trial = build({"x": x, **({"x_kv": x_kv} if cross else {}),
                        "w_q": w_q, "w_k": w_k, "w_v": w_k})
         s, allowed = trial.config.scale, trial.prepared.allowed()
-        for head in range(h):
-            cols = slice(head * width, (head + 1) * width)
-            for _ in range(HEAD_DRAWS):
-                wq, wk = draw(d, width, density), draw(dkv, width, density)
-                scaled = (x @ wq) @ (x_kv @ wk).T / s
-                if np.abs(scaled).max() <= bound and _varied(scaled, allowed):
-                    w_q[:, cols], w_k[:, cols] = wq, wk
+        share = h // g  # query heads a key head serves
+        for group in range(g):
+            for _ in range(HEAD_DRAWS):  # a key head, then query heads that fit with it
+                wk = draw(dkv, width, density)
+                keys = x_kv @ wk
+                found = []
+                for _ in range(share):
+                    for _ in range(HEAD_DRAWS):
+                        wq = draw(d, width, density)
+                        scaled = (x @ wq) @ keys.T / s
+                        if np.abs(scaled).max() <= bound and _varied(scaled, allowed):
+                            found.append(wq)
+                            break
+                if len(found) == share:
+                    w_k[:, group * width:(group + 1) * width] = wk
+                    for i, wq in enumerate(found):
+                        head = group * share + i
+                        w_q[:, head * width:(head + 1) * width] = wq
                     break
             else:
-                break  # this head found no weights that fit: draw the inputs again
+                break  # this key head found no weights that fit: draw the inputs again
         else:
             inputs = {"x": x, **({"x_kv": x_kv} if cross else {}), "w_q": w_q, "w_k": w_k,
-                      "w_v": draw(dkv, h * width, density)}
+                      "w_v": draw(dkv, g * width, density)}
             if w_o:
                 inputs["w_o"] = draw(h * width, d, density)
             prob = build(inputs)
@@ -271,6 +289,35 @@ def answer_key(problem: Problem, stages: list[str] | None = None) -> dict[str, n
             if not BY_NAME[s].given and (stages is None or s in stages)}
 
 
+def _variant_lines(problem: Problem, orient: Callable[[np.ndarray], np.ndarray]) -> list[str]:
+    """The variants a problem uses, as a problem file writes them."""
+    p, c = problem.prepared, problem.config
+    flat = lambda a: f"[{', '.join(_number(v) for v in a)}]"  # noqa: E731
+    out = []
+    if c.groups != c.heads:
+        out.append(f"kv_heads: {c.groups}")
+    if c.window is not None:
+        out.append(f"window: {c.window}")
+    if p.key_padding is not None:
+        out.append(f"key_padding: [{', '.join(str(int(v)) for v in p.key_padding)}]")
+    if p.slopes is not None:
+        given = problem.inputs.get("alibi")
+        out.append("alibi: true" if given is True or isinstance(given, str)
+                   else f"alibi: {flat(p.slopes)}")
+    if p.sinks is not None:
+        out.append(f"sinks: {flat(p.sinks)}")
+    if p.bias is not None:
+        b = orient(p.bias)
+        if b.ndim == 2:
+            out += _matrix_lines("bias", _texts(b))
+        else:
+            out.append("bias:")
+            for h, m in enumerate(b, start=1):
+                out.append(f"  - # head {h}")
+                out += [f"    - [{', '.join(r)}]" for r in _texts(m)]
+    return out
+
+
 def problem_yaml(problem: Problem, comment: str, answers: dict[str, np.ndarray] | None = None,
                  blank: bool = False, layout: str = "rows") -> str:
     """A problem file (with an answers: section when given) as YAML text.
@@ -300,6 +347,7 @@ def problem_yaml(problem: Problem, comment: str, answers: dict[str, np.ndarray] 
         out.append(f"scale: {rule if rule in ('dk', 'n', 'none') else _number(p.exact_scale)}")
     if c.softcap is not None:
         out.append(f"softcap: {numbers.written(c.softcap)}")
+    out += _variant_lines(problem, orient)
     for key in MATRICES:
         if key in problem.inputs:
             out += _matrix_lines(key, _texts(orient(getattr(p, key))))

@@ -87,7 +87,8 @@ class Problem:
                        masked_row: str | None = None, softcap: Any = None,
                        tokens: Any = None, kv_heads: int | None = None,
                        window: int | None = None, alibi: Any = None,
-                       key_padding: Any = None, sinks: Any = None) -> Problem:
+                       key_padding: Any = None, sinks: Any = None,
+                       bias: Any = None) -> Problem:
         """The same problem with settings changed (as on the command line): ``mask`` may
         be rows of 1/0 written as text, ``'1 0;1 1'``; ``tokens`` new row labels;
         ``key_padding`` and ``sinks`` may be text, ``'1 1 0'``."""
@@ -95,9 +96,10 @@ class Problem:
         written = dict(self.written)
         changes = {"heads": heads, "scale": scale, "dtype": dtype, "masked_row": masked_row,
                    "softcap": softcap, "kv_heads": kv_heads, "window": window,
-                   "alibi": alibi, "key_padding": key_padding, "sinks": sinks}
-        if sinks is not None or alibi is not None:
-            written.pop("sinks" if sinks is not None else "alibi", None)
+                   "alibi": alibi, "key_padding": key_padding, "sinks": sinks, "bias": bias}
+        for name in ("sinks", "alibi", "bias"):
+            if changes[name] is not None:
+                written.pop(name, None)
         for name, value in changes.items():
             if value is not None:
                 inputs[name] = value
@@ -413,6 +415,29 @@ def load(path: str | Path, *, stdin: Any = None, layout: str = "rows",
             return load(sample_path(str(p)), layout=layout, heads=heads).renamed(f"sample {p}")
     data, locate, source, base = _document(path, stdin)
     return from_mapping(data, source, base, layout, locate, heads)
+
+
+def read_bias(path: str | Path) -> np.ndarray:
+    """``--bias FILE``: a matrix (n × m or H × n × m) from .npy, or from YAML/JSON holding
+    the matrix itself or under a bias: key."""
+    p = Path(path)
+    if p.suffix.lower() == ".npy":
+        try:
+            arr = np.load(p, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise MhaError(f"cannot read it as .npy ({exc})", source=str(p)) from None
+        return read_array(arr, ("bias",), (2, 3))
+    data, locate, source, _ = _document(p)
+    if isinstance(data, dict):
+        if set(data) != {"bias"}:
+            raise MhaError("a bias file holds a matrix, or one key bias: with the matrix",
+                           source=source)
+        data = data["bias"]
+    try:
+        return read_array(data, ("bias",), (2, 3))
+    except MhaError as exc:
+        spot = locate(list(exc.path)) if locate is not None and exc.path else None
+        raise exc.located(source, *(spot or ())) from None
 
 
 # --------------------------------------------------------------------------- a course
