@@ -260,7 +260,7 @@ MISTAKES = {
            "the scores are divided by √n = 1.73 instead of √d_k = 1.41"),
     "no scaling, seen in the weights": (
         "weights", lambda: reference(**{**PROBLEM, "scale": "none"})["weights"],
-        "the scores are not divided by √d_k = 1.41 (made at scaled"),
+        "the scores are not divided by √d_k = 1.41 (made at scaled;"),
     "column softmax": ("weights", lambda: _per_head(lambda h: _softmax_columns(REF["masked"][h])),
                        "the softmax is taken down each column instead of along each row"),
     "mask after softmax": (

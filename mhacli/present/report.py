@@ -72,7 +72,7 @@ def mistake_note(s: StageReport) -> str | None:
     if s.mistake is None:
         return None
     where = "" if s.mistake_stage == s.stage else \
-        f" (made at {s.mistake_stage}, which you did not answer; your {s.stage} follow from it)"
+        f" (made at {s.mistake_stage}; your {s.stage} answers follow from it)"
     return f"Known mistake: {s.mistake}{where}."
 
 
