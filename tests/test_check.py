@@ -115,10 +115,15 @@ def test_carried_error_is_recognised(tmp_path: Path) -> None:
     r = check(homework(tmp_path, {"q": rows(q), "scores": rows(own)}), "--format", "plain")
     assert r.exit_code == 1
     assert "✗ q       1 of 12 cells wrong" in r.stdout
-    assert "These follow correctly from your own q" in r.stdout
+    # the wrong q changes row 1 of head 1's scores: those 3 cells follow from it, and are
+    # counted right (the mistake is marked once, in q)
+    assert "✓ scores  all 18 cells correct" in r.stdout
+    assert "3 cell(s) differ from the true values but follow from your own q" in r.stdout
+    assert "Result: 1 of 2 stage(s) wrong (q)" in r.stdout
     own[0][0][0] += 7  # now a mistake of its own too
     r = check(homework(tmp_path, {"q": rows(q), "scores": rows(own)}), "--format", "plain")
-    assert "do not follow from your own q either" in r.stdout
+    assert "✗ scores  1 of 18 cells wrong" in r.stdout
+    assert "2 cell(s) differ from the true values but follow from your own q" in r.stdout
 
 
 def test_bad_answer_entry_is_an_input_error(tmp_path: Path) -> None:
@@ -173,9 +178,10 @@ def test_blank_exercise_has_slots_of_the_right_shapes(tmp_path: Path) -> None:
     r = check(path, "--format", "plain")
     assert r.exit_code == 1  # nothing filled in: the work is not done
     cells = sum(np.array(a).size for a in data["answers"].values())
-    assert f"Result: not done: {cells} cell(s) left blank (--partial" in r.stdout
-    r = check(path, "--partial", "--format", "json")
-    assert r.exit_code == 0 and json.loads(r.stdout)["blank"] == cells
+    assert "Result: nothing filled in yet" in r.stdout
+    r = check(path, "--partial", "--format", "json")  # skipping blanks leaves nothing done
+    doc = json.loads(r.stdout)
+    assert r.exit_code == 1 and doc["blank"] == cells and doc["verdict"] == "not done"
 
 
 def test_generate_records_its_seed_so_the_file_can_be_made_again() -> None:

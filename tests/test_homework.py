@@ -323,7 +323,8 @@ def test_a_mistake_carried_from_an_earlier_stage_is_not_named_again(tmp_path: Pa
     r = mha("check", _submit(tmp_path, {"scores": scores, "scaled": scaled}), "--format", "plain")
     out = r.stdout
     assert out.count("Known mistake") == 1 and "Zᵀ" in out
-    assert "These follow correctly from your own scores" in out
+    assert "✓ scaled" in out and "follow from your own scores" in out
+    assert "Result: 1 of 2 stage(s) wrong (scores)" in out
 
 
 # --------------------------------------------------------------------------- a course
@@ -339,8 +340,9 @@ def test_the_sample_course_grades_as_a_teacher_would() -> None:
     by_name = {Path(line.split()[0]).stem: line for line in lines[:-1]}
     assert set(by_name) == {"alice", "bob", "carol"}
     assert " right: " in by_name["alice"]
-    assert " wrong in weights, output (weights: the softmax is taken down each column" \
-        in by_name["bob"]
+    # his output follows from his own weights: the mistake is marked once, in weights
+    assert " wrong in weights (the softmax is taken down each column instead of along each " \
+        "row); 2 of 3 stage(s), 30 of 48 cells right" in by_name["bob"]
     assert " not done: " in by_name["carol"]
     assert lines[-1] == "3 submission(s): 1 right, 1 wrong, 1 not done"
 
@@ -413,3 +415,108 @@ def test_one_unreadable_submission_does_not_stop_the_others(tmp_path: Path) -> N
     docs = [json.loads(line) for line in r.stdout.splitlines()]
     assert r.exit_code == 2 and docs[0]["correct"] is True and "error" in docs[1]
     assert r.stderr.startswith("Error: ")
+
+
+# --------------------------------------------------------------------------- carried on
+
+
+def _course_answers() -> tuple[dict, dict]:
+    key = yaml.safe_load((COURSE / "key.yaml").read_text())
+    from fractions import Fraction
+
+    def num(v: object) -> float:
+        return float(Fraction(str(v)))
+
+    answers = {s: np.vectorize(num)(np.array(a, dtype=object)).astype(float)
+               for s, a in key["answers"].items()}
+    return key, answers
+
+
+def _output_from(key: dict, weights: np.ndarray) -> np.ndarray:
+    """The output a person computes from their own weights (plain products)."""
+    x, w_v, w_o = (np.array(key[k], dtype=float) for k in ("x", "w_v", "w_o"))
+    v = x @ w_v
+    d_v = v.shape[1] // len(weights)
+    heads = [weights[h] @ v[:, h * d_v:(h + 1) * d_v] for h in range(len(weights))]
+    return np.hstack(heads) @ w_o
+
+
+def test_rounding_carried_from_right_answers_is_right(tmp_path: Path) -> None:
+    """Weights rounded to 2 decimals, the output worked from them: a teacher accepts it."""
+    key, truth = _course_answers()
+    weights = np.round(truth["weights"], 2)
+    output = np.round(_output_from(key, weights), 2)
+    assert (np.abs(output - truth["output"]) > 0.005).any()  # it differs from the truth
+    sub = tmp_path / "rounded.yaml"
+    sub.write_text(yaml.safe_dump({"answers": {"weights": weights.tolist(),
+                                               "output": output.tolist()}}))
+    r = mha("check", "--key", COURSE / "key.yaml", sub, "--stage", "weights", "--stage",
+            "output", "--format", "json")
+    doc = json.loads(r.stdout)
+    assert r.exit_code == 0 and doc["stages"]["output"]["carried"] > 0, r.stdout
+
+
+def test_a_slip_in_one_cell_is_the_only_cell_marked(tmp_path: Path) -> None:
+    key, truth = _course_answers()
+    weights = np.round(truth["weights"], 4)
+    output = np.round(_output_from(key, weights), 4)
+    output[2, 3] += 0.8  # copied wrong
+    sub = tmp_path / "slip.yaml"
+    sub.write_text(yaml.safe_dump({"answers": {"weights": weights.tolist(),
+                                               "output": output.tolist()}}))
+    r = mha("check", "--key", COURSE / "key.yaml", sub, "--stage", "weights", "--stage",
+            "output", "--format", "json")
+    wrong = json.loads(r.stdout)["stages"]["output"]["wrong"]
+    assert r.exit_code == 1 and [(w["row"], w["column"]) for w in wrong] == [(3, 4)]
+
+
+def test_gradescope_credits_a_step_that_follows_from_an_earlier_mistake() -> None:
+    r = mha("check", "--key", COURSE / "key.yaml", COURSE / "bob.yaml", "--format", "gradescope")
+    tests = {t["name"]: t for t in json.loads(r.stdout)["tests"]}
+    assert tests["output"]["score"] == 1 and tests["output"]["status"] == "passed"
+    assert tests["weights"]["score"] < 1 and tests["weights"]["status"] == "failed"
+
+
+def test_partial_with_nothing_filled_in_is_not_done() -> None:
+    r = mha("check", "--key", COURSE / "key.yaml", COURSE / "carol.yaml", "--partial")
+    assert r.exit_code == 1 and "nothing filled in" in r.stdout
+
+
+def test_a_stage_of_the_wrong_shape_still_counts_its_cells(tmp_path: Path) -> None:
+    _, truth = _course_answers()
+    sub = tmp_path / "shape.yaml"
+    sub.write_text(yaml.safe_dump({"answers": {"scores": truth["scores"].tolist(),
+                                               "weights": truth["weights"][0].tolist(),
+                                               "output": truth["output"].tolist()}}))
+    r = mha("check", "--key", COURSE / "key.yaml", sub, sub.parent / "shape.yaml",
+            "--format", "plain")
+    assert r.exit_code == 2 and "is given twice" in r.stderr
+    r = mha("check", "--key", COURSE / "key.yaml", sub, COURSE / "alice.yaml",
+            "--format", "plain")
+    assert "2 of 3 stage(s), 30 of 48 cells right" in r.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--key", "-", "-"], "standard input (-) can be read once only"),
+    (["--key", "KEY"], "give the submissions to grade"),
+    (["--key", "KEY", "ALICE", "--format", "gradescope", "--points", "weights=1e999"],
+     "a stage is worth 0 to 1000000 points"),
+    (["--key", "KEY", "ALICE", "--format", "gradescope", "--points", "weights=1",
+      "--points", "a=2"], "--points gives weights twice"),
+    (["--key", "KEY", "ALICE", "--format", "gradescope", "--points", "q=2"],
+     "--points q=…: q is not a stage being graded"),
+    (["--key", "KEY", "ALICE", "--format", "gradescope", "--points", "nosuch=2"],
+     "--points nosuch=2: unknown stage"),
+])
+def test_course_usage_errors(args: list[str], message: str) -> None:
+    names = {"KEY": str(COURSE / "key.yaml"), "ALICE": str(COURSE / "alice.yaml")}
+    r = mha("check", *[names.get(a, a) for a in args])
+    assert r.exit_code == 2 and message in r.stderr and "unexpected" not in r.stderr, r.stderr
+
+
+def test_gradescope_writes_results_even_when_the_submission_cannot_be_read(
+        tmp_path: Path) -> None:
+    r = mha("check", "--key", COURSE / "key.yaml", tmp_path / "missing.yaml",
+            "--format", "gradescope", "--points", "weights=2")
+    doc = json.loads(r.stdout)
+    assert r.exit_code == 2 and doc["score"] == 0 and "Could not be graded" in doc["output"]

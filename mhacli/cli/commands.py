@@ -411,15 +411,11 @@ def check(
     """
     with _guard(debug) as context:
         files = list(files or [])
-        if not files and sample is None:
-            raise MhaError("give the problem file to check (mha check FILE)")
-        if files and sample is not None:
-            raise MhaError("give FILEs or --sample, not both")
+        _check_sources(files, sample, key)
         if not math.isfinite(tolerance):
             raise MhaError(f"--tolerance must be a number of 0 or more, got {tolerance}")
-        if files.count("-") > 1:
-            raise MhaError("standard input (-) can be read once only")
         from .. import engine
+        from ..grading.judge import Truth
         from ..grading.judge import check as judge
         from ..present import report
 
@@ -429,13 +425,19 @@ def check(
             raise MhaError("--points sets what a stage is worth in --format gradescope")
         teacher = _key(key, layout, masked_row.value, tolerance) if key else None
         required = tuple(teacher.problem.answers) if teacher else ()
+        truth = Truth(teacher.problem) if teacher else None
+        for name in worth:
+            graded = only or required
+            if graded and name not in graded:
+                raise MhaError(f"--points {name}=…: {name} is not a stage being graded "
+                               f"({', '.join(graded)})")
         results: list[tuple[str, object]] = []
         for file in files or [None]:
             try:
                 if teacher is not None:
                     from ..io.problem import load_submission
 
-                    prob = load_submission(file or sample, teacher,
+                    prob = load_submission(file or _sample_file(sample), teacher,
                                            stdin=sys.stdin.buffer if file == "-" else None)
                 else:
                     prob = _problem(file, sample, masked_row=masked_row.value,
@@ -443,15 +445,13 @@ def check(
                 context["tokens"] = prob.tokens
                 with _about(prob):
                     results.append((prob.source, judge(prob, tolerance, partial=partial,
-                                                       only=only, required=required)))
+                                                       only=only, required=required,
+                                                       truth=truth)))
             except MhaError as exc:
                 if len(files) <= 1 and fmt not in (CheckFormat.jsonl, CheckFormat.gradescope):
                     raise
                 typer.echo(f"Error: {exc}", err=True)
                 results.append((exc.source or str(file), exc))
-        for name in worth:
-            if not any(name in r.checked for _, r in results if not isinstance(r, MhaError)):
-                raise MhaError(f"--points {name}=…: {name} is not a stage being graded")
         single = len(results) == 1 and not isinstance(results[0][1], MhaError)
         if fmt is CheckFormat.jsonl:
             sys.stdout.write(report.jsonl(results))
@@ -477,6 +477,38 @@ def check(
         raise typer.Exit(1)
 
 
+MOST_POINTS = 1_000_000  # what one stage may be worth in --points
+
+
+def _check_sources(files: list[str], sample: Optional[str], key: Optional[str]) -> None:
+    """What to grade: FILEs or --sample, each once; standard input once at most."""
+    if not files and sample is None:
+        raise MhaError("give the submissions to grade (mha check --key KEY FILE…)" if key
+                       else "give the problem file to check (mha check FILE)")
+    if files and sample is not None:
+        raise MhaError("give FILEs or --sample, not both")
+    if files.count("-") + (key == "-") > 1:
+        raise MhaError("standard input (-) can be read once only")
+    seen: dict[str, str] = {}
+    for f in files:
+        if f == "-":
+            continue
+        try:
+            same = str(Path(f).resolve())
+        except (OSError, RuntimeError):
+            same = f
+        if same in seen:
+            raise MhaError(f"{f} is given twice" + (f" (as {seen[same]})" if seen[same] != f
+                                                    else ""))
+        seen[same] = f
+
+
+def _sample_file(name: Optional[str]) -> str:
+    from ..io.samples import sample_path
+
+    return str(sample_path(name or ""))
+
+
 def _points(specs: list[str]) -> dict[str, float]:
     """``--points weights=2``: stage name (or alias) to what it is worth."""
     from .. import engine
@@ -488,12 +520,18 @@ def _points(specs: list[str]) -> dict[str, float]:
         if not eq:
             raise MhaError(f"--points takes STAGE=N, such as weights=2, got {spec!r}")
         try:
-            worth = float(exact(value.strip(), ("--points",)))
+            worth = exact(value.strip(), ("--points",))
         except MhaError:
             raise MhaError(f"--points {spec}: {value.strip()!r} is not a number") from None
-        if not (math.isfinite(worth) and worth >= 0):
-            raise MhaError(f"--points {spec}: a stage is worth 0 points or more")
-        out[engine.canonical(name.strip())] = worth
+        if not 0 <= worth <= MOST_POINTS:
+            raise MhaError(f"--points {spec}: a stage is worth 0 to {MOST_POINTS} points")
+        try:
+            stage = engine.canonical(name.strip())
+        except MhaError as exc:
+            raise MhaError(f"--points {spec}: {exc.message}") from None
+        if stage in out:
+            raise MhaError(f"--points gives {stage} twice")
+        out[stage] = float(worth)
     return out
 
 

@@ -48,17 +48,25 @@ class StageReport:
     wrong: list[Wrong] = field(default_factory=list)
     shape: tuple[int, ...] = ()  # the expected shape, when the answer's is wrong
     found: tuple[int, ...] | None = None  # the answer's shape (None: not a matrix)
-    # when an earlier answered stage is wrong: does this one follow from the person's
-    # own earlier numbers? None when every earlier answer is right (nothing to say)
-    consistent: bool | None = None
-    earlier_wrong: list[str] = field(default_factory=list)
+    # cells that differ from the true values but follow from the person's own earlier
+    # numbers (an earlier mistake, or their rounding, carried on): right, marked once
+    carried: int = 0
+    carried_from: list[str] = field(default_factory=list)  # the stages they follow from
     mistake: str | None = None  # a known mistake that reproduces what was written
     mistake_stage: str | None = None  # where that mistake is made
 
     @property
     def right(self) -> int:
-        """Cells written and right."""
+        """Cells written and right (carried ones included)."""
         return 0 if self.status == "shape" else self.cells - self.blank - len(self.wrong)
+
+    def passed(self, partial: bool = False) -> bool:
+        """Every cell right; with ``partial``, every cell written right (and some written)."""
+        return self.status == "correct" or partial and self.status == "incomplete"
+
+    def score(self, points: float = 1.0) -> float:
+        """Points for the share of the stage's cells that are right (a blank earns none)."""
+        return points * self.right / self.cells if self.cells else 0.0
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,7 @@ class Report:
     tolerance: float
     problem: Problem
     partial: bool = False  # blanks are skipped rather than work not done
+    ignored: list[str] = field(default_factory=list)  # answered, but not graded (a key's)
 
     @property
     def wrong(self) -> list[str]:
@@ -81,9 +90,38 @@ class Report:
         return sum(s.blank for s in self.stages)
 
     @property
+    def filled(self) -> int:
+        return sum(s.cells - s.blank for s in self.stages if s.status != "shape")
+
+    @property
     def ok(self) -> bool:
-        """Everything right, and (unless ``partial``) nothing left blank."""
-        return not self.wrong and (self.partial or self.blank == 0)
+        """Everything right; nothing left blank unless ``partial`` (and then something
+        filled in)."""
+        return not self.wrong and (self.blank == 0 or self.partial and self.filled > 0)
+
+    @property
+    def verdict(self) -> str:
+        """"right", "wrong" or "not done"."""
+        return "right" if self.ok else "wrong" if self.wrong else "not done"
+
+
+class Truth:
+    """A problem's true stages, computed once for every submission graded on it: the
+    traced path (as `explain` computes it: a fully blocked row warns, an overflow is
+    refused), and exact rationals as far as they go, when asked for."""
+
+    def __init__(self, problem: Problem) -> None:
+        self.problem = problem
+        self.trace = traced(problem.prepared)
+        self._exact: dict[str, Trace] = {}
+
+    def exact(self, until: str) -> Trace:
+        """Exact stages up to ``until``: made once, as far as the furthest asked for."""
+        have = self._exact.get("trace")
+        if have is None or until not in have.stages and \
+                STAGES.index(until) > STAGES.index(list(have.stages)[-1]):
+            self._exact["trace"] = exact_trace(self.problem.exact, until=until)
+        return self._exact["trace"]
 
 
 def _shaped(stage: str, claims: np.ndarray | str, expected: np.ndarray
@@ -105,12 +143,6 @@ def _judge(claims: np.ndarray, expected: np.ndarray, exact: np.ndarray | None,
         c: Claim
         e = float(expected[idx])
         x = exact[idx] if exact is not None else None
-        if allowance is not None:
-            e_slack = float(allowance[idx])
-            if not c.blank and np.isfinite(e) and np.isfinite(c.value) and \
-                    abs(c.value - e) <= tolerance + float(c.half_unit) + e_slack:
-                ok[idx] = True
-                continue
         if c.blank or np.isnan(e):  # blank, or nothing to compare (--masked-row nan)
             ok[idx] = True
         elif np.isinf(e) or np.isinf(c.value):
@@ -118,8 +150,9 @@ def _judge(claims: np.ndarray, expected: np.ndarray, exact: np.ndarray | None,
         elif c.exact is not None and isinstance(x, Fraction):
             ok[idx] = c.exact == x
         else:
-            slack = FLOAT_SLACK * max(1.0, abs(e))
-            ok[idx] = abs(c.value - e) <= tolerance + float(c.half_unit) + slack
+            slack = tolerance + float(c.half_unit) + FLOAT_SLACK * max(1.0, abs(e))
+            ok[idx] = abs(c.value - e) <= slack + (allowance[idx] if allowance is not None
+                                                   else 0.0)
     return ok
 
 
@@ -129,7 +162,7 @@ def _values(claims: np.ndarray, fill: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(written), fill, written)
 
 
-CARRY_CELLS = 600  # earlier answers up to this many cells: their rounding is carried
+CARRY_CELLS = 4000  # earlier answers up to this many cells: their rounding is carried
 
 
 def _carried_rounding(p: Prepared, own: dict[str, np.ndarray], half: dict[str, np.ndarray],
@@ -138,17 +171,17 @@ def _carried_rounding(p: Prepared, own: dict[str, np.ndarray], half: dict[str, n
     written to (0.24 stands for anything in 0.235 … 0.245): the sum over those cells of
     |change|, each found by moving that one cell. A person who computes from their own
     rounded numbers is then told their step follows from them."""
-    cells = [(name, idx) for name, h in half.items() for idx in map(tuple, np.argwhere(h > 0))]
-    if not cells or len(cells) > CARRY_CELLS:
+    if sum(int((h > 0).sum()) for h in half.values()) > CARRY_CELLS:
         return None
     with np.errstate(all="ignore"):
         base = traced(p, dict(own), checked=False).stages[stage]
         total = np.zeros(base.shape)
-        for name, idx in cells:
-            moved = own[name].copy()
-            moved[idx] += half[name][idx]
-            then = traced(p, {**own, name: moved}, checked=False).stages[stage]
-            total += np.nan_to_num(np.abs(then - base), nan=0.0, posinf=0.0)
+        for name, h in half.items():
+            for idx in map(tuple, np.argwhere(h > 0)):
+                moved = own[name].copy()
+                moved[idx] += h[idx]
+                then = traced(p, {**own, name: moved}, checked=False).stages[stage]
+                total += np.nan_to_num(np.abs(then - base), nan=0.0, posinf=0.0)
     return total * 1.01  # first order: a little room for the curvature of exp
 
 
@@ -160,39 +193,45 @@ def _blank_claims(shape: tuple[int, ...]) -> np.ndarray:
 
 
 def _known_mistake(p: Prepared, stage: str, claims: np.ndarray, own: dict[str, np.ndarray],
-                   tolerance: float, allowance: np.ndarray | None) -> Mistake | None:
+                   right: np.ndarray, tolerance: float, allowance: np.ndarray | None
+                   ) -> Mistake | None:
     """The first known mistake that, put into the person's own earlier numbers (and the
-    stages they did not answer), reproduces every number written at ``stage``."""
+    stages they did not answer), reproduces every number written at ``stage``;
+    ``right`` is the stage computed correctly from those numbers."""
     from .mistakes import MISTAKES
 
     have = [s.name for s in present(p.config)]
-    right = traced(p, dict(own), checked=False).stages  # from their own numbers, done right
+    mid = traced(p, dict(own), checked=False).stages  # what the mistakes start from
     filled = np.array([not c.blank for c in claims.flat]).reshape(claims.shape)
     for m in MISTAKES:
         if m.stage not in have or STAGES.index(m.stage) > STAGES.index(stage):
             continue
         with np.errstate(all="ignore"):
-            changed = m.redo(p, right)
+            changed = m.redo(p, mid)
             if changed is None:
                 continue
             then = traced(p, {**changed, **own}, checked=False).stages[stage]
         if then.shape != claims.shape:
             continue
-        differs = ~np.isclose(then, right[stage], rtol=1e-9, atol=1e-12, equal_nan=True)
+        differs = ~np.isclose(then, right, rtol=1e-9, atol=1e-12, equal_nan=True)
         if (differs & filled).any() and _judge(claims, then, None, tolerance, allowance).all():
             return m
     return None
 
 
 def check(problem: Problem, tolerance: float = 0.0, *, partial: bool = False,
-          only: list[str] | None = None, required: tuple[str, ...] = ()) -> Report:
-    """Judge every answered stage of ``problem`` against the traced path (the same one
-    `explain` uses: a fully blocked row warns, an overflow is refused).
+          only: list[str] | None = None, required: tuple[str, ...] = (),
+          truth: Truth | None = None) -> Report:
+    """Judge every answered stage of ``problem`` against its true stages (``truth``, when
+    several submissions share one problem, is computed once for them all).
 
     ``only`` limits the check to those stages; ``required`` are the stages to grade
     (a teacher's key: one the answers leave out is blank, one not asked for is not
-    graded); with
-    ``partial`` blanks are skipped instead of counting as work not done.
+    graded); with ``partial`` blanks are skipped instead of counting as work not done.
+
+    Each stage is judged against the true values and, where it differs, against what
+    the person's own earlier answers give (their blanks worked out from those): a cell
+    that follows from them is right, so an early mistake is marked once.
     """
     p = problem.prepared
     have = [s.name for s in present(p.config)]
@@ -207,41 +246,39 @@ def check(problem: Problem, tolerance: float = 0.0, *, partial: bool = False,
     wanted = set(only or required or problem.answers)  # a key's stages are the assignment
     if not wanted:
         raise MhaError("there is no answers: section to check", source=problem.source)
-    truth = traced(p)
+    truth = truth or Truth(problem)
     order = [s for s in STAGES if s in wanted]
     skipped = [s for s in have if s not in wanted and not BY_NAME[s].given]
-    exact: Trace | None = None
-    own: dict[str, np.ndarray] = {}  # the person's numbers so far, blanks filled in
+    ignored = [s for s in STAGES if s in problem.answers and s not in wanted]
+    exact_ok = problem.size <= EXACT_SIZE
+    last_exact = next((s for s in reversed(order) if BY_NAME[s].exact), None)
+    own: dict[str, np.ndarray] = {}  # the person's numbers so far, blanks worked out
     half: dict[str, np.ndarray] = {}  # the half unit each of them was written to
     reports: list[StageReport] = []
-    wrong_so_far: list[str] = []
     for stage in order:
-        expected = truth.stages[stage]
+        expected = truth.trace.stages[stage]
         answer = problem.answers.get(stage)
         claims = _blank_claims(expected.shape) if answer is None else \
             _shaped(stage, answer, expected)
         if claims is None:
-            reports.append(StageReport(stage, "shape", shape=expected.shape,
+            reports.append(StageReport(stage, "shape", cells=expected.size,
+                                       shape=expected.shape,
                                        found=None if isinstance(answer, str) else answer.shape))
-            wrong_so_far.append(stage)
             continue
-        if exact is None and BY_NAME[stage].exact and \
-                (problem.size <= EXACT_SIZE or any(c.exact is not None for c in claims.flat)):
-            # rational arithmetic: exact claims are judged exactly, and a wrong cell is
-            # told its exact value; only as far as the last stage answered
-            last = [s for s in order if BY_NAME[s].exact][-1]
-            exact = exact_trace(problem.exact, until=last)
-        exact_values = exact.stages.get(stage) if exact is not None else None
+        exact_values = None
+        if BY_NAME[stage].exact and last_exact is not None and \
+                (exact_ok or any(c.exact is not None for c in claims.flat)):
+            # exact claims are judged exactly, and a wrong cell is told its exact value
+            exact_values = truth.exact(last_exact).stages.get(stage)
         ok = _judge(claims, expected, exact_values, tolerance)
         blank = sum(c.blank for c in claims.flat)
-        consistent = None
+        from_own = traced(p, dict(own), checked=False).stages[stage] if own else expected
+        carried = np.zeros(ok.shape, dtype=bool)
         allowance = None
-        if wrong_so_far or half:  # what this stage would be, from the person's own numbers
-            allowance = _carried_rounding(p, own, half, stage) \
-                if problem.size <= EXACT_SIZE else None
-        if wrong_so_far:
-            from_own = traced(p, dict(own), checked=False).stages[stage]
-            consistent = bool(np.all(_judge(claims, from_own, None, tolerance, allowance)))
+        if own and not ok.all():  # does what differs follow from their own numbers?
+            allowance = _carried_rounding(p, own, half, stage) if exact_ok else None
+            carried = ~ok & _judge(claims, from_own, None, tolerance, allowance)
+        wrong_cells = ~ok & ~carried
         wrong = [Wrong(idx[0] + 1 if expected.ndim == 3 else None, idx[-2], idx[-1],
                        claims[idx].text, float(expected[idx]),
                        exact_values[idx] if exact_values is not None
@@ -249,18 +286,17 @@ def check(problem: Problem, tolerance: float = 0.0, *, partial: bool = False,
                        claims[idx].value - float(expected[idx])
                        if np.isfinite(expected[idx]) else float("nan"),
                        claims[idx].rounded(float(expected[idx])))
-                 for idx in map(tuple, np.argwhere(~ok).tolist())]
+                 for idx in map(tuple, np.argwhere(wrong_cells).tolist())]
         mistake = None
-        if wrong and not consistent and problem.size <= EXACT_SIZE:
-            mistake = _known_mistake(p, stage, claims, own, tolerance, allowance)
-        own[stage] = _values(claims, expected)
+        if wrong and exact_ok:
+            mistake = _known_mistake(p, stage, claims, own, from_own, tolerance, allowance)
+        own[stage] = _values(claims, from_own)
         half[stage] = np.array([float(c.half_unit) for c in claims.flat]).reshape(claims.shape)
         status = "wrong" if wrong else "blank" if blank == claims.size else \
             "incomplete" if blank else "correct"
         reports.append(StageReport(stage, status, claims.size, blank, wrong, (), None,
-                                   consistent, list(wrong_so_far),
+                                   int(carried.sum()), [s for s in own if s != stage][-1:],
                                    mistake.wording(p) if mistake else None,
                                    mistake.stage if mistake else None))
-        if wrong:
-            wrong_so_far.append(stage)
-    return Report(problem.source, order, skipped, reports, tolerance, problem, partial)
+    return Report(problem.source, order, skipped, reports, tolerance, problem, partial,
+                  ignored)

@@ -47,7 +47,7 @@ def problem_from(*, file: str | None = None, sample: str | None = None,
         prob = random_problem(seed=seed, tokens=token_spec, d_model=d_model, heads=heads,
                               ints=parse_ints(ints) if ints is not None else None,
                               mask=mask, scale=scale, softcap=softcap, kv_heads=kv_heads,
-                              variants=variants)
+                              variants=variants, strict=False)
         heads = mask = scale = softcap = kv_heads = None  # already used
         variants = {}
     elif file is not None:

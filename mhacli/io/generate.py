@@ -51,7 +51,7 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
                    w_o: bool = True, most: int = MOST_NUMBERS, d_k: int | None = None,
                    max_score: float | None = None, mask: Any = None, scale: Any = None,
                    softcap: Any = None, kv_heads: int | None = None,
-                   variants: dict[str, Any] | None = None) -> Problem:
+                   variants: dict[str, Any] | None = None, strict: bool = True) -> Problem:
     """A random problem: self-attention, or cross-attention when ``kv_tokens`` is given.
 
     Decimal entries are rounded to a few places (two at unit spread), so that what is
@@ -60,6 +60,8 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
     until every scaled score lies within ±``max_score`` (default 4) and no weight rounds
     to 0.0000 or 1.0000 unless the mask makes it so. ``kv_heads`` makes W_K and W_V
     G·d_k wide (grouped-query); ``variants`` (window, alibi, …) are set as options are.
+    Not ``strict`` (`explain`/`run --ints`), a problem too large to be hand-sized, or one
+    whose integers cannot be, is drawn as plain integers instead of refused.
     """
     labels = tokens if isinstance(tokens, list) else None
     hand = ints is not None
@@ -75,6 +77,14 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
         raise MhaError(f"--d-model must be at least 1, got {d}")
     if h < 1:
         raise MhaError(f"--heads must be at least 1, got {h}")
+    kv_labels = kv_tokens if isinstance(kv_tokens, list) else None
+    cross = kv_tokens is not None or d_kv is not None
+    m = len(kv_labels) if kv_labels else (kv_tokens if isinstance(kv_tokens, int) else n)
+    if hand and h * n * m > HAND_MOST:
+        if strict:
+            raise MhaError(f"an --ints exercise is worked by hand: {h} head(s) of {n} × {m} "
+                           f"scores is more than a person does ({HAND_MOST} at most)")
+        hand = False  # plain integers
     width = _head_width(d, h, d_k, hand and _default_scale(scale))
     g = h if kv_heads is None else kv_heads
     if g < 1 or h % g:
@@ -85,9 +95,6 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
     if max_score is not None and not hand:
         raise MhaError("--max-score bounds the scores of an --ints exercise: give --ints too")
     rng = np.random.default_rng(seed)
-    kv_labels = kv_tokens if isinstance(kv_tokens, list) else None
-    cross = kv_tokens is not None or d_kv is not None
-    m = len(kv_labels) if kv_labels else (kv_tokens if isinstance(kv_tokens, int) else n)
     dkv = d if d_kv is None else d_kv
     if cross and (m < 1 or dkv < 1):
         raise MhaError("--kv-tokens and --d-kv must be at least 1")
@@ -108,8 +115,10 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
             prob = prob.with_overrides(**settings)
         return prob
 
-    if not hand:
+    def plain() -> Problem:
         def draw(rows: int, cols: int, sd: float) -> np.ndarray:
+            if ints is not None:
+                return rng.integers(ints[0], ints[1] + 1, size=(rows, cols)).astype(float)
             # two decimals, one more per factor of ten the spread shrinks below 0.1
             places = 2 + max(0, int(np.ceil(-np.log10(sd))) - 1)
             return np.round(rng.standard_normal((rows, cols)) * sd, places)
@@ -122,19 +131,24 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
         if w_o:
             inputs["w_o"] = draw(hd, d, sd_w)
         return build(inputs)
-    if h * n * m > HAND_MOST:
-        raise MhaError(f"an --ints exercise is worked by hand: {h} head(s) of {n} × {m} "
-                       f"scores is more than a person does ({HAND_MOST} at most); use "
-                       "--random for a problem this size")
-    return _hand_sized(rng, ints, n, m, d, dkv, h, g, width, cross, w_o,
-                       HAND_MAX_SCORE if max_score is None else max_score, build)
+
+    if not hand:
+        return plain()
+    try:
+        return _hand_sized(rng, ints, n, m, d, dkv, h, g, width, cross, w_o,
+                           HAND_MAX_SCORE if max_score is None else max_score, build)
+    except MhaError:
+        if strict:
+            raise
+        return plain()
 
 
 HAND_TOKENS = 3  # an --ints exercise: 3 tokens of width 4, 2 heads (d_k = 4, √d_k = 2)
 HAND_D_MODEL = 4
 HAND_MAX_SCORE = 4.0
 DRAWS = 400  # whole problems tried before an --ints exercise is declared impossible
-HEAD_DRAWS = 60  # weights tried for one head, for each problem drawn
+KEY_DRAWS = 12  # key weights tried for one key/value head, for each problem drawn
+QUERY_DRAWS = 8  # query weights tried for one query head, for each key weights drawn
 HAND_MOST = 4096  # scores in all heads of an --ints exercise
 
 
@@ -195,12 +209,12 @@ def _hand_sized(rng: np.random.Generator, ints: tuple[int, int], n: int, m: int,
         s, allowed = trial.config.scale, trial.prepared.allowed()
         share = h // g  # query heads a key head serves
         for group in range(g):
-            for _ in range(HEAD_DRAWS):  # a key head, then query heads that fit with it
+            for _ in range(KEY_DRAWS):  # a key head, then query heads that fit with it
                 wk = draw(dkv, width, density)
                 keys = x_kv @ wk
                 found = []
                 for _ in range(share):
-                    for _ in range(HEAD_DRAWS):
+                    for _ in range(QUERY_DRAWS):
                         wq = draw(d, width, density)
                         scaled = (x @ wq) @ keys.T / s
                         if np.abs(scaled).max() <= bound and _varied(scaled, allowed):
@@ -222,6 +236,9 @@ def _hand_sized(rng: np.random.Generator, ints: tuple[int, int], n: int, m: int,
             prob = build(inputs)
             if _hand_sized_weights(prob, bound):
                 return prob
+    if lo == hi or (lo == 0 and hi == 0):
+        raise MhaError(f"--ints {lo}:{hi} draws one value only: every score of a row would "
+                       "be the same; give a range such as -1:1")
     raise MhaError(f"no exercise of integers {lo}:{hi} keeps every scaled score within "
                    f"±{bound:g} at this size; narrow --ints, raise --max-score, or make "
                    "--d-model or --d-k smaller")

@@ -57,9 +57,10 @@ def _where(at: Place) -> str:
 def expected_text(w: Wrong) -> str:
     """``0.24 (0.235004)``: at the precision written, then in full."""
     full = number(w.expected, w.expected_exact)
-    if w.rounded is None or w.rounded == w.written or w.rounded == full:
-        return full
-    return f"{w.rounded} ({full})"
+    text = full if w.rounded is None or w.rounded in (w.written, full) else \
+        f"{w.rounded} ({full})"
+    # the minus the person wrote: U+2212 (as mha prints it) or the ASCII hyphen
+    return text.replace("-", numbers.MINUS) if numbers.MINUS in w.written else text
 
 
 def _wrong_line(report: Report, stage: str, w: Wrong) -> str:
@@ -91,15 +92,13 @@ def shape_note(report: Report, s: StageReport) -> str:
 
 
 def _carried(s: StageReport) -> str | None:
-    """What to say about a wrong stage when an earlier answered stage was wrong too."""
-    if s.status != "wrong" or s.consistent is None:
+    """Cells that differ from the true values but follow from the person's own earlier
+    answers: right, and said so."""
+    if not s.carried:
         return None
-    earlier = ", ".join(s.earlier_wrong)
-    if s.consistent:
-        return (f"These follow correctly from your own {earlier}: the mistake was made "
-                "earlier; this step itself is right.")
-    return (f"These do not follow from your own {earlier} either: this step has a mistake "
-            "of its own.")
+    source = f"your own {s.carried_from[0]}" if s.carried_from else "your own earlier answers"
+    return (f"{s.carried} cell(s) differ from the true values but follow from {source} "
+            "(a mistake or rounding carried on): counted right.")
 
 
 def lines(report: Report, limit: int = 20) -> list[tuple[str, str]]:
@@ -108,30 +107,31 @@ def lines(report: Report, limit: int = 20) -> list[tuple[str, str]]:
             f"({', '.join(report.checked)})", "")]
     if report.skipped:
         out.append((f"Not checked: {', '.join(report.skipped)}", "note"))
+    if report.ignored:
+        out.append((f"Answered but not graded (the key does not ask for them): "
+                    f"{', '.join(report.ignored)}", "note"))
     width = max(len(s.stage) for s in report.stages)
     for s in report.stages:
         name = s.stage.ljust(width)
         if s.status == "shape":
             out.append((f"✗ {name}  wrong shape: {shape_note(report, s)}", "bad"))
             continue
-        filled = s.cells - s.blank
-        blanks = f", {s.blank} left blank" if s.blank else ""
         if s.status == "blank":
             out.append((f"· {name}  every cell left blank ({s.cells})",
                         "note" if report.partial else "bad"))
-        elif s.status in ("correct", "incomplete"):
-            style = "good" if s.status == "correct" or report.partial else "note"
-            out.append((f"✓ {name}  all {filled} cells correct{blanks}", style))
-        else:
-            out.append((f"✗ {name}  {len(s.wrong)} of {filled} cells wrong{blanks}", "bad"))
-            for w in s.wrong[:limit]:
-                out.append((f"    {_wrong_line(report, s.stage, w)}", ""))
-            if len(s.wrong) > limit:
-                out.append((f"    … and {len(s.wrong) - limit} more (--format json lists all)",
-                             "note"))
-            for note in (_carried(s), mistake_note(s)):
-                if note:
-                    out.append((f"    {note}", "note"))
+            continue
+        good = s.status == "correct" or s.passed(report.partial)
+        mark = "✗" if s.status == "wrong" else "✓"
+        out.append((f"{mark} {name}  {summary(report, s)}",
+                    "bad" if s.status == "wrong" else "good" if good else "note"))
+        for w in s.wrong[:limit]:
+            out.append((f"    {_wrong_line(report, s.stage, w)}", ""))
+        if len(s.wrong) > limit:
+            out.append((f"    … and {len(s.wrong) - limit} more (--format json lists all)",
+                         "note"))
+        for note in (_carried(s), mistake_note(s)):
+            if note:
+                out.append((f"    {note}", "note"))
     out.append(verdict(report))
     return out
 
@@ -145,11 +145,11 @@ def verdict(report: Report) -> tuple[str, str]:
     if bad:
         return (f"Result: {len(bad)} of {len(report.stages)} stage(s) wrong "
                 f"({', '.join(bad)}){not_done}{rules}", "bad")
+    if not report.filled:
+        return "Result: nothing filled in yet", "bad"
     if blank and not report.partial:
-        filled = sum(s.cells - s.blank for s in report.stages if s.status != "shape")
-        return (f"Result: not done: {blank} cell(s) left blank"
-                f"{f', the {filled} filled in are right' if filled else ''} "
-                "(--partial checks only what is filled in)", "bad")
+        return (f"Result: not done: {blank} cell(s) left blank, the {report.filled} "
+                "filled in are right (--partial checks only what is filled in)", "bad")
     skipped = f"; {blank} blank cell(s) skipped" if blank else ""
     return (f"Result: all {len(report.stages)} stage(s) correct{skipped}{rules}", "good")
 
@@ -227,11 +227,12 @@ def as_json(report: Report) -> str:
         stages[s.stage] = {
             "status": s.status, "cells": s.cells, "blank": s.blank,
             "shape_note": shape_note(report, s) if s.status == "shape" else None,
-            "consistent_with_own_earlier_answers": s.consistent if s.status == "wrong" else None,
+            "right": s.right, "carried": s.carried, "carried_from": s.carried_from,
             "mistake": s.mistake, "mistake_stage": s.mistake_stage,
             "wrong": wrong,
         }
-    doc = {"source": report.source, "correct": report.ok, "wrong": report.wrong,
+    doc = {"source": report.source, "correct": report.ok, "verdict": report.verdict,
+           "wrong": report.wrong, "ignored": report.ignored,
            "blank": report.blank, "partial": report.partial, "checked": report.checked,
            "not_answered": report.skipped, "tolerance": report.tolerance, "stages": stages}
     return json.dumps(doc, allow_nan=False, ensure_ascii=False) + "\n"
@@ -255,48 +256,49 @@ def as_text(report: Report, fmt: str) -> str:
 
 def brief(report: Report) -> str:
     """One submission in a line: right, wrong (where, and the mistake), or not done."""
-    stages = len(report.stages)
-    right = sum(s.status == "correct" or s.status == "incomplete" and report.partial
-                for s in report.stages)
+    right = sum(s.passed(report.partial) for s in report.stages)
     cells = sum(s.cells for s in report.stages)
     got = sum(s.right for s in report.stages)
-    tally = f"{right} of {stages} stage(s), {got} of {cells} cells right"
+    tally_ = f"{right} of {len(report.stages)} stage(s), {got} of {cells} cells right"
     if report.wrong:
         named = [s.mistake if len(report.wrong) == 1 else f"{s.stage}: {s.mistake}"
                  for s in report.stages if s.mistake]
         why = f" ({'; '.join(named)})" if named else ""
         blank = f", {report.blank} blank" if report.blank and not report.partial else ""
-        return f"wrong in {', '.join(report.wrong)}{why}; {tally}{blank}"
-    if report.blank and not report.partial:
-        return f"not done: {report.blank} cell(s) left blank; {tally}"
-    return f"right: {tally}"
+        return f"wrong in {', '.join(report.wrong)}{why}; {tally_}{blank}"
+    if not report.ok:
+        return f"not done: {report.blank} cell(s) left blank; {tally_}"
+    return f"right: {tally_}"
 
 
-def _verdict_word(r: Any) -> str:
-    if isinstance(r, MhaError):
-        return "unreadable"
-    return "right" if r.ok else "wrong" if r.wrong else "not done"
+VERDICTS = ("right", "wrong", "not done", "unreadable")
+
+
+def _verdict_of(r: Any) -> str:
+    return "unreadable" if isinstance(r, MhaError) else r.verdict
+
+
+def _unreadable(r: MhaError) -> str:
+    return f"unreadable: {r.message}"
 
 
 def tally(results: list[tuple[str, Any]]) -> str:
     """``3 submissions: 1 right, 1 wrong, 1 not done``."""
-    words = [_verdict_word(r) for _, r in results]
-    parts = [f"{words.count(w)} {w}" for w in ("right", "wrong", "not done", "unreadable")
-             if words.count(w)]
+    words = [_verdict_of(r) for _, r in results]
+    parts = [f"{words.count(w)} {w}" for w in VERDICTS if words.count(w)]
     return f"{len(results)} submission(s): {', '.join(parts)}"
+
+
+def _brief_of(r: Any) -> str:
+    return _unreadable(r) if isinstance(r, MhaError) else brief(r)
 
 
 def batch_lines(results: list[tuple[str, Any]]) -> list[tuple[str, str]]:
     """One line a submission, then the summary, as (text, style) lines."""
     width = max(len(src) for src, _ in results)
-    out = []
-    for src, r in results:
-        if isinstance(r, MhaError):
-            out.append((f"{src.ljust(width)}  unreadable: {r.message}", "bad"))
-        else:
-            out.append((f"{src.ljust(width)}  {brief(r)}", "good" if r.ok else "bad"))
-    out.append((tally(results), "note"))
-    return out
+    out = [(f"{src.ljust(width)}  {_brief_of(r)}",
+            "good" if not isinstance(r, MhaError) and r.ok else "bad") for src, r in results]
+    return out + [(tally(results), "note")]
 
 
 def _error_doc(src: str, e: MhaError) -> dict[str, Any]:
@@ -307,26 +309,26 @@ def as_dict(report: Report) -> dict[str, Any]:
     return json.loads(as_json(report))
 
 
+def _doc(src: str, r: Any) -> dict[str, Any]:
+    return _error_doc(src, r) if isinstance(r, MhaError) else as_dict(r)
+
+
 def jsonl(results: list[tuple[str, Any]]) -> str:
     """One JSON object a submission, a line each, and nothing else."""
-    return "".join(json.dumps(_error_doc(src, r) if isinstance(r, MhaError) else as_dict(r),
-                              allow_nan=False, ensure_ascii=False) + "\n"
+    return "".join(json.dumps(_doc(src, r), allow_nan=False, ensure_ascii=False) + "\n"
                    for src, r in results)
 
 
 def batch_json(results: list[tuple[str, Any]]) -> str:
-    words = [_verdict_word(r) for _, r in results]
-    doc = {"submissions": [_error_doc(src, r) if isinstance(r, MhaError) else as_dict(r)
-                           for src, r in results],
-           "summary": {w: words.count(w) for w in ("right", "wrong", "not done", "unreadable")}}
+    words = [_verdict_of(r) for _, r in results]
+    doc = {"submissions": [_doc(src, r) for src, r in results],
+           "summary": {w: words.count(w) for w in VERDICTS}}
     return json.dumps(doc, allow_nan=False, ensure_ascii=False) + "\n"
 
 
 def batch_markdown(results: list[tuple[str, Any]]) -> str:
     out = ["| submission | result |", "|---|---|"]
-    for src, r in results:
-        text = f"unreadable: {r.message}" if isinstance(r, MhaError) else brief(r)
-        out.append(f"| `{src}` | {text.replace('|', '∣')} |")
+    out += [f"| `{src}` | {_brief_of(r).replace('|', '∣')} |" for src, r in results]
     return "\n".join(out + ["", tally(results)]) + "\n"
 
 
@@ -334,28 +336,23 @@ def batch_latex(results: list[tuple[str, Any]]) -> str:
     from .markup import latex_text as esc
 
     out = [r"\begin{itemize}"]
-    for src, r in results:
-        text = f"unreadable: {r.message}" if isinstance(r, MhaError) else brief(r)
-        out.append(rf"  \item \texttt{{{esc(src)}}}: {esc(text)}")
+    out += [rf"  \item \texttt{{{esc(src)}}}: {esc(_brief_of(r))}" for src, r in results]
     return "\n".join(out + [r"\end{itemize}", esc(tally(results))]) + "\n"
 
 
 def gradescope(src: str, r: Any, points: dict[str, float]) -> dict[str, Any]:
     """The ``results.json`` object of Gradescope's autograder specification: one test a
-    stage, scored by the share of its cells right (blanks count as not right unless
-    ``--partial``) times its points."""
+    stage, scored by the share of its cells right (a blank earns nothing; cells that
+    follow from the student's own earlier answers count) times its points."""
     if isinstance(r, MhaError):
-        return {"score": 0, "output": f"{src}: could not be graded: {r}", "tests": []}
+        return {"score": 0, "output": f"Could not be graded: {r}", "tests": []}
     tests = []
     for s in r.stages:
         worth = points.get(s.stage, 1.0)
-        counted = s.cells - (s.blank if r.partial else 0)
-        share = s.right / counted if counted and s.status != "shape" else 0.0
         detail = [summary(r, s)] + [_wrong_line(r, s.stage, w) for w in s.wrong]
         detail += [n for n in (_carried(s), mistake_note(s)) if n]
-        passed = s.status == "correct" or s.status == "incomplete" and r.partial
-        tests.append({"name": s.stage, "score": round(worth * share, 6), "max_score": worth,
-                      "status": "passed" if passed else "failed",
+        tests.append({"name": s.stage, "score": round(s.score(worth), 6), "max_score": worth,
+                      "status": "passed" if s.status == "correct" else "failed",
                       "output": "\n".join(detail)})
     return {"score": round(sum(t["score"] for t in tests), 6),
             "output": f"{src}: {brief(r)}", "tests": tests}
