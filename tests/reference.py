@@ -37,7 +37,8 @@ def reference(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, 
               k: Any = None, v: Any = None, mask: Any = None, scale: Any = "dk",
               softcap: Any = None, kv_heads: Any = None, window: Any = None,
               alibi: Any = None, bias: Any = None, key_padding: Any = None,
-              sinks: Any = None, **_: Any) -> dict[str, Any]:
+              sinks: Any = None, rope: Any = None, positional: Any = None,
+              **_: Any) -> dict[str, Any]:
     """Every stage as nested lists; per-head stages are lists of H matrices (G for the
     key/value heads of grouped-query attention). The variants follow the contract's
     table: ALiBi and bias added after the softcap, then mask ∧ window ∧ key padding,
@@ -50,6 +51,22 @@ def reference(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, 
         st["x"] = xs
         if x_kv is not None:
             st["x_kv"] = kv
+        if positional is not None:
+            def table(rows: int, width: int) -> list[list[float]]:
+                if positional == "sinusoidal":
+                    return [[math.sin(p / 10000 ** (j / width)) if j % 2 == 0 else
+                             math.cos(p / 10000 ** ((j - 1) / width)) for j in range(width)]
+                            for p in range(rows)]
+                return [[float(t) for t in row] for row in positional[:rows]]
+            st["pos"] = table(len(xs), len(xs[0]))
+            xs = [[a + b for a, b in zip(r, pr)] for r, pr in zip(xs, st["pos"])]
+            st["x_pos"] = xs
+            if x_kv is not None:
+                pe_kv = table(len(kv), len(kv[0]))
+                kv = [[a + b for a, b in zip(r, pr)] for r, pr in zip(kv, pe_kv)]
+                st["x_kv_pos"] = kv
+            else:
+                kv = xs
         q = add_bias(matmul(xs, L(w_q)), V(b_q))
         k = add_bias(matmul(kv, L(w_k)), V(b_k))
         v = add_bias(matmul(kv, L(w_v)), V(b_v))
@@ -85,17 +102,37 @@ def reference(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, 
         slopes = pow2(heads) if p2 == heads else pow2(p2) + pow2(2 * p2)[0::2][:heads - p2]
     else:
         slopes = None if alibi is None else [float(t) for t in alibi]
-    names = ("q_heads", "k_heads", "v_heads", "scores", "scaled", "softcapped", "alibi",
-             "biased", "masked", "weights", "head_outputs")
+    spec = rope if isinstance(rope, dict) or rope is None else {"style": rope}
+
+    def turned(rows: list[list[float]]) -> list[list[float]]:
+        """RoPE from the contract: pair i turns by p·θ_i, θ_i = base^(−2i/dims)."""
+        if spec is None:
+            return rows
+        dims, base = int(spec.get("dims", d_k)), float(spec.get("base", 10000))
+        out = [list(r) for r in rows]
+        for p, r in enumerate(rows):
+            for i in range(dims // 2):
+                a, b = (2 * i, 2 * i + 1) if spec["style"] == "interleaved" else \
+                    (i, i + dims // 2)
+                angle = p * base ** (-2 * i / dims)
+                out[p][a] = r[a] * math.cos(angle) - r[b] * math.sin(angle)
+                out[p][b] = r[a] * math.sin(angle) + r[b] * math.cos(angle)
+        return out
+
+    names = ("q_heads", "k_heads", "v_heads", "q_rot", "k_rot", "scores", "scaled",
+             "softcapped", "alibi", "biased", "masked", "weights", "head_outputs")
     for name in names:
         st[name] = []
     for g in range(groups):
         st["k_heads"].append(columns(k, g * d_k, (g + 1) * d_k))
         st["v_heads"].append(columns(v, g * d_v, (g + 1) * d_v))
+        st["k_rot"].append(turned(st["k_heads"][-1]))
     for h in range(heads):
         g = h * groups // heads  # consecutive query heads share a key/value head
-        qh = columns(q, h * d_k, (h + 1) * d_k)
-        kh = columns(k, g * d_k, (g + 1) * d_k)
+        st["q_heads"].append(columns(q, h * d_k, (h + 1) * d_k))
+        qh = turned(st["q_heads"][-1])
+        st["q_rot"].append(qh)
+        kh = st["k_rot"][g]
         vh = columns(v, g * d_v, (g + 1) * d_v)
         z = [[math.fsum(qh[i][t] * kh[j][t] for t in range(d_k)) for j in range(m)]
              for i in range(n)]
@@ -121,12 +158,14 @@ def reference(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, 
             total = math.fsum(e + ([math.exp(sink - top)] if sink is not None else []))
             a.append([t / total for t in e])
         o = matmul(a, vh)
-        for name, val in zip(("q_heads", "scores", "scaled", "softcapped", "alibi", "biased",
+        for name, val in zip(("scores", "scaled", "softcapped", "alibi", "biased",
                               "masked", "weights", "head_outputs"),
-                             (qh, z, zs, zc, al, zb, zm, a, o)):
+                             (z, zs, zc, al, zb, zm, a, o)):
             st[name].append(val)
     if softcap is None:
         del st["softcapped"]
+    if spec is None:
+        del st["q_rot"], st["k_rot"]
     if slopes is None:
         del st["alibi"]
     if slopes is None and bias is None:

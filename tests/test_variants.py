@@ -32,7 +32,12 @@ COMBOS = {
     "bias": dict(bias="nm"),
     "head bias": dict(bias="hnm"),
     "sinks": dict(sinks=[0.5, -1.0, 2.0, 0.0]),
-    "llama": dict(kv_heads=2, mask="causal", window=3),
+    "rope half": dict(rope="half"),
+    "rope interleaved": dict(rope="interleaved"),
+    "rope partial": dict(rope={"style": "half", "base": 100, "dims": 2}),
+    "sinusoidal": dict(positional="sinusoidal"),
+    "learned positions": dict(positional="table"),
+    "llama": dict(kv_heads=2, mask="causal", window=3, rope="half"),
     "everything": dict(kv_heads=2, mask="causal", window=4, key_padding="pad", alibi=True,
                        bias="hnm", sinks=[1.0, 0.0, -2.0, 0.5], softcap=3.0),
 }
@@ -57,6 +62,8 @@ def _problem(seed: int, combo: dict, cross: bool = False) -> dict:
             value = rng.standard_normal((n, m))
         elif value == "hnm":
             value = rng.standard_normal((heads, n, m))
+        elif value == "table":
+            value = rng.standard_normal((max(n, m) + 2, d))
         out[key] = value
     return out
 
@@ -100,9 +107,9 @@ def test_the_fast_path_in_many_small_blocks(name: str, monkeypatch: pytest.Monke
          "w_v": rng.standard_normal((d, groups * 2))}
     for key, value in COMBOS[name].items():
         p[key] = {"pad": [1] + [int(t) for t in rng.integers(0, 2, n - 1)],
-                  "nm": rng.standard_normal((n, n)),
+                  "nm": rng.standard_normal((n, n)), "table": rng.standard_normal((n, d)),
                   "hnm": rng.standard_normal((heads, n, n))}.get(value, value) \
-            if isinstance(value, str) and value in ("pad", "nm", "hnm") else value
+            if isinstance(value, str) and value in ("pad", "nm", "hnm", "table") else value
     want = mhacli.trace(**p)["output"]
     monkeypatch.setattr(paths, "_BLOCK_BYTES", 8 * 2 * n // 8)  # about two rows a block
     np.testing.assert_allclose(mhacli.attention(**p), want, rtol=1e-12, atol=1e-12)
@@ -172,6 +179,15 @@ def test_pytorch_scaled_dot_product_attention_agrees(name: str) -> None:
     q = (x @ torch.tensor(p["w_q"])).reshape(6, heads, 2).transpose(0, 1)
     k = (x @ torch.tensor(p["w_k"])).reshape(6, groups, 2).transpose(0, 1)
     v = (x @ torch.tensor(p["w_v"])).reshape(6, groups, 3).transpose(0, 1)
+    if p.get("rope") == "half":  # as Hugging Face's Llama applies it: rotate_half
+        inv_freq = 1.0 / (10000 ** (torch.arange(0, 2, 2, dtype=torch.float64) / 2))
+        emb = torch.cat([torch.arange(6, dtype=torch.float64)[:, None] * inv_freq] * 2, -1)
+
+        def rotate_half(t):  # type: ignore[no-untyped-def]
+            return torch.cat([-t[..., 1:], t[..., :1]], -1)
+
+        q = q * emb.cos() + rotate_half(q) * emb.sin()
+        k = k * emb.cos() + rotate_half(k) * emb.sin()
     i, j = torch.arange(6)[:, None], torch.arange(6)[None, :]
     allowed = torch.ones(6, 6, dtype=torch.bool)
     if p.get("mask") == "causal":
@@ -244,3 +260,41 @@ def test_cells_of_the_new_stages_are_written_out(tmp_path: Path) -> None:
     assert "query head 4 uses key head 2" in cell("scores:4:2:3")
     assert "−slope₃·|i − j|" in cell("alibi:3:5:2") and "|4 − 1|" in cell("alibi:3:5:2")
     assert "the sink s₂" in cell("weights:2:1:1")
+
+
+@pytest.mark.parametrize("style", ["half", "interleaved"])
+def test_rope_laws(style: str) -> None:
+    """RoPE keeps each turned pair's length, leaves the dimensions past dims alone, and
+    makes a score depend on positions only through p_q − p_k."""
+    rng = np.random.default_rng(11)
+    row_q, row_k = rng.standard_normal(8), rng.standard_normal(8)
+    q, k = np.tile(row_q, (7, 1)), np.tile(row_k, (7, 1))  # the same vector at each position
+    tr = mhacli.trace(q=q, k=k, v=rng.standard_normal((7, 2)),
+                      rope={"style": style, "dims": 6, "base": 50})
+    one, two = (np.arange(0, 6, 2), np.arange(1, 6, 2)) if style == "interleaved" else \
+        (np.arange(3), np.arange(3, 6))
+    for name, before in (("q_rot", q), ("k_rot", k)):
+        after = tr[name][0]
+        np.testing.assert_allclose(np.hypot(after[:, one], after[:, two]),
+                                   np.hypot(before[:, one], before[:, two]), rtol=1e-12)
+        np.testing.assert_array_equal(after[:, 6:], before[:, 6:])
+    z = tr["scores"][0]
+    for shift in range(-6, 7):  # constant along each diagonal: a function of i − j
+        np.testing.assert_allclose(np.diagonal(z, shift), np.diagonal(z, shift)[0], rtol=1e-9)
+
+
+@pytest.mark.skipif(torch is None, reason="PyTorch is not installed")
+def test_rope_half_is_hugging_face_llamas_rotate_half() -> None:
+    rng = np.random.default_rng(12)
+    q, k = rng.standard_normal((5, 16)), rng.standard_normal((5, 16))  # 2 heads of d_k 8
+    tr = mhacli.trace(q=q, k=k, v=rng.standard_normal((5, 4)), heads=2, rope="half")
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, 8, 2, dtype=torch.float64) / 8))
+    emb = torch.cat([torch.arange(5, dtype=torch.float64)[:, None] * inv_freq] * 2, -1)
+
+    def rotate_half(t):  # type: ignore[no-untyped-def]
+        return torch.cat([-t[..., 4:], t[..., :4]], -1)
+
+    for name, a in (("q_rot", q), ("k_rot", k)):
+        heads = torch.tensor(a).reshape(5, 2, 8).transpose(0, 1)
+        want = heads * emb.cos() + rotate_half(heads) * emb.sin()
+        np.testing.assert_allclose(tr[name], want.numpy(), rtol=1e-12, atol=1e-12)

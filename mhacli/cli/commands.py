@@ -18,8 +18,8 @@ from ..errors import MaskedRowWarning, MhaError
 from .options import (
     INPUT, AlibiOpt, BiasOpt, CheckFormat, DebugOpt, DModelOpt, Dtype, DtypeOpt,
     ExplainFormat, FileArg, HeadsOpt, IntsOpt, KeyPaddingOpt, KvHeadsOpt, Layout, LayoutOpt,
-    MaskedRow, MaskedRowOpt, MaskOpt, PrecisionOpt, RandomOpt, RunFormat, SampleOpt,
-    ScaleOpt, SeedOpt, SinksOpt, SoftcapOpt, TokensOpt, WindowOpt,
+    MaskedRow, MaskedRowOpt, MaskOpt, PositionalOpt, PrecisionOpt, RandomOpt, RopeOpt,
+    RunFormat, SampleOpt, ScaleOpt, SeedOpt, SinksOpt, SoftcapOpt, TokensOpt, WindowOpt,
 )
 from .streams import check_writable, failed_write, write_file
 from .terminal import console_for_stdout, progress_bar, rich_stdout, show
@@ -146,6 +146,8 @@ def explain(
     alibi: AlibiOpt = False,
     sinks: SinksOpt = None,
     bias: BiasOpt = None,
+    rope: RopeOpt = None,
+    positional: PositionalOpt = None,
     stage: Annotated[Optional[list[str]], typer.Option(
         "--stage", "-s", help="Show only this stage (repeatable): x, q, k, v, q_heads, "
                               "scores (z), scaled, masked, weights (attention), "
@@ -201,7 +203,8 @@ def explain(
                         d_model=d_model, heads=heads, ints=ints, mask=mask, scale=scale,
                         softcap=softcap, dtype=dtype.value, masked_row=masked_row.value,
                         kv_heads=kv_heads, window=window, key_padding=key_padding,
-                        alibi=alibi, sinks=sinks, bias=bias,
+                        alibi=alibi, sinks=sinks, bias=bias, rope=rope,
+                        positional=positional,
                         layout=layout.value if layout is not None else None)
         context["tokens"] = prob.tokens
         shown = layout.value if layout is not None else prob.layout
@@ -278,6 +281,8 @@ def run(
     alibi: AlibiOpt = False,
     sinks: SinksOpt = None,
     bias: BiasOpt = None,
+    rope: RopeOpt = None,
+    positional: PositionalOpt = None,
     fmt: Annotated[Optional[RunFormat], typer.Option(
         "--format", "-f", help="Output format (default: plain, or the -o file's extension: "
                                ".json .csv .tsv .yaml .npy .txt).", show_default=False)
@@ -313,7 +318,8 @@ def run(
                         d_model=d_model, heads=heads, ints=ints, mask=mask, scale=scale,
                         softcap=softcap, dtype=dtype.value, masked_row=masked_row.value,
                         kv_heads=kv_heads, window=window, key_padding=key_padding,
-                        alibi=alibi, sinks=sinks, bias=bias)
+                        alibi=alibi, sinks=sinks, bias=bias, rope=rope,
+                        positional=positional)
         context["tokens"] = prob.tokens
         fmt = fmt or _format_of(output)
         if fmt is RunFormat.npy and output is None and sys.stdout.isatty():
@@ -570,6 +576,8 @@ def generate(
     alibi: AlibiOpt = False,
     sinks: SinksOpt = None,
     bias: BiasOpt = None,
+    rope: RopeOpt = None,
+    positional: PositionalOpt = None,
     kv_tokens: Annotated[Optional[str], typer.Option(
         "--kv-tokens", help="Cross-attention: the number of key/value tokens, or the tokens "
                             "themselves.", rich_help_panel=INPUT)] = None,
@@ -638,7 +646,8 @@ def generate(
             else None,
             d_kv=d_kv, w_o=not no_w_o, most=gen.MOST_WRITTEN, d_k=d_k, max_score=max_score,
             mask=mask, scale=scale, softcap=softcap, kv_heads=kv_heads,
-            variants=variant_settings(window, key_padding, alibi, sinks, bias))
+            variants=variant_settings(window, key_padding, alibi, sinks, bias, rope,
+                                      positional))
         chosen = [engine.canonical(s) for s in stage] if stage else None
         filled = gen.answer_key(prob, chosen) if answers or blank else None
         what = "small integers" if ints else "random decimals"

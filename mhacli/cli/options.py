@@ -113,3 +113,11 @@ SinksOpt = Annotated[Optional[str], typer.Option(
 BiasOpt = Annotated[Optional[Path], typer.Option(
     "--bias", metavar="FILE", help="Add a matrix to the scores: n × m or H × n × m, from "
     ".npy, or YAML/JSON holding the matrix (or a bias: key).", rich_help_panel=VARIANTS)]
+RopeOpt = Annotated[Optional[str], typer.Option(
+    "--rope", metavar="half|interleaved", help="Rotary embedding of each head's queries and "
+    "keys: pairs (i, i + d/2) as Llama (half) or (2i, 2i+1) as GPT-J (interleaved); base "
+    "and dims in a file's rope: key.", rich_help_panel=VARIANTS)]
+PositionalOpt = Annotated[Optional[str], typer.Option(
+    "--positional", metavar="sinusoidal|FILE", help="Add positional encodings to the "
+    "inputs: the paper's sinusoids, or a learned table (.npy, YAML or JSON).",
+    rich_help_panel=VARIANTS)]

@@ -164,3 +164,42 @@ def projections(x: Array, x_kv: Array | None, w_q: Array, w_k: Array, w_v: Array
                   joined_bias(b_q, b_k, b_v, w_q, w_k, w_v))  # (n, H·d_k + G·d_k + G·d_v)
     a, b = w_q.shape[1], w_q.shape[1] + w_k.shape[1]
     return qkv[:, :a], qkv[:, a:b], qkv[:, b:]
+
+
+def sinusoidal(rows: int, width: int, dtype: Any = np.float64) -> Array:
+    """The paper's positional encoding: PE[p, 2i] = sin(p / 10000^(2i/width)),
+    PE[p, 2i+1] = cos(p / 10000^(2i/width)), positions p = 0 … rows − 1."""
+    p = np.arange(rows, dtype=np.float64)[:, None]
+    two_i = np.arange(0, width, 2, dtype=np.float64)[None, :]
+    angle = p / np.power(10000.0, two_i / width)  # (rows, ⌈width/2⌉)
+    pe = np.empty((rows, width), dtype=np.float64)
+    pe[:, 0::2] = np.sin(angle)
+    pe[:, 1::2] = np.cos(angle[:, :width // 2])
+    return pe.astype(dtype, copy=False)
+
+
+def rope_pairs(style: str, dims: int) -> tuple[Array, Array]:
+    """The dimensions RoPE turns together: (first, second) index arrays of the dims/2
+    pairs. ``interleaved`` pairs (2i, 2i+1); ``half`` pairs (i, i + dims/2)."""
+    i = np.arange(dims // 2)
+    return (2 * i, 2 * i + 1) if style == "interleaved" else (i, i + dims // 2)
+
+
+def rope_angles(positions: Array, dims: int, base: float) -> Array:
+    """p·θ_i for each position p and pair i: θ_i = base^(−2i/dims); (len(positions), dims/2)."""
+    theta = np.power(float(base), -2.0 * np.arange(dims // 2) / dims)
+    return positions.astype(np.float64)[:, None] * theta[None, :]
+
+
+def rotate(a: Array, style: str, dims: int, base: float, first: int = 0) -> Array:
+    """Each head's rows turned by RoPE (a new array): pair (x, y) of row r becomes
+    (x·cos − y·sin, x·sin + y·cos) at the angle p·θ_i, p = first + r. ``a`` is
+    (heads, rows, d); dimensions past ``dims`` are left as they are."""
+    one, two = rope_pairs(style, dims)
+    angle = rope_angles(np.arange(first, first + a.shape[-2]), dims, base)  # (rows, dims/2)
+    cos, sin = np.cos(angle).astype(a.dtype), np.sin(angle).astype(a.dtype)
+    out = a.copy()
+    x, y = a[..., one], a[..., two]
+    out[..., one] = x * cos - y * sin
+    out[..., two] = x * sin + y * cos
+    return out

@@ -177,8 +177,12 @@ def _attend(p: Prepared, q: Array, k: Array, v: Array, progress: Progress | None
     b × m weights, written straight into its columns of the concatenation.
     """
     c = p.config
-    q_h = ops.divide(ops.split_heads(q, c.heads), c.scale)  # (H, n, d_k), scaled
-    k_t = ops.split_heads(k, c.groups).swapaxes(-1, -2)  # (G, d_k, m), a view
+    q_h, k_h = ops.split_heads(q, c.heads), ops.split_heads(k, c.groups)
+    if c.rope is not None:  # turned by position: O(n·d) new numbers, not O(n·m)
+        q_h = ops.rotate(q_h, c.rope, c.rope_dims, c.rope_base)
+        k_h = ops.rotate(k_h, c.rope, c.rope_dims, c.rope_base)
+    q_h = ops.divide(q_h, c.scale)  # (H, n, d_k), scaled
+    k_t = k_h.swapaxes(-1, -2)  # (G, d_k, m), a view
     v_h = ops.split_heads(v, c.groups)  # (G, m, d_v)
     out = np.empty((c.n, c.heads * c.d_v), dtype=q.dtype)  # (n, H·d_v): the concat
     size = q.dtype.itemsize
@@ -238,6 +242,10 @@ def fast(p: Prepared, progress: Progress | None = None) -> Array:
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused just below
         work = Work(p, exact=False)
         work.stages.update(x=p.x, x_kv=p.x_kv)  # type: ignore[dict-item]
+        if p.pe is not None:  # positions added to the inputs
+            work.stages["x_pos"] = p.x + p.pe  # type: ignore[operator]
+            if p.pe_kv is not None:
+                work.stages["x_kv_pos"] = p.x_kv + p.pe_kv  # type: ignore[operator]
         q, k, v = work.projections()
         work.stages["concat"] = _attend(p, q, k, v, progress)
         out = BY_NAME["output"].compute(work)  # (n, d_out)
@@ -257,7 +265,8 @@ def attention(
     mask: Any = None, scale: Any = "dk", dtype: Any = np.float64,
     masked_row: str = "zero", softcap: Any = None, kv_heads: int | None = None,
     window: int | None = None, alibi: Any = None, bias: Any = None,
-    key_padding: Any = None, sinks: Any = None, progress: Progress | None = None,
+    key_padding: Any = None, sinks: Any = None, rope: Any = None,
+    positional: Any = None, progress: Progress | None = None,
 ) -> Array:
     """Multi-head attention: the final output only (n × d_out), the fast path.
 
@@ -268,7 +277,9 @@ def attention(
     ``softcap`` (c: the scaled scores become c·tanh(z / c)), ``kv_heads`` (G key/value
     heads, grouped-query), ``window`` (query i sees key j only if |i − j| < w),
     ``alibi`` (True, or H slopes), ``bias`` (n × m or H × n × m, added to the scores),
-    ``key_padding`` (m entries of 1/0, 0 = a padding key) and ``sinks`` (H logits).
+    ``key_padding`` (m entries of 1/0, 0 = a padding key), ``sinks`` (H logits),
+    ``rope`` ("half", "interleaved" or {style, base, dims}: rotary embedding of q and k)
+    and ``positional`` ("sinusoidal" or a learned table added to the inputs).
     Raises MhaError on invalid input; warns (MaskedRowWarning) on fully blocked rows.
     ``progress(done, total)``, if given, hears how much of the work is done.
     """
@@ -284,7 +295,8 @@ def trace(
     mask: Any = None, scale: Any = "dk", dtype: Any = np.float64,
     masked_row: str = "zero", softcap: Any = None, kv_heads: int | None = None,
     window: int | None = None, alibi: Any = None, bias: Any = None,
-    key_padding: Any = None, sinks: Any = None,
+    key_padding: Any = None, sinks: Any = None, rope: Any = None,
+    positional: Any = None,
 ) -> Trace:
     """Multi-head attention with every intermediate stage kept (for small problems).
 

@@ -54,8 +54,9 @@ class Work:
             if self.c.direct:
                 self._qkv = (p.q, p.k, p.v)  # type: ignore[assignment]
             else:
-                self._qkv = ops.projections(self.stages["x"], self.stages.get("x_kv"),
-                                            p.w_q, p.w_k, p.w_v, p.b_q, p.b_k, p.b_v)
+                x = self.stages.get("x_pos", self.stages["x"])  # with positions added
+                x_kv = self.stages.get("x_kv_pos", self.stages.get("x_kv"))
+                self._qkv = ops.projections(x, x_kv, p.w_q, p.w_k, p.w_v, p.b_q, p.b_k, p.b_v)
         return self._qkv
 
     @property
@@ -137,6 +138,51 @@ def _cell_scores(e: Entry) -> list[str]:
             f"Q{hs} times row {e.col + 1} of K{gs}{uses})",
             f"  = {e.dot(e.row_of('q_heads', h, e.row), e.row_of('k_heads', g, e.col))}",
             f"  = {e.result}"]
+
+
+def _cell_pos(e: Entry) -> list[str]:
+    c, i, j = e.c, e.row, e.col
+    if c.positional == "learned":
+        return [f"{e.name} = row {i + 1} of the learned table, column {j + 1} = {e.result}"]
+    width = c.d_kv if e.stage == "x_kv_pos" else c.d_model
+    two_i = j - j % 2
+    fn = "sin" if j % 2 == 0 else "cos"
+    return [f"{e.name} = {fn}(p / 10000^({two_i}/{width})) with p = {i}  (position "
+            f"{i} is row {i + 1}; even columns sin, odd cos)",
+            f"  = {fn}({e.num(i / 10000 ** (two_i / width))})", f"  = {e.result}"]
+
+
+def _cell_x_pos(e: Entry) -> list[str]:
+    src, pe = ("x_kv", "the key side's positions") if e.stage == "x_kv_pos" else ("x", "pos")
+    value = e.p.pe_kv if e.stage == "x_kv_pos" else e.p.pe
+    e.mark(src, None, {e.row}, {e.col})
+    x = e.value(src, None, e.row, e.col)
+    return [f"{e.name} = {src}[{e.row_label}, {e.col + 1}] + {pe}[{e.row + 1}, {e.col + 1}]",
+            f"  = {e.factor(x)} + {e.factor(value[e.row, e.col])}", f"  = {e.result}"]
+
+
+def _cell_rot(e: Entry) -> list[str]:
+    c = e.c
+    h, i, j = e.head or 1, e.row, e.col
+    src = "q_heads" if e.stage == "q_rot" else "k_heads"
+    e.mark(src, h, {i})
+    if j >= c.rope_dims:
+        return [f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] = {e.result}  "
+                f"(dimensions past {c.rope_dims} are not turned)"]
+    one, two = ops.rope_pairs(c.rope, c.rope_dims)
+    pair = int(np.flatnonzero((one == j) | (two == j))[0])
+    a, b = int(one[pair]), int(two[pair])
+    angle = float(ops.rope_angles(np.array([i]), c.rope_dims, c.rope_base)[0, pair])
+    x, y = e.value(src, h, i, a), e.value(src, h, i, b)
+    cos, sin = e.factor(np.cos(angle)), e.factor(np.sin(angle))
+    theta = f"{e.num(angle)} = {i}·{c.rope_base:g}^(−{2 * pair}/{c.rope_dims})"
+    if j == a:
+        rule = f"x·cos − y·sin = {e.factor(x)}×{cos} − {e.factor(y)}×{sin}"
+    else:
+        rule = f"x·sin + y·cos = {e.factor(x)}×{sin} + {e.factor(y)}×{cos}"
+    return [f"{e.name}: dimensions {a + 1} and {b + 1} turn together (x, y) by the angle "
+            f"p·θ = {theta}  (p = {i})",
+            f"  {rule}", f"  = {e.result}"]
 
 
 def _cell_alibi(e: Entry) -> list[str]:
@@ -271,6 +317,32 @@ def _weights(w: Work) -> Array:
     return parts["weights"]  # (H, n, m)
 
 
+def _pos(w: Work, kv: bool = False) -> Array | None:
+    pe = w.p.pe_kv if kv else w.p.pe
+    return pe  # None in exact arithmetic for sin and cos: not rational
+
+
+def _x_pos(w: Work, kv: bool = False) -> Array | None:
+    pe = _pos(w, kv)
+    return None if pe is None else w["x_kv" if kv else "x"] + pe
+
+
+def _rot(w: Work, src: str) -> Array | None:
+    if w.exact:
+        return None  # cos and sin: not rational
+    c = w.c
+    return ops.rotate(w[src], c.rope, c.rope_dims, c.rope_base)
+
+
+def _rope_text(letter: str) -> Callable[[Formula], str]:
+    def text(f: Formula) -> str:
+        c = f.c
+        pairs = "(2i, 2i+1)" if c.rope == "interleaved" else f"(i, i + {c.rope_dims // 2})"
+        return (f"RoPE: {letter}{f.i} with each pair {pairs} of its first {c.rope_dims} "
+                f"dimensions turned by p·θ_i, θ_i = {c.rope_base:g}^(−2i/{c.rope_dims})")
+    return text
+
+
 def _alibi(w: Work) -> Array:
     c = w.c
     return ops.alibi(w.p.slopes, np.arange(c.n), np.arange(c.m))  # (H, n, m)
@@ -355,10 +427,27 @@ TABLE: tuple[Stage, ...] = (
           compute=lambda w: w.p.x, formula=_input_text("X, the query-side input"),
           latex=_tex("X"), cell=_cell_input, exact=True, given=True,
           exists=lambda c: not c.direct),
+    Stage("pos", "n × d_model", lambda c: (c.n, c.d_model), QUERY, NUMBERED,
+          compute=_pos,
+          formula=lambda f: "PE, the learned positions (its first n rows)"
+          if f.c.positional == "learned" else
+          "PE[p, 2i] = sin(p / 10000^(2i/d_model)), PE[p, 2i+1] = cos(…), p from 0",
+          latex=_tex("PE"), cell=_cell_pos, exact=True,
+          exists=lambda c: c.positional is not None),
+    Stage("x_pos", "n × d_model", lambda c: (c.n, c.d_model), QUERY, NUMBERED,
+          compute=_x_pos, formula=lambda f: "X + PE: the input with its positions",
+          latex=_tex("X + PE"), cell=_cell_x_pos, exact=True,
+          exists=lambda c: c.positional is not None),
     Stage("x_kv", "m × d_kv", lambda c: (c.m, c.d_kv), KEY, NUMBERED,
           compute=lambda w: w.p.x_kv, formula=_input_text("X_kv, the key/value-side input"),
           latex=_tex("X_{kv}"), cell=_cell_input, exact=True, given=True,
           exists=lambda c: c.cross),
+    Stage("x_kv_pos", "m × d_kv", lambda c: (c.m, c.d_kv), KEY, NUMBERED,
+          compute=lambda w: _x_pos(w, kv=True),
+          formula=lambda f: "X_kv + PE_kv: the key/value input with its own positions "
+                            "(p from 0)",
+          latex=_tex("X_{kv} + PE"), cell=_cell_x_pos, exact=True,
+          exists=lambda c: c.positional is not None and c.cross),
     Stage("q", "n × H·d_k", lambda c: (c.n, c.heads * c.d_k), QUERY, NUMBERED,
           compute=lambda w: w.projections()[0], formula=_proj_text("Q", "W_Q", lambda f: "X"),
           latex=_proj_tex("Q", "W_Q", "X"), cell=_cell_projection, exact=True),
@@ -380,8 +469,17 @@ TABLE: tuple[Stage, ...] = (
           compute=lambda w: ops.split_heads(w["v"], w.c.groups),
           formula=_split_text("V", lambda c: c.d_v, "d_v"), latex=_tex("V_{@h}"),
           cell=_cell_split, per_head=True, exact=True),
+    Stage("q_rot", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
+          compute=lambda w: _rot(w, "q_heads"), formula=_rope_text("Q"),
+          latex=_tex(r"\operatorname{RoPE}(Q_{@h})"), cell=_cell_rot, per_head=True,
+          exists=lambda c: c.rope is not None),
+    Stage("k_rot", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
+          compute=lambda w: _rot(w, "k_heads"), formula=_rope_text("K"),
+          latex=_tex(r"\operatorname{RoPE}(K_{@h})"), cell=_cell_rot, per_head=True,
+          exists=lambda c: c.rope is not None),
     Stage("scores", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
-          compute=lambda w: ops.scores(w["q_heads"], ops.shared(w["k_heads"], w.c.heads)),
+          compute=lambda w: ops.scores(w.stages.get("q_rot", w["q_heads"]), ops.shared(
+              w.stages.get("k_rot", w["k_heads"]), w.c.heads)),
           formula=lambda f: f"Z{f.i} = " + f.pick(f"Q{f.i}·K{f.i}ᵀ", f"K{f.i}ᵀ·Q{f.i}"),
           latex=_tex("Z_{@h}", r"Q_{@h} K_{@h}^{\top}", r"K_{@h}^{\top} Q_{@h}"),
           cell=_cell_scores, per_head=True, chain=True, exact=True, aliases=("z",)),

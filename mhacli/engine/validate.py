@@ -59,6 +59,10 @@ class Config:
     bias: bool = False  # an additive bias on the scores (PyTorch's float attn_mask)
     padding: bool = False  # key_padding: some keys blocked for every query
     sinks: bool = False  # an extra logit per head in the softmax, its weight dropped
+    rope: str | None = None  # "half" or "interleaved": rotary embedding of q and k
+    rope_base: float = 10000.0
+    rope_dims: int = 0  # the leading dimensions of each head that RoPE turns
+    positional: str | None = None  # "sinusoidal" or "learned": added to the inputs
 
     @property
     def groups(self) -> int:
@@ -106,6 +110,8 @@ class Prepared:
     bias: Array | None = None  # (n, m) or (H, n, m), added to the scores
     key_padding: npt.NDArray[np.bool_] | None = None  # (m,) True = a real key
     sinks: Array | None = None  # (H,) one extra logit per head
+    pe: Array | None = None  # (n, d_model) positional encoding of the query-side input
+    pe_kv: Array | None = None  # (m, d_kv) of the key/value-side input (cross-attention)
 
     def allowed(self, lo: int = 0, hi: int | None = None) -> npt.NDArray[np.bool_] | None:
         """Rows lo … hi − 1 of the n × m positions a query may attend to (mask ∧ window ∧
@@ -323,7 +329,7 @@ def prepare(
     mask: Any = None, scale: Any = "dk", dtype: Any = np.float64,
     masked_row: str = "zero", softcap: Any = None, kv_heads: Any = None,
     window: Any = None, alibi: Any = None, bias: Any = None, key_padding: Any = None,
-    sinks: Any = None, exact: bool = False,
+    sinks: Any = None, rope: Any = None, positional: Any = None, exact: bool = False,
 ) -> Prepared:
     """Check every shape against every other and copy into ``dtype``; raise MhaError.
 
@@ -459,6 +465,8 @@ def prepare(
     slopes = _slopes(alibi, heads, t)
     bias_a = _score_bias(bias, heads, n, m, t)
     sink_a = _per_head("sinks", sinks, heads, t)
+    rope_style, rope_base, rope_dims = _rope(rope, d_k)
+    pos_kind, pe, pe_kv = _positional(positional, x_a, xkv_a, t)
     dead = () if sink_a is not None else \
         _dead_rows(allowed, mask_kind == "causal", w, padding, n, m)
     if dead and masked_row == "error":
@@ -475,9 +483,74 @@ def prepare(
         has_w_o=wo is not None, masked_row=masked_row, softcap=cap,
         kv_heads=groups if groups != heads else 0, window=w, alibi=slopes is not None,
         bias=bias_a is not None, padding=padding is not None, sinks=sink_a is not None,
+        rope=rope_style, rope_base=rope_base, rope_dims=rope_dims, positional=pos_kind,
     )
     return Prepared(config, x_a, xkv_a, wq, wk, wv, wo, bq, bk, bv, bo, q_a, k_a, v_a,
-                    allowed, dead, exact_s, slopes, bias_a, padding, sink_a)
+                    allowed, dead, exact_s, slopes, bias_a, padding, sink_a, pe, pe_kv)
+
+
+ROPE_STYLES = ("half", "interleaved")
+
+
+def _rope(rope: Any, d_k: int) -> tuple[str | None, float, int]:
+    """``half`` or ``interleaved``, or a mapping {style, base (10000), dims (d_k)}."""
+    if rope is None or rope is False:
+        return None, 10000.0, 0
+    spec = dict(rope) if isinstance(rope, dict) else {"style": rope}
+    unknown = set(spec) - {"style", "base", "dims"}
+    if unknown:
+        raise MhaError(f"rope takes style, base and dims, not {', '.join(sorted(unknown))}",
+                       key=("rope", sorted(unknown)[0]))
+    style = spec.get("style", "half")
+    if not isinstance(style, str) or style.strip().lower() not in ROPE_STYLES:
+        raise MhaError(f"rope style must be half or interleaved, got {shown(style)}",
+                       key="rope")
+    base = _positive("rope.base", spec.get("base", 10000)) or 10000.0
+    dims = spec.get("dims", d_k)
+    if isinstance(dims, str) and dims.strip().isdigit():
+        dims = int(dims)
+    if isinstance(dims, (bool, np.bool_)) or not isinstance(dims, (int, np.integer)) \
+            or not 2 <= dims <= d_k or dims % 2:
+        raise MhaError(f"rope dims must be an even number from 2 to d_k = {d_k}, got "
+                       f"{shown(dims)}", key=("rope", "dims"))
+    return style.strip().lower(), float(base), int(dims)
+
+
+def _positional(value: Any, x: Array | None, x_kv: Array | None, dtype: Any
+                ) -> tuple[str | None, Array | None, Array | None]:
+    """``sinusoidal``, or a learned table of at least n rows × d_model (its first rows
+    used); the key/value-side input gets its own rows, positions from 0."""
+    if value is None:
+        return None, None, None
+    if x is None:
+        raise MhaError("positional encodings are added to x: give x and the weights, not q, "
+                       "k, v", key="positional")
+    n, d = x.shape
+    m = None if x_kv is None else x_kv.shape[0]
+    if isinstance(value, str):
+        if value.strip().lower() != "sinusoidal":
+            raise MhaError(f"positional must be sinusoidal or a matrix (a learned table), "
+                           f"got {shown(value)}", key="positional")
+        if dtype is object:  # sin and cos are irrational: no exact arithmetic here
+            return "sinusoidal", None, None
+        from .ops import sinusoidal
+
+        pe = _as_array("positional", sinusoidal(n, d), dtype)
+        pe_kv = None if x_kv is None else \
+            _as_array("positional", sinusoidal(m, x_kv.shape[1]), dtype)
+        return "sinusoidal", pe, pe_kv
+    table = _matrix("positional", value, dtype)
+    assert table is not None
+    rows = max(n, m or 0)
+    if table.shape[0] < rows or table.shape[1] != d:
+        raise MhaError(f"positional is {_shape(table)}: a learned table needs at least "
+                       f"{rows} rows (one per position) and d_model = {d} columns",
+                       key="positional")
+    if x_kv is not None and x_kv.shape[1] != d:
+        raise MhaError(f"a learned positional table is d_model = {d} wide but x_kv has "
+                       f"{x_kv.shape[1]} columns", key="positional")
+    pe_kv = None if x_kv is None else table[:m]
+    return "learned", table[:n], pe_kv
 
 
 def _window(window: Any) -> int | None:

@@ -22,7 +22,8 @@ def problem_from(*, file: str | None = None, sample: str | None = None,
                  softcap: str | None = None, layout: str | None = None,
                  stdin: Any = None, kv_heads: int | None = None, window: int | None = None,
                  key_padding: str | None = None, alibi: bool = False,
-                 sinks: str | None = None, bias: Any = None) -> Problem:
+                 sinks: str | None = None, bias: Any = None, rope: str | None = None,
+                 positional: str | None = None) -> Problem:
     """The problem a command line describes, validated once with its overrides.
 
     ``tokens`` is a number of tokens (a random problem) or the labels themselves;
@@ -31,7 +32,7 @@ def problem_from(*, file: str | None = None, sample: str | None = None,
     file's path) are set as the options set them.
     """
     token_spec = parse_tokens(tokens) if tokens is not None else None
-    variants = variant_settings(window, key_padding, alibi, sinks, bias)
+    variants = variant_settings(window, key_padding, alibi, sinks, bias, rope, positional)
     generating = random or seed is not None or ints is not None or d_model is not None \
         or isinstance(token_spec, int)
     if file is not None and sample is not None:
@@ -64,10 +65,15 @@ def problem_from(*, file: str | None = None, sample: str | None = None,
 
 
 def variant_settings(window: int | None = None, key_padding: str | None = None,
-                     alibi: bool = False, sinks: str | None = None,
-                     bias: Any = None) -> dict[str, Any]:
-    """The variants the options set (``bias`` names a file), as Problem settings."""
+                     alibi: bool = False, sinks: str | None = None, bias: Any = None,
+                     rope: str | None = None, positional: str | None = None
+                     ) -> dict[str, Any]:
+    """The variants the options set (``bias`` names a file; ``positional`` is
+    sinusoidal or names a file), as Problem settings."""
+    if positional is not None and positional.strip().lower() != "sinusoidal":
+        positional = read_bias(positional, "positional", (2,))  # type: ignore[assignment]
     given = (("window", window), ("key_padding", key_padding),
              ("alibi", True if alibi else None), ("sinks", sinks),
-             ("bias", read_bias(bias) if bias is not None else None))
+             ("bias", read_bias(bias) if bias is not None else None), ("rope", rope),
+             ("positional", positional))
     return {k: v for k, v in given if v is not None}

@@ -323,6 +323,14 @@ def _variant_lines(problem: Problem, orient: Callable[[np.ndarray], np.ndarray])
                    else f"alibi: {flat(p.slopes)}")
     if p.sinks is not None:
         out.append(f"sinks: {flat(p.sinks)}")
+    if c.rope is not None:
+        default = c.rope_base == 10000 and c.rope_dims == c.d_k
+        out.append(f"rope: {c.rope}" if default else
+                   f"rope: {{style: {c.rope}, base: {c.rope_base:g}, dims: {c.rope_dims}}}")
+    if c.positional == "sinusoidal":
+        out.append("positional: sinusoidal")
+    elif c.positional == "learned":
+        out += _matrix_lines("positional", _texts(orient(p.pe)))
     if p.bias is not None:
         b = orient(p.bias)
         if b.ndim == 2:

@@ -30,7 +30,7 @@ from .reader import Locator, parse_text, read_bytes, read_file, read_npz
 
 SETTINGS = ("scale", "softcap")  # numbers or words, read by the engine's own rules
 COUNTS = ("kv_heads", "window")  # whole numbers
-VARIANTS = ("alibi", "bias", "key_padding", "sinks")  # lists and matrices of the variants
+VARIANTS = ("alibi", "bias", "key_padding", "sinks", "rope", "positional")  # the variants
 KNOWN_KEYS = ("tokens", "kv_tokens", "heads", "mask", "layout", "answers") + SETTINGS \
     + COUNTS + VARIANTS + MATRICES + VECTORS
 EMPTY: Mapping[str, Any] = MappingProxyType({})
@@ -88,7 +88,8 @@ class Problem:
                        tokens: Any = None, kv_heads: int | None = None,
                        window: int | None = None, alibi: Any = None,
                        key_padding: Any = None, sinks: Any = None,
-                       bias: Any = None) -> Problem:
+                       bias: Any = None, rope: Any = None, positional: Any = None
+                       ) -> Problem:
         """The same problem with settings changed (as on the command line): ``mask`` may
         be rows of 1/0 written as text, ``'1 0;1 1'``; ``tokens`` new row labels;
         ``key_padding`` and ``sinks`` may be text, ``'1 1 0'``."""
@@ -96,8 +97,9 @@ class Problem:
         written = dict(self.written)
         changes = {"heads": heads, "scale": scale, "dtype": dtype, "masked_row": masked_row,
                    "softcap": softcap, "kv_heads": kv_heads, "window": window,
-                   "alibi": alibi, "key_padding": key_padding, "sinks": sinks, "bias": bias}
-        for name in ("sinks", "alibi", "bias"):
+                   "alibi": alibi, "key_padding": key_padding, "sinks": sinks, "bias": bias,
+                   "rope": rope, "positional": positional}
+        for name in ("sinks", "alibi", "bias", "positional"):
             if changes[name] is not None:
                 written.pop(name, None)
         for name, value in changes.items():
@@ -208,10 +210,12 @@ def _variant(key: str, value: Any, layout: str, written: dict[str, Any]) -> Any:
     arithmetic."""
     if isinstance(value, np.ndarray) and value.ndim == 0:
         value = value.item()
-    if key == "alibi" and isinstance(value, (str, bool)):
+    if key == "alibi" and isinstance(value, (str, bool)) or key == "key_padding" \
+            or key == "rope" or key == "positional" and isinstance(value, str):
         return value
-    if key == "key_padding":
-        return value
+    if key == "positional":
+        written[key] = value
+        return to_rows(key, read_array(value, (key,), (2,)), layout)
     dims = {"alibi": (1,), "sinks": (1,), "bias": (2, 3)}[key]
     written[key] = value
     return to_rows(key, read_array(value, (key,), dims), layout)
@@ -417,24 +421,25 @@ def load(path: str | Path, *, stdin: Any = None, layout: str = "rows",
     return from_mapping(data, source, base, layout, locate, heads)
 
 
-def read_bias(path: str | Path) -> np.ndarray:
-    """``--bias FILE``: a matrix (n × m or H × n × m) from .npy, or from YAML/JSON holding
-    the matrix itself or under a bias: key."""
+def read_bias(path: str | Path, key: str = "bias", dims: tuple[int, ...] = (2, 3)
+              ) -> np.ndarray:
+    """``--bias FILE`` (or ``--positional FILE``): a matrix from .npy, or from YAML/JSON
+    holding the matrix itself or under the key's name."""
     p = Path(path)
     if p.suffix.lower() == ".npy":
         try:
             arr = np.load(p, allow_pickle=False)
         except (OSError, ValueError) as exc:
             raise MhaError(f"cannot read it as .npy ({exc})", source=str(p)) from None
-        return read_array(arr, ("bias",), (2, 3))
+        return read_array(arr, (key,), dims)
     data, locate, source, _ = _document(p)
     if isinstance(data, dict):
-        if set(data) != {"bias"}:
-            raise MhaError("a bias file holds a matrix, or one key bias: with the matrix",
+        if set(data) != {key}:
+            raise MhaError(f"a {key} file holds a matrix, or one key {key}: with the matrix",
                            source=source)
-        data = data["bias"]
+        data = data[key]
     try:
-        return read_array(data, ("bias",), (2, 3))
+        return read_array(data, (key,), dims)
     except MhaError as exc:
         spot = locate(list(exc.path)) if locate is not None and exc.path else None
         raise exc.located(source, *(spot or ())) from None
