@@ -116,23 +116,35 @@ def peak_kib():  # the high-water mark of resident memory (VmHWM), in KiB
 
 with open("/proc/self/clear_refs", "w") as f:  # a child may inherit its parent's mark
     f.write("5")
-n, d, h = 16384, 256, 4
+import sys, time
+n, d, h = 16384, 256, int(sys.argv[1])
 rng = np.random.default_rng(0)
 x = rng.standard_normal((n, d), dtype=np.float32)
-ws = [(rng.standard_normal((d, d), dtype=np.float32) / 16) for _ in range(4)]
+variants = eval(sys.argv[2])  # the variants, as keyword arguments
+g = variants.get("kv_heads", h)
+ws = [rng.standard_normal(shape, dtype=np.float32) / 16
+      for shape in ((d, d), (d, d * g // h), (d, d * g // h), (d, d))]
 before = peak_kib()
-out = mhacli.attention(x, *ws[:3], w_o=ws[3], heads=h, mask="causal", dtype=np.float32)
-print(before, peak_kib(), bool(np.isfinite(out).all()))
+start = time.perf_counter()
+out = mhacli.attention(x, *ws[:3], w_o=ws[3], heads=h, mask="causal", dtype=np.float32,
+                       **variants)
+print(before, peak_kib(), bool(np.isfinite(out).all()), time.perf_counter() - start)
 """
+VARIANT_RUNS = (  # heads, variants: the contract's plain case, then issue 12's Llama-like one
+    (4, "{}"),
+    (8, "{'kv_heads': 2, 'rope': 'half', 'window': 1024}"),
+)
 
 
 def memory() -> None:
-    out = subprocess.run([sys.executable, "-c", MEMORY_CHILD], capture_output=True, text=True,
-                         check=True).stdout.split()
-    before, peak = int(out[0]) / 2**20, int(out[1]) / 2**20  # KiB -> GiB
-    print(f"Memory, n = 16384, d_model = 256, H = 4, causal, float32: peak resident "
-          f"{peak:.2f} GiB ({before:.2f} GiB with the inputs, before the call; target ≤ 1 GiB;"
-          f" the whole score tensor would be {16384 * 16384 * 4 * 4 / 2**30:.0f} GiB)")
+    for heads, variants in VARIANT_RUNS:
+        out = subprocess.run([sys.executable, "-c", MEMORY_CHILD, str(heads), variants],
+                             capture_output=True, text=True, check=True).stdout.split()
+        before, peak = int(out[0]) / 2**20, int(out[1]) / 2**20  # KiB -> GiB
+        print(f"Memory, n = 16384, d_model = 256, H = {heads}, causal, float32, {variants}: "
+              f"peak resident {peak:.2f} GiB ({before:.2f} GiB with the inputs, before the "
+              f"call; target ≤ 1 GiB; the whole score tensor would be "
+              f"{16384 * 16384 * heads * 4 / 2**30:.0f} GiB); {float(out[3]):.2f} s")
 
 
 def wall(cmd: list[str], repeats: int, env: dict | None = None) -> float:

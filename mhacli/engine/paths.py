@@ -211,9 +211,9 @@ def _attend(p: Prepared, q: Array, k: Array, v: Array, progress: Progress | None
                 if lo < k1:  # blocked: key j > query i, inside the diagonal square
                     np.copyto(z[:, lo:k1], -np.inf, where=upper[:hi - lo, :k1 - lo])
             elif c.blocks:
-                allowed = p.allowed(lo, hi)
+                allowed = p.allowed(lo, hi, k0, k1)
                 assert allowed is not None
-                np.copyto(z, -np.inf, where=~allowed[:, k0:k1])
+                np.copyto(z, -np.inf, where=~allowed)
             sink = None if sinks is None else sinks[h]
             _, total, dead = ops.exp_shifted(z, sink)
             o = out[lo:hi, h * c.d_v:(h + 1) * c.d_v]  # (b, d_v), head h's columns

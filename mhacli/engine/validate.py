@@ -113,27 +113,30 @@ class Prepared:
     pe: Array | None = None  # (n, d_model) positional encoding of the query-side input
     pe_kv: Array | None = None  # (m, d_kv) of the key/value-side input (cross-attention)
 
-    def allowed(self, lo: int = 0, hi: int | None = None) -> npt.NDArray[np.bool_] | None:
-        """Rows lo … hi − 1 of the n × m positions a query may attend to (mask ∧ window ∧
-        key padding), or None when nothing is blocked.
+    def allowed(self, lo: int = 0, hi: int | None = None, k0: int = 0,
+                k1: int | None = None) -> npt.NDArray[np.bool_] | None:
+        """Rows lo … hi − 1 (and key columns k0 … k1 − 1) of the n × m positions a query
+        may attend to (mask ∧ window ∧ key padding), or None when nothing is blocked.
 
         Causal masks and windows are made block by block: whole, they would be n × m
         booleans.
         """
         c = self.config
         hi = c.n if hi is None else hi
+        k1 = c.m if k1 is None else k1
         out = None
         if c.mask == "causal":
-            out = np.tri(hi - lo, c.m, k=lo, dtype=bool)
+            out = np.tri(hi - lo, k1 - k0, k=lo - k0, dtype=bool)
         elif self.mask is not None:
-            out = self.mask[lo:hi]
+            out = self.mask[lo:hi, k0:k1]
         if c.window is not None:
-            gap = np.arange(lo, hi)[:, None] - np.arange(c.m)[None, :]
-            near = np.abs(gap) < c.window
+            gap = np.arange(lo, hi, dtype=np.int32)[:, None] - \
+                np.arange(k0, k1, dtype=np.int32)[None, :]
+            near = np.abs(gap, out=gap) < c.window
             out = near if out is None else out & near
         if self.key_padding is not None:
-            out = self.key_padding[None, :] if out is None else out & self.key_padding
-            out = np.broadcast_to(out, (hi - lo, c.m))
+            pad = self.key_padding[k0:k1]
+            out = np.broadcast_to(pad, (hi - lo, k1 - k0)) if out is None else out & pad
         return out
 
 
