@@ -95,7 +95,7 @@ def reference(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, 
     if key_padding is not None:
         allowed = [[allowed[i][j] and bool(key_padding[j]) for j in range(m)]
                    for i in range(n)]
-    if alibi is True:  # the reference slopes, written out from the paper's rule
+    if alibi is True or alibi == "true":  # the reference slopes, from the paper's rule
         def pow2(count: int) -> list[float]:
             return [2.0 ** (-8.0 * (h + 1) / count) for h in range(count)]
         p2 = 2 ** int(math.log2(heads))

@@ -17,7 +17,8 @@ runner = CliRunner()
 
 
 def test_at_least_the_promised_samples() -> None:
-    assert {"intro", "cat", "causal", "translate", "hopkins", "by-hand"} <= set(sample_names())
+    assert {"intro", "cat", "causal", "translate", "hopkins", "by-hand", "gqa", "rope", "alibi",
+            "llama-tiny"} <= set(sample_names())
 
 
 @pytest.mark.parametrize("name", sample_names())
@@ -44,6 +45,10 @@ def test_samples_match_their_descriptions() -> None:
     assert load_sample("causal").inputs["mask"] == "causal"
     assert load_sample("causal").inputs["heads"] == 2
     assert load_sample("cat").tokens == tuple("the cat jumped over the lazy dog".split())
+    c = load_sample("llama-tiny").config  # RoPE + GQA + causal + window
+    assert (c.rope, c.kv_heads, c.heads, c.mask, c.window) == ("half", 2, 4, "causal", 3)
+    assert load_sample("gqa").config.groups == 2 and load_sample("rope").config.rope == "half"
+    assert load_sample("alibi").config.alibi
     hand = load_sample("by-hand").inputs
     for key in ("x", "w_q", "w_k", "w_v"):
         assert np.all(hand[key] == np.round(hand[key])) and np.abs(hand[key]).max() <= 2

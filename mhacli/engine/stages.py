@@ -334,6 +334,17 @@ def _rot(w: Work, src: str) -> Array | None:
     return ops.rotate(w[src], c.rope, c.rope_dims, c.rope_base)
 
 
+def _scores_text(f: Formula) -> str:
+    """Z = Q·Kᵀ, naming the key head a grouped query head uses, and the turned Q and K."""
+    c = f.c
+    g = sub(c.kv_of(f.h - 1) + 1) if f.h is not None and c.groups != c.heads else f.i
+    rot = "_rot" if c.rope is not None else ""
+    q, k = f"Q{rot}{f.i}", f"K{rot}{g}"
+    shared = "" if c.groups == c.heads or f.h is not None else \
+        f" (query head h uses key head ⌈h·{c.groups}/{c.heads}⌉)"
+    return f"Z{f.i} = " + f.pick(f"{q}·{k}ᵀ", f"{k}ᵀ·{q}") + shared
+
+
 def _rope_text(letter: str) -> Callable[[Formula], str]:
     def text(f: Formula) -> str:
         c = f.c
@@ -480,7 +491,7 @@ TABLE: tuple[Stage, ...] = (
     Stage("scores", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=lambda w: ops.scores(w.stages.get("q_rot", w["q_heads"]), ops.shared(
               w.stages.get("k_rot", w["k_heads"]), w.c.heads)),
-          formula=lambda f: f"Z{f.i} = " + f.pick(f"Q{f.i}·K{f.i}ᵀ", f"K{f.i}ᵀ·Q{f.i}"),
+          formula=_scores_text,
           latex=_tex("Z_{@h}", r"Q_{@h} K_{@h}^{\top}", r"K_{@h}^{\top} Q_{@h}"),
           cell=_cell_scores, per_head=True, chain=True, exact=True, aliases=("z",)),
     Stage("scaled", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
