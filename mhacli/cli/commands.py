@@ -17,7 +17,7 @@ from .. import __version__
 from ..errors import MaskedRowWarning, MhaError
 from .options import (
     INPUT, AlibiOpt, BiasOpt, CheckFormat, DebugOpt, DModelOpt, Dtype, DtypeOpt,
-    ExplainFormat, FileArg, HeadsOpt, IntsOpt, KeyPaddingOpt, KvHeadsOpt, Layout, LayoutOpt,
+    CheckpointOpt, ExplainFormat, FileArg, HeadsOpt, LayerOpt, IntsOpt, KeyPaddingOpt, KvHeadsOpt, Layout, LayoutOpt,
     MaskedRow, MaskedRowOpt, MaskOpt, PositionalOpt, PrecisionOpt, RandomOpt, RopeOpt,
     RunFormat, SampleOpt, ScaleOpt, SeedOpt, SinksOpt, SoftcapOpt, TokensOpt, WindowOpt,
 )
@@ -148,6 +148,8 @@ def explain(
     bias: BiasOpt = None,
     rope: RopeOpt = None,
     positional: PositionalOpt = None,
+    checkpoint: CheckpointOpt = None,
+    layer: LayerOpt = None,
     stage: Annotated[Optional[list[str]], typer.Option(
         "--stage", "-s", help="Show only this stage (repeatable): x, q, k, v, q_heads, "
                               "scores (z), scaled, masked, weights (attention), "
@@ -204,7 +206,7 @@ def explain(
                         softcap=softcap, dtype=dtype.value, masked_row=masked_row.value,
                         kv_heads=kv_heads, window=window, key_padding=key_padding,
                         alibi=alibi, sinks=sinks, bias=bias, rope=rope,
-                        positional=positional,
+                        positional=positional, checkpoint=checkpoint, layer=layer,
                         layout=layout.value if layout is not None else None)
         context["tokens"] = prob.tokens
         shown = layout.value if layout is not None else prob.layout
@@ -283,6 +285,8 @@ def run(
     bias: BiasOpt = None,
     rope: RopeOpt = None,
     positional: PositionalOpt = None,
+    checkpoint: CheckpointOpt = None,
+    layer: LayerOpt = None,
     fmt: Annotated[Optional[RunFormat], typer.Option(
         "--format", "-f", help="Output format (default: plain, or the -o file's extension: "
                                ".json .csv .tsv .yaml .npy .txt).", show_default=False)
@@ -319,7 +323,7 @@ def run(
                         softcap=softcap, dtype=dtype.value, masked_row=masked_row.value,
                         kv_heads=kv_heads, window=window, key_padding=key_padding,
                         alibi=alibi, sinks=sinks, bias=bias, rope=rope,
-                        positional=positional)
+                        positional=positional, checkpoint=checkpoint, layer=layer)
         context["tokens"] = prob.tokens
         fmt = fmt or _format_of(output)
         if fmt is RunFormat.npy and output is None and sys.stdout.isatty():

@@ -121,3 +121,11 @@ PositionalOpt = Annotated[Optional[str], typer.Option(
     "--positional", metavar="sinusoidal|FILE", help="Add positional encodings to the "
     "inputs: the paper's sinusoids, or a learned table (.npy, YAML or JSON).",
     rich_help_panel=VARIANTS)]
+CheckpointOpt = Annotated[Optional[Path], typer.Option(
+    "--checkpoint", metavar="FILE", help="Take the weights of one attention layer from a "
+    "Hugging Face GPT-2 or Llama-style checkpoint (.safetensors or .npz; heads and RoPE from "
+    "the config.json beside it), on the problem file's x or on random tokens.",
+    rich_help_panel=INPUT)]
+LayerOpt = Annotated[Optional[int], typer.Option(
+    "--layer", metavar="N", help="--checkpoint: the layer (from 0, as the checkpoint numbers "
+    "them).", rich_help_panel=INPUT)]

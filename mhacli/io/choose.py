@@ -8,7 +8,7 @@ from typing import Any
 
 from ..errors import MhaError
 from .generate import parse_ints, parse_tokens, random_problem
-from .problem import Problem, load, read_bias
+from .problem import Problem, load, load_checkpoint, read_bias
 from .samples import load_sample
 
 BUILT_IN = "intro"
@@ -23,7 +23,8 @@ def problem_from(*, file: str | None = None, sample: str | None = None,
                  stdin: Any = None, kv_heads: int | None = None, window: int | None = None,
                  key_padding: str | None = None, alibi: bool = False,
                  sinks: str | None = None, bias: Any = None, rope: str | None = None,
-                 positional: str | None = None) -> Problem:
+                 positional: str | None = None, checkpoint: Any = None,
+                 layer: int | None = None) -> Problem:
     """The problem a command line describes, validated once with its overrides.
 
     ``tokens`` is a number of tokens (a random problem) or the labels themselves;
@@ -42,7 +43,21 @@ def problem_from(*, file: str | None = None, sample: str | None = None,
                                ("--ints", ints), ("--d-model", d_model)) if v] or ["--tokens N"]
         raise MhaError(f"{used[0]} makes a random problem; it cannot be combined with a "
                        "file or --sample")
-    if generating:
+    if checkpoint is not None:
+        if sample is not None or ints is not None or d_model is not None:
+            raise MhaError("--checkpoint gives the weights: use it with a problem file (its x) "
+                           "or --random/--tokens N/--seed (random token vectors), not with "
+                           "--sample, --ints or --d-model")
+        if file is None and seed is None:
+            seed = secrets.randbelow(1_000_000)
+        prob = load_checkpoint(checkpoint, layer, file=file, stdin=stdin,
+                               layout=layout or "rows", heads=heads,
+                               tokens=token_spec if file is None else None, seed=seed)
+        heads = None
+        token_spec = token_spec if file is not None else None
+    elif layer is not None:
+        raise MhaError("--layer picks a layer of --checkpoint: give --checkpoint too")
+    elif generating:
         if seed is None:  # drawn here, so that messages can say how to see it again
             seed = secrets.randbelow(1_000_000)
         prob = random_problem(seed=seed, tokens=token_spec, d_model=d_model, heads=heads,

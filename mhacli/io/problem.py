@@ -32,7 +32,7 @@ SETTINGS = ("scale", "softcap")  # numbers or words, read by the engine's own ru
 COUNTS = ("kv_heads", "window")  # whole numbers
 VARIANTS = ("alibi", "bias", "key_padding", "sinks", "rope", "positional")  # the variants
 KNOWN_KEYS = ("tokens", "kv_tokens", "heads", "mask", "layout", "answers") + SETTINGS \
-    + COUNTS + VARIANTS + MATRICES + VECTORS
+    + COUNTS + VARIANTS + MATRICES + VECTORS + ("checkpoint", "layer")
 EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
@@ -258,6 +258,10 @@ def from_mapping(data: Any, source: str = "<problem>", base: Path | None = None,
 
 def _from_mapping(data: dict[str, Any], source: str, base: Path | None,
                   default_layout: str, heads: int | None) -> Problem:
+    if data.get("checkpoint") is not None:
+        data = _with_checkpoint(data, base, heads)
+    elif data.get("layer") is not None:
+        raise MhaError("layer picks a layer of a checkpoint: give checkpoint too", key="layer")
     found = torchstate.find(data)
     if found:
         data = torchstate.convert(data, found, lambda v, k, d: read_array(
@@ -328,6 +332,40 @@ def _answers(value: Any, layout: str) -> dict[str, Any]:
         out[stage] = (claims if isinstance(claims, str) else
                       to_rows(f"answers.{stage}", claims, layout), str(key))
     return {stage: claims for stage, (claims, _) in out.items()}
+
+
+def _with_checkpoint(data: dict[str, Any], base: Path | None,
+                     heads: int | None) -> dict[str, Any]:
+    """``checkpoint: model.safetensors`` (beside the problem, or a path given on the
+    command line) and ``layer: N``: that layer's weights and settings added."""
+    from . import checkpoint
+
+    value = data["checkpoint"]
+    if isinstance(value, Path):
+        path = value  # from the command line: the person's own path
+    elif isinstance(value, str):
+        if base is None:
+            raise MhaError("a problem read from standard input cannot name other files",
+                           key="checkpoint")
+        path = base / value
+        try:
+            inside = path.resolve().is_relative_to(base.resolve())
+        except (OSError, ValueError):
+            inside = False
+        if Path(value).is_absolute() or not inside:
+            raise MhaError(f"checkpoint: {value} is outside the problem's folder; a "
+                           "checkpoint named in a problem must lie beside it (or below)",
+                           key="checkpoint")
+    else:
+        raise MhaError(f"checkpoint must name a file, found {shown(value)}", key="checkpoint")
+    layer = 0 if data.get("layer") is None else _heads(data["layer"], "layer") \
+        if str(data["layer"]).strip() != "0" else 0
+    try:
+        weights = checkpoint.read_layer(path, layer)
+    except MhaError as exc:
+        raise MhaError(f"{exc.source or path}: {exc.message}", key="checkpoint") from None
+    rest = {k: v for k, v in data.items() if k not in ("checkpoint", "layer")}
+    return checkpoint.merged(rest, weights, heads, str(path))
 
 
 def _external(value: Any, key: str, base: Path | None) -> Any:
@@ -443,6 +481,33 @@ def read_bias(path: str | Path, key: str = "bias", dims: tuple[int, ...] = (2, 3
     except MhaError as exc:
         spot = locate(list(exc.path)) if locate is not None and exc.path else None
         raise exc.located(source, *(spot or ())) from None
+
+
+def load_checkpoint(checkpoint: str | Path, layer: int | None, *, file: str | None = None,
+                    stdin: Any = None, layout: str = "rows", heads: int | None = None,
+                    tokens: int | list[str] | None = None, seed: int | None = None) -> Problem:
+    """One layer of a checkpoint (``--checkpoint FILE --layer N``) on a problem file's
+    inputs, or on random token vectors of the model's width (``tokens`` of them, 4 by
+    default, drawn from ``seed``)."""
+    path = Path(checkpoint)
+    extra = {"checkpoint": path, "layer": layer}
+    if file is not None:
+        data, locate, source, base = _document(file, stdin)
+        if not isinstance(data, dict):
+            return from_mapping(data, source)  # says what a problem must be
+        return from_mapping({**data, **extra}, source, base, layout, locate, heads)
+    from . import checkpoint as ckpt
+
+    try:
+        width = ckpt.read_layer(path, layer or 0)["w_q"].shape[0]
+    except MhaError as exc:
+        raise exc.located(exc.source or str(path)) from None
+    labels = tokens if isinstance(tokens, list) else None
+    n = len(labels) if labels else tokens if isinstance(tokens, int) else 4
+    x = np.round(np.random.default_rng(seed).standard_normal((n, width)), 2)
+    source = f"random tokens on {path.name}" + (f" (seed {seed})" if seed is not None else "")
+    return from_mapping({"x": x, "tokens": labels, **extra}, source, None, layout,
+                        heads=heads)
 
 
 # --------------------------------------------------------------------------- a course
