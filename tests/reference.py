@@ -75,6 +75,7 @@ def reference(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, 
     st["q"], st["k"], st["v"] = q, k, v
     n, m = len(q), len(k)
     groups = kv_heads or heads
+    bias = bias.tolist() if hasattr(bias, "tolist") else bias
     d_k, d_v = len(q[0]) // heads, len(v[0]) // groups
     if scale == "dk":
         s = math.sqrt(d_k)
@@ -143,7 +144,7 @@ def reference(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, 
         al = [[-slopes[h] * abs(i - j) for j in range(m)] for i in range(n)] if slopes else None
         bh = None if bias is None else (bias[h] if len(bias) == heads and
                                         isinstance(bias[0][0], list) else bias)
-        zb = [[zc[i][j] + (al[i][j] if al else 0.0) + (float(bh[i][j]) if bh else 0.0)
+        zb = [[zc[i][j] + (al[i][j] if al else 0.0) + (float(bh[i][j]) if bh is not None else 0.0)
                for j in range(m)] for i in range(n)]
         zm = [[zb[i][j] if allowed[i][j] else -math.inf for j in range(m)] for i in range(n)]
         a = []

@@ -97,7 +97,7 @@ def test_cell_with_fractions_and_the_blocked_case(tmp_path: Path) -> None:
     out = mha("explain", str(path), "--cell", "scores:2:1", "--fractions", "--format", "plain")
     assert out.rstrip().splitlines()[-2:] == ["  = (1/3)×2 + 2×(1/2)", "  = 5/3"]
     out = mha("explain", "--cell", "masked:1:1:3", "--format", "plain")
-    assert out.rstrip().splitlines()[-1] == "masked₁[the, sat] = −∞  (the mask blocks sat for the query the)"
+    assert out.rstrip().splitlines()[-1] == "masked₁[the, sat] = −∞  (the causal mask blocks sat for the query the)"
 
 
 def test_cell_output_sums_the_concatenated_row() -> None:

@@ -134,3 +134,61 @@ def test_a_soft_cap_bounds_the_scores_and_a_distant_one_changes_nothing(kw: dict
     plain = {k: v for k, v in kw.items() if k != "softcap"}
     far = _quiet(mhacli.attention, **{**plain, "softcap": 1e12})
     close(far, _quiet(mhacli.attention, **plain), rel=1e-9)
+
+
+# --------------------------------------------------------------------------- variants
+
+
+@st.composite
+def variant_problems(draw: st.DrawFn) -> tuple[dict, dict]:
+    """A problem without variants, and the variants to add, drawn together."""
+    kw = draw(problems())
+    heads = kw["heads"]
+    n = kw["x"].shape[0]
+    m = (kw.get("x_kv") if kw.get("x_kv") is not None else kw["x"]).shape[0]
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    extra: dict = {}
+    if draw(st.booleans()):
+        extra["window"] = draw(st.integers(1, 7))
+    if draw(st.booleans()):
+        extra["key_padding"] = [1] + [int(t) for t in rng.integers(0, 2, m - 1)]
+    if draw(st.booleans()):
+        extra["alibi"] = draw(st.sampled_from([True, [float(t) for t in rng.random(heads)]]))
+    if draw(st.booleans()):
+        extra["bias"] = rng.standard_normal((n, m))
+    if draw(st.booleans()):
+        extra["sinks"] = [float(t) for t in rng.standard_normal(heads)]
+    d_k = kw["w_q"].shape[1] // heads
+    if d_k % 2 == 0 and draw(st.booleans()):
+        extra["rope"] = draw(st.sampled_from(["half", "interleaved"]))
+    return kw, extra
+
+
+@settings(max_examples=60, deadline=None)
+@given(variant_problems())
+def test_variants_agree_with_the_reference_on_every_path(case: tuple[dict, dict]) -> None:
+    kw, extra = case
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = reference(**kw, **extra)
+        tr = mhacli.trace(**kw, **extra)
+        fast = mhacli.attention(**kw, **extra)
+    close(tr["output"], ref["output"])
+    close(fast, ref["output"])
+    for stage in ("weights", "head_outputs"):
+        close(tr[stage], ref[stage])
+
+
+@settings(max_examples=40, deadline=None)
+@given(problems(), st.data())
+def test_variants_that_change_nothing(kw: dict, data: st.DataObject) -> None:
+    """GQA with G = H, ALiBi with slope 0, a window wider than the problem, no padding,
+    a sink far below every score and a very wide softcap are plain attention."""
+    heads, n = kw["heads"], kw["x"].shape[0]
+    m = (kw.get("x_kv") if kw.get("x_kv") is not None else kw["x"]).shape[0]
+    same = data.draw(st.sampled_from([
+        {"kv_heads": heads}, {"alibi": [0.0] * heads}, {"window": n + m},
+        {"key_padding": [1] * m}, {"sinks": [-1e4] * heads}, {"bias": np.zeros((n, m))}]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        close(mhacli.attention(**kw, **same), mhacli.attention(**kw))

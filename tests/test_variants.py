@@ -298,3 +298,43 @@ def test_rope_half_is_hugging_face_llamas_rotate_half() -> None:
         heads = torch.tensor(a).reshape(5, 2, 8).transpose(0, 1)
         want = heads * emb.cos() + rotate_half(heads) * emb.sin()
         np.testing.assert_allclose(tr[name], want.numpy(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("args", [
+    ["--kv-heads", "1"], ["--rope", "interleaved"], ["--alibi", "--mask", "causal"],
+    ["--window", "2", "--key-padding", "1 1 0"], ["--sinks", "0 -1"],
+    ["--positional", "sinusoidal"], ["--softcap", "3"],
+    ["--kv-heads", "1", "--rope", "half", "--mask", "causal", "--window", "2"],
+])
+def test_generated_keys_with_variants_pass_check(tmp_path: Path, args: list[str]) -> None:
+    """generate writes the variant into the file and fills every stage; check agrees; an
+    --ints exercise stays hand-sized through it."""
+    r = runner.invoke(app, ["generate", "--ints", "-1:1", "--seed", "3", "--answers", *args])
+    assert r.exit_code == 0, r.stderr
+    path = tmp_path / "key.yaml"
+    path.write_text(r.stdout)
+    r = runner.invoke(app, ["check", str(path), "--format", "json"])
+    doc = json.loads(r.stdout)
+    assert r.exit_code == 0 and doc["correct"], r.stdout
+    data = yaml.safe_load(path.read_text())
+    ref = reference(**{k: v for k, v in data.items() if k not in ("answers",)})
+    assert np.abs(np.array(ref["scaled"])).max() <= 4
+
+
+def test_every_new_stage_has_its_cell_and_its_formats(tmp_path: Path) -> None:
+    p = _problem(4, dict(kv_heads=2, alibi=True, bias="nm", rope="half",
+                         positional="sinusoidal", mask="causal", window=3))
+    path = _write(tmp_path, p)
+    tr = mhacli.trace(**p)
+    cells = {"pos:2:3": "sin(p / 10000^(2/8)) with p = 1", "x_pos:2:3": "x[t2, 3] + pos[2, 3]",
+             "q_rot:1:2:1": "dimensions 1 and 2 turn together",
+             "k_rot:2:3:2": "x·sin + y·cos", "biased:1:2:1": "scaled₁[t2, t1] + alibi₁[t2, t1] "
+             "+ bias[2, 1]", "masked:1:5:1": "the window (t1 is 4 ≥ 3 away) blocks t1 for the query t5"}
+    for spec, text in cells.items():
+        r = runner.invoke(app, ["explain", str(path), "--cell", spec, "--stage",
+                                spec.split(":")[0], "--format", "plain"])
+        assert r.exit_code == 0 and text in r.stdout, (spec, r.stdout)
+    for fmt in ("markdown", "latex"):
+        r = runner.invoke(app, ["explain", str(path), "--format", fmt])
+        assert r.exit_code == 0 and all(s in r.stdout for s in ("q_rot", "biased", "x_pos"))
+    assert tr["x_pos"].shape == (6, 8) and tr["k_rot"].shape == (2, 6, 2)

@@ -227,7 +227,12 @@ def _cell_masked(e: Entry) -> list[str]:
     if allowed is None or allowed[0, e.col]:
         return [f"{e.name} = {before}{e.hs}[{e.row_label}, {e.col_label}] = {e.result}  "
                 f"({e.row_label} may attend to {e.col_label})"]
-    return [f"{e.name} = −∞  (the mask blocks {e.col_label} for the query {e.row_label})"]
+    c, p, i, j = e.c, e.trace.prepared, e.row, e.col
+    why = "the causal mask" if c.mask == "causal" and j > i else \
+        "the mask" if p.mask is not None and not p.mask[i, j] else \
+        f"the window ({e.col_label} is {abs(i - j)} ≥ {c.window} away)" \
+        if c.window is not None and abs(i - j) >= c.window else "key padding"
+    return [f"{e.name} = −∞  ({why} blocks {e.col_label} for the query {e.row_label})"]
 
 
 def _cell_softcapped(e: Entry) -> list[str]:
