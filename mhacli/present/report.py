@@ -367,6 +367,11 @@ def batch_gradescope(results: list[tuple[str, Any]], points: dict[str, float]) -
 
 
 def show_lines(rows: list[tuple[str, str]], console: Any) -> None:
-    """Lines on a Rich console, wrapped between words at its width."""
+    """Lines on a Rich console, wrapped between words at its width (an indented line's
+    continuation indented as it is)."""
+    from rich.text import Text
+
+    from .tables import print_wrapped
+
     for text, style in rows:
-        console.print(text, style=STYLES[style], markup=False, highlight=False)
+        print_wrapped(console, Text(text, style=STYLES[style]))

@@ -18,6 +18,20 @@ if TYPE_CHECKING:
 _RAMP = [(68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (253, 231, 37)]
 
 
+def print_wrapped(console: "Console", text: "Text") -> None:
+    """One line of text wrapped between words at the console's width (a word wider than
+    the console folds), no wrapped line ending in spaces, and an indented line's
+    continuation lines indented as it is."""
+    from rich.text import Text
+
+    plain = text.plain
+    indent = len(plain) - len(plain.lstrip(" "))
+    body = text[indent:] if indent else text
+    for line in body.wrap(console, max(20, console.width - indent), overflow="fold"):
+        line.rstrip()
+        console.print(Text(" " * indent) + line if indent else line, soft_wrap=True)
+
+
 def heat_style(value: float) -> str:
     """A background colour for a weight in [0, 1], with a text colour that stays legible."""
     if value != value:  # NaN
@@ -82,8 +96,8 @@ def render(views: list[View], console: "Console", precision: int, boxed: bool,
             title.append(f"  ({shape_text(v.matrix)})", style="dim")
             if full and len(blocks) > 1:
                 title.append(f"  columns {spans(block, len(widths))}", style="dim")
-            # a long title is never cut: the terminal wraps it, or an export folds it
-            console.print(title, soft_wrap=not console.record)
+            # a long title is never cut: it wraps between words at the console's width
+            print_wrapped(console, title)
             table = Table(box=box.ROUNDED if boxed else None, show_edge=boxed,
                           pad_edge=boxed, header_style="bold")
             table.add_column("", style="bold cyan", no_wrap=True, min_width=label_width)
@@ -110,9 +124,8 @@ def render(views: list[View], console: "Console", precision: int, boxed: bool,
                      (("columns", block, len(widths)), ("rows", rows, len(v.rows)))
                      if len(kept) < total]
             if not full and shown:
-                console.print(Text(f"summarised: showing {' and '.join(shown)}; --full shows "
-                                   "every number", style="yellow"),
-                              soft_wrap=not console.record)
+                print_wrapped(console, Text(f"summarised: showing {' and '.join(shown)}; "
+                                            "--full shows every number", style="yellow"))
         if v.heat and colour and not shown_legend:
             console.print(_legend())
             shown_legend = True
