@@ -27,7 +27,7 @@ def with_(extra: str) -> str:
 FILES = [
     ("empty", "", [], ["empty"]),
     ("blank", "  \n\n", [], ["empty"]),
-    ("yaml syntax", "x: [[1, 2]\n", [], ["line 2", "invalid YAML"]),
+    ("yaml syntax", "x: [[1, 2]\n", [], ["line 1, column 4", "invalid YAML"]),  # where it began
     ("top list", "- 1\n- 2\n", [], ["mapping", "found a list"]),
     ("top scalar", "hello\n", [], ["mapping", "found a str"]),
     ("unknown key", with_("w_qq: 1\n"), [], ["line 5", "unknown key 'w_qq'", "did you mean"]),
@@ -159,7 +159,7 @@ def test_unreadable_things(tmp_path: Path) -> None:
     (["explain", "--head", "0"], ["--head 0", "heads 1 to 2"]),
     (["explain", "--cell", "z:1"], ["--cell", "STAGE:HEAD:ROW:COL"]),
     (["run", "--mask", "1 0;1"], ["--mask", "rows of equal length"]),
-    (["run", "--mask", "maybe"], ["--mask: mask[1][1] is 'maybe'"]),
+    (["run", "--mask", "maybe"], ["--mask: 'maybe' is not a mask"]),
     (["run", "--scale", "nope"], ["scale must be dk, n, none"]),
     (["run", "--scale", "-2"], ["scale must be a positive"]),
     (["run", "--sample", "nope"], ["no sample named 'nope'"]),

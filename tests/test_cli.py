@@ -212,3 +212,26 @@ def test_every_command_has_help_with_examples() -> None:
     for cmd in ("explain", "run", "samples"):
         r = mha(cmd, "--help")
         assert r.exit_code == 0 and "Examples" in r.stdout and "mha " in r.stdout
+
+
+def test_small_things_a_user_tripped_on() -> None:
+    from typer.testing import CliRunner
+
+    from mhacli.cli import app
+    from mhacli.cli.commands import main
+
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert main(["explian"]) == 2
+    assert err.getvalue().count("Did you mean 'explain'?") == 1
+    runner = CliRunner()
+    r = runner.invoke(app, ["run", "--sample", "intro", "--mask", "causl"])
+    assert r.exit_code == 2 and "(did you mean causal?)" in r.stderr
+    r = runner.invoke(app, ["explain", "--sample", "intro", "--head", "1", "--cell",
+                            "scores:2:1:1"])
+    assert r.exit_code == 2 and "name different heads" in r.stderr
+    help_text = runner.invoke(app, ["generate", "--help"]).stdout
+    assert "--random" not in help_text and "the file's" not in help_text

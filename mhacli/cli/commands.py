@@ -5,6 +5,7 @@
 
 import contextlib
 import math
+import re
 import os
 import sys
 import warnings
@@ -16,10 +17,11 @@ import typer
 from .. import __version__
 from ..errors import MaskedRowWarning, MhaError
 from .options import (
-    INPUT, AlibiOpt, BiasOpt, CheckFormat, DebugOpt, DModelOpt, Dtype, DtypeOpt,
-    CheckpointOpt, ExplainFormat, FileArg, HeadsOpt, LayerOpt, IntsOpt, KeyPaddingOpt, KvHeadsOpt, Layout, LayoutOpt,
-    MaskedRow, MaskedRowOpt, MaskOpt, PositionalOpt, PrecisionOpt, RandomOpt, RopeOpt,
-    RunFormat, SampleOpt, ScaleOpt, SeedOpt, SinksOpt, SoftcapOpt, TokensOpt, WindowOpt,
+    INPUT, AlibiOpt, BiasOpt, CheckFormat, CheckpointOpt, DebugOpt, DModelOpt, Dtype,
+    DtypeOpt, ExplainFormat, FileArg, GenHeadsOpt, GenSeedOpt, GenTokensOpt, HeadsOpt,
+    IntsOpt, KeyPaddingOpt, KvHeadsOpt, LayerOpt, Layout, LayoutOpt, MaskedRow,
+    MaskedRowOpt, MaskOpt, PositionalOpt, PrecisionOpt, RandomOpt, RopeOpt, RunFormat,
+    SampleOpt, ScaleOpt, SeedOpt, SinksOpt, SoftcapOpt, TokensOpt, WindowOpt,
 )
 from .streams import check_writable, failed_write, write_file
 from .terminal import console_for_stdout, progress_bar, rich_stdout, show
@@ -69,7 +71,8 @@ def _inputs(file: Optional[str]) -> tuple:
     return (Path(file),) if file not in (None, "-") else ()
 
 
-def _problem(file: Optional[str], sample: Optional[str], **options: object):  # type: ignore[no-untyped-def]
+def _problem(file: Optional[str], sample: Optional[str], command: str = "explain",
+             **options: object):  # type: ignore[no-untyped-def]
     """The problem the options name (see ``mhacli.io.choose.problem_from``)."""
     from ..io.choose import problem_from
 
@@ -77,7 +80,7 @@ def _problem(file: Optional[str], sample: Optional[str], **options: object):  # 
         raise MhaError("standard input is closed: pipe a problem in, or name the file")
     if file == "-" and sys.stdin.isatty():
         raise MhaError("reading the problem from standard input, which is a terminal: "
-                       "pipe a file in (mha explain - < problem.yaml) or name the file")
+                       f"pipe a file in (mha {command} - < problem.yaml) or name the file")
     return problem_from(file=file, sample=sample, stdin=sys.stdin.buffer if file == "-"
                         else None, **options)  # type: ignore[arg-type]
 
@@ -234,6 +237,9 @@ def explain(
             from ..present.cell import work_out
 
             worked = work_out(cell, tr, exact, queries, keys, digits, shown)
+            if head is not None and worked.head is not None and head != worked.head:
+                raise MhaError(f"--head {head} and --cell {cell} name different heads: "
+                               "give one head")
             stages = stages or worked.stages
             head = head or worked.head
         if (svg or html) and fmt is not ExplainFormat.rich:
@@ -318,7 +324,7 @@ def run(
     with _guard(debug) as context:
         from ..engine import fast
 
-        prob = _problem(file, sample, random=random, seed=seed, tokens=tokens,
+        prob = _problem(file, sample, "run", random=random, seed=seed, tokens=tokens,
                         d_model=d_model, heads=heads, ints=ints, mask=mask, scale=scale,
                         softcap=softcap, dtype=dtype.value, masked_row=masked_row.value,
                         kv_heads=kv_heads, window=window, key_padding=key_padding,
@@ -450,7 +456,7 @@ def check(
                     prob = load_submission(file or _sample_file(sample), teacher,
                                            stdin=sys.stdin.buffer if file == "-" else None)
                 else:
-                    prob = _problem(file, sample, masked_row=masked_row.value,
+                    prob = _problem(file, sample, "check", masked_row=masked_row.value,
                                     layout=layout.value if layout is not None else None)
                 context["tokens"] = prob.tokens
                 with _about(prob):
@@ -566,10 +572,10 @@ def _key(path: str, layout: Optional[Layout], masked_row: str, tolerance: float)
 
 @app.command()
 def generate(
-    seed: SeedOpt = None,
-    tokens: TokensOpt = None,
+    seed: GenSeedOpt = None,
+    tokens: GenTokensOpt = None,
     d_model: DModelOpt = None,
-    heads: HeadsOpt = None,
+    heads: GenHeadsOpt = None,
     ints: IntsOpt = None,
     mask: MaskOpt = None,
     scale: ScaleOpt = None,
@@ -699,7 +705,8 @@ def main(argv: list[str] | None = None) -> int:
     except cx.ClickException as exc:
         ctx = getattr(exc, "ctx", None)
         hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
-        message = exc.format_message().replace("Value error, ", "") \
+        message = re.sub(r"( Did you mean [^?]*\?)\1+", r"\1", exc.format_message()) \
+            .replace("Value error, ", "") \
             .replace("Got unexpected extra argument", "one argument too many") \
             .replace("Got unexpected extra arguments", "arguments too many")
         typer.echo(f"Error: {message}{hint}", err=True)

@@ -129,3 +129,11 @@ CheckpointOpt = Annotated[Optional[Path], typer.Option(
 LayerOpt = Annotated[Optional[int], typer.Option(
     "--layer", metavar="N", help="--checkpoint: the layer (from 0, as the checkpoint numbers "
     "them).", rich_help_panel=INPUT)]
+GenSeedOpt = Annotated[Optional[int], typer.Option(
+    "--seed", help="Seed (same seed, same problem); without it one is drawn and written in "
+    "the file's first line.", rich_help_panel=INPUT)]
+GenTokensOpt = Annotated[Optional[str], typer.Option(
+    "--tokens", help="A number of tokens, or the tokens themselves ('the cat sat').",
+    rich_help_panel=INPUT)]
+GenHeadsOpt = Annotated[Optional[int], typer.Option(
+    "--heads", help="Number of heads.", rich_help_panel=INPUT)]

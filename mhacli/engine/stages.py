@@ -260,7 +260,7 @@ def _cell_weights(e: Entry) -> list[str]:
         s_h = e.num(e.trace.prepared.sinks[h - 1])
         exps.append(e.num(parts["sink"][h - 1, 0, 0]))
         sink = f" and the sink s{e.hs} = {s_h}"
-    return [f"{e.name} = exp(z − max) / Σ exp(z − max) over the row {e.row_label} "
+    return [f"{e.name} = exp(z − max) / Σ exp(z − max), z the row {e.row_label} "
             f"of masked{e.hs}{sink}",
             f"  max of the row = {e.num(top)}",
             f"  exp({z} − {e.num(top)}) = {exps[j]}",
@@ -534,8 +534,8 @@ TABLE: tuple[Stage, ...] = (
           cell=_cell_weights, per_head=True, heat=True, aliases=("attention", "a"),
           parts=(("max", "max"), ("exp", "exp {key}"), ("sink", "exp sink"), ("sum", "sum")),
           parts_title="softmax step by step",
-          parts_formula="max, then exp(z − max) for each key, then their sum; "
-                        "weight = exp / sum"),
+          parts_formula="z = masked: its row max, then exp(z − max) for each key, then "
+                        "their sum; weight = exp / sum"),
     Stage("head_outputs", "H × n × d_v", lambda c: (c.heads, c.n, c.d_v), QUERY, NUMBERED,
           compute=lambda w: w["weights"] @ ops.shared(w["v_heads"], w.c.heads),  # (H, n, d_v)
           formula=lambda f: f"O{f.i} = " + f.pick(f"A{f.i}·V{f.i}", f"V{f.i}·A{f.i}"),

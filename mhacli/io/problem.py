@@ -180,8 +180,16 @@ def _unprintable(ch: str) -> bool:
 
 def mask_text(text: str) -> Any:
     """A mask as typed on a command line: none, causal, or rows of 1/0 such as '1 0;1 1'."""
-    if text.strip().lower() in ("none", "causal"):
-        return text.strip().lower()
+    word = text.strip().lower()
+    if word in ("none", "causal"):
+        return word
+    if re.fullmatch(r"[a-z_]+", word):
+        import difflib
+
+        close = difflib.get_close_matches(word, ["none", "causal"], n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise MhaError(f"{text!r} is not a mask{hint}: give none, causal, or rows of 1/0 "
+                       "such as '1 0;1 1'")
     rows = [r.replace(",", " ").split() for r in re.split(r"[;\n]", text) if r.strip()]
     if not rows or len({len(r) for r in rows}) != 1:
         raise MhaError(f"{text!r}: expected none, causal, or rows of equal length "

@@ -299,6 +299,9 @@ def _yaml(text: str, want: KeyPath | None = None) -> Any:
                 top[2] = _NO_KEY
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
+        last = len(text.rstrip().splitlines())  # the last line that holds anything
+        if exc.context_mark is not None and mark is not None and mark.line + 1 > last:
+            mark = exc.context_mark  # found only at the end: point where it began
         what = ", ".join(t for t in (exc.context, exc.problem) if t) or "not readable"
         raise MhaError(f"invalid YAML ({what})", line=mark.line + 1 if mark else None,
                        column=mark.column + 1 if mark else None) from None
