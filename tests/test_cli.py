@@ -234,4 +234,4 @@ def test_small_things_a_user_tripped_on() -> None:
                             "scores:2:1:1"])
     assert r.exit_code == 2 and "name different heads" in r.stderr
     help_text = runner.invoke(app, ["generate", "--help"]).stdout
-    assert "--random" not in help_text and "the file's" not in help_text
+    assert "--random" not in help_text and "overrides the file's" not in help_text
