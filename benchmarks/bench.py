@@ -182,6 +182,16 @@ def startup(repeats: int) -> None:
             a, b = statistics.median(ours), statistics.median(ref)
             print(f"Start-up, {label}: {a:.3f} s vs `python -c \"{imports}\"` {b:.3f} s, "
                   f"ratio {a / b:.2f} (target ≤ {target})")
+        stream = Path(tmp) / "many.jsonl"
+        one = '{"x": [[1, 0], [0, 1]], "w_q": [[1, 0], [0, 1]], "w_k": [[1, 0], [0, 1]], ' \
+              '"w_v": [[1, 0], [0, 1]]}\n'
+        stream.write_text(one * 1000)
+        many = statistics.median(wall(mha + ["run", "--jsonl", str(stream)], 1, env)
+                                 for _ in range(repeats))
+        single = statistics.median(wall(mha + ["run", str(small)], 1, env)
+                                   for _ in range(repeats))
+        print(f"mha run --jsonl over 1000 small problems: {many:.3f} s, {many / single:.2f} × "
+              f"one mha run ({single:.3f} s; target < 3)")
 
 
 def reading(repeats: int) -> None:

@@ -235,3 +235,49 @@ def test_small_things_a_user_tripped_on() -> None:
     assert r.exit_code == 2 and "name different heads" in r.stderr
     help_text = runner.invoke(app, ["generate", "--help"]).stdout
     assert "--random" not in help_text and "overrides the file's" not in help_text
+
+
+def test_explain_refuses_a_problem_too_large_to_read_before_computing() -> None:
+    from typer.testing import CliRunner
+
+    from mhacli.cli import app
+
+    runner = CliRunner()
+    big = ["explain", "--random", "--tokens", "400", "--d-model", "16", "--heads", "8",
+           "--seed", "1", "--format", "json"]
+    r = runner.invoke(app, big)
+    # 8 heads × 400 × 400 in each of scores, scaled, masked and weights: over 2 million
+    assert r.exit_code == 2 and r.stdout == ""
+    assert "explain would print" in r.stderr and "--force" in r.stderr and "mha run" in r.stderr
+    r = runner.invoke(app, big + ["--stage", "output"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["stages"]["output"]
+    r = runner.invoke(app, big[:-2] + ["--stage", "weights", "--head", "1"])  # rich: edges
+    assert r.exit_code == 0
+
+
+def test_run_jsonl_answers_each_line_and_goes_on_after_an_error(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from mhacli.cli import app
+
+    def problem(seed: int) -> dict:
+        rng = np.random.default_rng(seed)
+        return {"heads": 2, "x": rng.standard_normal((3, 4)).tolist(),
+                **{w: rng.standard_normal((4, 4)).tolist() for w in ("w_q", "w_k", "w_v")}}
+
+    good = [problem(s) for s in range(3)]
+    lines = [json.dumps(good[0]), "", json.dumps(good[1]), '{"x": [[1, 2]]}', "[1,",
+             json.dumps(good[2])]
+    path = tmp_path / "many.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    r = CliRunner().invoke(app, ["run", "--jsonl", str(path)])
+    docs = [json.loads(line) for line in r.stdout.splitlines()]
+    assert r.exit_code == 2 and len(docs) == 5
+    for doc, p in zip([docs[0], docs[1], docs[4]], good):
+        ref = reference(**p)["output"]
+        np.testing.assert_allclose(doc["output"], ref, rtol=1e-12)
+        assert doc["shape"] == [3, 4]
+    assert docs[2]["line"] == 4 and "w_q" in docs[2]["error"]
+    assert docs[3]["line"] == 5 and "invalid JSON" in docs[3]["error"]
+    r = CliRunner().invoke(app, ["run", "--jsonl", str(path), "--sample", "cat"])
+    assert r.exit_code == 2 and "--jsonl" in r.stderr

@@ -170,6 +170,9 @@ def explain(
     fmt: Annotated[ExplainFormat, typer.Option("--format", "-f", help="Output format.")
                    ] = ExplainFormat.rich,
     layout: LayoutOpt = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Go on with a problem larger than explain is meant for (about 2 "
+                        "million numbers to print, or 1 GiB to hold).")] = False,
     full: Annotated[bool, typer.Option(
         "--full", help="In a terminal, show every number of a large matrix (in column "
                        "blocks) instead of a summary of its first and last rows and columns.")
@@ -214,6 +217,8 @@ def explain(
         context["tokens"] = prob.tokens
         shown = layout.value if layout is not None else prob.layout
         stages = [engine.canonical(s) for s in stage] if stage else None
+        if not force:
+            _fits(prob.config, stage, head, fmt, full)
         with _about(prob):
             tr = engine.traced(prob.prepared)
         c = tr.config
@@ -305,6 +310,11 @@ def run(
     ] = None,
     dtype: DtypeOpt = Dtype.float64,
     masked_row: MaskedRowOpt = MaskedRow.zero,
+    jsonl: Annotated[bool, typer.Option(
+        "--jsonl", help="Read a stream of problems, one JSON object a line (FILE or standard "
+        "input), and write one JSON line each: {\"output\": …, \"shape\": …}, or "
+        "{\"error\": …, \"line\": L} (exit 2 at the end). The start-up is paid once.")
+    ] = False,
     debug: DebugOpt = False,
 ) -> None:
     """Compute the final output only: the fast path, for scripts and pipelines.
@@ -323,6 +333,19 @@ def run(
     """
     with _guard(debug) as context:
         from ..engine import fast
+
+        if jsonl:
+            others = [o for o, v in (("--sample", sample), ("--random", random),
+                                     ("--checkpoint", checkpoint), ("-o", output),
+                                     ("--ints", ints), ("--seed", seed)) if v]
+            if others or fmt not in (None, RunFormat.json):
+                raise MhaError(f"--jsonl reads problems and writes JSON lines: it cannot be "
+                               f"combined with {others[0] if others else '--format'}")
+            failed = _stream(file, precision, heads=heads, mask=mask, scale=scale,
+                             softcap=softcap, dtype=dtype.value, masked_row=masked_row.value)
+            if failed:
+                raise typer.Exit(2)
+            return
 
         prob = _problem(file, sample, "run", random=random, seed=seed, tokens=tokens,
                         d_model=d_model, heads=heads, ints=ints, mask=mask, scale=scale,
@@ -494,6 +517,68 @@ def check(
 
 
 MOST_POINTS = 1_000_000  # what one stage may be worth in --points
+
+
+def _stream(file: Optional[str], precision: Optional[int], **settings: object) -> int:
+    """``run --jsonl``: each line a problem, each answer a line, flushed as it is made;
+    a line that fails is answered with its error and the rest go on. Returns how many
+    failed."""
+    import json
+
+    from ..engine import fast
+    from ..io.problem import from_mapping
+    from ..io.reader import parse_text
+    from ..present.text import write_output
+
+    if file in (None, "-") and (sys.stdin is None or sys.stdin.isatty()):
+        raise MhaError("--jsonl reads problems from standard input, which is a terminal: "
+                       "pipe them in (mha run --jsonl < problems.jsonl) or name the file")
+    changes = {k: v for k, v in settings.items() if v is not None}
+    failed = 0
+    source = sys.stdin.buffer if file in (None, "-") else open(file, "rb")  # noqa: SIM115
+    with source:
+        for number, raw in enumerate(source, start=1):
+            if not raw.strip():
+                continue
+            try:
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise MhaError("not UTF-8 text") from None
+                data, locate = parse_text(text, f"line {number}", "json")
+                prob = from_mapping(data, f"line {number}", None, "rows", locate)
+                if changes:
+                    prob = prob.with_overrides(**changes)  # type: ignore[arg-type]
+                out = write_output(fast(prob.prepared), "json", precision)
+            except MhaError as exc:
+                failed += 1
+                doc = {"error": exc.message, "line": number}
+                out = (json.dumps(doc, ensure_ascii=False) + "\n").encode()
+            sys.stdout.buffer.write(out)
+            sys.stdout.buffer.flush()
+    return failed
+
+
+MOST_PRINTED = 2_000_000  # numbers explain prints without --force
+MOST_HELD = 1 << 30  # bytes explain holds without --force
+
+
+def _fits(c: object, stage: Optional[list[str]], head: Optional[int],
+          fmt: "ExplainFormat", full: bool) -> None:
+    """Refuse, before computing, a problem larger than explain is meant for."""
+    from ..engine.stages import canonical, numbers_in
+
+    names = [canonical(s) for s in stage] if stage else None
+    summarised = fmt is ExplainFormat.rich and not full
+    printed = numbers_in(c, names, head, *((24, 40) if summarised else (None, None)))
+    held = (numbers_in(c) + 2 * numbers_in(c, ["weights"])) * \
+        (4 if c.dtype == "float32" else 8)  # type: ignore[attr-defined]
+    if printed <= MOST_PRINTED and held <= MOST_HELD:
+        return
+    raise MhaError(f"explain would print {printed:,} numbers and hold {held / 2**30:.1f} GiB: "
+                   f"it is meant for problems a person reads (up to {MOST_PRINTED:,} numbers "
+                   "and 1 GiB); narrow it with --stage NAME or --head I, use mha run for the "
+                   "output alone, or --force to go on")
 
 
 def _check_sources(files: list[str], sample: Optional[str], key: Optional[str]) -> None:

@@ -577,3 +577,23 @@ def canonical(name: Any) -> str:
 def present(c: Config) -> list[Stage]:
     """The stages a problem has, in order."""
     return [s for s in TABLE if s.exists(c)]
+
+
+def numbers_in(c: Config, names: Any = None, head: int | None = None,
+               most_rows: int | None = None, most_cols: int | None = None) -> int:
+    """How many numbers the stages ``names`` (all present, by default) of a problem hold,
+    counted from its sizes before any is computed: one head's share with ``head``, and at
+    most ``most_rows`` × ``most_cols`` a matrix where a view shows only its edges."""
+    total = 0
+    for s in present(c):
+        if names is not None and s.name not in names:
+            continue
+        dims = s.dims(c)
+        count = dims[0] if s.per_head and head is None else 1
+        rows, cols = dims[-2], dims[-1]
+        if most_rows is not None:
+            rows = min(rows, most_rows)
+        if most_cols is not None:
+            cols = min(cols, most_cols)
+        total += count * rows * cols
+    return total
