@@ -30,7 +30,8 @@ MHA = [sys.executable, "-m", "mhacli"]
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if k not in ("NO_COLOR", "FORCE_COLOR", "COLUMNS", "LINES", "TERM")}
-    env.update(TERM="xterm-256color", **extra)
+    env.update(TERM="xterm-256color", PAGER="cat")  # a pager would wait for keys
+    env.update(extra)
     return env
 
 
@@ -240,3 +241,14 @@ def test_a_broken_pipe_mid_write_exits_141_quietly(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(formats, "write_output", gone)
     r = runner.invoke(app, ["run"])
     assert r.exit_code == 141 and r.stderr == ""
+
+
+def test_a_tall_view_goes_through_the_pager_in_a_terminal_only() -> None:
+    pager = f"{sys.executable} -c \"import sys; print('PAGED', len(sys.stdin.read().splitlines()))\""
+    out = in_terminal(["explain", "--sample", "cat"], PAGER=pager)
+    assert "PAGED" in out and "weights" not in out  # all of it went to the pager
+    out = in_terminal(["explain", "--sample", "cat", "--no-pager"], PAGER=pager)
+    assert "PAGED" not in out and "weights" in out
+    out = in_terminal(["explain", "--sample", "intro", "--stage", "x"], PAGER=pager)
+    assert "PAGED" not in out and "the" in out  # it fits: printed as it is
+    assert "PAGED" not in piped(["explain", "--sample", "cat"], PAGER=pager).stdout

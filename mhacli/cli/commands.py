@@ -170,6 +170,9 @@ def explain(
     fmt: Annotated[ExplainFormat, typer.Option("--format", "-f", help="Output format.")
                    ] = ExplainFormat.rich,
     layout: LayoutOpt = None,
+    no_pager: Annotated[bool, typer.Option(
+        "--no-pager", help="In a terminal, print a view taller than the screen as it is "
+                           "(by default it goes through $PAGER, else less).")] = False,
     force: Annotated[bool, typer.Option(
         "--force", help="Go on with a problem larger than explain is meant for (about 2 "
                         "million numbers to print, or 1 GiB to hold).")] = False,
@@ -268,7 +271,7 @@ def explain(
                    worked.marks if worked else None)
 
         if fmt is ExplainFormat.rich and (svg or html or rich_stdout()):
-            show(vs, worked, digits, full, svg, html)
+            show(vs, worked, digits, full, svg, html, pager=not no_pager)
             return
         from ..present.explain import as_text
 

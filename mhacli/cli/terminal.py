@@ -17,6 +17,37 @@ def rich_stdout() -> bool:
     return sys.stdout.isatty() or bool(os.environ.get("FORCE_COLOR"))
 
 
+def page(text: str, height: int) -> None:
+    """``text`` on stdout, through a pager when it is taller than the screen: $PAGER, else
+    ``less`` (with LESS=FRX unless set: colours kept, and it quits at once when the text
+    fits after all), as git does. A pager that cannot be started leaves it printed."""
+    import shlex
+    import subprocess
+
+    if text.count("\n") < height:
+        sys.stdout.write(text)
+        return
+    command = os.environ.get("PAGER", "less")
+    if not command.strip() or command.strip() == "cat":
+        sys.stdout.write(text)
+        return
+    env = dict(os.environ)
+    env.setdefault("LESS", "FRX")
+    sys.stdout.flush()
+    try:
+        proc = subprocess.Popen(shlex.split(command), stdin=subprocess.PIPE, env=env)
+    except (OSError, ValueError):
+        sys.stdout.write(text)
+        return
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(text.encode(sys.stdout.encoding or "utf-8", "replace"))
+        proc.stdin.close()
+    except BrokenPipeError:  # the reader quit the pager early
+        pass
+    proc.wait()
+
+
 def console_for_stdout(record: bool = False):  # type: ignore[no-untyped-def]
     """A Console for stdout: colour and boxes only on a terminal without NO_COLOR.
 
@@ -69,8 +100,9 @@ def progress_bar(after: float = 1.0) -> Iterator[object]:
 
 
 def show(vs: list, worked: object, digits: int, full: bool, svg: Path | None,
-         html: Path | None) -> None:
-    """The rich view on stdout; saved as SVG/HTML too, in colour, when asked."""
+         html: Path | None, pager: bool = True) -> None:
+    """The rich view on stdout; saved as SVG/HTML too, in colour, when asked. In a
+    terminal, a view taller than the screen goes through a pager (``pager``)."""
     from rich.console import Console
 
     from ..present.explain import show as draw
@@ -81,6 +113,11 @@ def show(vs: list, worked: object, digits: int, full: bool, svg: Path | None,
         targets.append((Console(file=io.StringIO(), record=True, width=PIPE_WIDTH,
                                 force_terminal=True, color_system="truecolor"), True))
     for con, boxed in targets:
+        if con is console and console.is_terminal and pager:
+            with console.capture() as captured:
+                draw(vs, worked, con, digits, boxed, full=full)  # type: ignore[arg-type]
+            page(captured.get(), console.height)
+            continue
         draw(vs, worked, con, digits, boxed, full=full or not con.is_terminal)  # type: ignore[arg-type]
     recorder = targets[-1][0]
     if svg is not None:
