@@ -168,3 +168,30 @@ def test_a_file_that_is_no_checkpoint(tmp_path: Path) -> None:
     assert r.exit_code == 2 and r.stderr.startswith("Error: ") and "Traceback" not in r.stderr
     r = runner.invoke(app, ["run", "--layer", "1", "--sample", "cat"])
     assert r.exit_code == 2 and "--layer picks a layer of --checkpoint" in r.stderr
+
+
+@pytest.mark.parametrize("config, message", [
+    ({"num_attention_heads": "x"}, "num_attention_heads is 'x': expected a positive whole"),
+    ({"num_attention_heads": 0}, "num_attention_heads is 0"),
+    ({"num_attention_heads": 4, "partial_rotary_factor": "x"}, "partial_rotary_factor is"),
+    ({"num_attention_heads": 4, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}},
+     "rope_scaling is set: this model's attention has a step this tool does not compute"),
+])
+def test_a_config_that_cannot_be_followed_is_an_error(tmp_path: Path, config: dict,
+                                                       message: str) -> None:
+    path = _save(tmp_path / "llama", _llama(np.random.default_rng(2), 4, 2), "npz", config)
+    r = runner.invoke(app, ["run", "--checkpoint", str(path), "--tokens", "2"])
+    assert r.exit_code == 2 and message in r.stderr and "unexpected" not in r.stderr, r.stderr
+    assert "config.json" in r.stderr
+
+
+def test_a_sliding_window_in_the_config_is_the_window(tmp_path: Path) -> None:
+    rng = np.random.default_rng(6)
+    t = _llama(rng, 4, 2)
+    path = _save(tmp_path / "mistral", t, "npz",
+                 {"num_attention_heads": 4, "num_key_value_heads": 2, "sliding_window": 2})
+    x = rng.standard_normal((N, D))
+    prob = mhacli.load(str(_problem(tmp_path / "mistral", x, checkpoint=path.name)))
+    assert prob.config.window == 2
+    plain = mhacli.attention(**{**prob.inputs, "window": None})
+    assert not np.allclose(mhacli.attention(**prob.inputs), plain)

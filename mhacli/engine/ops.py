@@ -85,17 +85,17 @@ def exp_shifted(z: Array, sink: Array | None = None) -> tuple[Array, Array, Arra
     maximum keeps every exponent ≤ 0, so large scores cannot overflow. A dead row (every
     entry −∞: all keys blocked) gets exp = 0 and sum = 0. ``sink`` (broadcast against
     the row maxima, (…, 1, 1) per head) is one more logit in each row: in the maximum
-    and the sum, while its own exp is not kept; a row then is never dead.
+    and the sum, while its own exp is not kept.
     """
     row_max = z.max(axis=-1, keepdims=True)  # (…, rows, 1)
+    dead = np.isneginf(row_max)  # every key blocked (a sink still gets its logit)
     if sink is not None:
         row_max = np.maximum(row_max, sink)
-    dead = np.isneginf(row_max)
-    if dead.any():
+    elif dead.any():
         row_max[dead] = 0  # exp(−∞ − 0) = 0 for the whole row
     np.subtract(z, row_max, out=z)
     np.exp(z, out=z)
-    if dead.any():
+    if sink is None and dead.any():
         row_max[dead] = -np.inf  # as it was: the row's maximum is −∞
     total = z.sum(axis=-1, keepdims=True)
     if sink is not None:

@@ -189,38 +189,43 @@ def _attend(p: Prepared, q: Array, k: Array, v: Array, progress: Progress | None
     block_bytes = _BLOCK_BYTES * (8 // size)  # 4 MiB for float64, 8 MiB for float32
     span = c.m if c.window is None else min(c.m, 2 * c.window)  # keys a block row needs
     block = max(1, min(c.n, block_bytes // (span * size)))  # rows of queries at once
+    if c.window is not None:  # a block of b rows spans b + w − 1 keys: keep b near w / 4
+        block = min(block, max(64, c.window // 4))
     buf = np.empty((block, min(c.m, span + block)), dtype=q.dtype)  # reused by every block
     causal = c.mask == "causal"
     only_causal = causal and c.window is None and not c.padding
     upper = np.triu(np.ones((block, block), dtype=bool), k=1) if only_causal else None
     sinks = None if p.sinks is None else p.sinks.astype(q.dtype)
-    for h in range(c.heads):
-        g = c.kv_of(h)
-        for lo in range(0, c.n, block):
-            hi = min(lo + block, c.n)
-            k0, k1 = _key_range(c, lo, hi)  # the keys these queries may see
+    for lo in range(0, c.n, block):  # the blocks of queries, then each head
+        hi = min(lo + block, c.n)
+        k0, k1 = _key_range(c, lo, hi)  # the keys these queries may see
+        if k1 == k0:  # no key at all: every row of the block is fully blocked
+            out[lo:hi] = np.nan if c.masked_row == "nan" else 0
+            continue
+        blocked = None if upper is not None or not c.blocks else ~p.allowed(lo, hi, k0, k1)
+        distance = None if p.slopes is None else \
+            ops.alibi(np.ones(1, dtype=q.dtype), np.arange(lo, hi), np.arange(k0, k1))[0]
+        for h in range(c.heads):
+            g = c.kv_of(h)
             z = buf[:hi - lo, :k1 - k0]  # (b, keys)
             np.matmul(q_h[h, lo:hi], k_t[g, :, k0:k1], out=z)
             if c.softcap is not None:
                 ops.softcap(z, c.softcap, out=z)
-            if p.slopes is not None:
-                z += ops.alibi(p.slopes[h:h + 1], np.arange(lo, hi), np.arange(k0, k1))[0]
+            if distance is not None:  # −slope·|i − j|
+                z += p.slopes[h] * distance
             if p.bias is not None:
                 z += (p.bias[h] if p.bias.ndim == 3 else p.bias)[lo:hi, k0:k1]
             if upper is not None:
                 if lo < k1:  # blocked: key j > query i, inside the diagonal square
                     np.copyto(z[:, lo:k1], -np.inf, where=upper[:hi - lo, :k1 - lo])
-            elif c.blocks:
-                allowed = p.allowed(lo, hi, k0, k1)
-                assert allowed is not None
-                np.copyto(z, -np.inf, where=~allowed)
-            sink = None if sinks is None else sinks[h]
-            _, total, dead = ops.exp_shifted(z, sink)
+            elif blocked is not None:
+                np.copyto(z, -np.inf, where=blocked)
+            _, total, dead = ops.exp_shifted(z, None if sinks is None else sinks[h])
             o = out[lo:hi, h * c.d_v:(h + 1) * c.d_v]  # (b, d_v), head h's columns
             np.matmul(z, v_h[g, k0:k1], out=o)
             ops.normalise(o, total, dead, c.masked_row)
-            if progress is not None:
-                progress(h * c.n + hi, c.heads * c.n)
+        if progress is not None:
+            progress(hi * c.heads, c.heads * c.n)
     return out
 
 

@@ -144,7 +144,7 @@ def _cell_pos(e: Entry) -> list[str]:
     c, i, j = e.c, e.row, e.col
     if c.positional == "learned":
         return [f"{e.name} = row {i + 1} of the learned table, column {j + 1} = {e.result}"]
-    width = c.d_kv if e.stage == "x_kv_pos" else c.d_model
+    width = c.d_model
     two_i = j - j % 2
     fn = "sin" if j % 2 == 0 else "cos"
     return [f"{e.name} = {fn}(p / 10000^({two_i}/{width})) with p = {i}  (position "

@@ -301,17 +301,19 @@ def mask_matrix(mask: Any, n: int | None = None, m: int | None = None
 
 
 def _positive(name: str, value: Any) -> float | None:
-    """A setting that is a positive number (text by the number rule, or a number)."""
+    """A setting that is a positive number (text by the number rule, or a number);
+    ``name`` is its key path written with dots (``rope.base``)."""
     if value is None:
         return None
     from ..numbers import parse
 
+    key = tuple(name.split("."))
     if isinstance(value, (bool, np.bool_)) or not isinstance(
             value, (str, int, float, np.integer, np.floating)):
-        raise MhaError(f"{name} must be a positive number, got {shown(value)}", key=name)
-    number = parse(value, (name,)) if isinstance(value, str) else float(value)
+        raise MhaError(f"{name} must be a positive number, got {shown(value)}", key=key)
+    number = parse(value, key) if isinstance(value, str) else float(value)
     if not (np.isfinite(number) and number > 0):
-        raise MhaError(f"{name} must be a positive number, got {shown(value)}", key=name)
+        raise MhaError(f"{name} must be a positive number, got {shown(value)}", key=key)
     return number
 
 
@@ -470,8 +472,9 @@ def prepare(
     sink_a = _per_head("sinks", sinks, heads, t)
     rope_style, rope_base, rope_dims = _rope(rope, d_k)
     pos_kind, pe, pe_kv = _positional(positional, x_a, xkv_a, t)
-    dead = () if sink_a is not None else \
-        _dead_rows(allowed, mask_kind == "causal", w, padding, n, m)
+    if w is not None:
+        w = min(w, n + m)  # wider than the problem: the same as n + m, and a safe size
+    dead = _dead_rows(allowed, mask_kind == "causal", w, padding, n, m)
     if dead and masked_row == "error":
         rows = ", ".join(str(r) for r in dead)
         raise MhaError(f"the mask blocks every key for query row(s) {rows}", key="mask")
@@ -574,7 +577,13 @@ def _key_padding(value: Any, m: int) -> npt.NDArray[np.bool_] | None:
         return None
     if isinstance(value, str):
         value = value.replace(",", " ").split()
-    rows, _ = mask_matrix([list(np.atleast_1d(np.asarray(value, dtype=object)))])
+    try:
+        rows, _ = mask_matrix([list(np.atleast_1d(np.asarray(value, dtype=object)))])
+    except MhaError as exc:  # the mask's reader names mask[1][j]: this is key_padding[j]
+        j = exc.path[-1] if exc.path and isinstance(exc.path[-1], int) else None
+        key = ("key_padding",) if j is None else ("key_padding", j)
+        raise MhaError(exc.message.replace(f"mask[1][{(j or 0) + 1}]", key_text(key)),
+                       key=key) from None
     assert rows is not None
     if np.asarray(value, dtype=object).ndim != 1 or rows.shape[1] != m:
         raise MhaError(f"key_padding must be a list of {m} entries of 1/0, one per key, got "

@@ -75,6 +75,20 @@ def _config(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def _count(cfg: dict[str, Any], name: str, source: Path) -> int | None:
+    """A whole number of the config (heads), or None when it does not say."""
+    value = cfg.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise MhaError(f"{name} is {value!r}: expected a positive whole number",
+                       source=str(source.parent / "config.json"))
+    return value
+
+
+NOT_MODELLED = ("rope_scaling", "qk_layernorm", "attn_logit_softcapping")
+
+
 def read_layer(path: str | Path, layer: int = 0) -> dict[str, Any]:
     """The attention of one layer as the problem's own keys: w_q, w_k, w_v, w_o (and the
     biases), heads, kv_heads, rope and mask, each from the checkpoint or its config."""
@@ -115,24 +129,49 @@ def read_layer(path: str | Path, layer: int = 0) -> dict[str, Any]:
         out["w_o"] = tensor(stem + "c_proj.weight", 2)
         if stem + "c_proj.bias" in names:
             out["b_o"] = tensor(stem + "c_proj.bias", 1)
-        if "n_head" in cfg:
-            out["heads"] = int(cfg["n_head"])
+        heads = _count(cfg, "n_head", path)
+        if heads is not None:
+            out["heads"] = heads
         return out
+    where = str(path.parent / "config.json")
+    for name in NOT_MODELLED:
+        if cfg.get(name) not in (None, False):
+            raise MhaError(f"{name} is set: this model's attention has a step this tool "
+                           "does not compute, and its numbers would differ", source=where)
     stem = found[layer][:-len("q_proj.weight")]
+    norms = [n for n in names if n.startswith(stem) and ("q_norm" in n or "k_norm" in n)]
+    if norms:
+        raise MhaError(f"{norms[0]}: this layer normalises its queries and keys, a step this "
+                       "tool does not compute", source=str(path))
     for ours, theirs in (("q", "q_proj"), ("k", "k_proj"), ("v", "v_proj"), ("o", "o_proj")):
         out[f"w_{ours}"] = tensor(f"{stem}{theirs}.weight", 2).T  # PyTorch stores x·Wᵀ
         if f"{stem}{theirs}.bias" in names:
             out[f"b_{ours}"] = tensor(f"{stem}{theirs}.bias", 1)
-    if "num_attention_heads" in cfg:
-        out["heads"] = int(cfg["num_attention_heads"])
-    if "num_key_value_heads" in cfg:
-        out["kv_heads"] = int(cfg["num_key_value_heads"])
-    rope: dict[str, Any] = {"style": "half", "base": cfg.get("rope_theta", 10000)}
-    heads = out.get("heads")
-    if heads and "partial_rotary_factor" in cfg:
-        d_k = out["w_q"].shape[1] // heads
-        rope["dims"] = int(d_k * float(cfg["partial_rotary_factor"]))
+    heads = _count(cfg, "num_attention_heads", path)
+    groups = _count(cfg, "num_key_value_heads", path)
+    if heads is not None:
+        out["heads"] = heads
+    if groups is not None:
+        out["kv_heads"] = groups
+    theta = cfg.get("rope_theta", 10000)
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
+        raise MhaError(f"rope_theta is {theta!r}: expected a positive number", source=where)
+    rope: dict[str, Any] = {"style": "half", "base": theta}
+    factor = cfg.get("partial_rotary_factor")
+    if factor is not None:
+        d_k = out["w_q"].shape[1] // heads if heads else None
+        dims = factor * d_k if isinstance(factor, (int, float)) and d_k else None
+        if dims is None or dims != int(dims) or not 0 < factor <= 1:
+            raise MhaError(f"partial_rotary_factor is {factor!r}: expected a share of d_k "
+                           "(0 to 1) that gives a whole number of dimensions", source=where)
+        rope["dims"] = int(dims)
     out["rope"] = rope
+    window = cfg.get("sliding_window")
+    if window is not None and cfg.get("use_sliding_window", True) is not False:
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise MhaError(f"sliding_window is {window!r}: expected a positive whole number",
+                           source=where)
+        out["window"] = window  # Mistral's: query i sees keys i − w + 1 … i
     return out
 
 

@@ -85,7 +85,8 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
             raise MhaError(f"an --ints exercise is worked by hand: {h} head(s) of {n} × {m} "
                            f"scores is more than a person does ({HAND_MOST} at most)")
         hand = False  # plain integers
-    width = _head_width(d, h, d_k, hand and _default_scale(scale))
+    rope = (variants or {}).get("rope") is not None
+    width = _head_width(d, h, d_k, hand and _default_scale(scale), even=rope)
     g = h if kv_heads is None else kv_heads
     if g < 1 or h % g:
         raise MhaError(f"--kv-heads {g} must divide --heads {h} (each key/value head serves "
@@ -156,12 +157,16 @@ def _default_scale(scale: Any) -> bool:
     return scale is None or isinstance(scale, str) and scale.strip().lower() == "dk"
 
 
-def _head_width(d: int, h: int, d_k: int | None, whole_root: bool) -> int:
+def _head_width(d: int, h: int, d_k: int | None, whole_root: bool, even: bool = False) -> int:
     """d_k: given, or d_model / H; under --ints with the default scale, a perfect square
-    (the next one above d_model / H), so that √d_k is whole."""
+    (the next one above d_model / H), so that √d_k is whole; ``even`` for RoPE, which
+    turns dimensions in pairs."""
     if d_k is not None:
         if d_k < 1:
             raise MhaError(f"--d-k must be at least 1, got {d_k}")
+        if even and d_k % 2:
+            raise MhaError(f"--d-k {d_k}: RoPE turns the dimensions of a head in pairs; give "
+                           "an even d_k")
         root = math.isqrt(d_k)
         if whole_root and root * root != d_k:
             raise MhaError(f"--d-k {d_k}: an --ints exercise divides the scores by √d_k, which "
@@ -174,7 +179,11 @@ def _head_width(d: int, h: int, d_k: int | None, whole_root: bool) -> int:
     width = d // h
     if whole_root:
         root = math.isqrt(width)
-        width = root * root if root * root == width else (root + 1) ** 2
+        root = root if root * root == width else root + 1
+        root += 1 if even and root % 2 else 0  # an even square: 4, 16, 36 …
+        width = root * root
+    elif even and width % 2:
+        width += 1
     return width
 
 

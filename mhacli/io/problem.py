@@ -366,10 +366,15 @@ def _with_checkpoint(data: dict[str, Any], base: Path | None,
                            key="checkpoint")
     else:
         raise MhaError(f"checkpoint must name a file, found {shown(value)}", key="checkpoint")
-    layer = 0 if data.get("layer") is None else _heads(data["layer"], "layer") \
-        if str(data["layer"]).strip() != "0" else 0
+    layer = data.get("layer")
+    if layer is not None:
+        text = str(layer).strip()
+        if isinstance(layer, bool) or not re.fullmatch(r"\+?\d{1,6}", text):
+            raise MhaError(f"layer must be a whole number from 0, found {shown(layer)}",
+                           key="layer")
+        layer = int(text)
     try:
-        weights = checkpoint.read_layer(path, layer)
+        weights = checkpoint.read_layer(path, layer or 0)
     except MhaError as exc:
         raise MhaError(f"{exc.source or path}: {exc.message}", key="checkpoint") from None
     rest = {k: v for k, v in data.items() if k not in ("checkpoint", "layer")}

@@ -70,6 +70,9 @@ def config_dict(c: Config, rows: list[str], cols: list[str], layout: str = "rows
         "scale": c.scale, "scale_rule": c.scale_rule, "mask": c.mask, "dtype": c.dtype,
         "softcap": c.softcap, "kv_heads": c.groups, "window": c.window, "alibi": c.alibi,
         "bias": c.bias, "key_padding": c.padding, "sinks": c.sinks,
+        "rope": None if c.rope is None else {"style": c.rope, "base": c.rope_base,
+                                             "dims": c.rope_dims},
+        "positional": c.positional,
         "tokens": rows, "kv_tokens": cols, "layout": layout,
     }
 
