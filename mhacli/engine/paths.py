@@ -198,7 +198,7 @@ def _attend(p: Prepared, q: Array, k: Array, v: Array, progress: Progress | None
     sinks = None if p.sinks is None else p.sinks.astype(q.dtype)
     for lo in range(0, c.n, block):  # the blocks of queries, then each head
         hi = min(lo + block, c.n)
-        k0, k1 = _key_range(c, lo, hi)  # the keys these queries may see
+        k0, k1 = _key_range(p, lo, hi)  # the keys these queries may see
         if k1 == k0:  # no key at all: every row of the block is fully blocked
             out[lo:hi] = np.nan if c.masked_row == "nan" else 0
             continue
@@ -229,15 +229,22 @@ def _attend(p: Prepared, q: Array, k: Array, v: Array, progress: Progress | None
     return out
 
 
-def _key_range(c: Config, lo: int, hi: int) -> tuple[int, int]:
+def _key_range(p: Prepared, lo: int, hi: int) -> tuple[int, int]:
     """Keys k0 … k1 − 1 that query rows lo … hi − 1 may see at most (causal: none after
-    the last query; a window of w: none farther than w − 1 from a query)."""
+    the last query; a window of w: none farther than w − 1 from a query; key padding:
+    none before the first real key or after the last)."""
+    c = p.config
     k0, k1 = 0, c.m
     if c.mask == "causal":
         k1 = min(hi, c.m)
     if c.window is not None:
         k0 = min(max(0, lo - c.window + 1), k1)
         k1 = min(k1, hi - 1 + c.window)
+    if p.key_padding is not None:
+        real = np.flatnonzero(p.key_padding)
+        if real.size == 0:
+            return 0, 0
+        k0, k1 = max(k0, int(real[0])), min(k1, int(real[-1]) + 1)
     return k0, max(k0, k1)
 
 
