@@ -58,3 +58,14 @@ def test_pytorch_snippet(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = mhacli.attention(**mhacli.load(tmp_path / "mha.npz").inputs)
     assert np.allclose(out, expected, atol=1e-5)  # the module computes in float32
     assert torch is not None
+
+
+def test_ci_finds_the_two_set_up_commands() -> None:
+    """.ci/run takes the ```sh blocks of "## Set up": other sections may show shell too."""
+    import subprocess
+
+    script = (README.parent / ".ci" / "run").read_text()
+    awk = script.split("mapfile -t commands < <(awk '", 1)[1].split("' README.md)", 1)[0]
+    out = subprocess.run(["awk", awk, str(README)], capture_output=True, text=True,
+                         check=True).stdout.splitlines()
+    assert len(out) == 2 and "mha explain" in out[0] and "pytest" in out[1]
