@@ -170,6 +170,10 @@ def explain(
     fmt: Annotated[ExplainFormat, typer.Option("--format", "-f", help="Output format.")
                    ] = ExplainFormat.rich,
     layout: LayoutOpt = None,
+    backward: Annotated[bool, typer.Option(
+        "--backward", help="The backward pass too: the gradient of the loss with respect to "
+        "every stage and parameter (the loss: the sum of the outputs, or the file's target: "
+        "or grad_output:).")] = False,
     no_pager: Annotated[bool, typer.Option(
         "--no-pager", help="In a terminal, print a view taller than the screen as it is "
                            "(by default it goes through $PAGER, else less).")] = False,
@@ -216,6 +220,7 @@ def explain(
                         kv_heads=kv_heads, window=window, key_padding=key_padding,
                         alibi=alibi, sinks=sinks, bias=bias, rope=rope,
                         positional=positional, checkpoint=checkpoint, layer=layer,
+                        backward=backward,
                         layout=layout.value if layout is not None else None)
         context["tokens"] = prob.tokens
         shown = layout.value if layout is not None else prob.layout
@@ -695,6 +700,9 @@ def generate(
     ] = False,
     stage: Annotated[Optional[list[str]], typer.Option(
         "--stage", "-s", help="Only these stages under answers: (repeatable).")] = None,
+    backward: Annotated[bool, typer.Option(
+        "--backward", help="With --answers or --blank, the gradients too (d_output … d_x; "
+        "the loss is the sum of the outputs).")] = False,
     d_k: Annotated[Optional[int], typer.Option(
         "--d-k", help="Width of each head (default d_model / heads; under --ints a perfect "
                       "square, so that √d_k is whole).", rich_help_panel=INPUT)] = None,
@@ -745,7 +753,7 @@ def generate(
             d_kv=d_kv, w_o=not no_w_o, most=gen.MOST_WRITTEN, d_k=d_k, max_score=max_score,
             mask=mask, scale=scale, softcap=softcap, kv_heads=kv_heads,
             variants=variant_settings(window, key_padding, alibi, sinks, bias, rope,
-                                      positional))
+                                      positional), backward=backward)
         chosen = [engine.canonical(s) for s in stage] if stage else None
         filled = gen.answer_key(prob, chosen) if answers or blank else None
         what = "small integers" if ints else "random decimals"

@@ -191,15 +191,30 @@ def rope_angles(positions: Array, dims: int, base: float) -> Array:
     return positions.astype(np.float64)[:, None] * theta[None, :]
 
 
-def rotate(a: Array, style: str, dims: int, base: float, first: int = 0) -> Array:
+def rotate(a: Array, style: str, dims: int, base: float, first: int = 0,
+           back: bool = False) -> Array:
     """Each head's rows turned by RoPE (a new array): pair (x, y) of row r becomes
-    (x·cos − y·sin, x·sin + y·cos) at the angle p·θ_i, p = first + r. ``a`` is
+    (x·cos − y·sin, x·sin + y·cos) at the angle p·θ_i, p = first + r; ``back`` turns
+    by −p·θ_i (the rotation's transpose: how a gradient goes back through it). ``a`` is
     (heads, rows, d); dimensions past ``dims`` are left as they are."""
     one, two = rope_pairs(style, dims)
     angle = rope_angles(np.arange(first, first + a.shape[-2]), dims, base)  # (rows, dims/2)
+    if back:
+        angle = -angle
     cos, sin = np.cos(angle).astype(a.dtype), np.sin(angle).astype(a.dtype)
     out = a.copy()
     x, y = a[..., one], a[..., two]
     out[..., one] = x * cos - y * sin
     out[..., two] = x * sin + y * cos
     return out
+
+
+def shared_sum(a: Array, groups: int) -> Array:
+    """(H, …) summed over the query heads that share each key/value head: (G, …)."""
+    heads = a.shape[0]
+    return a if groups == heads else a.reshape(groups, heads // groups, *a.shape[1:]).sum(1)
+
+
+def softmax_backward(a: Array, d_a: Array) -> Array:
+    """The softmax's gradient, row by row: A ⊙ (dA − rowsum(dA ⊙ A)); 0 where A is 0."""
+    return a * (d_a - (d_a * a).sum(axis=-1, keepdims=True))

@@ -138,6 +138,8 @@ def _check_finite(p: Prepared, name: str, a: Array) -> None:
     bad = out_of_range(a) & ~np.isneginf(a) if name == "masked" else \
         ~np.isfinite(a) if name == "weights" else out_of_range(a)
     if p.config.masked_row == "nan" and p.dead_rows and name in _AFTER_SOFTMAX:
+        if a.shape[-2] != p.config.n:
+            return  # a gradient summed over the rows: NaN rows reach every entry
         dead = np.zeros(p.config.n, dtype=bool)
         dead[np.array(p.dead_rows) - 1] = True
         bad &= ~(dead[:, None] if a.ndim == 2 else dead[None, :, None])
@@ -278,7 +280,8 @@ def attention(
     masked_row: str = "zero", softcap: Any = None, kv_heads: int | None = None,
     window: int | None = None, alibi: Any = None, bias: Any = None,
     key_padding: Any = None, sinks: Any = None, rope: Any = None,
-    positional: Any = None, progress: Progress | None = None,
+    positional: Any = None, backward: bool = False, grad_output: Any = None,
+    target: Any = None, progress: Progress | None = None,
 ) -> Array:
     """Multi-head attention: the final output only (n × d_out), the fast path.
 
@@ -308,10 +311,14 @@ def trace(
     masked_row: str = "zero", softcap: Any = None, kv_heads: int | None = None,
     window: int | None = None, alibi: Any = None, bias: Any = None,
     key_padding: Any = None, sinks: Any = None, rope: Any = None,
-    positional: Any = None,
+    positional: Any = None, backward: bool = False, grad_output: Any = None,
+    target: Any = None,
 ) -> Trace:
     """Multi-head attention with every intermediate stage kept (for small problems).
 
-    Takes the arguments of ``attention``; returns a ``Trace``.
+    Takes the arguments of ``attention``; returns a ``Trace``. ``backward=True`` adds the
+    gradient of the loss with respect to every stage and parameter (``d_output`` …
+    ``d_x``): the loss is the sum of the outputs, or ½·Σ(output − target)² with
+    ``target``, or ``grad_output`` gives dL/d output itself (either implies backward).
     """
     return traced(prepare(**locals()))

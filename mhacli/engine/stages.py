@@ -438,7 +438,7 @@ def _input_text(what: str) -> Callable[[Formula], str]:
 
 # --------------------------------------------------------------------------- the table
 
-TABLE: tuple[Stage, ...] = (
+FORWARD: tuple[Stage, ...] = (
     Stage("x", "n × d_model", lambda c: (c.n, c.d_model), QUERY, NUMBERED,
           compute=lambda w: w.p.x, formula=_input_text("X, the query-side input"),
           latex=_tex("X"), cell=_cell_input, exact=True, given=True,
@@ -554,6 +554,9 @@ TABLE: tuple[Stage, ...] = (
           latex=_output_tex, cell=_cell_output),
 )
 
+from .gradients import GRADIENTS  # noqa: E402  (its stages are made with Stage above)
+
+TABLE: tuple[Stage, ...] = FORWARD + GRADIENTS
 BY_NAME = {s.name: s for s in TABLE}
 STAGES = tuple(BY_NAME)  # the canonical names, in order
 ALIASES = {alias: s.name for s in TABLE for alias in s.aliases}

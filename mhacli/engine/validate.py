@@ -26,7 +26,8 @@ MASKS = ("none", "causal")
 MASKED_ROW_POLICIES = ("zero", "nan", "error")
 DTYPES = ("float64", "float32")
 SCALE_EXPECTED = "dk, n, none or a positive number"
-MATRICES = ("x", "x_kv", "w_q", "w_k", "w_v", "w_o", "q", "k", "v")  # the input matrices
+MATRICES = ("x", "x_kv", "w_q", "w_k", "w_v", "w_o", "q", "k", "v", "grad_output",
+            "target")  # the input matrices
 PER_HEAD_MATRICES = frozenset({"w_q", "w_k", "w_v", "w_o"})  # or a list of H of them
 VECTORS = ("b_q", "b_k", "b_v", "b_o")  # the biases
 
@@ -63,6 +64,8 @@ class Config:
     rope_base: float = 10000.0
     rope_dims: int = 0  # the leading dimensions of each head that RoPE turns
     positional: str | None = None  # "sinusoidal" or "learned": added to the inputs
+    backward: bool = False  # the gradients too
+    loss: str = "sum"  # the loss: "sum" of the outputs, ½·Σ(output − "target")², or "given"
 
     @property
     def groups(self) -> int:
@@ -112,6 +115,8 @@ class Prepared:
     sinks: Array | None = None  # (H,) one extra logit per head
     pe: Array | None = None  # (n, d_model) positional encoding of the query-side input
     pe_kv: Array | None = None  # (m, d_kv) of the key/value-side input (cross-attention)
+    grad_output: Array | None = None  # (n, d_out) dL/d output, when given
+    target: Array | None = None  # (n, d_out), for L = ½·Σ(output − target)²
 
     def allowed(self, lo: int = 0, hi: int | None = None, k0: int = 0,
                 k1: int | None = None) -> npt.NDArray[np.bool_] | None:
@@ -334,7 +339,8 @@ def prepare(
     mask: Any = None, scale: Any = "dk", dtype: Any = np.float64,
     masked_row: str = "zero", softcap: Any = None, kv_heads: Any = None,
     window: Any = None, alibi: Any = None, bias: Any = None, key_padding: Any = None,
-    sinks: Any = None, rope: Any = None, positional: Any = None, exact: bool = False,
+    sinks: Any = None, rope: Any = None, positional: Any = None, backward: bool = False,
+    grad_output: Any = None, target: Any = None, exact: bool = False,
 ) -> Prepared:
     """Check every shape against every other and copy into ``dtype``; raise MhaError.
 
@@ -475,6 +481,19 @@ def prepare(
     if w is not None:
         w = min(w, n + m)  # wider than the problem: the same as n + m, and a safe size
     dead = _dead_rows(allowed, mask_kind == "causal", w, padding, n, m)
+    upstream = {}
+    for name, value in (("grad_output", grad_output), ("target", target)):
+        a = _matrix(name, value, t)
+        if a is not None and a.shape != (n, d_out):
+            raise MhaError(f"{name} is {_shape(a)} but the output is n × d_out = {n} × {d_out}",
+                           key=name)
+        upstream[name] = a
+    if upstream["grad_output"] is not None and upstream["target"] is not None:
+        raise MhaError("give grad_output or target, not both (each sets dL/d output)",
+                       key="target")
+    backward = bool(backward) or any(a is not None for a in upstream.values())
+    loss = "given" if upstream["grad_output"] is not None else \
+        "target" if upstream["target"] is not None else "sum"
     if dead and masked_row == "error":
         rows = ", ".join(str(r) for r in dead)
         raise MhaError(f"the mask blocks every key for query row(s) {rows}", key="mask")
@@ -490,9 +509,11 @@ def prepare(
         kv_heads=groups if groups != heads else 0, window=w, alibi=slopes is not None,
         bias=bias_a is not None, padding=padding is not None, sinks=sink_a is not None,
         rope=rope_style, rope_base=rope_base, rope_dims=rope_dims, positional=pos_kind,
+        backward=backward, loss=loss,
     )
     return Prepared(config, x_a, xkv_a, wq, wk, wv, wo, bq, bk, bv, bo, q_a, k_a, v_a,
-                    allowed, dead, exact_s, slopes, bias_a, padding, sink_a, pe, pe_kv)
+                    allowed, dead, exact_s, slopes, bias_a, padding, sink_a, pe, pe_kv,
+                    upstream["grad_output"], upstream["target"])
 
 
 ROPE_STYLES = ("half", "interleaved")

@@ -24,7 +24,7 @@ def problem_from(*, file: str | None = None, sample: str | None = None,
                  key_padding: str | None = None, alibi: bool = False,
                  sinks: str | None = None, bias: Any = None, rope: str | None = None,
                  positional: str | None = None, checkpoint: Any = None,
-                 layer: int | None = None) -> Problem:
+                 layer: int | None = None, backward: bool = False) -> Problem:
     """The problem a command line describes, validated once with its overrides.
 
     ``tokens`` is a number of tokens (a random problem) or the labels themselves;
@@ -73,7 +73,7 @@ def problem_from(*, file: str | None = None, sample: str | None = None,
     labels = token_spec if isinstance(token_spec, list) else None
     overrides = {"heads": heads, "mask": mask, "scale": scale, "dtype": dtype,
                  "masked_row": masked_row, "softcap": softcap, "tokens": labels,
-                 "kv_heads": kv_heads, **variants}
+                 "kv_heads": kv_heads, "backward": True if backward else None, **variants}
     if any(v is not None for v in overrides.values()):
         prob = prob.with_overrides(**overrides)
     return prob

@@ -51,7 +51,8 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
                    w_o: bool = True, most: int = MOST_NUMBERS, d_k: int | None = None,
                    max_score: float | None = None, mask: Any = None, scale: Any = None,
                    softcap: Any = None, kv_heads: int | None = None,
-                   variants: dict[str, Any] | None = None, strict: bool = True) -> Problem:
+                   variants: dict[str, Any] | None = None, strict: bool = True,
+                   backward: bool = False) -> Problem:
     """A random problem: self-attention, or cross-attention when ``kv_tokens`` is given.
 
     Decimal entries are rounded to a few places (two at unit spread), so that what is
@@ -105,7 +106,8 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
         raise MhaError(f"a random problem of {n} tokens × d_model {d} would hold {count} "
                        f"numbers; this is limited to {most} (too large to generate)")
     source = "random problem" + (f" (seed {seed})" if seed is not None else "")
-    settings = {"mask": mask, "scale": scale, "softcap": softcap, **(variants or {})}
+    settings = {"mask": mask, "scale": scale, "softcap": softcap, **(variants or {}),
+                "backward": True if backward else None}
 
     def build(inputs: dict) -> Problem:
         written = dict(inputs)

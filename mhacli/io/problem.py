@@ -88,8 +88,8 @@ class Problem:
                        tokens: Any = None, kv_heads: int | None = None,
                        window: int | None = None, alibi: Any = None,
                        key_padding: Any = None, sinks: Any = None,
-                       bias: Any = None, rope: Any = None, positional: Any = None
-                       ) -> Problem:
+                       bias: Any = None, rope: Any = None, positional: Any = None,
+                       backward: bool | None = None) -> Problem:
         """The same problem with settings changed (as on the command line): ``mask`` may
         be rows of 1/0 written as text, ``'1 0;1 1'``; ``tokens`` new row labels;
         ``key_padding`` and ``sinks`` may be text, ``'1 1 0'``."""
@@ -98,7 +98,7 @@ class Problem:
         changes = {"heads": heads, "scale": scale, "dtype": dtype, "masked_row": masked_row,
                    "softcap": softcap, "kv_heads": kv_heads, "window": window,
                    "alibi": alibi, "key_padding": key_padding, "sinks": sinks, "bias": bias,
-                   "rope": rope, "positional": positional}
+                   "rope": rope, "positional": positional, "backward": backward or None}
         for name in ("sinks", "alibi", "bias", "positional"):
             if changes[name] is not None:
                 written.pop(name, None)
@@ -316,6 +316,8 @@ def _from_mapping(data: dict[str, Any], source: str, base: Path | None,
         if data.get(key) is not None:
             inputs[key] = _variant(key, _external(data[key], key, base), layout, written)
     answers = _answers(data.get("answers"), layout)
+    if any(stage.startswith("d_") for stage in answers):
+        inputs["backward"] = True  # gradients answered: the backward pass is part of it
     return Problem.build(inputs, tokens=data.get("tokens"), kv_tokens=data.get("kv_tokens"),
                          answers=answers, source=source, written=written, layout=layout)
 

@@ -1,0 +1,273 @@
+"""The backward pass as stages of the table: the gradient of the loss L with respect to
+every stage and every parameter, in the order the chain rule computes them.
+
+The upstream gradient dL/d output is the problem's ``grad_output``; or, with a
+``target``, L = ½·Σ(output − target)² and d_output = output − target; or by default
+L = Σ output and d_output is all ones. Each stage below takes the gradients computed
+before it (``w["d_…"]``) and the forward stages, as the forward stages take theirs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+
+from . import ops
+from .stages import KEY, NUMBERED, QUERY, Stage, Work
+from .writing import Entry, Formula
+
+if TYPE_CHECKING:
+    from .validate import Config
+
+Array = np.ndarray
+
+
+def _d_output(w: Work) -> Array:
+    p, out = w.p, w["output"]
+    if p.grad_output is not None:
+        return np.asarray(p.grad_output, dtype=out.dtype)
+    if p.target is not None:
+        return out - p.target  # L = ½·Σ(output − target)²
+    return np.ones_like(out)  # L = Σ output
+
+
+def loss(p: object, output: Array) -> float:
+    """L, where the problem defines it (the sum of the outputs, or half the squared
+    distance to the target); NaN for a given grad_output."""
+    c = p.config  # type: ignore[attr-defined]
+    if c.loss == "given":
+        return float("nan")
+    if c.loss == "target":
+        return float(0.5 * np.sum((output - p.target) ** 2))  # type: ignore[attr-defined]
+    return float(np.sum(output))
+
+
+def _before_scaled(w: Work) -> Array:
+    """The gradient arriving at the scaled scores' next stage (softcapped, biased or masked)."""
+    for name in ("d_softcapped", "d_biased", "d_masked"):
+        if name in w.stages:
+            return w[name]
+    raise KeyError("d_masked")
+
+
+def _d_scaled(w: Work) -> Array:
+    g = _before_scaled(w)
+    c = w.c
+    if c.softcap is None:
+        return g
+    t = np.tanh(w["scaled"] / c.softcap)
+    return g * (1 - t * t)  # d/dz c·tanh(z/c) = 1 − tanh²(z/c)
+
+
+def _rope_back(w: Work, name: str) -> Array:
+    c = w.c
+    return ops.rotate(w[name], c.rope, c.rope_dims, c.rope_base, back=True)
+
+
+def _d_q_heads(w: Work) -> Array:
+    if w.c.rope is not None:
+        return _rope_back(w, "d_q_rot")
+    return w["d_scores"] @ ops.shared(w["k_heads"], w.c.heads)  # dQ_h = dZ_h·K_h
+
+
+def _d_k_heads(w: Work) -> Array:
+    if w.c.rope is not None:
+        return _rope_back(w, "d_k_rot")
+    return ops.shared_sum(w["d_scores"].swapaxes(-1, -2) @ w["q_heads"], w.c.groups)
+
+
+def _source(w: Work, kv: bool) -> Array:
+    """The input a projection multiplied: X (with its positions), or X_kv."""
+    if kv and w.c.cross:
+        return w.stages.get("x_kv_pos", w.stages.get("x_kv"))  # type: ignore[return-value]
+    return w.stages.get("x_pos", w["x"])
+
+
+def _d_x(w: Work) -> Array:
+    p = w.p
+    out = w["d_q"] @ p.w_q.T  # type: ignore[union-attr]
+    if not w.c.cross:
+        out = out + w["d_k"] @ p.w_k.T + w["d_v"] @ p.w_v.T  # type: ignore[union-attr]
+    return out
+
+
+def _d_x_kv(w: Work) -> Array:
+    p = w.p
+    return w["d_k"] @ p.w_k.T + w["d_v"] @ p.w_v.T  # type: ignore[union-attr]
+
+
+# --------------------------------------------------------------------------- text
+
+
+def _text(rows: str, grouped: str | None = None) -> Callable[[Formula], str]:
+    """A formula, and another for grouped-query problems when it differs."""
+    return lambda f: grouped if grouped is not None and f.c.groups != f.c.heads else rows
+
+
+def _d_output_text(f: Formula) -> str:
+    return {"sum": "dL/dY = 1 everywhere (L = Σ Y, the sum of the outputs)",
+            "target": "dL/dY = Y − T (L = ½·Σ(Y − T)²)",
+            "given": "dL/dY, the grad_output given"}[f.c.loss]
+
+
+def _d_scaled_text(f: Formula) -> str:
+    nxt = "d_softcapped" if f.c.softcap is not None else \
+        "d_biased" if f.c.alibi or f.c.bias else "d_masked"
+    if f.c.softcap is None:
+        return f"= {nxt}"
+    return f"= {nxt} ⊙ (1 − tanh²(scaled / c)), the softcap's derivative"
+
+
+def _d_x_text(f: Formula) -> str:
+    src = "(X + PE)" if f.c.positional else "X"
+    if f.c.cross:
+        return f"d{src} = dQ·W_Qᵀ"
+    return f"d{src} = dQ·W_Qᵀ + dK·W_Kᵀ + dV·W_Vᵀ (X feeds all three)"
+
+
+def _tex(symbol: str) -> Callable[[Formula], str]:
+    return lambda f: f.tex(rf"\frac{{\partial L}}{{\partial {symbol}}}")
+
+
+# --------------------------------------------------------------------------- cells
+
+
+def _cell(e: Entry) -> list[str]:
+    """The value, with the formula that made it."""
+    from .stages import BY_NAME
+
+    f = Formula(e.c, e.head)
+    return [f"{e.name} = {e.result}  ({BY_NAME[e.stage].formula(f)})"]
+
+
+def _cell_d_masked(e: Entry) -> list[str]:
+    h, i, j = e.head or 1, e.row, e.col
+    a = e.row_of("weights", h, i)
+    da = e.row_of("d_weights", h, i)
+    e.mark("weights", h, {i})
+    e.mark("d_weights", h, {i})
+    r = float(np.dot(np.asarray(a, dtype=float), np.asarray(da, dtype=float)))
+    terms = " + ".join(f"{e.factor(x)}×{e.factor(y)}" for x, y in zip(da, a))
+    return [f"{e.name} = A·(dA − Σ dA⊙A) along the row {e.row_label} (the softmax's "
+            "backward)",
+            f"  Σ dA⊙A over the row = {terms} = {e.num(r)}",
+            f"  A = {e.num(a[j])}, dA = {e.num(da[j])}",
+            f"  {e.factor(a[j])}×({e.num(da[j])} − {e.factor(r)}) = {e.result}"]
+
+
+def _cell_d_scores(e: Entry) -> list[str]:
+    h, i, j = e.head, e.row, e.col
+    e.mark("d_scaled", h, {i}, {j})
+    return [f"{e.name} = d_scaled{e.hs}[{e.row_label}, {e.col_label}] / s = "
+            f"{e.num(e.value('d_scaled', h, i, j))} / {e.num(e.c.scale)}",
+            f"  = {e.result}"]
+
+
+# --------------------------------------------------------------------------- the table
+
+
+def _grad(name: str, shape: str, dims: Callable[[Config], tuple[int, ...]], rows: str,
+          cols: str, compute: Callable[[Work], Array | None],
+          formula: Callable[[Formula], str], symbol: str, per_head: bool = False,
+          exists: Callable[[Config], bool] = lambda c: True,
+          cell: Callable[[Entry], list[str]] = _cell) -> Stage:
+    return Stage(name, shape, dims, rows, cols, compute=compute, formula=formula,
+                 latex=_tex(symbol), cell=cell, per_head=per_head,
+                 exists=lambda c: c.backward and exists(c))
+
+
+def _row(v: Array) -> Array:
+    return v.sum(axis=0, keepdims=True)  # a bias's gradient: column sums, as 1 × width
+
+
+GRADIENTS: tuple[Stage, ...] = (
+    _grad("d_output", "n × d_out", lambda c: (c.n, c.d_out), QUERY, NUMBERED, _d_output,
+          _d_output_text, "Y"),
+    _grad("d_concat", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,
+          lambda w: w["d_output"] @ w.p.w_o.T if w.p.w_o is not None else w["d_output"],
+          lambda f: "dC = dY·W_Oᵀ" if f.c.has_w_o else "dC = dY (no w_o)", "C"),
+    _grad("d_w_o", "H·d_v × d_out", lambda c: (c.heads * c.d_v, c.d_out), NUMBERED,
+          NUMBERED, lambda w: w["concat"].T @ w["d_output"], _text("dW_O = Cᵀ·dY"), "W_O",
+          exists=lambda c: c.has_w_o),
+    _grad("d_b_o", "1 × d_out", lambda c: (1, c.d_out), NUMBERED, NUMBERED,
+          lambda w: _row(w["d_output"]), _text("db_o = the column sums of dY"), "b_o",
+          exists=lambda c: "b_o" in c.biases),
+    _grad("d_head_outputs", "H × n × d_v", lambda c: (c.heads, c.n, c.d_v), QUERY, NUMBERED,
+          lambda w: ops.split_heads(w["d_concat"], w.c.heads),
+          lambda f: f"dO{f.i} = head {f.h or 'h'}'s columns of dC", "O", per_head=True),
+    _grad("d_weights", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
+          lambda w: w["d_head_outputs"] @ ops.shared(w["v_heads"], w.c.heads).swapaxes(-1, -2),
+          lambda f: f"dA{f.i} = dO{f.i}·V{f.i}ᵀ (every cell, blocked ones too)", "A",
+          per_head=True),
+    _grad("d_v_heads", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,
+          lambda w: ops.shared_sum(w["weights"].swapaxes(-1, -2) @ w["d_head_outputs"],
+                                   w.c.groups),
+          _text("dV_h = A_hᵀ·dO_h",
+                "dV_g = Σ A_hᵀ·dO_h over the query heads h that share value head g"),
+          "V", per_head=True),
+    _grad("d_masked", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
+          lambda w: ops.softmax_backward(w["weights"], w["d_weights"]),
+          lambda f: f"dZ{f.i} = A ⊙ (dA − rowsum(dA ⊙ A)), the softmax's backward; 0 where "
+                    "blocked", "Z", per_head=True, cell=_cell_d_masked),
+    _grad("d_biased", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
+          lambda w: w["d_masked"],
+          lambda f: "= d_masked: the mask passes the gradient where it allows (0 where it "
+                    "blocks)", "B", per_head=True, exists=lambda c: c.alibi or c.bias),
+    _grad("d_softcapped", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
+          lambda w: w.stages.get("d_biased", w["d_masked"]),
+          lambda f: "= d_biased: ALiBi and the bias are added constants"
+          if f.c.alibi or f.c.bias else "= d_masked", "S", per_head=True,
+          exists=lambda c: c.softcap is not None),
+    _grad("d_scaled", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY, _d_scaled,
+          _d_scaled_text, "(Z/s)", per_head=True),
+    _grad("d_scores", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
+          lambda w: w["d_scaled"] / w.c.scale, lambda f: "dZ = d_scaled / s", "Z",
+          per_head=True, cell=_cell_d_scores),
+    _grad("d_q_rot", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
+          lambda w: w["d_scores"] @ ops.shared(w["k_rot"], w.c.heads),
+          lambda f: f"dQ_rot{f.i} = dZ{f.i}·K_rot", "Q_{rot}", per_head=True,
+          exists=lambda c: c.rope is not None),
+    _grad("d_k_rot", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
+          lambda w: ops.shared_sum(w["d_scores"].swapaxes(-1, -2) @ w["q_rot"], w.c.groups),
+          _text("dK_rot_h = dZ_hᵀ·Q_rot_h", "dK_rot_g = Σ dZ_hᵀ·Q_rot_h over the heads "
+                "that share it"), "K_{rot}", per_head=True,
+          exists=lambda c: c.rope is not None),
+    _grad("d_q_heads", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
+          _d_q_heads, lambda f: "RoPE turned back: each pair of dQ_rot by −p·θ_i"
+          if f.c.rope else f"dQ{f.i} = dZ{f.i}·K{f.i}", "Q_h", per_head=True),
+    _grad("d_k_heads", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
+          _d_k_heads, lambda f: "RoPE turned back: each pair of dK_rot by −p·θ_i"
+          if f.c.rope else "dK_h = dZ_hᵀ·Q_h" if f.c.groups == f.c.heads
+          else "dK_g = Σ dZ_hᵀ·Q_h over the query heads that share key head g", "K_h",
+          per_head=True),
+    _grad("d_q", "n × H·d_k", lambda c: (c.n, c.heads * c.d_k), QUERY, NUMBERED,
+          lambda w: ops.merge_heads(w["d_q_heads"]), _text("the heads' dQ side by side"), "Q"),
+    _grad("d_k", "m × G·d_k", lambda c: (c.m, c.groups * c.d_k), KEY, NUMBERED,
+          lambda w: ops.merge_heads(w["d_k_heads"]), _text("the heads' dK side by side"), "K"),
+    _grad("d_v", "m × G·d_v", lambda c: (c.m, c.groups * c.d_v), KEY, NUMBERED,
+          lambda w: ops.merge_heads(w["d_v_heads"]), _text("the heads' dV side by side"), "V"),
+    _grad("d_w_q", "d_model × H·d_k", lambda c: (c.d_model, c.heads * c.d_k), NUMBERED,
+          NUMBERED, lambda w: _source(w, False).T @ w["d_q"], _text("dW_Q = Xᵀ·dQ"), "W_Q",
+          exists=lambda c: not c.direct),
+    _grad("d_w_k", "d_kv × G·d_k", lambda c: (c.d_kv, c.groups * c.d_k), NUMBERED,
+          NUMBERED, lambda w: _source(w, True).T @ w["d_k"],
+          lambda f: f"dW_K = {f.src}ᵀ·dK", "W_K", exists=lambda c: not c.direct),
+    _grad("d_w_v", "d_kv × G·d_v", lambda c: (c.d_kv, c.groups * c.d_v), NUMBERED,
+          NUMBERED, lambda w: _source(w, True).T @ w["d_v"],
+          lambda f: f"dW_V = {f.src}ᵀ·dV", "W_V", exists=lambda c: not c.direct),
+    _grad("d_b_q", "1 × H·d_k", lambda c: (1, c.heads * c.d_k), NUMBERED, NUMBERED,
+          lambda w: _row(w["d_q"]), _text("db_q = the column sums of dQ"), "b_q",
+          exists=lambda c: "b_q" in c.biases),
+    _grad("d_b_k", "1 × G·d_k", lambda c: (1, c.groups * c.d_k), NUMBERED, NUMBERED,
+          lambda w: _row(w["d_k"]), _text("db_k = the column sums of dK"), "b_k",
+          exists=lambda c: "b_k" in c.biases),
+    _grad("d_b_v", "1 × G·d_v", lambda c: (1, c.groups * c.d_v), NUMBERED, NUMBERED,
+          lambda w: _row(w["d_v"]), _text("db_v = the column sums of dV"), "b_v",
+          exists=lambda c: "b_v" in c.biases),
+    _grad("d_x", "n × d_model", lambda c: (c.n, c.d_model), QUERY, NUMBERED, _d_x, _d_x_text,
+          "X", exists=lambda c: not c.direct),
+    _grad("d_x_kv", "m × d_kv", lambda c: (c.m, c.d_kv), KEY, NUMBERED, _d_x_kv,
+          lambda f: "dX_kv = dK·W_Kᵀ + dV·W_Vᵀ", "X_{kv}",
+          exists=lambda c: c.cross and not c.direct),
+)
