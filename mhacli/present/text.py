@@ -93,6 +93,12 @@ def explain_json(tr: Trace, rows: list[str], cols: list[str],
 
     out = {name: _jsonable(pick(name, a)) for name, a in tr.stages.items() if name in chosen}
     doc: dict[str, Any] = {"config": config_dict(tr.config, rows, cols, layout), "stages": out}
+    if tr.config.backward:
+        from ..engine.gradients import loss
+
+        value = loss(tr.prepared, tr.stages["output"])
+        doc["config"]["loss"] = {"kind": tr.config.loss,
+                                 "value": value if np.isfinite(value) else None}
     if exact:
         doc["exact"] = {name: np.vectorize(_exact_json, otypes=[object])(pick(name, a)).tolist()
                         for name, a in exact.items() if name in chosen}

@@ -76,6 +76,11 @@ def views(tr: Trace, queries: list[str], keys: list[str], stages: Iterable[str] 
             if h is not None and s.name in tr.parts:
                 out.append(_parts_view(s, tr, h, queries, keys))
             f = Formula(c, h, columns)
+            formula = s.formula(f)
+            if s.name == "d_output" and c.loss != "given":
+                from ..engine.gradients import loss
+
+                formula += f"; L = {loss(tr.prepared, tr.stages['output']):.6g}"
             title = s.name if h is None else f"{s.name} · head {h} of {count}"
             if grouped and h is not None:
                 per = c.heads // count
@@ -84,7 +89,7 @@ def views(tr: Trace, queries: list[str], keys: list[str], stages: Iterable[str] 
             rows = side(s.rows, queries, keys, m.shape[0])
             cols = side(s.cols, queries, keys, m.shape[1])
             rows_marked, cols_marked = (marks or {}).get((s.name, h), (frozenset(), frozenset()))
-            out.append(View(s.name, h, title, s.formula(f), m, rows, cols, heat=s.heat,
+            out.append(View(s.name, h, title, formula, m, rows, cols, heat=s.heat,
                             marked_rows=rows_marked, marked_cols=cols_marked,
                             latex=s.latex(f)))
     return [transposed(v) for v in out] if columns else out

@@ -1,0 +1,262 @@
+"""The backward pass: every gradient stage against PyTorch's autograd (when installed),
+and the gradients of the inputs and parameters against central finite differences of
+the loss computed by the plain-loop reference (always)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+import mhacli
+from mhacli.cli import app
+
+from .reference import reference
+
+try:
+    import torch
+except ImportError:  # pragma: no cover - torch is optional
+    torch = None
+
+runner = CliRunner()
+
+CASES = {
+    "plain": {},
+    "causal": {"mask": "causal"},
+    "gqa": {"kv_heads": 2},
+    "biases": {"biases": True},
+    "softcap": {"softcap": 2.0, "mask": "causal"},
+    "window padding": {"window": 2, "key_padding": [1, 1, 0, 1, 1]},
+    "alibi bias": {"alibi": True, "bias": "nm"},
+    "sinks": {"sinks": [0.5, -1.0, 0.0, 1.0]},
+    "rope": {"rope": "half", "kv_heads": 2, "mask": "causal"},
+    "rope interleaved": {"rope": "interleaved"},
+    "positional": {"positional": "sinusoidal"},
+    "cross": {"cross": True},
+    "no w_o": {"no_w_o": True},
+}
+
+
+def _case(name: str, seed: int = 0, loss: str = "target") -> dict:
+    spec = dict(CASES[name])
+    rng = np.random.default_rng(seed)
+    n, d, heads = 5, 8, 4
+    m = 4 if spec.pop("cross", False) else n
+    groups = spec.get("kv_heads", heads)
+    p: dict = {"x": rng.standard_normal((n, d)), "heads": heads,
+               "w_q": rng.standard_normal((d, heads * 2)) / 2,
+               "w_k": rng.standard_normal((d, groups * 2)) / 2,
+               "w_v": rng.standard_normal((d, groups * 3)) / 2}
+    if m != n:
+        p["x_kv"] = rng.standard_normal((m, d))
+    if not spec.pop("no_w_o", False):
+        p["w_o"] = rng.standard_normal((heads * 3, d)) / 2
+    if spec.pop("biases", False):
+        p.update(b_q=rng.standard_normal(heads * 2), b_k=rng.standard_normal(groups * 2),
+                 b_v=rng.standard_normal(groups * 3), b_o=rng.standard_normal(d))
+    if spec.get("bias") == "nm":
+        spec["bias"] = rng.standard_normal((n, m))
+    p.update(spec)
+    d_out = d if "w_o" in p else heads * 3
+    if loss == "target":
+        p["target"] = rng.standard_normal((n, d_out))
+    elif loss == "given":
+        p["grad_output"] = rng.standard_normal((n, d_out))
+    else:
+        p["backward"] = True
+    return p
+
+
+def _loss(p: dict) -> float:
+    """L from the plain-loop reference: independent of the engine."""
+    forward = {k: v for k, v in p.items() if k not in ("target", "grad_output", "backward")}
+    out = np.array(reference(**{k: (v.tolist() if isinstance(v, np.ndarray) else v)
+                                for k, v in forward.items()})["output"])
+    if "target" in p:
+        return 0.5 * float(np.sum((out - p["target"]) ** 2))
+    if "grad_output" in p:
+        return float(np.sum(out * p["grad_output"]))  # L whose dL/d output is grad_output
+    return float(np.sum(out))
+
+
+@pytest.mark.parametrize("loss", ["target", "given", "sum"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_gradients_of_inputs_and_parameters_are_finite_differences(name: str,
+                                                                   loss: str) -> None:
+    p = _case(name, seed=1, loss=loss)
+    tr = mhacli.trace(**p)
+    rng = np.random.default_rng(2)
+    h = 1e-6
+    for key, stage in (("x", "d_x"), ("x_kv", "d_x_kv"), ("w_q", "d_w_q"), ("w_k", "d_w_k"),
+                       ("w_v", "d_w_v"), ("w_o", "d_w_o"), ("b_q", "d_b_q"), ("b_o", "d_b_o")):
+        if key not in p:
+            continue
+        grad = tr[stage].reshape(np.shape(p[key]))
+        for _ in range(4):  # a few entries of each
+            idx = tuple(int(rng.integers(s)) for s in np.shape(p[key]))
+            up, down = dict(p), dict(p)
+            up[key], down[key] = np.array(p[key], dtype=float), np.array(p[key], dtype=float)
+            up[key][idx] += h
+            down[key][idx] -= h
+            fd = (_loss(up) - _loss(down)) / (2 * h)
+            assert grad[idx] == pytest.approx(fd, rel=1e-5, abs=1e-6), (stage, idx)
+
+
+def _torch_forward(p: dict) -> tuple[dict, object]:
+    """The forward pass in PyTorch, every stage kept for its gradient."""
+    t = {k: torch.tensor(np.asarray(v, dtype=float), requires_grad=True)
+         for k, v in p.items() if k in ("x", "x_kv", "w_q", "w_k", "w_v", "w_o", "b_q", "b_k",
+                                        "b_v", "b_o")}
+    n, heads = p["x"].shape[0], p["heads"]
+    groups = p.get("kv_heads", heads)
+    kept: dict = {}
+
+    def keep(name: str, value):  # type: ignore[no-untyped-def]
+        value.retain_grad()
+        kept[name] = value
+        return value
+
+    x = t["x"]
+    if p.get("positional") == "sinusoidal":
+        pe = torch.tensor(mhacli.trace(**{**p, "backward": False, "target": None,
+                                          "grad_output": None})["pos"])
+        x = keep("x_pos", x + pe)
+    src = t.get("x_kv", x)
+    m = src.shape[0]
+    q = x @ t["w_q"] + (t["b_q"] if "b_q" in t else 0)
+    k = src @ t["w_k"] + (t["b_k"] if "b_k" in t else 0)
+    v = src @ t["w_v"] + (t["b_v"] if "b_v" in t else 0)
+    q, k, v = keep("q", q), keep("k", k), keep("v", v)
+    d_k, d_v = q.shape[1] // heads, v.shape[1] // groups
+    qh = keep("q_heads", q.reshape(n, heads, d_k).transpose(0, 1))
+    kh = keep("k_heads", k.reshape(m, groups, d_k).transpose(0, 1))
+    vh = keep("v_heads", v.reshape(m, groups, d_v).transpose(0, 1))
+    if p.get("rope"):
+        half = p["rope"] == "half"
+
+        def turn(a):  # type: ignore[no-untyped-def]
+            pos = torch.arange(a.shape[1], dtype=torch.float64)[:, None]
+            theta = 10000.0 ** (-2 * torch.arange(d_k // 2, dtype=torch.float64) / d_k)
+            cos, sin = torch.cos(pos * theta), torch.sin(pos * theta)
+            one = torch.arange(d_k // 2) if half else 2 * torch.arange(d_k // 2)
+            two = one + d_k // 2 if half else one + 1
+            out = a.clone()
+            out[..., one] = a[..., one] * cos - a[..., two] * sin
+            out[..., two] = a[..., one] * sin + a[..., two] * cos
+            return out
+
+        qh, kh = keep("q_rot", turn(qh)), keep("k_rot", turn(kh))
+    z = keep("scores", qh @ kh.repeat_interleave(heads // groups, 0).transpose(-1, -2))
+    s = keep("scaled", z / math.sqrt(d_k))
+    if p.get("softcap"):
+        c = p["softcap"]
+        s = keep("softcapped", c * torch.tanh(s / c))
+    i, j = torch.arange(n)[:, None], torch.arange(m)[None, :]
+    if p.get("alibi") or p.get("bias") is not None:
+        add = torch.zeros(heads, n, m, dtype=torch.float64)
+        if p.get("alibi") is True:
+            slopes = torch.tensor([2.0 ** (-8 * h / heads) for h in range(1, heads + 1)],
+                                  dtype=torch.float64)
+            add = add - slopes[:, None, None] * (i - j).abs()
+        if p.get("bias") is not None:
+            add = add + torch.tensor(p["bias"])
+        s = keep("biased", s + add)
+    allowed = torch.ones(n, m, dtype=torch.bool)
+    if p.get("mask") == "causal":
+        allowed &= j <= i
+    if p.get("window"):
+        allowed &= (i - j).abs() < p["window"]
+    if p.get("key_padding") is not None:
+        allowed &= torch.tensor(p["key_padding"], dtype=torch.bool)[None, :]
+    masked = keep("masked", s.masked_fill(~allowed, float("-inf")))
+    if p.get("sinks") is not None:
+        sink = torch.tensor(p["sinks"], dtype=torch.float64)[:, None, None].expand(heads, n, 1)
+        a = torch.softmax(torch.cat([masked, sink], -1), -1)[..., :-1]
+    else:
+        a = torch.softmax(masked, -1)
+    a = keep("weights", a)
+    o = keep("head_outputs", a @ vh.repeat_interleave(heads // groups, 0))
+    concat = keep("concat", o.transpose(0, 1).reshape(n, heads * d_v))
+    y = concat @ t["w_o"] + (t["b_o"] if "b_o" in t else 0) if "w_o" in t else \
+        concat + (t["b_o"] if "b_o" in t else 0)
+    y = keep("output", y)
+    for name in ("x", "x_kv", "w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o"):
+        if name in t:
+            kept[name] = t[name]
+    return kept, 0.5 * ((y - torch.tensor(p["target"])) ** 2).sum()
+
+
+@pytest.mark.skipif(torch is None, reason="PyTorch is not installed")
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_every_gradient_stage_agrees_with_autograd(name: str) -> None:
+    p = _case(name, seed=3)
+    tr = mhacli.trace(**p)
+    kept, loss = _torch_forward(p)
+    loss.backward()
+    checked = 0
+    for stage in tr:
+        if not stage.startswith("d_") or stage[2:] not in kept:
+            continue
+        want = kept[stage[2:]].grad.numpy()
+        got = tr[stage].reshape(want.shape)
+        np.testing.assert_allclose(got, np.nan_to_num(want), rtol=1e-9, atol=1e-10,
+                                   err_msg=stage)
+        checked += 1
+    assert checked >= 12  # d_output … d_x, at the least
+
+
+def test_the_contract_names_and_zeros() -> None:
+    p = _case("causal", seed=4)
+    tr = mhacli.trace(**p)
+    blocked = ~np.tri(5, 5, dtype=bool)
+    assert (tr["d_masked"][:, blocked] == 0).all()  # zero where blocked
+    assert (tr["d_weights"][:, blocked] != 0).any()  # dO·Vᵀ in every cell
+    np.testing.assert_allclose(tr["d_output"], tr["output"] - p["target"])
+    sum_loss = mhacli.trace(**{**p, "target": None, "backward": True})
+    assert (sum_loss["d_output"] == 1).all()
+    with pytest.raises(mhacli.MhaError, match="give grad_output or target, not both"):
+        mhacli.trace(**p, grad_output=np.ones((5, 8)))
+
+
+def test_check_grades_hand_computed_gradients(tmp_path: Path) -> None:
+    """A student's d_scores for the by-hand sample, graded like any other stage."""
+    r = runner.invoke(app, ["explain", "--sample", "by-hand", "--backward", "--stage",
+                            "d_scores", "--format", "json"])
+    d_scores = np.array(json.loads(r.stdout)["stages"]["d_scores"])
+    text = (Path(mhacli.__file__).parent.parent / "samples" / "by-hand.yaml").read_text() \
+        if (Path(mhacli.__file__).parent.parent / "samples").is_dir() else \
+        (Path(mhacli.__file__).parent / "samples" / "by-hand.yaml").read_text()
+    data = yaml.safe_load(text)
+    data.pop("answers", None)
+    data["answers"] = {"d_scores": np.round(d_scores, 4).tolist()}
+    path = tmp_path / "grad.yaml"
+    path.write_text(yaml.safe_dump(data))
+    r = runner.invoke(app, ["check", str(path), "--format", "json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["correct"], r.stdout
+    data["answers"]["d_scores"][0][1][2] += 0.01
+    path.write_text(yaml.safe_dump(data))
+    r = runner.invoke(app, ["check", str(path), "--format", "json"])
+    wrong = json.loads(r.stdout)["stages"]["d_scores"]["wrong"]
+    assert r.exit_code == 1 and [(w["head"], w["row"], w["column"]) for w in wrong] == [(1, 2, 3)]
+
+
+def test_generate_backward_writes_a_key_that_passes(tmp_path: Path) -> None:
+    r = runner.invoke(app, ["generate", "--ints", "-1:1", "--seed", "2", "--backward",
+                            "--answers"])
+    assert r.exit_code == 0 and "d_scores:" in r.stdout and "d_w_q:" in r.stdout
+    path = tmp_path / "key.yaml"
+    path.write_text(r.stdout)
+    assert runner.invoke(app, ["check", str(path)]).exit_code == 0
+
+
+def test_explain_backward_shows_the_loss_and_the_softmax_backward_cell() -> None:
+    r = runner.invoke(app, ["explain", "--sample", "by-hand", "--backward", "--stage",
+                            "d_output", "--cell", "d_masked:1:2:1", "--format", "plain"])
+    assert r.exit_code == 0
+    assert "L = " in r.stdout and "the softmax's backward" in r.stdout
+    assert "Σ dA⊙A over the row" in r.stdout
