@@ -260,3 +260,19 @@ def test_explain_backward_shows_the_loss_and_the_softmax_backward_cell() -> None
     assert r.exit_code == 0
     assert "L = " in r.stdout and "the softmax's backward" in r.stdout
     assert "Σ dA⊙A over the row" in r.stdout
+
+
+def test_fractions_for_the_gradients_before_the_softmaxs_backward() -> None:
+    """With L = Σ output and no w_o, d_concat is all ones and dA_h = 1·V_hᵀ: each entry
+    is the sum of a value row, exact."""
+    from fractions import Fraction
+
+    r = runner.invoke(app, ["explain", "--sample", "by-hand", "--backward", "--fractions",
+                            "--format", "json"])
+    doc = json.loads(r.stdout)
+    assert "d_weights" in doc["exact"] and "d_masked" not in doc["exact"]
+    v = np.array(doc["stages"]["v_heads"])
+    for h, rows in enumerate(doc["exact"]["d_weights"]):
+        for row in rows:
+            assert [Fraction(t) for t in row] == [Fraction(int(round(s))) for s in
+                                                  v[h].sum(axis=1)]

@@ -24,12 +24,12 @@ Array = np.ndarray
 
 
 def _d_output(w: Work) -> Array:
-    p, out = w.p, w["output"]
+    p, c = w.p, w.c
     if p.grad_output is not None:
-        return np.asarray(p.grad_output, dtype=out.dtype)
+        return np.array(p.grad_output)
     if p.target is not None:
-        return out - p.target  # L = ½·Σ(output − target)²
-    return np.ones_like(out)  # L = Σ output
+        return w["output"] - p.target  # L = ½·Σ(output − target)²
+    return np.ones((c.n, c.d_out), dtype=object if w.exact else np.dtype(c.dtype))
 
 
 def loss(p: object, output: Array) -> float:
@@ -171,9 +171,11 @@ def _grad(name: str, shape: str, dims: Callable[[Config], tuple[int, ...]], rows
           cols: str, compute: Callable[[Work], Array | None],
           formula: Callable[[Formula], str], symbol: str, per_head: bool = False,
           exists: Callable[[Config], bool] = lambda c: True,
-          cell: Callable[[Entry], list[str]] = _cell) -> Stage:
+          cell: Callable[[Entry], list[str]] = _cell, exact: bool = False) -> Stage:
+    """A gradient stage; ``exact``: rational when the upstream gradient is (those made
+    before the softmax's backward from d_output and the weights alone)."""
     return Stage(name, shape, dims, rows, cols, compute=compute, formula=formula,
-                 latex=_tex(symbol), cell=cell, per_head=per_head,
+                 latex=_tex(symbol), cell=cell, per_head=per_head, exact=exact,
                  exists=lambda c: c.backward and exists(c))
 
 
@@ -183,23 +185,24 @@ def _row(v: Array) -> Array:
 
 GRADIENTS: tuple[Stage, ...] = (
     _grad("d_output", "n × d_out", lambda c: (c.n, c.d_out), QUERY, NUMBERED, _d_output,
-          _d_output_text, "Y"),
+          _d_output_text, "Y", exact=True),
     _grad("d_concat", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,
           lambda w: w["d_output"] @ w.p.w_o.T if w.p.w_o is not None else w["d_output"],
-          lambda f: "dC = dY·W_Oᵀ" if f.c.has_w_o else "dC = dY (no w_o)", "C"),
+          lambda f: "dC = dY·W_Oᵀ" if f.c.has_w_o else "dC = dY (no w_o)", "C", exact=True),
     _grad("d_w_o", "H·d_v × d_out", lambda c: (c.heads * c.d_v, c.d_out), NUMBERED,
           NUMBERED, lambda w: w["concat"].T @ w["d_output"], _text("dW_O = Cᵀ·dY"), "W_O",
           exists=lambda c: c.has_w_o),
     _grad("d_b_o", "1 × d_out", lambda c: (1, c.d_out), NUMBERED, NUMBERED,
           lambda w: _row(w["d_output"]), _text("db_o = the column sums of dY"), "b_o",
-          exists=lambda c: "b_o" in c.biases),
+          exists=lambda c: "b_o" in c.biases, exact=True),
     _grad("d_head_outputs", "H × n × d_v", lambda c: (c.heads, c.n, c.d_v), QUERY, NUMBERED,
           lambda w: ops.split_heads(w["d_concat"], w.c.heads),
-          lambda f: f"dO{f.i} = head {f.h or 'h'}'s columns of dC", "O", per_head=True),
+          lambda f: f"dO{f.i} = head {f.h or 'h'}'s columns of dC", "O", per_head=True,
+          exact=True),
     _grad("d_weights", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           lambda w: w["d_head_outputs"] @ ops.shared(w["v_heads"], w.c.heads).swapaxes(-1, -2),
           lambda f: f"dA{f.i} = dO{f.i}·V{f.i}ᵀ (every cell, blocked ones too)", "A",
-          per_head=True),
+          per_head=True, exact=True),
     _grad("d_v_heads", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,
           lambda w: ops.shared_sum(w["weights"].swapaxes(-1, -2) @ w["d_head_outputs"],
                                    w.c.groups),

@@ -96,14 +96,22 @@ def _run(p: Prepared, given: dict[str, Array] | None = None, exact: bool = False
     replaces the computed one, so that later stages follow from someone's own numbers.
     ``exact``: Fractions, as far as the arithmetic stays rational."""
     work = Work(p, exact)
+    stopped = False  # exact arithmetic has met an irrational stage of the forward pass
     for s in present(p.config):
         if until is not None and STAGES.index(s.name) > STAGES.index(until):
             break
-        if exact and not s.exact:
-            break
-        value = s.compute(work)
+        gradient = s.name.startswith("d_")
+        if exact and (not s.exact or stopped and not gradient):
+            stopped = stopped or not gradient
+            continue  # the gradients before the softmax's backward may still be rational
+        try:
+            value = s.compute(work)
+        except KeyError:  # made from a stage exact arithmetic could not reach
+            assert exact
+            continue
         if value is None:  # not rational (s = √2): exact arithmetic stops here
-            break
+            stopped = True
+            continue
         work.stages[s.name] = given[s.name] if given and s.name in given else value
         if s.chain:
             work.chain = s.name
