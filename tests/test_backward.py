@@ -175,7 +175,8 @@ def _torch_forward(p: dict) -> tuple[dict, object]:
         allowed &= torch.tensor(p["key_padding"], dtype=torch.bool)[None, :]
     masked = keep("masked", s.masked_fill(~allowed, float("-inf")))
     if p.get("sinks") is not None:
-        sink = torch.tensor(p["sinks"], dtype=torch.float64)[:, None, None].expand(heads, n, 1)
+        kept["sinks"] = torch.tensor(p["sinks"], dtype=torch.float64, requires_grad=True)
+        sink = kept["sinks"][:, None, None].expand(heads, n, 1)
         a = torch.softmax(torch.cat([masked, sink], -1), -1)[..., :-1]
     else:
         a = torch.softmax(masked, -1)

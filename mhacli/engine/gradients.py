@@ -43,6 +43,15 @@ def loss(p: object, output: Array) -> float:
     return float(np.sum(output))
 
 
+def _d_sinks(w: Work) -> Array:
+    """Each head's sink logit: its weight a_s = exp(s − max) / sum takes −a_s·Σ dA⊙A from
+    every row (the sink's own weight is dropped, so nothing flows back into it)."""
+    parts = w.parts["weights"]
+    share = parts["sink"] / parts["sum"]  # (H, n, 1): the sink's weight in each row
+    rows = (w["d_weights"] * w["weights"]).sum(axis=-1, keepdims=True)  # (H, n, 1)
+    return -(share * rows).sum(axis=(1, 2))[None, :]  # (1, H)
+
+
 def _before_scaled(w: Work) -> Array:
     """The gradient arriving at the scaled scores' next stage (softcapped, biased or masked)."""
     for name in ("d_softcapped", "d_biased", "d_masked"):
@@ -213,6 +222,9 @@ GRADIENTS: tuple[Stage, ...] = (
           lambda w: ops.softmax_backward(w["weights"], w["d_weights"]),
           lambda f: f"dZ{f.i} = A ⊙ (dA − rowsum(dA ⊙ A)), the softmax's backward; 0 where "
                     "blocked", "Z", per_head=True, cell=_cell_d_masked),
+    _grad("d_sinks", "1 × H", lambda c: (1, c.heads), NUMBERED, NUMBERED, _d_sinks,
+          _text("ds_h = −Σ over the rows of a_sink·rowsum(dA ⊙ A), a_sink the sink's "
+                "weight"), "s", exists=lambda c: c.sinks),
     _grad("d_biased", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           lambda w: w["d_masked"],
           lambda f: "= d_masked: the mask passes the gradient where it allows (0 where it "
