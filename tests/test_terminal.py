@@ -252,3 +252,18 @@ def test_a_tall_view_goes_through_the_pager_in_a_terminal_only() -> None:
     out = in_terminal(["explain", "--sample", "intro", "--stage", "x"], PAGER=pager)
     assert "PAGED" not in out and "the" in out  # it fits: printed as it is
     assert "PAGED" not in piped(["explain", "--sample", "cat"], PAGER=pager).stdout
+
+
+def test_heat_map_scales_and_blocked_cells() -> None:
+    out = piped(["explain", "--sample", "intro", "--stage", "weights", "--head", "1"],
+                FORCE_COLOR="1", COLUMNS="120").stdout
+    assert "the same scale for every row" in out and "blocked cells unshaded" in out
+    blocked = re.findall(r"\x1b\[2m +0\x1b\[0m", out)  # dim, no background: the mask's zeros
+    assert len(blocked) == 3  # the 3 cells above the diagonal of a causal 3 × 3
+    words = lambda o: " ".join(re.sub(r"\x1b\[[0-9;]*m", "", o).split())  # noqa: E731
+    out = piped(["explain", "--sample", "intro", "--stage", "weights", "--heat", "row"],
+                FORCE_COLOR="1", COLUMNS="120").stdout
+    assert "shaded within each row (--heat row)" in words(out)
+    out = piped(["explain", "--sample", "intro", "--stage", "weights", "--sinks", "0 0"],
+                FORCE_COLOR="1", COLUMNS="120").stdout
+    assert "rows sum to less than 1 (the sinks)" in words(out)

@@ -17,7 +17,7 @@ import typer
 from .. import __version__
 from ..errors import MaskedRowWarning, MhaError
 from .options import (
-    INPUT, AlibiOpt, BiasOpt, CheckFormat, CheckpointOpt, DebugOpt, DModelOpt, Dtype,
+    INPUT, AlibiOpt, HeatScale, BiasOpt, CheckFormat, CheckpointOpt, DebugOpt, DModelOpt, Dtype,
     DtypeOpt, ExplainFormat, FileArg, GenHeadsOpt, GenSeedOpt, GenTokensOpt, HeadsOpt,
     IntsOpt, KeyPaddingOpt, KvHeadsOpt, LayerOpt, Layout, LayoutOpt, MaskedRow,
     MaskedRowOpt, MaskOpt, PositionalOpt, PrecisionOpt, RandomOpt, RopeOpt, RunFormat,
@@ -174,6 +174,9 @@ def explain(
         "--backward", help="The backward pass too: the gradient of the loss with respect to "
         "every stage and parameter (the loss: the sum of the outputs, or the file's target: "
         "or grad_output:).")] = False,
+    heat: Annotated[HeatScale, typer.Option(
+        "--heat", help="The heat map's scale: global (0 to 1 for every row) or row (each "
+                       "row from its least to its greatest weight).")] = HeatScale.global_,
     no_pager: Annotated[bool, typer.Option(
         "--no-pager", help="In a terminal, print a view taller than the screen as it is "
                            "(by default it goes through $PAGER, else less).")] = False,
@@ -276,7 +279,7 @@ def explain(
                    worked.marks if worked else None)
 
         if fmt is ExplainFormat.rich and (svg or html or rich_stdout()):
-            show(vs, worked, digits, full, svg, html, pager=not no_pager)
+            show(vs, worked, digits, full, svg, html, pager=not no_pager, heat=heat.value)
             return
         from ..present.explain import as_text
 

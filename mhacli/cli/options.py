@@ -85,6 +85,11 @@ LayoutOpt = Annotated[Optional[Layout], typer.Option(
                      "matrices are shown.")]
 
 
+class HeatScale(str, Enum):
+    global_ = "global"
+    row = "row"
+
+
 class CheckFormat(str, Enum):
     rich = "rich"
     plain = "plain"

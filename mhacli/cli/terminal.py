@@ -100,7 +100,7 @@ def progress_bar(after: float = 1.0) -> Iterator[object]:
 
 
 def show(vs: list, worked: object, digits: int, full: bool, svg: Path | None,
-         html: Path | None, pager: bool = True) -> None:
+         html: Path | None, pager: bool = True, heat: str = "global") -> None:
     """The rich view on stdout; saved as SVG/HTML too, in colour, when asked. In a
     terminal, a view taller than the screen goes through a pager (``pager``)."""
     from rich.console import Console
@@ -115,10 +115,11 @@ def show(vs: list, worked: object, digits: int, full: bool, svg: Path | None,
     for con, boxed in targets:
         if con is console and console.is_terminal and pager:
             with console.capture() as captured:
-                draw(vs, worked, con, digits, boxed, full=full)  # type: ignore[arg-type]
+                draw(vs, worked, con, digits, boxed, full=full, heat=heat)  # type: ignore[arg-type]
             page(captured.get(), console.height)
             continue
-        draw(vs, worked, con, digits, boxed, full=full or not con.is_terminal)  # type: ignore[arg-type]
+        draw(vs, worked, con, digits, boxed, full=full or not con.is_terminal,  # type: ignore[arg-type]
+             heat=heat)
     recorder = targets[-1][0]
     if svg is not None:
         write_file(svg, recorder.export_svg(title="mha explain", clear=False).encode("utf-8"))

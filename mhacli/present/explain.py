@@ -34,12 +34,14 @@ def as_text(fmt: str, vs: list[View], worked: Worked | None, digits: int) -> str
 
 
 def show(vs: list[View], worked: Worked | None, console: Console, digits: int,
-         boxed: bool, full: bool) -> None:
+         boxed: bool, full: bool, heat: str = "global") -> None:
     """The rich view on a console: the tables, then the entry worked out."""
-    from .tables import render
+    from rich.text import Text
 
-    render(vs, console, digits, boxed, full=full)
+    from .tables import print_wrapped, render
+
+    render(vs, console, digits, boxed, full=full, heat=heat)
     if worked is not None:
-        console.print(worked.title, style="bold", markup=False, soft_wrap=not console.record)
+        print_wrapped(console, Text(worked.title, style="bold"))
         for line in worked.lines:
-            console.print(line, markup=False, highlight=False, soft_wrap=not console.record)
+            print_wrapped(console, Text(line))

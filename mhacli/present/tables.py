@@ -44,15 +44,40 @@ def heat_style(value: float) -> str:
     return f"{text} on rgb({r},{g},{b})"
 
 
-def _legend() -> Text:
+BLOCKED_STYLE = "dim"  # a blocked cell: no shade at all, unlike a small weight
+
+
+def _legend(v: View, mode: str) -> Text:
     from rich.text import Text
 
-    legend = Text("heat map: ")
-    legend.append("0 ")
+    low, high = ("each row's least", "its greatest") if mode == "row" else ("0", "1")
+    legend = Text(f"heat map: {low} ")
     for k in range(11):
         legend.append("  ", style=heat_style(k / 10))
-    legend.append(" 1   (weight of each key for the query row; each row sums to 1)")
+    rows = "each row sums to 1" if v.sums_to_one else "rows sum to less than 1 (the sinks)"
+    scale = "shaded within each row (--heat row)" if mode == "row" else \
+        "the same scale for every row"
+    blocked = "; blocked cells unshaded" if v.blocked is not None and v.blocked.any() else ""
+    legend.append(f" {high}   (the weight of each key for the query row: {scale}; {rows}"
+                  f"{blocked})")
     return legend
+
+
+def _shades(v: View, mode: str) -> np.ndarray:
+    """Each cell's place on the colour ramp, 0 … 1: the weight itself, or within its
+    row's own least and greatest (``row``); NaN where blocked."""
+    import numpy as np
+
+    w = np.array(v.matrix, dtype=float)
+    if v.blocked is not None:
+        w = np.where(v.blocked, np.nan, w)
+    if mode != "row":
+        return w
+    with np.errstate(all="ignore"):
+        lo = np.nanmin(w, axis=1, keepdims=True)
+        span = np.nanmax(w, axis=1, keepdims=True) - lo
+        out = np.where(span > 0, (w - lo) / np.where(span > 0, span, 1), 1.0)
+    return np.where(np.isnan(w), np.nan, out)  # blocked stays unshaded
 
 
 def _marked(v: View, i: int, j: int) -> bool:
@@ -66,7 +91,7 @@ MAX_ROWS = 24  # taller matrices show their first and last 12 rows in the termin
 
 
 def render(views: list[View], console: "Console", precision: int, boxed: bool,
-           full: bool = True) -> None:
+           full: bool = True, heat: str = "global") -> None:
     """Print every view as a table.
 
     ``full``: every number, in column blocks that fit the width. Otherwise a matrix too
@@ -83,6 +108,7 @@ def render(views: list[View], console: "Console", precision: int, boxed: bool,
         body = numbers.table(v.matrix, precision)
         widths = [max(len(v.cols[j]), *(len(r[j]) for r in body)) for j in range(len(v.cols))]
         label_width = max(len(s) for s in v.rows)
+        shades = _shades(v, heat) if v.heat and colour else None
         rows = list(range(len(v.rows)))
         if full:
             blocks = [list(b) for b in column_blocks(widths, label_width, console.width)]
@@ -113,7 +139,8 @@ def render(views: list[View], console: "Console", precision: int, boxed: bool,
                 for j in block:
                     if j in gaps:
                         row.append(Text("…"))
-                    style = heat_style(float(v.matrix[i, j])) if v.heat and colour else ""
+                    style = "" if shades is None else BLOCKED_STYLE \
+                        if shades[i, j] != shades[i, j] else heat_style(float(shades[i, j]))
                     if _marked(v, i, j):
                         style = "bold reverse" if v.marked_rows and v.marked_cols else \
                             "bold black on yellow"
@@ -127,6 +154,6 @@ def render(views: list[View], console: "Console", precision: int, boxed: bool,
                 print_wrapped(console, Text(f"summarised: showing {' and '.join(shown)}; "
                                             "--full shows every number", style="yellow"))
         if v.heat and colour and not shown_legend:
-            console.print(_legend())
+            print_wrapped(console, _legend(v, heat))
             shown_legend = True
         console.print()

@@ -33,6 +33,8 @@ class View:
     marked_rows: frozenset[int] = field(default_factory=frozenset)  # 0-based, highlighted
     marked_cols: frozenset[int] = field(default_factory=frozenset)
     latex: str = ""  # the formula in LaTeX
+    blocked: np.ndarray | None = None  # heat maps: True where the mask blocks the cell
+    sums_to_one: bool = True  # heat maps: each row's weights sum to 1 (not with sinks)
 
 
 def shape_text(a: np.ndarray) -> str:
@@ -89,7 +91,10 @@ def views(tr: Trace, queries: list[str], keys: list[str], stages: Iterable[str] 
             rows = side(s.rows, queries, keys, m.shape[0])
             cols = side(s.cols, queries, keys, m.shape[1])
             rows_marked, cols_marked = (marks or {}).get((s.name, h), (frozenset(), frozenset()))
+            allowed = tr.prepared.allowed() if s.heat else None
             out.append(View(s.name, h, title, formula, m, rows, cols, heat=s.heat,
+                            blocked=None if allowed is None else ~np.asarray(allowed),
+                            sums_to_one=not c.sinks,
                             marked_rows=rows_marked, marked_cols=cols_marked,
                             latex=s.latex(f)))
     return [transposed(v) for v in out] if columns else out
@@ -98,7 +103,8 @@ def views(tr: Trace, queries: list[str], keys: list[str], stages: Iterable[str] 
 def transposed(v: View) -> View:
     """The same view with tokens as columns."""
     return replace(v, matrix=v.matrix.T, rows=v.cols, cols=v.rows, marked_rows=v.marked_cols,
-                   marked_cols=v.marked_rows)
+                   marked_cols=v.marked_rows,
+                   blocked=None if v.blocked is None else v.blocked.T)
 
 
 def _parts_view(s: Stage, tr: Trace, h: int, queries: list[str], keys: list[str]) -> View:
