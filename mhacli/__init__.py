@@ -15,6 +15,15 @@ from .io.problem import Problem, load
 
 __version__ = "0.1.0"
 
+
+def _trace_html(tr: Trace) -> str:
+    from .present.notebook import trace_html  # only when a notebook shows a trace
+
+    return trace_html(tr)
+
+
+Trace.html = _trace_html
+
 __all__ = [
     "STAGES", "Config", "MaskedRowWarning", "MhaError", "Problem", "Trace",
     "__version__", "attention", "load", "trace",

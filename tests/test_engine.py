@@ -175,3 +175,45 @@ def test_the_stage_table_says_each_shape(name: str) -> None:
         assert a.shape == BY_NAME[stage].dims(tr.config), stage
     order = [STAGES.index(s) for s in tr.stages]
     assert order == sorted(order)
+
+
+def test_a_trace_shows_its_stages_as_html_in_a_notebook() -> None:
+    """Jupyter calls _repr_html_: every stage a table of its numbers, the weights shaded
+    and the blocked cells not."""
+    from html.parser import HTMLParser
+
+    tr = mhacli.trace(**mhacli.load("intro").inputs)
+
+    class Cells(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tables: dict[str, list[list[tuple[str, str]]]] = {}
+            self.stage = ""
+            self.style = ""
+            self.in_td = False
+
+        def handle_starttag(self, tag: str, attrs: list) -> None:
+            a = dict(attrs)
+            if tag == "table":
+                self.stage = a["data-stage"] + a.get("data-head", "")
+                self.tables[self.stage] = []
+            elif tag == "tr" and self.stage:
+                self.tables[self.stage].append([])
+            elif tag == "td":
+                self.in_td, self.style = True, a.get("style", "")
+
+        def handle_data(self, data: str) -> None:
+            if self.in_td:
+                self.tables[self.stage][-1].append((data, self.style))
+                self.in_td = False
+
+    parser = Cells()
+    parser.feed(tr._repr_html_())
+    assert {name.rstrip("0123456789") for name in parser.tables} == set(tr.stages)
+    body = [row for row in parser.tables["weights1"] if row]
+    want = tr["weights"][0]  # head 1 comes first
+    for i in range(3):
+        for j in range(3):
+            text, style = body[i][j]
+            assert float(text) == pytest.approx(want[i, j], abs=5e-5)
+            assert ("background" in style) == (j <= i)  # causal: blocked cells unshaded

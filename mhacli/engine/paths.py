@@ -34,6 +34,12 @@ class Trace:
     ``row_max``, ``exp``, ``row_sum``.
     """
 
+    html: Callable[[Trace], str] | None = None  # set by the package: the notebook's view
+
+    def _repr_html_(self) -> str | None:
+        """In Jupyter: the stages as HTML tables, the weights as a heat map."""
+        return None if Trace.html is None else Trace.html(self)
+
     def __init__(self, prepared: Prepared, stages: dict[str, Array],
                  parts: dict[str, dict[str, Array]]) -> None:
         self.prepared = prepared

@@ -32,15 +32,20 @@ def print_wrapped(console: "Console", text: "Text") -> None:
         console.print(Text(" " * indent) + line if indent else line, soft_wrap=True)
 
 
-def heat_style(value: float) -> str:
-    """A background colour for a weight in [0, 1], with a text colour that stays legible."""
-    if value != value:  # NaN
-        return ""
+def heat_rgb(value: float) -> tuple[int, int, int, str]:
+    """The ramp's colour for a weight in [0, 1], and a text colour that stays legible."""
     t = min(max(value, 0.0), 1.0) * (len(_RAMP) - 1)
     i = min(int(t), len(_RAMP) - 2)
     f = t - i
     r, g, b = (round(a + (c - a) * f) for a, c in zip(_RAMP[i], _RAMP[i + 1]))
-    text = "black" if 0.299 * r + 0.587 * g + 0.114 * b > 140 else "white"
+    return r, g, b, "black" if 0.299 * r + 0.587 * g + 0.114 * b > 140 else "white"
+
+
+def heat_style(value: float) -> str:
+    """A background colour for a weight in [0, 1], with a text colour that stays legible."""
+    if value != value:  # NaN
+        return ""
+    r, g, b, text = heat_rgb(value)
     return f"{text} on rgb({r},{g},{b})"
 
 
