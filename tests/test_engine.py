@@ -217,3 +217,20 @@ def test_a_trace_shows_its_stages_as_html_in_a_notebook() -> None:
             text, style = body[i][j]
             assert float(text) == pytest.approx(want[i, j], abs=5e-5)
             assert ("background" in style) == (j <= i)  # causal: blocked cells unshaded
+
+
+def test_the_fast_path_gives_the_same_bits_on_any_number_of_threads(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from mhacli.engine import paths
+
+    rng = np.random.default_rng(8)
+    p = dict(x=rng.standard_normal((300, 16)), w_q=rng.standard_normal((16, 16)),
+             w_k=rng.standard_normal((16, 16)), w_v=rng.standard_normal((16, 16)), heads=4,
+             mask="causal")
+    monkeypatch.setattr(paths, "_BLOCK_BYTES", 2048)  # many blocks
+    results = []
+    for threads in ("1", "2", "3"):
+        monkeypatch.setenv("MHA_THREADS", threads)
+        results.append(mhacli.attention(**p))
+    assert all(np.array_equal(results[0], r) for r in results[1:])
+    np.testing.assert_allclose(results[0], mhacli.trace(**p)["output"], rtol=1e-12, atol=1e-12)

@@ -10,6 +10,8 @@ agree to 1e-12 in float64 (tests/test_engine.py). Dimensions are named in ``ops.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import warnings
 from typing import Any, Callable, Iterator
 
@@ -207,17 +209,19 @@ def _attend(p: Prepared, q: Array, k: Array, v: Array, progress: Progress | None
     block = max(1, min(c.n, block_bytes // (span * size)))  # rows of queries at once
     if c.window is not None:  # a block of b rows spans b + w − 1 keys: keep b near w / 4
         block = min(block, max(64, c.window // 4))
-    buf = np.empty((block, min(c.m, span + block)), dtype=q.dtype)  # reused by every block
     causal = c.mask == "causal"
     only_causal = causal and c.window is None and not c.padding
     upper = np.triu(np.ones((block, block), dtype=bool), k=1) if only_causal else None
     sinks = None if p.sinks is None else p.sinks.astype(q.dtype)
-    for lo in range(0, c.n, block):  # the blocks of queries, then each head
+    width = min(c.m, span + block)
+
+    def rows(lo: int, buf: Array) -> None:
+        """Every head's output for the query rows lo … lo + block − 1."""
         hi = min(lo + block, c.n)
         k0, k1 = _key_range(p, lo, hi)  # the keys these queries may see
         if k1 == k0:  # no key at all: every row of the block is fully blocked
             out[lo:hi] = np.nan if c.masked_row == "nan" else 0
-            continue
+            return
         blocked = None if upper is not None or not c.blocks else ~p.allowed(lo, hi, k0, k1)
         distance = None if p.slopes is None else \
             ops.alibi(np.ones(1, dtype=q.dtype), np.arange(lo, hi), np.arange(k0, k1))[0]
@@ -240,9 +244,61 @@ def _attend(p: Prepared, q: Array, k: Array, v: Array, progress: Progress | None
             o = out[lo:hi, h * c.d_v:(h + 1) * c.d_v]  # (b, d_v), head h's columns
             np.matmul(z, v_h[g, k0:k1], out=o)
             ops.normalise(o, total, dead, c.masked_row)
-        if progress is not None:
-            progress(hi * c.heads, c.heads * c.n)
+
+    starts = list(range(0, c.n, block))
+    workers = min(_workers(), len(starts))
+    if workers <= 1:
+        buf = np.empty((block, width), dtype=q.dtype)  # reused by every block
+        for lo in starts:
+            rows(lo, buf)
+            if progress is not None:
+                progress(min(lo + block, c.n) * c.heads, c.heads * c.n)
+        return out
+    # the blocks spread over the cores: NumPy lets go of the GIL in its products and
+    # exponentials; each worker has its own buffer, and BLAS one thread inside each
+    from concurrent.futures import ThreadPoolExecutor
+
+    local = threading.local()
+
+    def job(lo: int) -> int:
+        if not hasattr(local, "buf"):
+            local.buf = np.empty((block, width), dtype=q.dtype)
+        rows(lo, local.buf)
+        return min(lo + block, c.n) - lo  # query rows done
+
+    done = 0
+    with _one_blas_thread(), ThreadPoolExecutor(workers) as pool:
+        for count in pool.map(job, starts):
+            done += count
+            if progress is not None:
+                progress(done * c.heads, c.heads * c.n)
     return out
+
+
+def _workers() -> int:
+    """Threads for the fast path: the cores this process may use (MHA_THREADS to set)."""
+    import os
+
+    given = os.environ.get("MHA_THREADS", "")
+    if given.strip().isdigit() and int(given) > 0:
+        return int(given)
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+@contextlib.contextmanager
+def _one_blas_thread() -> Iterator[None]:
+    """BLAS held to one thread while the blocks run on several (threadpoolctl, when it
+    is installed; else BLAS keeps its own threads)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        yield
+        return
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
 
 
 def _key_range(p: Prepared, lo: int, hi: int) -> tuple[int, int]:
