@@ -277,3 +277,31 @@ def test_fractions_for_the_gradients_before_the_softmaxs_backward() -> None:
         for row in rows:
             assert [Fraction(t) for t in row] == [Fraction(int(round(s))) for s in
                                                   v[h].sum(axis=1)]
+
+
+def test_backward_with_nan_rows_and_underflowing_weights() -> None:
+    """A fully blocked row under --masked-row nan, and weights that underflow: the
+    gradients follow as the forward pass does, instead of an overflow error."""
+    p = _case("causal", seed=5, loss="sum")
+    mask = np.tri(5, 5, dtype=bool)
+    mask[2] = False  # row 3 sees no key
+    with pytest.warns(mhacli.MaskedRowWarning):
+        tr = mhacli.trace(**{**p, "mask": mask, "masked_row": "nan"})
+    assert np.isnan(tr["d_masked"][:, 2]).all() and np.isfinite(tr["d_masked"][:, 0]).all()
+    rng = np.random.default_rng(6)
+    q = rng.standard_normal((4, 2)) * 30  # scores far apart: weights underflow to ~1e-300
+    tr = mhacli.trace(q=q, k=q, v=rng.standard_normal((4, 2)), backward=True)
+    assert np.isfinite(tr["d_scores"]).all()
+
+
+def test_a_loss_too_large_is_refused_and_asking_for_gradients_computes_them() -> None:
+    p = _case("plain", seed=7)
+    p["target"] = np.full_like(p["target"], 1e200)
+    from mhacli.engine.gradients import loss
+
+    tr = mhacli.trace(**p)
+    with pytest.raises(mhacli.MhaError, match="the loss L is inf"):
+        loss(tr.prepared, tr["output"])
+    r = runner.invoke(app, ["generate", "--ints", "-1:1", "--seed", "2", "--stage", "d_scores",
+                            "--answers"])
+    assert r.exit_code == 0 and "d_scores:" in r.stdout

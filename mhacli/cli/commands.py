@@ -758,6 +758,8 @@ def generate(
             variants=variant_settings(window, key_padding, alibi, sinks, bias, rope,
                                       positional), backward=backward)
         chosen = [engine.canonical(s) for s in stage] if stage else None
+        if chosen and any(s.startswith("d_") for s in chosen):
+            prob = prob.with_overrides(backward=True)  # gradients asked for: compute them
         filled = gen.answer_key(prob, chosen) if answers or blank else None
         what = "small integers" if ints else "random decimals"
         comment = f"mha generate: {what}, seed {seed}"

@@ -34,13 +34,19 @@ def _d_output(w: Work) -> Array:
 
 def loss(p: object, output: Array) -> float:
     """L, where the problem defines it (the sum of the outputs, or half the squared
-    distance to the target); NaN for a given grad_output."""
+    distance to the target); NaN for a given grad_output. An overflow is refused."""
+    from ..errors import MhaError
+
     c = p.config  # type: ignore[attr-defined]
     if c.loss == "given":
         return float("nan")
-    if c.loss == "target":
-        return float(0.5 * np.sum((output - p.target) ** 2))  # type: ignore[attr-defined]
-    return float(np.sum(output))
+    with np.errstate(over="ignore", invalid="ignore"):
+        value = float(0.5 * np.sum((output - p.target) ** 2)) if c.loss == "target" \
+            else float(np.sum(output))  # type: ignore[attr-defined]
+    if not np.isfinite(value) and np.isfinite(output).all():
+        raise MhaError(f"the loss L is {value}: too large for float64 (scale the target or "
+                       "the inputs down)")
+    return value
 
 
 def _d_sinks(w: Work) -> Array:
@@ -133,6 +139,12 @@ def _d_x_text(f: Formula) -> str:
     if f.c.cross:
         return f"d{src} = dQ·W_Qᵀ"
     return f"d{src} = dQ·W_Qᵀ + dK·W_Kᵀ + dV·W_Vᵀ (X feeds all three)"
+
+
+def _src(f: Formula, kv: bool) -> str:
+    """The input a projection multiplied, as a formula writes it."""
+    x = f.src if kv else "X"
+    return f"({x} + PE)" if f.c.positional else x
 
 
 def _tex(symbol: str) -> Callable[[Formula], str]:
@@ -263,14 +275,14 @@ GRADIENTS: tuple[Stage, ...] = (
     _grad("d_v", "m × G·d_v", lambda c: (c.m, c.groups * c.d_v), KEY, NUMBERED,
           lambda w: ops.merge_heads(w["d_v_heads"]), _text("the heads' dV side by side"), "V"),
     _grad("d_w_q", "d_model × H·d_k", lambda c: (c.d_model, c.heads * c.d_k), NUMBERED,
-          NUMBERED, lambda w: _source(w, False).T @ w["d_q"], _text("dW_Q = Xᵀ·dQ"), "W_Q",
-          exists=lambda c: not c.direct),
+          NUMBERED, lambda w: _source(w, False).T @ w["d_q"],
+          lambda f: f"dW_Q = {_src(f, False)}ᵀ·dQ", "W_Q", exists=lambda c: not c.direct),
     _grad("d_w_k", "d_kv × G·d_k", lambda c: (c.d_kv, c.groups * c.d_k), NUMBERED,
           NUMBERED, lambda w: _source(w, True).T @ w["d_k"],
-          lambda f: f"dW_K = {f.src}ᵀ·dK", "W_K", exists=lambda c: not c.direct),
+          lambda f: f"dW_K = {_src(f, True)}ᵀ·dK", "W_K", exists=lambda c: not c.direct),
     _grad("d_w_v", "d_kv × G·d_v", lambda c: (c.d_kv, c.groups * c.d_v), NUMBERED,
           NUMBERED, lambda w: _source(w, True).T @ w["d_v"],
-          lambda f: f"dW_V = {f.src}ᵀ·dV", "W_V", exists=lambda c: not c.direct),
+          lambda f: f"dW_V = {_src(f, True)}ᵀ·dV", "W_V", exists=lambda c: not c.direct),
     _grad("d_b_q", "1 × H·d_k", lambda c: (1, c.heads * c.d_k), NUMBERED, NUMBERED,
           lambda w: _row(w["d_q"]), _text("db_q = the column sums of dQ"), "b_q",
           exists=lambda c: "b_q" in c.biases),

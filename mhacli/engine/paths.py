@@ -151,14 +151,16 @@ def _check_finite(p: Prepared, name: str, a: Array) -> None:
     """Refuse a stage that overflowed, or fell below float's normal range where digits
     are lost: no silently wrong number. (−∞ in masked is meant; a weight whose exp
     underflows is as near 0 as it prints.)"""
+    gradient = name.startswith("d_")  # made from weights that may underflow, as they do
     bad = out_of_range(a) & ~np.isneginf(a) if name == "masked" else \
-        ~np.isfinite(a) if name == "weights" else out_of_range(a)
+        ~np.isfinite(a) if name == "weights" or gradient else out_of_range(a)
     if p.config.masked_row == "nan" and p.dead_rows and name in _AFTER_SOFTMAX:
-        if a.shape[-2] != p.config.n:
-            return  # a gradient summed over the rows: NaN rows reach every entry
-        dead = np.zeros(p.config.n, dtype=bool)
-        dead[np.array(p.dead_rows) - 1] = True
-        bad &= ~(dead[:, None] if a.ndim == 2 else dead[None, :, None])
+        if gradient:  # NaN rows reach the gradients everywhere: refuse only an overflow
+            bad = np.isinf(a)
+        else:
+            dead = np.zeros(p.config.n, dtype=bool)
+            dead[np.array(p.dead_rows) - 1] = True
+            bad &= ~(dead[:, None] if a.ndim == 2 else dead[None, :, None])
     if bad.any():
         where = tuple(int(i) for i in np.argwhere(bad)[0])
         dtype = p.config.dtype
