@@ -281,3 +281,14 @@ def test_run_jsonl_answers_each_line_and_goes_on_after_an_error(tmp_path: Path) 
     assert docs[3]["line"] == 5 and "invalid JSON" in docs[3]["error"]
     r = CliRunner().invoke(app, ["run", "--jsonl", str(path), "--sample", "cat"])
     assert r.exit_code == 2 and "--jsonl" in r.stderr
+
+
+def test_bare_mha_in_a_pipe_prints_the_help_and_samples_fit_the_window() -> None:
+    import subprocess
+    import sys as _sys
+
+    mha = str(Path(_sys.executable).parent / "mha")
+    r = subprocess.run([mha], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.startswith("Usage: mha")
+    help_run = subprocess.run([mha, "run", "--help"], capture_output=True, text=True).stdout
+    assert '"shape" (n and d_out)' in help_run

@@ -332,7 +332,8 @@ def run(
 
     Prints the n × d_out output, one row a line. plain, csv and tsv print every digit
     (they read back as exactly the same float64) unless --precision is given; json prints
-    {"output": [[...]], "shape": [n, d_out]}; npy writes a NumPy array.
+    an object with "output" (the rows) and "shape" (n and d_out); npy writes a NumPy
+    array.
 
     Examples:
 
@@ -408,7 +409,7 @@ def samples(
         names = sample_names()
         width = max(len(n) for n in names)
         for n in names:
-            typer.echo(f"{n.ljust(width)}  {sample_description(n)}")
+            typer.echo(_hanging(f"{n.ljust(width)}  ", sample_description(n)))
 
 
 @app.command()
@@ -590,6 +591,19 @@ def _fits(c: object, stage: Optional[list[str]], head: Optional[int],
                    f"it is meant for problems a person reads (up to {MOST_PRINTED:,} numbers "
                    "and 1 GiB); narrow it with --stage NAME or --head I, use mha run for the "
                    "output alone, or --force to go on")
+
+
+def _hanging(lead: str, text: str) -> str:
+    """``lead`` then ``text``, wrapped between words at the terminal's width with the
+    continuation lines under the text (one line in a pipe, for grep and cut)."""
+    if not sys.stdout.isatty():
+        return lead + text
+    import shutil
+    import textwrap
+
+    width = max(len(lead) + 20, shutil.get_terminal_size().columns)
+    return textwrap.fill(text, width, initial_indent=lead, subsequent_indent=" " * len(lead),
+                         break_long_words=False, break_on_hyphens=False)
 
 
 def _check_sources(files: list[str], sample: Optional[str], key: Optional[str]) -> None:
@@ -801,8 +815,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = _app_for(args)(args=args, prog_name="mha", standalone_mode=False)
         return _finish(code if isinstance(code, int) else 0)
-    except cx.NoArgsIsHelpError:
-        return _finish(0)  # `mha` alone: the help has been shown, as for `mha --help`
+    except cx.NoArgsIsHelpError as exc:
+        # `mha` alone: the help, as for `mha --help` (a terminal has been shown it already)
+        if not sys.stdout.isatty() and getattr(exc, "ctx", None) is not None:
+            typer.echo(exc.ctx.get_help())
+        return _finish(0)
     except cx.ClickException as exc:
         ctx = getattr(exc, "ctx", None)
         hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""

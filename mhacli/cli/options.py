@@ -110,8 +110,9 @@ KeyPaddingOpt = Annotated[Optional[str], typer.Option(
     "--key-padding", metavar="'1 1 0'", help="One 1/0 per key: 0 marks a padding key, "
     "blocked for every query.", rich_help_panel=VARIANTS)]
 AlibiOpt = Annotated[bool, typer.Option(
-    "--alibi", help="ALiBi: add −slope_h·|i − j| to the scores, slopes 2^(−8h/H) (the "
-    "key alibi: in a file may give H slopes).", rich_help_panel=VARIANTS)]
+    "--alibi", help="ALiBi: add −slope_h·|i − j| to the scores, slopes 2^(−8h/H) for H a "
+    "power of two, else ALiBi's own rule (the key alibi: in a file may give H slopes).",
+    rich_help_panel=VARIANTS)]
 SinksOpt = Annotated[Optional[str], typer.Option(
     "--sinks", metavar="'s1 s2 …'", help="Attention sinks: one extra logit per head in the "
     "softmax, its weight dropped (gpt-oss).", rich_help_panel=VARIANTS)]

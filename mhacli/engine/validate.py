@@ -441,10 +441,12 @@ def prepare(
                        "(each head needs d_k = columns / heads)", key="heads")
     d_k = width_qk // heads
     if width_k != groups * d_k:
-        what = f"G·d_k = {groups}·{d_k}" if groups != heads else f"H·d_k = {width_qk}"
+        if groups != heads:
+            raise MhaError(f"{k_name} has {width_k} columns: with kv_heads = {groups}, keys "
+                           f"need G·d_k = {groups}·{d_k} = {groups * d_k} (d_k = {width_qk} "
+                           f"columns of {qk_name} / {heads} heads)", key=k_name)
         raise MhaError(f"{qk_name} has {width_qk} columns but {k_name} has {width_k}: keys "
-                       f"need {what} columns" + (" (kv_heads = G)" if groups != heads else
-                                                 ", the same width as the queries"),
+                       f"need H·d_k = {width_qk} columns, the same width as the queries",
                        key=k_name)
     if width_v % groups:
         raise MhaError(f"{'kv_heads' if groups != heads else 'heads'} = {groups} does not "
