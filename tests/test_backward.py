@@ -37,6 +37,7 @@ CASES = {
     "rope": {"rope": "half", "kv_heads": 2, "mask": "causal"},
     "rope interleaved": {"rope": "interleaved"},
     "positional": {"positional": "sinusoidal"},
+    "learned positions": {"positional": "table"},
     "cross": {"cross": True},
     "no w_o": {"no_w_o": True},
 }
@@ -61,6 +62,8 @@ def _case(name: str, seed: int = 0, loss: str = "target") -> dict:
                  b_v=rng.standard_normal(groups * 3), b_o=rng.standard_normal(d))
     if spec.get("bias") == "nm":
         spec["bias"] = rng.standard_normal((n, m))
+    if spec.get("positional") == "table":
+        spec["positional"] = rng.standard_normal((n + 1, d))
     p.update(spec)
     d_out = d if "w_o" in p else heads * 3
     if loss == "target":
@@ -93,10 +96,14 @@ def test_gradients_of_inputs_and_parameters_are_finite_differences(name: str,
     rng = np.random.default_rng(2)
     h = 1e-6
     for key, stage in (("x", "d_x"), ("x_kv", "d_x_kv"), ("w_q", "d_w_q"), ("w_k", "d_w_k"),
-                       ("w_v", "d_w_v"), ("w_o", "d_w_o"), ("b_q", "d_b_q"), ("b_o", "d_b_o")):
-        if key not in p:
+                       ("w_v", "d_w_v"), ("w_o", "d_w_o"), ("b_q", "d_b_q"), ("b_o", "d_b_o"),
+                       ("positional", "d_positional")):
+        if not isinstance(p.get(key), (np.ndarray, list)):
             continue
-        grad = tr[stage].reshape(np.shape(p[key]))
+        grad = np.zeros(np.shape(p[key]))
+        used = tr[stage].reshape(-1, np.shape(p[key])[-1]) if np.ndim(p[key]) == 2 \
+            else tr[stage].reshape(np.shape(p[key]))
+        grad[:len(used)] = used
         for _ in range(4):  # a few entries of each
             idx = tuple(int(rng.integers(s)) for s in np.shape(p[key]))
             up, down = dict(p), dict(p)
@@ -122,7 +129,10 @@ def _torch_forward(p: dict) -> tuple[dict, object]:
         return value
 
     x = t["x"]
-    if p.get("positional") == "sinusoidal":
+    if isinstance(p.get("positional"), np.ndarray):
+        kept["positional"] = torch.tensor(p["positional"], requires_grad=True)
+        x = keep("x_pos", x + kept["positional"][:n])
+    elif p.get("positional") == "sinusoidal":
         pe = torch.tensor(mhacli.trace(**{**p, "backward": False, "target": None,
                                           "grad_output": None})["pos"])
         x = keep("x_pos", x + pe)
@@ -204,7 +214,10 @@ def test_every_gradient_stage_agrees_with_autograd(name: str) -> None:
         if not stage.startswith("d_") or stage[2:] not in kept:
             continue
         want = kept[stage[2:]].grad.numpy()
-        got = tr[stage].reshape(want.shape)
+        got = tr[stage]
+        if stage == "d_positional":  # the table's rows used; the rest get nothing
+            want = want[:got.shape[0]]
+        got = got.reshape(want.shape)
         np.testing.assert_allclose(got, np.nan_to_num(want), rtol=1e-9, atol=1e-10,
                                    err_msg=stage)
         checked += 1

@@ -107,6 +107,17 @@ def _d_x(w: Work) -> Array:
     return out
 
 
+def _d_positional(w: Work) -> Array:
+    """A learned table's rows: each position's gradient from the query side, and from
+    the key/value side too in cross-attention (both read the table from row 1)."""
+    c = w.c
+    out = np.zeros((max(c.n, c.m if c.cross else c.n), c.d_model or 0), dtype=w["d_x"].dtype)
+    out[:c.n] += w["d_x"]
+    if c.cross:
+        out[:c.m] += w["d_x_kv"]
+    return out
+
+
 def _d_x_kv(w: Work) -> Array:
     p = w.p
     return w["d_k"] @ p.w_k.T + w["d_v"] @ p.w_v.T  # type: ignore[union-attr]
@@ -297,4 +308,8 @@ GRADIENTS: tuple[Stage, ...] = (
     _grad("d_x_kv", "m × d_kv", lambda c: (c.m, c.d_kv), KEY, NUMBERED, _d_x_kv,
           lambda f: "dX_kv = dK·W_Kᵀ + dV·W_Vᵀ", "X_{kv}",
           exists=lambda c: c.cross and not c.direct),
+    _grad("d_positional", "rows used × d_model",
+          lambda c: (max(c.n, c.m if c.cross else c.n), c.d_model), NUMBERED, NUMBERED,
+          _d_positional, lambda f: "the learned table's rows: dX (+ dX_kv), position by "
+          "position", "PE", exists=lambda c: c.positional == "learned"),
 )
