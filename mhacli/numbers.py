@@ -249,10 +249,21 @@ def fixed(v: Any, precision: int, whole: bool = False, unicode: bool = True) -> 
 
 
 def table(m: np.ndarray, precision: int, unicode: bool = True) -> list[list[str]]:
-    """Every entry of a matrix as display text (whole numbers plain when all are)."""
+    """Every entry of a matrix as display text (whole numbers plain when all are), as
+    ``fixed`` writes each: formatted a row at a time, with ``fixed`` itself called only
+    for the few entries that need its care (0, −0.0000, ±∞, NaN)."""
     whole = integral(m)
-    rows = m.tolist() if m.dtype != object else m
-    return [[fixed(v, precision, whole, unicode) for v in row] for row in rows]
+    if m.dtype == object or whole or m.ndim != 2:
+        rows = m.tolist() if m.dtype != object else m
+        return [[fixed(v, precision, whole, unicode) for v in row] for row in rows]
+    a = np.asarray(m, dtype=np.float64)
+    spec = f".{precision}f"
+    texts = [[format(v, spec) for v in row] for row in a.tolist()]
+    with np.errstate(invalid="ignore"):
+        special = (a == 0) | ~np.isfinite(a) | ((a < 0) & (a > -(10.0 ** -precision)))
+    for i, j in np.argwhere(special).tolist():
+        texts[i][j] = fixed(a[i, j], precision, False, unicode)
+    return texts
 
 
 def significant(v: float, digits: int = 6) -> str:

@@ -75,3 +75,20 @@ def test_what_an_answer_claims(text: str, exact: Fraction | None, half: Fraction
 def test_blanks_and_blocked_scores() -> None:
     assert all(numbers.claim(t).blank for t in ("_", "", None, "null", "?"))
     assert numbers.claim("\u2212∞").value == float("-inf") == numbers.claim("-inf").value
+
+
+@pytest.mark.parametrize("precision", [0, 2, 4, 6])
+@pytest.mark.parametrize("unicode", [True, False])
+def test_a_table_is_each_entry_as_fixed_writes_it(precision: int, unicode: bool) -> None:
+    """The row-at-a-time table writer agrees with fixed() entry by entry, the awkward
+    entries included (0, −0, ±∞, NaN, values that round to zero from below)."""
+    import numpy as np
+
+    from mhacli import numbers
+
+    rng = np.random.default_rng(precision)
+    a = rng.standard_normal((30, 20)) * 10.0 ** rng.integers(-8, 4, (30, 20))
+    a[0, :5] = [0, -0.0, np.inf, -np.inf, np.nan]
+    a[1, :4] = [-0.00004, -0.00005, -0.000049999, 0.00005]
+    want = [[numbers.fixed(v, precision, False, unicode) for v in row] for row in a.tolist()]
+    assert numbers.table(a, precision, unicode) == want

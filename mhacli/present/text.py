@@ -36,7 +36,7 @@ def explain_plain(vs: list[View], precision: int, width: int | None = None,
         body = numbers.table(v.matrix, precision, unicode=view)
         head = [""] + v.cols
         grid = [head] + [[label] + row for label, row in zip(v.rows, body)]
-        widths = [max(len(r[j]) for r in grid) for j in range(len(head))]
+        widths = [max(map(len, column)) for column in zip(*grid)]
         blocks = column_blocks(widths[1:], widths[0], width, gap=2) if width else \
             [range(len(v.cols))]
         for block in blocks:
@@ -45,10 +45,12 @@ def explain_plain(vs: list[View], precision: int, width: int | None = None,
             if len(blocks) > 1:
                 title += f"  columns {block.start + 1}{'–' if view else '-'}{block.stop} " \
                     f"of {len(v.cols)}"
+            # one format a block: the label left, each number right in its column
+            row = "  ".join([f"{{:<{widths[0]}}}"] +
+                            [f"{{:>{widths[j + 1]}}}" for j in block])
             lines = [title]
-            for r in grid:
-                rest = (r[j + 1].rjust(widths[j + 1]) for j in block)
-                lines.append("  ".join([r[0].ljust(widths[0]), *rest]).rstrip())
+            lines += [row.format(r[0], *r[block.start + 1:block.stop + 1]).rstrip()
+                      for r in grid]
             blocks_text.append("\n".join(lines))
     return "\n\n".join(blocks_text) + ("\n\n" if view else "\n")
 
