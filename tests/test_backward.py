@@ -318,3 +318,13 @@ def test_a_loss_too_large_is_refused_and_asking_for_gradients_computes_them() ->
     r = runner.invoke(app, ["generate", "--ints", "-1:1", "--seed", "2", "--stage", "d_scores",
                             "--answers"])
     assert r.exit_code == 0 and "d_scores:" in r.stdout
+
+
+def test_a_d_scores_cell_writes_the_softmaxs_backward_then_the_division() -> None:
+    r = runner.invoke(app, ["explain", "--sample", "backward", "--backward", "--cell",
+                            "d_scores:1:2:3", "--stage", "d_scores", "--format", "json"])
+    doc = json.loads(r.stdout)
+    lines = doc["cell"]["lines"]
+    assert any("the softmax's backward" in line for line in lines)
+    a = np.array(doc["stages"]["d_scores"])[0, 1, 2]
+    assert lines[-1].strip() == f"= {a:.4f}" and "/ s =" in lines[-2]

@@ -189,11 +189,18 @@ def _cell_d_masked(e: Entry) -> list[str]:
 
 
 def _cell_d_scores(e: Entry) -> list[str]:
+    """dZ = d_scaled / s; when d_scaled is the softmax's backward itself (no softcap),
+    that is written out first."""
     h, i, j = e.head, e.row, e.col
     e.mark("d_scaled", h, {i}, {j})
-    return [f"{e.name} = d_scaled{e.hs}[{e.row_label}, {e.col_label}] / s = "
-            f"{e.num(e.value('d_scaled', h, i, j))} / {e.num(e.c.scale)}",
-            f"  = {e.result}"]
+    first: list[str] = []
+    if e.c.softcap is None:
+        steps = _cell_d_masked(e)
+        first = [f"d_scaled{e.hs}[{e.row_label}, {e.col_label}] = d_masked, "
+                 + steps[0].split(" = ", 1)[1]] + steps[1:]
+    return first + [f"{e.name} = d_scaled{e.hs}[{e.row_label}, {e.col_label}] / s = "
+                    f"{e.num(e.value('d_scaled', h, i, j))} / {e.num(e.c.scale)}",
+                    f"  = {e.result}"]
 
 
 # --------------------------------------------------------------------------- the table
