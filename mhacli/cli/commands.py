@@ -266,12 +266,13 @@ def explain(
             if export is not None:
                 check_writable(export, _inputs(file))
         if fmt is ExplainFormat.json:
-            from ..present.text import explain_json
+            from ..present.text import json_pieces
 
-            sys.stdout.write(explain_json(
-                tr, queries, keys, stages, head, exact.stages if exact else None,
-                None if worked is None else {"title": worked.title, "lines": worked.lines},
-                shown))
+            for piece in json_pieces(
+                    tr, queries, keys, stages, head, exact.stages if exact else None,
+                    None if worked is None else {"title": worked.title, "lines": worked.lines},
+                    shown):
+                sys.stdout.write(piece)  # a stage at a time
             return
         from ..present.views import views
 
@@ -281,9 +282,10 @@ def explain(
         if fmt is ExplainFormat.rich and (svg or html or rich_stdout()):
             show(vs, worked, digits, full, svg, html, pager=not no_pager, heat=heat.value)
             return
-        from ..present.explain import as_text
+        from ..present.explain import text_pieces
 
-        sys.stdout.write(as_text(fmt.value, vs, worked, digits))
+        for piece in text_pieces(fmt.value, vs, worked, digits):
+            sys.stdout.write(piece)  # a stage at a time: never the whole text at once
 
 
 @app.command()

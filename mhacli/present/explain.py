@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 from .cell import Worked
 from .views import View
@@ -16,20 +16,30 @@ PIPE_WIDTH = 100  # the width of text written to a pipe or a file
 def as_text(fmt: str, vs: list[View], worked: Worked | None, digits: int) -> str:
     """The views as text: ``rich`` (the rich view as it looks in a pipe: no colour, no
     boxes), ``plain``, ``markdown`` or ``latex``."""
+    return "".join(text_pieces(fmt, vs, worked, digits))
+
+
+def text_pieces(fmt: str, vs: list[View], worked: Worked | None, digits: int
+                ) -> Iterator[str]:
+    """``as_text`` a piece at a time (a view's block each, for rich and plain), so that
+    what is written need not be held whole."""
     from . import markup, text
 
     title, lines = (worked.title, worked.lines) if worked is not None else ("", [])
     body = "\n".join(lines)
-    if fmt == "rich":
-        out = text.explain_plain(vs, digits, PIPE_WIDTH, view=True)
-        return out + (f"{title}\n{body}\n" if worked else "")
-    if fmt == "plain":
-        out = text.explain_plain(vs, digits, PIPE_WIDTH)
-        return out + (f"\n# {title}\n{body}\n" if worked else "")
+    if fmt in ("rich", "plain"):
+        view = fmt == "rich"
+        for k, block in enumerate(text.plain_blocks(vs, digits, PIPE_WIDTH, view=view)):
+            yield ("\n\n" if k else "") + block
+        yield "\n\n" if view else "\n"
+        if worked:
+            yield f"{title}\n{body}\n" if view else f"\n# {title}\n{body}\n"
+        return
     if fmt == "markdown":
-        return markup.markdown(vs, digits) + (f"\n### {title}\n\n```\n{body}\n```\n"
-                                              if worked else "")
-    return markup.latex(vs, digits) + (
+        yield markup.markdown(vs, digits) + (f"\n### {title}\n\n```\n{body}\n```\n"
+                                             if worked else "")
+        return
+    yield markup.latex(vs, digits) + (
         f"\n% {title}\n\\begin{{verbatim}}\n{body}\n\\end{{verbatim}}\n" if worked else "")
 
 

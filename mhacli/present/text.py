@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import io
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import numpy as np
 
@@ -22,7 +22,14 @@ if TYPE_CHECKING:
 
 def explain_plain(vs: list[View], precision: int, width: int | None = None,
                   view: bool = False) -> str:
-    """Every view as aligned plain text: a title line, a header and labelled rows.
+    """Every view as aligned plain text (see ``plain_blocks``)."""
+    return "\n\n".join(plain_blocks(vs, precision, width, view)) + ("\n\n" if view else "\n")
+
+
+def plain_blocks(vs: list[View], precision: int, width: int | None = None,
+                 view: bool = False) -> Iterator[str]:
+    """Every view as aligned plain text, a block at a time (so that a caller can write
+    each as it is made): a title line, a header and labelled rows.
 
     With ``width``, a matrix wider than that is split into column blocks, each with its
     own header, so that no line is longer and no number is left out. ``view=True`` writes
@@ -31,7 +38,6 @@ def explain_plain(vs: list[View], precision: int, width: int | None = None,
     """
     from .views import column_blocks, shape_text
 
-    blocks_text = []
     for v in vs:
         body = numbers.table(v.matrix, precision, unicode=view)
         head = [""] + v.cols
@@ -51,8 +57,7 @@ def explain_plain(vs: list[View], precision: int, width: int | None = None,
             lines = [title]
             lines += [row.format(r[0], *r[block.start + 1:block.stop + 1]).rstrip()
                       for r in grid]
-            blocks_text.append("\n".join(lines))
-    return "\n\n".join(blocks_text) + ("\n\n" if view else "\n")
+            yield "\n".join(lines)
 
 
 def _jsonable(a: np.ndarray) -> Any:
@@ -83,32 +88,50 @@ def explain_json(tr: Trace, rows: list[str], cols: list[str],
                  stages: Iterable[str] | None = None, head: int | None = None,
                  exact: dict[str, np.ndarray] | None = None,
                  cell: dict[str, Any] | None = None, layout: str = "rows") -> str:
-    """Every stage as nested lists in the row layout (the contract's shapes).
+    """The JSON document as one string (see ``json_pieces``)."""
+    return "".join(json_pieces(tr, rows, cols, stages, head, exact, cell, layout))
+
+
+def json_pieces(tr: Trace, rows: list[str], cols: list[str],
+                stages: Iterable[str] | None = None, head: int | None = None,
+                exact: dict[str, np.ndarray] | None = None,
+                cell: dict[str, Any] | None = None, layout: str = "rows") -> Iterator[str]:
+    """Every stage as nested lists in the row layout (the contract's shapes), a stage at
+    a time: the document is written as it is made, never held whole as text.
 
     With ``exact``, an "exact" object holds the rational stages as strings ("5/2");
     with ``cell``, a "cell" object holds one entry's arithmetic.
     """
+    import json
+
     chosen = set(stages) if stages else set(tr.stages)
 
     def pick(name: str, a: np.ndarray) -> np.ndarray:
         return a[head - 1:head] if head is not None and BY_NAME[name].per_head else a
 
-    out = {name: _jsonable(pick(name, a)) for name, a in tr.stages.items() if name in chosen}
-    doc: dict[str, Any] = {"config": config_dict(tr.config, rows, cols, layout), "stages": out}
+    def dump(value: Any) -> str:
+        return json.dumps(value, allow_nan=False, ensure_ascii=False)
+
+    config = config_dict(tr.config, rows, cols, layout)
     if tr.config.backward:
         from ..engine.gradients import loss
 
         value = loss(tr.prepared, tr.stages["output"])
-        doc["config"]["loss"] = {"kind": tr.config.loss,
-                                 "value": value if np.isfinite(value) else None}
+        config["loss"] = {"kind": tr.config.loss,
+                          "value": value if np.isfinite(value) else None}
+    yield '{"config": ' + dump(config) + ', "stages": {'
+    names = [name for name in tr.stages if name in chosen]
+    for k, name in enumerate(names):
+        yield (", " if k else "") + dump(name) + ": " + \
+            dump(_jsonable(pick(name, tr.stages[name])))
+    yield "}"
     if exact:
-        doc["exact"] = {name: np.vectorize(_exact_json, otypes=[object])(pick(name, a)).tolist()
-                        for name, a in exact.items() if name in chosen}
+        yield ', "exact": ' + dump(
+            {name: np.vectorize(_exact_json, otypes=[object])(pick(name, a)).tolist()
+             for name, a in exact.items() if name in chosen})
     if cell:
-        doc["cell"] = cell
-    import json
-
-    return json.dumps(doc, allow_nan=False, ensure_ascii=False) + "\n"
+        yield ', "cell": ' + dump(cell)
+    yield "}\n"
 
 
 def _exact_json(v: Any) -> Any:
