@@ -354,18 +354,7 @@ def _with_checkpoint(data: dict[str, Any], base: Path | None,
     if isinstance(value, Path):
         path = value  # from the command line: the person's own path
     elif isinstance(value, str):
-        if base is None:
-            raise MhaError("a problem read from standard input cannot name other files",
-                           key="checkpoint")
-        path = base / value
-        try:
-            inside = path.resolve().is_relative_to(base.resolve())
-        except (OSError, ValueError):
-            inside = False
-        if Path(value).is_absolute() or not inside:
-            raise MhaError(f"checkpoint: {value} is outside the problem's folder; a "
-                           "checkpoint named in a problem must lie beside it (or below)",
-                           key="checkpoint")
+        path = _beside(base, value, "checkpoint", "a checkpoint")
     else:
         raise MhaError(f"checkpoint must name a file, found {shown(value)}", key="checkpoint")
     layer = data.get("layer")
@@ -383,6 +372,22 @@ def _with_checkpoint(data: dict[str, Any], base: Path | None,
     return checkpoint.merged(rest, weights, heads, str(path))
 
 
+def _beside(base: Path | None, name: str, key: str, what: str) -> Path:
+    """A file a problem names: in the problem's folder or below, never elsewhere."""
+    if base is None:
+        raise MhaError(f"{key}: a problem read from standard input cannot name other files "
+                       f"({name!r})", key=key)
+    path = base / name
+    try:
+        inside = path.resolve().is_relative_to(base.resolve())
+    except (OSError, ValueError):
+        inside = False
+    if Path(name).is_absolute() or not inside:
+        raise MhaError(f"{key}: {name} is outside the problem's folder; {what} named in a "
+                       "problem must lie beside it (or below)", key=key)
+    return path
+
+
 def _external(value: Any, key: str, base: Path | None) -> Any:
     """A matrix key may name an array in an .npz file beside the problem (in its folder
     or below): ``w_q: big.npz`` (the array called w_q) or ``w_q: big.npz:name``."""
@@ -390,17 +395,7 @@ def _external(value: Any, key: str, base: Path | None) -> Any:
         return value
     path_text, _, name = value.partition(".npz")
     name = name.lstrip(":") or key
-    if base is None:
-        raise MhaError(f"{key}: a problem read from standard input cannot name other files "
-                       f"({value!r})", key=key)
-    path = base / (path_text + ".npz")
-    try:
-        inside = path.resolve().is_relative_to(base.resolve())
-    except (OSError, ValueError):
-        inside = False
-    if Path(path_text).is_absolute() or not inside:
-        raise MhaError(f"{key}: {path_text}.npz is outside the problem's folder; an .npz "
-                       "named in a problem must lie beside it (or below)", key=key)
+    path = _beside(base, path_text + ".npz", key, "an .npz")
     try:
         arrays = read_npz(path)
     except MhaError as exc:  # about the .npz file, at this key of the problem
