@@ -207,3 +207,32 @@ def test_column_layout_answers_are_checked_transposed(tmp_path: Path) -> None:
     assert r.exit_code == 1
     wrong = json.loads(r.stdout)["stages"]["q"]["wrong"]
     assert [(w["row"], w["column"], w["column_label"]) for w in wrong] == [(1, 2, "like")]
+
+
+@pytest.mark.parametrize("args", [
+    ["explain", "--sample", "by-hand", "--cell", "scores:2:2:1", "--stage", "scores"],
+    ["explain", "--sample", "rope", "--cell", "q_rot:1:3:1", "--stage", "q_rot"],
+    ["explain", "--sample", "backward", "--backward", "--cell", "d_scores:1:2:3", "--stage",
+     "d_scores"],
+    ["explain", "--sample", "causal", "--cell", "weights:1:2:1", "--stage", "weights"],
+    ["check", "--sample", "homework"],
+    ["check", "--key", "samples/course/key.yaml", "samples/course/bob.yaml"],
+])
+def test_latex_is_plain_ascii_for_pdflatex(args: list[str], monkeypatch: pytest.MonkeyPatch
+                                           ) -> None:
+    """pdflatex reads ASCII: every symbol mha writes (·, −, ∞, ₁, Σ, ⊙, √) goes as math,
+    and no line leaves a $ open (comment lines, which TeX skips, keep the symbols)."""
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from mhacli.cli import app
+
+    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    r = CliRunner().invoke(app, [*args, "--format", "latex"])
+    assert r.exit_code in (0, 1), r.stderr
+    body = [line for line in r.stdout.splitlines() if not line.startswith("%")]
+    text = "\n".join(body)
+    assert text.isascii(), sorted({ch for ch in text if not ch.isascii()})
+    for line in body:
+        assert line.replace(r"\$", "").count("$") % 2 == 0, line

@@ -39,8 +39,12 @@ def text_pieces(fmt: str, vs: list[View], worked: Worked | None, digits: int
         yield markup.markdown(vs, digits) + (f"\n### {title}\n\n```\n{body}\n```\n"
                                              if worked else "")
         return
-    yield markup.latex(vs, digits) + (
-        f"\n% {title}\n\\begin{{verbatim}}\n{body}\n\\end{{verbatim}}\n" if worked else "")
+    cell = ""
+    if worked:  # plain text for pdflatex: no verbatim Unicode, each line as it is
+        shown = " \\\\\n".join(markup.latex_text(line).replace("  ", "~~") for line in lines)
+        cell = (f"\n% {markup.latex_text(title)}\n\\begin{{flushleft}}\\ttfamily\n"
+                f"{shown}\n\\end{{flushleft}}\n")
+    yield markup.latex(vs, digits) + cell
 
 
 def show(vs: list[View], worked: Worked | None, console: Console, digits: int,

@@ -30,11 +30,23 @@ _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "$": r"\$",
                   "~": r"\textasciitilde{}", "−": "-"}
 
 
+_LATEX_SYMBOLS = {
+    "·": r"$\cdot$", "×": r"$\times$", "∞": r"$\infty$", "Σ": r"$\Sigma$",
+    "⊙": r"$\odot$", "√": r"$\surd$", "θ": r"$\theta$", "ᵀ": r"$^{\top}$", "…": r"\ldots{}",
+    "≈": r"$\approx$", "∧": r"$\wedge$", "²": r"$^{2}$", "≥": r"$\geq$", "≤": r"$\leq$",
+    "⌈": r"$\lceil$", "⌉": r"$\rceil$", "±": r"$\pm$", "→": r"$\to$", "–": "--",
+    "✓": r"$\checkmark$", "✗": r"$\times$", "⋮": r"$\vdots$", "|": r"$|$",
+    "<": r"$<$", ">": r"$>$",
+    **{chr(0x2080 + d): f"$_{{{d}}}$" for d in range(10)},  # subscript digits: ₁₂
+}
+
+
 def latex_text(text: str) -> str:
-    """Text as LaTeX prints it: every special character escaped, so that nothing a
-    label holds (``\\write18{...}``) is read as a command; −∞ as math."""
+    """Text as LaTeX (pdflatex) prints it: every special character escaped, so that
+    nothing a label holds (``\\write18{...}``) is read as a command, and the symbols mha
+    writes (·, −, ∞, ₁, Σ, ⊙, √ …) as math."""
     text = text.replace("−∞", "\x00")
-    out = "".join(_LATEX_SPECIAL.get(ch, ch) for ch in text)
+    out = "".join(_LATEX_SPECIAL.get(ch) or _LATEX_SYMBOLS.get(ch, ch) for ch in text)
     return out.replace("\x00", r"$-\infty$")
 
 
