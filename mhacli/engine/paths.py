@@ -265,7 +265,8 @@ def _attend(p: Prepared, q: Array, k: Array, v: Array, progress: Progress | None
     def job(lo: int) -> int:
         if not hasattr(local, "buf"):
             local.buf = np.empty((block, width), dtype=q.dtype)
-        rows(lo, local.buf)
+        with np.errstate(over="ignore", invalid="ignore"):  # per thread, as the caller's
+            rows(lo, local.buf)
         return min(lo + block, c.n) - lo  # query rows done
 
     done = 0
