@@ -535,6 +535,9 @@ def _rope(rope: Any, d_k: int) -> tuple[str | None, float, int]:
         raise MhaError(f"rope style must be half or interleaved, got {shown(style)}",
                        key="rope")
     base = _positive("rope.base", spec.get("base", 10000)) or 10000.0
+    if "dims" not in spec and (d_k < 2 or d_k % 2):
+        raise MhaError(f"rope turns the dimensions of each head in pairs: it needs an even "
+                       f"d_k, and this problem's is {d_k} (or give rope dims)", key="rope")
     dims = spec.get("dims", d_k)
     if isinstance(dims, str) and dims.strip().isdigit():
         dims = int(dims)
