@@ -355,3 +355,18 @@ def test_query_blocks_that_see_no_key_at_all(policy: str, monkeypatch: pytest.Mo
     assert np.isnan(got[-1]).all() if policy == "nan" else (got[-1] == 0).all()
     with pytest.warns(mhacli.MaskedRowWarning):  # a sink does not hide a row with no key
         mhacli.attention(**p, sinks=[0.0, 0.0])
+
+
+@pytest.mark.parametrize("sample, spec", [("rope", "scores:1:3:2"), ("llama-tiny", "scores:3:4:2"),
+                                          ("gqa", "scores:4:3:1")])
+def test_a_score_cell_is_the_sum_it_writes(sample: str, spec: str) -> None:
+    """The products a score's cell writes out add up to the score shown: with RoPE they
+    are the turned queries and keys, not the ones before the turn."""
+    import re
+
+    r = runner.invoke(app, ["explain", "--sample", sample, "--cell", spec, "--stage",
+                            "scores", "--format", "json", "--precision", "6"])
+    lines = json.loads(r.stdout)["cell"]["lines"]
+    terms = re.findall(r"\(?(-?[\d.]+)\)?×\(?(-?[\d.]+)\)?", lines[1])
+    total = sum(float(a) * float(b) for a, b in terms)
+    assert total == pytest.approx(float(lines[2].split("=")[1]), abs=1e-4), lines

@@ -131,12 +131,14 @@ def _cell_scores(e: Entry) -> list[str]:
     hs, h = e.hs, e.head or 1
     g = e.c.kv_of(h - 1) + 1  # the key head this query head uses
     gs = sub(g)
-    e.mark("q_heads", h, {e.row})
-    e.mark("k_heads", g, {e.col})
+    q, k = ("q_rot", "k_rot") if e.c.rope is not None else ("q_heads", "k_heads")
+    rot = "_rot" if e.c.rope is not None else ""  # RoPE: the turned queries and keys
+    e.mark(q, h, {e.row})
+    e.mark(k, g, {e.col})
     uses = f"; query head {h} uses key head {g}" if e.c.groups != e.c.heads else ""
-    return [f"{e.name} = q{hs}[{e.row_label}] · k{gs}[{e.col_label}]  (row {e.row + 1} of "
-            f"Q{hs} times row {e.col + 1} of K{gs}{uses})",
-            f"  = {e.dot(e.row_of('q_heads', h, e.row), e.row_of('k_heads', g, e.col))}",
+    return [f"{e.name} = q{rot}{hs}[{e.row_label}] · k{rot}{gs}[{e.col_label}]  (row "
+            f"{e.row + 1} of Q{rot}{hs} times row {e.col + 1} of K{rot}{gs}{uses})",
+            f"  = {e.dot(e.row_of(q, h, e.row), e.row_of(k, g, e.col))}",
             f"  = {e.result}"]
 
 
