@@ -10,7 +10,7 @@ import os
 import sys
 import warnings
 from pathlib import Path
-from typing import Annotated, Iterator, Optional
+from typing import Annotated, Any, Iterator, Optional
 
 import typer
 
@@ -228,10 +228,11 @@ def explain(
         context["tokens"] = prob.tokens
         shown = layout.value if layout is not None else prob.layout
         stages = [engine.canonical(s) for s in stage] if stage else None
+        lean = _held(prob.config) > MOST_HELD  # too large to hold: a head at a time
         if not force:
             _fits(prob.config, stage, head, fmt, full)
         with _about(prob):
-            tr = engine.traced(prob.prepared)
+            tr = (engine.lean_trace if lean else engine.traced)(prob.prepared)
         c = tr.config
         if head is not None and not 1 <= head <= c.heads:
             raise MhaError(f"--head {head}: the problem has heads 1 to {c.heads}")
@@ -274,10 +275,11 @@ def explain(
                     shown):
                 sys.stdout.write(piece)  # a stage at a time
             return
-        from ..present.views import views
+        from ..present.views import each_view, views
 
-        vs = views(tr, queries, keys, stages, head, exact.stages if exact else None, shown,
-                   worked.marks if worked else None)
+        vs = (each_view if lean else views)(
+            tr, queries, keys, stages, head, exact.stages if exact else None, shown,
+            worked.marks if worked else None)  # lean: each view made as it is shown
 
         if fmt is ExplainFormat.rich and (svg or html or rich_stdout()):
             show(vs, worked, digits, full, svg, html, pager=not no_pager, heat=heat.value)
@@ -585,14 +587,20 @@ def _fits(c: object, stage: Optional[list[str]], head: Optional[int],
     names = [canonical(s) for s in stage] if stage else None
     summarised = fmt is ExplainFormat.rich and not full
     printed = numbers_in(c, names, head, *((24, 40) if summarised else (None, None)))
-    held = (numbers_in(c) + 2 * numbers_in(c, ["weights"])) * \
-        (4 if c.dtype == "float32" else 8)  # type: ignore[attr-defined]
+    held = _held(c)
     if printed <= MOST_PRINTED and held <= MOST_HELD:
         return
     raise MhaError(f"explain would print {printed:,} numbers and hold {held / 2**30:.1f} GiB: "
                    f"it is meant for problems a person reads (up to {MOST_PRINTED:,} numbers "
                    "and 1 GiB); narrow it with --stage NAME or --head I, use mha run for the "
                    "output alone, or --force to go on")
+
+
+def _held(c: Any) -> int:
+    """The bytes explain's trace holds: every stage, and the softmax's parts."""
+    from ..engine.stages import numbers_in
+
+    return (numbers_in(c) + 2 * numbers_in(c, ["weights"])) * (4 if c.dtype == "float32" else 8)
 
 
 def _hanging(lead: str, text: str) -> str:

@@ -48,7 +48,8 @@ class Trace:
         self.stages = stages
         self.parts = parts
         for a in [*stages.values(), *(x for p in parts.values() for x in p.values())]:
-            a.flags.writeable = False  # a trace is a record: what it shows stays so
+            if isinstance(a, np.ndarray):  # (a lean trace's heads are made on request)
+                a.flags.writeable = False  # a trace is a record: what it shows stays so
 
     @property
     def config(self) -> Config:
@@ -147,10 +148,11 @@ def exact_trace(p: Prepared, until: str | None = None) -> Trace:
     return _run(p, exact=True, until=until)
 
 
-def _check_finite(p: Prepared, name: str, a: Array) -> None:
+def _check_finite(p: Prepared, name: str, a: Array, head: int = 0) -> None:
     """Refuse a stage that overflowed, or fell below float's normal range where digits
     are lost: no silently wrong number. (−∞ in masked is meant; a weight whose exp
-    underflows is as near 0 as it prints.)"""
+    underflows is as near 0 as it prints.) ``head``: the 0-based head of a one-head
+    slice ``a`` (1 × n × ·), for the message."""
     gradient = name.startswith("d_")  # made from weights that may underflow, as they do
     bad = out_of_range(a) & ~np.isneginf(a) if name == "masked" else \
         ~np.isfinite(a) if name == "weights" or gradient else out_of_range(a)
@@ -163,9 +165,12 @@ def _check_finite(p: Prepared, name: str, a: Array) -> None:
             bad &= ~(dead[:, None] if a.ndim == 2 else dead[None, :, None])
     if bad.any():
         where = tuple(int(i) for i in np.argwhere(bad)[0])
+        value = a[where]
+        if head:
+            where = (where[0] + head, *where[1:])
         dtype = p.config.dtype
-        size = "small" if np.isfinite(a[where]) else "large"
-        raise MhaError(f"{key_text((name,) + where)} is {a[where]}: the numbers are too "
+        size = "small" if np.isfinite(value) else "large"
+        raise MhaError(f"{key_text((name,) + where)} is {value}: the numbers are too "
                        f"{size} for {dtype} (scale the inputs {'up' if size == 'small' else 'down'}"
                        f"{'' if dtype == 'float64' else ', or use float64'})")
 

@@ -105,27 +105,49 @@ def json_pieces(tr: Trace, rows: list[str], cols: list[str],
     import json
 
     chosen = set(stages) if stages else set(tr.stages)
-
-    def pick(name: str, a: np.ndarray) -> np.ndarray:
-        return a[head - 1:head] if head is not None and BY_NAME[name].per_head else a
+    c = tr.config
 
     def dump(value: Any) -> str:
         return json.dumps(value, allow_nan=False, ensure_ascii=False)
 
-    config = config_dict(tr.config, rows, cols, layout)
-    if tr.config.backward:
+    def matrix(a: np.ndarray) -> Iterator[str]:
+        """One matrix as nested lists, a few thousand numbers at a time."""
+        step = max(1, 4096 // max(1, a.shape[1]))
+        yield "["
+        for lo in range(0, a.shape[0], step):
+            yield (", " if lo else "") + dump(_jsonable(np.asarray(a[lo:lo + step])))[1:-1]
+        yield "]"
+
+    def heads(a: np.ndarray) -> list[int]:
+        """The 0-based heads written: all, or --head's (grouped: the key/value head it uses)."""
+        if head is None:
+            return list(range(len(a)))
+        return [head - 1 if len(a) == c.heads else c.kv_of(head - 1)]
+
+    config = config_dict(c, rows, cols, layout)
+    if c.backward:
         from ..engine.gradients import loss
 
         value = loss(tr.prepared, tr.stages["output"])
-        config["loss"] = {"kind": tr.config.loss,
-                          "value": value if np.isfinite(value) else None}
+        config["loss"] = {"kind": c.loss, "value": value if np.isfinite(value) else None}
     yield '{"config": ' + dump(config) + ', "stages": {'
     names = [name for name in tr.stages if name in chosen]
     for k, name in enumerate(names):
-        yield (", " if k else "") + dump(name) + ": " + \
-            dump(_jsonable(pick(name, tr.stages[name])))
+        yield (", " if k else "") + dump(name) + ": "
+        a = tr.stages[name]
+        if not BY_NAME[name].per_head:
+            yield from matrix(a)
+            continue
+        yield "["
+        for j, h in enumerate(heads(a)):  # one head's matrix at a time
+            yield ", " if j else ""
+            yield from matrix(a[h])
+        yield "]"
     yield "}"
     if exact:
+        def pick(name: str, a: np.ndarray) -> np.ndarray:
+            return a[heads(a)] if BY_NAME[name].per_head else a
+
         yield ', "exact": ' + dump(
             {name: np.vectorize(_exact_json, otypes=[object])(pick(name, a)).tolist()
              for name, a in exact.items() if name in chosen})

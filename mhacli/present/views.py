@@ -8,7 +8,7 @@ matrix is shown transposed and the formulas are written to match.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import numpy as np
 
@@ -58,11 +58,18 @@ def views(tr: Trace, queries: list[str], keys: list[str], stages: Iterable[str] 
     ``exact`` maps stages to exact values (Fractions) to show instead of the floats;
     ``marks`` maps (stage, head) to the 0-based rows and columns to highlight.
     """
+    return list(each_view(tr, queries, keys, stages, head, exact, layout, marks))
+
+
+def each_view(tr: Trace, queries: list[str], keys: list[str],
+              stages: Iterable[str] | None = None, head: int | None = None,
+              exact: dict[str, np.ndarray] | None = None, layout: str = "rows",
+              marks: Marks | None = None) -> Iterator[View]:
+    """``views`` one at a time: a lean trace's matrices are made as they are shown."""
     c = tr.config
     chosen = set(stages) if stages else None
     exact = exact or {}
     columns = layout == "columns"
-    out: list[View] = []
     for s in TABLE:
         if chosen is not None and s.name not in chosen or s.name not in tr.stages:
             continue
@@ -76,7 +83,8 @@ def views(tr: Trace, queries: list[str], keys: list[str], stages: Iterable[str] 
         for h in picked if s.per_head else [None]:
             m = a[h - 1] if h is not None else a
             if h is not None and s.name in tr.parts:
-                out.append(_parts_view(s, tr, h, queries, keys))
+                parts = _parts_view(s, tr, h, queries, keys)
+                yield transposed(parts) if columns else parts
             f = Formula(c, h, columns)
             formula = s.formula(f)
             if s.name == "d_output" and c.loss != "given":
@@ -92,12 +100,11 @@ def views(tr: Trace, queries: list[str], keys: list[str], stages: Iterable[str] 
             cols = side(s.cols, queries, keys, m.shape[1])
             rows_marked, cols_marked = (marks or {}).get((s.name, h), (frozenset(), frozenset()))
             allowed = tr.prepared.allowed() if s.heat else None
-            out.append(View(s.name, h, title, formula, m, rows, cols, heat=s.heat,
-                            blocked=None if allowed is None else ~np.asarray(allowed),
-                            sums_to_one=not c.sinks,
-                            marked_rows=rows_marked, marked_cols=cols_marked,
-                            latex=s.latex(f)))
-    return [transposed(v) for v in out] if columns else out
+            v = View(s.name, h, title, formula, m, rows, cols, heat=s.heat,
+                     blocked=None if allowed is None else ~np.asarray(allowed),
+                     sums_to_one=not c.sinks, marked_rows=rows_marked,
+                     marked_cols=cols_marked, latex=s.latex(f))
+            yield transposed(v) if columns else v
 
 
 def transposed(v: View) -> View:

@@ -1,0 +1,111 @@
+"""The lean trace (a head at a time, for explain --force on a problem too large to hold)
+against the traced path: the same numbers to the bit, the same documents, the same
+refusals."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from mhacli.cli import app, commands
+from mhacli.errors import MhaError
+from mhacli.engine import lean_trace, prepare, traced
+from mhacli.engine.lean import Heads
+from mhacli.present.text import json_pieces, plain_blocks
+from mhacli.present.views import each_view, views
+
+from .cases import case
+from .test_variants import COMBOS, _problem
+
+runner = CliRunner()
+
+PROBLEMS = [(f"{name}{' cross' if cross else ''}", _problem(3, combo, cross))
+            for name, combo in COMBOS.items() for cross in (False, True)] + \
+    [(name, case(name)) for name in ("self", "widths", "cross_wide", "biases", "mask_matrix",
+                                     "direct", "large_scores", "softcap")]
+
+
+def _both(kw: dict, dtype: str):  # type: ignore[no-untyped-def]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a padded row may warn: both paths do
+        p = prepare(**kw, dtype=dtype)
+        return traced(p), lean_trace(p)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("name,kw", PROBLEMS, ids=[n for n, _ in PROBLEMS])
+def test_the_same_numbers_to_the_bit(name: str, kw: dict, dtype: str) -> None:
+    whole, lean = _both(kw, dtype)
+    assert list(lean.stages) == list(whole.stages)
+    assert any(isinstance(a, Heads) for a in lean.stages.values())  # it is lean
+    for stage, a in whole.stages.items():
+        b = np.asarray(lean.stages[stage])
+        assert b.dtype == a.dtype and b.shape == a.shape, stage
+        assert np.array_equal(a, b, equal_nan=True), stage
+    for part, a in whole.parts["weights"].items():
+        assert np.array_equal(a, np.asarray(lean.parts["weights"][part]), equal_nan=True)
+
+
+@pytest.mark.parametrize("name,kw", PROBLEMS[::3], ids=[n for n, _ in PROBLEMS[::3]])
+def test_the_same_documents(name: str, kw: dict) -> None:
+    whole, lean = _both(kw, "float64")
+    n, m = whole.config.n, whole.config.m
+    queries, keys = [f"q{i}" for i in range(n)], [f"k{j}" for j in range(m)]
+    for head in (None, 2):
+        assert "".join(json_pieces(lean, queries, keys, head=head)) == \
+            "".join(json_pieces(whole, queries, keys, head=head))
+        for layout in ("rows", "columns"):
+            a = list(plain_blocks(views(whole, queries, keys, head=head, layout=layout), 4))
+            b = list(plain_blocks(each_view(lean, queries, keys, head=head, layout=layout), 4))
+            assert a == b
+
+
+def test_a_head_is_made_when_asked_for() -> None:
+    whole, lean = _both(_problem(5, COMBOS["everything"]), "float64")
+    w, lw = whole.stages["weights"], lean.stages["weights"]
+    assert isinstance(lw, Heads) and lw.shape == w.shape and len(lw) == 4
+    assert np.array_equal(lw[-1], w[-1]) and np.array_equal(lw[1:3], w[1:3])
+    assert lw[2, 1, 0] == w[2, 1, 0]
+    assert not lw[0].flags.writeable  # a record, as the trace's other stages
+    with pytest.raises(IndexError):
+        lw[4]
+
+
+def test_an_overflow_in_one_head_is_refused_naming_that_head() -> None:
+    kw = case("self")
+    for w in ("w_q", "w_k"):
+        kw[w] = kw[w].copy()
+        kw[w][:, 4:] *= 1e160  # head 2's queries and keys: its scores overflow
+    messages = []
+    for trace in (traced, lean_trace):
+        with pytest.raises(MhaError) as caught:
+            trace(prepare(**kw))
+        messages.append(str(caught.value))
+    assert messages[0] == messages[1]
+    assert messages[0].startswith("scores[2]")
+
+
+def test_explain_force_goes_a_head_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    args = ["explain", "--sample", "gqa", "--format"]
+    whole = {fmt: runner.invoke(app, args + [fmt]) for fmt in ("json", "plain", "rich")}
+    made: list[str] = []
+    original = Heads.__getitem__
+
+    def spy(self: Heads, key: object) -> object:
+        made.append(self.name)
+        return original(self, key)
+
+    monkeypatch.setattr(commands, "MOST_HELD", 1000)  # this sample is now "too large"
+    monkeypatch.setattr(Heads, "__getitem__", spy)
+    refused = runner.invoke(app, args + ["json"])
+    assert refused.exit_code == 2 and "--force" in refused.output
+    for fmt, want in whole.items():
+        got = runner.invoke(app, args + [fmt, "--force"])
+        assert got.exit_code == 0 and want.exit_code == 0
+        assert got.output == want.output, fmt
+    assert {"scores", "weights"} <= set(made)
+    assert json.loads(whole["json"].output)["stages"]["weights"]
