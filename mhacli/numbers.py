@@ -248,11 +248,13 @@ def fixed(v: Any, precision: int, whole: bool = False, unicode: bool = True) -> 
     return text
 
 
-def table(m: np.ndarray, precision: int, unicode: bool = True) -> list[list[str]]:
-    """Every entry of a matrix as display text (whole numbers plain when all are), as
-    ``fixed`` writes each: formatted a row at a time, with ``fixed`` itself called only
-    for the few entries that need its care (0, −0.0000, ±∞, NaN)."""
-    whole = integral(m)
+def table(m: np.ndarray, precision: int, unicode: bool = True,
+          whole: bool | None = None) -> list[list[str]]:
+    """Every entry of a matrix as display text (whole numbers plain when all are, or as
+    ``whole`` says for a part of a larger matrix), as ``fixed`` writes each: formatted a
+    row at a time, with ``fixed`` itself called only for the few entries that need its
+    care (0, −0.0000, ±∞, NaN)."""
+    whole = integral(m) if whole is None else whole
     if m.dtype == object or whole or m.ndim != 2:
         rows = m.tolist() if m.dtype != object else m
         return [[fixed(v, precision, whole, unicode) for v in row] for row in rows]

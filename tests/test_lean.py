@@ -15,6 +15,7 @@ from mhacli.cli import app, commands
 from mhacli.errors import MhaError
 from mhacli.engine import lean_trace, prepare, traced
 from mhacli.engine.lean import Heads
+from mhacli.present import text
 from mhacli.present.text import json_pieces, plain_blocks
 from mhacli.present.views import each_view, views
 
@@ -109,3 +110,15 @@ def test_explain_force_goes_a_head_at_a_time(monkeypatch: pytest.MonkeyPatch) ->
         assert got.output == want.output, fmt
     assert {"scores", "weights"} <= set(made)
     assert json.loads(whole["json"].output)["stages"]["weights"]
+
+
+@pytest.mark.parametrize("args", [["--sample", "by-hand"], ["--sample", "translate"],
+                                  ["--sample", "rope", "--format", "rich"]])
+def test_a_large_matrix_is_written_in_parts_as_it_would_be_whole(
+        args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    args = ["explain", *args] + ([] if "--format" in args else ["--format", "plain"])
+    whole = runner.invoke(app, args)
+    monkeypatch.setattr(text, "_AT_ONCE", 5)  # every matrix is now "large"
+    parts = runner.invoke(app, args)
+    assert whole.exit_code == parts.exit_code == 0
+    assert parts.output == whole.output

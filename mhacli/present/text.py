@@ -39,25 +39,38 @@ def plain_blocks(vs: list[View], precision: int, width: int | None = None,
     from .views import column_blocks, shape_text
 
     for v in vs:
-        body = numbers.table(v.matrix, precision, unicode=view)
-        head = [""] + v.cols
-        grid = [head] + [[label] + row for label, row in zip(v.rows, body)]
-        widths = [max(map(len, column)) for column in zip(*grid)]
+        m = v.matrix
+        whole = numbers.integral(m)
+        if m.size <= _AT_ONCE:
+            body = numbers.table(m, precision, unicode=view)
+            widths = [max(map(len, v.rows), default=0)] + \
+                [max(map(len, column)) for column in zip(v.cols, *body)]
+        else:  # too many to hold as text: measured, then written, a part at a time
+            body = None
+            widths = [max(map(len, v.rows), default=0)] + [len(c) for c in v.cols]
+            step = max(1, _AT_ONCE // m.shape[1])
+            for lo in range(0, m.shape[0], step):
+                part = numbers.table(m[lo:lo + step], precision, view, whole)
+                widths[1:] = [max(w, *map(len, col)) for w, col in zip(widths[1:], zip(*part))]
         blocks = column_blocks(widths[1:], widths[0], width, gap=2) if width else \
             [range(len(v.cols))]
         for block in blocks:
             title = (f"{v.title}  {v.formula}" if view else f"# {v.title}: {v.formula}") + \
-                f"  ({shape_text(v.matrix)})"
+                f"  ({shape_text(m)})"
             if len(blocks) > 1:
                 title += f"  columns {block.start + 1}{'–' if view else '-'}{block.stop} " \
                     f"of {len(v.cols)}"
             # one format a block: the label left, each number right in its column
             row = "  ".join([f"{{:<{widths[0]}}}"] +
                             [f"{{:>{widths[j + 1]}}}" for j in block])
-            lines = [title]
-            lines += [row.format(r[0], *r[block.start + 1:block.stop + 1]).rstrip()
-                      for r in grid]
+            part = [r[block.start:block.stop] for r in body] if body is not None else \
+                numbers.table(m[:, block.start:block.stop], precision, view, whole)
+            lines = [title, row.format("", *v.cols[block.start:block.stop]).rstrip()]
+            lines += [row.format(label, *r).rstrip() for label, r in zip(v.rows, part)]
             yield "\n".join(lines)
+
+
+_AT_ONCE = 1 << 18  # numbers of a matrix formatted at once: a larger one is done in parts
 
 
 def _jsonable(a: np.ndarray) -> Any:
