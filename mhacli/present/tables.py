@@ -110,15 +110,17 @@ def render(views: list[View], console: "Console", precision: int, boxed: bool,
     colour = console.color_system is not None and not console.no_color
     shown_legend = False
     for v in views:
-        body = numbers.table(v.matrix, precision)
-        widths = [max(len(v.cols[j]), *(len(r[j]) for r in body)) for j in range(len(v.cols))]
+        rows = list(range(len(v.rows))) if full else edge_rows(len(v.rows), MAX_ROWS)
+        # only the rows shown are written out (a summary of a large matrix: its edges)
+        texts = numbers.table(v.matrix if len(rows) == len(v.rows) else v.matrix[rows],
+                              precision, whole=numbers.integral(v.matrix))
+        body = dict(zip(rows, texts))
+        widths = [max(len(v.cols[j]), *(len(t[j]) for t in texts)) for j in range(len(v.cols))]
         label_width = max(len(s) for s in v.rows)
         shades = _shades(v, heat) if v.heat and colour else None
-        rows = list(range(len(v.rows)))
         if full:
             blocks = [list(b) for b in column_blocks(widths, label_width, console.width)]
         else:
-            rows = edge_rows(len(v.rows), MAX_ROWS)
             blocks = [edge_columns(widths, label_width, console.width)]
         for block in blocks:
             # the title is a line of its own: a narrow table would wrap it
