@@ -16,11 +16,13 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+import mhacli
 from mhacli.cli import app
 
 from .reference import reference, transpose
 
 runner = CliRunner()
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -520,3 +522,57 @@ def test_gradescope_writes_results_even_when_the_submission_cannot_be_read(
             "--format", "gradescope", "--points", "weights=2")
     doc = json.loads(r.stdout)
     assert r.exit_code == 2 and doc["score"] == 0 and "Could not be graded" in doc["output"]
+
+
+@pytest.mark.parametrize("who", ["alice", "bob", "carol", "homework"])
+def test_the_python_api_grades_as_the_command_does_and_shows_html(who: str) -> None:
+    """mhacli.check is mha check; in a notebook its report lays out every graded cell as
+    written, the wrong ones (those the command's JSON lists) marked with what was due."""
+    from html.parser import HTMLParser
+
+    course = SAMPLES / "course"
+    if who == "homework":  # a sample with its own answers, one cell wrong
+        report = mhacli.check(who)
+        cli = runner.invoke(app, ["check", "--sample", who, "--format", "json"])
+    else:
+        report = mhacli.check(course / f"{who}.yaml", key=course / "key.yaml")
+        cli = runner.invoke(app, ["check", str(course / f"{who}.yaml"), "--key",
+                                  str(course / "key.yaml"), "--format", "json"])
+    doc = json.loads(cli.output)
+    assert report.verdict == doc["verdict"] and cli.exit_code == (0 if report.ok else 1)
+
+    class Cells(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.cells: dict[tuple[str, int | None, int, int], tuple[str, str, str]] = {}
+            self.at: list = []
+
+        def handle_starttag(self, tag: str, attrs: list) -> None:
+            a = dict(attrs)
+            if tag == "table":
+                head = a.get("data-head")
+                self.at = [a["data-stage"], int(head) if head else None, -1, 0]
+            elif tag == "tr" and self.at and self.at[0]:
+                self.at[2:] = [self.at[2] + 1, 0]
+            elif tag == "td":
+                self.at[3] += 1
+                self.cells[tuple(self.at)] = (a["class"], a.get("title", ""), "")
+
+        def handle_data(self, data: str) -> None:
+            key = tuple(self.at) if self.at else None
+            if key in self.cells and not self.cells[key][2]:
+                self.cells[key] = self.cells[key][:2] + (data,)
+
+    parser = Cells()
+    parser.feed(report._repr_html_())
+    marked = {k: v for k, v in parser.cells.items() if v[0] == "wrong"}
+    listed = {(stage, w["head"], w["row"], w["column"]): w
+              for stage, s in doc["stages"].items() for w in s["wrong"]}
+    # the header row counts as row 0, the label as column 0: cells are 1-based, as listed
+    assert set(marked) == set(listed)
+    for key, (_, title, text) in marked.items():
+        assert text == listed[key]["written"] and listed[key]["expected_as_written"] in title
+    blanks = sum(1 for v in parser.cells.values() if v[0] == "blank")
+    assert blanks == sum(s["blank"] for s in doc["stages"].values())
+    graded = sum(s["cells"] for s in doc["stages"].values())
+    assert len(parser.cells) == graded

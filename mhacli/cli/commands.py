@@ -673,21 +673,10 @@ def _points(specs: list[str]) -> dict[str, float]:
 
 def _key(path: str, layout: Optional[Layout], masked_row: str, tolerance: float):  # type: ignore[no-untyped-def]
     """The teacher's key, its own answers checked: a key must be right."""
-    import dataclasses
+    from ..grading.judge import teacher_key
 
-    from ..grading.judge import check as judge
-    from ..io.problem import load_key
-
-    teacher = load_key(path, layout=layout.value if layout is not None else "rows")
-    teacher = dataclasses.replace(
-        teacher, problem=teacher.problem.with_overrides(masked_row=masked_row))
-    if teacher.problem.answers:
-        with _about(teacher.problem):
-            own = judge(teacher.problem, tolerance, partial=True)
-        if own.wrong:
-            raise MhaError(f"the key's own answers are wrong in {', '.join(own.wrong)} "
-                           f"(mha check {path} shows where)", source=teacher.problem.source)
-    return teacher
+    return teacher_key(path, layout=layout.value if layout is not None else "rows",
+                       masked_row=masked_row, tolerance=tolerance)
 
 
 @app.command()

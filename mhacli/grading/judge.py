@@ -9,15 +9,17 @@ layout; a report is turned to the column layout only where it is shown.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
+from pathlib import Path
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
 from ..engine import BY_NAME, STAGES, Trace, exact_trace, present, traced
 from ..engine.validate import Prepared
 from ..errors import MhaError
-from ..io.problem import Problem
+from ..io.problem import Key, Problem, load, load_key, load_submission
 from ..numbers import Claim
 from .mistakes import Mistake
 
@@ -71,6 +73,8 @@ class StageReport:
 
 @dataclass(frozen=True)
 class Report:
+    """What ``check`` found: each stage's cells right, wrong or blank, and the verdict."""
+
     source: str
     checked: list[str]
     skipped: list[str]
@@ -103,6 +107,12 @@ class Report:
     def verdict(self) -> str:
         """"right", "wrong" or "not done"."""
         return "right" if self.ok else "wrong" if self.wrong else "not done"
+
+    html: ClassVar[Callable[[Report], str] | None] = None  # set by mhacli.check
+
+    def _repr_html_(self) -> str | None:
+        """In Jupyter: every graded cell as written, the wrong ones marked."""
+        return None if Report.html is None else Report.html(self)
 
 
 class Truth:
@@ -300,3 +310,42 @@ def check(problem: Problem, tolerance: float = 0.0, *, partial: bool = False,
                                    mistake.stage if mistake else None))
     return Report(problem.source, order, skipped, reports, tolerance, problem, partial,
                   ignored)
+
+
+def teacher_key(path: str | Path, *, layout: str = "rows", masked_row: str = "zero",
+                tolerance: float = 0.0) -> Key:
+    """The teacher's key (a file, or a sample by name), its own answers checked first:
+    a key must be right."""
+    teacher = load_key(path, layout=layout)
+    teacher = replace(teacher, problem=teacher.problem.with_overrides(masked_row=masked_row))
+    if teacher.problem.answers:
+        try:
+            own = check(teacher.problem, tolerance, partial=True)
+        except MhaError as exc:
+            raise exc.located(teacher.problem.source) from None
+        if own.wrong:
+            raise MhaError(f"the key's own answers are wrong in {', '.join(own.wrong)} "
+                           f"(mha check {path} shows where)", source=teacher.problem.source)
+    return teacher
+
+
+def grade(submission: str | Path, key: str | Path | Key | None = None, *,
+          tolerance: float = 0.0, partial: bool = False, stages: Any = None) -> Report:
+    """One submission graded as ``mha check`` grades it: a problem file with its
+    ``answers:``, or with ``key`` (the teacher's file) a file of answers alone."""
+    from ..engine import canonical
+
+    only = [canonical(s) for s in stages] if stages else None
+    if key is None:
+        problem = load(submission)
+        try:
+            return check(problem, tolerance, partial=partial, only=only)
+        except MhaError as exc:
+            raise exc.located(problem.source) from None
+    teacher = key if isinstance(key, Key) else teacher_key(key, tolerance=tolerance)
+    problem = load_submission(submission, teacher)
+    try:
+        return check(problem, tolerance, partial=partial, only=only,
+                     required=tuple(teacher.problem.answers), truth=Truth(teacher.problem))
+    except MhaError as exc:
+        raise exc.located(problem.source) from None

@@ -57,3 +57,57 @@ def trace_html(tr: Any) -> str:
                      f"</small></h4>{_table(v)}")
     parts.append("</div>")
     return "".join(parts)
+
+
+_LINE_COLOURS = {"good": "#1a7f37", "bad": "#cf222e", "note": "#6e7781", "": "inherit"}
+_CELL_STYLES = {"right": "background: #dafbe1", "wrong": "background: #ffd7d5",
+                "blank": "background: #eaeef2"}
+
+
+def report_html(report: Any) -> str:
+    """A check report: its lines, then each graded stage as the person wrote it, each
+    cell marked right, wrong (its expected value on hover) or blank (in the row layout,
+    tokens as rows)."""
+    from ..engine import BY_NAME
+    from .report import expected_text, lines
+    from .views import side
+
+    out = ['<div class="mha-check">']
+    for text, style in lines(report):
+        out.append(f'<div style="color: {_LINE_COLOURS[style]}; white-space: pre-wrap; '
+                   f'font-family: monospace">{escape(text)}</div>')
+    queries, keys = report.problem.labels()
+    for s in report.stages:
+        answer = report.problem.answers.get(s.stage)
+        if s.status == "shape" or answer is None:
+            continue  # nothing to lay out cell by cell
+        stage = BY_NAME[s.stage]
+        wrong = {(w.head, w.row, w.col): w for w in s.wrong}
+        heads = [(h + 1, answer[h]) for h in range(len(answer))] if answer.ndim == 3 else \
+            [(1 if stage.per_head else None, answer)]
+        for h, m in heads:
+            rows = side(stage.rows, queries, keys, m.shape[0])
+            cols = side(stage.cols, queries, keys, m.shape[1])
+            shown_rows, shown_cols = min(m.shape[0], MOST_ROWS), min(m.shape[1], MOST_COLS)
+            title = s.stage if h is None else f"{s.stage} · head {h}"
+            labels = "".join(f"<th>{escape(c)}</th>" for c in cols[:shown_cols])
+            out.append(f'<h4>{escape(title)}</h4><table class="mha-answer" '
+                       f'data-stage="{escape(s.stage)}"{"" if h is None else f" data-head={h}"}>'
+                       f"<thead><tr><th></th>{labels}</tr></thead><tbody>")
+            for i in range(shown_rows):
+                cells = []
+                for j in range(shown_cols):
+                    text = m[i, j].text
+                    w = wrong.get((h, i, j))
+                    mark = "wrong" if w is not None else "blank" if not text else "right"
+                    tip = "" if w is None else \
+                        f' title="expected {escape(expected_text(w), quote=True)}"'
+                    cells.append(f'<td class="{mark}" style="{_CELL_STYLES[mark]}"{tip}>'
+                                 f"{escape(text)}</td>")
+                out.append(f"<tr><th>{escape(rows[i])}</th>{''.join(cells)}</tr>")
+            out.append("</tbody></table>")
+            if shown_rows < m.shape[0] or shown_cols < m.shape[1]:
+                out.append(f"<p><i>showing {shown_rows} of {m.shape[0]} rows and {shown_cols} "
+                           f"of {m.shape[1]} columns</i></p>")
+    out.append("</div>")
+    return "".join(out)
