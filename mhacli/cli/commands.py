@@ -24,7 +24,7 @@ from .options import (
     SampleOpt, ScaleOpt, SeedOpt, SinksOpt, SoftcapOpt, TokensOpt, WindowOpt,
 )
 from .streams import check_writable, failed_write, write_file
-from .terminal import console_for_stdout, progress_bar, rich_stdout, show
+from .terminal import console_for_stdout, fold, hanging, progress_bar, rich_stdout, say, show
 
 app = typer.Typer(
     name="mha",
@@ -109,11 +109,11 @@ def _guard(debug: bool) -> Iterator[dict]:
             sys.stdout.flush()  # a write that fails must fail here, not at exit
         for w in caught:
             if isinstance(w.message, MaskedRowWarning):
-                typer.echo(f"Warning: {w.message.describe(context.get('tokens'))}", err=True)
+                say("Warning: ", w.message.describe(context.get('tokens')))
     except MhaError as exc:
         if debug:
             raise
-        typer.echo(f"Error: {exc}", err=True)
+        say("Error: ", str(exc))
         raise typer.Exit(2) from None
     except OSError as exc:  # standard output: the reader went away, or the disk is full
         raise typer.Exit(failed_write(exc)) from None
@@ -122,8 +122,8 @@ def _guard(debug: bool) -> Iterator[dict]:
     except Exception as exc:  # a bug: still one line, and the way to see more
         if debug:
             raise
-        typer.echo(f"Error: unexpected {type(exc).__name__}: {exc} (run again with --debug "
-                   "for the traceback, and please report it)", err=True)
+        say("Error: ", f"unexpected {type(exc).__name__}: {exc} (run again with --debug for "
+            "the traceback, and please report it)")
         raise typer.Exit(2) from None
 
 
@@ -378,6 +378,11 @@ def run(
         from ..present.text import write_output
 
         data = write_output(out, fmt.value, precision)
+        if output is None and fmt is not RunFormat.npy and sys.stdout.isatty():
+            import shutil
+
+            width = shutil.get_terminal_size().columns  # rows wider wrap between numbers
+            data = fold(data.decode("utf-8"), max(width, 20)).encode("utf-8")
         if output is not None:
             write_file(output, data, keep=_inputs(file))
         else:
@@ -413,7 +418,7 @@ def samples(
         names = sample_names()
         width = max(len(n) for n in names)
         for n in names:
-            typer.echo(_hanging(f"{n.ljust(width)}  ", sample_description(n)))
+            typer.echo(hanging(f"{n.ljust(width)}  ", sample_description(n)))
 
 
 @app.command()
@@ -505,7 +510,7 @@ def check(
             except MhaError as exc:
                 if len(files) <= 1 and fmt not in (CheckFormat.jsonl, CheckFormat.gradescope):
                     raise
-                typer.echo(f"Error: {exc}", err=True)
+                say("Error: ", str(exc))
                 results.append((exc.source or str(file), exc))
         single = len(results) == 1 and not isinstance(results[0][1], MhaError)
         if fmt is CheckFormat.jsonl:
@@ -601,19 +606,6 @@ def _held(c: Any) -> int:
     from ..engine.stages import numbers_in
 
     return (numbers_in(c) + 2 * numbers_in(c, ["weights"])) * (4 if c.dtype == "float32" else 8)
-
-
-def _hanging(lead: str, text: str) -> str:
-    """``lead`` then ``text``, wrapped between words at the terminal's width with the
-    continuation lines under the text (one line in a pipe, for grep and cut)."""
-    if not sys.stdout.isatty():
-        return lead + text
-    import shutil
-    import textwrap
-
-    width = max(len(lead) + 20, shutil.get_terminal_size().columns)
-    return textwrap.fill(text, width, initial_indent=lead, subsequent_indent=" " * len(lead),
-                         break_long_words=False, break_on_hyphens=False)
 
 
 def _check_sources(files: list[str], sample: Optional[str], key: Optional[str]) -> None:
@@ -826,7 +818,7 @@ def main(argv: list[str] | None = None) -> int:
             .replace("Value error, ", "") \
             .replace("Got unexpected extra argument", "one argument too many") \
             .replace("Got unexpected extra arguments", "arguments too many")
-        typer.echo(f"Error: {message}{hint}", err=True)
+        say("Error: ", f"{message}{hint}")
         return 2
     except typer.Abort:
         typer.echo("Error: aborted", err=True)

@@ -17,6 +17,57 @@ def rich_stdout() -> bool:
     return sys.stdout.isatty() or bool(os.environ.get("FORCE_COLOR"))
 
 
+def hanging(lead: str, text: str, stream: object = None) -> str:
+    """``lead`` then ``text``, wrapped between words at the width of the terminal that
+    ``stream`` (stdout by default) is, the continuation lines under the text; one line
+    when it is not a terminal (for grep and cut)."""
+    stream = sys.stdout if stream is None else stream
+    try:
+        if not stream.isatty():  # type: ignore[attr-defined]
+            return lead + text
+        width = os.get_terminal_size(stream.fileno()).columns  # type: ignore[attr-defined]
+    except (AttributeError, OSError, ValueError):
+        return lead + text
+    given = os.environ.get("COLUMNS", "")
+    if given.isdigit() and int(given) > 0:  # as Rich and shutil read it
+        width = int(given)
+    import textwrap
+
+    width = max(len(lead) + 20, width)
+    return "\n".join(textwrap.fill(part, width, initial_indent=lead if k == 0 else " " * len(lead),
+                                   subsequent_indent=" " * len(lead), break_long_words=False,
+                                   break_on_hyphens=False)
+                     for k, part in enumerate(text.split("\n")))
+
+
+def fold(text: str, width: int, indent: str = "  ") -> str:
+    """Every line wider than ``width`` broken after a separator (a space, comma or tab),
+    never inside a number, the continuation lines indented: data as a terminal shows it
+    (a pipe gets each row on one line)."""
+    import re
+
+    out = []
+    for line in text.split("\n"):
+        if len(line.expandtabs()) <= width:
+            out.append(line)
+            continue
+        current = ""
+        for piece in re.findall(r"[^ ,\t]+[ ,\t]*|[ ,\t]+", line):
+            if current.strip() and len((current + piece).rstrip().expandtabs()) > width:
+                out.append(current.rstrip())
+                current = indent + piece
+            else:
+                current += piece
+        out.append(current.rstrip())
+    return "\n".join(out)
+
+
+def say(lead: str, text: str) -> None:
+    """A message on stderr (``Error: …``, ``Warning: …``): one line, wrapped between
+    words in a terminal."""
+    print(hanging(lead, text, sys.stderr), file=sys.stderr)
+
+
 def page(text: str, height: int) -> None:
     """``text`` on stdout, through a pager when it is taller than the screen: $PAGER, else
     ``less`` (with LESS=FRX unless set: colours kept, and it quits at once when the text
