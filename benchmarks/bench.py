@@ -85,11 +85,43 @@ def median_pair(a: Callable[[], object], b: Callable[[], object],
     return statistics.median(ta), statistics.median(tb)
 
 
+def machine() -> str:
+    """The CPU, its widest SIMD, the cores this process may use, and the libraries: what
+    a reader needs to tell why figures differ between machines."""
+    model, flags = "unknown CPU", set()
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                model = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+    except OSError:
+        pass
+    simd = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else \
+        "below AVX2" if flags else "unknown SIMD"
+    blas = "BLAS unknown"
+    try:
+        from threadpoolctl import threadpool_info
+
+        for lib in threadpool_info():
+            if lib.get("user_api") == "blas":
+                blas = f"{lib.get('internal_api')} {lib.get('version')} " \
+                       f"({lib.get('architecture')})"
+                break
+    except ImportError:
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return (f"{model}, {simd}, {cores} cores; Python {sys.version.split()[0]}, "
+            f"NumPy {np.__version__}, {blas}, "
+            f"PyTorch {torch.__version__ if torch else 'not installed'}")
+
+
 def speed(repeats: int) -> None:
     name = "PyTorch" if torch is not None else "NumPy baseline"
     print(f"Attention, n = {N}, d_model = {D}, H = {H} (reference: {name})")
     results = {}
-    for dtype, target in ((np.float64, 1.0), (np.float32, 1.3)):
+    for dtype, target in ((np.float64, 1.2), (np.float32, 1.2)):
         p = problem(N, D, dtype)
         ours = lambda: mhacli.attention(**p, heads=H, dtype=dtype)  # noqa: E731
         ref = torch_reference(p, H) if torch is not None else \
@@ -104,6 +136,22 @@ def speed(repeats: int) -> None:
     t_causal, t_plain = median_pair(causal, plain, repeats)
     print(f"  causal / unmasked, float64: {t_causal:.3f} s / {t_plain:.3f} s = "
           f"{t_causal / t_plain:.2f} (target ≤ 0.6)")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    if cores > 1:  # the same work on every core, then on one (run in children: the env)
+        child = ("import sys, time, numpy as np, mhacli; sys.path.insert(0, %r); "
+                 "from bench import problem, N, D, H; p = problem(N, D, np.float64); "
+                 "mhacli.attention(**p, heads=H); t = []\n"
+                 "for _ in range(%d):\n s = time.perf_counter(); mhacli.attention(**p, heads=H); "
+                 "t.append(time.perf_counter() - s)\n"
+                 "print(sorted(t)[len(t) // 2])") % (str(Path(__file__).parent), repeats)
+        times = {}
+        for threads in (str(cores), "1"):
+            env = dict(os.environ, MHA_THREADS=threads)
+            out = subprocess.run([sys.executable, "-c", child], env=env, check=True,
+                                 capture_output=True, text=True).stdout
+            times[threads] = float(out.split()[-1])
+        print(f"  {cores} cores / 1 core, float64: {times[str(cores)]:.3f} s / {times['1']:.3f} s "
+              f"= {times[str(cores)] / times['1']:.2f} (target ≤ 0.6)")
 
 
 MEMORY_CHILD = """
@@ -192,6 +240,39 @@ def startup(repeats: int) -> None:
                                    for _ in range(repeats))
         print(f"mha run --jsonl over 1000 small problems: {many:.3f} s, {many / single:.2f} × "
               f"one mha run ({single:.3f} s; target < 3)")
+        big = mha + ["explain", "--random", "--seed", "1", "--tokens", "128", "--d-model", "64",
+                     "--heads", "4", "--format"]
+        for fmt in ("plain", "json"):
+            t = statistics.median(wall(big + [fmt], 1, env) for _ in range(repeats))
+            print(f"mha explain, 128 tokens, d_model 64, 4 heads, --format {fmt}: {t:.3f} s "
+                  "(target ≤ 0.4)")
+        t = statistics.median(in_terminal(mha + ["explain", "--sample", "hopkins"], env)
+                              for _ in range(repeats))
+        print(f"mha explain --sample hopkins in a terminal (pty, 120 columns): {t:.3f} s "
+              "(target ≤ 0.6)")
+
+
+def in_terminal(cmd: list[str], env: dict) -> float:
+    """Seconds until ``cmd`` has finished writing to a 120 × 50 pseudo-terminal."""
+    import fcntl
+    import struct
+    import termios
+
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 120, 0, 0))
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdin=slave, stdout=slave, stderr=slave,
+                            env=dict(env, TERM="xterm-256color", PAGER="cat"), close_fds=True)
+    os.close(slave)
+    while True:
+        try:
+            if not os.read(master, 1 << 16):
+                break
+        except OSError:  # the other side closed
+            break
+    proc.wait()
+    os.close(master)
+    return time.perf_counter() - start
 
 
 def reading(repeats: int) -> None:
@@ -230,8 +311,7 @@ if __name__ == "__main__":
     ap.add_argument("--only", choices=["speed", "memory", "startup", "reading"])
     args = ap.parse_args()
     reps = 3 if args.quick else 7
-    print(f"numpy {np.__version__}, torch {torch.__version__ if torch else 'not installed'}, "
-          f"{os.cpu_count()} cores")
+    print(machine())
     for part, fn in (("speed", lambda: speed(reps)), ("memory", memory),
                      ("startup", lambda: startup(reps * 2)), ("reading", lambda: reading(reps))):
         if args.only in (None, part):

@@ -99,6 +99,12 @@ class Problem:
                    "softcap": softcap, "kv_heads": kv_heads, "window": window,
                    "alibi": alibi, "key_padding": key_padding, "sinks": sinks, "bias": bias,
                    "rope": rope, "positional": positional, "backward": backward or None}
+        c = self.config
+        for name, now in (("dtype", c.dtype), ("masked_row", c.masked_row)):
+            if changes[name] == now:
+                changes[name] = None  # as it is already: nothing to validate again
+        if mask is None and tokens is None and all(v is None for v in changes.values()):
+            return self
         for name in ("sinks", "alibi", "bias", "positional"):
             if changes[name] is not None:
                 written.pop(name, None)

@@ -5,7 +5,7 @@ This module draws; it computes nothing. The Console is built by the caller.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import numbers
 from .views import View, column_blocks, edge_columns, edge_rows, shape_text, spans
@@ -103,9 +103,11 @@ def render(views: list[View], console: "Console", precision: int, boxed: bool,
     wide or too tall is summarised as NumPy does (first and last columns and rows around
     a "…"), with a note of what is hidden and of --full.
     """
-    from rich import box
-    from rich.table import Table
+    from rich.cells import cell_len
     from rich.text import Text
+
+    if HEADER is None:
+        _styles()
 
     colour = console.color_system is not None and not console.no_color
     shown_legend = False
@@ -115,8 +117,9 @@ def render(views: list[View], console: "Console", precision: int, boxed: bool,
         texts = numbers.table(v.matrix if len(rows) == len(v.rows) else v.matrix[rows],
                               precision, whole=numbers.integral(v.matrix))
         body = dict(zip(rows, texts))
-        widths = [max(len(v.cols[j]), *(len(t[j]) for t in texts)) for j in range(len(v.cols))]
-        label_width = max(len(s) for s in v.rows)
+        widths = [max(cell_len(v.cols[j]), *(len(t[j]) for t in texts))
+                  for j in range(len(v.cols))]
+        label_width = max(cell_len(s) for s in v.rows)
         shades = _shades(v, heat) if v.heat and colour else None
         if full:
             blocks = [list(b) for b in column_blocks(widths, label_width, console.width)]
@@ -131,29 +134,31 @@ def render(views: list[View], console: "Console", precision: int, boxed: bool,
                 title.append(f"  columns {spans(block, len(widths))}", style="dim")
             # a long title is never cut: it wraps between words at the console's width
             print_wrapped(console, title)
-            table = Table(box=box.ROUNDED if boxed else None, show_edge=boxed,
-                          pad_edge=boxed, header_style="bold")
-            table.add_column("", style="bold cyan", no_wrap=True, min_width=label_width)
             gaps = {b for a, b in zip(block, block[1:]) if b != a + 1}
+            columns = [(label_width, "left")]  # (width, justify) of each column drawn
+            header = [("", HEADER)]
             for j in block:
                 if j in gaps:
-                    table.add_column("…", justify="center", no_wrap=True)
-                table.add_column(v.cols[j], justify="right", no_wrap=True, min_width=widths[j])
+                    columns.append((1, "center"))
+                    header.append(("…", HEADER))
+                columns.append((widths[j], "right"))
+                header.append((v.cols[j], HEADER))
+            lines = [_row(header, columns, boxed, base=True)]
             for k, i in enumerate(rows):
                 if k and i != rows[k - 1] + 1:
-                    table.add_row("⋮", *(["⋮"] * (len(block) + len(gaps))))
-                row = []
+                    lines.append(_row([("⋮", LABEL)] + [("⋮", None)] * (len(columns) - 1),
+                                      columns, boxed))
+                cells = [(v.rows[i], LABEL)]
                 for j in block:
                     if j in gaps:
-                        row.append(Text("…"))
-                    style = "" if shades is None else BLOCKED_STYLE \
-                        if shades[i, j] != shades[i, j] else heat_style(float(shades[i, j]))
+                        cells.append(("…", None))
+                    style = None if shades is None else BLOCKED \
+                        if shades[i, j] != shades[i, j] else _heat(float(shades[i, j]))
                     if _marked(v, i, j):
-                        style = "bold reverse" if v.marked_rows and v.marked_cols else \
-                            "bold black on yellow"
-                    row.append(Text(body[i][j], style=style))
-                table.add_row(v.rows[i], *row)
-            console.print(table)
+                        style = CELL_MARK if v.marked_rows and v.marked_cols else ROW_MARK
+                    cells.append((body[i][j], style))
+                lines.append(_row(cells, columns, boxed))
+            _draw(console, lines, [w for w, _ in columns], boxed)
             shown = [f"{what} {spans(kept, total)}" for what, kept, total in
                      (("columns", block, len(widths)), ("rows", rows, len(v.rows)))
                      if len(kept) < total]
@@ -164,3 +169,69 @@ def render(views: list[View], console: "Console", precision: int, boxed: bool,
             print_wrapped(console, _legend(v, heat))
             shown_legend = True
         console.print()
+
+
+def _styles() -> None:
+    """The tables' styles, parsed once (Rich is imported only when something is drawn)."""
+    from rich.style import Style
+
+    global HEADER, LABEL, BLOCKED, CELL_MARK, ROW_MARK
+    HEADER, LABEL = Style.parse("bold"), Style.parse("bold cyan")
+    BLOCKED = Style.parse(BLOCKED_STYLE)
+    CELL_MARK, ROW_MARK = Style.parse("bold reverse"), Style.parse("bold black on yellow")
+
+
+HEADER = LABEL = BLOCKED = CELL_MARK = ROW_MARK = None  # Rich Styles, once drawing starts
+_HEAT: dict[float, Any] = {}  # a shade's Style, by its place on the ramp
+
+
+def _heat(value: float) -> Any:
+    from rich.style import Style
+
+    style = _HEAT.get(value)
+    if style is None:
+        style = _HEAT[value] = Style.parse(heat_style(value))
+    return style
+
+
+def _row(cells: list[tuple[str, Any]], columns: list[tuple[int, str]], boxed: bool,
+         base: bool = False) -> list[Any]:
+    """One table row as Rich segments, as a Rich Table draws it: each cell justified in
+    its column and padded by a space each side (not at the outer edges without a box).
+    The label's style (the first cell's) covers its padding too, and so does every
+    cell's with ``base`` (the header's)."""
+    from rich.cells import cell_len
+    from rich.segment import Segment
+
+    out = [Segment("│")] if boxed else []
+    last = len(cells) - 1
+    for k, ((text, style), (width, justify)) in enumerate(zip(cells, columns)):
+        gap = width - cell_len(text)
+        if justify == "right":
+            text = " " * gap + text
+        elif justify == "center":
+            text = " " * (gap // 2) + text + " " * (gap - gap // 2)
+        else:
+            text += " " * gap
+        pad = style if base or k == 0 else None
+        if boxed or k:
+            out.append(Segment(" ", pad))
+        out.append(Segment(text, style))
+        if boxed or k < last:
+            out.append(Segment(" ", pad))
+        if boxed:
+            out.append(Segment("│"))
+    out.append(Segment.line())
+    return out
+
+
+def _draw(console: Console, lines: list[list[Any]], widths: list[int], boxed: bool) -> None:
+    """The rows under their header, in a rounded box (or none)."""
+    from rich.segment import Segment, Segments
+
+    if boxed:
+        rule = ["─" * (w + 2) for w in widths]
+        lines = [[Segment("╭" + "┬".join(rule) + "╮"), Segment.line()], lines[0],
+                 [Segment("├" + "┼".join(rule) + "┤"), Segment.line()], *lines[1:],
+                 [Segment("╰" + "┴".join(rule) + "╯"), Segment.line()]]
+    console.print(Segments([s for line in lines for s in line]), crop=False)
