@@ -173,6 +173,14 @@ def show(vs: list, worked: object, digits: int, full: bool, svg: Path | None,
              heat=heat)
     recorder = targets[-1][0]
     if svg is not None:
-        write_file(svg, recorder.export_svg(title="mha explain", clear=False).encode("utf-8"))
+        write_file(svg, portable_svg(recorder.export_svg(title="mha explain", clear=False))
+                   .encode("utf-8"))
     if html is not None:
         write_file(html, recorder.export_html(clear=False).encode("utf-8"))
+
+
+def portable_svg(svg: str) -> str:
+    """Rich's SVG, readable by every renderer: its spaces are written as no-break spaces,
+    which librsvg drops at the start of a text (a right-aligned number lost its place);
+    plain spaces under ``xml:space="preserve"`` keep it there and in browsers alike."""
+    return svg.replace("&#160;", " ").replace("<svg ", '<svg xml:space="preserve" ', 1)

@@ -1,0 +1,125 @@
+"""Exports that render: the SVG drawn by librsvg (and by Chromium, where installed) keeps
+every space, so right-aligned numbers stay right-aligned; LaTeX compiles with pdflatex
+where it is installed. Each renderer's test is skipped on a machine without it."""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from mhacli.cli import app
+
+runner = CliRunner()
+
+
+def _librsvg() -> tuple[ctypes.CDLL, ctypes.CDLL]:
+    try:
+        return ctypes.CDLL("librsvg-2.so.2"), ctypes.CDLL("libcairo.so.2")
+    except OSError:
+        pytest.skip("librsvg is not installed")
+
+
+class _Rect(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_double), ("y", ctypes.c_double),
+                ("width", ctypes.c_double), ("height", ctypes.c_double)]
+
+
+def rsvg_pixels(svg: Path) -> np.ndarray:
+    """The SVG drawn by librsvg (as rsvg-convert draws it), as a height × width array of
+    brightness 0 … 255."""
+    rsvg, cairo = _librsvg()
+    box = re.search(r'viewBox="([^"]+)"', svg.read_text(encoding="utf-8")).group(1).split()
+    width, height = int(float(box[2])), int(float(box[3]))
+    rsvg.rsvg_handle_new_from_file.restype = ctypes.c_void_p
+    rsvg.rsvg_handle_new_from_file.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
+    handle = rsvg.rsvg_handle_new_from_file(str(svg).encode(), None)
+    assert handle, "librsvg could not read the SVG"
+    cairo.cairo_image_surface_create.restype = ctypes.c_void_p
+    surface = cairo.cairo_image_surface_create(0, width, height)  # ARGB32
+    cairo.cairo_create.restype = ctypes.c_void_p
+    cairo.cairo_create.argtypes = [ctypes.c_void_p]
+    cr = cairo.cairo_create(surface)
+    rsvg.rsvg_handle_render_document.argtypes = [ctypes.c_void_p, ctypes.c_void_p,
+                                                 ctypes.POINTER(_Rect), ctypes.c_void_p]
+    assert rsvg.rsvg_handle_render_document(handle, cr, ctypes.byref(_Rect(0, 0, width, height)),
+                                            None)
+    cairo.cairo_surface_flush.argtypes = [ctypes.c_void_p]
+    cairo.cairo_surface_flush(surface)
+    cairo.cairo_image_surface_get_data.restype = ctypes.POINTER(ctypes.c_ubyte)
+    cairo.cairo_image_surface_get_data.argtypes = [ctypes.c_void_p]
+    cairo.cairo_image_surface_get_stride.argtypes = [ctypes.c_void_p]
+    stride = cairo.cairo_image_surface_get_stride(surface)
+    data = np.ctypeslib.as_array(cairo.cairo_image_surface_get_data(surface),
+                                 shape=(height, stride)).copy()
+    for free, arg in ((cairo.cairo_destroy, cr), (cairo.cairo_surface_destroy, surface)):
+        free.argtypes = [ctypes.c_void_p]
+        free(arg)
+    rgb = data[:, :width * 4].reshape(height, width, 4)[..., :3].astype(int)
+    return rgb.max(axis=2)
+
+
+def _ink_columns(pixels: np.ndarray, top: int, bottom: int) -> np.ndarray:
+    """The x of every column with ink (text, even dim) between two rows."""
+    return np.flatnonzero((pixels[top:bottom] > 80).any(axis=0))  # the background: 41
+
+
+def test_librsvg_keeps_the_spaces_that_right_align_a_number(tmp_path: Path) -> None:
+    """The last column of the weights holds a 0 (blocked) in the first row and 0.0558 in
+    the third: drawn, both end at the column's right edge (librsvg put the 0 at the start
+    of its cell when the spaces were no-break spaces)."""
+    svg = tmp_path / "view.svg"
+    r = runner.invoke(app, ["explain", "--sample", "intro", "--stage", "weights", "--head",
+                            "1", "--svg", str(svg)])
+    assert r.exit_code == 0, r.output
+    pixels = rsvg_pixels(svg)
+    text = svg.read_text(encoding="utf-8")
+    dx, dy = map(float, re.findall(r'transform="translate\(([\d.]+), ?([\d.]+)\)"', text)[-1])
+    cells = [(float(x), float(y)) for x, y in re.findall(
+        r'<text[^>]* x="([\d.]+)" y="([\d.]+)"[^>]*>0\.0558</text>', text)]
+    x, sat = max(cells)  # 0.0558 in the last column: the row of sat; "the" is two above
+    rows = [(int(dy + y - 17), int(dy + y + 4)) for y in (sat - 2 * 24.4, sat)]
+    left, right = int(dx + x), int(dx + x + 6 * 12.2)  # the cell, its borders left out
+    ends = []
+    for top, bottom in rows:
+        ink = _ink_columns(pixels[:, left:right], top, bottom)
+        assert ink.size, "nothing drawn in the cell"
+        ends.append(ink.max())
+    # both rows end on a right-aligned number in the last column: the same right edge
+    assert abs(ends[0] - ends[1]) < 6, ends
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None and shutil.which("chromium-browser")
+                    is None, reason="Chromium is not installed")
+def test_chromium_draws_the_svg(tmp_path: Path) -> None:
+    svg, png = tmp_path / "view.svg", tmp_path / "view.png"
+    assert runner.invoke(app, ["explain", "--sample", "intro", "--svg", str(svg)]).exit_code == 0
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    subprocess.run([browser, "--headless", "--disable-gpu", "--no-sandbox",
+                    f"--screenshot={png}", "--window-size=1300,1100", svg.as_uri()],
+                   check=True, capture_output=True, timeout=120)
+    assert png.stat().st_size > 10_000  # a picture, not a blank page
+
+
+@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex is not installed")
+@pytest.mark.parametrize("args", [["--sample", "intro"],
+                                  ["--sample", "by-hand", "--cell", "scores:2:2:1", "--fractions"],
+                                  ["--sample", "llama-tiny", "--cell", "weights:1:3:2"]])
+def test_latex_compiles_with_pdflatex(tmp_path: Path, args: list[str]) -> None:
+    r = runner.invoke(app, ["explain", *args, "--format", "latex"])
+    assert r.exit_code == 0, r.output
+    doc = tmp_path / "view.tex"
+    body = r.output if "\\documentclass" in r.output else \
+        "\\documentclass{article}\n\\usepackage{amsmath}\n\\begin{document}\n" + r.output + \
+        "\n\\end{document}\n"
+    doc.write_text(body, encoding="utf-8")
+    run = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", doc.name],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout[-2000:]
+    assert (tmp_path / "view.pdf").stat().st_size > 1000
