@@ -95,6 +95,29 @@ def test_librsvg_keeps_the_spaces_that_right_align_a_number(tmp_path: Path) -> N
     assert abs(ends[0] - ends[1]) < 6, ends
 
 
+def test_no_run_of_svg_text_starts_or_ends_with_spaces(tmp_path: Path) -> None:
+    """What both renderers need: each run of text begins at its first character (librsvg
+    drops the spaces before it) and is as long as its characters (a browser spreads
+    them to fill the length); and every character is still where Rich put it."""
+    from html import unescape
+
+    from mhacli.cli.terminal import portable_svg
+
+    svg = tmp_path / "view.svg"
+    r = runner.invoke(app, ["explain", "--sample", "translate", "--svg", str(svg)])
+    assert r.exit_code == 0, r.output
+    runs = re.findall(r'<text [^>]*?x="([\d.]+)"[^>]*?textLength="([\d.]+)"[^>]*>([^<]*)</text>',
+                      svg.read_text(encoding="utf-8"))
+    assert len(runs) > 100
+    for x, length, text in runs:
+        assert not text.startswith("&#160;") and not text.endswith("&#160;"), text
+        assert float(length) == pytest.approx(12.2 * len(unescape(text)), abs=0.01), text
+        assert float(x) / 12.2 == pytest.approx(round(float(x) / 12.2), abs=1e-6)  # on the grid
+    rich = '<text class="a" x="0" y="20" textLength="73.2" clip-path="c">&#160;&#160;0.5&#160;</text>'
+    assert portable_svg(rich) == \
+        '<text class="a" x="24.4" y="20" textLength="36.6" clip-path="c">0.5</text>'
+
+
 @pytest.mark.skipif(shutil.which("chromium") is None and shutil.which("chromium-browser")
                     is None, reason="Chromium is not installed")
 def test_chromium_draws_the_svg(tmp_path: Path) -> None:

@@ -180,7 +180,31 @@ def show(vs: list, worked: object, digits: int, full: bool, svg: Path | None,
 
 
 def portable_svg(svg: str) -> str:
-    """Rich's SVG, readable by every renderer: its spaces are written as no-break spaces,
-    which librsvg drops at the start of a text (a right-aligned number lost its place);
-    plain spaces under ``xml:space="preserve"`` keep it there and in browsers alike."""
-    return svg.replace("&#160;", " ").replace("<svg ", '<svg xml:space="preserve" ', 1)
+    """Rich's SVG, drawn alike by librsvg and by browsers. Rich writes spaces as no-break
+    spaces and sizes each run of text with ``textLength``; librsvg drops the spaces at
+    the start of a run (a right-aligned number lost its place), and browsers spread the
+    glyphs to fill the length. So each run starts at its first character and ends at its
+    last: its x moved past the spaces before, its length shortened by those around."""
+    import html
+    import re
+
+    from rich.cells import cell_len
+
+    nbsp = "&#160;"
+
+    def tighten(m: re.Match[str]) -> str:
+        head, x, mid, length, tail, text = m.group(1, 2, 3, 4, 5, 6)
+        lead = len(re.match(f"(?:{nbsp})*", text).group(0)) // len(nbsp)  # type: ignore[union-attr]
+        body = text[lead * len(nbsp):]
+        trail = len(re.search(f"(?:{nbsp})*$", body).group(0)) // len(nbsp)  # type: ignore[union-attr]
+        core = body[:len(body) - trail * len(nbsp)]
+        if not lead and not trail:
+            return m.group(0)
+        if not core:
+            return ""  # spaces alone: the background is drawn apart
+        width = float(length) / cell_len(html.unescape(text))  # one character's width
+        return (f'{head}x="{float(x) + lead * width:g}"{mid}textLength='
+                f'"{float(length) - (lead + trail) * width:g}"{tail}>{core}</text>')
+
+    return re.sub(r'(<text [^>]*?)x="([\d.]+)"([^>]*?)textLength="([\d.]+)"([^>]*)>'
+                  r'([^<]*)</text>', tighten, svg)
