@@ -161,17 +161,22 @@ def _as_array(name: str, value: Any, dtype: Any) -> np.ndarray:
                            key=name) from None
         if arr.dtype.kind not in "iuf":
             raise MhaError(f"{name} must hold numbers, got an array of {arr.dtype}", key=name)
-        with np.errstate(over="ignore", under="ignore"):
-            given, arr = arr, arr.astype(dtype)
-        tiny = (given != 0) & (arr == 0) | (arr != 0) & (np.abs(arr) < np.finfo(arr.dtype).tiny)
-        bad = out_of_range(arr) | tiny
+        if arr.dtype == dtype:  # no cast (and np.array made a copy): nothing became 0
+            given, tiny = arr, None
+            bad = out_of_range(arr)
+        else:
+            with np.errstate(over="ignore", under="ignore"):
+                given, arr = arr, arr.astype(dtype)
+            tiny = (given != 0) & (arr == 0) | (arr != 0) & (np.abs(arr) < np.finfo(arr.dtype).tiny)
+            bad = out_of_range(arr) | tiny
         if bad.any():
             where = tuple(int(i) for i in np.argwhere(bad)[0])
             entry = (name,) + where
             name_t = np.dtype(dtype).name
             why = "every entry must be finite" if not np.isfinite(given[where]) else \
                 f"too small for {name_t} to hold (it loses digits or becomes 0); write 0 " \
-                "if 0 is meant" if tiny[where] else f"too large for {name_t} (use float64)"
+                "if 0 is meant" if tiny is None or tiny[where] else \
+                f"too large for {name_t} (use float64)"
             raise MhaError(f"{key_text(entry)} is {given[where]}: {why}", key=entry)
     arr.flags.writeable = False
     return arr
@@ -685,6 +690,8 @@ def _dead_rows(allowed: npt.NDArray[np.bool_] | None, causal: bool, window: int 
     """1-based query rows that may attend to no key, found without building n × m
     booleans when the mask is causal or none: each row's keys are then one run
     lo … hi, and a count of real keys before each position tells if one is in it."""
+    if allowed is None and window is None and padding is None:
+        return ()  # causal or none: every query sees key 1 at least
     rows = np.arange(n)
     if allowed is not None:  # a matrix: n × m exists already
         live = allowed & (padding if padding is not None else True)

@@ -166,7 +166,8 @@ def _json(text: str) -> Any:
         # numbers arrive as the text written, as YAML's do: the digits decide
         data = json.loads(text, object_pairs_hook=_no_duplicates, parse_float=str,
                           parse_int=str, parse_constant=_no_constant)
-        _check_depth(data)
+        if text.count("[") + text.count("{") > MAX_DEPTH:  # else it cannot be that deep
+            _check_depth(data)
         return data
     except json.JSONDecodeError as exc:
         raise MhaError(f"invalid JSON ({exc.msg})", line=exc.lineno, column=exc.colno) from None
