@@ -25,6 +25,7 @@ from .reference import reference
 
 runner = CliRunner()
 MHA = [sys.executable, "-m", "mhacli"]
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -35,12 +36,13 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def in_terminal(args: list[str], **env: str) -> str:
-    """Run mha with a 100-column pseudo-terminal as stdin, stdout and stderr."""
+def in_terminal(args: list[str], columns: int = 100, rows: int = 50, **env: str) -> str:
+    """Run mha with a pseudo-terminal (100 columns by default) as stdin, stdout and
+    stderr; what it wrote, escape codes and all."""
     master, slave = os.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 100, 0, 0))
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
     proc = subprocess.Popen(MHA + args, stdin=slave, stdout=slave, stderr=slave,
-                            env=_env(**env), close_fds=True)
+                            env=_env(**env), close_fds=True, cwd=ROOT)
     os.close(slave)
     chunks = []
     while True:
@@ -51,7 +53,7 @@ def in_terminal(args: list[str], **env: str) -> str:
         if not data:
             break
         chunks.append(data)
-    proc.wait(timeout=60)
+    proc.wait(timeout=120)
     os.close(master)
     return b"".join(chunks).decode()
 

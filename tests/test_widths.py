@@ -7,22 +7,16 @@ elsewhere (at any of the three widths)."""
 
 from __future__ import annotations
 
-import fcntl
-import os
 import re
-import struct
-import subprocess
-import sys
-import termios
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
-from pathlib import Path
 
 import pytest
 
 from mhacli.io.samples import sample_names
 
-ROOT = Path(__file__).resolve().parent.parent
+from .test_terminal import ROOT, in_terminal
+
 COURSE = [str(ROOT / "samples" / "course" / f) for f in ("alice.yaml", "bob.yaml", "carol.yaml")]
 KEY = str(ROOT / "samples" / "course" / "key.yaml")
 ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\x1b[()][A-Z0-9]")
@@ -50,26 +44,7 @@ COMMANDS = [["explain", "--sample", s] for s in sample_names()] + [
 
 def _screen(args: tuple[str, ...], columns: int) -> str:
     """What ``mha ARGS`` shows in a terminal ``columns`` wide (escape codes removed)."""
-    master, slave = os.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("NO_COLOR", "FORCE_COLOR", "COLUMNS", "LINES")}
-    env.update(TERM="xterm-256color", PAGER="cat")
-    proc = subprocess.Popen([sys.executable, "-m", "mhacli", *args], stdin=slave,
-                            stdout=slave, stderr=slave, env=env, close_fds=True, cwd=ROOT)
-    os.close(slave)
-    chunks = []
-    while True:
-        try:
-            data = os.read(master, 1 << 16)
-        except OSError:  # the other side closed
-            break
-        if not data:
-            break
-        chunks.append(data)
-    proc.wait(timeout=120)
-    os.close(master)
-    return ESCAPES.sub("", b"".join(chunks).decode()).replace("\r\n", "\n")
+    return ESCAPES.sub("", in_terminal(list(args), columns, rows=40)).replace("\r\n", "\n")
 
 
 @lru_cache(maxsize=None)

@@ -11,7 +11,6 @@ import errno
 import io
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 from ..errors import MhaError
@@ -110,6 +109,8 @@ def write_file(path: Path, data: bytes, keep: tuple[Path, ...] = ()) -> None:
     target = Path(os.path.realpath(path))  # a link: replace what it points to
     folder = target.parent
     try:
+        import tempfile
+
         fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".part")
     except OSError as exc:
         raise MhaError(f"cannot write ({exc.strerror})", source=str(path)) from None

@@ -9,7 +9,6 @@ from typing import Iterator
 
 from .streams import write_file
 
-from ..present.explain import PIPE_WIDTH
 
 
 def rich_stdout() -> bool:
@@ -107,6 +106,8 @@ def console_for_stdout(record: bool = False):  # type: ignore[no-untyped-def]
     """
     from rich.console import Console
 
+    from ..present.explain import PIPE_WIDTH
+
     console = Console(file=sys.stdout, highlight=False, record=record)
     terminal = console.is_terminal
     plain = not terminal or bool(os.environ.get("NO_COLOR"))
@@ -156,6 +157,7 @@ def show(vs: list, worked: object, digits: int, full: bool, svg: Path | None,
     terminal, a view taller than the screen goes through a pager (``pager``)."""
     from rich.console import Console
 
+    from ..present.explain import PIPE_WIDTH
     from ..present.explain import show as draw
 
     console, terminal = console_for_stdout(record=bool(svg or html))

@@ -3,11 +3,9 @@ with the settings it changes (heads, mask, scale, dtype, labels)."""
 
 from __future__ import annotations
 
-import secrets
 from typing import Any
 
 from ..errors import MhaError
-from .generate import parse_ints, parse_tokens, random_problem
 from .problem import Problem, load, load_checkpoint, read_bias
 from .samples import load_sample
 
@@ -32,7 +30,7 @@ def problem_from(*, file: str | None = None, sample: str | None = None,
     file without a layout: key was written; the variants (``kv_heads`` … ``bias``, a
     file's path) are set as the options set them.
     """
-    token_spec = parse_tokens(tokens) if tokens is not None else None
+    token_spec = _generate().parse_tokens(tokens) if tokens is not None else None
     variants = variant_settings(window, key_padding, alibi, sinks, bias, rope, positional)
     generating = random or seed is not None or ints is not None or d_model is not None \
         or isinstance(token_spec, int)
@@ -49,7 +47,7 @@ def problem_from(*, file: str | None = None, sample: str | None = None,
                            "or --random/--tokens N/--seed (random token vectors), not with "
                            "--sample, --ints or --d-model")
         if file is None and seed is None:
-            seed = secrets.randbelow(1_000_000)
+            seed = _new_seed()
         prob = load_checkpoint(checkpoint, layer, file=file, stdin=stdin,
                                layout=layout or "rows", heads=heads,
                                tokens=token_spec if file is None else None, seed=seed)
@@ -59,11 +57,12 @@ def problem_from(*, file: str | None = None, sample: str | None = None,
         raise MhaError("--layer picks a layer of --checkpoint: give --checkpoint too")
     elif generating:
         if seed is None:  # drawn here, so that messages can say how to see it again
-            seed = secrets.randbelow(1_000_000)
-        prob = random_problem(seed=seed, tokens=token_spec, d_model=d_model, heads=heads,
-                              ints=parse_ints(ints) if ints is not None else None,
-                              mask=mask, scale=scale, softcap=softcap, kv_heads=kv_heads,
-                              variants=variants, strict=False)
+            seed = _new_seed()
+        gen = _generate()
+        prob = gen.random_problem(seed=seed, tokens=token_spec, d_model=d_model, heads=heads,
+                                  ints=gen.parse_ints(ints) if ints is not None else None,
+                                  mask=mask, scale=scale, softcap=softcap, kv_heads=kv_heads,
+                                  variants=variants, strict=False)
         heads = mask = scale = softcap = kv_heads = None  # already used
         variants = {}
     elif file is not None:
@@ -77,6 +76,19 @@ def problem_from(*, file: str | None = None, sample: str | None = None,
     if any(v is not None for v in overrides.values()):
         prob = prob.with_overrides(**overrides)
     return prob
+
+
+def _generate():  # type: ignore[no-untyped-def]
+    """The generator, imported only when a problem is made (not for a file's run)."""
+    from . import generate
+
+    return generate
+
+
+def _new_seed() -> int:
+    import secrets
+
+    return secrets.randbelow(1_000_000)
 
 
 def variant_settings(window: int | None = None, key_padding: str | None = None,
