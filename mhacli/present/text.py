@@ -38,11 +38,22 @@ def plain_blocks(vs: list[View], precision: int, width: int | None = None,
     """
     from .views import column_blocks, shape_text
 
+    # a stage that is the one before it (masked with nothing masked is scaled, the same
+    # memory) is written out once: texts kept by the memory they show, for two stages,
+    # with the matrix itself (alive, its memory cannot be another's meanwhile)
+    current: dict[tuple[Any, ...], tuple[np.ndarray, list[list[str]]]] = {}
+    before: dict[tuple[Any, ...], tuple[np.ndarray, list[list[str]]]] = {}
+    stage = None
     for v in vs:
         m = v.matrix
+        if v.stage != stage:
+            stage, before, current = v.stage, current, {}
+        where = (m.__array_interface__["data"][0], m.shape, m.strides, m.dtype.str)
         whole = numbers.integral(m)
         if m.size <= _AT_ONCE:
-            body = numbers.table(m, precision, unicode=view)
+            kept = before.get(where) or current.get(where)
+            body = kept[1] if kept else numbers.table(m, precision, unicode=view, whole=whole)
+            current[where] = (m, body)
             widths = [max(map(len, v.rows), default=0)] + \
                 [max(map(len, column)) for column in zip(v.cols, *body)]
         else:  # too many to hold as text: measured, then written, a part at a time
@@ -143,19 +154,32 @@ def json_pieces(tr: Trace, rows: list[str], cols: list[str],
 
         value = loss(tr.prepared, tr.stages["output"])
         config["loss"] = {"kind": c.loss, "value": value if np.isfinite(value) else None}
-    yield '{"config": ' + dump(config) + ', "stages": {'
-    names = [name for name in tr.stages if name in chosen]
-    for k, name in enumerate(names):
-        yield (", " if k else "") + dump(name) + ": "
-        a = tr.stages[name]
+    def stage(name: str, a: Any) -> Iterator[str]:
         if not BY_NAME[name].per_head:
             yield from matrix(a)
-            continue
+            return
         yield "["
         for j, h in enumerate(heads(a)):  # one head's matrix at a time
             yield ", " if j else ""
             yield from matrix(a[h])
         yield "]"
+
+    yield '{"config": ' + dump(config) + ', "stages": {'
+    names = [name for name in tr.stages if name in chosen]
+    last: tuple[Any, list[str]] = (None, [])  # a stage and its text, if small
+    for k, name in enumerate(names):
+        yield (", " if k else "") + dump(name) + ": "
+        a = tr.stages[name]
+        if a is last[0]:  # the stage before, the same array (masked with nothing masked)
+            yield from last[1]
+            continue
+        small = isinstance(a, np.ndarray) and a.size <= _AT_ONCE
+        pieces: list[str] = []
+        for piece in stage(name, a):
+            if small:
+                pieces.append(piece)
+            yield piece
+        last = (a, pieces) if small else (None, [])
     yield "}"
     if exact:
         def pick(name: str, a: np.ndarray) -> np.ndarray:
