@@ -96,7 +96,8 @@ def test_every_stage_agrees_with_the_plain_loops(name: str, seed: int, cross: bo
 
 @pytest.mark.parametrize("name", sorted(COMBOS))
 def test_the_fast_path_in_many_small_blocks(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Blocks of a row or two: windows and padding skip and cut key blocks correctly."""
+    """Blocks of a row or two: windows and padding skip and cut key blocks correctly; the
+    same bits on one thread or three; float32 within 1e-5 of its own traced path."""
     rng = np.random.default_rng(5)
     n, d, heads = 23, 8, 4
     groups = COMBOS[name].get("kv_heads", heads)
@@ -110,7 +111,15 @@ def test_the_fast_path_in_many_small_blocks(name: str, monkeypatch: pytest.Monke
             if isinstance(value, str) and value in ("pad", "nm", "hnm", "table") else value
     want = mhacli.trace(**p)["output"]
     monkeypatch.setattr(paths, "_BLOCK_BYTES", 8 * 2 * n // 8)  # about two rows a block
-    np.testing.assert_allclose(mhacli.attention(**p), want, rtol=1e-12, atol=1e-12)
+    outs = []
+    for threads in ("1", "3"):  # the same bits whatever the number of threads
+        monkeypatch.setenv("MHA_THREADS", threads)
+        outs.append(mhacli.attention(**p))
+    np.testing.assert_allclose(outs[0], want, rtol=1e-12, atol=1e-12)
+    assert np.array_equal(outs[0], outs[1])
+    p32 = dict(p, dtype=np.float32)
+    np.testing.assert_allclose(mhacli.attention(**p32), mhacli.trace(**p32)["output"],
+                               rtol=1e-5, atol=1e-5)
 
 
 # --------------------------------------------------------------------------- laws
