@@ -122,3 +122,21 @@ def test_a_large_matrix_is_written_in_parts_as_it_would_be_whole(
     parts = runner.invoke(app, args)
     assert whole.exit_code == parts.exit_code == 0
     assert parts.output == whole.output
+
+
+@pytest.mark.parametrize("args", [
+    ["--sample", "llama-tiny", "--cell", "weights:2:3:1"],
+    ["--sample", "rope", "--cell", "scores:1:2:1", "--format", "json"],
+    ["--sample", "by-hand", "--cell", "scores:2:2:1", "--fractions"],
+    ["--sample", "alibi", "--cell", "masked:2:3:1", "--format", "markdown"],
+    ["--sample", "gqa", "--format", "latex", "--head", "3"],
+    ["--sample", "backward", "--backward", "--format", "json"],
+    ["--sample", "causal", "--layout", "columns"],
+])
+def test_every_format_and_option_the_same_a_head_at_a_time(
+        args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    want = runner.invoke(app, ["explain", *args])
+    monkeypatch.setattr(commands, "MOST_HELD", 100)  # every sample is now "too large"
+    got = runner.invoke(app, ["explain", *args, "--force"])
+    assert want.exit_code == got.exit_code == 0, got.output
+    assert got.output == want.output
