@@ -5,6 +5,7 @@ where it is installed. Each renderer's test is skipped on a machine without it."
 from __future__ import annotations
 
 import ctypes
+import json
 import re
 import shutil
 import subprocess
@@ -95,24 +96,39 @@ def test_librsvg_keeps_the_spaces_that_right_align_a_number(tmp_path: Path) -> N
     assert abs(ends[0] - ends[1]) < 6, ends
 
 
-def test_no_run_of_svg_text_starts_or_ends_with_spaces(tmp_path: Path) -> None:
+@pytest.mark.parametrize("labels", [None, ["東京", "a&b", "<x>"]])
+def test_no_run_of_svg_text_starts_or_ends_with_spaces(tmp_path: Path, labels: list | None
+                                                        ) -> None:
     """What both renderers need: each run of text begins at its first character (librsvg
     drops the spaces before it) and is as long as its characters (a browser spreads
-    them to fill the length); and every character is still where Rich put it."""
+    them to fill the length); and every run still starts where Rich put it, on the grid
+    of character cells (labels of wide characters and escapes included)."""
     from html import unescape
 
     from mhacli.cli.terminal import portable_svg
 
     svg = tmp_path / "view.svg"
-    r = runner.invoke(app, ["explain", "--sample", "translate", "--svg", str(svg)])
+    source = ["--sample", "translate"]
+    if labels:
+        problem = tmp_path / "labels.yaml"
+        problem.write_text(
+            f"tokens: {json.dumps(labels, ensure_ascii=False)}\nheads: 2\n"
+            "x: [[1, 0, 1, 0], [0, 2, 0, 2], [1, 1, 1, 1]]\n"
+            + "".join(f"{w}: [[1, 0, 1, 0], [0, 1, 0, 1], [1, 1, 0, 0], [0, 0, 1, 1]]\n"
+                      for w in ("w_q", "w_k", "w_v")), encoding="utf-8")
+        source = [str(problem)]
+    r = runner.invoke(app, ["explain", *source, "--svg", str(svg)])
     assert r.exit_code == 0, r.output
+    text = svg.read_text(encoding="utf-8")
     runs = re.findall(r'<text [^>]*?x="([\d.]+)"[^>]*?textLength="([\d.]+)"[^>]*>([^<]*)</text>',
-                      svg.read_text(encoding="utf-8"))
+                      text)
     assert len(runs) > 100
-    for x, length, text in runs:
-        assert not text.startswith("&#160;") and not text.endswith("&#160;"), text
-        assert float(length) == pytest.approx(12.2 * len(unescape(text)), abs=0.01), text
-        assert float(x) / 12.2 == pytest.approx(round(float(x) / 12.2), abs=1e-6)  # on the grid
+    for x, length, content in runs:
+        assert not content.startswith("&#160;") and not content.endswith("&#160;"), content
+        assert float(length) == pytest.approx(12.2 * len(unescape(content)), abs=0.01), content
+        assert float(x) / 12.2 == pytest.approx(round(float(x) / 12.2), abs=1e-6), content
+    if labels:
+        assert "東京" in text and "a&amp;b" in text and "&lt;x&gt;" in text
     rich = '<text class="a" x="0" y="20" textLength="73.2" clip-path="c">&#160;&#160;0.5&#160;</text>'
     assert portable_svg(rich) == \
         '<text class="a" x="24.4" y="20" textLength="36.6" clip-path="c">0.5</text>'

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,10 +25,20 @@ from .test_variants import COMBOS, _problem
 
 runner = CliRunner()
 
+def _one_query(m: int, groups: int, seed: int = 0) -> dict:
+    """One query and m keys: the matrix-vector products BLAS sums in another order."""
+    rng = np.random.default_rng(seed)
+    return dict(x=rng.standard_normal((1, 8)), x_kv=rng.standard_normal((m, 8)), heads=4,
+                kv_heads=groups, w_q=rng.standard_normal((8, 8)),
+                w_k=rng.standard_normal((8, 2 * groups)), w_v=rng.standard_normal((8, 3 * groups)))
+
+
 PROBLEMS = [(f"{name}{' cross' if cross else ''}", _problem(3, combo, cross))
             for name, combo in COMBOS.items() for cross in (False, True)] + \
     [(name, case(name)) for name in ("self", "widths", "cross_wide", "biases", "mask_matrix",
-                                     "direct", "large_scores", "softcap")]
+                                     "direct", "large_scores", "softcap")] + \
+    [(f"one query, {m} keys, {g} kv heads", _one_query(m, g, m))
+     for m in (7, 9, 33) for g in (1, 2, 4)]
 
 
 def _both(kw: dict, dtype: str):  # type: ignore[no-untyped-def]
@@ -76,10 +87,14 @@ def test_a_head_is_made_when_asked_for() -> None:
         lw[4]
 
 
-def test_an_overflow_in_one_head_is_refused_naming_that_head() -> None:
-    kw = case("self")
+@pytest.mark.parametrize("first", [1e150, 1.0])
+def test_an_overflow_is_refused_naming_the_same_entry(first: float) -> None:
+    """Head 2's scores overflow; head 1's only once scaled (or not at all): both paths
+    name the first stage that overflows, in its first head, as the traced path finds it."""
+    kw = dict(case("self"), scale=1e-10)
     for w in ("w_q", "w_k"):
         kw[w] = kw[w].copy()
+        kw[w][:, :4] *= first  # head 1: scores near 1e300, scaled past float64's range
         kw[w][:, 4:] *= 1e160  # head 2's queries and keys: its scores overflow
     messages = []
     for trace in (traced, lean_trace):
@@ -140,3 +155,20 @@ def test_every_format_and_option_the_same_a_head_at_a_time(
     got = runner.invoke(app, ["explain", *args, "--force"])
     assert want.exit_code == got.exit_code == 0, got.output
     assert got.output == want.output
+
+
+def test_exports_of_a_lean_trace_hold_every_view(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Piped, --svg draws twice (stdout, then the export): the views are made again."""
+    want = {k: tmp_path / f"want.{k}" for k in ("svg", "html")}
+    got = {k: tmp_path / f"got.{k}" for k in ("svg", "html")}
+    args = ["explain", "--sample", "alibi"]
+    assert runner.invoke(app, args + ["--svg", str(want["svg"]), "--html",
+                                      str(want["html"])]).exit_code == 0
+    monkeypatch.setattr(commands, "MOST_HELD", 100)
+    r = runner.invoke(app, args + ["--force", "--svg", str(got["svg"]), "--html",
+                                   str(got["html"])])
+    assert r.exit_code == 0, r.output
+    for k in want:
+        assert got[k].read_text(encoding="utf-8") == want[k].read_text(encoding="utf-8")
+    assert want["svg"].read_text(encoding="utf-8").count("<text") > 500

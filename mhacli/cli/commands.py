@@ -275,9 +275,9 @@ def explain(
                     shown):
                 sys.stdout.write(piece)  # a stage at a time
             return
-        from ..present.views import each_view, views
+        from ..present.views import EachView, views
 
-        vs = (each_view if lean else views)(
+        vs = (EachView if lean else views)(
             tr, queries, keys, stages, head, exact.stages if exact else None, shown,
             worked.marks if worked else None)  # lean: each view made as it is shown
 

@@ -190,8 +190,6 @@ def portable_svg(svg: str) -> str:
     import html
     import re
 
-    from rich.cells import cell_len
-
     nbsp = "&#160;"
 
     def tighten(m: re.Match[str]) -> str:
@@ -204,7 +202,7 @@ def portable_svg(svg: str) -> str:
             return m.group(0)
         if not core:
             return ""  # spaces alone: the background is drawn apart
-        width = float(length) / cell_len(html.unescape(text))  # one character's width
+        width = float(length) / len(html.unescape(text))  # Rich's: a character's width
         return (f'{head}x="{float(x) + lead * width:g}"{mid}textLength='
                 f'"{float(length) - (lead + trail) * width:g}"{tail}>{core}</text>')
 

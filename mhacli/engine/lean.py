@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import MhaError
+from . import ops
 from .paths import Trace, _check_finite, _warn_dead, traced
 from .stages import Work, present
 from .validate import Prepared
@@ -33,23 +35,33 @@ class _Chain:
 
     def __init__(self, p: Prepared, kept: dict[str, Array]) -> None:
         self.p = p
-        self.kept = kept
+        # each query head's own keys and values, laid out as the traced path shares them
+        # (a grouped key head repeated: the same memory layout, so the same bits from BLAS)
+        self.kept = {name: a if name in _QUERY_SIDE else ops.shared(a, p.config.heads)
+                     for name, a in kept.items() if name in _QUERY_SIDE + _KEY_SIDE}
         self.steps = [s for s in present(p.config) if s.name in WIDE or s.name == "head_outputs"]
+        self.last: tuple[int, Work] | None = None  # the head made last, kept for its parts
 
     def run(self, h: int, until: str) -> Work:
-        """The stages of head ``h`` (0-based) up to ``until``, as a one-head problem."""
+        """The stages of head ``h`` (0-based) up to ``until``, as a one-head problem (the
+        last head made is kept: its weights, softmax parts and earlier stages are asked
+        for one after the other)."""
+        if self.last is not None and self.last[0] == h and until in self.last[1].stages:
+            return self.last[1]
+        work = self._run(h, until)
+        self.last = (h, work)
+        return work
+
+    def _run(self, h: int, until: str) -> Work:
         p, c = self.p, self.p.config
-        g = c.kv_of(h)
         one = replace(
             p, config=replace(c, heads=1, kv_heads=0),
             slopes=None if p.slopes is None else p.slopes[h:h + 1],
             sinks=None if p.sinks is None else p.sinks[h:h + 1],
             bias=p.bias[h:h + 1] if p.bias is not None and p.bias.ndim == 3 else p.bias)
         work = Work(one, exact=False)
-        for name in _QUERY_SIDE + _KEY_SIDE:
-            if name in self.kept:
-                k = h if name in _QUERY_SIDE else g
-                work.stages[name] = self.kept[name][k:k + 1]
+        for name, a in self.kept.items():
+            work.stages[name] = a[h:h + 1]
         with np.errstate(over="ignore", invalid="ignore"):  # refused when first made
             for s in self.steps:
                 value = s.compute(work)
@@ -141,16 +153,23 @@ def _head_outputs(p: Prepared, chain: _Chain, parts: dict[str, dict[str, Any]]) 
     the softmax's parts recorded as Heads of the shapes the first head's have."""
     c = p.config
     outs = []
+    refused: list[tuple[int, int, MhaError]] = []  # (stage, head, why): the first is told
     for h in range(c.heads):
         work = chain.run(h, "head_outputs")
-        for name in WIDE:
+        for k, name in enumerate(WIDE):
             if name in work.stages:
-                _check_finite(p, name, work.stages[name], head=h)
+                try:
+                    _check_finite(p, name, work.stages[name], head=h)
+                except MhaError as exc:
+                    refused.append((k, h, exc))
+                    break
         if h == 0:
             parts["weights"] = {
                 part: Heads(chain, "weights", (c.heads, *a.shape[1:]), a.dtype, part=part)
                 for part, a in work.parts["weights"].items()}
         outs.append(work.stages["head_outputs"][0])
+    if refused:  # as the traced path tells it: the earliest stage, then the first head
+        raise min(refused, key=lambda r: r[:2])[2]
     out = np.stack(outs)
     _check_finite(p, "head_outputs", out)
     return out

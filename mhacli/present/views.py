@@ -61,6 +61,17 @@ def views(tr: Trace, queries: list[str], keys: list[str], stages: Iterable[str] 
     return list(each_view(tr, queries, keys, stages, head, exact, layout, marks))
 
 
+class EachView:
+    """``each_view``'s views, made anew each time they are gone through: a lean trace's
+    may be drawn twice (on stdout and for an export) without holding them all."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        self.args, self.kwargs = args, kwargs
+
+    def __iter__(self) -> Iterator[View]:
+        return each_view(*self.args, **self.kwargs)  # type: ignore[arg-type]
+
+
 def each_view(tr: Trace, queries: list[str], keys: list[str],
               stages: Iterable[str] | None = None, head: int | None = None,
               exact: dict[str, np.ndarray] | None = None, layout: str = "rows",
