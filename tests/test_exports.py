@@ -134,16 +134,81 @@ def test_no_run_of_svg_text_starts_or_ends_with_spaces(tmp_path: Path, labels: l
         '<text class="a" x="24.4" y="20" textLength="36.6" clip-path="c">0.5</text>'
 
 
+def png_pixels(path: Path) -> np.ndarray:
+    """An 8-bit RGB or RGBA PNG's brightness (max of R, G, B), height × width: enough of
+    PNG to read a browser's screenshot."""
+    import struct
+    import zlib
+
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, head = 8, b"", None
+    while pos < len(data):
+        size, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        chunk = data[pos + 8:pos + 8 + size]
+        if kind == b"IHDR":
+            head = struct.unpack(">IIBBBBB", chunk)
+        elif kind == b"IDAT":
+            idat += chunk
+        pos += 12 + size
+    assert head is not None
+    width, height, depth, colour = head[:4]
+    assert depth == 8 and colour in (2, 6), head
+    bpp = 3 if colour == 2 else 4
+    raw = zlib.decompress(idat)
+    stride = width * bpp
+    out = np.zeros((height, stride), dtype=np.int32)
+    prior = np.zeros(stride, dtype=np.int32)
+    for y in range(height):
+        kind, line = raw[y * (stride + 1)], np.frombuffer(
+            raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)], dtype=np.uint8).astype(np.int32)
+        row = line.copy()
+        if kind == 2:
+            row = (line + prior) & 255
+        elif kind in (1, 3, 4):  # these look left: byte by byte
+            for x in range(stride):
+                left = row[x - bpp] if x >= bpp else 0
+                up, corner = prior[x], prior[x - bpp] if x >= bpp else 0
+                if kind == 1:
+                    guess = left
+                elif kind == 3:
+                    guess = (left + up) // 2
+                else:
+                    p = left + up - corner
+                    pa, pb, pc = abs(p - left), abs(p - up), abs(p - corner)
+                    guess = left if pa <= pb and pa <= pc else up if pb <= pc else corner
+                row[x] = (line[x] + guess) & 255
+        out[y], prior = row, row
+    return out.reshape(height, width, bpp)[..., :3].max(axis=2)
+
+
 @pytest.mark.skipif(shutil.which("chromium") is None and shutil.which("chromium-browser")
                     is None, reason="Chromium is not installed")
-def test_chromium_draws_the_svg(tmp_path: Path) -> None:
+def test_chromium_keeps_numbers_right_aligned(tmp_path: Path) -> None:
+    """As for librsvg: a 0 and a 0.0558 in the last column end at the same place."""
     svg, png = tmp_path / "view.svg", tmp_path / "view.png"
-    assert runner.invoke(app, ["explain", "--sample", "intro", "--svg", str(svg)]).exit_code == 0
+    r = runner.invoke(app, ["explain", "--sample", "intro", "--stage", "weights", "--head",
+                            "1", "--svg", str(svg)])
+    assert r.exit_code == 0, r.output
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    text = svg.read_text(encoding="utf-8")
+    box = re.search(r'viewBox="([^"]+)"', text).group(1).split()
     subprocess.run([browser, "--headless", "--disable-gpu", "--no-sandbox",
-                    f"--screenshot={png}", "--window-size=1300,1100", svg.as_uri()],
+                    "--hide-scrollbars", f"--screenshot={png}",
+                    f"--window-size={int(float(box[2]))},{int(float(box[3]))}", svg.as_uri()],
                    check=True, capture_output=True, timeout=120)
-    assert png.stat().st_size > 10_000  # a picture, not a blank page
+    pixels = png_pixels(png)
+    dx, dy = map(float, re.findall(r'transform="translate\(([\d.]+), ?([\d.]+)\)"', text)[-1])
+    cells = [(float(x), float(y)) for x, y in re.findall(
+        r'<text[^>]* x="([\d.]+)" y="([\d.]+)"[^>]*>0\.0558</text>', text)]
+    x, sat = max(cells)
+    left, right = int(dx + x), int(dx + x + 6 * 12.2)
+    ends = []
+    for y in (sat - 2 * 24.4, sat):
+        ink = _ink_columns(pixels[:, left:right], int(dy + y - 17), int(dy + y + 4))
+        assert ink.size, "nothing drawn in the cell"
+        ends.append(ink.max())
+    assert abs(ends[0] - ends[1]) < 6, ends
 
 
 @pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex is not installed")

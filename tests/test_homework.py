@@ -524,8 +524,23 @@ def test_gradescope_writes_results_even_when_the_submission_cannot_be_read(
     assert r.exit_code == 2 and doc["score"] == 0 and "Could not be graded" in doc["output"]
 
 
-@pytest.mark.parametrize("who", ["alice", "bob", "carol", "homework"])
-def test_the_python_api_grades_as_the_command_does_and_shows_html(who: str) -> None:
+def _in_columns(tmp_path: Path) -> Path:
+    """The homework sample written with tokens as columns: every matrix transposed."""
+    doc = yaml.safe_load((SAMPLES / "homework.yaml").read_text(encoding="utf-8"))
+    flip = lambda a: [list(r) for r in zip(*a)]  # noqa: E731
+    for key in ("x", "w_q", "w_k", "w_v"):
+        doc[key] = flip(doc[key])  # the weights too: W_Q·X
+    doc["answers"] = {k: flip(v) if k == "q" else [flip(h) for h in v]
+                      for k, v in doc["answers"].items()}
+    doc["layout"] = "columns"
+    path = tmp_path / "columns.yaml"
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("who", ["alice", "bob", "carol", "homework", "columns"])
+def test_the_python_api_grades_as_the_command_does_and_shows_html(who: str, tmp_path: Path
+                                                                   ) -> None:
     """mhacli.check is mha check; in a notebook its report lays out every graded cell as
     written, the wrong ones (those the command's JSON lists) marked with what was due."""
     from html.parser import HTMLParser
@@ -534,6 +549,10 @@ def test_the_python_api_grades_as_the_command_does_and_shows_html(who: str) -> N
     if who == "homework":  # a sample with its own answers, one cell wrong
         report = mhacli.check(who)
         cli = runner.invoke(app, ["check", "--sample", who, "--format", "json"])
+    elif who == "columns":  # the same, tokens as columns: shown, and told, as written
+        path = _in_columns(tmp_path)
+        report = mhacli.check(path)
+        cli = runner.invoke(app, ["check", str(path), "--format", "json"])
     else:
         report = mhacli.check(course / f"{who}.yaml", key=course / "key.yaml")
         cli = runner.invoke(app, ["check", str(course / f"{who}.yaml"), "--key",

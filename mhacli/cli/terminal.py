@@ -35,8 +35,8 @@ def hanging(lead: str, text: str, stream: object = None) -> str:
     width = max(len(lead) + 20, width)
     return "\n".join(textwrap.fill(part, width, initial_indent=lead if k == 0 else " " * len(lead),
                                    subsequent_indent=" " * len(lead), break_long_words=False,
-                                   break_on_hyphens=False)
-                     for k, part in enumerate(text.split("\n")))
+                                   break_on_hyphens=False) or (lead.rstrip() if k == 0 else "")
+                     for k, part in enumerate(text.split("\n")))  # (an empty part: no text)
 
 
 def fold(text: str, width: int, indent: str = "  ") -> str:

@@ -35,16 +35,20 @@ def text_pieces(fmt: str, vs: list[View], worked: Worked | None, digits: int
         if worked:
             yield f"{title}\n{body}\n" if view else f"\n# {title}\n{body}\n"
         return
-    if fmt == "markdown":
-        yield markup.markdown(vs, digits) + (f"\n### {title}\n\n```\n{body}\n```\n"
-                                             if worked else "")
+    pieces = markup.markdown_pieces(vs, digits) if fmt == "markdown" else \
+        markup.latex_pieces(vs, digits)
+    for k, piece in enumerate(pieces):  # a view at a time
+        yield ("\n\n" if k else "") + piece
+    yield "\n"
+    if not worked:
         return
-    cell = ""
-    if worked:  # plain text for pdflatex: no verbatim Unicode, each line as it is
-        shown = " \\\\\n".join(markup.latex_text(line).replace("  ", "~~") for line in lines)
-        cell = (f"\n% {markup.latex_text(title)}\n\\begin{{flushleft}}\\ttfamily\n"
-                f"{shown}\n\\end{{flushleft}}\n")
-    yield markup.latex(vs, digits) + cell
+    if fmt == "markdown":
+        yield f"\n### {title}\n\n```\n{body}\n```\n"
+        return
+    # plain text for pdflatex: no verbatim Unicode, each line as it is
+    shown = " \\\\\n".join(markup.latex_text(line).replace("  ", "~~") for line in lines)
+    yield (f"\n% {markup.latex_text(title)}\n\\begin{{flushleft}}\\ttfamily\n"
+           f"{shown}\n\\end{{flushleft}}\n")
 
 
 def show(vs: list[View], worked: Worked | None, console: Console, digits: int,

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Iterable, Iterator
+
 from .. import numbers
 from .views import View, shape_text
 
 
-def latex(vs: list[View], precision: int) -> str:
+def latex(vs: Iterable[View], precision: int) -> str:
     """Each view as a displayed equation with a bmatrix, labelled by a comment."""
-    out = []
+    return "\n\n".join(latex_pieces(vs, precision)) + "\n"
+
+
+def latex_pieces(vs: Iterable[View], precision: int) -> Iterator[str]:
+    """``latex`` a view at a time."""
     for v in vs:
         whole = numbers.integral(v.matrix)
         body = " \\\\\n  ".join(" & ".join(numbers.latex(x, precision, whole) for x in row)
@@ -20,9 +26,8 @@ def latex(vs: list[View], precision: int) -> str:
             lhs = v.latex
         rows = ", ".join(latex_text(t) for t in v.rows)
         cols = ", ".join(latex_text(t) for t in v.cols)
-        out.append(f"{label}\n% rows: {rows}; columns: {cols}\n"
-                   f"\\[\n{lhs} = \\begin{{bmatrix}}\n  {body}\n\\end{{bmatrix}}\n\\]")
-    return "\n\n".join(out) + "\n"
+        yield (f"{label}\n% rows: {rows}; columns: {cols}\n"
+               f"\\[\n{lhs} = \\begin{{bmatrix}}\n  {body}\n\\end{{bmatrix}}\n\\]")
 
 
 _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "$": r"\$", "&": r"\&",
@@ -55,9 +60,13 @@ def _md(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def markdown(vs: list[View], precision: int) -> str:
+def markdown(vs: Iterable[View], precision: int) -> str:
     """Each view as a heading, its formula and shape, and a Markdown table."""
-    out = []
+    return "\n\n".join(markdown_pieces(vs, precision)) + "\n"
+
+
+def markdown_pieces(vs: Iterable[View], precision: int) -> Iterator[str]:
+    """``markdown`` a view at a time."""
     for v in vs:
         body = numbers.table(v.matrix, precision)
         lines = [f"### {v.title}", "", f"{v.formula} ({shape_text(v.matrix)})", "",
@@ -65,5 +74,4 @@ def markdown(vs: list[View], precision: int) -> str:
                  "|---|" + "---:|" * len(v.cols)]
         lines += [f"| **{_md(label)}** | " + " | ".join(row) + " |"
                   for label, row in zip(v.rows, body)]
-        out.append("\n".join(lines))
-    return "\n\n".join(out) + "\n"
+        yield "\n".join(lines)

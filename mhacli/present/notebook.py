@@ -66,8 +66,8 @@ _CELL_STYLES = {"right": "background: #dafbe1", "wrong": "background: #ffd7d5",
 
 def report_html(report: Any) -> str:
     """A check report: its lines, then each graded stage as the person wrote it, each
-    cell marked right, wrong (its expected value on hover) or blank (in the row layout,
-    tokens as rows)."""
+    cell marked right, wrong (its expected value on hover) or blank, in the layout the
+    file was written in (tokens as rows, or as columns)."""
     from ..engine import BY_NAME
     from .report import expected_text, lines
     from .views import side
@@ -85,9 +85,12 @@ def report_html(report: Any) -> str:
         wrong = {(w.head, w.row, w.col): w for w in s.wrong}
         heads = [(h + 1, answer[h]) for h in range(len(answer))] if answer.ndim == 3 else \
             [(1 if stage.per_head else None, answer)]
+        columns = report.problem.layout == "columns"  # shown transposed, as written
         for h, m in heads:
             rows = side(stage.rows, queries, keys, m.shape[0])
             cols = side(stage.cols, queries, keys, m.shape[1])
+            if columns:
+                m, rows, cols = m.T, cols, rows
             shown_rows, shown_cols = min(m.shape[0], MOST_ROWS), min(m.shape[1], MOST_COLS)
             title = s.stage if h is None else f"{s.stage} · head {h}"
             labels = "".join(f"<th>{escape(c)}</th>" for c in cols[:shown_cols])
@@ -98,7 +101,7 @@ def report_html(report: Any) -> str:
                 cells = []
                 for j in range(shown_cols):
                     text = m[i, j].text
-                    w = wrong.get((h, i, j))
+                    w = wrong.get((h, j, i) if columns else (h, i, j))  # kept by rows
                     mark = "wrong" if w is not None else "blank" if not text else "right"
                     tip = "" if w is None else \
                         f' title="expected {escape(expected_text(w), quote=True)}"'
