@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+import mhacli
 from mhacli.cli import app, commands
 from mhacli.errors import MhaError
 from mhacli.engine import lean_trace, prepare, traced
@@ -172,3 +173,24 @@ def test_exports_of_a_lean_trace_hold_every_view(tmp_path: Path,
     for k in want:
         assert got[k].read_text(encoding="utf-8") == want[k].read_text(encoding="utf-8")
     assert want["svg"].read_text(encoding="utf-8").count("<text") > 500
+
+
+def test_a_problem_too_large_to_hold_whole_is_made_a_head_at_a_time_unasked(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Narrowed to what a person reads, a problem explain could not hold whole is not
+    refused: made a head at a time, it holds little (as the refusal's advice says)."""
+    from mhacli import engine
+
+    args = ["explain", "--sample", "hopkins", "--stage", "output", "--format", "json"]
+    want = runner.invoke(app, args)
+    c = mhacli.load("hopkins").config
+    assert commands._held(c, lean=True) < 380_000 < commands._held(c)
+    monkeypatch.setattr(commands, "MOST_HELD", 380_000)
+    leaned: list[bool] = []
+    original = engine.lean_trace
+    monkeypatch.setattr(engine, "lean_trace", lambda p: leaned.append(True) or original(p))
+    got = runner.invoke(app, args)
+    assert got.exit_code == 0 and got.output == want.output and leaned
+    monkeypatch.setattr(commands, "MOST_HELD", 1000)  # not even a head at a time
+    refused = runner.invoke(app, args)
+    assert refused.exit_code == 2 and "hold" in refused.output and "--force" in refused.output

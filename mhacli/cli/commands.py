@@ -593,19 +593,28 @@ def _fits(c: object, stage: Optional[list[str]], head: Optional[int],
     summarised = fmt is ExplainFormat.rich and not full
     printed = numbers_in(c, names, head, *((24, 40) if summarised else (None, None)))
     held = _held(c)
+    if held > MOST_HELD:  # then made a head at a time: what that holds
+        held = _held(c, lean=True)
     if printed <= MOST_PRINTED and held <= MOST_HELD:
         return
-    raise MhaError(f"explain would print {printed:,} numbers and hold {held / 2**30:.1f} GiB: "
+    size = f"{held / 2**30:.1f} GiB" if held >= 2**29 else f"{max(1, round(held / 2**20))} MiB"
+    raise MhaError(f"explain would print {printed:,} numbers and hold {size}: "
                    f"it is meant for problems a person reads (up to {MOST_PRINTED:,} numbers "
                    "and 1 GiB); narrow it with --stage NAME or --head I, use mha run for the "
                    "output alone, or --force to go on")
 
 
-def _held(c: Any) -> int:
-    """The bytes explain's trace holds: every stage, and the softmax's parts."""
+def _held(c: Any, lean: bool = False) -> int:
+    """The bytes explain's trace holds: every stage, and the softmax's parts; or, made a
+    head at a time (``lean``), the other stages and one head's score chain."""
+    from ..engine.lean import WIDE
     from ..engine.stages import numbers_in
 
-    return (numbers_in(c) + 2 * numbers_in(c, ["weights"])) * (4 if c.dtype == "float32" else 8)
+    size = 4 if c.dtype == "float32" else 8
+    if not lean:
+        return (numbers_in(c) + 2 * numbers_in(c, ["weights"])) * size
+    chain = sum(1 for name in WIDE if numbers_in(c, [name])) + 2  # and the exponentials
+    return (numbers_in(c) - numbers_in(c, WIDE) + chain * c.n * c.m) * size
 
 
 def _check_sources(files: list[str], sample: Optional[str], key: Optional[str]) -> None:
