@@ -227,3 +227,16 @@ def test_latex_compiles_with_pdflatex(tmp_path: Path, args: list[str]) -> None:
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout[-2000:]
     assert (tmp_path / "view.pdf").stat().st_size > 1000
+
+
+def test_an_export_leaves_what_a_pipe_gets_alone(tmp_path: Path) -> None:
+    """Piped, stdout is the same with --svg/--html as without; the files hold the
+    colour terminal's view."""
+    args = ["explain", "--sample", "cat", "--stage", "weights"]
+    plain = runner.invoke(app, args)
+    saved = runner.invoke(app, args + ["--svg", str(tmp_path / "v.svg"), "--html",
+                                       str(tmp_path / "v.html")])
+    assert plain.exit_code == saved.exit_code == 0
+    assert saved.output == plain.output
+    assert "<svg" in (tmp_path / "v.svg").read_text(encoding="utf-8")
+    assert "heat map" in (tmp_path / "v.html").read_text(encoding="utf-8")

@@ -24,7 +24,9 @@ from .options import (
     SampleOpt, ScaleOpt, SeedOpt, SinksOpt, SoftcapOpt, TokensOpt, WindowOpt,
 )
 from .streams import check_writable, failed_write, write_file
-from .terminal import console_for_stdout, fold, hanging, progress_bar, rich_stdout, say, show
+from .terminal import (
+    console_for_stdout, export, fold, hanging, progress_bar, rich_stdout, say, show,
+)
 
 app = typer.Typer(
     name="mha",
@@ -263,9 +265,9 @@ def explain(
             raise MhaError("--svg and --html save the rich view: leave out --format")
         if svg is not None and html is not None and svg.resolve() == html.resolve():
             raise MhaError(f"--svg and --html both name {svg}: give each its own file")
-        for export in (svg, html):  # before anything is printed
-            if export is not None:
-                check_writable(export, _inputs(file))
+        for saved in (svg, html):  # before anything is printed
+            if saved is not None:
+                check_writable(saved, _inputs(file))
         if fmt is ExplainFormat.json:
             from ..present.text import json_pieces
 
@@ -281,13 +283,15 @@ def explain(
             tr, queries, keys, stages, head, exact.stages if exact else None, shown,
             worked.marks if worked else None)  # lean: each view made as it is shown
 
-        if fmt is ExplainFormat.rich and (svg or html or rich_stdout()):
+        if fmt is ExplainFormat.rich and rich_stdout():
             show(vs, worked, digits, full, svg, html, pager=not no_pager, heat=heat.value)
             return
         from ..present.explain import text_pieces
 
         for piece in text_pieces(fmt.value, vs, worked, digits):
             sys.stdout.write(piece)  # a stage at a time: never the whole text at once
+        if svg or html:  # piped: the same text as without them, the picture aside
+            export(vs, worked, digits, full, svg, html, heat.value)
 
 
 @app.command()

@@ -155,30 +155,45 @@ def show(vs: list, worked: object, digits: int, full: bool, svg: Path | None,
          html: Path | None, pager: bool = True, heat: str = "global") -> None:
     """The rich view on stdout; saved as SVG/HTML too, in colour, when asked. In a
     terminal, a view taller than the screen goes through a pager (``pager``)."""
+    from ..present.explain import show as draw
+
+    console, terminal = console_for_stdout(record=bool(svg or html))
+    if console.is_terminal and pager:
+        with console.capture() as captured:
+            draw(vs, worked, console, digits, terminal, full=full, heat=heat)  # type: ignore[arg-type]
+        page(captured.get(), console.height)
+    else:
+        draw(vs, worked, console, digits, terminal, full=full or not console.is_terminal,  # type: ignore[arg-type]
+             heat=heat)
+    if not (svg or html):
+        return
+    if terminal:  # what the terminal showed, recorded as it was drawn
+        _save(console, svg, html)
+    else:  # no colour here (NO_COLOR): the export is drawn as a terminal shows it
+        export(vs, worked, digits, full, svg, html, heat)
+
+
+def export(vs: list, worked: object, digits: int, full: bool, svg: Path | None,
+           html: Path | None, heat: str = "global") -> None:
+    """The rich view as a colour terminal 100 columns wide shows it, saved as SVG and/or
+    HTML (and nothing on stdout)."""
     from rich.console import Console
 
     from ..present.explain import PIPE_WIDTH
     from ..present.explain import show as draw
 
-    console, terminal = console_for_stdout(record=bool(svg or html))
-    targets = [(console, terminal)]
-    if (svg or html) and not terminal:  # stdout is a pipe: record a terminal's view aside
-        targets.append((Console(file=io.StringIO(), record=True, width=PIPE_WIDTH,
-                                force_terminal=True, color_system="truecolor"), True))
-    for con, boxed in targets:
-        if con is console and console.is_terminal and pager:
-            with console.capture() as captured:
-                draw(vs, worked, con, digits, boxed, full=full, heat=heat)  # type: ignore[arg-type]
-            page(captured.get(), console.height)
-            continue
-        draw(vs, worked, con, digits, boxed, full=full or not con.is_terminal,  # type: ignore[arg-type]
-             heat=heat)
-    recorder = targets[-1][0]
+    recorder = Console(file=io.StringIO(), record=True, width=PIPE_WIDTH, force_terminal=True,
+                       color_system="truecolor")
+    draw(vs, worked, recorder, digits, True, full=full, heat=heat)  # type: ignore[arg-type]
+    _save(recorder, svg, html)
+
+
+def _save(recorder: object, svg: Path | None, html: Path | None) -> None:
     if svg is not None:
-        write_file(svg, portable_svg(recorder.export_svg(title="mha explain", clear=False))
+        write_file(svg, portable_svg(recorder.export_svg(title="mha explain", clear=False))  # type: ignore[attr-defined]
                    .encode("utf-8"))
     if html is not None:
-        write_file(html, recorder.export_html(clear=False).encode("utf-8"))
+        write_file(html, recorder.export_html(clear=False).encode("utf-8"))  # type: ignore[attr-defined]
 
 
 def portable_svg(svg: str) -> str:
