@@ -84,7 +84,7 @@ FILES = [
     ("tokens count", with_("tokens: [a, b, c]\n"), [], ["tokens has 3 labels", "2 query rows"]),
     ("tokens mapping", with_("tokens: {a: 1}\n"), [], ["tokens must be a list of labels"]),
     ("kv_tokens alone", with_("kv_tokens: [a, b]\n"), [], ["kv_tokens", "no x_kv"]),
-    ("x without weights", "x: [[1]]\n", [], ["w_q, w_k, w_v is missing"]),
+    ("x without weights", "x: [[1]]\n", [], ["w_q, w_k, w_v are missing"]),
     ("q without k", "q: [[1]]\nv: [[1]]\n", [], ["k is missing"]),
     ("q and x", OK + "q: [[1]]\n", [], ["either q, k, v or x"]),
     ("layout word", with_("layout: diagonal\n"), [], ["layout must be rows or columns"]),

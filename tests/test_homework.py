@@ -595,3 +595,15 @@ def test_the_python_api_grades_as_the_command_does_and_shows_html(who: str, tmp_
     assert blanks == sum(s["blank"] for s in doc["stages"].values())
     graded = sum(s["cells"] for s in doc["stages"].values())
     assert len(parser.cells) == graded
+
+
+def test_the_key_among_the_submissions_is_not_graded() -> None:
+    """mha check --key key.yaml *.yaml: the pattern brings the key in too."""
+    course = SAMPLES / "course"
+    files = sorted(str(p) for p in course.glob("*.yaml"))
+    assert str(course / "key.yaml") in files
+    r = runner.invoke(app, ["check", "--key", str(course / "key.yaml"), *files,
+                            "--format", "jsonl"])
+    graded = [json.loads(line)["source"] for line in r.stdout.splitlines()]
+    assert len(graded) == len(files) - 1 and not any(g.endswith("key.yaml") for g in graded)
+    assert "is the key" in r.stderr

@@ -93,7 +93,7 @@ def test_non_numbers_are_refused_by_entry(tmp_path: Path, entry: str, found: str
 @pytest.mark.parametrize("text, words", [
     ("tokenz: [a]\n", ["unknown key 'tokenz'", "did you mean tokens?"]),
     ("w_q: [[1]]\n", ["needs x"]),
-    ("x: [[1, 2]]\nw_q: [[1], [1]]\n", ["w_k, w_v is missing"]),
+    ("x: [[1, 2]]\nw_q: [[1], [1]]\n", ["w_k, w_v are missing"]),
     ("x: [[1, 2], [3]]\n", ["ragged", "x[2]", "1 entries", "x[1]", "2 entries"]),
     ("x: [[1, 2]]\nw_q: [[1], [1], [1]]\nw_k: [[1], [1]]\nw_v: [[1], [1]]\n",
      ["w_q has 3 rows but x has 2 columns"]),

@@ -474,8 +474,7 @@ def check(
       mha check --key key.yaml answers.yaml --format gradescope
     """
     with _guard(debug) as context:
-        files = list(files or [])
-        _check_sources(files, sample, key)
+        files = _check_sources(list(files or []), sample, key)
         if not math.isfinite(tolerance):
             raise MhaError(f"--tolerance must be a number of 0 or more, got {tolerance}")
         from .. import engine
@@ -621,11 +620,17 @@ def _held(c: Any, lean: bool = False) -> int:
     return (numbers_in(c) - numbers_in(c, WIDE) + chain * c.n * c.m) * size
 
 
-def _check_sources(files: list[str], sample: Optional[str], key: Optional[str]) -> None:
-    """What to grade: FILEs or --sample, each once; standard input once at most."""
+def _check_sources(files: list[str], sample: Optional[str], key: Optional[str]) -> list[str]:
+    """What to grade: FILEs or --sample, each once; standard input once at most; the key
+    itself left out when a pattern such as *.yaml brought it in with the submissions."""
+    if key is not None and key != "-" and len(files) > 1:
+        kept = [f for f in files if f == "-" or not _same_file(f, key)]
+        if len(kept) < len(files):
+            say("Note: ", f"{key} is the key: not graded as a submission")
+            files = kept
     if not files and sample is None:
         raise MhaError("give the submissions to grade (mha check --key KEY FILE…)" if key
-                       else "give the problem file to check (mha check FILE)")
+                       else "give the problem file to check (mha check FILE, or --sample NAME)")
     if files and sample is not None:
         raise MhaError("give FILEs or --sample, not both")
     if files.count("-") + (key == "-") > 1:
@@ -642,6 +647,14 @@ def _check_sources(files: list[str], sample: Optional[str], key: Optional[str]) 
             raise MhaError(f"{f} is given twice" + (f" (as {seen[same]})" if seen[same] != f
                                                     else ""))
         seen[same] = f
+    return files
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return Path(a).resolve() == Path(b).resolve()
+    except (OSError, RuntimeError):
+        return a == b
 
 
 def _sample_file(name: Optional[str]) -> str:

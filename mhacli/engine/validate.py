@@ -378,7 +378,8 @@ def prepare(
                            f"(found q/k/v and {', '.join(extra)})", key=extra[0])
         missing = [nm for nm, val in (("q", q), ("k", k), ("v", v)) if val is None]
         if missing:
-            raise MhaError(f"q, k and v go together: {', '.join(missing)} is missing")
+            verb = "is" if len(missing) == 1 else "are"
+            raise MhaError(f"q, k and v go together: {', '.join(missing)} {verb} missing")
         for nm, val in (("b_q", b_q), ("b_k", b_k), ("b_v", b_v)):
             if val is not None:
                 raise MhaError(f"{nm} applies to a projection, but q, k, v were given "
@@ -400,7 +401,8 @@ def prepare(
             raise MhaError("the problem needs x (with w_q, w_k, w_v) or q, k and v")
         missing = [nm for nm, val in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v)) if val is None]
         if missing:
-            raise MhaError(f"x is given but {', '.join(missing)} is missing "
+            verb = "is" if len(missing) == 1 else "are"
+            raise MhaError(f"x is given but {', '.join(missing)} {verb} missing "
                            "(give w_q, w_k and w_v, or q, k and v instead of x)")
         x_a = _matrix("x", x, t)
         xkv_a = _matrix("x_kv", x_kv, t)

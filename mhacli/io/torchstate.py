@@ -59,7 +59,7 @@ def convert(data: dict[str, Any], found: dict[str, str], read: Any) -> dict[str,
                    if n not in found]
         if missing:
             raise MhaError(f"a PyTorch state dict needs in_proj_weight or all of "
-                           f"q/k/v_proj_weight; {', '.join(missing)} is missing")
+                           f"q/k/v_proj_weight; {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} missing")
         for ours, name in (("w_q", "q_proj_weight"), ("w_k", "k_proj_weight"),
                            ("w_v", "v_proj_weight")):
             out[ours] = read(data[found[name]], found[name], (2,)).T

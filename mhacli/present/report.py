@@ -85,7 +85,7 @@ def shape_note(report: Report, s: StageReport) -> str:
         shown[-2:] = shown[:-3:-1]
         if found is not None and len(found) >= 2:
             found[-2:] = found[:-3:-1]
-    want = (f"a list of {shown[0]} matrices of {shown[1]} × {shown[2]}"
+    want = (f"a list of {shown[0]} matri{'x' if shown[0] == 1 else 'ces'} of {shown[1]} × {shown[2]}"
             if len(shown) == 3 else f"{shown[0]} × {shown[1]}")
     got = " × ".join(map(str, found)) if found else "a ragged or flat list"
     return f"expected {want}, found {got}"
