@@ -269,3 +269,20 @@ def test_heat_map_scales_and_blocked_cells() -> None:
     out = piped(["explain", "--sample", "intro", "--stage", "weights", "--sinks", "0 0"],
                 FORCE_COLOR="1", COLUMNS="120").stdout
     assert "rows sum to less than 1 (the sinks)" in words(out)
+
+
+@pytest.mark.parametrize("sample, stage, i, j", [("hopkins", "scores", 2, 3),
+                                                  ("cat", "weights", 3, 4)])
+def test_a_summarised_table_keeps_the_entry_worked_out(sample: str, stage: str, i: int,
+                                                       j: int) -> None:
+    """At 60 columns the tables show their edges; the worked entry's column stays, with
+    its key named in the header and its value in the row."""
+    out = re.sub(r"\x1b\[[0-9;]*m", "", in_terminal(
+        ["explain", "--sample", sample, "--cell", f"{stage}:1:{i}:{j}", "--stage", stage,
+         "--head", "1", "--no-pager"], columns=60))
+    prob = mhacli.load(sample)
+    value = f"{mhacli.trace(**prob.inputs)[stage][0, i - 1, j - 1]:.4f}"
+    tables = [line for line in out.splitlines() if line.startswith("│")]
+    header = next(line for line in tables if prob.tokens[j - 1] in line)  # its key
+    assert tables.index(header) == 0 or sample == "cat"  # cat: its softmax parts first
+    assert any(value in line for line in tables), out

@@ -112,7 +112,8 @@ def render(views: list[View], console: "Console", precision: int, boxed: bool,
     colour = console.color_system is not None and not console.no_color
     shown_legend = False
     for v in views:
-        rows = list(range(len(v.rows))) if full else edge_rows(len(v.rows), MAX_ROWS)
+        rows = list(range(len(v.rows))) if full else \
+            sorted(set(edge_rows(len(v.rows), MAX_ROWS)) | v.marked_rows)  # and a worked row
         # only the rows shown are written out (a summary of a large matrix: its edges)
         texts = numbers.table(v.matrix if len(rows) == len(v.rows) else v.matrix[rows],
                               precision, whole=numbers.integral(v.matrix))
@@ -124,7 +125,7 @@ def render(views: list[View], console: "Console", precision: int, boxed: bool,
         if full:
             blocks = [list(b) for b in column_blocks(widths, label_width, console.width)]
         else:
-            blocks = [edge_columns(widths, label_width, console.width)]
+            blocks = [edge_columns(widths, label_width, console.width, keep=v.marked_cols)]
         for block in blocks:
             # the title is a line of its own: a narrow table would wrap it
             title = Text(v.title, style="bold magenta" if v.heat else "bold")

@@ -94,7 +94,8 @@ def each_view(tr: Trace, queries: list[str], keys: list[str],
         for h in picked if s.per_head else [None]:
             m = a[h - 1] if h is not None else a
             if h is not None and s.name in tr.parts:
-                parts = _parts_view(s, tr, h, queries, keys)
+                parts = _parts_view(s, tr, h, queries, keys,
+                                    (marks or {}).get((s.name, h), (frozenset(), frozenset())))
                 yield transposed(parts) if columns else parts
             f = Formula(c, h, columns)
             formula = s.formula(f)
@@ -125,9 +126,12 @@ def transposed(v: View) -> View:
                    blocked=None if v.blocked is None else v.blocked.T)
 
 
-def _parts_view(s: Stage, tr: Trace, h: int, queries: list[str], keys: list[str]) -> View:
+def _parts_view(s: Stage, tr: Trace, h: int, queries: list[str], keys: list[str],
+                marked: tuple[frozenset[int], frozenset[int]] = (frozenset(), frozenset())
+                ) -> View:
     """A stage in the parts a person computes it in (the softmax: row max | exp(z − max)
-    for each key | row sum), side by side."""
+    for each key | row sum), side by side; a worked entry's row marked, and its key's
+    exponential with the row's max and sum."""
     blocks, cols = [], []
     n = tr.stages[s.name].shape[1]
     for part, heading in s.parts:
@@ -137,8 +141,11 @@ def _parts_view(s: Stage, tr: Trace, h: int, queries: list[str], keys: list[str]
         blocks.append(np.broadcast_to(block, (n, block.shape[1])))
         cols += [heading.format(key=k) for k in keys] if "{key}" in heading else [heading]
     title = f"{s.name} · head {h} of {tr.config.heads}, {s.parts_title}"
+    rows_marked, keys_marked = marked
+    cols_marked = frozenset({0, len(cols) - 1} | {1 + j for j in keys_marked}) \
+        if keys_marked else frozenset()  # max, the key's exp, the sum
     return View(s.name, h, title, s.parts_formula, np.hstack(blocks), queries, cols,
-                part="parts")
+                part="parts", marked_rows=rows_marked, marked_cols=cols_marked)
 
 
 def column_blocks(widths: list[int], label_width: int, room: int, gap: int = 3) -> list[range]:
@@ -153,8 +160,28 @@ def column_blocks(widths: list[int], label_width: int, room: int, gap: int = 3) 
     return blocks
 
 
-def edge_columns(widths: list[int], label_width: int, room: int, gap: int = 3) -> list[int]:
-    """As many first and last columns as fit beside a "…" column (all when all fit)."""
+def edge_columns(widths: list[int], label_width: int, room: int, gap: int = 3,
+                 keep: Iterable[int] = ()) -> list[int]:
+    """As many first and last columns as fit beside a "…" column (all when all fit), and
+    the columns ``keep`` (a worked entry's) among them, edges given up for them."""
+    chosen = _edge_columns(widths, label_width, room, gap)
+    keep = set(keep)
+    if keep <= set(chosen):
+        return chosen
+    chosen = sorted(set(chosen) | keep)
+
+    def used(cols: list[int]) -> int:
+        gaps = sum(1 for a, b in zip(cols, cols[1:]) if b != a + 1)
+        return label_width + gap + 1 + sum(widths[j] + gap for j in cols) + gaps * (1 + gap)
+
+    last = len(widths) - 1
+    spare = sorted((j for j in chosen if j not in keep), key=lambda j: -min(j, last - j))
+    while used(chosen) > room and spare:  # the innermost edge columns go first
+        chosen.remove(spare.pop(0))
+    return chosen
+
+
+def _edge_columns(widths: list[int], label_width: int, room: int, gap: int) -> list[int]:
     if label_width + gap + 1 + sum(w + gap for w in widths) <= room:
         return list(range(len(widths)))
     used = label_width + gap + 1 + 1 + gap  # the "…" column
