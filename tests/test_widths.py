@@ -100,3 +100,14 @@ def test_the_check_finds_a_cut_word() -> None:
     assert cut_words(cut) == ["mas | ked"]
     whole = {10: "the masked\nrow is\nmasked", 20: "the masked row is\nmasked"}
     assert cut_words(whole) == []
+
+
+@pytest.mark.parametrize("command", ["explain", "run", "check", "generate", "samples"])
+def test_help_paragraphs_fill_the_window(command: str) -> None:
+    """The help's text reflows to the window: a line followed by more of its paragraph
+    fills most of it (the source's own line breaks do not show at 80 columns)."""
+    out = ESCAPES.sub("", in_terminal([command, "--help"], 80, rows=40)).replace("\r\n", "\n")
+    prose = out.split("╭")[0].split("\n")
+    for line, after in zip(prose, prose[1:]):
+        if line.strip() and after.strip() and not line.lstrip().startswith(("#", "mha")):
+            assert len(line.rstrip()) > 55, f"{line!r} then {after!r}"

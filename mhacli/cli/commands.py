@@ -804,6 +804,33 @@ def generate(
 # --------------------------------------------------------------------------- entry point
 
 
+def _reflowed(doc: str, plain: bool) -> str:
+    """A command's help with each paragraph on one line, for the help to wrap at the
+    window's width (the source wraps at its own); an indented paragraph (an example) is
+    kept as written, and in plain help marked so that Click keeps it so too."""
+    import inspect
+
+    out = []
+    for para in inspect.cleandoc(doc).split("\n\n"):
+        lines = para.split("\n")
+        if all(line.startswith(" ") for line in lines):
+            # "  mha ... <spaces> what it does": what it does first, as a comment, so
+            # that a narrow window wraps neither into the other
+            example = re.fullmatch(r"(\s+)(\S.*?)\s{2,}(\S.*)", para)
+            if example is not None:
+                indent, command, what = example.groups()
+                para = f"{indent}# {what}\n{indent}{command}"
+            out.append("\b\n" + para if plain else para)
+        else:
+            out.append(" ".join(line.strip() for line in lines))
+    return "\n\n".join(out)
+
+
+for _info in app.registered_commands:  # (the help is built only when asked for)
+    if _info.callback is not None and _info.callback.__doc__:
+        _info.help = _reflowed(_info.callback.__doc__, app.rich_markup_mode is None)
+
+
 def _app_for(args: list[str]) -> typer.Typer:
     """The app with only the command being run: Typer need not build the other four.
 
