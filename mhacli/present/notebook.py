@@ -23,7 +23,8 @@ def _table(v: View) -> str:
     body = numbers.table(m[:rows, :cols], 4)
     labels = "".join(f"<th>{escape(c)}</th>" for c in v.cols[:cols])
     head = "" if v.head is None else f' data-head="{v.head}"'
-    out = [f'<table class="mha-stage" data-stage="{escape(v.stage)}"{head}>',
+    part = f' data-part="{v.part}"' if v.part else ""
+    out = [f'<table class="mha-stage" data-stage="{escape(v.stage)}"{head}{part}>',
            f"<thead><tr><th></th>{labels}</tr></thead><tbody>"]
     for i in range(rows):
         cells = []
@@ -43,18 +44,37 @@ def _table(v: View) -> str:
     return "".join(out)
 
 
+# numbers right-aligned in a fixed-width font, as in a terminal; scoped to mha's tables
+STYLE = ("<style>.mha-trace table, .mha-check table {border-collapse: collapse; "
+         "font-family: monospace; margin-bottom: 1em} .mha-trace td, .mha-check td "
+         "{text-align: right; padding: 0.1em 0.6em} .mha-trace th, .mha-check th "
+         "{padding: 0.1em 0.6em}</style>")
+
+
+def _legend() -> str:
+    """The heat map's scale, as explain's legend says it."""
+    shades = "".join(
+        f'<span style="background: rgb({r},{g},{b})">&nbsp;&nbsp;</span>'
+        for r, g, b, _ in (heat_rgb(k / 10) for k in range(11)))
+    return (f"<p><small>heat map: 0 {shades} 1 (the weight of each key for the query row; "
+            "blocked cells unshaded)</small></p>")
+
+
 def trace_html(tr: Any) -> str:
-    """Every stage of ``tr`` as an HTML table under its title."""
+    """Every stage of ``tr`` as an HTML table under its title, the softmax in its parts
+    before the weights, and the heat map's legend after the first weights."""
     c = tr.config
     queries = [f"t{i}" for i in range(1, c.n + 1)]
     keys = [f"kv{j}" for j in range(1, c.m + 1)] if c.key_labels else queries
-    parts = ['<div class="mha-trace">']
+    parts = [STYLE, '<div class="mha-trace">']
+    legend = False
     for v in views(tr, queries, keys):
-        if v.part:
-            continue  # the softmax's parts: explain shows them; the notebook keeps to stages
         shape = " × ".join(str(s) for s in np.shape(v.matrix))
         parts.append(f"<h4>{escape(v.title)} <small><i>{escape(v.formula)}</i> ({shape})"
                      f"</small></h4>{_table(v)}")
+        if v.heat and not legend:
+            parts.append(_legend())
+            legend = True
     parts.append("</div>")
     return "".join(parts)
 
@@ -72,7 +92,7 @@ def report_html(report: Any) -> str:
     from .report import expected_text, lines
     from .views import side
 
-    out = ['<div class="mha-check">']
+    out = [STYLE, '<div class="mha-check">']
     for text, style in lines(report):
         out.append(f'<div style="color: {_LINE_COLOURS[style]}; white-space: pre-wrap; '
                    f'font-family: monospace">{escape(text)}</div>')
@@ -105,8 +125,9 @@ def report_html(report: Any) -> str:
                     mark = "wrong" if w is not None else "blank" if not text else "right"
                     tip = "" if w is None else \
                         f' title="expected {escape(expected_text(w), quote=True)}"'
+                    sign = "<sup>✗</sup>" if w is not None else ""  # not by colour alone
                     cells.append(f'<td class="{mark}" style="{_CELL_STYLES[mark]}"{tip}>'
-                                 f"{escape(text)}</td>")
+                                 f"{escape(text)}{sign}</td>")
                 out.append(f"<tr><th>{escape(rows[i])}</th>{''.join(cells)}</tr>")
             out.append("</tbody></table>")
             if shown_rows < m.shape[0] or shown_cols < m.shape[1]:
