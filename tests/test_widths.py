@@ -111,3 +111,20 @@ def test_help_paragraphs_fill_the_window(command: str) -> None:
     for line, after in zip(prose, prose[1:]):
         if line.strip() and after.strip() and not line.lstrip().startswith(("#", "mha")):
             assert len(line.rstrip()) > 55, f"{line!r} then {after!r}"
+
+
+def test_wrapped_report_lines_hang_under_their_text() -> None:
+    """A course's verdicts continue under the verdict column; a wrong cell's line under
+    its own text, not at the margin where the next line starts."""
+    course = [f"samples/course/{who}.yaml" for who in ("alice", "bob", "carol")]
+    key = "samples/course/key.yaml"
+    out = ESCAPES.sub("", in_terminal(["check", *course, "--key", key], 60)).splitlines()
+    column = max(len(f) for f in course) + 2
+    assert sum(line.startswith("samples/") for line in out) == 3
+    for line in out:
+        if line.strip() and not line.startswith("samples/") and "submission(s)" not in line:
+            assert line.startswith(" " * column) and not line[column].isspace(), line
+    one = ESCAPES.sub("", in_terminal(["check", course[1], "--key", key], 60)).splitlines()
+    cells = [k for k, line in enumerate(one) if line.startswith("    head ")]
+    assert cells and all(one[k + 1].startswith("      ") for k in cells
+                         if not one[k + 1].startswith("    head ") and one[k + 1].strip())

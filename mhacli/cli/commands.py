@@ -528,7 +528,8 @@ def check(
                 sys.stdout.write(report.as_text(result, "plain" if fmt is CheckFormat.rich
                                                 else fmt.value))
         elif fmt is CheckFormat.rich and rich_stdout():
-            report.show_lines(report.batch_lines(results), console_for_stdout()[0])
+            report.show_lines(report.batch_lines(results), console_for_stdout()[0],
+                              hang=report.batch_column(results))
         else:
             writer = {"json": report.batch_json, "markdown": report.batch_markdown,
                       "latex": report.batch_latex}.get(fmt.value)

@@ -294,11 +294,17 @@ def _brief_of(r: Any) -> str:
 
 
 def batch_lines(results: list[tuple[str, Any]]) -> list[tuple[str, str]]:
-    """One line a submission, then the summary, as (text, style) lines."""
+    """One line a submission, then the summary, as (text, style) lines (the verdicts
+    start at column ``batch_column(results)``)."""
     width = max(len(src) for src, _ in results)
     out = [(f"{src.ljust(width)}  {_brief_of(r)}",
             "good" if not isinstance(r, MhaError) and r.ok else "bad") for src, r in results]
     return out + [(tally(results), "note")]
+
+
+def batch_column(results: list[tuple[str, Any]]) -> int:
+    """Where ``batch_lines`` puts the verdicts: past the longest file name."""
+    return max(len(src) for src, _ in results) + 2
 
 
 def _error_doc(src: str, e: MhaError) -> dict[str, Any]:
@@ -366,12 +372,19 @@ def batch_gradescope(results: list[tuple[str, Any]], points: dict[str, float]) -
     return "".join(json.dumps(d, allow_nan=False, ensure_ascii=False) + "\n" for d in docs)
 
 
-def show_lines(rows: list[tuple[str, str]], console: Any) -> None:
-    """Lines on a Rich console, wrapped between words at its width (an indented line's
-    continuation indented as it is)."""
+def show_lines(rows: list[tuple[str, str]], console: Any, hang: int | None = None) -> None:
+    """Lines on a Rich console, wrapped between words at its width, each continuation
+    hanging under its line's text: indented 2 more than the line, or at column ``hang``
+    (a batch's verdicts, beside the file names)."""
+    import textwrap
+
     from rich.text import Text
 
-    from .tables import print_wrapped
-
     for text, style in rows:
-        print_wrapped(console, Text(text, style=STYLES[style]))
+        indent = len(text) - len(text.lstrip(" "))
+        under = " " * (indent + 2 if hang is None else hang)
+        if len(under) > console.width // 2:
+            under = " " * (indent + 2)  # a window too narrow to hang that far
+        for line in textwrap.wrap(text, max(20, console.width), subsequent_indent=under,
+                                  break_on_hyphens=False) or [""]:
+            console.print(Text(line, style=STYLES[style]), soft_wrap=True)
