@@ -141,8 +141,8 @@ def _d_scaled_text(f: Formula) -> str:
     nxt = "d_softcapped" if f.c.softcap is not None else \
         "d_biased" if f.c.alibi or f.c.bias else "d_masked"
     if f.c.softcap is None:
-        return f"= {nxt}"
-    return f"= {nxt} ⊙ (1 − tanh²(scaled / c)), the softcap's derivative"
+        return f"d_scaled{f.i} = {nxt}{f.i}"
+    return f"d_scaled{f.i} = {nxt}{f.i} ⊙ (1 − tanh²(scaled{f.i} / c)), the softcap's derivative"
 
 
 def _d_x_text(f: Formula) -> str:
@@ -245,45 +245,49 @@ GRADIENTS: tuple[Stage, ...] = (
     _grad("d_v_heads", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,
           lambda w: ops.shared_sum(w["weights"].swapaxes(-1, -2) @ w["d_head_outputs"],
                                    w.c.groups),
-          _text("dV_h = A_hᵀ·dO_h",
-                "dV_g = Σ A_hᵀ·dO_h over the query heads h that share value head g"),
+          lambda f: f"dV{f.i} = A{f.i}ᵀ·dO{f.i}" if f.c.groups == f.c.heads
+          else "dV_g = Σ A_hᵀ·dO_h over the query heads h that share value head g",
           "V", per_head=True),
     _grad("d_masked", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           lambda w: ops.softmax_backward(w["weights"], w["d_weights"]),
-          lambda f: f"dZ{f.i} = A ⊙ (dA − rowsum(dA ⊙ A)), the softmax's backward; 0 where "
-                    "blocked", "Z", per_head=True, cell=_cell_d_masked),
+          lambda f: f"d_masked{f.i} = A{f.i} ⊙ (dA{f.i} − rowsum(dA{f.i} ⊙ A{f.i})), the "
+                    "softmax's backward; 0 where blocked", "Z", per_head=True,
+          cell=_cell_d_masked),
     _grad("d_sinks", "1 × H", lambda c: (1, c.heads), NUMBERED, NUMBERED, _d_sinks,
           _text("ds_h = −Σ over the rows of a_sink·rowsum(dA ⊙ A), a_sink the sink's "
                 "weight"), "s", exists=lambda c: c.sinks),
     _grad("d_biased", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           lambda w: w["d_masked"],
-          lambda f: "= d_masked: the mask passes the gradient where it allows (0 where it "
-                    "blocks)", "B", per_head=True, exists=lambda c: c.alibi or c.bias),
+          lambda f: f"d_biased{f.i} = d_masked{f.i}: the mask passes the gradient where it "
+                    "allows (0 where it blocks)", "B", per_head=True,
+          exists=lambda c: c.alibi or c.bias),
     _grad("d_softcapped", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           lambda w: w.stages.get("d_biased", w["d_masked"]),
-          lambda f: "= d_biased: ALiBi and the bias are added constants"
-          if f.c.alibi or f.c.bias else "= d_masked", "S", per_head=True,
+          lambda f: f"d_softcapped{f.i} = d_biased{f.i}: ALiBi and the bias are added "
+          "constants" if f.c.alibi or f.c.bias else f"d_softcapped{f.i} = d_masked{f.i}",
+          "S", per_head=True,
           exists=lambda c: c.softcap is not None),
     _grad("d_scaled", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY, _d_scaled,
           _d_scaled_text, "(Z/s)", per_head=True),
     _grad("d_scores", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
-          lambda w: w["d_scaled"] / w.c.scale, lambda f: "dZ = d_scaled / s", "Z",
+          lambda w: w["d_scaled"] / w.c.scale, lambda f: f"dZ{f.i} = d_scaled{f.i} / s", "Z",
           per_head=True, cell=_cell_d_scores),
     _grad("d_q_rot", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
           lambda w: w["d_scores"] @ ops.shared(w["k_rot"], w.c.heads),
-          lambda f: f"dQ_rot{f.i} = dZ{f.i}·K_rot", "Q_{rot}", per_head=True,
+          lambda f: f"dQ_rot{f.i} = dZ{f.i}·K_rot{f.i}", "Q_{rot}", per_head=True,
           exists=lambda c: c.rope is not None),
     _grad("d_k_rot", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
           lambda w: ops.shared_sum(w["d_scores"].swapaxes(-1, -2) @ w["q_rot"], w.c.groups),
-          _text("dK_rot_h = dZ_hᵀ·Q_rot_h", "dK_rot_g = Σ dZ_hᵀ·Q_rot_h over the heads "
-                "that share it"), "K_{rot}", per_head=True,
+          lambda f: f"dK_rot{f.i} = dZ{f.i}ᵀ·Q_rot{f.i}" if f.c.groups == f.c.heads
+          else "dK_rot_g = Σ dZ_hᵀ·Q_rot_h over the heads that share it", "K_{rot}",
+          per_head=True,
           exists=lambda c: c.rope is not None),
     _grad("d_q_heads", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
           _d_q_heads, lambda f: "RoPE turned back: each pair of dQ_rot by −p·θ_i"
           if f.c.rope else f"dQ{f.i} = dZ{f.i}·K{f.i}", "Q_h", per_head=True),
     _grad("d_k_heads", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
           _d_k_heads, lambda f: "RoPE turned back: each pair of dK_rot by −p·θ_i"
-          if f.c.rope else "dK_h = dZ_hᵀ·Q_h" if f.c.groups == f.c.heads
+          if f.c.rope else f"dK{f.i} = dZ{f.i}ᵀ·Q{f.i}" if f.c.groups == f.c.heads
           else "dK_g = Σ dZ_hᵀ·Q_h over the query heads that share key head g", "K_h",
           per_head=True),
     _grad("d_q", "n × H·d_k", lambda c: (c.n, c.heads * c.d_k), QUERY, NUMBERED,
