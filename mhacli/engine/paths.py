@@ -254,6 +254,8 @@ def _attend(p: Prepared, q: Array, k: Array, v: Array, progress: Progress | None
 
     starts = list(range(0, c.n, block))
     workers = min(_workers(), len(starts))
+    if causal and workers > 1:  # the costliest blocks (the most keys) first: no core is
+        starts.reverse()       # left with a long one at the end while the others wait
     if workers <= 1:
         buf = np.empty((block, width), dtype=q.dtype)  # reused by every block
         for lo in starts:
