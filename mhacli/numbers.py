@@ -283,7 +283,7 @@ def latex(v: Any, precision: int, whole: bool) -> str:
         if v.denominator == 1:
             return str(v.numerator)
         sign = "-" if v < 0 else ""
-        return f"{sign}\\frac{{{abs(v.numerator)}}}{{{v.denominator}}}"
+        return f"{sign}\\dfrac{{{abs(v.numerator)}}}{{{v.denominator}}}"  # full size in a matrix
     f = float(v)
     if math.isinf(f):
         return "-\\infty" if f < 0 else "\\infty"

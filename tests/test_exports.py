@@ -214,7 +214,9 @@ def test_chromium_keeps_numbers_right_aligned(tmp_path: Path) -> None:
 @pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex is not installed")
 @pytest.mark.parametrize("args", [["--sample", "intro"],
                                   ["--sample", "by-hand", "--cell", "scores:2:2:1", "--fractions"],
-                                  ["--sample", "llama-tiny", "--cell", "weights:1:3:2"]])
+                                  ["--sample", "llama-tiny", "--cell", "weights:1:3:2"],
+                                  ["--sample", "by-hand", "--stage", "scaled", "--scale", "3",
+                                   "--fractions", "--cell", "scaled:1:1:2"]])
 def test_latex_compiles_with_pdflatex(tmp_path: Path, args: list[str]) -> None:
     r = runner.invoke(app, ["explain", *args, "--format", "latex"])
     assert r.exit_code == 0, r.output

@@ -157,7 +157,7 @@ def test_latex_bmatrix_with_fractions(tmp_path: Path) -> None:
     path.write_text(HALVES)
     out = mha("explain", str(path), "--stage", "scaled", "--fractions", "--format", "latex")
     z = _exact_scores()
-    body = " \\\\\n  ".join(" & ".join(f"\\frac{{{(v / 3).numerator}}}{{{(v / 3).denominator}}}"
+    body = " \\\\\n  ".join(" & ".join(f"\\dfrac{{{(v / 3).numerator}}}{{{(v / 3).denominator}}}"
                                        if (v / 3).denominator != 1 else str(v / 3) for v in row)
                            for row in z)
     assert f"\\frac{{Z_{{1}}}}{{s}} = \\begin{{bmatrix}}\n  {body}\n\\end{{bmatrix}}" in out

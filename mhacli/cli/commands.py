@@ -403,7 +403,7 @@ def samples(
 ) -> None:
     """List the bundled sample problems, or print one.
 
-    Every sample works with --sample NAME on explain and run.
+    Every sample works with --sample NAME on explain, run and check.
 
     Examples:
 
