@@ -198,3 +198,10 @@ def test_usage_errors_are_one_line(capsys: pytest.CaptureFixture[str], args: lis
 def test_debug_shows_the_traceback() -> None:
     r = runner.invoke(app, ["run", "--heads", "3", "--debug"])
     assert r.exit_code != 0 and r.exception is not None  # the MhaError itself propagates
+
+
+def test_a_tab_in_yaml_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "tab.yaml"
+    path.write_text("x:\n\t- [1, 2]\n")
+    r = runner.invoke(app, ["explain", str(path)])
+    assert r.exit_code == 2 and "line 2" in r.output and "a tab" in r.output

@@ -304,6 +304,9 @@ def _yaml(text: str, want: KeyPath | None = None) -> Any:
         if exc.context_mark is not None and mark is not None and mark.line + 1 > last:
             mark = exc.context_mark  # found only at the end: point where it began
         what = ", ".join(t for t in (exc.context, exc.problem) if t) or "not readable"
+        line = text.splitlines()[mark.line:mark.line + 1] if mark is not None else []
+        if line and line[0][mark.column:mark.column + 1] == "\t":  # type: ignore[union-attr]
+            what += ": a tab; YAML indents with spaces"
         raise MhaError(f"invalid YAML ({what})", line=mark.line + 1 if mark else None,
                        column=mark.column + 1 if mark else None) from None
     except yaml.YAMLError as exc:
