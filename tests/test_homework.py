@@ -607,3 +607,9 @@ def test_the_key_among_the_submissions_is_not_graded() -> None:
     graded = [json.loads(line)["source"] for line in r.stdout.splitlines()]
     assert len(graded) == len(files) - 1 and not any(g.endswith("key.yaml") for g in graded)
     assert "is the key" in r.stderr
+
+
+def test_the_key_alone_is_not_a_submission() -> None:
+    key = str(SAMPLES / "course" / "key.yaml")
+    r = runner.invoke(app, ["check", "--key", key, key])
+    assert r.exit_code == 2 and "is the key" in r.output

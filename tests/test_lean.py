@@ -194,3 +194,28 @@ def test_a_problem_too_large_to_hold_whole_is_made_a_head_at_a_time_unasked(
     monkeypatch.setattr(commands, "MOST_HELD", 1000)  # not even a head at a time
     refused = runner.invoke(app, args)
     assert refused.exit_code == 2 and "hold" in refused.output and "--force" in refused.output
+
+
+def test_the_size_guard_counts_what_is_printed_and_held(monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    """Piped, the rich view prints every number (no summary to count); the backward pass
+    holds every stage whatever the narrowing; a refusal for holding alone does not send
+    the reader to --stage."""
+    monkeypatch.setattr(commands, "MOST_PRINTED", 40_000)  # hopkins prints about 60 000
+    piped = runner.invoke(app, ["explain", "--sample", "hopkins"])
+    assert piped.exit_code == 2 and "would print" in piped.output
+    c = mhacli.load("backward").config
+    monkeypatch.setattr(commands, "MOST_HELD", commands._held(c) - 1)
+    back = runner.invoke(app, ["explain", "--sample", "backward", "--backward", "--stage",
+                               "output"])
+    assert back.exit_code == 2 and "--force" in back.output
+    assert "narrow it" not in back.output  # the printing fits: only holding does not
+
+
+def test_a_head_made_is_a_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    _, lean = _both(_problem(5, COMBOS["gqa"]), "float64")
+    w = lean.stages["weights"][1]
+    with pytest.raises(ValueError):
+        w[0, 0] = 42.0
+    with pytest.raises(ValueError):
+        w.flags.writeable = True

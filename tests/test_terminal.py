@@ -286,3 +286,35 @@ def test_a_summarised_table_keeps_the_entry_worked_out(sample: str, stage: str, 
     header = next(line for line in tables if prob.tokens[j - 1] in line)  # its key
     assert tables.index(header) == 0 or sample == "cat"  # cat: its softmax parts first
     assert any(value in line for line in tables), out
+
+
+def test_an_export_from_a_terminal_through_the_pager_holds_the_view(tmp_path: Path) -> None:
+    """In a terminal the view goes through the pager (captured, which Rich does not
+    record): the SVG is drawn aside and still holds every table."""
+    svg = tmp_path / "view.svg"
+    in_terminal(["explain", "--stage", "weights", "--head", "1", "--svg", str(svg)])
+    assert svg.read_text(encoding="utf-8").count("<text") > 10
+
+
+def test_wrap_cells_counts_wide_characters_and_keeps_words() -> None:
+    from rich.cells import cell_len
+
+    from mhacli.present.wrap import wrap_cells
+
+    text = "    row 1 (吾輩は猫である名前はまだ無い), column 1 (1): wrote 9, expected 8"
+    lines = wrap_cells(text, 40, "      ")
+    assert all(cell_len(line) <= 40 for line in lines) and len(lines) > 1
+    assert lines[0].startswith("    row") and all(ln.startswith("      ") for ln in lines[1:])
+    assert " ".join(ln.strip() for ln in lines) == text.strip()
+    assert wrap_cells("✓ scores   all 18 cells correct", 40) == ["✓ scores   all 18 cells correct"]
+    long = wrap_cells("x" * 70, 40, "  ")
+    assert [cell_len(ln) for ln in long] == [40, 32]
+
+
+@pytest.mark.parametrize("columns", [40, 45, 50])
+def test_a_worked_entry_never_makes_a_table_wider_than_the_window(columns: int) -> None:
+    from rich.cells import cell_len
+
+    out = re.sub(r"\x1b\[[0-9;]*m", "", in_terminal(
+        ["explain", "--sample", "hopkins", "--cell", "weights:4:1:2", "--no-pager"], columns))
+    assert max(cell_len(line.rstrip("\r")) for line in out.split("\n")) <= columns

@@ -594,18 +594,19 @@ def _fits(c: object, stage: Optional[list[str]], head: Optional[int],
     from ..engine.stages import canonical, numbers_in
 
     names = [canonical(s) for s in stage] if stage else None
-    summarised = fmt is ExplainFormat.rich and not full
+    summarised = fmt is ExplainFormat.rich and not full and rich_stdout()  # a pipe: all
     printed = numbers_in(c, names, head, *((24, 40) if summarised else (None, None)))
     held = _held(c)
-    if held > MOST_HELD:  # then made a head at a time: what that holds
+    if held > MOST_HELD and not c.backward:  # then made a head at a time: what that holds
         held = _held(c, lean=True)
     if printed <= MOST_PRINTED and held <= MOST_HELD:
         return
     size = f"{held / 2**30:.1f} GiB" if held >= 2**29 else f"{max(1, round(held / 2**20))} MiB"
+    narrow = "narrow it with --stage NAME or --head I, use mha run for the output alone" \
+        if printed > MOST_PRINTED else "use mha run for the output alone"  # (held: all)
     raise MhaError(f"explain would print {printed:,} numbers and hold {size}: "
                    f"it is meant for problems a person reads (up to {MOST_PRINTED:,} numbers "
-                   "and 1 GiB); narrow it with --stage NAME or --head I, use mha run for the "
-                   "output alone, or --force to go on")
+                   f"and 1 GiB); {narrow}, or --force to go on")
 
 
 def _held(c: Any, lean: bool = False) -> int:
@@ -624,8 +625,10 @@ def _held(c: Any, lean: bool = False) -> int:
 def _check_sources(files: list[str], sample: Optional[str], key: Optional[str]) -> list[str]:
     """What to grade: FILEs or --sample, each once; standard input once at most; the key
     itself left out when a pattern such as *.yaml brought it in with the submissions."""
-    if key is not None and key != "-" and len(files) > 1:
+    if key is not None and key != "-":
         kept = [f for f in files if f == "-" or not _same_file(f, key)]
+        if files and not kept:
+            raise MhaError(f"{key} is the key: give the submissions to grade beside it")
         if len(kept) < len(files):
             say("Note: ", f"{key} is the key: not graded as a submission")
             files = kept

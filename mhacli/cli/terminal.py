@@ -30,13 +30,13 @@ def hanging(lead: str, text: str, stream: object = None) -> str:
     given = os.environ.get("COLUMNS", "")
     if given.isdigit() and int(given) > 0:  # as Rich and shutil read it
         width = int(given)
-    import textwrap
+    from ..present.wrap import wrap_cells
 
     width = max(len(lead) + 20, width)
-    return "\n".join(textwrap.fill(part, width, initial_indent=lead if k == 0 else " " * len(lead),
-                                   subsequent_indent=" " * len(lead), break_long_words=False,
-                                   break_on_hyphens=False) or (lead.rstrip() if k == 0 else "")
-                     for k, part in enumerate(text.split("\n")))  # (an empty part: no text)
+    lines = [line for k, part in enumerate(text.split("\n"))
+             for line in wrap_cells((lead if k == 0 else " " * len(lead)) + part, width,
+                                    " " * len(lead))]
+    return "\n".join(line.rstrip() for line in lines)
 
 
 def fold(text: str, width: int, indent: str = "  ") -> str:
@@ -158,8 +158,9 @@ def show(vs: list, worked: object, digits: int, full: bool, svg: Path | None,
     from ..present.explain import show as draw
 
     console, terminal = console_for_stdout(record=bool(svg or html))
-    if console.is_terminal and pager:
-        with console.capture() as captured:
+    paged = console.is_terminal and pager
+    if paged:
+        with console.capture() as captured:  # (Rich records nothing it captures)
             draw(vs, worked, console, digits, terminal, full=full, heat=heat)  # type: ignore[arg-type]
         page(captured.get(), console.height)
     else:
@@ -167,9 +168,9 @@ def show(vs: list, worked: object, digits: int, full: bool, svg: Path | None,
              heat=heat)
     if not (svg or html):
         return
-    if terminal:  # what the terminal showed, recorded as it was drawn
+    if terminal and not paged:  # what the terminal showed, recorded as it was drawn
         _save(console, svg, html)
-    else:  # no colour here (NO_COLOR): the export is drawn as a terminal shows it
+    else:  # paged, or no colour here (NO_COLOR): drawn again aside, as a terminal shows it
         export(vs, worked, digits, full, svg, html, heat)
 
 
@@ -183,7 +184,7 @@ def export(vs: list, worked: object, digits: int, full: bool, svg: Path | None,
     from ..present.explain import show as draw
 
     recorder = Console(file=io.StringIO(), record=True, width=PIPE_WIDTH, force_terminal=True,
-                       color_system="truecolor")
+                       color_system="truecolor", no_color=False)  # (whatever NO_COLOR says)
     draw(vs, worked, recorder, digits, True, full=full, heat=heat)  # type: ignore[arg-type]
     _save(recorder, svg, html)
 

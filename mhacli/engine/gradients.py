@@ -240,7 +240,7 @@ GRADIENTS: tuple[Stage, ...] = (
           exact=True),
     _grad("d_weights", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           lambda w: w["d_head_outputs"] @ ops.shared(w["v_heads"], w.c.heads).swapaxes(-1, -2),
-          lambda f: f"dA{f.i} = dO{f.i}·V{f.i}ᵀ (every cell, blocked ones too)", "A",
+          lambda f: f"dA{f.i} = dO{f.i}·V{f.g}ᵀ (every cell, blocked ones too)", "A",
           per_head=True, exact=True),
     _grad("d_v_heads", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,
           lambda w: ops.shared_sum(w["weights"].swapaxes(-1, -2) @ w["d_head_outputs"],
@@ -274,7 +274,7 @@ GRADIENTS: tuple[Stage, ...] = (
           per_head=True, cell=_cell_d_scores),
     _grad("d_q_rot", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
           lambda w: w["d_scores"] @ ops.shared(w["k_rot"], w.c.heads),
-          lambda f: f"dQ_rot{f.i} = dZ{f.i}·K_rot{f.i}", "Q_{rot}", per_head=True,
+          lambda f: f"dQ_rot{f.i} = dZ{f.i}·K_rot{f.g}", "Q_{rot}", per_head=True,
           exists=lambda c: c.rope is not None),
     _grad("d_k_rot", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
           lambda w: ops.shared_sum(w["d_scores"].swapaxes(-1, -2) @ w["q_rot"], w.c.groups),
@@ -283,10 +283,10 @@ GRADIENTS: tuple[Stage, ...] = (
           per_head=True,
           exists=lambda c: c.rope is not None),
     _grad("d_q_heads", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
-          _d_q_heads, lambda f: "RoPE turned back: each pair of dQ_rot by −p·θ_i"
-          if f.c.rope else f"dQ{f.i} = dZ{f.i}·K{f.i}", "Q_h", per_head=True),
+          _d_q_heads, lambda f: f"dQ{f.i} = dQ_rot{f.i} turned back: each pair by −p·θ_i"
+          if f.c.rope else f"dQ{f.i} = dZ{f.i}·K{f.g}", "Q_h", per_head=True),
     _grad("d_k_heads", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
-          _d_k_heads, lambda f: "RoPE turned back: each pair of dK_rot by −p·θ_i"
+          _d_k_heads, lambda f: f"dK{f.i} = dK_rot{f.i} turned back: each pair by −p·θ_i"
           if f.c.rope else f"dK{f.i} = dZ{f.i}ᵀ·Q{f.i}" if f.c.groups == f.c.heads
           else "dK_g = Σ dZ_hᵀ·Q_h over the query heads that share key head g", "K_h",
           per_head=True),

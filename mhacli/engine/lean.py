@@ -48,7 +48,10 @@ class _Chain:
         for one after the other)."""
         if self.last is not None and self.last[0] == h and until in self.last[1].stages:
             return self.last[1]
+        self.last = None  # (let the last head go first: one head's chain held, not two)
         work = self._run(h, until)
+        for a in [*work.stages.values(), *work.parts.get("weights", {}).values()]:
+            a.flags.writeable = False  # what a reader gets is a record, as a trace's
         self.last = (h, work)
         return work
 
@@ -104,9 +107,7 @@ class Heads:
         h %= len(self)
         work = self.chain.run(h, "weights" if self.part else self.name)
         value = work.parts["weights"][self.part] if self.part else work.stages[self.name]
-        value = value[0]
-        value.flags.writeable = False  # as a trace's stages are
-        return value
+        return value[0]  # read-only, as a trace's stages are
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> Array:
         whole = self[:]
@@ -168,6 +169,7 @@ def _head_outputs(p: Prepared, chain: _Chain, parts: dict[str, dict[str, Any]]) 
                 part: Heads(chain, "weights", (c.heads, *a.shape[1:]), a.dtype, part=part)
                 for part, a in work.parts["weights"].items()}
         outs.append(work.stages["head_outputs"][0])
+        del work  # (the chain keeps this head: the next one replaces it)
     if refused:  # as the traced path tells it: the earliest stage, then the first head
         raise min(refused, key=lambda r: r[:2])[2]
     out = np.stack(outs)

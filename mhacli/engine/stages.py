@@ -540,7 +540,7 @@ FORWARD: tuple[Stage, ...] = (
                         "their sum; weight = exp / sum"),
     Stage("head_outputs", "H × n × d_v", lambda c: (c.heads, c.n, c.d_v), QUERY, NUMBERED,
           compute=lambda w: w["weights"] @ ops.shared(w["v_heads"], w.c.heads),  # (H, n, d_v)
-          formula=lambda f: f"O{f.i} = " + f.pick(f"A{f.i}·V{f.i}", f"V{f.i}·A{f.i}"),
+          formula=lambda f: f"O{f.i} = " + f.pick(f"A{f.i}·V{f.g}", f"V{f.g}·A{f.i}"),
           latex=_tex("O_{@h}", "A_{@h} V_{@h}", "V_{@h} A_{@h}"),
           cell=_cell_head_outputs, per_head=True),
     Stage("concat", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,

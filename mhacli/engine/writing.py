@@ -40,6 +40,13 @@ class Formula:
         return sub(self.h) if self.h is not None else "ₕ"
 
     @property
+    def g(self) -> str:
+        """The key/value head this head uses, as a subscript (grouped-query: shared)."""
+        if self.h is None:
+            return "ₕ" if self.c.groups == self.c.heads else "_g"
+        return sub(self.c.kv_of(self.h - 1) + 1)
+
+    @property
     def src(self) -> str:
         """The key/value-side input."""
         return "X_kv" if self.c.cross else "X"

@@ -296,15 +296,19 @@ def _brief_of(r: Any) -> str:
 def batch_lines(results: list[tuple[str, Any]]) -> list[tuple[str, str]]:
     """One line a submission, then the summary, as (text, style) lines (the verdicts
     start at column ``batch_column(results)``)."""
-    width = max(len(src) for src, _ in results)
-    out = [(f"{src.ljust(width)}  {_brief_of(r)}",
+    from rich.cells import cell_len  # (a name in wide characters takes two cells each)
+
+    width = batch_column(results) - 2
+    out = [(f"{src}{' ' * (width - cell_len(src))}  {_brief_of(r)}",
             "good" if not isinstance(r, MhaError) and r.ok else "bad") for src, r in results]
     return out + [(tally(results), "note")]
 
 
 def batch_column(results: list[tuple[str, Any]]) -> int:
     """Where ``batch_lines`` puts the verdicts: past the longest file name."""
-    return max(len(src) for src, _ in results) + 2
+    from rich.cells import cell_len
+
+    return max(cell_len(src) for src, _ in results) + 2
 
 
 def _error_doc(src: str, e: MhaError) -> dict[str, Any]:
@@ -376,15 +380,14 @@ def show_lines(rows: list[tuple[str, str]], console: Any, hang: int | None = Non
     """Lines on a Rich console, wrapped between words at its width, each continuation
     hanging under its line's text: indented 2 more than the line, or at column ``hang``
     (a batch's verdicts, beside the file names)."""
-    import textwrap
-
     from rich.text import Text
+
+    from .wrap import wrap_cells
 
     for text, style in rows:
         indent = len(text) - len(text.lstrip(" "))
         under = " " * (indent + 2 if hang is None else hang)
         if len(under) > console.width // 2:
             under = " " * (indent + 2)  # a window too narrow to hang that far
-        for line in textwrap.wrap(text, max(20, console.width), subsequent_indent=under,
-                                  break_on_hyphens=False) or [""]:
+        for line in wrap_cells(text, max(20, console.width), under):
             console.print(Text(line, style=STYLES[style]), soft_wrap=True)

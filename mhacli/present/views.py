@@ -178,6 +178,8 @@ def edge_columns(widths: list[int], label_width: int, room: int, gap: int = 3,
     spare = sorted((j for j in chosen if j not in keep), key=lambda j: -min(j, last - j))
     while used(chosen) > room and spare:  # the innermost edge columns go first
         chosen.remove(spare.pop(0))
+    if used(chosen) > room:  # the kept ones alone are too wide: the width wins
+        return _edge_columns(widths, label_width, room, gap)
     return chosen
 
 
