@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass
 from fractions import Fraction
 from numbers import Rational
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -266,6 +266,72 @@ def table(m: np.ndarray, precision: int, unicode: bool = True,
     for i, j in np.argwhere(special).tolist():
         texts[i][j] = fixed(a[i, j], precision, False, unicode)
     return texts
+
+
+def _plain(a: np.ndarray, precision: int) -> np.ndarray:
+    """Where ``fixed`` writes an entry of a float matrix as ``%.{precision}f`` does:
+    not 0, ±∞, NaN or a negative that rounds to zero."""
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(a) & (a != 0) & ~((a < 0) & (a > -(10.0 ** -precision)))
+
+
+def widths(m: np.ndarray, precision: int, unicode: bool = True,
+           whole: bool | None = None) -> list[int]:
+    """The width of each column of ``table(m, …)``: its longest entry, found without
+    writing every entry (the length of ``%.pf`` grows with |v|, so each column's
+    largest and smallest plain entries are the longest of their signs)."""
+    whole = integral(m) if whole is None else whole
+    if m.dtype == object or m.ndim != 2:
+        return [max(map(len, col), default=0) for col in zip(*table(m, precision, unicode, whole))]
+    a = np.asarray(m, dtype=np.float64)
+    digits = 0 if whole else precision
+    plain = _plain(a, digits)
+    out = [0] * a.shape[1]
+    if plain.any():
+        high = np.where(plain, a, -np.inf).max(axis=0).tolist()
+        low = np.where(plain, a, np.inf).min(axis=0).tolist()
+        out = [0 if math.isinf(h) else max(len(f"{h:.{digits}f}"), len(f"{lo:.{digits}f}"))
+               for h, lo in zip(high, low)]
+    # the others are few kinds: measured once a kind, and each odd negative on its own
+    rare = ~plain & ~np.isnan(a) & (a != 0) & np.isfinite(a)
+    for kind in (a == 0, np.isnan(a), a == np.inf, a == -np.inf):
+        cols = np.flatnonzero(kind.any(axis=0)).tolist()
+        if cols:
+            size = len(fixed(a[kind][0], precision, whole, unicode))
+            for j in cols:
+                out[j] = max(out[j], size)
+    for i, j in np.argwhere(rare).tolist():
+        out[j] = max(out[j], len(fixed(a[i, j], precision, whole, unicode)))
+    return out
+
+
+def aligned(m: np.ndarray, precision: int, sizes: list[int], unicode: bool = True,
+            whole: bool = False, sep: str = "  ", labels: list[str] | None = None,
+            label_width: int = 0) -> Iterator[str]:
+    """Each row of ``table(m, …)`` as one line: every entry right-aligned to its width in
+    ``sizes``, joined by ``sep``, after its label (``labels``, left-aligned to
+    ``label_width``) when given. A row of plain entries is written by one ``%``
+    operation (each number as ``fixed`` writes it), the rest entry by entry."""
+    labels = labels if labels is not None else [""] * m.shape[0]
+    lead = f"%-{label_width}s{sep}" if m.ndim == 2 and m.shape[1] else f"%-{label_width}s"
+    if m.dtype == object or m.ndim != 2:
+        for label, row in zip(labels, table(m, precision, unicode, whole)):
+            yield (lead % label + sep.join(t.rjust(w) for t, w in zip(row, sizes))).rstrip()
+        return
+    digits = 0 if whole else precision
+    pattern = lead + sep.join(f"%{w}.{digits}f" for w in sizes)
+    step = max(1, (1 << 16) // max(1, m.shape[1]))  # rows made into Python floats at once
+    for lo in range(0, m.shape[0], step):
+        a = np.asarray(m[lo:lo + step], dtype=np.float64)
+        simple = _plain(a, digits).all(axis=1).tolist()
+        for label, row, easy in zip(labels[lo:lo + step], a.tolist(), simple):
+            if easy and m.shape[1]:
+                yield pattern % (label, *row)
+            else:
+                yield (lead % label + sep.join(
+                    fixed(v, precision, whole, unicode).rjust(w) if v == 0 or not
+                    math.isfinite(v) or -(10.0 ** -digits) < v < 0 else
+                    f"{v:{w}.{digits}f}" for v, w in zip(row, sizes))).rstrip()
 
 
 def significant(v: float, digits: int = 6) -> str:

@@ -92,3 +92,41 @@ def test_a_table_is_each_entry_as_fixed_writes_it(precision: int, unicode: bool)
     a[1, :4] = [-0.00004, -0.00005, -0.000049999, 0.00005]
     want = [[numbers.fixed(v, precision, False, unicode) for v in row] for row in a.tolist()]
     assert numbers.table(a, precision, unicode) == want
+
+
+@pytest.mark.parametrize("precision", [0, 2, 4])
+@pytest.mark.parametrize("unicode", [True, False])
+@pytest.mark.parametrize("kind", ["mixed", "whole", "one column", "no plain entry"])
+def test_aligned_rows_are_the_table_entry_by_entry(precision: int, unicode: bool,
+                                                   kind: str) -> None:
+    """``widths`` and ``aligned`` (a row at a time, columns measured by their extremes)
+    write what ``fixed`` writes for each entry, padded to the longest in its column."""
+    import numpy as np
+
+    from mhacli import numbers
+
+    rng = np.random.default_rng(precision + 10 * unicode)
+    a = rng.standard_normal((25, 12)) * 10.0 ** rng.integers(-8, 6, (25, 12))
+    a[0, :5] = [0, -0.0, np.inf, -np.inf, np.nan]
+    a[1, :4] = [-0.00004, -0.00005, -0.000049999, 0.00005]
+    a[2, :3] = [9.99995, -9.99995, 0.5]  # at a rounding edge, width and all
+    if kind == "whole":
+        a = np.round(a * 1000)
+        a[3, 3] = -np.inf
+    elif kind == "one column":
+        a = a[:, :1]
+    elif kind == "no plain entry":
+        a = np.array([[0.0, -np.inf], [np.nan, -1e-9]])
+    whole = numbers.integral(a)
+    texts = numbers.table(a, precision, unicode, whole)
+    want_sizes = [max(len(t) for t in col) for col in zip(*texts)]
+    assert numbers.widths(a, precision, unicode, whole) == want_sizes
+    want = ["  " + "  ".join(t.rjust(w) for t, w in zip(row, want_sizes)) for row in texts]
+    assert list(numbers.aligned(a, precision, want_sizes, unicode, whole)) == want
+    wider = [w + 3 for w in want_sizes]  # a header wider than the numbers
+    assert list(numbers.aligned(a, precision, wider, unicode, whole)) == \
+        ["  " + "  ".join(t.rjust(w) for t, w in zip(row, wider)) for row in texts]
+    labels = [f"token {i}" for i in range(len(a))]  # labels left-aligned before each row
+    assert list(numbers.aligned(a, precision, want_sizes, unicode, whole, " | ", labels, 9)) \
+        == [f"{label:<9} | " + " | ".join(t.rjust(w) for t, w in zip(row, want_sizes))
+            for label, row in zip(labels, texts)]

@@ -779,9 +779,9 @@ def generate(
             raise MhaError("--answers fills the answers in and --blank leaves them empty: "
                            "choose one")
         if seed is None:  # record the seed drawn, so that the file can be made again
-            import secrets
+            from ..io.choose import new_seed
 
-            seed = secrets.randbelow(1_000_000)
+            seed = new_seed()
         prob = gen.random_problem(
             seed=seed, tokens=gen.parse_tokens(tokens) if tokens is not None else None,
             d_model=d_model, heads=heads,

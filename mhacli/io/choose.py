@@ -47,7 +47,7 @@ def problem_from(*, file: str | None = None, sample: str | None = None,
                            "or --random/--tokens N/--seed (random token vectors), not with "
                            "--sample, --ints or --d-model")
         if file is None and seed is None:
-            seed = _new_seed()
+            seed = new_seed()
         prob = load_checkpoint(checkpoint, layer, file=file, stdin=stdin,
                                layout=layout or "rows", heads=heads,
                                tokens=token_spec if file is None else None, seed=seed)
@@ -57,7 +57,7 @@ def problem_from(*, file: str | None = None, sample: str | None = None,
         raise MhaError("--layer picks a layer of --checkpoint: give --checkpoint too")
     elif generating:
         if seed is None:  # drawn here, so that messages can say how to see it again
-            seed = _new_seed()
+            seed = new_seed()
         gen = _generate()
         prob = gen.random_problem(seed=seed, tokens=token_spec, d_model=d_model, heads=heads,
                                   ints=gen.parse_ints(ints) if ints is not None else None,
@@ -85,10 +85,12 @@ def _generate():  # type: ignore[no-untyped-def]
     return generate
 
 
-def _new_seed() -> int:
-    import secrets
+def new_seed() -> int:
+    """A seed for a problem made at random, from the system's randomness (os.urandom,
+    as the secrets module draws it, without its import): 0 … 999 999."""
+    import os
 
-    return secrets.randbelow(1_000_000)
+    return int.from_bytes(os.urandom(8), "big") % 1_000_000
 
 
 def variant_settings(window: int | None = None, key_padding: str | None = None,

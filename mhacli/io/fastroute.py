@@ -11,8 +11,8 @@ line; the caller reads the whole text again if the shortened text does not parse
 
 from __future__ import annotations
 
+import os
 import re
-import secrets
 
 import numpy as np
 
@@ -69,7 +69,7 @@ _COMMENT = re.compile(rb"#[^\n]*")
 def take_matrices(text: str, fmt: str) -> tuple[str, dict[str, np.ndarray]]:
     """The text with its large numeric matrices taken out, and the matrices by the
     placeholder that stands in for each."""
-    tag = f"mha-array-{secrets.token_hex(6)}-"
+    tag = f"mha-array-{os.urandom(6).hex()}-"
     arrays: dict[str, np.ndarray] = {}
 
     def take(match: re.Match) -> str:

@@ -6,6 +6,7 @@ No terminal library here; numbers are written by ``mhacli.numbers``.
 from __future__ import annotations
 
 import io
+import itertools
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
@@ -26,7 +27,7 @@ def explain_plain(vs: list[View], precision: int, width: int | None = None,
     return "\n\n".join(plain_blocks(vs, precision, width, view)) + ("\n\n" if view else "\n")
 
 
-def plain_blocks(vs: list[View], precision: int, width: int | None = None,
+def plain_blocks(vs: Iterable[View], precision: int, width: int | None = None,
                  view: bool = False) -> Iterator[str]:
     """Every view as aligned plain text, a block at a time (so that a caller can write
     each as it is made): a title line, a header and labelled rows.
@@ -35,50 +36,54 @@ def plain_blocks(vs: list[View], precision: int, width: int | None = None,
     own header, so that no line is longer and no number is left out. ``view=True`` writes
     the rich view as it looks without a terminal (no colour, no boxes: the same text
     Rich would print, made without it): titles without "#", −∞ and ∞ as symbols.
+    Each column's width is found first (``numbers.widths``), then the rows are written
+    a row at a time, so that a matrix of any size is never held whole as text.
     """
     from .views import column_blocks, shape_text
 
     # a stage that is the one before it (masked with nothing masked is scaled, the same
-    # memory) is written out once: texts kept by the memory they show, for two stages,
+    # memory) is written out once: the rows kept by the memory they show, for two stages,
     # with the matrix itself (alive, its memory cannot be another's meanwhile)
-    current: dict[tuple[Any, ...], tuple[np.ndarray, list[list[str]]]] = {}
-    before: dict[tuple[Any, ...], tuple[np.ndarray, list[list[str]]]] = {}
+    current: dict[tuple[Any, ...], tuple[np.ndarray, list[str]]] = {}
+    before: dict[tuple[Any, ...], tuple[np.ndarray, list[str]]] = {}
     stage = None
     for v in vs:
         m = v.matrix
         if v.stage != stage:
             stage, before, current = v.stage, current, {}
-        where = (m.__array_interface__["data"][0], m.shape, m.strides, m.dtype.str)
         whole = numbers.integral(m)
-        if m.size <= _AT_ONCE:
-            kept = before.get(where) or current.get(where)
-            body = kept[1] if kept else numbers.table(m, precision, unicode=view, whole=whole)
-            current[where] = (m, body)
-            widths = [max(map(len, v.rows), default=0)] + \
-                [max(map(len, column)) for column in zip(v.cols, *body)]
-        else:  # too many to hold as text: measured, then written, a part at a time
-            body = None
-            widths = [max(map(len, v.rows), default=0)] + [len(c) for c in v.cols]
-            step = max(1, _AT_ONCE // m.shape[1])
-            for lo in range(0, m.shape[0], step):
-                part = numbers.table(m[lo:lo + step], precision, view, whole)
-                widths[1:] = [max(w, *map(len, col)) for w, col in zip(widths[1:], zip(*part))]
-        blocks = column_blocks(widths[1:], widths[0], width, gap=2) if width else \
-            [range(len(v.cols))]
+        sizes = numbers.widths(m, precision, view, whole)
+        label = max(map(len, v.rows), default=0)
+        widths = [max(w, len(c)) for w, c in zip(sizes, v.cols)]
+        blocks = column_blocks(widths, label, width, gap=2) if width else [range(len(v.cols))]
         for block in blocks:
             title = (f"{v.title}  {v.formula}" if view else f"# {v.title}: {v.formula}") + \
                 f"  ({shape_text(m)})"
             if len(blocks) > 1:
                 title += f"  columns {block.start + 1}{'–' if view else '-'}{block.stop} " \
                     f"of {len(v.cols)}"
-            # one format a block: the label left, each number right in its column
-            row = "  ".join([f"{{:<{widths[0]}}}"] +
-                            [f"{{:>{widths[j + 1]}}}" for j in block])
-            part = [r[block.start:block.stop] for r in body] if body is not None else \
-                numbers.table(m[:, block.start:block.stop], precision, view, whole)
-            lines = [title, row.format("", *v.cols[block.start:block.stop]).rstrip()]
-            lines += [row.format(label, *r).rstrip() for label, r in zip(v.rows, part)]
-            yield "\n".join(lines)
+            header = "  ".join([" " * label] + [c.rjust(w) for c, w in
+                                                zip(v.cols[block.start:block.stop],
+                                                    widths[block.start:block.stop])])
+            where = (m.__array_interface__["data"][0], m.shape, m.strides, m.dtype.str,
+                     block.start, block.stop, tuple(widths), label)
+            kept = before.get(where) or current.get(where)
+            if kept is None and m.size <= _AT_ONCE:
+                kept = (m, _rows(v, m, block, widths, label, precision, view, whole))
+            if kept is not None:
+                current[where] = kept
+                body: Iterable[str] = kept[1]
+            else:  # too many to hold as text: written as made
+                body = _rows(v, m, block, widths, label, precision, view, whole, lazy=True)
+            yield "\n".join(itertools.chain([title, header.rstrip()], body))
+
+
+def _rows(v: View, m: np.ndarray, block: range, widths: list[int], label: int,
+          precision: int, view: bool, whole: bool, lazy: bool = False) -> Any:
+    """The labelled rows of one column block (a list, or made as read with ``lazy``)."""
+    made = numbers.aligned(m[:, block.start:block.stop], precision,
+                           widths[block.start:block.stop], view, whole, "  ", v.rows, label)
+    return made if lazy else list(made)
 
 
 _AT_ONCE = 1 << 18  # numbers of a matrix formatted at once: a larger one is done in parts
