@@ -130,3 +130,31 @@ def test_aligned_rows_are_the_table_entry_by_entry(precision: int, unicode: bool
     assert list(numbers.aligned(a, precision, want_sizes, unicode, whole, " | ", labels, 9)) \
         == [f"{label:<9} | " + " | ".join(t.rjust(w) for t, w in zip(row, want_sizes))
             for label, row in zip(labels, texts)]
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_json_numbers_read_back_as_the_same_floats(dtype: str) -> None:
+    """The JSON writer of explain and run: every finite number reads back (stdlib json)
+    as exactly the float64 it is, −∞ and NaN as null, spaced as json.dumps spaces lists."""
+    import json
+
+    import numpy as np
+
+    from mhacli.present.text import json_array
+
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((40, 30)) * 10.0 ** rng.integers(-300, 300, (40, 30))
+    a[0, :10] = [0.0, -0.0, 1e-5, 5e-324, 2.2250738585072014e-308, 1.7976931348623157e308,
+                 0.1, 1e16, 123456789.0, -1e-7]
+    with np.errstate(over="ignore"):
+        a = a.astype(dtype)  # float32: the extremes become 0 or ∞
+    a[1, :3] = [np.nan, -np.inf, np.inf]
+    text = json_array(a)
+    back = json.loads(text)
+    finite = np.isfinite(a)
+    assert all(back[i][j] is None for i, j in zip(*np.nonzero(~finite)))
+    got = np.array([[0.0 if v is None else v for v in row] for row in back])
+    np.testing.assert_array_equal(got[finite], a[finite].astype(np.float64))
+    assert np.array_equal(np.signbit(got[finite]), np.signbit(a[finite]))  # −0 stays −0
+    small = np.array([[1.5, -2.0], [np.nan, 0.25]], dtype=dtype)
+    assert json_array(small) == json.dumps([[1.5, -2.0], [None, 0.25]])

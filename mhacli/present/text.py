@@ -89,13 +89,19 @@ def _rows(v: View, m: np.ndarray, block: range, widths: list[int], label: int,
 _AT_ONCE = 1 << 18  # numbers of a matrix formatted at once: a larger one is done in parts
 
 
-def _jsonable(a: np.ndarray) -> Any:
-    """Nested lists; −∞ and NaN become null (JSON has no such numbers)."""
-    if a.dtype.kind == "f" and not np.isfinite(a).all():
-        obj = a.astype(object)
-        obj[~np.isfinite(a)] = None
-        return obj.tolist()
-    return a.tolist()
+def json_array(a: np.ndarray) -> str:
+    """An array as JSON nested lists, each float the shortest text that reads back as
+    the same float64 (a float32 as the float64 it equals); −∞ and NaN become null (JSON
+    has no such numbers). Written by orjson: about twenty times as fast as the json
+    module, whose lists of Python floats were most of explain's time in JSON."""
+    import orjson
+
+    if a.dtype.kind != "f":
+        text = orjson.dumps(a.tolist())
+    else:
+        text = orjson.dumps(np.ascontiguousarray(a, dtype=np.float64),
+                            option=orjson.OPT_SERIALIZE_NUMPY)
+    return text.decode().replace(",", ", ")  # spaced as the rest of the document
 
 
 def config_dict(c: Config, rows: list[str], cols: list[str], layout: str = "rows"
@@ -141,10 +147,10 @@ def json_pieces(tr: Trace, rows: list[str], cols: list[str],
 
     def matrix(a: np.ndarray) -> Iterator[str]:
         """One matrix as nested lists, a few thousand numbers at a time."""
-        step = max(1, 4096 // max(1, a.shape[1]))
+        step = max(1, (1 << 16) // max(1, a.shape[1]))
         yield "["
         for lo in range(0, a.shape[0], step):
-            yield (", " if lo else "") + dump(_jsonable(np.asarray(a[lo:lo + step])))[1:-1]
+            yield (", " if lo else "") + json_array(np.asarray(a[lo:lo + step]))[1:-1]
         yield "]"
 
     def heads(a: np.ndarray) -> list[int]:
@@ -220,10 +226,8 @@ def write_output(out: np.ndarray, fmt: str, precision: int | None = None) -> byt
         return buf.getvalue()
     if fmt == "json":
         data = out if precision is None else np.round(out.astype(np.float64), precision)
-        doc = {"output": _jsonable(data), "shape": list(out.shape)}
-        import json
-
-        return (json.dumps(doc, allow_nan=False) + "\n").encode()
+        return f'{{"output": {json_array(data)}, "shape": [{out.shape[0]}, {out.shape[1]}]}}\n' \
+            .encode()
     rows = _row_texts(out, precision)
     if fmt == "yaml":
         lines = ["output:"] + ["  - [" + ", ".join(numbers.yaml_float(t) for t in r) + "]"
