@@ -65,7 +65,7 @@ class Work:
         return self.p.exact_scale if self.exact else self.c.scale
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # one of a kind: compared by identity
 class Stage:
     """One stage of the computation, and everything that shows it."""
 

@@ -88,7 +88,7 @@ class Config:
         return self.cross or self.direct
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)  # arrays: no == or repr of its own
 class Prepared:
     """Validated inputs in the row layout, read-only, in the working dtype."""
 

@@ -36,7 +36,7 @@ KNOWN_KEYS = ("tokens", "kv_tokens", "heads", "mask", "layout", "answers") + SET
 EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # its arrays have no == of one truth value
 class Problem:
     """A validated problem: ``attention(**problem.inputs)``.
 
