@@ -18,10 +18,12 @@ They work on float arrays and, before the softmax, on object arrays of Fractions
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import numpy.typing as npt
+
+if TYPE_CHECKING:  # annotations only: numpy.typing costs a millisecond of start-up
+    import numpy.typing as npt
 
 Array = np.ndarray  # of floats (or of Fractions, for exact arithmetic)
 

@@ -12,10 +12,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
-import numpy.typing as npt
+
+if TYPE_CHECKING:  # annotations only: numpy.typing costs a millisecond of start-up
+    import numpy.typing as npt
 
 from ..errors import MhaError, key_text, shown
 from ..numbers import out_of_range

@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import re
 import sys
-import unicodedata
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -179,6 +178,10 @@ def _labels(value: Any, name: str, count: int, what: str) -> tuple[str, ...] | N
 def _unprintable(ch: str) -> bool:
     """A character that would act on a terminal or a page rather than show: controls,
     line and paragraph separators, direction overrides (U+202E), lone surrogates."""
+    if " " <= ch <= "~":  # printable ASCII: no need of the Unicode tables
+        return False
+    import unicodedata
+
     category = unicodedata.category(ch)
     return category in ("Cc", "Cs", "Zl", "Zp") or category == "Cf" and \
         ch not in "\u200c\u200d"  # joiners, as emoji and some scripts need
