@@ -234,3 +234,48 @@ def test_the_fast_path_gives_the_same_bits_on_any_number_of_threads(
         results.append(mhacli.attention(**p))
     assert all(np.array_equal(results[0], r) for r in results[1:])
     np.testing.assert_allclose(results[0], mhacli.trace(**p)["output"], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("size", ["small", "near the bound", "large"])
+@pytest.mark.parametrize("mask", [None, "causal", "window", "alibi"])
+@pytest.mark.parametrize("values", ["plain", "huge", "tiny"])
+def test_the_fast_softmax_needs_no_shift_only_when_the_scores_are_bounded(
+        dtype: str, size: str, mask: str | None, values: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast path skips the row maximum when |q_i|·max|k_j| ≤ exp_limit and V is in
+    the middle of the float's range (and no variant shifts or blocks scores): its output
+    agrees with the traced path and the plain-loop reference whether or not it did, and
+    it does so exactly when those hold."""
+    from mhacli.engine import ops, paths
+
+    taken: list[bool] = []
+    shifted = ops.exp_shifted
+
+    def spy(z, sink=None, bounded=False):  # type: ignore[no-untyped-def]
+        taken.append(bounded)
+        return shifted(z, sink, bounded)
+
+    monkeypatch.setattr(ops, "exp_shifted", spy)
+    rng = np.random.default_rng(3)
+    n, d, heads = 9, 4, 2
+    limit = ops.exp_limit(np.dtype(dtype))
+    x = rng.standard_normal((n, d))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)  # rows of length 1
+    eye = np.eye(d)
+    # scores q·k / √2 with |q| = |k| = a: the bound is a²/√2 for every head
+    a = {"small": 1.0, "near the bound": np.sqrt(0.98 * limit * np.sqrt(2)),
+         "large": np.sqrt(3 * limit * np.sqrt(2))}[size]
+    # V where e^L·V would overflow, or e^−L·V lose its digits (the traced path's are fine)
+    v = {"plain": 1.0, "huge": 1e250 if dtype == "float64" else 1e33,
+         "tiny": 1e-250 if dtype == "float64" else 1e-25}[values]
+    kw: dict = dict(x=x, w_q=a * eye, w_k=a * eye, w_v=v * eye, heads=heads, dtype=dtype)
+    kw.update({"causal": {"mask": "causal"}, "window": {"window": 3},
+               "alibi": {"alibi": True}}.get(mask or "", {}))
+    out = paths.attention(**kw)
+    want_taken = a * a / np.sqrt(2) <= limit and mask in (None, "causal") and values == "plain"
+    assert taken and set(taken) == {want_taken}
+    tr = mhacli.trace(**kw)["output"]  # compared in units of V (entries may cancel)
+    close(out / v, tr / v, rel=1e-12 if dtype == "float64" else 1e-5)
+    if dtype == "float64":
+        close(out / v, np.array(reference(**kw)["output"]) / v, rel=1e-9)

@@ -80,7 +80,8 @@ def mask_scores(z: Array, allowed: npt.NDArray[np.bool_] | None) -> Array:
     return np.where(allowed, z, -np.inf).astype(z.dtype, copy=False)  # (H, n, m)
 
 
-def exp_shifted(z: Array, sink: Array | None = None) -> tuple[Array, Array, Array]:
+def exp_shifted(z: Array, sink: Array | None = None, bounded: bool = False
+                ) -> tuple[Array, Array, Array]:
     """The heart of the softmax, in place: z becomes exp(z − row max).
 
     Returns (row max, row sum of the exponentials, dead rows). Subtracting the row
@@ -88,7 +89,17 @@ def exp_shifted(z: Array, sink: Array | None = None) -> tuple[Array, Array, Arra
     entry −∞: all keys blocked) gets exp = 0 and sum = 0. ``sink`` (broadcast against
     the row maxima, (…, 1, 1) per head) is one more logit in each row: in the maximum
     and the sum, while its own exp is not kept.
+
+    ``bounded``: the caller knows every |z| ≤ ``exp_limit(dtype)``, no row dead, and
+    what the exponentials will multiply in ``mid_range``. The
+    softmax is the same whatever each row is shifted by, and these exponentials and
+    their sums stay in the normal range unshifted, so the maximum's two passes are
+    skipped and 0 is returned as the shift (for the fast path, which needs only sums).
     """
+    if bounded:
+        np.exp(z, out=z)
+        total = z.sum(axis=-1, keepdims=True)  # (…, rows, 1)
+        return np.zeros_like(total), total, np.zeros(total.shape, dtype=bool)
     row_max = z.max(axis=-1, keepdims=True)  # (…, rows, 1)
     dead = np.isneginf(row_max)  # every key blocked (a sink still gets its logit)
     if sink is not None:
@@ -103,6 +114,30 @@ def exp_shifted(z: Array, sink: Array | None = None) -> tuple[Array, Array, Arra
     if sink is not None:
         total += np.exp(sink - row_max)
     return row_max, total, dead
+
+
+def exp_limit(dtype: Any) -> float:
+    """A bound L on |score| under which the softmax needs no shift: exp(±L) spans a
+    quarter of the float's exponent range (float32: L ≈ 22, float64: L ≈ 177)."""
+    return float(np.log(np.finfo(dtype).max)) / 4
+
+
+def mid_range(a: Array, limit: float) -> Array:
+    """Per head (the first axis): is every nonzero |a| within [tiny·e^(2L), max·e^(−2L)]
+    for L = ``limit``? Then its products with unshifted exponentials (e^M times what the
+    shifted softmax multiplies, |M| ≤ L) and their sums over up to e^L keys stay in the
+    normal range, as the shifted ones do."""
+    info = np.finfo(a.dtype)
+    size = np.abs(a).reshape(len(a), -1)  # (heads, numbers)
+    low = float(info.tiny) * np.exp(2 * limit)
+    high = float(info.max) * np.exp(-2 * limit)
+    nonzero = np.where(size > 0, size, high)
+    return (size.max(axis=1, initial=0) <= high) & (nonzero.min(axis=1, initial=high) >= low)
+
+
+def norms(a: Array) -> Array:
+    """The length of each row of each head: (…, rows, d) -> (…, rows)."""
+    return np.sqrt(np.einsum("...i,...i->...", a, a))
 
 
 def normalise(a: Array, row_sum: Array, dead: Array, masked_row: str = "zero") -> Array:

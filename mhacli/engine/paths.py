@@ -223,6 +223,18 @@ def _attend(p: Prepared, q: Array, k: Array, v: Array, progress: Progress | None
     upper = np.triu(np.ones((block, block), dtype=bool), k=1) if only_causal else None
     sinks = None if p.sinks is None else p.sinks.astype(q.dtype)
     width = min(c.m, span + block)
+    # When |q_i|·max_j |k_j| (Cauchy–Schwarz: at least every |score|) is small enough
+    # that exp cannot overflow or lose digits, nor its products with V, a block's
+    # softmax needs no row maximum (plain scores only: no variant shifts them, no row
+    # is dead). The same bits whatever the threads: the choice is made per head and block.
+    q_norm = k_norm = None
+    if c.softcap is None and p.slopes is None and p.bias is None and sinks is None and \
+            (not c.blocks or only_causal):
+        limit = ops.exp_limit(q.dtype)
+        with np.errstate(over="ignore", invalid="ignore"):  # too large: no shortcut
+            q_norm = ops.norms(q_h)  # (H, n)
+            k_norm = ops.norms(k_t.swapaxes(-1, -2)).max(axis=-1, initial=0)  # (G,)
+            k_norm[~ops.mid_range(v_h, limit)] = np.inf  # V too large or small for it
 
     def rows(lo: int, buf: Array) -> None:
         """Every head's output for the query rows lo … lo + block − 1."""
@@ -236,7 +248,9 @@ def _attend(p: Prepared, q: Array, k: Array, v: Array, progress: Progress | None
             ops.alibi(np.ones(1, dtype=q.dtype), np.arange(lo, hi), np.arange(k0, k1))[0]
         for h in range(c.heads):
             g = c.kv_of(h)
-            z = buf[:hi - lo, :k1 - k0]  # (b, keys)
+            # (b, keys), contiguous: the buffer's first b·keys numbers (a slice of its
+            # columns would make every ufunc loop row by row over short rows)
+            z = buf[:(hi - lo) * (k1 - k0)].reshape(hi - lo, k1 - k0)
             np.matmul(q_h[h, lo:hi], k_t[g, :, k0:k1], out=z)
             if c.softcap is not None:
                 ops.softcap(z, c.softcap, out=z)
@@ -249,7 +263,9 @@ def _attend(p: Prepared, q: Array, k: Array, v: Array, progress: Progress | None
                     np.copyto(z[:, lo:k1], -np.inf, where=upper[:hi - lo, :k1 - lo])
             elif blocked is not None:
                 np.copyto(z, -np.inf, where=blocked)
-            _, total, dead = ops.exp_shifted(z, None if sinks is None else sinks[h])
+            bounded = q_norm is not None and \
+                bool(q_norm[h, lo:hi].max() * k_norm[g] <= limit)  # NaN, ∞: not bounded
+            _, total, dead = ops.exp_shifted(z, None if sinks is None else sinks[h], bounded)
             o = out[lo:hi, h * c.d_v:(h + 1) * c.d_v]  # (b, d_v), head h's columns
             np.matmul(z, v_h[g, k0:k1], out=o)
             ops.normalise(o, total, dead, c.masked_row)
@@ -259,7 +275,7 @@ def _attend(p: Prepared, q: Array, k: Array, v: Array, progress: Progress | None
     if causal and workers > 1:  # the costliest blocks (the most keys) first: no core is
         starts.reverse()       # left with a long one at the end while the others wait
     if workers <= 1:
-        buf = np.empty((block, width), dtype=q.dtype)  # reused by every block
+        buf = np.empty(block * width, dtype=q.dtype)  # reused by every block
         for lo in starts:
             rows(lo, buf)
             if progress is not None:
@@ -273,7 +289,7 @@ def _attend(p: Prepared, q: Array, k: Array, v: Array, progress: Progress | None
 
     def job(lo: int) -> int:
         if not hasattr(local, "buf"):
-            local.buf = np.empty((block, width), dtype=q.dtype)
+            local.buf = np.empty(block * width, dtype=q.dtype)
         with np.errstate(over="ignore", invalid="ignore"):  # per thread, as the caller's
             rows(lo, local.buf)
         return min(lo + block, c.n) - lo  # query rows done
