@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .engine import STAGES, Config, Trace, attention, trace
+from .engine import Config, Trace, attention, trace
 from .errors import MaskedRowWarning, MhaError
 from .io.problem import Problem, load
 
@@ -49,6 +49,14 @@ def check(submission: str | Path, key: str | Path | None = None, *, tolerance: f
 
     Report.html = _report_html
     return grade(submission, key, tolerance=tolerance, partial=partial, stages=stages)
+
+def __getattr__(name: str) -> Any:
+    if name == "STAGES":  # the stage table, imported when first asked for
+        from .engine import STAGES
+
+        return STAGES
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "STAGES", "Config", "MaskedRowWarning", "MhaError", "Problem", "Trace",

@@ -19,7 +19,8 @@ import numpy as np
 from ..errors import MhaError
 from . import ops
 from .paths import Trace, _check_finite, _warn_dead, traced
-from .stages import Work, present
+from .stages import present
+from .work import Work
 from .validate import Prepared
 
 Array = np.ndarray

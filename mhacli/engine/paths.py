@@ -20,7 +20,9 @@ import numpy as np
 from ..errors import MaskedRowWarning, MhaError, key_text
 from ..numbers import out_of_range
 from . import ops
-from .stages import ALIASES, BY_NAME, STAGES, Work, canonical, present
+# the stage table (stages.py, with its formulas and gradients) is imported where it is
+# used: the fast path needs none of it, and `mha run` starts sooner without it
+from .work import Work
 from .validate import Config, Prepared, check_progress, prepare
 
 Array = np.ndarray
@@ -62,12 +64,16 @@ class Trace:
                                                    ("sum", "row_sum")) if old in parts}
 
     def __getitem__(self, name: str) -> Array:
+        from .stages import canonical
+
         key = canonical(name)
         if key not in self.stages:
             raise MhaError(f"this problem has no {key} stage (it has {', '.join(self.stages)})")
         return self.stages[key]
 
     def __getattr__(self, name: str) -> Array:
+        from .stages import ALIASES
+
         stages = self.__dict__.get("stages", {})
         key = ALIASES.get(name, name)
         if key in stages:
@@ -75,6 +81,8 @@ class Trace:
         raise AttributeError(name)
 
     def __contains__(self, name: object) -> bool:
+        from .stages import ALIASES
+
         return isinstance(name, str) and ALIASES.get(name, name) in self.stages
 
     def __iter__(self) -> Iterator[str]:
@@ -87,6 +95,8 @@ class Trace:
         return self.stages.keys()
 
     def __repr__(self) -> str:
+        from .stages import BY_NAME
+
         c = self.config
         lines = [f"Trace: {c.n} queries, {c.m} keys, {c.heads} head(s) of d_k={c.d_k}, "
                  f"d_v={c.d_v}; scale {c.scale_rule} (s={c.scale:.6g}), mask {c.mask}, "
@@ -104,6 +114,8 @@ def _run(p: Prepared, given: dict[str, Array] | None = None, exact: bool = False
     """The stages of the table in order (up to ``until``); a stage found in ``given``
     replaces the computed one, so that later stages follow from someone's own numbers.
     ``exact``: Fractions, as far as the arithmetic stays rational."""
+    from .stages import STAGES, present
+
     work = Work(p, exact)
     stopped = False  # exact arithmetic has met an irrational stage of the forward pass
     for s in present(p.config):
@@ -156,7 +168,7 @@ def _check_finite(p: Prepared, name: str, a: Array, head: int = 0) -> None:
     gradient = name.startswith("d_")  # made from weights that may underflow, as they do
     bad = out_of_range(a) & ~np.isneginf(a) if name == "masked" else \
         ~np.isfinite(a) if name == "weights" or gradient else out_of_range(a)
-    if p.config.masked_row == "nan" and p.dead_rows and name in _AFTER_SOFTMAX:
+    if p.config.masked_row == "nan" and p.dead_rows and name in _after_softmax():
         if gradient:  # NaN rows reach the gradients everywhere: refuse only an overflow
             bad = np.isinf(a)
         else:
@@ -175,7 +187,10 @@ def _check_finite(p: Prepared, name: str, a: Array, head: int = 0) -> None:
                        f"{'' if dtype == 'float64' else ', or use float64'})")
 
 
-_AFTER_SOFTMAX = frozenset(STAGES[STAGES.index("weights"):])
+def _after_softmax() -> frozenset[str]:
+    from .stages import STAGES
+
+    return frozenset(STAGES[STAGES.index("weights"):])
 
 
 def _warn_dead(p: Prepared) -> None:
@@ -360,8 +375,7 @@ def fast(p: Prepared, progress: Progress | None = None) -> Array:
                 work.stages["x_kv_pos"] = p.x_kv + p.pe_kv  # type: ignore[operator]
         q, k, v = work.projections()
         work.stages["concat"] = _attend(p, q, k, v, progress)
-        out = BY_NAME["output"].compute(work)  # (n, d_out)
-    assert out is not None
+        out = work.output()  # (n, d_out)
     _check_finite(p, "output", out)  # an overflow anywhere shows here as inf or NaN
     return out
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import MhaError
 from . import ops
+from .work import Work
 from .writing import Entry, Formula, sub
 
 if TYPE_CHECKING:
@@ -25,44 +26,6 @@ if TYPE_CHECKING:
 
 Array = np.ndarray
 QUERY, KEY, NUMBERED = "query", "key", ""  # whose labels a side of a matrix takes
-
-
-class Work:
-    """The stages computed so far, as the next stage's function sees them."""
-
-    def __init__(self, p: Prepared, exact: bool) -> None:
-        self.p = p
-        self.c = p.config
-        self.exact = exact
-        self.stages: dict[str, Array] = {}
-        self.parts: dict[str, dict[str, Array]] = {}  # a stage's parts (the softmax's)
-        self.chain = ""  # the latest stage of the score chain (scores, scaled, …)
-        self._qkv: tuple[Array, Array, Array] | None = None
-
-    def __getitem__(self, name: str) -> Array:
-        return self.stages[name]
-
-    @property
-    def scores(self) -> Array:
-        """The score matrix as far as it has come: scaled, softcapped, biased …"""
-        return self.stages[self.chain]
-
-    def projections(self) -> tuple[Array, Array, Array]:
-        """Q, K and V: projected from x (and x_kv) as computed or given, or given."""
-        if self._qkv is None:
-            p = self.p
-            if self.c.direct:
-                self._qkv = (p.q, p.k, p.v)  # type: ignore[assignment]
-            else:
-                x = self.stages.get("x_pos", self.stages["x"])  # with positions added
-                x_kv = self.stages.get("x_kv_pos", self.stages.get("x_kv"))
-                self._qkv = ops.projections(x, x_kv, p.w_q, p.w_k, p.w_v, p.b_q, p.b_k, p.b_v)
-        return self._qkv
-
-    @property
-    def divisor(self) -> Any:
-        """s: a float, a Fraction in exact arithmetic, or None when s is irrational there."""
-        return self.p.exact_scale if self.exact else self.c.scale
 
 
 @dataclass(frozen=True, eq=False)  # one of a kind: compared by identity
@@ -306,13 +269,6 @@ def _cell_output(e: Entry) -> list[str]:
 # --------------------------------------------------------------------------- compute
 
 
-def _output(w: Work) -> Array:
-    p, concat = w.p, w["concat"]
-    if p.w_o is None:
-        return concat + p.b_o if p.b_o is not None else concat
-    return ops.project(concat, p.w_o, p.b_o)  # (n, d_out)
-
-
 def _scaled(w: Work) -> Array | None:
     s = w.divisor
     return None if s is None else ops.divide(w.scores, s)  # (H, n, m)
@@ -550,7 +506,7 @@ FORWARD: tuple[Stage, ...] = (
           latex=_tex("C", r"[O_1 \mid \dots \mid O_H]", r"[O_1; \dots; O_H]"),
           cell=_cell_concat),
     Stage("output", "n × d_out", lambda c: (c.n, c.d_out), QUERY, NUMBERED,
-          compute=_output,
+          compute=Work.output,
           formula=lambda f: f.proj("W_O", "concat", "b_o") if f.c.has_w_o
           else "concat" + f.bias("b_o") + " (no w_o)",
           latex=_output_tex, cell=_cell_output),

@@ -20,7 +20,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from .. import numbers
-from ..engine import Config, Prepared, canonical, prepare
+from ..engine import Config, Prepared, prepare
 from ..engine.validate import MATRICES, PER_HEAD_MATRICES, VECTORS, mask_matrix, positive_heads
 from ..errors import MhaError, key_text, shown
 from . import torchstate
@@ -335,6 +335,8 @@ def _answers(value: Any, layout: str) -> dict[str, Any]:
     """Answers by canonical stage name, each an array of claims in the row layout."""
     if value is None:
         return {}
+    from ..engine import canonical  # the stage table, only when there are answers
+
     if not isinstance(value, dict):
         raise MhaError("answers must be a mapping of stage name -> matrix", key="answers")
     out: dict[str, Any] = {}

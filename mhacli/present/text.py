@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 import numpy as np
 
 from .. import numbers
-from ..engine import BY_NAME, Config, Trace
+from ..engine import Config, Trace
 
 if TYPE_CHECKING:
     from .views import View
@@ -138,6 +138,8 @@ def json_pieces(tr: Trace, rows: list[str], cols: list[str],
     with ``cell``, a "cell" object holds one entry's arithmetic.
     """
     import json
+
+    from ..engine import BY_NAME
 
     chosen = set(stages) if stages else set(tr.stages)
     c = tr.config
