@@ -158,3 +158,22 @@ def test_json_numbers_read_back_as_the_same_floats(dtype: str) -> None:
     assert np.array_equal(np.signbit(got[finite]), np.signbit(a[finite]))  # −0 stays −0
     small = np.array([[1.5, -2.0], [np.nan, 0.25]], dtype=dtype)
     assert json_array(small) == json.dumps([[1.5, -2.0], [None, 0.25]])
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_in_range_says_whether_out_of_range_holds_anywhere(dtype: str) -> None:
+    """The quick check (sizes, no mask) agrees with the entry-by-entry mask."""
+    import numpy as np
+
+    from mhacli import numbers
+
+    info = np.finfo(dtype)
+    rng = np.random.default_rng(1)
+    odd = [0.0, -0.0, np.inf, -np.inf, np.nan, info.tiny / 4, -info.tiny / 2, info.tiny,
+           info.max, -info.max]
+    for trial in range(200):
+        a = rng.standard_normal(rng.integers(0, 30)).astype(dtype)
+        for _ in range(rng.integers(0, 3)):
+            if a.size:
+                a[rng.integers(a.size)] = odd[rng.integers(len(odd))]
+        assert numbers.in_range(a) == (not numbers.out_of_range(a).any()), a

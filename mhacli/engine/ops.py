@@ -128,11 +128,17 @@ def mid_range(a: Array, limit: float) -> Array:
     shifted softmax multiplies, |M| ≤ L) and their sums over up to e^L keys stay in the
     normal range, as the shifted ones do."""
     info = np.finfo(a.dtype)
-    size = np.abs(a).reshape(len(a), -1)  # (heads, numbers)
     low = float(info.tiny) * np.exp(2 * limit)
     high = float(info.max) * np.exp(-2 * limit)
-    nonzero = np.where(size > 0, size, high)
-    return (size.max(axis=1, initial=0) <= high) & (nonzero.min(axis=1, initial=high) >= low)
+    rest = tuple(range(1, a.ndim))
+    if a.size == 0:
+        return np.ones(len(a), dtype=bool)
+    fits = np.maximum(a.max(axis=rest), -a.min(axis=rest)) <= high  # (heads,); NaN: no
+    size = np.abs(a)
+    small = size.min(axis=rest)
+    if (small < low).any():  # zeros (which are fine), or numbers below the range
+        small = np.min(size, axis=rest, where=size > 0, initial=np.inf)
+    return fits & (small >= low)
 
 
 def norms(a: Array) -> Array:

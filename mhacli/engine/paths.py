@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from ..errors import MaskedRowWarning, MhaError, key_text
-from ..numbers import out_of_range
+from ..numbers import in_range, out_of_range
 from . import ops
 # the stage table (stages.py, with its formulas and gradients) is imported where it is
 # used: the fast path needs none of it, and `mha run` starts sooner without it
@@ -165,6 +165,8 @@ def _check_finite(p: Prepared, name: str, a: Array, head: int = 0) -> None:
     are lost: no silently wrong number. (−∞ in masked is meant; a weight whose exp
     underflows is as near 0 as it prints.) ``head``: the 0-based head of a one-head
     slice ``a`` (1 × n × ·), for the message."""
+    if name == "output" and in_range(a):  # the common case, found without a mask
+        return
     gradient = name.startswith("d_")  # made from weights that may underflow, as they do
     bad = out_of_range(a) & ~np.isneginf(a) if name == "masked" else \
         ~np.isfinite(a) if name == "weights" or gradient else out_of_range(a)

@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # annotations only: numpy.typing costs a millisecond of start
     import numpy.typing as npt
 
 from ..errors import MhaError, key_text, shown
-from ..numbers import out_of_range
+from ..numbers import in_range, out_of_range
 
 Array = np.ndarray  # of floats (or of Fractions, for exact arithmetic)
 SCALE_RULES = ("dk", "n", "none")
@@ -165,7 +165,7 @@ def _as_array(name: str, value: Any, dtype: Any) -> np.ndarray:
             raise MhaError(f"{name} must hold numbers, got an array of {arr.dtype}", key=name)
         if arr.dtype == dtype:  # no cast (and np.array made a copy): nothing became 0
             given, tiny = arr, None
-            bad = out_of_range(arr)
+            bad = np.zeros(1, dtype=bool) if in_range(arr) else out_of_range(arr)
         else:
             with np.errstate(over="ignore", under="ignore"):
                 given, arr = arr, arr.astype(dtype)
