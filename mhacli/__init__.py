@@ -58,6 +58,10 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | {"STAGES"})
+
+
 __all__ = [
     "STAGES", "Config", "MaskedRowWarning", "MhaError", "Problem", "Trace",
     "__version__", "attention", "check", "load", "trace",

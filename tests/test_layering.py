@@ -80,5 +80,15 @@ def test_run_does_not_import_the_stage_table() -> None:
     assert not mods & {"mhacli.engine.stages", "mhacli.engine.writing",
                        "mhacli.engine.gradients", "mhacli.engine.lean"}
     mods = _modules_after("import mhacli; from mhacli.engine import BY_NAME; "
-                          "assert mhacli.STAGES[0] == 'x' and 'output' in BY_NAME")
+                          "assert mhacli.STAGES[0] == 'x' and 'output' in BY_NAME; "
+                          "assert 'STAGES' in dir(mhacli) and 'canonical' in dir(mhacli.engine); "
+                          "assert mhacli.engine.gradients.GRADIENTS")
     assert "mhacli.engine.stages" in mods
+
+
+@pytest.mark.parametrize("module", sorted(p.stem for p in (PACKAGE / "engine").glob("*.py")))
+def test_each_engine_module_can_be_imported_first(module: str) -> None:
+    """No import cycle hides behind the order in which the package happens to load its
+    modules: each one, imported first in a fresh interpreter, loads."""
+    name = "mhacli.engine" if module == "__init__" else f"mhacli.engine.{module}"
+    assert name in _modules_after(f"import {name}")

@@ -14,14 +14,23 @@ _LATER = {"lean_trace": "lean", **{name: "stages" for name in (
     "ALIASES", "BY_NAME", "PER_HEAD", "STAGES", "TABLE", "Stage", "canonical", "present")}}
 
 
+_MODULES = ("gradients", "lean", "stage", "stages", "writing")  # loaded when used
+
+
 def __getattr__(name: str) -> Any:
-    if name not in _LATER:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import importlib
 
+    if name in _MODULES:  # mhacli.engine.stages, as it was before it loaded lazily
+        return importlib.import_module(f".{name}", __name__)
+    if name not in _LATER:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(f".{_LATER[name]}", __name__), name)
     globals()[name] = value  # asked once
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LATER) | set(_MODULES))
 
 
 __all__ = [

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from . import ops
-from .stages import KEY, NUMBERED, QUERY, Stage
+from .stage import KEY, NUMBERED, QUERY, Stage
 from .work import Work
 from .writing import Entry, Formula
 

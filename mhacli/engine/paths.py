@@ -293,10 +293,15 @@ def _attend(p: Prepared, q: Array, k: Array, v: Array, progress: Progress | None
         starts.reverse()       # left with a long one at the end while the others wait
     if workers <= 1:
         buf = np.empty(block * width, dtype=q.dtype)  # reused by every block
-        for lo in starts:
-            rows(lo, buf)
-            if progress is not None:
-                progress(min(lo + block, c.n) * c.heads, c.heads * c.n)
+        # BLAS held to one thread here too, as in each worker below, so that a product
+        # is computed the same way (the same bits) on any number of threads; a block too
+        # small for BLAS to share out is left alone (no threadpoolctl to load for it)
+        shared = block * width * max(c.d_k, c.d_v) > 1 << 16
+        with _one_blas_thread() if shared else contextlib.nullcontext():
+            for lo in starts:
+                rows(lo, buf)
+                if progress is not None:
+                    progress(min(lo + block, c.n) * c.heads, c.heads * c.n)
         return out
     # the blocks spread over the cores: NumPy lets go of the GIL in its products and
     # exponentials; each worker has its own buffer, and BLAS one thread inside each
@@ -337,13 +342,19 @@ def _workers() -> int:
 def _one_blas_thread() -> Iterator[None]:
     """BLAS held to one thread while the blocks run on several (threadpoolctl, when it
     is installed; else BLAS keeps its own threads)."""
+    global _CONTROLLER
     try:
-        from threadpoolctl import threadpool_limits
+        from threadpoolctl import ThreadpoolController
     except ImportError:
         yield
         return
-    with threadpool_limits(limits=1, user_api="blas"):
+    if _CONTROLLER is None:  # the BLAS libraries found once, not at every call
+        _CONTROLLER = ThreadpoolController()
+    with _CONTROLLER.limit(limits=1, user_api="blas"):
         yield
+
+
+_CONTROLLER: Any = None
 
 
 def _key_range(p: Prepared, lo: int, hi: int) -> tuple[int, int]:

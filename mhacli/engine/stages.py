@@ -11,13 +11,14 @@ A new stage is its function (``ops.py``) and its entry here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from ..errors import MhaError
 from . import ops
+from .gradients import GRADIENTS
+from .stage import KEY, NUMBERED, QUERY, Stage
 from .work import Work
 from .writing import Entry, Formula, sub
 
@@ -25,32 +26,6 @@ if TYPE_CHECKING:
     from .validate import Config, Prepared
 
 Array = np.ndarray
-QUERY, KEY, NUMBERED = "query", "key", ""  # whose labels a side of a matrix takes
-
-
-@dataclass(frozen=True, eq=False)  # one of a kind: compared by identity
-class Stage:
-    """One stage of the computation, and everything that shows it."""
-
-    name: str
-    shape: str  # the contract's shape, in symbols
-    dims: Callable[[Config], tuple[int, ...]]  # its shape for a problem
-    rows: str  # whose labels its rows take: QUERY, KEY, or NUMBERED
-    cols: str
-    compute: Callable[[Work], Array | None]  # None: not computable here (exact, √2)
-    formula: Callable[[Formula], str]
-    latex: Callable[[Formula], str]  # "LHS = RHS", or "LHS" alone
-    cell: Callable[[Entry], list[str]]  # the arithmetic behind one entry
-    per_head: bool = False
-    chain: bool = False  # a step of the score chain: each takes the latest scores on
-    exact: bool = False  # rational when the inputs are (the stages before the softmax)
-    given: bool = False  # an input: shown, but not an answer
-    heat: bool = False  # shaded as a heat map
-    aliases: tuple[str, ...] = ()
-    exists: Callable[[Config], bool] = lambda c: True
-    parts: tuple[tuple[str, str], ...] = ()  # (part, column heading) of a parts table
-    parts_title: str = ""
-    parts_formula: str = ""
 
 
 # --------------------------------------------------------------------------- cells
@@ -511,8 +486,6 @@ FORWARD: tuple[Stage, ...] = (
           else "concat" + f.bias("b_o") + " (no w_o)",
           latex=_output_tex, cell=_cell_output),
 )
-
-from .gradients import GRADIENTS  # noqa: E402  (its stages are made with Stage above)
 
 TABLE: tuple[Stage, ...] = FORWARD + GRADIENTS
 BY_NAME = {s.name: s for s in TABLE}

@@ -37,7 +37,8 @@ def plain_blocks(vs: Iterable[View], precision: int, width: int | None = None,
     the rich view as it looks without a terminal (no colour, no boxes: the same text
     Rich would print, made without it): titles without "#", −∞ and ∞ as symbols.
     Each column's width is found first (``numbers.widths``), then the rows are written
-    a row at a time, so that a matrix of any size is never held whole as text.
+    a row at a time; a large matrix's text is made one column block at a time (all its
+    rows, as one piece for the caller to write), never the whole matrix at once.
     """
     from .views import column_blocks, shape_text
 
@@ -90,10 +91,11 @@ _AT_ONCE = 1 << 18  # numbers of a matrix formatted at once: a larger one is don
 
 
 def json_array(a: np.ndarray) -> str:
-    """An array as JSON nested lists, each float the shortest text that reads back as
-    the same float64 (a float32 as the float64 it equals); −∞ and NaN become null (JSON
-    has no such numbers). Written by orjson: about twenty times as fast as the json
-    module, whose lists of Python floats were most of explain's time in JSON."""
+    """An array as JSON nested lists, each float in the shortest digits that read back
+    as the same float64 (those of ``repr``, though not always spelled as ``repr`` spells
+    them: ``0.00001`` for ``1e-05``; a float32 as the float64 it equals); −∞ and NaN as
+    null (JSON has no such numbers). Written by orjson: about twenty times as fast as
+    the json module, whose lists of Python floats were most of explain's time in JSON."""
     import orjson
 
     if a.dtype.kind != "f":

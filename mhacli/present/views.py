@@ -13,7 +13,7 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from ..engine import TABLE, Trace
-from ..engine.stages import KEY, QUERY, Stage
+from ..engine.stage import KEY, QUERY, Stage
 from ..engine.writing import Formula, Marks
 
 

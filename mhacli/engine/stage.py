@@ -1,0 +1,44 @@
+"""One stage of the computation as the stage table (``stages.py``) records it: its
+name, shape, labels, function, and how it is written out. Its own module, so that the
+forward table and the gradients (``gradients.py``) both make stages from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .validate import Config
+    from .work import Work
+    from .writing import Entry, Formula
+
+Array = np.ndarray
+QUERY, KEY, NUMBERED = "query", "key", ""  # whose labels a side of a matrix takes
+
+
+@dataclass(frozen=True, eq=False)  # one of a kind: compared by identity
+class Stage:
+    """One stage of the computation, and everything that shows it."""
+
+    name: str
+    shape: str  # the contract's shape, in symbols
+    dims: Callable[[Config], tuple[int, ...]]  # its shape for a problem
+    rows: str  # whose labels its rows take: QUERY, KEY, or NUMBERED
+    cols: str
+    compute: Callable[[Work], Array | None]  # None: not computable here (exact, √2)
+    formula: Callable[[Formula], str]
+    latex: Callable[[Formula], str]  # "LHS = RHS", or "LHS" alone
+    cell: Callable[[Entry], list[str]]  # the arithmetic behind one entry
+    per_head: bool = False
+    chain: bool = False  # a step of the score chain: each takes the latest scores on
+    exact: bool = False  # rational when the inputs are (the stages before the softmax)
+    given: bool = False  # an input: shown, but not an answer
+    heat: bool = False  # shaded as a heat map
+    aliases: tuple[str, ...] = ()
+    exists: Callable[[Config], bool] = lambda c: True
+    parts: tuple[tuple[str, str], ...] = ()  # (part, column heading) of a parts table
+    parts_title: str = ""
+    parts_formula: str = ""
