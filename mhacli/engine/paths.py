@@ -230,12 +230,16 @@ def _attend(p: Prepared, q: Array, k: Array, v: Array, progress: Progress | None
     v_h = np.ascontiguousarray(ops.split_heads(v, c.groups))  # (G, m, d_v)
     out = np.empty((c.n, c.heads * c.d_v), dtype=q.dtype)  # (n, H·d_v): the concat
     size = q.dtype.itemsize
-    block_bytes = _BLOCK_BYTES * (8 // size)  # 4 MiB for float64, 8 MiB for float32
+    causal = c.mask == "causal"
+    # 4 MiB for float64, 8 MiB for float32; a causal float32 block keeps to 4 MiB: its
+    # cost grows with its position, and smaller blocks share it out more evenly among the
+    # cores and leave less of the diagonal square blocked (measured: 0.60 × the unmasked
+    # time instead of 0.71; float64's best is 4 MiB either way)
+    block_bytes = _BLOCK_BYTES * (1 if causal else 8 // size)
     span = c.m if c.window is None else min(c.m, 2 * c.window)  # keys a block row needs
     block = max(1, min(c.n, block_bytes // (span * size)))  # rows of queries at once
     if c.window is not None:  # a block of b rows spans b + w − 1 keys: keep b near w / 4
         block = min(block, max(64, c.window // 4))
-    causal = c.mask == "causal"
     only_causal = causal and c.window is None and not c.padding
     upper = np.triu(np.ones((block, block), dtype=bool), k=1) if only_causal else None
     sinks = None if p.sinks is None else p.sinks.astype(q.dtype)
