@@ -257,6 +257,7 @@ def test_the_fast_softmax_needs_no_shift_only_when_the_scores_are_bounded(
         return shifted(z, sink, bounded)
 
     monkeypatch.setattr(ops, "exp_shifted", spy)
+    monkeypatch.setattr(paths, "_UNSHIFTED_FROM", 0)  # (a problem this small skips it)
     rng = np.random.default_rng(3)
     n, d, heads = 9, 4, 2
     limit = ops.exp_limit(np.dtype(dtype))

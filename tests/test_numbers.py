@@ -171,8 +171,9 @@ def test_in_range_says_whether_out_of_range_holds_anywhere(dtype: str) -> None:
     rng = np.random.default_rng(1)
     odd = [0.0, -0.0, np.inf, -np.inf, np.nan, info.tiny / 4, -info.tiny / 2, info.tiny,
            info.max, -info.max]
-    for trial in range(200):
-        a = rng.standard_normal(rng.integers(0, 30)).astype(dtype)
+    for trial in range(200):  # small arrays (the mask itself) and large (their sizes)
+        size = rng.integers(0, 30) if trial % 2 else rng.integers(4096, 4200)
+        a = rng.standard_normal(size).astype(dtype)
         for _ in range(rng.integers(0, 3)):
             if a.size:
                 a[rng.integers(a.size)] = odd[rng.integers(len(odd))]

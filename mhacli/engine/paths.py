@@ -206,6 +206,7 @@ def _warn_dead(p: Prepared) -> None:
 # products run twice as fast, so its blocks hold twice as many numbers (8 MiB) to keep
 # the per-block overhead as small a share (measured: 1.21 vs 1.27 × PyTorch).
 _BLOCK_BYTES = 4 << 20
+_UNSHIFTED_FROM = 1 << 14  # scores (n·m) from which the softmax may go unshifted
 
 
 def _attend(p: Prepared, q: Array, k: Array, v: Array, progress: Progress | None) -> Array:
@@ -248,9 +249,10 @@ def _attend(p: Prepared, q: Array, k: Array, v: Array, progress: Progress | None
     # that exp cannot overflow or lose digits, nor its products with V, a block's
     # softmax needs no row maximum (plain scores only: no variant shifts them, no row
     # is dead). The same bits whatever the threads: the choice is made per head and block.
+    # A small problem skips the checks, which would cost more than the passes they save.
     q_norm = k_norm = None
     if c.softcap is None and p.slopes is None and p.bias is None and sinks is None and \
-            (not c.blocks or only_causal):
+            (not c.blocks or only_causal) and c.n * c.m >= _UNSHIFTED_FROM:
         limit = ops.exp_limit(q.dtype)
         with np.errstate(over="ignore", invalid="ignore"):  # too large: no shortcut
             q_norm = ops.norms(q_h)  # (H, n)
