@@ -498,7 +498,7 @@ def check(
         for file in files or [None]:
             try:
                 if teacher is not None:
-                    from ..io.problem import load_submission
+                    from ..io.course import load_submission
 
                     prob = load_submission(file or _sample_file(sample), teacher,
                                            stdin=sys.stdin.buffer if file == "-" else None)

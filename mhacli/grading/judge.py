@@ -19,7 +19,8 @@ import numpy as np
 from ..engine import BY_NAME, STAGES, Trace, exact_trace, present, traced
 from ..engine.validate import Prepared
 from ..errors import MhaError
-from ..io.problem import Key, Problem, load, load_key, load_submission
+from ..io.course import Key, load_key, load_submission
+from ..io.problem import Problem, load
 from ..numbers import Claim
 from .mistakes import Mistake
 
