@@ -18,7 +18,8 @@ import numpy as np
 
 from ..errors import MhaError
 from . import ops
-from .paths import Trace, _check_finite, _warn_dead, traced
+from .checks import check_finite, warn_dead
+from .paths import Trace, traced
 from .stages import present
 from .work import Work
 from .validate import Prepared
@@ -125,7 +126,7 @@ def lean_trace(p: Prepared) -> Trace:
     c = p.config
     if c.backward:
         return traced(p)
-    _warn_dead(p)
+    warn_dead(p)
     work = Work(p, exact=False)
     stages: dict[str, Any] = {}
     parts: dict[str, dict[str, Any]] = {}
@@ -141,7 +142,7 @@ def lean_trace(p: Prepared) -> Trace:
         with np.errstate(over="ignore", invalid="ignore"):
             value = s.compute(work)
         assert value is not None
-        _check_finite(p, s.name, value)
+        check_finite(p, s.name, value)
         stages[s.name] = work.stages[s.name] = value
     assert chain is not None
     dtype = stages["head_outputs"].dtype
@@ -161,7 +162,7 @@ def _head_outputs(p: Prepared, chain: _Chain, parts: dict[str, dict[str, Any]]) 
         for k, name in enumerate(WIDE):
             if name in work.stages:
                 try:
-                    _check_finite(p, name, work.stages[name], head=h)
+                    check_finite(p, name, work.stages[name], head=h)
                 except MhaError as exc:
                     refused.append((k, h, exc))
                     break
@@ -174,5 +175,5 @@ def _head_outputs(p: Prepared, chain: _Chain, parts: dict[str, dict[str, Any]]) 
     if refused:  # as the traced path tells it: the earliest stage, then the first head
         raise min(refused, key=lambda r: r[:2])[2]
     out = np.stack(outs)
-    _check_finite(p, "head_outputs", out)
+    check_finite(p, "head_outputs", out)
     return out

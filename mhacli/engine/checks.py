@@ -1,0 +1,56 @@
+"""What every path checks of its numbers: an overflow (or a fall below the normal range)
+anywhere is refused, naming the entry; fully blocked rows are warned of. Shared by the
+traced, lean and fast paths.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from ..errors import MaskedRowWarning, MhaError, key_text
+from ..numbers import in_range, out_of_range
+from .validate import Prepared
+
+Array = np.ndarray
+
+
+def check_finite(p: Prepared, name: str, a: Array, head: int = 0) -> None:
+    """Refuse a stage that overflowed, or fell below float's normal range where digits
+    are lost: no silently wrong number. (−∞ in masked is meant; a weight whose exp
+    underflows is as near 0 as it prints.) ``head``: the 0-based head of a one-head
+    slice ``a`` (1 × n × ·), for the message."""
+    if name == "output" and in_range(a):  # the common case, found without a mask
+        return
+    gradient = name.startswith("d_")  # made from weights that may underflow, as they do
+    bad = out_of_range(a) & ~np.isneginf(a) if name == "masked" else \
+        ~np.isfinite(a) if name == "weights" or gradient else out_of_range(a)
+    if p.config.masked_row == "nan" and p.dead_rows and name in after_softmax():
+        if gradient:  # NaN rows reach the gradients everywhere: refuse only an overflow
+            bad = np.isinf(a)
+        else:
+            dead = np.zeros(p.config.n, dtype=bool)
+            dead[np.array(p.dead_rows) - 1] = True
+            bad &= ~(dead[:, None] if a.ndim == 2 else dead[None, :, None])
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        value = a[where]
+        if head:
+            where = (where[0] + head, *where[1:])
+        dtype = p.config.dtype
+        size = "small" if np.isfinite(value) else "large"
+        raise MhaError(f"{key_text((name,) + where)} is {value}: the numbers are too "
+                       f"{size} for {dtype} (scale the inputs {'up' if size == 'small' else 'down'}"
+                       f"{'' if dtype == 'float64' else ', or use float64'})")
+
+
+def after_softmax() -> frozenset[str]:
+    from .stages import STAGES
+
+    return frozenset(STAGES[STAGES.index("weights"):])
+
+
+def warn_dead(p: Prepared) -> None:
+    if p.dead_rows:
+        warnings.warn(MaskedRowWarning(list(p.dead_rows), p.config.masked_row), stacklevel=4)
