@@ -17,13 +17,15 @@ import math
 import re
 import sys
 from dataclasses import dataclass
-from fractions import Fraction
 from numbers import Rational
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
 from .errors import KeyPath, MhaError, key_text, shown
+
+if TYPE_CHECKING:  # fractions (and decimal) load when a number needs them, not for a float
+    from fractions import Fraction
 
 MINUS = "\u2212"
 NUMBER = re.compile(r"[+-]?(?:(?:0|[1-9]\d*)(?:\.(\d*))?|\.(\d+))(?:[eE]([+-]?\d+))?")
@@ -46,6 +48,8 @@ def _too_long(text: str, key: KeyPath) -> MhaError:
 def exact(value: Any, key: KeyPath = ()) -> Fraction:
     """An entry as the exact rational it was written as (``0.1`` is 1/10); MhaError if
     it is not a number by the rule."""
+    from fractions import Fraction
+
     t = type(value)
     if t is int or isinstance(value, (np.integer,)) and not isinstance(value, np.bool_):
         return Fraction(int(value))
@@ -83,6 +87,8 @@ def _digits(text: str) -> str:
 def _far(text: str, exponent: int, key: KeyPath) -> Fraction:
     """A number whose exponent alone puts it out of range: 0 if its digits are all 0,
     else too large or too small, said without building 10**exponent."""
+    from fractions import Fraction
+
     if not _digits(text):
         return Fraction(0)
     size = "large" if exponent > 0 else "small"
@@ -195,6 +201,8 @@ NEG_INF = frozenset({"-inf", "-∞", "-infinity"})
 
 def claim(value: Any, key: KeyPath = ()) -> Claim:
     """One answer entry: a number, a fraction, −∞, or a blank slot (``_``, null)."""
+    from fractions import Fraction
+
     if value is None:
         return Claim(math.nan, None, Fraction(0), "")
     if isinstance(value, (bool, list, dict)):
@@ -358,6 +366,8 @@ def significant(v: float, digits: int = 6) -> str:
 
 def latex(v: Any, precision: int, whole: bool) -> str:
     """One entry for a LaTeX matrix: ``\\frac{5}{2}``, ``-\\infty`` or a fixed decimal."""
+    from fractions import Fraction
+
     if isinstance(v, Fraction):
         if v.denominator == 1:
             return str(v.numerator)
@@ -374,6 +384,8 @@ def latex(v: Any, precision: int, whole: bool) -> str:
 def written(v: Any) -> str:
     """A number as a problem file holds it, exactly: ``3``, ``0.125`` (a decimal that
     ends), ``1/3`` (one that does not), a float in full, or ``-inf``."""
+    from fractions import Fraction
+
     if isinstance(v, Fraction):
         if v.denominator == 1:
             return str(v.numerator)

@@ -70,15 +70,16 @@ def test_run_does_not_import_rich_for_plain_output() -> None:
 
 
 def test_run_does_not_import_the_stage_table() -> None:
-    """The fast path needs no formulas, cells or gradients: `mha run` leaves them out,
-    while the API still offers the table when asked."""
+    """The fast path needs no formulas, cells, gradients or Fractions: `mha run` leaves
+    them out, while the API still offers the table when asked."""
     code = ("import sys, io; from mhacli.cli import main; sys.stdout = io.TextIOWrapper(io.BytesIO());"
             " main(['run']); print(' '.join(sys.modules), file=sys.stderr)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     mods = set(out.stderr.split())
     assert "mhacli.engine.paths" in mods  # the check itself works
     assert not mods & {"mhacli.engine.stages", "mhacli.engine.writing",
-                       "mhacli.engine.gradients", "mhacli.engine.lean"}
+                       "mhacli.engine.gradients", "mhacli.engine.lean",
+                       "fractions"}  # (nor exact rationals: its numbers are floats)
     mods = _modules_after("import mhacli; from mhacli.engine import BY_NAME; "
                           "assert mhacli.STAGES[0] == 'x' and 'output' in BY_NAME; "
                           "assert 'STAGES' in dir(mhacli) and 'canonical' in dir(mhacli.engine); "

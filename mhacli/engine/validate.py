@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-if TYPE_CHECKING:  # annotations only: numpy.typing costs a millisecond of start-up
+if TYPE_CHECKING:  # annotations only: each costs a millisecond or two of start-up
+    from fractions import Fraction
+
     import numpy.typing as npt
 
 from ..errors import MhaError, key_text, shown
@@ -110,7 +111,7 @@ class Prepared:
     v: Array | None  # (m, H·d_v)
     mask: npt.NDArray[np.bool_] | None  # (n, m) for a mask matrix; causal is not stored
     dead_rows: tuple[int, ...]  # 1-based query rows with every key blocked
-    exact_scale: Fraction | None  # s as a rational, when it is one
+    exact_scale: Fraction | int | None  # s as a rational, when it is one
     slopes: Array | None = None  # (H,) ALiBi slopes
     bias: Array | None = None  # (n, m) or (H, n, m), added to the scores
     key_padding: npt.NDArray[np.bool_] | None = None  # (m,) True = a real key
@@ -235,6 +236,9 @@ def scale_rule(scale: Any) -> str | Fraction:
         rule = scale.strip().lower()
         if rule in SCALE_RULES:
             return rule
+    from fractions import Fraction  # a number: fractions loads only for one
+
+    if isinstance(scale, str):
         from ..numbers import exact
 
         try:
@@ -256,18 +260,20 @@ def scale_rule(scale: Any) -> str | Fraction:
     return value
 
 
-def scale_divisor(rule: str | Fraction, d_k: int, m: int) -> tuple[float, Fraction | None]:
-    """The divisor s of a scale rule, as a float and as a rational (None when irrational:
-    √2)."""
-    if isinstance(rule, Fraction):
+def scale_divisor(rule: str | Fraction, d_k: int, m: int
+                  ) -> tuple[float, Fraction | int | None]:
+    """The divisor s of a scale rule, as a float and as a rational: a Fraction, a whole
+    number (an int, which exact arithmetic divides by as well), or None when irrational
+    (√2)."""
+    if not isinstance(rule, str):  # a Fraction
         from ..numbers import to_float
 
         return to_float(rule, ("scale",)), rule
     if rule == "none":
-        return 1.0, Fraction(1)
+        return 1.0, 1
     k = d_k if rule == "dk" else m
     root = math.isqrt(k)
-    return math.sqrt(k), Fraction(root) if root * root == k else None
+    return math.sqrt(k), root if root * root == k else None
 
 
 def mask_matrix(mask: Any, n: int | None = None, m: int | None = None
@@ -647,6 +653,8 @@ def alibi_slopes(heads: int) -> list[Fraction | float]:
     """The ALiBi reference slopes: 2^(−8h/H) for h = 1 … H when H is a power of two;
     else those of the largest power of two P ≤ H, then the 1st, 3rd, 5th … slopes of 2P
     heads until there are H. Exact (a Fraction) where the power is whole."""
+    from fractions import Fraction
+
     def power_of_two(count: int) -> list[Fraction | float]:
         out: list[Fraction | float] = []
         for h in range(1, count + 1):
@@ -672,6 +680,8 @@ def _slopes(alibi: Any, heads: int, dtype: Any) -> Array | None:
     if alibi is True or isinstance(alibi, np.bool_) and bool(alibi):
         slopes = alibi_slopes(heads)
         if dtype is object:
+            from fractions import Fraction
+
             return np.array([s if isinstance(s, Fraction) else float(s) for s in slopes],
                             dtype=object)
         return _as_array("alibi", [float(s) for s in slopes], dtype)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import io
 import itertools
-from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import numpy as np
@@ -209,6 +208,8 @@ def json_pieces(tr: Trace, rows: list[str], cols: list[str],
 
 
 def _exact_json(v: Any) -> Any:
+    from fractions import Fraction
+
     return str(v) if isinstance(v, Fraction) else None  # −∞ (blocked) is null, as in masked
 
 
