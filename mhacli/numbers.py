@@ -141,17 +141,25 @@ def out_of_range(a: np.ndarray) -> np.ndarray:
         return ~np.isfinite(a) | (a != 0) & (np.abs(a) < np.finfo(a.dtype).tiny)
 
 
+def sizes_within(a: np.ndarray, low: float, high: float,
+                 axis: int | tuple[int, ...] | None = None) -> Any:
+    """Whether every nonzero |a| lies in [low, high] (over ``axis``: one answer a slice;
+    NaN never does). Found by the largest and smallest sizes, without a mask."""
+    size = np.abs(a)
+    fits = size.max(axis=axis, initial=0) <= high  # ∞ or NaN: no
+    small = size.min(axis=axis, initial=np.inf)
+    if np.any(small < low):  # zeros (which are fine), or numbers below the range
+        small = np.min(size, axis=axis, where=size > 0, initial=np.inf)
+    return fits & (small >= low)
+
+
 def in_range(a: np.ndarray) -> bool:
-    """Whether ``out_of_range`` holds nowhere in ``a``: found by its largest and smallest
-    sizes, without a mask (a few passes instead of seven; the mask only to say where)."""
+    """Whether ``out_of_range`` holds nowhere in ``a`` (a few passes instead of seven;
+    the mask only to say where)."""
     if a.size < 4096:  # small: the mask itself is quicker than the sizes' passes
         return not out_of_range(a).any()
-    size = np.abs(a)
     info = np.finfo(a.dtype)
-    if not size.max() <= info.max:  # ∞ or NaN
-        return False
-    return bool(size.min() >= info.tiny or  # else zeros, which are fine, or tiny numbers
-                np.min(size, where=size > 0, initial=np.inf) >= info.tiny)
+    return bool(sizes_within(a, float(info.tiny), float(info.max)))
 
 
 def exact_array(values: Any) -> np.ndarray:
@@ -314,7 +322,7 @@ def widths(m: np.ndarray, precision: int, unicode: bool = True,
         out = [0 if math.isinf(h) else max(len(f"{h:.{digits}f}"), len(f"{lo:.{digits}f}"))
                for h, lo in zip(high, low)]
     # the others are few kinds: measured once a kind, and each odd negative on its own
-    rare = ~plain & ~np.isnan(a) & (a != 0) & np.isfinite(a)
+    rare = ~plain & np.isfinite(a) & (a != 0)
     for kind in (a == 0, np.isnan(a), a == np.inf, a == -np.inf):
         cols = np.flatnonzero(kind.any(axis=0)).tolist()
         if cols:
@@ -344,15 +352,16 @@ def aligned(m: np.ndarray, precision: int, sizes: list[int], unicode: bool = Tru
     step = max(1, (1 << 16) // max(1, m.shape[1]))  # rows made into Python floats at once
     for lo in range(0, m.shape[0], step):
         a = np.asarray(m[lo:lo + step], dtype=np.float64)
-        simple = _plain(a, digits).all(axis=1).tolist()
-        for label, row, easy in zip(labels[lo:lo + step], a.tolist(), simple):
+        plain = _plain(a, digits)
+        simple = plain.all(axis=1).tolist()
+        for label, row, easy, kinds in zip(labels[lo:lo + step], a.tolist(), simple,
+                                           plain.tolist()):
             if easy and m.shape[1]:
                 yield pattern % (label, *row)
             else:
                 yield (lead % label + sep.join(
-                    fixed(v, precision, whole, unicode).rjust(w) if v == 0 or not
-                    math.isfinite(v) or -(10.0 ** -digits) < v < 0 else
-                    f"{v:{w}.{digits}f}" for v, w in zip(row, sizes))).rstrip()
+                    f"{v:{w}.{digits}f}" if ok else fixed(v, precision, whole, unicode).rjust(w)
+                    for v, w, ok in zip(row, sizes, kinds))).rstrip()
 
 
 def significant(v: float, digits: int = 6) -> str:

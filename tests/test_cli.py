@@ -292,3 +292,20 @@ def test_bare_mha_in_a_pipe_prints_the_help_and_samples_fit_the_window() -> None
     assert r.returncode == 0 and r.stdout.startswith("Usage: mha")
     help_run = subprocess.run([mha, "run", "--help"], capture_output=True, text=True).stdout
     assert '"shape" (n and' in help_run and '[n, d_out]' not in help_run
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_json_numbers_read_back_exactly(dtype: str) -> None:
+    """The contract: every float written in JSON reads back as exactly the same float64
+    (a float32 result as the float64 it equals), in run's output and explain's stages."""
+    kw = dict(load_sample("cat").inputs, dtype=dtype)
+    r = mha("run", "--sample", "cat", "--format", "json", "--dtype", dtype)
+    assert r.exit_code == 0
+    back = np.array(json.loads(r.stdout)["output"])
+    assert np.array_equal(back, mhacli.attention(**kw).astype(np.float64))
+    e = mha("explain", "--sample", "cat", "--format", "json", "--dtype", dtype)
+    assert e.exit_code == 0
+    stages = json.loads(e.stdout)["stages"]
+    tr = mhacli.trace(**kw)
+    for name in ("q", "scores", "weights", "output"):
+        assert np.array_equal(np.array(stages[name]), tr[name].astype(np.float64)), name

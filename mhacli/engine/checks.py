@@ -21,9 +21,9 @@ def check_finite(p: Prepared, name: str, a: Array, head: int = 0) -> None:
     are lost: no silently wrong number. (−∞ in masked is meant; a weight whose exp
     underflows is as near 0 as it prints.) ``head``: the 0-based head of a one-head
     slice ``a`` (1 × n × ·), for the message."""
-    if name == "output" and in_range(a):  # the common case, found without a mask
-        return
     gradient = name.startswith("d_")  # made from weights that may underflow, as they do
+    if name not in ("masked", "weights") and not gradient and in_range(a):
+        return  # the common case of the plain rule, found without a mask
     bad = out_of_range(a) & ~np.isneginf(a) if name == "masked" else \
         ~np.isfinite(a) if name == "weights" or gradient else out_of_range(a)
     if p.config.masked_row == "nan" and p.dead_rows and name in after_softmax():

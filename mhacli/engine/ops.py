@@ -127,18 +127,12 @@ def mid_range(a: Array, limit: float) -> Array:
     for L = ``limit``? Then its products with unshifted exponentials (e^M times what the
     shifted softmax multiplies, |M| ≤ L) and their sums over up to e^L keys stay in the
     normal range, as the shifted ones do."""
+    from ..numbers import sizes_within
+
     info = np.finfo(a.dtype)
     low = float(info.tiny) * np.exp(2 * limit)
     high = float(info.max) * np.exp(-2 * limit)
-    rest = tuple(range(1, a.ndim))
-    if a.size == 0:
-        return np.ones(len(a), dtype=bool)
-    fits = np.maximum(a.max(axis=rest), -a.min(axis=rest)) <= high  # (heads,); NaN: no
-    size = np.abs(a)
-    small = size.min(axis=rest)
-    if (small < low).any():  # zeros (which are fine), or numbers below the range
-        small = np.min(size, axis=rest, where=size > 0, initial=np.inf)
-    return fits & (small >= low)
+    return sizes_within(a, low, high, axis=tuple(range(1, a.ndim)))  # (heads,)
 
 
 def norms(a: Array) -> Array:
