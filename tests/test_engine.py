@@ -282,16 +282,17 @@ def test_the_fast_softmax_needs_no_shift_only_when_the_scores_are_bounded(
         close(out / v, np.array(reference(**kw)["output"]) / v, rel=1e-9)
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("mask", [None, "causal"])
 def test_the_same_bits_on_any_number_of_threads_when_blas_could_share_a_product(
-        mask: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+        mask: str | None, dtype: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Blocks large enough for BLAS to spread one product over its own threads: one
     worker (MHA_THREADS=1) holds BLAS to one thread as several workers do."""
     rng = np.random.default_rng(9)
     d = 64
     p = dict(x=rng.standard_normal((1500, d)), x_kv=rng.standard_normal((1300, d)),
              w_q=rng.standard_normal((d, d)) / 8, w_k=rng.standard_normal((d, d)) / 8,
-             w_v=rng.standard_normal((d, d)) / 8, heads=1, mask=mask)
+             w_v=rng.standard_normal((d, d)) / 8, heads=1, mask=mask, dtype=dtype)
     results = []
     for threads in ("1", "2"):
         monkeypatch.setenv("MHA_THREADS", threads)

@@ -117,9 +117,13 @@ def test_the_fast_path_in_many_small_blocks(name: str, monkeypatch: pytest.Monke
         outs.append(mhacli.attention(**p))
     np.testing.assert_allclose(outs[0], want, rtol=1e-12, atol=1e-12)
     assert np.array_equal(outs[0], outs[1])
-    p32 = dict(p, dtype=np.float32)
-    np.testing.assert_allclose(mhacli.attention(**p32), mhacli.trace(**p32)["output"],
-                               rtol=1e-5, atol=1e-5)
+    p32 = dict(p, dtype=np.float32)  # (its scores made as K·Qᵀ, then turned)
+    outs32 = []
+    for threads in ("1", "3"):
+        monkeypatch.setenv("MHA_THREADS", threads)
+        outs32.append(mhacli.attention(**p32))
+    np.testing.assert_allclose(outs32[0], mhacli.trace(**p32)["output"], rtol=1e-5, atol=1e-5)
+    assert np.array_equal(outs32[0], outs32[1])
 
 
 # --------------------------------------------------------------------------- laws

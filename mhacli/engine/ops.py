@@ -60,9 +60,9 @@ def scores(q_h: Array, k_h: Array) -> Array:
     return q_h @ k_h.swapaxes(-1, -2)  # (H, n, m)
 
 
-def divide(z: Array, s: Any) -> Array:
-    """Z / s (s a float, or a Fraction for exact arithmetic)."""
-    return z / (z.dtype.type(s) if z.dtype != object else s)  # (H, n, m)
+def divide(z: Array, s: Any, out: Array | None = None) -> Array:
+    """Z / s (s a float, or a Fraction for exact arithmetic), into ``out`` if given."""
+    return np.divide(z, z.dtype.type(s) if z.dtype != object else s, out=out)  # (H, n, m)
 
 
 def softcap(z: Array, c: float, out: Array | None = None) -> Array:
