@@ -48,11 +48,13 @@ def _attend(p: Prepared, q: Array, k: Array, v: Array, progress: Progress | None
     # products of every block then read whole rows (measured: 3–5 % faster in all)
     q_h = ops.divide(q_h, c.scale, out=np.empty(q_h.shape, q.dtype))  # (H, n, d_k)
     k_h = np.ascontiguousarray(k_h)  # (G, m, d_k)
-    v_h = np.ascontiguousarray(ops.split_heads(v, c.groups))  # (G, m, d_v)
-    # OpenBLAS's float32 product is faster as K·Qᵀ (keys × queries: 81 against 66
-    # GFLOP/s at d_k = 64 on AVX-512); float64's is faster as Q·Kᵀ. A block's scores
-    # are then the transpose of that product: the same numbers, columns in memory.
+    # OpenBLAS's float32 products are faster as K·Qᵀ and Vᵀ·(K·Qᵀ) (keys × queries:
+    # 81 against 66 GFLOP/s at d_k = 64 on AVX-512); float64's the other way round. A
+    # block's scores are then the transpose of that product: the same numbers, columns
+    # in memory; and its output comes out turned (d_v × b), to be turned back.
     turned = q.dtype == np.float32
+    v_h = ops.split_heads(v, c.groups)  # (G, m, d_v)
+    v_h = np.ascontiguousarray(v_h.swapaxes(-1, -2) if turned else v_h)  # or (G, d_v, m)
     out = np.empty((c.n, c.heads * c.d_v), dtype=q.dtype)  # (n, H·d_v): the concat
     size = q.dtype.itemsize
     causal = c.mask == "causal"
@@ -113,7 +115,12 @@ def _attend(p: Prepared, q: Array, k: Array, v: Array, progress: Progress | None
                 bool(q_norm[h, lo:hi].max() * k_norm[g] <= limit)  # NaN, ∞: not bounded
             _, total, dead = ops.exp_shifted(z, None if sinks is None else sinks[h], bounded)
             o = out[lo:hi, h * c.d_v:(h + 1) * c.d_v]  # (b, d_v), head h's columns
-            np.matmul(z, v_h[g, k0:k1], out=o)
+            if turned:
+                o_t = buf[block * width:][:(hi - lo) * c.d_v].reshape(c.d_v, hi - lo)
+                np.matmul(v_h[g, :, k0:k1], z.T, out=o_t)
+                np.copyto(o, o_t.T)
+            else:
+                np.matmul(z, v_h[g, k0:k1], out=o)
             ops.normalise(o, total, dead, c.masked_row)
 
     starts = list(range(0, c.n, block))
@@ -121,7 +128,7 @@ def _attend(p: Prepared, q: Array, k: Array, v: Array, progress: Progress | None
     if causal and workers > 1:  # the costliest blocks (the most keys) first: no core is
         starts.reverse()       # left with a long one at the end while the others wait
     if workers <= 1:
-        buf = np.empty(block * width, dtype=q.dtype)  # reused by every block
+        buf = np.empty(block * (width + c.d_v), dtype=q.dtype)  # reused by every block
         # BLAS held to one thread here too, as in each worker below, so that a product
         # is computed the same way (the same bits) on any number of threads; a block too
         # small for BLAS to share out is left alone (no threadpoolctl to load for it)
@@ -140,7 +147,7 @@ def _attend(p: Prepared, q: Array, k: Array, v: Array, progress: Progress | None
 
     def job(lo: int) -> int:
         if not hasattr(local, "buf"):
-            local.buf = np.empty(block * width, dtype=q.dtype)
+            local.buf = np.empty(block * (width + c.d_v), dtype=q.dtype)
         with np.errstate(over="ignore", invalid="ignore"):  # per thread, as the caller's
             rows(lo, local.buf)
         return min(lo + block, c.n) - lo  # query rows done
