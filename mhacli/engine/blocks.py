@@ -29,9 +29,12 @@ _BLOCK_BYTES = 4 << 20
 _UNSHIFTED_FROM = 1 << 14  # scores (n·m) from which the softmax may go unshifted
 
 
-def _attend(p: Prepared, q: Array, k: Array, v: Array, progress: Progress | None) -> Array:
+def _attend(p: Prepared, q_t: Array, k_t: Array, v_t: Array,
+            progress: Progress | None) -> Array:
     """The heads' outputs side by side (n × H·d_v), one head and block of rows at a time.
 
+    ``q_t``, ``k_t``, ``v_t`` are Qᵀ, Kᵀ and Vᵀ head by head, (H, d_k, n), (G, d_k, m) and
+    (G, d_v, m), each head's numbers side by side in memory, Q's already divided by s.
     The n × m scores never exist whole: a block of b rows lives in one reused buffer
     (memory O(b · m), not O(H · n · m)). The divisor s is folded into Q (n·d_k divisions
     instead of n·m); a block computes only the keys its queries may see (causal: none
@@ -40,23 +43,14 @@ def _attend(p: Prepared, q: Array, k: Array, v: Array, progress: Progress | None
     b × m weights, written straight into its columns of the concatenation.
     """
     c = p.config
-    q_h, k_h = ops.split_heads(q, c.heads), ops.split_heads(k, c.groups)
-    if c.rope is not None:  # turned by position: O(n·d) new numbers, not O(n·m)
-        q_h = ops.rotate(q_h, c.rope, c.rope_dims, c.rope_base)
-        k_h = ops.rotate(k_h, c.rope, c.rope_dims, c.rope_base)
-    # each head's rows side by side in memory (Q divided by s on the way, one pass): the
-    # products of every block then read whole rows (measured: 3–5 % faster in all)
-    q_h = ops.divide(q_h, c.scale, out=np.empty(q_h.shape, q.dtype))  # (H, n, d_k)
-    k_h = np.ascontiguousarray(k_h)  # (G, m, d_k)
+    dtype = q_t.dtype
     # OpenBLAS's float32 products are faster as K·Qᵀ and Vᵀ·(K·Qᵀ) (keys × queries:
     # 81 against 66 GFLOP/s at d_k = 64 on AVX-512); float64's the other way round. A
     # block's scores are then the transpose of that product: the same numbers, columns
     # in memory; and its output comes out turned (d_v × b), to be turned back.
-    turned = q.dtype == np.float32
-    v_h = ops.split_heads(v, c.groups)  # (G, m, d_v)
-    v_h = np.ascontiguousarray(v_h.swapaxes(-1, -2) if turned else v_h)  # or (G, d_v, m)
-    out = np.empty((c.n, c.heads * c.d_v), dtype=q.dtype)  # (n, H·d_v): the concat
-    size = q.dtype.itemsize
+    turned = dtype == np.float32
+    out = np.empty((c.n, c.heads * c.d_v), dtype=dtype)  # (n, H·d_v): the concat
+    size = dtype.itemsize
     causal = c.mask == "causal"
     span = c.m if c.window is None else min(c.m, 2 * c.window)  # keys a block row needs
     block = max(1, min(c.n, _BLOCK_BYTES // (span * size)))  # rows of queries at once
@@ -64,7 +58,7 @@ def _attend(p: Prepared, q: Array, k: Array, v: Array, progress: Progress | None
         block = min(block, max(64, c.window // 4))
     only_causal = causal and c.window is None and not c.padding
     upper = np.triu(np.ones((block, block), dtype=bool), k=1) if only_causal else None
-    sinks = None if p.sinks is None else p.sinks.astype(q.dtype)
+    sinks = None if p.sinks is None else p.sinks.astype(dtype)
     width = min(c.m, span + block)
     # When |q_i|·max_j |k_j| (Cauchy–Schwarz: at least every |score|) is small enough
     # that exp cannot overflow or lose digits, nor its products with V, a block's
@@ -74,11 +68,11 @@ def _attend(p: Prepared, q: Array, k: Array, v: Array, progress: Progress | None
     q_norm = k_norm = None
     if c.softcap is None and p.slopes is None and p.bias is None and sinks is None and \
             (not c.blocks or only_causal) and c.n * c.m >= _UNSHIFTED_FROM:
-        limit = ops.exp_limit(q.dtype)
+        limit = ops.exp_limit(dtype)
         with np.errstate(over="ignore", invalid="ignore"):  # too large: no shortcut
-            q_norm = ops.norms(q_h)  # (H, n)
-            k_norm = ops.norms(k_h).max(axis=-1, initial=0)  # (G,)
-            k_norm[~ops.mid_range(v_h, limit)] = np.inf  # V too large or small for it
+            q_norm = ops.norms(q_t.swapaxes(-1, -2))  # (H, n)
+            k_norm = ops.norms(k_t.swapaxes(-1, -2)).max(axis=-1, initial=0)  # (G,)
+            k_norm[~ops.mid_range(v_t, limit)] = np.inf  # V too large or small for it
 
     def rows(lo: int, buf: Array) -> None:
         """Every head's output for the query rows lo … lo + block − 1."""
@@ -89,17 +83,17 @@ def _attend(p: Prepared, q: Array, k: Array, v: Array, progress: Progress | None
             return
         blocked = None if upper is not None or not c.blocks else ~p.allowed(lo, hi, k0, k1)
         distance = None if p.slopes is None else \
-            ops.alibi(np.ones(1, dtype=q.dtype), np.arange(lo, hi), np.arange(k0, k1))[0]
+            ops.alibi(np.ones(1, dtype=dtype), np.arange(lo, hi), np.arange(k0, k1))[0]
         for h in range(c.heads):
             g = c.kv_of(h)
             # (b, keys), contiguous: the buffer's first b·keys numbers (a slice of its
             # columns would make every ufunc loop row by row over short rows)
             if turned:  # (keys, b), z its transpose (a view)
                 z = buf[:(hi - lo) * (k1 - k0)].reshape(k1 - k0, hi - lo).T
-                np.matmul(k_h[g, k0:k1], q_h[h, lo:hi].T, out=z.T)
+                np.matmul(k_t[g, :, k0:k1].T, q_t[h, :, lo:hi], out=z.T)
             else:
                 z = buf[:(hi - lo) * (k1 - k0)].reshape(hi - lo, k1 - k0)
-                np.matmul(q_h[h, lo:hi], k_h[g, k0:k1].T, out=z)
+                np.matmul(q_t[h, :, lo:hi].T, k_t[g, :, k0:k1], out=z)
             if c.softcap is not None:
                 ops.softcap(z, c.softcap, out=z)
             if distance is not None:  # −slope·|i − j|
@@ -117,10 +111,10 @@ def _attend(p: Prepared, q: Array, k: Array, v: Array, progress: Progress | None
             o = out[lo:hi, h * c.d_v:(h + 1) * c.d_v]  # (b, d_v), head h's columns
             if turned:
                 o_t = buf[block * width:][:(hi - lo) * c.d_v].reshape(c.d_v, hi - lo)
-                np.matmul(v_h[g, :, k0:k1], z.T, out=o_t)
+                np.matmul(v_t[g, :, k0:k1], z.T, out=o_t)
                 np.copyto(o, o_t.T)
             else:
-                np.matmul(z, v_h[g, k0:k1], out=o)
+                np.matmul(z, v_t[g, :, k0:k1].T, out=o)
             ops.normalise(o, total, dead, c.masked_row)
 
     starts = list(range(0, c.n, block))
@@ -128,7 +122,7 @@ def _attend(p: Prepared, q: Array, k: Array, v: Array, progress: Progress | None
     if causal and workers > 1:  # the costliest blocks (the most keys) first: no core is
         starts.reverse()       # left with a long one at the end while the others wait
     if workers <= 1:
-        buf = np.empty(block * (width + c.d_v), dtype=q.dtype)  # reused by every block
+        buf = np.empty(block * (width + c.d_v), dtype=dtype)  # reused by every block
         # BLAS held to one thread here too, as in each worker below, so that a product
         # is computed the same way (the same bits) on any number of threads; a block too
         # small for BLAS to share out is left alone (no threadpoolctl to load for it)
@@ -147,7 +141,7 @@ def _attend(p: Prepared, q: Array, k: Array, v: Array, progress: Progress | None
 
     def job(lo: int) -> int:
         if not hasattr(local, "buf"):
-            local.buf = np.empty(block * (width + c.d_v), dtype=q.dtype)
+            local.buf = np.empty(block * (width + c.d_v), dtype=dtype)
         with np.errstate(over="ignore", invalid="ignore"):  # per thread, as the caller's
             rows(lo, local.buf)
         return min(lo + block, c.n) - lo  # query rows done
@@ -212,6 +206,32 @@ def _key_range(p: Prepared, lo: int, hi: int) -> tuple[int, int]:
     return k0, max(k0, k1)
 
 
+def _turned_heads(p: Prepared, work: Work) -> tuple[Array, Array, Array]:
+    """Qᵀ/s, Kᵀ and Vᵀ head by head: (H, d_k, n), (G, d_k, m), (G, d_v, m), each head's
+    numbers side by side in memory, which every product of a block reads whole.
+
+    Made as Wᵀ·Xᵀ, the transpose of X·W at the same speed, whose rows are already in
+    that order: no copy of Q, K or V is needed to put them head by head (given Q, K and
+    V are copied once, turned).
+    """
+    c = p.config
+    if c.direct:
+        q, k, v = p.q.T.copy(), p.k.T.copy(), p.v.T.copy()  # type: ignore[union-attr]
+    else:
+        x = work.stages.get("x_pos", p.x)  # with positions added
+        x_kv = work.stages.get("x_kv_pos", p.x_kv)
+        q, k, v = ops.projections(x, x_kv, p.w_q, p.w_k, p.w_v, p.b_q, p.b_k, p.b_v,
+                                  turned=True)
+    q_t, k_t, v_t = (a.reshape(heads, -1, a.shape[-1])
+                     for a, heads in ((q, c.heads), (k, c.groups), (v, c.groups)))
+    if c.rope is not None:  # turned by position: O(n·d) new numbers, not O(n·m)
+        q_t, k_t = (np.ascontiguousarray(
+            ops.rotate(a.swapaxes(-1, -2), c.rope, c.rope_dims, c.rope_base).swapaxes(-1, -2))
+            for a in (q_t, k_t))
+    ops.divide(q_t, c.scale, out=q_t)  # in place: a fresh array of this call's
+    return q_t, k_t, v_t
+
+
 def fast(p: Prepared, progress: Progress | None = None) -> Array:
     """The fast path on validated inputs: the n × d_out output, nothing recorded."""
     warn_dead(p)
@@ -222,8 +242,7 @@ def fast(p: Prepared, progress: Progress | None = None) -> Array:
             work.stages["x_pos"] = p.x + p.pe  # type: ignore[operator]
             if p.pe_kv is not None:
                 work.stages["x_kv_pos"] = p.x_kv + p.pe_kv  # type: ignore[operator]
-        q, k, v = work.projections()
-        work.stages["concat"] = _attend(p, q, k, v, progress)
+        work.stages["concat"] = _attend(p, *_turned_heads(p, work), progress)
         out = work.output()  # (n, d_out)
     check_finite(p, "output", out)  # an overflow anywhere shows here as inf or NaN
     return out
