@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 import re
 import sys
-from dataclasses import dataclass
 from numbers import Rational
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -36,7 +35,8 @@ FAR = 1000  # an exponent this large is out of float64's range whatever its digi
 EXPECTED = "expected a number (an integer, a decimal, 1e-3 or a fraction such as 1/3)"
 
 
-def _text(value: str) -> str:
+def cleaned(value: str) -> str:
+    """An entry's text without the spaces around it, U+2212 read as a minus."""
     return value.strip().replace(MINUS, "-")
 
 
@@ -60,7 +60,7 @@ def exact(value: Any, key: KeyPath = ()) -> Fraction:
     if isinstance(value, Fraction):
         return value
     if isinstance(value, str):
-        text = _text(value)
+        text = cleaned(value)
         if len(text) > MAX_TEXT:
             raise _too_long(text, key)
         m = NUMBER.fullmatch(text)
@@ -104,7 +104,7 @@ def parse(value: Any, key: KeyPath = ()) -> float:
     elif t is int and abs(value) < 2**53:
         return float(value)
     elif isinstance(value, str):
-        text = _text(value)
+        text = cleaned(value)
         if len(text) <= 30 and NUMBER.fullmatch(text):  # the common case, kept quick
             f = float(text)
             if math.isfinite(f) and (abs(f) >= SMALLEST or not _digits(text)):
@@ -166,76 +166,6 @@ def exact_array(values: Any) -> np.ndarray:
     """Nested lists or an array of validated entries as an object array of Fractions."""
     arr = np.asarray(values, dtype=object)
     return np.vectorize(exact, otypes=[object])(arr) if arr.size else arr
-
-
-# --------------------------------------------------------------------------- claims
-
-
-@dataclass(frozen=True)
-class Claim:
-    """What a written answer claims: an exact value, or a value to within half a unit of
-    its last written digit. A blank slot claims nothing (``text`` is empty)."""
-
-    value: float  # NaN when blank; −∞ for a blocked score
-    exact: Fraction | None  # whole numbers and fractions
-    half_unit: Fraction  # 0 for exact claims
-    text: str  # as written ("" when blank)
-
-    @property
-    def blank(self) -> bool:
-        return self.text == ""
-
-    @property
-    def places(self) -> int | None:
-        """The decimals this claim is written to (2 for 0.24, 4 for 2.5e-3), or None
-        for an exact claim, a blank or −∞."""
-        if self.half_unit == 0:
-            return None
-        unit = self.half_unit * 2  # 10^-places
-        return len(str(unit.denominator)) - 1
-
-    def rounded(self, v: float) -> str | None:
-        """``v`` at the precision of this claim (``0.24`` for 0.235004 after ``0.25``),
-        or None when the claim has no decimals to follow."""
-        places = self.places
-        if places is None or places > 17 or not math.isfinite(v):
-            return None
-        return fixed(v, places) if v != 0 else f"{0:.{places}f}"
-
-
-BLANKS = frozenset({"", "_", "?", "~", "null"})
-NEG_INF = frozenset({"-inf", "-∞", "-infinity"})
-
-
-def claim(value: Any, key: KeyPath = ()) -> Claim:
-    """One answer entry: a number, a fraction, −∞, or a blank slot (``_``, null)."""
-    from fractions import Fraction
-
-    if value is None:
-        return Claim(math.nan, None, Fraction(0), "")
-    if isinstance(value, (bool, list, dict)):
-        raise MhaError(f"{key_text(key)} is {shown(value)}: expected a number", key=key)
-    text = repr(value) if isinstance(value, float) else _text(str(value))
-    low = text.lower()
-    if low in BLANKS:
-        return Claim(math.nan, None, Fraction(0), "")
-    if low in NEG_INF:
-        return Claim(-math.inf, None, Fraction(0), "−∞")
-    try:
-        x = exact(text, key)
-    except MhaError:
-        raise MhaError(f"{key_text(key)} is {shown(text)}: expected a number (such as 2, 0.33, "
-                       "1e-3 or 1/3), -inf for a blocked score, or _ for a blank",
-                       key=key) from None
-    as_written = repr(value) if isinstance(value, float) else str(value).strip()
-    m = NUMBER.fullmatch(text)
-    if m is None or x.denominator == 1 and (m[1] in (None, "") and m[2] is None
-                                             or m[3] is not None):
-        # a fraction, or a whole number written as one (2, 2., 2e0, 12e3): exact
-        return Claim(to_float(x, key, text), x, Fraction(0), as_written)
-    places = len(m[1] or m[2] or "") - int(m[3] or 0)
-    return Claim(to_float(x, key, text), None, Fraction(1, 2) / Fraction(10) ** places,
-                 as_written)
 
 
 # --------------------------------------------------------------------------- out

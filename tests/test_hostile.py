@@ -22,6 +22,7 @@ import pytest
 from typer.testing import CliRunner
 
 import mhacli
+import mhacli.claims
 from mhacli.cli import app
 
 runner = CliRunner()
@@ -242,7 +243,7 @@ def test_check_computes_exactly_only_what_was_answered(monkeypatch: pytest.Monke
     from mhacli.io.problem import Problem
 
     answered = Problem.build(prob.inputs, answers={"q": np.array(
-        [[mhacli.numbers.claim(str(v)) for v in row] for row in q], dtype=object)})
+        [[mhacli.claims.claim(str(v)) for v in row] for row in q], dtype=object)})
     assert check(answered).ok and asked == ["q"]
 
 

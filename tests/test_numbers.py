@@ -7,7 +7,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from mhacli import numbers
+from mhacli import claims, numbers
 from mhacli.errors import MhaError
 
 
@@ -68,13 +68,13 @@ def test_exact_values_are_written_as_a_person_would(value: Fraction, text: str) 
     ("2.5e-3", None, Fraction(1, 20000)), (".5", None, Fraction(1, 20)),
 ])
 def test_what_an_answer_claims(text: str, exact: Fraction | None, half: Fraction) -> None:
-    c = numbers.claim(text)
+    c = claims.claim(text)
     assert (c.exact, c.half_unit) == (exact, half) and not c.blank
 
 
 def test_blanks_and_blocked_scores() -> None:
-    assert all(numbers.claim(t).blank for t in ("_", "", None, "null", "?"))
-    assert numbers.claim("\u2212∞").value == float("-inf") == numbers.claim("-inf").value
+    assert all(claims.claim(t).blank for t in ("_", "", None, "null", "?"))
+    assert claims.claim("\u2212∞").value == float("-inf") == claims.claim("-inf").value
 
 
 @pytest.mark.parametrize("precision", [0, 2, 4, 6])

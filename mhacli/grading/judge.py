@@ -21,7 +21,7 @@ from ..engine.validate import Prepared
 from ..errors import MhaError
 from ..io.course import Key, load_key, load_submission
 from ..io.problem import Problem, load
-from ..numbers import Claim
+from ..claims import Claim
 from .mistakes import Mistake
 
 FLOAT_SLACK = 1e-12  # relative: the float computation's own rounding

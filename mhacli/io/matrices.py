@@ -105,7 +105,7 @@ def _flatten(value: Any, key: KeyPath, out: list[float]) -> None:
 
 
 def read_claims(value: Any, key: KeyPath) -> np.ndarray | str:
-    """An answer as an object array of ``numbers.Claim``, or a sentence describing a
+    """An answer as an object array of ``claims.Claim``, or a sentence describing a
     shape that is not a matrix (graded as a wrong shape, not refused)."""
     if isinstance(value, np.ndarray):
         value = value.tolist()
@@ -118,10 +118,12 @@ def read_claims(value: Any, key: KeyPath) -> np.ndarray | str:
         return "an empty list"
     if isinstance(shape, str) or len(shape) < 2:
         return "a ragged or flat list"
+    from ..claims import claim  # only when a file holds answers
+
     out = np.empty(shape, dtype=object)
     for idx in np.ndindex(shape):
         entry: Any = value
         for i in idx:
             entry = entry[i]
-        out[idx] = numbers.claim(entry, key + idx)
+        out[idx] = claim(entry, key + idx)
     return out

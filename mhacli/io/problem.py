@@ -42,7 +42,7 @@ class Problem:
     ``inputs`` are the keyword arguments of ``attention`` in the row layout; ``prepared``
     is them validated (once, when the Problem is made); ``written`` holds the matrices
     as the file wrote them, for exact arithmetic; ``answers`` maps canonical stage names
-    to the answers written (arrays of ``numbers.Claim`` in the row layout, or a note on a
+    to the answers written (arrays of ``claims.Claim`` in the row layout, or a note on a
     shape that is not a matrix). Two Problems are equal only when they are the same
     object: their arrays have no ``==`` of one truth value.
     """

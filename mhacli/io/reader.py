@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import io
 import os
-import re
 import stat
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
