@@ -31,7 +31,8 @@ _UNSHIFTED_FROM = 1 << 14  # scores (n·m) from which the softmax may go unshift
 
 def _attend(p: Prepared, q_t: Array, k_t: Array, v_t: Array,
             progress: Progress | None) -> Array:
-    """The heads' outputs side by side (n × H·d_v), one head and block of rows at a time.
+    """The output Y = C·W_O (+ b_o), or without W_O the concatenation C of the heads'
+    outputs (n × H·d_v), one block of query rows at a time and each head in turn.
 
     ``q_t``, ``k_t``, ``v_t`` are Qᵀ, Kᵀ and Vᵀ head by head, (H, d_k, n), (G, d_k, m) and
     (G, d_v, m), each head's numbers side by side in memory, Q's already divided by s.
@@ -50,6 +51,9 @@ def _attend(p: Prepared, q_t: Array, k_t: Array, v_t: Array,
     # in memory; and its output comes out turned (d_v × b), to be turned back.
     turned = dtype == np.float32
     out = np.empty((c.n, c.heads * c.d_v), dtype=dtype)  # (n, H·d_v): the concat
+    # Y = C·W_O (+ b_o) made block by block too, while the block's rows are fresh in the
+    # cache, instead of one product after the last block (measured: 3 % in float64)
+    final = None if p.w_o is None else np.empty((c.n, p.w_o.shape[1]), dtype=dtype)
     size = dtype.itemsize
     causal = c.mask == "causal"
     span = c.m if c.window is None else min(c.m, 2 * c.window)  # keys a block row needs
@@ -117,6 +121,15 @@ def _attend(p: Prepared, q_t: Array, k_t: Array, v_t: Array,
                 np.matmul(z, v_t[g, :, k0:k1].T, out=o)
             ops.normalise(o, total, dead, c.masked_row)
 
+    def block_out(lo: int, buf: Array) -> None:
+        """The rows lo … lo + block − 1 of the concatenation, then of Y."""
+        rows(lo, buf)
+        if final is not None:
+            hi = min(lo + block, c.n)
+            np.matmul(out[lo:hi], p.w_o, out=final[lo:hi])
+            if p.b_o is not None:
+                final[lo:hi] += p.b_o
+
     starts = list(range(0, c.n, block))
     workers = min(_workers(), len(starts))
     if causal and workers > 1:  # the costliest blocks (the most keys) first: no core is
@@ -129,10 +142,10 @@ def _attend(p: Prepared, q_t: Array, k_t: Array, v_t: Array,
         shared = block * width * max(c.d_k, c.d_v) > 1 << 16
         with _one_blas_thread() if shared else contextlib.nullcontext():
             for lo in starts:
-                rows(lo, buf)
+                block_out(lo, buf)
                 if progress is not None:
                     progress(min(lo + block, c.n) * c.heads, c.heads * c.n)
-        return out
+        return out if final is None else final
     # the blocks spread over the cores: NumPy lets go of the GIL in its products and
     # exponentials; each worker has its own buffer, and BLAS one thread inside each
     from concurrent.futures import ThreadPoolExecutor
@@ -143,7 +156,7 @@ def _attend(p: Prepared, q_t: Array, k_t: Array, v_t: Array,
         if not hasattr(local, "buf"):
             local.buf = np.empty(block * (width + c.d_v), dtype=dtype)
         with np.errstate(over="ignore", invalid="ignore"):  # per thread, as the caller's
-            rows(lo, local.buf)
+            block_out(lo, local.buf)
         return min(lo + block, c.n) - lo  # query rows done
 
     done = 0
@@ -152,7 +165,7 @@ def _attend(p: Prepared, q_t: Array, k_t: Array, v_t: Array,
             done += count
             if progress is not None:
                 progress(done * c.heads, c.heads * c.n)
-    return out
+    return out if final is None else final
 
 
 def _workers() -> int:
@@ -242,7 +255,9 @@ def fast(p: Prepared, progress: Progress | None = None) -> Array:
             work.stages["x_pos"] = p.x + p.pe  # type: ignore[operator]
             if p.pe_kv is not None:
                 work.stages["x_kv_pos"] = p.x_kv + p.pe_kv  # type: ignore[operator]
-        work.stages["concat"] = _attend(p, *_turned_heads(p, work), progress)
-        out = work.output()  # (n, d_out)
+        out = _attend(p, *_turned_heads(p, work), progress)  # Y, or C without W_O
+        if p.w_o is None:
+            work.stages["concat"] = out
+            out = work.output()  # (n, d_out): C (+ b_o)
     check_finite(p, "output", out)  # an overflow anywhere shows here as inf or NaN
     return out
