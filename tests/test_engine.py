@@ -292,7 +292,8 @@ def test_the_same_bits_on_any_number_of_threads_when_blas_could_share_a_product(
     d = 64
     p = dict(x=rng.standard_normal((1500, d)), x_kv=rng.standard_normal((1300, d)),
              w_q=rng.standard_normal((d, d)) / 8, w_k=rng.standard_normal((d, d)) / 8,
-             w_v=rng.standard_normal((d, d)) / 8, heads=1, mask=mask, dtype=dtype)
+             w_v=rng.standard_normal((d, d)) / 8, w_o=rng.standard_normal((d, d)) / 8,
+             b_o=rng.standard_normal(d), heads=1, mask=mask, dtype=dtype)
     results = []
     for threads in ("1", "2"):
         monkeypatch.setenv("MHA_THREADS", threads)

@@ -103,7 +103,7 @@ def test_the_fast_path_in_many_small_blocks(name: str, monkeypatch: pytest.Monke
     groups = COMBOS[name].get("kv_heads", heads)
     p = {"x": rng.standard_normal((n, d)), "heads": heads,
          "w_q": rng.standard_normal((d, heads * 2)), "w_k": rng.standard_normal((d, groups * 2)),
-         "w_v": rng.standard_normal((d, groups * 2))}
+         "w_v": rng.standard_normal((d, groups * 2)), "w_o": rng.standard_normal((heads * 2, 3))}
     for key, value in COMBOS[name].items():
         p[key] = {"pad": [1] + [int(t) for t in rng.integers(0, 2, n - 1)],
                   "nm": rng.standard_normal((n, n)), "table": rng.standard_normal((n, d)),

@@ -90,9 +90,10 @@ def _attend(p: Prepared, q_t: Array, k_t: Array, v_t: Array,
             ops.alibi(np.ones(1, dtype=dtype), np.arange(lo, hi), np.arange(k0, k1))[0]
         for h in range(c.heads):
             g = c.kv_of(h)
-            # (b, keys), contiguous: the buffer's first b·keys numbers (a slice of its
-            # columns would make every ufunc loop row by row over short rows)
-            if turned:  # (keys, b), z its transpose (a view)
+            # the buffer's first b·keys numbers, whole (a slice of its columns would make
+            # every ufunc loop row by row over short rows): z is (b, keys), or the view of
+            # a turned (keys, b) product
+            if turned:
                 z = buf[:(hi - lo) * (k1 - k0)].reshape(k1 - k0, hi - lo).T
                 np.matmul(k_t[g, :, k0:k1].T, q_t[h, :, lo:hi], out=z.T)
             else:

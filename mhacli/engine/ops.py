@@ -202,12 +202,12 @@ def projections(x: Array, x_kv: Array | None, w_q: Array, w_k: Array, w_v: Array
     and Vᵀ, each head's numbers then side by side in memory (rows h·d … (h+1)·d − 1)."""
     axis = 0 if turned else 1
     if x_kv is not None:
-        q = project(x, w_q, b_q, turned)  # (n, H·d_k)
+        q = project(x, w_q, b_q, turned)  # (n, H·d_k), or turned
         kv = project(x_kv, np.hstack([w_k, w_v]), joined_bias(b_k, b_v, w_k, w_v), turned)
         k, v = np.split(kv, [w_k.shape[1]], axis=axis)
         return q, k, v
     qkv = project(x, np.hstack([w_q, w_k, w_v]), joined_bias(b_q, b_k, b_v, w_q, w_k, w_v),
-                  turned)  # (n, H·d_k + G·d_k + G·d_v)
+                  turned)  # (n, H·d_k + G·d_k + G·d_v), or turned
     q, k, v = np.split(qkv, [w_q.shape[1], w_q.shape[1] + w_k.shape[1]], axis=axis)
     return q, k, v
 
