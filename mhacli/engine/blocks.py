@@ -21,6 +21,7 @@ from .work import Work
 
 Array = np.ndarray
 Progress = Callable[[int, int], None]
+Spread = Callable[[Callable[[Any], Any], list], Iterator[Any]]
 
 # The scores of one head held at once: 4 MiB, a few times the L2 cache, was the fastest
 # measured for both floats, masked or not (float32 unmasked: 0.39 s against 0.41 s with
@@ -30,7 +31,7 @@ _UNSHIFTED_FROM = 1 << 14  # scores (n·m) from which the softmax may go unshift
 
 
 def _attend(p: Prepared, q_t: Array, k_t: Array, v_t: Array,
-            progress: Progress | None) -> Array:
+            progress: Progress | None, spread: Spread) -> Array:
     """The output Y = C·W_O (+ b_o), or without W_O the concatenation C of the heads'
     outputs (n × H·d_v), one block of query rows at a time and each head in turn.
 
@@ -132,41 +133,93 @@ def _attend(p: Prepared, q_t: Array, k_t: Array, v_t: Array,
                 final[lo:hi] += p.b_o
 
     starts = list(range(0, c.n, block))
-    workers = min(_workers(), len(starts))
-    if causal and workers > 1:  # the costliest blocks (the most keys) first: no core is
-        starts.reverse()       # left with a long one at the end while the others wait
-    if workers <= 1:
-        buf = np.empty(block * (width + c.d_v), dtype=dtype)  # reused by every block
-        # BLAS held to one thread here too, as in each worker below, so that a product
-        # is computed the same way (the same bits) on any number of threads; a block too
-        # small for BLAS to share out is left alone (no threadpoolctl to load for it)
-        shared = block * width * max(c.d_k, c.d_v) > 1 << 16
-        with _one_blas_thread() if shared else contextlib.nullcontext():
-            for lo in starts:
-                block_out(lo, buf)
-                if progress is not None:
-                    progress(min(lo + block, c.n) * c.heads, c.heads * c.n)
-        return out if final is None else final
-    # the blocks spread over the cores: NumPy lets go of the GIL in its products and
-    # exponentials; each worker has its own buffer, and BLAS one thread inside each
-    from concurrent.futures import ThreadPoolExecutor
-
-    local = threading.local()
+    if causal:  # the costliest blocks (the most keys) first: no core is left with a
+        starts.reverse()  # long one at the end while the others wait
+    local = threading.local()  # each worker's own buffer, reused by its blocks
 
     def job(lo: int) -> int:
-        if not hasattr(local, "buf"):
-            local.buf = np.empty(block * (width + c.d_v), dtype=dtype)
-        with np.errstate(over="ignore", invalid="ignore"):  # per thread, as the caller's
-            block_out(lo, local.buf)
+        buf = getattr(local, "buf", None)
+        if buf is None:
+            buf = local.buf = np.empty(block * (width + c.d_v), dtype=dtype)
+        block_out(lo, buf)
         return min(lo + block, c.n) - lo  # query rows done
 
     done = 0
-    with _one_blas_thread(), ThreadPoolExecutor(workers) as pool:
-        for count in pool.map(job, starts):
-            done += count
-            if progress is not None:
-                progress(done * c.heads, c.heads * c.n)
+    for count in spread(job, starts):
+        done += count
+        if progress is not None:
+            progress(done * c.heads, c.heads * c.n)
     return out if final is None else final
+
+
+@contextlib.contextmanager
+def _cores(hold: bool) -> Iterator[Spread]:
+    """``spread(fn, items)``: fn applied to every item, the results in the items' order,
+    the items shared out over every core this process may use (NumPy lets go of the GIL
+    in its products and exponentials).
+
+    ``hold``: BLAS held to one thread meanwhile, for products large enough that BLAS
+    would share one out among threads of its own: the workers are the threads, and a
+    product is then made the same way on any number of them (the same bits). Held for
+    the projections too, which are made in chunks by the workers: a product BLAS shared
+    out itself would leave its helper threads spinning for a tenth of a second after
+    it, on the cores the workers then need (measured: the attention 20 % slower).
+    """
+    workers = _workers()
+    pool = None  # made when first needed: a tiny problem has one chunk and one block
+
+    def spread(fn: Callable[[Any], Any], items: list) -> Iterator[Any]:
+        nonlocal pool
+        if workers <= 1 or len(items) <= 1:
+            return map(fn, items)
+        if pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            pool = ThreadPoolExecutor(workers)
+
+        def guarded(item: Any) -> Any:
+            with np.errstate(over="ignore", invalid="ignore"):  # per thread, as the caller's
+                return fn(item)
+        return pool.map(guarded, items)
+
+    try:
+        with _one_blas_thread() if hold else contextlib.nullcontext():
+            yield spread
+    finally:
+        if pool is not None:
+            pool.shutdown()
+
+
+def _blas_could_share(p: Prepared) -> bool:
+    """Could BLAS share out one of this problem's products among its own threads? Not
+    below 2¹⁶ multiply-adds (OpenBLAS: 4·2¹⁶), so the whole problem's count is a bound
+    that leaves tiny problems free of threadpoolctl and its start-up."""
+    c = p.config
+    work = c.n * c.m * c.heads * (c.d_k + c.d_v)  # scores and outputs
+    if not c.direct:  # the projections
+        d_in = max(a.shape[1] for a in (p.x, p.x_kv) if a is not None)  # type: ignore[union-attr]
+        work += (c.n + c.m) * d_in * (c.heads + 2 * c.groups) * max(c.d_k, c.d_v)
+    if p.w_o is not None:
+        work += c.n * p.w_o.shape[0] * p.w_o.shape[1]
+    return work >= 1 << 16
+
+
+def _chunked(spread: Spread) -> Callable[[Array, Array], Array]:
+    """A product a·b made in chunks of ``_TOKENS`` columns of b (tokens, in Wᵀ·Xᵀ) by
+    the workers: the same chunks whatever their number, so the same bits."""
+    def matmul(a: Array, b: Array) -> Array:
+        out = np.empty((a.shape[0], b.shape[1]), dtype=np.result_type(a, b))  # (rows, tokens)
+
+        def chunk(lo: int) -> None:
+            np.matmul(a, b[:, lo:lo + _TOKENS], out=out[:, lo:lo + _TOKENS])
+
+        for _ in spread(chunk, list(range(0, b.shape[1], _TOKENS))):
+            pass
+        return out
+    return matmul
+
+
+_TOKENS = 1024  # a chunk of a projection: 5–8 % slower than one product, on one core
 
 
 def _workers() -> int:
@@ -220,7 +273,7 @@ def _key_range(p: Prepared, lo: int, hi: int) -> tuple[int, int]:
     return k0, max(k0, k1)
 
 
-def _turned_heads(p: Prepared, work: Work) -> tuple[Array, Array, Array]:
+def _turned_heads(p: Prepared, work: Work, spread: Spread) -> tuple[Array, Array, Array]:
     """Qᵀ/s, Kᵀ and Vᵀ head by head: (H, d_k, n), (G, d_k, m), (G, d_v, m), each head's
     numbers side by side in memory, which every product of a block reads whole.
 
@@ -235,7 +288,7 @@ def _turned_heads(p: Prepared, work: Work) -> tuple[Array, Array, Array]:
         x = work.stages.get("x_pos", p.x)  # with positions added
         x_kv = work.stages.get("x_kv_pos", p.x_kv)
         q, k, v = ops.projections(x, x_kv, p.w_q, p.w_k, p.w_v, p.b_q, p.b_k, p.b_v,
-                                  turned=True)
+                                  turned=True, matmul=_chunked(spread))
     q_t, k_t, v_t = (a.reshape(heads, -1, a.shape[-1])
                      for a, heads in ((q, c.heads), (k, c.groups), (v, c.groups)))
     if c.rope is not None:  # turned by position: O(n·d) new numbers, not O(n·m)
@@ -256,7 +309,8 @@ def fast(p: Prepared, progress: Progress | None = None) -> Array:
             work.stages["x_pos"] = p.x + p.pe  # type: ignore[operator]
             if p.pe_kv is not None:
                 work.stages["x_kv_pos"] = p.x_kv + p.pe_kv  # type: ignore[operator]
-        out = _attend(p, *_turned_heads(p, work), progress)  # Y, or C without W_O
+        with _cores(_blas_could_share(p)) as spread:
+            out = _attend(p, *_turned_heads(p, work, spread), progress, spread)  # Y, or C
         if p.w_o is None:
             work.stages["concat"] = out
             out = work.output()  # (n, d_out): C (+ b_o)

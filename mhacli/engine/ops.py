@@ -18,7 +18,7 @@ They work on float arrays and, before the softmax, on object arrays of Fractions
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -28,11 +28,13 @@ if TYPE_CHECKING:  # annotations only: numpy.typing costs a millisecond of start
 Array = np.ndarray  # of floats (or of Fractions, for exact arithmetic)
 
 
-def project(x: Array, w: Array, b: Array | None = None, turned: bool = False) -> Array:
+def project(x: Array, w: Array, b: Array | None = None, turned: bool = False,
+            matmul: Callable[[Array, Array], Array] = np.matmul) -> Array:
     """One linear map with weights on the right: x·w (+ b); ``turned``: its transpose,
-    made as wᵀ·xᵀ (+ b as a column)."""
+    made as wᵀ·xᵀ (+ b as a column) by ``matmul`` (the fast path's spreads it over
+    the cores)."""
     if turned:
-        out = w.T @ x.T  # (cols, rows)
+        out = matmul(w.T, x.T)  # (cols, rows)
         if b is not None:
             out += b[:, None]
         return out
@@ -196,18 +198,21 @@ def merge_heads(o: Array) -> Array:
 
 def projections(x: Array, x_kv: Array | None, w_q: Array, w_k: Array, w_v: Array,
                 b_q: Array | None, b_k: Array | None, b_v: Array | None,
-                turned: bool = False) -> tuple[Array, Array, Array]:
+                turned: bool = False, matmul: Callable[[Array, Array], Array] = np.matmul
+                ) -> tuple[Array, Array, Array]:
     """Q, K, V in as few products as there are inputs: X·[W_Q | W_K | W_V] in
     self-attention, X·W_Q and X_kv·[W_K | W_V] in cross-attention. ``turned``: Qᵀ, Kᵀ
-    and Vᵀ, each head's numbers then side by side in memory (rows h·d … (h+1)·d − 1)."""
+    and Vᵀ, each head's numbers then side by side in memory (rows h·d … (h+1)·d − 1),
+    made by ``matmul``."""
     axis = 0 if turned else 1
     if x_kv is not None:
-        q = project(x, w_q, b_q, turned)  # (n, H·d_k), or turned
-        kv = project(x_kv, np.hstack([w_k, w_v]), joined_bias(b_k, b_v, w_k, w_v), turned)
+        q = project(x, w_q, b_q, turned, matmul)  # (n, H·d_k), or turned
+        kv = project(x_kv, np.hstack([w_k, w_v]), joined_bias(b_k, b_v, w_k, w_v), turned,
+                     matmul)
         k, v = np.split(kv, [w_k.shape[1]], axis=axis)
         return q, k, v
     qkv = project(x, np.hstack([w_q, w_k, w_v]), joined_bias(b_q, b_k, b_v, w_q, w_k, w_v),
-                  turned)  # (n, H·d_k + G·d_k + G·d_v), or turned
+                  turned, matmul)  # (n, H·d_k + G·d_k + G·d_v), or turned
     q, k, v = np.split(qkv, [w_q.shape[1], w_q.shape[1] + w_k.shape[1]], axis=axis)
     return q, k, v
 
