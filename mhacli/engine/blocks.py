@@ -47,7 +47,8 @@ def _attend(p: Prepared, q_t: Array, k_t: Array, v_t: Array,
     c = p.config
     dtype = q_t.dtype
     # OpenBLAS's float32 products are faster as K·Qᵀ and Vᵀ·(K·Qᵀ) (keys × queries:
-    # 81 against 66 GFLOP/s at d_k = 64 on AVX-512); float64's the other way round. A
+    # the scores at 81 against 66 GFLOP/s, d_k = 64, on one AVX-512 AMD EPYC core; 124
+    # against 112 on an Intel Xeon's); float64's the other way round. A
     # block's scores are then the transpose of that product: the same numbers, columns
     # in memory; and its output comes out turned (d_v × b), to be turned back.
     turned = dtype == np.float32
@@ -78,6 +79,9 @@ def _attend(p: Prepared, q_t: Array, k_t: Array, v_t: Array,
             q_norm = ops.norms(q_t.swapaxes(-1, -2))  # (H, n)
             k_norm = ops.norms(k_t.swapaxes(-1, -2)).max(axis=-1, initial=0)  # (G,)
             k_norm[~ops.mid_range(v_t, limit)] = np.inf  # V too large or small for it
+    if turned:  # Vᵀ with a row of ones under each head's (G, d_v + 1, m): its product
+        # with the exponentials holds their row sums too, a pass over b × keys saved
+        v_t = np.concatenate((v_t, np.ones((c.groups, 1, c.m), dtype=dtype)), axis=1)
 
     def rows(lo: int, buf: Array) -> None:
         """Every head's output for the query rows lo … lo + block − 1."""
@@ -113,14 +117,19 @@ def _attend(p: Prepared, q_t: Array, k_t: Array, v_t: Array,
                 np.copyto(z, -np.inf, where=blocked)
             bounded = q_norm is not None and \
                 bool(q_norm[h, lo:hi].max() * k_norm[g] <= limit)  # NaN, ∞: not bounded
-            _, total, dead = ops.exp_shifted(z, None if sinks is None else sinks[h], bounded)
+            sink = None if sinks is None else sinks[h]
+            row_max, dead = ops.exp_shifted(z, sink, bounded)
             o = out[lo:hi, h * c.d_v:(h + 1) * c.d_v]  # (b, d_v), head h's columns
-            if turned:
-                o_t = buf[block * width:][:(hi - lo) * c.d_v].reshape(c.d_v, hi - lo)
+            if turned:  # [V | 1]ᵀ·zᵀ: the output, turned, and in its last row the row
+                # sums (float64's d_v + 1 columns cost more than the pass they save)
+                o_t = buf[block * width:][:(d_v1 := c.d_v + 1) * (hi - lo)].reshape(d_v1, -1)
                 np.matmul(v_t[g, :, k0:k1], z.T, out=o_t)
-                np.copyto(o, o_t.T)
+                np.copyto(o, o_t[:c.d_v].T)
+                sums = o_t[c.d_v, :, None]  # (b, 1)
             else:
                 np.matmul(z, v_t[g, :, k0:k1].T, out=o)
+                sums = None
+            total = ops.row_sums(z, row_max, sink, sums)  # (b, 1)
             ops.normalise(o, total, dead, c.masked_row)
 
     def block_out(lo: int, buf: Array) -> None:
@@ -140,7 +149,7 @@ def _attend(p: Prepared, q_t: Array, k_t: Array, v_t: Array,
     def job(lo: int) -> int:
         buf = getattr(local, "buf", None)
         if buf is None:
-            buf = local.buf = np.empty(block * (width + c.d_v), dtype=dtype)
+            buf = local.buf = np.empty(block * (width + c.d_v + 1), dtype=dtype)
         block_out(lo, buf)
         return min(lo + block, c.n) - lo  # query rows done
 

@@ -89,14 +89,14 @@ def mask_scores(z: Array, allowed: npt.NDArray[np.bool_] | None) -> Array:
 
 
 def exp_shifted(z: Array, sink: Array | None = None, bounded: bool = False
-                ) -> tuple[Array, Array, Array]:
+                ) -> tuple[Array, Array]:
     """The heart of the softmax, in place: z becomes exp(z − row max).
 
-    Returns (row max, row sum of the exponentials, dead rows). Subtracting the row
-    maximum keeps every exponent ≤ 0, so large scores cannot overflow. A dead row (every
-    entry −∞: all keys blocked) gets exp = 0 and sum = 0. ``sink`` (broadcast against
-    the row maxima, (…, 1, 1) per head) is one more logit in each row: in the maximum
-    and the sum, while its own exp is not kept.
+    Returns (row max, dead rows). Subtracting the row maximum keeps every exponent
+    ≤ 0, so large scores cannot overflow. A dead row (every entry −∞: all keys blocked)
+    gets exp = 0. ``sink`` (broadcast against the row maxima, (…, 1, 1) per head) is
+    one more logit in each row: in the maximum, while its own exp is not kept (it joins
+    the sum in ``row_sums``).
 
     ``bounded``: the caller knows every |z| ≤ ``exp_limit(dtype)``, no row dead, and
     what the exponentials will multiply in ``mid_range``. The
@@ -106,8 +106,8 @@ def exp_shifted(z: Array, sink: Array | None = None, bounded: bool = False
     """
     if bounded:
         np.exp(z, out=z)
-        total = z.sum(axis=-1, keepdims=True)  # (…, rows, 1)
-        return np.zeros_like(total), total, np.zeros(total.shape, dtype=bool)
+        shape = (*z.shape[:-1], 1)  # (…, rows, 1)
+        return np.zeros(shape, dtype=z.dtype), np.zeros(shape, dtype=bool)
     row_max = z.max(axis=-1, keepdims=True)  # (…, rows, 1)
     dead = np.isneginf(row_max)  # every key blocked (a sink still gets its logit)
     if sink is not None:
@@ -118,10 +118,18 @@ def exp_shifted(z: Array, sink: Array | None = None, bounded: bool = False
     np.exp(z, out=z)
     if sink is None and dead.any():
         row_max[dead] = -np.inf  # as it was: the row's maximum is −∞
-    total = z.sum(axis=-1, keepdims=True)
+    return row_max, dead
+
+
+def row_sums(e: Array, row_max: Array, sink: Array | None = None,
+             sums: Array | None = None) -> Array:
+    """The softmax's denominators (…, rows, 1): each row's sum of the exponentials ``e``
+    (or ``sums``, when the caller has them already: the fast path's come out of its
+    product with V), and the sink's exp(sink − max) when there is one. A dead row's is 0."""
+    total = e.sum(axis=-1, keepdims=True) if sums is None else sums
     if sink is not None:
-        total += np.exp(sink - row_max)
-    return row_max, total, dead
+        total = total + np.exp(sink - row_max)
+    return total
 
 
 def exp_limit(dtype: Any) -> float:
@@ -168,7 +176,8 @@ def softmax_parts(z: Array, masked_row: str = "zero", sinks: Array | None = None
     ``sinks`` (one logit per head, z being H × n × m) the parts hold the sink's exp too."""
     e = z.copy()
     sink = None if sinks is None else np.asarray(sinks, dtype=z.dtype)[:, None, None]
-    row_max, total, dead = exp_shifted(e, sink)
+    row_max, dead = exp_shifted(e, sink)
+    total = row_sums(e, row_max, sink)
     weights = normalise(e.copy(), total, dead, masked_row)
     parts = {"max": row_max, "exp": e, "sum": total, "weights": weights}
     if sink is not None:
