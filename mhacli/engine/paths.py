@@ -2,7 +2,7 @@
 fast path (``blocks.py``: the output only).
 
 Both paths are built from the functions of ``ops.py``: the fused projections, the head
-split, one softmax (``exp_shifted`` then ``normalise``). They differ in what they keep
+split, one softmax (``exp_shifted``, ``row_sums``, ``normalise``). They differ in what they keep
 and in where two divisions happen (see ``blocks.py``); both orders agree to 1e-12 in
 float64 (tests/test_engine.py). Dimensions are named in ``ops.py``.
 """

@@ -21,6 +21,8 @@ from typing import Any, BinaryIO, Callable
 import numpy as np
 
 from ..errors import KeyPath, MhaError
+from .plainyaml import QUICK_BELOW
+from .plainyaml import read as plain_yaml
 
 MAX_TEXT_BYTES = 256 * 1024 * 1024  # a 4096 × 512 problem as YAML is about 60 MB
 MAX_NUMBERS = 1 << 26  # numbers in the arrays of one .npz: 512 MiB as float64
@@ -128,6 +130,10 @@ def parse_text(text: str, source: str, fmt: str = "yaml") -> tuple[Any, Locator]
                        f"to {MAX_TEXT_BYTES // 2**20} MiB (use .npz for large arrays)",
                        source=source)
     parse = _json if fmt == "json" else _yaml
+    if fmt == "yaml" and len(text) < QUICK_BELOW:  # the plainest files: no PyYAML to load
+        data = plain_yaml(text)
+        if data is not None:
+            return data, lambda path: _locate(text, path)
     if len(text) >= FAST_FROM_BYTES:
         from .fastroute import take_matrices
 
