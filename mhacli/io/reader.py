@@ -122,6 +122,7 @@ def parse_text(text: str, source: str, fmt: str = "yaml") -> tuple[Any, Locator]
     1-based (line, column) of that entry, or of the nearest enclosing one it can find.
     Large files take a fast route for their big numeric matrices first; whatever that
     route cannot read for certain is read again in full, so errors point at the text.
+    Small YAML files of the plainest kind are read without PyYAML (``plainyaml``).
     """
     if not text.strip():
         raise MhaError("the file is empty", source=source)
@@ -130,10 +131,6 @@ def parse_text(text: str, source: str, fmt: str = "yaml") -> tuple[Any, Locator]
                        f"to {MAX_TEXT_BYTES // 2**20} MiB (use .npz for large arrays)",
                        source=source)
     parse = _json if fmt == "json" else _yaml
-    if fmt == "yaml" and len(text) < QUICK_BELOW:  # the plainest files: no PyYAML to load
-        data = plain_yaml(text)
-        if data is not None:
-            return data, lambda path: _locate(text, path)
     if len(text) >= FAST_FROM_BYTES:
         from .fastroute import take_matrices
 
@@ -145,6 +142,10 @@ def parse_text(text: str, source: str, fmt: str = "yaml") -> tuple[Any, Locator]
                 data = None  # the full reading below says what is wrong, and where
             if isinstance(data, dict) and _placed(data, arrays):
                 return data, lambda path: _locate(text, path)
+    if fmt == "yaml" and len(text) < QUICK_BELOW:  # the plainest files: no PyYAML to load
+        data = plain_yaml(text)
+        if data is not None:
+            return data, lambda path: _locate(text, path)
     try:
         data = parse(text)
     except MhaError as exc:
