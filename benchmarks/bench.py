@@ -112,7 +112,7 @@ def machine() -> str:
     except ImportError:
         pass
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return (f"{model}, {simd}, {cores} cores; Python {sys.version.split()[0]}, "
+    return (f"{model}, {simd}, {cores} core{'' if cores == 1 else 's'}; Python {sys.version.split()[0]}, "
             f"NumPy {np.__version__}, {blas}, "
             f"PyTorch {torch.__version__ if torch else 'not installed'}")
 
