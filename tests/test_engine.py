@@ -228,13 +228,43 @@ def test_the_fast_path_gives_the_same_bits_on_any_number_of_threads(
              w_k=rng.standard_normal((16, 16)), w_v=rng.standard_normal((16, 16)), heads=4,
              mask="causal")
     monkeypatch.setattr(blocks, "_BLOCK_BYTES", 2048)  # many blocks
-    monkeypatch.setattr(blocks, "_TOKENS", 7)  # projections in many chunks
+    monkeypatch.setattr(blocks, "_TOKENS", 7)  # projections in many pieces of tokens
+    monkeypatch.setattr(blocks, "_SHARED_FROM", 1000)
     results = []
     for threads in ("1", "2", "3"):
         monkeypatch.setenv("MHA_THREADS", threads)
         results.append(mhacli.attention(**p))
     assert all(np.array_equal(results[0], r) for r in results[1:])
     np.testing.assert_allclose(results[0], mhacli.trace(**p)["output"], rtol=1e-12, atol=1e-12)
+    few = dict(p, x=p["x"][:40], x_kv=p["x"][:30] * 2)  # cross-attention, a few tokens:
+    monkeypatch.setattr(blocks, "_TOKENS", 64)  # the projections in pieces of rows of Wᵀ
+    monkeypatch.setattr(blocks, "_SHARED_FROM", 1000)
+    results = []
+    for threads in ("1", "2", "3"):
+        monkeypatch.setenv("MHA_THREADS", threads)
+        results.append(mhacli.attention(**few))
+    assert all(np.array_equal(results[0], r) for r in results[1:])
+    np.testing.assert_allclose(results[0], mhacli.trace(**few)["output"], rtol=1e-12,
+                               atol=1e-12)
+
+
+def test_the_fast_path_keeps_the_callers_numpy_error_settings_on_any_number_of_threads(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers run under the caller's np.errstate (a thread starts with NumPy's own):
+    an underflow the caller asked to raise on raises whatever the number of threads."""
+    from mhacli.engine import blocks
+
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((200, 8)) * 30  # scores far apart: exp underflows
+    p = dict(x=x, w_q=np.eye(8), w_k=np.eye(8), w_v=np.eye(8), heads=2)
+    monkeypatch.setattr(blocks, "_BLOCK_BYTES", 2048)  # many blocks, shared out
+    for threads in ("1", "2"):
+        monkeypatch.setenv("MHA_THREADS", threads)
+        with np.errstate(under="raise"), pytest.raises(FloatingPointError):
+            mhacli.attention(**p)
+        with np.errstate(under="ignore"):
+            np.testing.assert_allclose(mhacli.attention(**p), mhacli.trace(**p)["output"],
+                                       rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])

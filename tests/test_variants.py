@@ -111,7 +111,8 @@ def test_the_fast_path_in_many_small_blocks(name: str, monkeypatch: pytest.Monke
             if isinstance(value, str) and value in ("pad", "nm", "hnm", "table") else value
     want = mhacli.trace(**p)["output"]
     monkeypatch.setattr(blocks, "_BLOCK_BYTES", 8 * 2 * n // 8)  # about two rows a block
-    monkeypatch.setattr(blocks, "_TOKENS", 5)  # projections in chunks of 5 tokens
+    monkeypatch.setattr(blocks, "_TOKENS", 5)  # projections in pieces of 5 tokens
+    monkeypatch.setattr(blocks, "_SHARED_FROM", 100)
     outs = []
     for threads in ("1", "3"):  # the same bits whatever the number of threads
         monkeypatch.setenv("MHA_THREADS", threads)

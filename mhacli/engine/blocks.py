@@ -56,16 +56,14 @@ def _attend(p: Prepared, q_t: Array, k_t: Array, v_t: Array,
     # Y = C·W_O (+ b_o) made block by block too, while the block's rows are fresh in the
     # cache, instead of one product after the last block (measured: 3 % in float64)
     final = None if p.w_o is None else np.empty((c.n, p.w_o.shape[1]), dtype=dtype)
-    size = dtype.itemsize
     causal = c.mask == "causal"
-    span = c.m if c.window is None else min(c.m, 2 * c.window)  # keys a block row needs
-    block = max(1, min(c.n, _BLOCK_BYTES // (span * size)))  # rows of queries at once
-    if c.window is not None:  # a block of b rows spans b + w − 1 keys: keep b near w / 4
-        block = min(block, max(64, c.window // 4))
+    span = _span(p)
+    block = _block_rows(p)
     only_causal = causal and c.window is None and not c.padding
     upper = np.triu(np.ones((block, block), dtype=bool), k=1) if only_causal else None
     sinks = None if p.sinks is None else p.sinks.astype(dtype)
     width = min(c.m, span + block)
+    spare = c.d_v + 1 if turned else 0  # room after the scores for a turned output
     # When |q_i|·max_j |k_j| (Cauchy–Schwarz: at least every |score|) is small enough
     # that exp cannot overflow or lose digits, nor its products with V, a block's
     # softmax needs no row maximum (plain scores only: no variant shifts them, no row
@@ -122,7 +120,7 @@ def _attend(p: Prepared, q_t: Array, k_t: Array, v_t: Array,
             o = out[lo:hi, h * c.d_v:(h + 1) * c.d_v]  # (b, d_v), head h's columns
             if turned:  # [V | 1]ᵀ·zᵀ: the output, turned, and in its last row the row
                 # sums (float64's d_v + 1 columns cost more than the pass they save)
-                o_t = buf[block * width:][:(d_v1 := c.d_v + 1) * (hi - lo)].reshape(d_v1, -1)
+                o_t = buf[block * width:][:spare * (hi - lo)].reshape(spare, hi - lo)
                 np.matmul(v_t[g, :, k0:k1], z.T, out=o_t)
                 np.copyto(o, o_t[:c.d_v].T)
                 sums = o_t[c.d_v, :, None]  # (b, 1)
@@ -149,7 +147,7 @@ def _attend(p: Prepared, q_t: Array, k_t: Array, v_t: Array,
     def job(lo: int) -> int:
         buf = getattr(local, "buf", None)
         if buf is None:
-            buf = local.buf = np.empty(block * (width + c.d_v + 1), dtype=dtype)
+            buf = local.buf = np.empty(block * (width + spare), dtype=dtype)
         block_out(lo, buf)
         return min(lo + block, c.n) - lo  # query rows done
 
@@ -165,17 +163,18 @@ def _attend(p: Prepared, q_t: Array, k_t: Array, v_t: Array,
 def _cores(hold: bool) -> Iterator[Spread]:
     """``spread(fn, items)``: fn applied to every item, the results in the items' order,
     the items shared out over every core this process may use (NumPy lets go of the GIL
-    in its products and exponentials).
+    in its products and exponentials), under the caller's NumPy error settings.
 
-    ``hold``: BLAS held to one thread meanwhile, for products large enough that BLAS
-    would share one out among threads of its own: the workers are the threads, and a
-    product is then made the same way on any number of them (the same bits). Held for
-    the projections too, which are made in chunks by the workers: a product BLAS shared
-    out itself would leave its helper threads spinning for a tenth of a second after
-    it, on the cores the workers then need (measured: the attention 20 % slower).
+    ``hold``: BLAS held to one thread meanwhile (a problem large enough that BLAS would
+    share one of its products among threads of its own, with work to share out). The
+    workers are then the threads, and a product is made the same way on any number of
+    them (the same bits); and no BLAS helper thread is left spinning after a product of
+    its own, for a tenth of a second, on the cores the workers need next (measured:
+    the attention 20 % slower after a product BLAS had shared out).
     """
     workers = _workers()
-    pool = None  # made when first needed: a tiny problem has one chunk and one block
+    settings = np.geterr()  # a worker thread starts with NumPy's defaults
+    pool = None  # made when first needed: a small problem has nothing to share
 
     def spread(fn: Callable[[Any], Any], items: list) -> Iterator[Any]:
         nonlocal pool
@@ -187,48 +186,84 @@ def _cores(hold: bool) -> Iterator[Spread]:
             pool = ThreadPoolExecutor(workers)
 
         def guarded(item: Any) -> Any:
-            with np.errstate(over="ignore", invalid="ignore"):  # per thread, as the caller's
+            with np.errstate(**settings):
                 return fn(item)
         return pool.map(guarded, items)
 
-    try:
-        with _one_blas_thread() if hold else contextlib.nullcontext():
+    with _one_blas_thread() if hold else contextlib.nullcontext():
+        try:
             yield spread
-    finally:
-        if pool is not None:
-            pool.shutdown()
+        finally:  # every worker done before BLAS may have its threads back
+            if pool is not None:
+                pool.shutdown()
 
 
-def _blas_could_share(p: Prepared) -> bool:
-    """Could BLAS share out one of this problem's products among its own threads? Not
+def _hold(p: Prepared) -> bool:
+    """Does the problem give the workers something to share (two blocks, or a projection
+    in pieces), in products large enough that BLAS would share one out itself? Not
     below 2¹⁶ multiply-adds (OpenBLAS: 4·2¹⁶), so the whole problem's count is a bound
-    that leaves tiny problems free of threadpoolctl and its start-up."""
+    that leaves small problems free of threadpoolctl and its start-up. Decided by the
+    problem alone, never by the number of threads: the same bits on any number."""
     c = p.config
-    work = c.n * c.m * c.heads * (c.d_k + c.d_v)  # scores and outputs
-    if not c.direct:  # the projections
-        d_in = max(a.shape[1] for a in (p.x, p.x_kv) if a is not None)  # type: ignore[union-attr]
-        work += (c.n + c.m) * d_in * (c.heads + 2 * c.groups) * max(c.d_k, c.d_v)
+    products = _projections(p)
+    work = sum(products) + c.n * c.m * c.heads * (c.d_k + c.d_v)
     if p.w_o is not None:
         work += c.n * p.w_o.shape[0] * p.w_o.shape[1]
-    return work >= 1 << 16
+    shared = c.n > _block_rows(p) or any(size >= _SHARED_FROM for size in products)
+    return shared and work >= 1 << 16
 
 
-def _chunked(spread: Spread) -> Callable[[Array, Array], Array]:
-    """A product a·b made in chunks of ``_TOKENS`` columns of b (tokens, in Wᵀ·Xᵀ) by
-    the workers: the same chunks whatever their number, so the same bits."""
+def _projections(p: Prepared) -> list[int]:
+    """The multiply-adds of each product ``ops.projections`` makes: one, fused, in
+    self-attention; X·W_Q and X_kv·[W_K | W_V] in cross-attention; none given Q, K, V."""
+    c = p.config
+    if c.direct:
+        return []
+    q_cols, kv_cols = c.heads * c.d_k, c.groups * (c.d_k + c.d_v)
+    if p.x_kv is None:
+        return [c.n * p.x.shape[1] * (q_cols + kv_cols)]  # type: ignore[union-attr]
+    return [c.n * p.x.shape[1] * q_cols, c.m * p.x_kv.shape[1] * kv_cols]
+
+
+def _pieces(spread: Spread) -> Callable[[Array, Array], Array]:
+    """A projection's product a·b = Wᵀ·Xᵀ made in pieces by the workers, when it has
+    ``_SHARED_FROM`` multiply-adds or more: of ``_TOKENS`` tokens (columns of b) at
+    most, or with fewer tokens, four pieces of rows of Wᵀ at least (of ``_ROWS`` at
+    most, 64 at least). The pieces depend on the shapes alone, not on the number of
+    workers: the same bits on any number."""
     def matmul(a: Array, b: Array) -> Array:
-        out = np.empty((a.shape[0], b.shape[1]), dtype=np.result_type(a, b))  # (rows, tokens)
+        (rows, d_in), tokens = a.shape, b.shape[1]
+        out = np.empty((rows, tokens), dtype=np.result_type(a, b))  # (rows, tokens)
+        whole = slice(None)
+        if rows * d_in * tokens < _SHARED_FROM:
+            jobs = [(whole, whole)]
+        elif tokens > _TOKENS:
+            jobs = [(whole, part) for part in _even(tokens, _TOKENS)]
+        else:
+            jobs = [(part, whole) for part in _even(rows, min(_ROWS, max(64, -(-rows // 4))))]
 
-        def chunk(lo: int) -> None:
-            np.matmul(a, b[:, lo:lo + _TOKENS], out=out[:, lo:lo + _TOKENS])
+        def piece(job: tuple[slice, slice]) -> None:
+            r, t = job
+            np.matmul(a[r], b[:, t], out=out[r, t])
 
-        for _ in spread(chunk, list(range(0, b.shape[1], _TOKENS))):
-            pass
+        list(spread(piece, jobs))
         return out
     return matmul
 
 
-_TOKENS = 1024  # a chunk of a projection: 5–8 % slower than one product, on one core
+def _even(total: int, most: int) -> list[slice]:
+    """0 … total − 1 in as few pieces of at most ``most`` as there can be, of sizes
+    within one of each other (1500 in two of 750, not 1024 and 476)."""
+    count = -(-total // most)
+    bounds = [total * i // count for i in range(count + 1)]
+    return [slice(lo, hi) for lo, hi in zip(bounds, bounds[1:])]
+
+
+# A projection in pieces, measured on one core against one product (float32 / float64):
+# 1024 tokens, 5–8 % slower; 768 rows of Wᵀ, 2–5 %; worth it on two cores and more
+_TOKENS = 1024
+_ROWS = 768
+_SHARED_FROM = 1 << 25  # multiply-adds: less (about 5 ms) is not worth sharing out
 
 
 def _workers() -> int:
@@ -246,8 +281,8 @@ def _workers() -> int:
 
 @contextlib.contextmanager
 def _one_blas_thread() -> Iterator[None]:
-    """BLAS held to one thread while the blocks run on several (threadpoolctl, when it
-    is installed; else BLAS keeps its own threads)."""
+    """BLAS held to one thread while it lasts (threadpoolctl, when it is installed; else
+    BLAS keeps its own threads)."""
     global _CONTROLLER
     try:
         from threadpoolctl import ThreadpoolController
@@ -282,6 +317,23 @@ def _key_range(p: Prepared, lo: int, hi: int) -> tuple[int, int]:
     return k0, max(k0, k1)
 
 
+def _span(p: Prepared) -> int:
+    """The keys a block row needs at most: every key, or those of its window."""
+    c = p.config
+    return c.m if c.window is None else min(c.m, 2 * c.window)
+
+
+def _block_rows(p: Prepared) -> int:
+    """Rows of queries in a block: as many as keep its scores within ``_BLOCK_BYTES``."""
+    c = p.config
+    block = max(1, min(c.n, _BLOCK_BYTES // (_span(p) * np.dtype(c.dtype).itemsize)))
+    if c.window is not None:  # a block of b rows spans b + w − 1 keys: keep b near w / 4
+        block = min(block, max(64, c.window // 4))
+    if c.n * c.m * c.heads * (c.d_k + c.d_v) >= _SHARED_FROM:  # work enough for every
+        block = min(block, max(64, -(-c.n // 4)))  # core: four blocks at least, if 64 rows
+    return block
+
+
 def _turned_heads(p: Prepared, work: Work, spread: Spread) -> tuple[Array, Array, Array]:
     """Qᵀ/s, Kᵀ and Vᵀ head by head: (H, d_k, n), (G, d_k, m), (G, d_v, m), each head's
     numbers side by side in memory, which every product of a block reads whole.
@@ -297,7 +349,7 @@ def _turned_heads(p: Prepared, work: Work, spread: Spread) -> tuple[Array, Array
         x = work.stages.get("x_pos", p.x)  # with positions added
         x_kv = work.stages.get("x_kv_pos", p.x_kv)
         q, k, v = ops.projections(x, x_kv, p.w_q, p.w_k, p.w_v, p.b_q, p.b_k, p.b_v,
-                                  turned=True, matmul=_chunked(spread))
+                                  turned=True, matmul=_pieces(spread))
     q_t, k_t, v_t = (a.reshape(heads, -1, a.shape[-1])
                      for a, heads in ((q, c.heads), (k, c.groups), (v, c.groups)))
     if c.rope is not None:  # turned by position: O(n·d) new numbers, not O(n·m)
@@ -318,7 +370,7 @@ def fast(p: Prepared, progress: Progress | None = None) -> Array:
             work.stages["x_pos"] = p.x + p.pe  # type: ignore[operator]
             if p.pe_kv is not None:
                 work.stages["x_kv_pos"] = p.x_kv + p.pe_kv  # type: ignore[operator]
-        with _cores(_blas_could_share(p)) as spread:
+        with _cores(_hold(p)) as spread:
             out = _attend(p, *_turned_heads(p, work, spread), progress, spread)  # Y, or C
         if p.w_o is None:
             work.stages["concat"] = out

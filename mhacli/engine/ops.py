@@ -102,7 +102,7 @@ def exp_shifted(z: Array, sink: Array | None = None, bounded: bool = False
     what the exponentials will multiply in ``mid_range``. The
     softmax is the same whatever each row is shifted by, and these exponentials and
     their sums stay in the normal range unshifted, so the maximum's two passes are
-    skipped and 0 is returned as the shift (for the fast path, which needs only sums).
+    skipped and 0 is returned as the shift (for the fast path, which keeps no parts).
     """
     if bounded:
         np.exp(z, out=z)
@@ -125,7 +125,8 @@ def row_sums(e: Array, row_max: Array, sink: Array | None = None,
              sums: Array | None = None) -> Array:
     """The softmax's denominators (…, rows, 1): each row's sum of the exponentials ``e``
     (or ``sums``, when the caller has them already: the fast path's come out of its
-    product with V), and the sink's exp(sink − max) when there is one. A dead row's is 0."""
+    product with V), and the sink's exp(sink − max) when there is one. A dead row's is
+    0 without a sink, and the sink's exp(0) = 1 with one."""
     total = e.sum(axis=-1, keepdims=True) if sums is None else sums
     if sink is not None:
         total = total + np.exp(sink - row_max)

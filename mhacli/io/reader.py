@@ -21,7 +21,6 @@ from typing import Any, BinaryIO, Callable
 import numpy as np
 
 from ..errors import KeyPath, MhaError
-from .plainyaml import QUICK_BELOW
 from .plainyaml import read as plain_yaml
 
 MAX_TEXT_BYTES = 256 * 1024 * 1024  # a 4096 × 512 problem as YAML is about 60 MB
@@ -142,7 +141,7 @@ def parse_text(text: str, source: str, fmt: str = "yaml") -> tuple[Any, Locator]
                 data = None  # the full reading below says what is wrong, and where
             if isinstance(data, dict) and _placed(data, arrays):
                 return data, lambda path: _locate(text, path)
-    if fmt == "yaml" and len(text) < QUICK_BELOW:  # the plainest files: no PyYAML to load
+    if fmt == "yaml":  # the plainest (small) files: no PyYAML to load
         data = plain_yaml(text)
         if data is not None:
             return data, lambda path: _locate(text, path)
