@@ -228,24 +228,17 @@ def test_the_fast_path_gives_the_same_bits_on_any_number_of_threads(
              w_k=rng.standard_normal((16, 16)), w_v=rng.standard_normal((16, 16)), heads=4,
              mask="causal")
     monkeypatch.setattr(blocks, "_BLOCK_BYTES", 2048)  # many blocks
-    monkeypatch.setattr(blocks, "_TOKENS", 7)  # projections in many pieces of tokens
-    monkeypatch.setattr(blocks, "_SHARED_FROM", 1000)
-    results = []
-    for threads in ("1", "2", "3"):
-        monkeypatch.setenv("MHA_THREADS", threads)
-        results.append(mhacli.attention(**p))
-    assert all(np.array_equal(results[0], r) for r in results[1:])
-    np.testing.assert_allclose(results[0], mhacli.trace(**p)["output"], rtol=1e-12, atol=1e-12)
+    monkeypatch.setattr(blocks, "_SHARED_FROM", 1000)  # projections in pieces
     few = dict(p, x=p["x"][:40], x_kv=p["x"][:30] * 2)  # cross-attention, a few tokens:
-    monkeypatch.setattr(blocks, "_TOKENS", 64)  # the projections in pieces of rows of Wᵀ
-    monkeypatch.setattr(blocks, "_SHARED_FROM", 1000)
-    results = []
-    for threads in ("1", "2", "3"):
-        monkeypatch.setenv("MHA_THREADS", threads)
-        results.append(mhacli.attention(**few))
-    assert all(np.array_equal(results[0], r) for r in results[1:])
-    np.testing.assert_allclose(results[0], mhacli.trace(**few)["output"], rtol=1e-12,
-                               atol=1e-12)
+    for problem, tokens in ((p, 7), (few, 64)):  # (then the projections in pieces of
+        monkeypatch.setattr(blocks, "_TOKENS", tokens)  # rows of Wᵀ)
+        results = []
+        for threads in ("1", "2", "3"):
+            monkeypatch.setenv("MHA_THREADS", threads)
+            results.append(mhacli.attention(**problem))
+        assert all(np.array_equal(results[0], r) for r in results[1:])
+        np.testing.assert_allclose(results[0], mhacli.trace(**problem)["output"], rtol=1e-12,
+                                   atol=1e-12)
 
 
 def test_the_fast_path_keeps_the_callers_numpy_error_settings_on_any_number_of_threads(

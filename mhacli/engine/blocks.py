@@ -324,7 +324,8 @@ def _span(p: Prepared) -> int:
 
 
 def _block_rows(p: Prepared) -> int:
-    """Rows of queries in a block: as many as keep its scores within ``_BLOCK_BYTES``."""
+    """Rows of queries in a block: as many as keep its scores within ``_BLOCK_BYTES``,
+    and, in a problem worth sharing out (``_SHARED_FROM``), few enough for four blocks."""
     c = p.config
     block = max(1, min(c.n, _BLOCK_BYTES // (_span(p) * np.dtype(c.dtype).itemsize)))
     if c.window is not None:  # a block of b rows spans b + w − 1 keys: keep b near w / 4
