@@ -39,6 +39,8 @@ CASES = {
     "positional": {"positional": "sinusoidal"},
     "learned positions": {"positional": "table"},
     "cross": {"cross": True},
+    "cross positional": {"cross": True, "positional": "sinusoidal"},
+    "cross learned positions": {"cross": True, "positional": "table", "biases": True},
     "no w_o": {"no_w_o": True},
 }
 
@@ -100,10 +102,8 @@ def test_gradients_of_inputs_and_parameters_are_finite_differences(name: str,
                        ("positional", "d_positional")):
         if not isinstance(p.get(key), (np.ndarray, list)):
             continue
-        grad = np.zeros(np.shape(p[key]))
-        used = tr[stage].reshape(-1, np.shape(p[key])[-1]) if np.ndim(p[key]) == 2 \
-            else tr[stage].reshape(np.shape(p[key]))
-        grad[:len(used)] = used
+        grad = tr[stage]
+        assert grad.shape == np.shape(p[key]), stage  # a gradient has its parameter's shape
         for _ in range(4):  # a few entries of each
             idx = tuple(int(rng.integers(s)) for s in np.shape(p[key]))
             up, down = dict(p), dict(p)
@@ -128,15 +128,25 @@ def _torch_forward(p: dict) -> tuple[dict, object]:
         kept[name] = value
         return value
 
-    x = t["x"]
+    x, src = t["x"], t.get("x_kv")
     if isinstance(p.get("positional"), np.ndarray):
         kept["positional"] = torch.tensor(p["positional"], requires_grad=True)
         x = keep("x_pos", x + kept["positional"][:n])
+        if src is not None:
+            src = keep("x_kv_pos", src + kept["positional"][:src.shape[0]])
     elif p.get("positional") == "sinusoidal":
-        pe = torch.tensor(mhacli.trace(**{**p, "backward": False, "target": None,
-                                          "grad_output": None})["pos"])
-        x = keep("x_pos", x + pe)
-    src = t.get("x_kv", x)
+        def sinusoidal(rows: int, width: int):  # type: ignore[no-untyped-def]
+            pos = torch.arange(rows, dtype=torch.float64)[:, None]
+            even = torch.arange(0, width, 2, dtype=torch.float64)
+            angle = pos / 10000.0 ** (even / width)
+            pe = torch.zeros(rows, width, dtype=torch.float64)
+            pe[:, 0::2], pe[:, 1::2] = torch.sin(angle), torch.cos(angle[:, :width // 2])
+            return pe
+
+        x = keep("x_pos", x + sinusoidal(n, x.shape[1]))
+        if src is not None:
+            src = keep("x_kv_pos", src + sinusoidal(*src.shape))
+    src = x if src is None else src
     m = src.shape[0]
     q = x @ t["w_q"] + (t["b_q"] if "b_q" in t else 0)
     k = src @ t["w_k"] + (t["b_k"] if "b_k" in t else 0)
@@ -215,9 +225,7 @@ def test_every_gradient_stage_agrees_with_autograd(name: str) -> None:
             continue
         want = kept[stage[2:]].grad.numpy()
         got = tr[stage]
-        if stage == "d_positional":  # the table's rows used; the rest get nothing
-            want = want[:got.shape[0]]
-        got = got.reshape(want.shape)
+        assert got.shape == want.shape, stage  # a gradient has its parameter's shape
         np.testing.assert_allclose(got, np.nan_to_num(want), rtol=1e-9, atol=1e-10,
                                    err_msg=stage)
         checked += 1
@@ -328,3 +336,65 @@ def test_a_d_scores_cell_writes_the_softmaxs_backward_then_the_division() -> Non
     assert any("the softmax's backward" in line for line in lines)
     a = np.array(doc["stages"]["d_scores"])[0, 1, 2]
     assert lines[-1].strip() == f"= {a:.4f}" and "/ s =" in lines[-2]
+
+
+CONSTANTS = {"pos", "alibi"}  # stages that are constants of the problem: no gradient
+
+
+@pytest.mark.parametrize("sample", [line.split()[0] for line in runner.invoke(
+    app, ["samples"]).stdout.splitlines() if line.strip()])
+def test_every_stage_of_every_sample_has_its_gradient(sample: str) -> None:
+    tr = mhacli.trace(**{**mhacli.load(sample).inputs, "backward": True})
+    forward = [s for s in tr if not s.startswith("d_")]
+    missing = [s for s in forward if s not in CONSTANTS and "d_" + s not in tr]
+    assert not missing, missing
+
+
+@pytest.mark.parametrize("name", ["cross positional", "cross learned positions", "sinks"])
+def test_x_pos_and_vector_gradients_in_json_and_check(name: str, tmp_path: Path) -> None:
+    """d_x_pos (and d_x_kv_pos) are stages of their own; a vector parameter's gradient is a
+    vector in JSON; check takes a student's answer written as a vector or as one row."""
+    p = _case(name, seed=8)
+    tr = mhacli.trace(**p)
+    path = tmp_path / "p.npz"
+    np.savez(path, **{k: np.asarray(v) for k, v in p.items()})
+    r = runner.invoke(app, ["explain", str(path), "--format", "json"])
+    assert r.exit_code == 0, r.stderr
+    stages = json.loads(r.stdout)["stages"]
+    positional = "positional" in p
+    assert ("d_x_pos" in stages) == positional
+    assert ("d_x_kv_pos" in stages) == (positional and "x_kv" in p)
+    vectors = [s for s in ("d_b_q", "d_b_k", "d_b_v", "d_b_o", "d_sinks") if s in stages]
+    assert bool(vectors) == ("sinks" in p or "b_q" in p)
+    for s in vectors:
+        assert np.ndim(stages[s]) == 1 and len(stages[s]) == np.size(p[s[2:]])
+    # a student's answers, to 4 places: vectors as written, the first as one row with its
+    # last entry wrong
+    answered = vectors + (["d_x_pos", "d_x_kv_pos"] if "x_kv" in p else ["d_x_pos"]
+                          if positional else [])
+    answers = {s: np.round(np.asarray(stages[s]), 4).tolist() for s in answered}
+    wrong = vectors[0] if vectors else "d_x_pos"
+    if vectors:
+        answers[wrong] = [answers[wrong]]
+    answers[wrong][0][-1] += 0.5
+    problem = {k: np.asarray(v).tolist() for k, v in p.items()}
+    problem["answers"] = answers
+    key = tmp_path / "answers.yaml"
+    key.write_text(yaml.safe_dump(problem))
+    r = runner.invoke(app, ["check", str(key), "--format", "json"])
+    assert r.exit_code == 1, r.stdout + r.stderr
+    report = json.loads(r.stdout)["stages"]
+    assert sorted(report) == sorted(answered)
+    assert [s for s in report if report[s]["status"] == "wrong"] == [wrong]
+    assert [w["column"] for w in report[wrong]["wrong"]] == [len(answers[wrong][0])]
+    if positional:  # PE is added: dX = d(X + PE)
+        np.testing.assert_array_equal(tr["d_x_pos"], tr["d_x"])
+
+
+def test_generate_writes_a_vector_gradient_as_a_vector() -> None:
+    r = runner.invoke(app, ["generate", "--ints", "-1:1", "--seed", "2", "--backward",
+                            "--answers", "--sinks", "1 -1", "--positional", "sinusoidal"])
+    assert r.exit_code == 0, r.stderr
+    data = yaml.safe_load(r.stdout)
+    assert np.ndim(data["answers"]["d_sinks"]) == 1 and len(data["answers"]["d_sinks"]) == 2
+    assert np.shape(data["answers"]["d_x_pos"]) == np.shape(data["x"])

@@ -82,6 +82,28 @@ def test_deep_nesting_is_refused_not_a_crash(tmp_path: Path, text: str, words: l
     assert r.returncode == 0 and r.stdout == "ok\n", r.stderr
 
 
+@pytest.mark.parametrize("text", [
+    "- " * 40000 + "a\n",
+    'tokens: a "\nx: ' + "[" * 1000 + "]" * 1000 + "\n",
+    "x: " + "[" * 1000 + "1" + "]" * 1000 + "\n",
+    "x: " + "{a: " * 1000 + "1" + "}" * 1000 + "\n",
+    "x: " + "[" * 40 + "1" + "]" * 40 + "\n",  # deeper than a problem, within libyaml's limit
+    "x:\n" + "".join("  " * i + "- \n" for i in range(40)),
+])
+def test_deep_nesting_gets_one_message_from_either_yaml_parser(text: str) -> None:
+    """The nesting limit is mha's own: libyaml's C parser (where PyYAML has it), which
+    stops at 1000 levels of its own, and PyYAML's Python parser give the same line."""
+    from mhacli.io import reader
+
+    said = []
+    for pure in (False, True):
+        with pytest.raises(mhacli.MhaError) as caught:
+            reader._yaml(text, pure=pure)
+        said.append((str(caught.value), caught.value.line, caught.value.column))
+    assert said[0] == said[1]
+    assert "nested more than 32 levels deep" in said[0][0]
+
+
 # --------------------------------------------------------------------------- 2. cut short
 
 

@@ -56,7 +56,7 @@ def _d_sinks(w: Work) -> Array:
     parts = w.parts["weights"]
     share = parts["sink"] / parts["sum"]  # (H, n, 1): the sink's weight in each row
     rows = (w["d_weights"] * w["weights"]).sum(axis=-1, keepdims=True)  # (H, n, 1)
-    return -(share * rows).sum(axis=(1, 2))[None, :]  # (1, H)
+    return -(share * rows).sum(axis=(1, 2))  # (H,), the shape of sinks
 
 
 def _before_scaled(w: Work) -> Array:
@@ -100,7 +100,8 @@ def _source(w: Work, kv: bool) -> Array:
     return w.stages.get("x_pos", w["x"])
 
 
-def _d_x(w: Work) -> Array:
+def _d_input(w: Work) -> Array:
+    """The gradient arriving at the query-side input of the projections (X, or X + PE)."""
     p = w.p
     out = w["d_q"] @ p.w_q.T  # type: ignore[union-attr]
     if not w.c.cross:
@@ -108,20 +109,22 @@ def _d_x(w: Work) -> Array:
     return out
 
 
-def _d_positional(w: Work) -> Array:
-    """A learned table's rows: each position's gradient from the query side, and from
-    the key/value side too in cross-attention (both read the table from row 1)."""
-    c = w.c
-    out = np.zeros((max(c.n, c.m if c.cross else c.n), c.d_model or 0), dtype=w["d_x"].dtype)
-    out[:c.n] += w["d_x"]
-    if c.cross:
-        out[:c.m] += w["d_x_kv"]
-    return out
-
-
-def _d_x_kv(w: Work) -> Array:
+def _d_kv_input(w: Work) -> Array:
+    """The gradient arriving at the key/value-side input (X_kv, or X_kv + PE)."""
     p = w.p
     return w["d_k"] @ p.w_k.T + w["d_v"] @ p.w_v.T  # type: ignore[union-attr]
+
+
+def _d_positional(w: Work) -> Array:
+    """A learned table: each position's gradient from the query side, and from the
+    key/value side too in cross-attention (both read the table from row 1); the rows no
+    position used get 0, as PyTorch's .grad has them (the table's shape)."""
+    c = w.c
+    out = np.zeros((c.table_rows, c.d_model or 0), dtype=w["d_x_pos"].dtype)
+    out[:c.n] += w["d_x_pos"]
+    if c.cross:
+        out[:c.m] += w["d_x_kv_pos"]
+    return out
 
 
 # --------------------------------------------------------------------------- text
@@ -146,11 +149,23 @@ def _d_scaled_text(f: Formula) -> str:
     return f"d_scaled{f.i} = {nxt}{f.i} ⊙ (1 − tanh²(scaled{f.i} / c)), the softcap's derivative"
 
 
-def _d_x_text(f: Formula) -> str:
+def _d_input_text(f: Formula) -> str:
     src = "(X + PE)" if f.c.positional else "X"
     if f.c.cross:
         return f"d{src} = dQ·W_Qᵀ"
-    return f"d{src} = dQ·W_Qᵀ + dK·W_Kᵀ + dV·W_Vᵀ (X feeds all three)"
+    return f"d{src} = dQ·W_Qᵀ + dK·W_Kᵀ + dV·W_Vᵀ ({src.strip('()')} feeds all three)"
+
+
+def _d_x_text(f: Formula) -> str:
+    if f.c.positional:
+        return "dX = d(X + PE): adding the positions passes the gradient on unchanged"
+    return _d_input_text(f)
+
+
+def _d_x_kv_text(f: Formula) -> str:
+    if f.c.positional:
+        return "dX_kv = d(X_kv + PE): adding the positions passes the gradient on unchanged"
+    return "dX_kv = dK·W_Kᵀ + dV·W_Vᵀ"
 
 
 def _src(f: Formula, kv: bool) -> str:
@@ -213,14 +228,15 @@ def _grad(name: str, shape: str, dims: Callable[[Config], tuple[int, ...]], rows
           exists: Callable[[Config], bool] = lambda c: True,
           cell: Callable[[Entry], list[str]] = _cell, exact: bool = False) -> Stage:
     """A gradient stage; ``exact``: rational when the upstream gradient is (those made
-    before the softmax's backward from d_output and the weights alone)."""
+    before the softmax's backward from d_output and the weights alone). A gradient has
+    its parameter's shape: a vector's (one dimension) is a vector."""
     return Stage(name, shape, dims, rows, cols, compute=compute, formula=formula,
                  latex=_tex(symbol), cell=cell, per_head=per_head, exact=exact,
-                 exists=lambda c: c.backward and exists(c))
+                 exists=lambda c: c.backward and exists(c), vector="×" not in shape)
 
 
-def _row(v: Array) -> Array:
-    return v.sum(axis=0, keepdims=True)  # a bias's gradient: column sums, as 1 × width
+def _sums(v: Array) -> Array:
+    return v.sum(axis=0)  # a bias's gradient: the column sums, a vector as the bias is
 
 
 GRADIENTS: tuple[Stage, ...] = (
@@ -232,8 +248,8 @@ GRADIENTS: tuple[Stage, ...] = (
     _grad("d_w_o", "H·d_v × d_out", lambda c: (c.heads * c.d_v, c.d_out), NUMBERED,
           NUMBERED, lambda w: w["concat"].T @ w["d_output"], _text("dW_O = Cᵀ·dY"), "W_O",
           exists=lambda c: c.has_w_o),
-    _grad("d_b_o", "1 × d_out", lambda c: (1, c.d_out), NUMBERED, NUMBERED,
-          lambda w: _row(w["d_output"]), _text("db_o = the column sums of dY"), "b_o",
+    _grad("d_b_o", "d_out", lambda c: (c.d_out,), NUMBERED, NUMBERED,
+          lambda w: _sums(w["d_output"]), _text("db_o = the column sums of dY"), "b_o",
           exists=lambda c: "b_o" in c.biases, exact=True),
     _grad("d_head_outputs", "H × n × d_v", lambda c: (c.heads, c.n, c.d_v), QUERY, NUMBERED,
           lambda w: ops.split_heads(w["d_concat"], w.c.heads),
@@ -254,7 +270,7 @@ GRADIENTS: tuple[Stage, ...] = (
           lambda f: f"d_masked{f.i} = A{f.i} ⊙ (dA{f.i} − rowsum(dA{f.i} ⊙ A{f.i})), the "
                     "softmax's backward; 0 where blocked", "Z", per_head=True,
           cell=_cell_d_masked),
-    _grad("d_sinks", "1 × H", lambda c: (1, c.heads), NUMBERED, NUMBERED, _d_sinks,
+    _grad("d_sinks", "H", lambda c: (c.heads,), NUMBERED, NUMBERED, _d_sinks,
           _text("ds_h = −Σ over the rows of a_sink·rowsum(dA ⊙ A), a_sink the sink's "
                 "weight"), "s", exists=lambda c: c.sinks),
     _grad("d_biased", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
@@ -306,22 +322,28 @@ GRADIENTS: tuple[Stage, ...] = (
     _grad("d_w_v", "d_kv × G·d_v", lambda c: (c.d_kv, c.groups * c.d_v), NUMBERED,
           NUMBERED, lambda w: _source(w, True).T @ w["d_v"],
           lambda f: f"dW_V = {_src(f, True)}ᵀ·dV", "W_V", exists=lambda c: not c.direct),
-    _grad("d_b_q", "1 × H·d_k", lambda c: (1, c.heads * c.d_k), NUMBERED, NUMBERED,
-          lambda w: _row(w["d_q"]), _text("db_q = the column sums of dQ"), "b_q",
+    _grad("d_b_q", "H·d_k", lambda c: (c.heads * c.d_k,), NUMBERED, NUMBERED,
+          lambda w: _sums(w["d_q"]), _text("db_q = the column sums of dQ"), "b_q",
           exists=lambda c: "b_q" in c.biases),
-    _grad("d_b_k", "1 × G·d_k", lambda c: (1, c.groups * c.d_k), NUMBERED, NUMBERED,
-          lambda w: _row(w["d_k"]), _text("db_k = the column sums of dK"), "b_k",
+    _grad("d_b_k", "G·d_k", lambda c: (c.groups * c.d_k,), NUMBERED, NUMBERED,
+          lambda w: _sums(w["d_k"]), _text("db_k = the column sums of dK"), "b_k",
           exists=lambda c: "b_k" in c.biases),
-    _grad("d_b_v", "1 × G·d_v", lambda c: (1, c.groups * c.d_v), NUMBERED, NUMBERED,
-          lambda w: _row(w["d_v"]), _text("db_v = the column sums of dV"), "b_v",
+    _grad("d_b_v", "G·d_v", lambda c: (c.groups * c.d_v,), NUMBERED, NUMBERED,
+          lambda w: _sums(w["d_v"]), _text("db_v = the column sums of dV"), "b_v",
           exists=lambda c: "b_v" in c.biases),
-    _grad("d_x", "n × d_model", lambda c: (c.n, c.d_model), QUERY, NUMBERED, _d_x, _d_x_text,
-          "X", exists=lambda c: not c.direct),
-    _grad("d_x_kv", "m × d_kv", lambda c: (c.m, c.d_kv), KEY, NUMBERED, _d_x_kv,
-          lambda f: "dX_kv = dK·W_Kᵀ + dV·W_Vᵀ", "X_{kv}",
-          exists=lambda c: c.cross and not c.direct),
-    _grad("d_positional", "rows used × d_model",
-          lambda c: (max(c.n, c.m if c.cross else c.n), c.d_model), NUMBERED, NUMBERED,
-          _d_positional, lambda f: "the learned table's rows: dX (+ dX_kv), position by "
-          "position", "PE", exists=lambda c: c.positional == "learned"),
+    _grad("d_x_pos", "n × d_model", lambda c: (c.n, c.d_model), QUERY, NUMBERED, _d_input,
+          _d_input_text, "(X + PE)", exists=lambda c: c.positional is not None and not c.direct),
+    _grad("d_x", "n × d_model", lambda c: (c.n, c.d_model), QUERY, NUMBERED,
+          lambda w: w["d_x_pos"] if w.c.positional else _d_input(w),
+          _d_x_text, "X", exists=lambda c: not c.direct),
+    _grad("d_x_kv_pos", "m × d_kv", lambda c: (c.m, c.d_kv), KEY, NUMBERED, _d_kv_input,
+          lambda f: "d(X_kv + PE) = dK·W_Kᵀ + dV·W_Vᵀ", "(X_{kv} + PE)",
+          exists=lambda c: c.positional is not None and c.cross and not c.direct),
+    _grad("d_x_kv", "m × d_kv", lambda c: (c.m, c.d_kv), KEY, NUMBERED,
+          lambda w: w["d_x_kv_pos"] if w.c.positional else _d_kv_input(w),
+          _d_x_kv_text, "X_{kv}", exists=lambda c: c.cross and not c.direct),
+    _grad("d_positional", "rows × d_model", lambda c: (c.table_rows, c.d_model), NUMBERED,
+          NUMBERED, _d_positional, lambda f: "the learned table's rows: d(X + PE)"
+          + (" + d(X_kv + PE)" if f.c.cross else "") + ", position by position (0 in the rows "
+          "no position used)", "PE", exists=lambda c: c.positional == "learned"),
 )

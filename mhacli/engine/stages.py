@@ -524,7 +524,7 @@ def numbers_in(c: Config, names: Any = None, head: int | None = None,
             continue
         dims = s.dims(c)
         count = dims[0] if s.per_head and head is None else 1
-        rows, cols = dims[-2], dims[-1]
+        rows, cols = (dims[-2] if len(dims) > 1 else 1), dims[-1]  # a vector: one row
         if most_rows is not None:
             rows = min(rows, most_rows)
         if most_cols is not None:

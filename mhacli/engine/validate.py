@@ -67,6 +67,7 @@ class Config:
     rope_base: float = 10000.0
     rope_dims: int = 0  # the leading dimensions of each head that RoPE turns
     positional: str | None = None  # "sinusoidal" or "learned": added to the inputs
+    table_rows: int = 0  # a learned positional table's rows (its gradient has them all)
     backward: bool = False  # the gradients too
     loss: str = "sum"  # the loss: "sum" of the outputs, ½·Σ(output − "target")², or "given"
 
@@ -494,7 +495,7 @@ def prepare(
     bias_a = _score_bias(bias, heads, n, m, t)
     sink_a = _per_head("sinks", sinks, heads, t)
     rope_style, rope_base, rope_dims = _rope(rope, d_k)
-    pos_kind, pe, pe_kv = _positional(positional, x_a, xkv_a, t)
+    pos_kind, pe, pe_kv, table_rows = _positional(positional, x_a, xkv_a, t)
     if w is not None:
         w = min(w, n + m)  # wider than the problem: the same as n + m, and a safe size
     dead = _dead_rows(allowed, mask_kind == "causal", w, padding, n, m)
@@ -526,7 +527,7 @@ def prepare(
         kv_heads=groups if groups != heads else 0, window=w, alibi=slopes is not None,
         bias=bias_a is not None, padding=padding is not None, sinks=sink_a is not None,
         rope=rope_style, rope_base=rope_base, rope_dims=rope_dims, positional=pos_kind,
-        backward=backward, loss=loss,
+        table_rows=table_rows, backward=backward, loss=loss,
     )
     return Prepared(config, x_a, xkv_a, wq, wk, wv, wo, bq, bk, bv, bo, q_a, k_a, v_a,
                     allowed, dead, exact_s, slopes, bias_a, padding, sink_a, pe, pe_kv,
@@ -564,11 +565,12 @@ def _rope(rope: Any, d_k: int) -> tuple[str | None, float, int]:
 
 
 def _positional(value: Any, x: Array | None, x_kv: Array | None, dtype: Any
-                ) -> tuple[str | None, Array | None, Array | None]:
+                ) -> tuple[str | None, Array | None, Array | None, int]:
     """``sinusoidal``, or a learned table of at least n rows × d_model (its first rows
-    used); the key/value-side input gets its own rows, positions from 0."""
+    used; and its number of rows); the key/value-side input gets its own rows, positions
+    from 0."""
     if value is None:
-        return None, None, None
+        return None, None, None, 0
     if x is None:
         raise MhaError("positional encodings are added to x: give x and the weights, not q, "
                        "k, v", key="positional")
@@ -579,13 +581,13 @@ def _positional(value: Any, x: Array | None, x_kv: Array | None, dtype: Any
             raise MhaError(f"positional must be sinusoidal or a matrix (a learned table), "
                            f"got {shown(value)}", key="positional")
         if dtype is object:  # sin and cos are irrational: no exact arithmetic here
-            return "sinusoidal", None, None
+            return "sinusoidal", None, None, 0
         from .ops import sinusoidal
 
         pe = _as_array("positional", sinusoidal(n, d), dtype)
         pe_kv = None if x_kv is None else \
             _as_array("positional", sinusoidal(m, x_kv.shape[1]), dtype)
-        return "sinusoidal", pe, pe_kv
+        return "sinusoidal", pe, pe_kv, 0
     table = _matrix("positional", value, dtype)
     assert table is not None
     rows = max(n, m or 0)
@@ -597,7 +599,7 @@ def _positional(value: Any, x: Array | None, x_kv: Array | None, dtype: Any
         raise MhaError(f"a learned positional table is d_model = {d} wide but x_kv has "
                        f"{x_kv.shape[1]} columns", key="positional")
     pe_kv = None if x_kv is None else table[:m]
-    return "learned", table[:n], pe_kv
+    return "learned", table[:n], pe_kv, table.shape[0]
 
 
 def _window(window: Any) -> int | None:

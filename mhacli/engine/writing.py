@@ -134,13 +134,17 @@ class Entry:
 
     @property
     def name(self) -> str:
-        """``scores₂[like, I]``."""
+        """``scores₂[like, I]``; a vector's ``d_b_q[3]``."""
+        if self.trace.stages[self.stage].ndim == 1:
+            return f"{self.stage}[{self.col_label}]"
         return f"{self.stage}{self.hs}[{self.row_label}, {self.col_label}]"
 
     def value(self, stage: str, h: int | None, r: int, k: int) -> Any:
         src = self.exact if self.exact is not None and stage in self.exact.stages \
             else self.trace
         a = src.stages[stage]
+        if a.ndim == 1:  # a vector: its one row
+            return a[k]
         return a[h - 1, r, k] if h is not None else a[r, k]
 
     def row_of(self, stage: str, h: int | None, r: int) -> list[Any]:

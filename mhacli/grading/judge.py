@@ -137,11 +137,14 @@ class Truth:
 
 def _shaped(stage: str, claims: np.ndarray | str, expected: np.ndarray
             ) -> np.ndarray | None:
-    """The answer in the stage's own shape (one head may be a plain matrix), or None."""
+    """The answer in the stage's own shape (one head may be a plain matrix, a vector one
+    row), or None."""
     if isinstance(claims, str):
         return None
     if BY_NAME[stage].per_head and expected.shape[0] == 1 and claims.ndim == 2:
         claims = claims[None]
+    if expected.ndim == 1 and claims.ndim == 2 and claims.shape[0] == 1:
+        claims = claims[0]
     return claims if claims.shape == expected.shape else None
 
 
@@ -290,7 +293,8 @@ def check(problem: Problem, tolerance: float = 0.0, *, partial: bool = False,
             allowance = _carried_rounding(p, own, half, stage) if exact_ok else None
             carried = ~ok & _judge(claims, from_own, None, tolerance, allowance)
         wrong_cells = ~ok & ~carried
-        wrong = [Wrong(idx[0] + 1 if expected.ndim == 3 else None, idx[-2], idx[-1],
+        wrong = [Wrong(idx[0] + 1 if expected.ndim == 3 else None,
+                       idx[-2] if expected.ndim > 1 else 0, idx[-1],  # a vector: one row
                        claims[idx].text, float(expected[idx]),
                        exact_values[idx] if exact_values is not None
                        and isinstance(exact_values[idx], Fraction) else None,

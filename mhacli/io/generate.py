@@ -361,7 +361,8 @@ def problem_yaml(problem: Problem, comment: str, answers: dict[str, np.ndarray] 
     ``problem`` is in the row layout; ``layout="columns"`` writes every matrix transposed.
     """
     columns = layout == "columns"
-    orient = (lambda a: a.swapaxes(-1, -2)) if columns else (lambda a: a)  # noqa: E731
+    orient = (lambda a: a.swapaxes(-1, -2) if a.ndim > 1 else a) if columns else \
+        (lambda a: a)  # noqa: E731
     out = [f"# {comment}"]
     if problem.tokens:
         out.append(f"tokens: [{', '.join(label_text(t) for t in problem.tokens)}]")
@@ -397,6 +398,9 @@ def problem_yaml(problem: Problem, comment: str, answers: dict[str, np.ndarray] 
                     rows = [["_"] * m.shape[1]] * m.shape[0] if blank else _texts(m)
                     out.append(f"    - # head {h}")
                     out += [f"      - [{', '.join(r)}]" for r in rows]
+            elif a.ndim == 1:  # a vector, as its parameter (a bias) is written
+                entries = ["_"] * a.shape[0] if blank else _texts(a[None])[0]
+                out.append(f"  {stage}: [{', '.join(entries)}]")
             else:
                 rows = [["_"] * a.shape[1]] * a.shape[0] if blank else _texts(a)
                 out += _matrix_lines(stage, rows, indent="  ")

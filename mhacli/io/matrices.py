@@ -105,8 +105,9 @@ def _flatten(value: Any, key: KeyPath, out: list[float]) -> None:
 
 
 def read_claims(value: Any, key: KeyPath) -> np.ndarray | str:
-    """An answer as an object array of ``claims.Claim``, or a sentence describing a
-    shape that is not a matrix (graded as a wrong shape, not refused)."""
+    """An answer as an object array of ``claims.Claim`` (a matrix, a list of them, or a
+    vector for a vector stage), or a sentence describing a shape that is none of these
+    (graded as a wrong shape, not refused)."""
     if isinstance(value, np.ndarray):
         value = value.tolist()
     if not isinstance(value, list):
@@ -116,8 +117,8 @@ def read_claims(value: Any, key: KeyPath) -> np.ndarray | str:
         shape = shape_of(value, key)
     except MhaError:
         return "an empty list"
-    if isinstance(shape, str) or len(shape) < 2:
-        return "a ragged or flat list"
+    if isinstance(shape, str):
+        return "a ragged list"
     from ..claims import claim  # only when a file holds answers
 
     out = np.empty(shape, dtype=object)

@@ -208,11 +208,12 @@ def _no_constant(name: str) -> Any:
     raise MhaError(f"{name} is not a number this tool accepts (every entry must be finite)")
 
 
-def _events(text: str) -> Any:
-    """libyaml's parser events, one by one (the C parser when PyYAML has it)."""
+def _events(text: str, pure: bool = False) -> Any:
+    """The YAML parser's events, one by one: libyaml's C parser when PyYAML was built with
+    it, else (or with ``pure``) PyYAML's own Python parser, which gives the same events."""
     import yaml
 
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
+    loader = (yaml.SafeLoader if pure else getattr(yaml, "CSafeLoader", yaml.SafeLoader))(text)
     try:
         while True:
             ev = loader.get_event()
@@ -228,12 +229,37 @@ def _events(text: str) -> Any:
 _NO_KEY = object()
 
 
-def _yaml(text: str, want: KeyPath | None = None) -> Any:
+def _yaml(text: str, want: KeyPath | None = None, pure: bool = False) -> Any:
     """YAML text to lists, mappings and text, built from parser events without recursion.
 
     With ``want`` (a key path), returns instead the (line, column) of the deepest node
     on that path, stopping as soon as the node itself is met.
+
+    The nesting limit is this project's own rule (MAX_DEPTH), met as the events arrive.
+    libyaml has a limit of its own (1000 levels), which its scanner can meet first, as it
+    reads ahead of the parser; the text up to that point is then read again by the Python
+    parser, which has none, so the same file gets the same message on every machine.
     """
+    try:
+        return _build(text, want, pure)
+    except _TooDeepForLibyaml as exc:
+        found = _build(text[:exc.index + 1], want, pure=True)  # raises at MAX_DEPTH
+        if want is not None:
+            return found
+        raise MhaError(TOO_DEEP, line=exc.line, column=exc.column) from None
+
+
+TOO_DEEP = f"indented or nested more than {MAX_DEPTH} levels deep; a problem needs 4 at most"
+
+
+class _TooDeepForLibyaml(Exception):
+    """libyaml stopped at its own nesting limit: past MAX_DEPTH levels, for certain."""
+
+    def __init__(self, mark: Any) -> None:
+        self.index, self.line, self.column = mark.index, mark.line + 1, mark.column + 1
+
+
+def _build(text: str, want: KeyPath | None, pure: bool) -> Any:
     import yaml
 
     scalar, seq_start, map_start = yaml.ScalarEvent, yaml.SequenceStartEvent, \
@@ -247,7 +273,7 @@ def _yaml(text: str, want: KeyPath | None = None) -> Any:
     documents = 0
     found = None
     try:
-        for ev in _events(text):
+        for ev in _events(text, pure):
             kind = type(ev)
             if kind is scalar:
                 if ev.anchor is not None or ev.tag is not None:
@@ -259,8 +285,7 @@ def _yaml(text: str, want: KeyPath | None = None) -> Any:
                 if ev.anchor is not None or ev.tag is not None:
                     raise _refused(ev)
                 if len(stack) >= MAX_DEPTH:
-                    raise _at(ev, f"indented or nested more than {MAX_DEPTH} levels deep; a "
-                                  "problem needs 4 at most")
+                    raise _at(ev, TOO_DEEP)
                 if stack and stack[-1][2] is _NO_KEY and type(stack[-1][0]) is dict:
                     raise _at(ev, "a key must be a plain name")
                 path = _path(stack) if want is not None else ()
@@ -305,6 +330,8 @@ def _yaml(text: str, want: KeyPath | None = None) -> Any:
                 top[2] = _NO_KEY
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
+        if not pure and mark is not None and "maximum nesting depth" in str(exc.problem):
+            raise _TooDeepForLibyaml(mark) from None
         last = len(text.rstrip().splitlines())  # the last line that holds anything
         if exc.context_mark is not None and mark is not None and mark.line + 1 > last:
             mark = exc.context_mark  # found only at the end: point where it began

@@ -41,11 +41,16 @@ def parse_cell(spec: str, tr: Trace, layout: str = "rows") -> tuple[str, int | N
     per_head = BY_NAME[stage].per_head
     if per_head and len(parts) == 3 and c.heads == 1:
         parts = [parts[0], "1", parts[1], parts[2]]
+    vector = tr.stages[stage].ndim == 1  # a bias's gradient: STAGE:COL, or its one row 1
+    if vector and len(parts) == 2:
+        parts = [parts[0], "1" if layout == "rows" else parts[1],
+                 parts[1] if layout == "rows" else "1"]
     want = 4 if per_head else 3
     if len(parts) != want or not all(re.fullmatch(r"[0-9]{1,9}", p) for p in parts[1:]):
-        form = "STAGE:HEAD:ROW:COL" if per_head else "STAGE:ROW:COL"
+        form = "STAGE:HEAD:ROW:COL" if per_head else "STAGE:COL" if vector else "STAGE:ROW:COL"
+        example = "1:2:1" if per_head else "2" if vector else "2:1"
         raise MhaError(f"--cell {spec!r}: {stage} takes {form}, numbers from 1 "
-                       f"(e.g. {stage}:{'1:' if per_head else ''}2:1)")
+                       f"(e.g. {stage}:{example})")
     nums = [int(p) for p in parts[1:]]
     head = nums.pop(0) if per_head else None
     row, col = nums
@@ -54,8 +59,11 @@ def parse_cell(spec: str, tr: Trace, layout: str = "rows") -> tuple[str, int | N
     a = tr.stages[stage]
     if head is not None and not 1 <= head <= a.shape[0]:
         raise MhaError(f"--cell {spec}: head {head} is out of range 1–{a.shape[0]}")
-    shape = a.shape[-2:]
+    shape = (1,) + a.shape if vector else a.shape[-2:]
     if not (1 <= row <= shape[0] and 1 <= col <= shape[1]):
+        if vector:
+            raise MhaError(f"--cell {spec}: {stage} is a vector of {a.shape[0]}; its entries "
+                           "count from 1")
         shown = shape[::-1] if layout == "columns" else shape
         raise MhaError(f"--cell {spec}: {stage} is {shown[0]} × {shown[1]}; rows and columns "
                        "count from 1")
@@ -68,12 +76,15 @@ def work_out(spec: str, tr: Trace, exact: Trace | None, queries: list[str], keys
     stage."""
     stage, head, i, j = parse_cell(spec, tr, layout)
     s = BY_NAME[stage]
-    shape = tr.stages[stage].shape[-2:]
-    rows = side(s.rows, queries, keys, shape[0])
+    a = tr.stages[stage]
+    shape = (1,) + a.shape if a.ndim == 1 else a.shape[-2:]
+    rows = [stage.removeprefix("d_")] if a.ndim == 1 else side(s.rows, queries, keys, shape[0])
     cols = side(s.cols, queries, keys, shape[1])
     e = Entry(tr, exact, stage, head, i, j, rows, cols, queries, keys, precision)
     e.mark(stage, head, {i}, {j})
     lines = s.cell(e)
-    col_part = f"column {j + 1}" + (f" ({cols[j]})" if cols[j] != str(j + 1) else "")
-    title = f"{stage}{f' · head {head}' if head else ''}, row {i + 1} ({rows[i]}), {col_part}"
+    col_part = f"entry {j + 1}" if a.ndim == 1 else \
+        f"column {j + 1}" + (f" ({cols[j]})" if cols[j] != str(j + 1) else "")
+    row_part = "" if a.ndim == 1 else f", row {i + 1} ({rows[i]})"
+    title = f"{stage}{f' · head {head}' if head else ''}{row_part}, {col_part}"
     return Worked(title, lines, dict(e.marks), head)

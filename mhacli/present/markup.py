@@ -19,7 +19,7 @@ def latex_pieces(vs: Iterable[View], precision: int) -> Iterator[str]:
         whole = numbers.integral(v.matrix)
         body = " \\\\\n  ".join(" & ".join(numbers.latex(x, precision, whole) for x in row)
                                 for row in v.matrix)
-        label = f"% {v.title}: {v.formula} ({shape_text(v.matrix)})"
+        label = f"% {v.title}: {v.formula} ({shape_text(v)})"
         if v.part:
             lhs = f"\\text{{softmax parts of head {v.head}: max, }} e^{{z - \\max}}\\text{{, sum}}"
         else:
@@ -69,7 +69,7 @@ def markdown_pieces(vs: Iterable[View], precision: int) -> Iterator[str]:
     """``markdown`` a view at a time."""
     for v in vs:
         body = numbers.table(v.matrix, precision)
-        lines = [f"### {v.title}", "", f"{v.formula} ({shape_text(v.matrix)})", "",
+        lines = [f"### {v.title}", "", f"{v.formula} ({shape_text(v)})", "",
                  "| | " + " | ".join(_md(c) for c in v.cols) + " |",
                  "|---|" + "---:|" * len(v.cols)]
         lines += [f"| **{_md(label)}** | " + " | ".join(row) + " |"

@@ -36,6 +36,7 @@ class Place:
     col: int
     row_label: str
     col_label: str
+    vector: bool = False  # an entry of a vector (its one row is labelled as the parameter)
 
 
 def place(report: Report, stage: str, w: Wrong) -> Place:
@@ -44,12 +45,16 @@ def place(report: Report, stage: str, w: Wrong) -> Place:
     rows = side(s.rows, queries, keys, w.row + 1)  # a numbered side counts from 1
     cols = side(s.cols, queries, keys, w.col + 1)
     r, k, row_label, col_label = w.row, w.col, rows[w.row], cols[w.col]
+    if s.vector:
+        return Place(None, 1, k + 1, stage.removeprefix("d_"), col_label, vector=True)
     if report.problem.layout == "columns":  # shown transposed: the token is the column
         r, k, row_label, col_label = k, r, col_label, row_label
     return Place(w.head, r + 1, k + 1, row_label, col_label)
 
 
 def _where(at: Place) -> str:
+    if at.vector:
+        return f"entry {at.col}"
     head = f"head {at.head}, " if at.head is not None else ""
     return f"{head}row {at.row} ({at.row_label}), column {at.col} ({at.col_label})"
 
@@ -86,8 +91,10 @@ def shape_note(report: Report, s: StageReport) -> str:
         if found is not None and len(found) >= 2:
             found[-2:] = found[:-3:-1]
     want = (f"a list of {shown[0]} matri{'x' if shown[0] == 1 else 'ces'} of {shown[1]} × {shown[2]}"
-            if len(shown) == 3 else f"{shown[0]} × {shown[1]}")
-    got = " × ".join(map(str, found)) if found else "a ragged or flat list"
+            if len(shown) == 3 else f"{shown[0]} × {shown[1]}" if len(shown) == 2 else
+            f"a vector of {shown[0]} (or one row of them)")
+    got = f"a vector of {found[0]}" if found and len(found) == 1 else \
+        " × ".join(map(str, found)) if found else "a ragged list"
     return f"expected {want}, found {got}"
 
 

@@ -130,7 +130,7 @@ def render(views: list[View], console: "Console", precision: int, boxed: bool,
             # the title is a line of its own: a narrow table would wrap it
             title = Text(v.title, style="bold magenta" if v.heat else "bold")
             title.append(f"  {v.formula}", style="italic")
-            title.append(f"  ({shape_text(v.matrix)})", style="dim")
+            title.append(f"  ({shape_text(v)})", style="dim")
             if full and len(blocks) > 1:
                 title.append(f"  columns {spans(block, len(widths))}", style="dim")
             # a long title is never cut: it wraps between words at the console's width

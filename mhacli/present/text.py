@@ -58,7 +58,7 @@ def plain_blocks(vs: Iterable[View], precision: int, width: int | None = None,
         blocks = column_blocks(widths, label, width, gap=2) if width else [range(len(v.cols))]
         for block in blocks:
             title = (f"{v.title}  {v.formula}" if view else f"# {v.title}: {v.formula}") + \
-                f"  ({shape_text(m)})"
+                f"  ({shape_text(v)})"
             if len(blocks) > 1:
                 title += f"  columns {block.start + 1}{'–' if view else '-'}{block.stop} " \
                     f"of {len(v.cols)}"
@@ -150,7 +150,7 @@ def json_pieces(tr: Trace, rows: list[str], cols: list[str],
 
     def matrix(a: np.ndarray) -> Iterator[str]:
         """One matrix as nested lists, a few thousand numbers at a time."""
-        step = max(1, (1 << 16) // max(1, a.shape[1]))
+        step = max(1, (1 << 16) // max(1, a.shape[-1]))  # rows (a vector: its numbers)
         yield "["
         for lo in range(0, a.shape[0], step):
             yield (", " if lo else "") + json_array(np.asarray(a[lo:lo + step]))[1:-1]

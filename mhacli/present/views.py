@@ -35,10 +35,12 @@ class View:
     latex: str = ""  # the formula in LaTeX
     blocked: np.ndarray | None = None  # heat maps: True where the mask blocks the cell
     sums_to_one: bool = True  # heat maps: each row's weights sum to 1 (not with sinks)
+    vector: bool = False  # a vector (a bias's gradient), shown as one row
 
 
-def shape_text(a: np.ndarray) -> str:
-    return " × ".join(str(s) for s in a.shape)
+def shape_text(v: View) -> str:
+    """The shape of what the view shows: rows × columns, or a vector's length."""
+    return str(v.matrix.size) if v.vector else " × ".join(str(s) for s in v.matrix.shape)
 
 
 def side(which: str, queries: list[str], keys: list[str], count: int) -> list[str]:
@@ -108,14 +110,18 @@ def each_view(tr: Trace, queries: list[str], keys: list[str],
                 per = c.heads // count
                 title = (f"{s.name} · key/value head {h} of {count} (for query heads "
                          f"{(h - 1) * per + 1}–{h * per})")
-            rows = side(s.rows, queries, keys, m.shape[0])
+            vector = m.ndim == 1  # a parameter's vector (a bias's gradient): one row
+            if vector:
+                m, rows = m[None, :], [s.name.removeprefix("d_")]
+            else:
+                rows = side(s.rows, queries, keys, m.shape[0])
             cols = side(s.cols, queries, keys, m.shape[1])
             rows_marked, cols_marked = (marks or {}).get((s.name, h), (frozenset(), frozenset()))
             allowed = tr.prepared.allowed() if s.heat else None
             v = View(s.name, h, title, formula, m, rows, cols, heat=s.heat,
                      blocked=None if allowed is None else ~np.asarray(allowed),
                      sums_to_one=not c.sinks, marked_rows=rows_marked,
-                     marked_cols=cols_marked, latex=s.latex(f))
+                     marked_cols=cols_marked, latex=s.latex(f), vector=vector)
             yield transposed(v) if columns else v
 
 
