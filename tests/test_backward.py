@@ -398,3 +398,18 @@ def test_generate_writes_a_vector_gradient_as_a_vector() -> None:
     data = yaml.safe_load(r.stdout)
     assert np.ndim(data["answers"]["d_sinks"]) == 1 and len(data["answers"]["d_sinks"]) == 2
     assert np.shape(data["answers"]["d_x_pos"]) == np.shape(data["x"])
+
+
+def test_a_learned_tables_gradient_has_the_tables_shape(tmp_path: Path) -> None:
+    """A table longer than the tokens: its gradient has every row (0 where no position
+    reads it, as PyTorch's .grad), and generate writes the whole table, so its key passes."""
+    table = np.round(np.random.default_rng(1).standard_normal((6, 4)), 2)
+    np.save(tmp_path / "pe.npy", table)
+    r = runner.invoke(app, ["generate", "--ints", "-1:1", "--seed", "2", "--backward",
+                            "--answers", "--positional", str(tmp_path / "pe.npy")])
+    assert r.exit_code == 0, r.stderr
+    data = yaml.safe_load(r.stdout)
+    assert np.shape(data["answers"]["d_positional"]) == table.shape
+    assert not np.any(data["answers"]["d_positional"][3:])  # 3 tokens: rows 4–6 unread
+    (tmp_path / "key.yaml").write_text(r.stdout)
+    assert runner.invoke(app, ["check", str(tmp_path / "key.yaml")]).exit_code == 0

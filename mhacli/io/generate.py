@@ -340,8 +340,9 @@ def _variant_lines(problem: Problem, orient: Callable[[np.ndarray], np.ndarray])
                    f"rope: {{style: {c.rope}, base: {c.rope_base:g}, dims: {c.rope_dims}}}")
     if c.positional == "sinusoidal":
         out.append("positional: sinusoidal")
-    elif c.positional == "learned":
-        out += _matrix_lines("positional", _texts(orient(p.pe)))
+    elif c.positional == "learned":  # the whole table, as given (its gradient's shape)
+        table = np.asarray(problem.inputs["positional"], dtype=np.float64)
+        out += _matrix_lines("positional", _texts(orient(table)))
     if p.bias is not None:
         b = orient(p.bias)
         if b.ndim == 2:
