@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 import mhacli
 from mhacli.cli import app, main
-from mhacli.io.samples import load_sample
+from mhacli.io.problem import load_sample
 
 from .cases import NAMES, case, close
 from .reference import reference

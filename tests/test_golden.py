@@ -14,7 +14,8 @@ import pytest
 from rich.console import Console
 
 from mhacli import engine
-from mhacli.io.samples import load_sample, sample_names
+from mhacli.io.problem import load_sample
+from mhacli.io.samples import sample_names
 from mhacli.present.explain import show
 from mhacli.present.views import views
 

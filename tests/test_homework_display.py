@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 import mhacli
 from mhacli.cli import app
-from mhacli.io.samples import load_sample
+from mhacli.io.problem import load_sample
 
 from .cases import close
 from .reference import reference

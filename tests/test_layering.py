@@ -96,3 +96,49 @@ def test_each_engine_module_can_be_imported_first(module: str) -> None:
     modules: each one, imported first in a fresh interpreter, loads."""
     name = "mhacli.engine" if module == "__init__" else f"mhacli.engine.{module}"
     assert name in _modules_after(f"import {name}")
+
+
+def _imports(path: Path, module: str) -> set[str]:
+    """The mhacli modules a source file imports anywhere (at the top, inside a function,
+    or for type checking only): each a dependency of the module's design."""
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = package.split(".")[:len(package.split(".")) - node.level + 1]
+            target = ".".join(base + ([node.module] if node.module else []))
+            # `from .. import numbers` imports the module numbers; `from .x import y`, x
+            out |= ({target} if node.module else set()) | \
+                {f"{target}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.startswith("mhacli")}
+    return out
+
+
+def test_no_import_circles() -> None:
+    """The modules read as layers: no module imports, however lazily, one that imports
+    it back (the engine: stage kinds, then the stage table, then the paths)."""
+    graph: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        graph[module] = _imports(path, module)
+    graph = {m: {d for d in deps if d in graph and d != m} for m, deps in graph.items()}
+    assert "mhacli.engine.stages" in graph["mhacli.engine.paths"] | \
+        graph["mhacli.engine.lean"]  # the check itself sees lazy imports
+    # a module is in a circle when it can reach itself: walk from each
+    for start in graph:
+        seen, todo = set(), list(graph[start])
+        while todo:
+            m = todo.pop()
+            assert m != start, f"{start} imports itself back (through {sorted(seen)})"
+            if m not in seen:
+                seen.add(m)
+                todo.extend(graph[m])
+
+
+def test_the_stages_after_the_softmax_are_those_of_the_table() -> None:
+    from mhacli.engine.checks import after_softmax
+    from mhacli.engine.stages import STAGES
+
+    assert [s for s in STAGES if after_softmax(s)] == list(STAGES[STAGES.index("weights"):])

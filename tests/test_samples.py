@@ -8,7 +8,8 @@ from typer.testing import CliRunner
 
 import mhacli
 from mhacli.cli import app
-from mhacli.io.samples import load_sample, sample_names
+from mhacli.io.problem import load_sample
+from mhacli.io.samples import sample_names
 
 from .cases import close
 from .reference import reference

@@ -26,7 +26,7 @@ def check_finite(p: Prepared, name: str, a: Array, head: int = 0) -> None:
         return  # the common case of the plain rule, found without a mask
     bad = out_of_range(a) & ~np.isneginf(a) if name == "masked" else \
         ~np.isfinite(a) if name == "weights" or gradient else out_of_range(a)
-    if p.config.masked_row == "nan" and p.dead_rows and name in after_softmax():
+    if p.config.masked_row == "nan" and p.dead_rows and after_softmax(name):
         if gradient:  # NaN rows reach the gradients everywhere: refuse only an overflow
             bad = np.isinf(a)
         else:
@@ -45,10 +45,12 @@ def check_finite(p: Prepared, name: str, a: Array, head: int = 0) -> None:
                        f"{'' if dtype == 'float64' else ', or use float64'})")
 
 
-def after_softmax() -> frozenset[str]:
-    from .stages import STAGES
+AFTER_SOFTMAX = ("weights", "head_outputs", "concat", "output")  # and the gradients
 
-    return frozenset(STAGES[STAGES.index("weights"):])
+
+def after_softmax(name: str) -> bool:
+    """Is the stage made from the weights (a row with no key is NaN there)?"""
+    return name in AFTER_SOFTMAX or name.startswith("d_")
 
 
 def warn_dead(p: Prepared) -> None:

@@ -181,12 +181,9 @@ def _tex(symbol: str) -> Callable[[Formula], str]:
 # --------------------------------------------------------------------------- cells
 
 
-def _cell(e: Entry) -> list[str]:
-    """The value, with the formula that made it."""
-    from .stages import BY_NAME
-
-    f = Formula(e.c, e.head)
-    return [f"{e.name} = {e.result}  ({BY_NAME[e.stage].formula(f)})"]
+def _cell(formula: Callable[[Formula], str]) -> Callable[[Entry], list[str]]:
+    """An entry written as its value, with the formula that made it."""
+    return lambda e: [f"{e.name} = {e.result}  ({formula(Formula(e.c, e.head))})"]
 
 
 def _cell_d_masked(e: Entry) -> list[str]:
@@ -226,12 +223,12 @@ def _grad(name: str, shape: str, dims: Callable[[Config], tuple[int, ...]], rows
           cols: str, compute: Callable[[Work], Array | None],
           formula: Callable[[Formula], str], symbol: str, per_head: bool = False,
           exists: Callable[[Config], bool] = lambda c: True,
-          cell: Callable[[Entry], list[str]] = _cell, exact: bool = False) -> Stage:
+          cell: Callable[[Entry], list[str]] | None = None, exact: bool = False) -> Stage:
     """A gradient stage; ``exact``: rational when the upstream gradient is (those made
     before the softmax's backward from d_output and the weights alone). A gradient has
     its parameter's shape: a vector's (one dimension) is a vector."""
     return Stage(name, shape, dims, rows, cols, compute=compute, formula=formula,
-                 latex=_tex(symbol), cell=cell, per_head=per_head, exact=exact,
+                 latex=_tex(symbol), cell=cell or _cell(formula), per_head=per_head, exact=exact,
                  exists=lambda c: c.backward and exists(c), vector="×" not in shape)
 
 

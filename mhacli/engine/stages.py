@@ -31,6 +31,13 @@ Array = np.ndarray
 # --------------------------------------------------------------------------- cells
 
 
+def _before(e: Entry) -> str:
+    """The step of the score chain an entry's stage was computed from (scaled,
+    softcapped …): the latest chain stage before it in the trace."""
+    names = list(e.trace.stages)
+    return next(n for n in reversed(names[:names.index(e.stage)]) if BY_NAME[n].chain)
+
+
 def _cell_input(e: Entry) -> list[str]:
     return [f"{e.name} = {e.result}, an input"]
 
@@ -134,7 +141,7 @@ def _cell_alibi(e: Entry) -> list[str]:
 
 
 def _cell_biased(e: Entry) -> list[str]:
-    before = e.before
+    before = _before(e)
     h, i, j = e.head, e.row, e.col
     e.mark(before, h, {i}, {j})
     terms = [(f"{before}{e.hs}[{e.row_label}, {e.col_label}]", e.value(before, h, i, j))]
@@ -161,7 +168,7 @@ def _cell_scaled(e: Entry) -> list[str]:
 
 
 def _cell_masked(e: Entry) -> list[str]:
-    before = e.before
+    before = _before(e)
     e.mark(before, e.head, {e.row}, {e.col})
     allowed = e.trace.prepared.allowed(e.row, e.row + 1)
     if allowed is None or allowed[0, e.col]:
@@ -177,7 +184,7 @@ def _cell_masked(e: Entry) -> list[str]:
 
 def _cell_softcapped(e: Entry) -> list[str]:
     c = e.c.softcap
-    before = e.before
+    before = _before(e)
     z = e.value(before, e.head, e.row, e.col)
     e.mark(before, e.head, {e.row}, {e.col})
     return [f"{e.name} = c·tanh({before}{e.hs}[{e.row_label}, {e.col_label}] / c) = "

@@ -8,13 +8,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import numbers
 
 if TYPE_CHECKING:
-    from .paths import Trace
     from .validate import Config, Prepared
+
+
+class Record(Protocol):
+    """What an entry reads of a trace (``paths.Trace``): its stages and the inputs."""
+
+    prepared: Prepared
+    stages: dict[str, Any]
+    parts: dict[str, dict[str, Any]]
+
+    @property
+    def config(self) -> Config: ...
 
 SUB = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
 MAX_TERMS = 24  # a longer sum shows its first and last 12 terms
@@ -98,8 +108,8 @@ class Entry:
     and columns of which stages the entry is made of, for highlighting.
     """
 
-    trace: Trace
-    exact: Trace | None
+    trace: Record
+    exact: Record | None
     stage: str
     head: int | None  # 1-based
     row: int  # 0-based, row layout
@@ -158,15 +168,6 @@ class Entry:
             else self.trace
         a = src.stages[stage]
         return list(a[h - 1, :, k] if h is not None else a[:, k])
-
-    @property
-    def before(self) -> str:
-        """The step of the score chain this stage was computed from (scaled, softcapped …)."""
-        from .stages import BY_NAME
-
-        names = list(self.trace.stages)
-        earlier = names[:names.index(self.stage)]
-        return next(n for n in reversed(earlier) if BY_NAME[n].chain)
 
     @property
     def result(self) -> str:

@@ -6,8 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import MhaError
-from .problem import Problem, load, load_checkpoint, read_bias
-from .samples import load_sample
+from .problem import Problem, load, load_checkpoint, load_sample, read_bias
 
 BUILT_IN = "intro"
 

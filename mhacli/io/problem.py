@@ -481,6 +481,13 @@ def load(path: str | Path, *, stdin: Any = None, layout: str = "rows",
     return from_mapping(data, source, base, layout, locate, heads)
 
 
+def load_sample(name: str) -> Problem:
+    """A bundled sample as a Problem."""
+    from .samples import sample_path
+
+    return load(sample_path(name)).renamed(f"sample {name}")
+
+
 def read_bias(path: str | Path, key: str = "bias", dims: tuple[int, ...] = (2, 3)
               ) -> np.ndarray:
     """``--bias FILE`` (or ``--positional FILE``): a matrix from .npy, or from YAML/JSON

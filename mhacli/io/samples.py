@@ -1,4 +1,5 @@
-"""The bundled sample problems."""
+"""The bundled sample problems: their names, files and descriptions (read as problems by
+``problem.load``)."""
 
 from __future__ import annotations
 
@@ -38,10 +39,3 @@ def sample_description(name: str) -> str:
         if line.startswith("#"):
             return line.lstrip("# ").strip()
     return ""
-
-
-def load_sample(name: str):  # type: ignore[no-untyped-def]
-    """A bundled sample as a Problem."""
-    from .problem import load
-
-    return load(sample_path(name)).renamed(f"sample {name}")
