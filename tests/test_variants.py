@@ -151,7 +151,7 @@ def test_laws_that_tie_each_variant_to_plain_attention() -> None:
 
 def test_reference_slopes_for_heads_not_a_power_of_two() -> None:
     """ALiBi's rule for H = 6: the 4 slopes of 4 heads, then the 1st and 3rd of 8."""
-    from mhacli.engine.validate import alibi_slopes
+    from mhacli.engine.settings import alibi_slopes
 
     four = [2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8]
     eight = [2 ** -(h + 1) for h in range(8)]

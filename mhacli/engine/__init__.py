@@ -8,7 +8,8 @@ fast path needs neither, and `mha run` starts sooner without them.
 from typing import Any
 
 from .paths import Trace, attention, exact_trace, fast, trace, traced
-from .validate import Config, Prepared, prepare
+from .config import Config, Prepared
+from .validate import prepare
 
 _LATER = {"lean_trace": "lean", **{name: "stages" for name in (
     "ALIASES", "BY_NAME", "PER_HEAD", "STAGES", "TABLE", "Stage", "canonical", "present")}}

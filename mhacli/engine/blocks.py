@@ -16,7 +16,7 @@ import numpy as np
 
 from . import ops
 from .checks import check_finite, warn_dead
-from .validate import Prepared
+from .config import Prepared
 from .work import Work
 
 Array = np.ndarray

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import MaskedRowWarning, MhaError, key_text
 from ..numbers import in_range, out_of_range
-from .validate import Prepared
+from .config import Prepared
 
 Array = np.ndarray
 

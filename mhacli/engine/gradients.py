@@ -19,7 +19,7 @@ from .work import Work
 from .writing import Entry, Formula
 
 if TYPE_CHECKING:
-    from .validate import Config
+    from .config import Config
 
 Array = np.ndarray
 

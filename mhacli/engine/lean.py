@@ -22,7 +22,7 @@ from .checks import check_finite, warn_dead
 from .paths import Trace, traced
 from .stages import present
 from .work import Work
-from .validate import Prepared
+from .config import Prepared
 
 Array = np.ndarray
 

@@ -16,7 +16,8 @@ import numpy as np
 from ..errors import MhaError
 from .blocks import fast
 from .checks import check_finite, warn_dead
-from .validate import Config, Prepared, check_progress, prepare
+from .config import Config, Prepared
+from .validate import check_progress, prepare
 from .work import Work
 
 # the stage table (stages.py, with its formulas and gradients) is imported where it is
@@ -162,46 +163,30 @@ def exact_trace(p: Prepared, until: str | None = None) -> Trace:
 
 def attention(
     x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, *,
-    heads: int | None = None, w_o: Any = None,
-    b_q: Any = None, b_k: Any = None, b_v: Any = None, b_o: Any = None,
+    w_o: Any = None, b_q: Any = None, b_k: Any = None, b_v: Any = None, b_o: Any = None,
     x_kv: Any = None, q: Any = None, k: Any = None, v: Any = None,
-    mask: Any = None, scale: Any = "dk", dtype: Any = np.float64,
-    masked_row: str = "zero", softcap: Any = None, kv_heads: int | None = None,
-    window: int | None = None, alibi: Any = None, bias: Any = None,
-    key_padding: Any = None, sinks: Any = None, rope: Any = None,
-    positional: Any = None, backward: bool = False, grad_output: Any = None,
-    target: Any = None, progress: Progress | None = None,
+    backward: bool = False, grad_output: Any = None, target: Any = None,
+    progress: Progress | None = None, **settings: Any,
 ) -> Array:
     """Multi-head attention: the final output only (n × d_out), the fast path.
 
-    ``x, w_q, w_k, w_v`` (or ``q=, k=, v=``), ``heads``, optional ``w_o`` and biases
-    ``b_q b_k b_v b_o``, ``x_kv`` for cross-attention, ``mask`` (None, "causal" or an
-    n × m 0/1 array, 1 = may attend), ``scale`` ("dk", "n", "none" or a number),
-    ``dtype`` (float64 or float32), ``masked_row`` ("zero", "nan" or "error"),
-    ``softcap`` (c: the scaled scores become c·tanh(z / c)), ``kv_heads`` (G key/value
-    heads, grouped-query), ``window`` (query i sees key j only if |i − j| < w),
-    ``alibi`` (True, or H slopes), ``bias`` (n × m or H × n × m, added to the scores),
-    ``key_padding`` (m entries of 1/0, 0 = a padding key), ``sinks`` (H logits),
-    ``rope`` ("half", "interleaved" or {style, base, dims}: rotary embedding of q and k)
-    and ``positional`` ("sinusoidal" or a learned table added to the inputs).
+    ``x, w_q, w_k, w_v`` (or ``q=, k=, v=``), optional ``w_o`` and biases
+    ``b_q b_k b_v b_o``, ``x_kv`` for cross-attention, and the settings below (``heads``,
+    ``mask``: None, "causal" or an n × m 0/1 array, 1 = may attend; ``scale``: "dk",
+    "n", "none" or a number; ``dtype``: float64 or float32; the variants).
     Raises MhaError on invalid input; warns (MaskedRowWarning) on fully blocked rows.
     ``progress(done, total)``, if given, hears how much of the work is done.
     """
-    inputs = {name: value for name, value in locals().items() if name != "progress"}
-    return fast(prepare(**inputs), check_progress(progress))
+    inputs = {name: value for name, value in locals().items()
+              if name not in ("progress", "settings")}
+    return fast(prepare(**inputs, **settings), check_progress(progress))
 
 
 def trace(
     x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, *,
-    heads: int | None = None, w_o: Any = None,
-    b_q: Any = None, b_k: Any = None, b_v: Any = None, b_o: Any = None,
+    w_o: Any = None, b_q: Any = None, b_k: Any = None, b_v: Any = None, b_o: Any = None,
     x_kv: Any = None, q: Any = None, k: Any = None, v: Any = None,
-    mask: Any = None, scale: Any = "dk", dtype: Any = np.float64,
-    masked_row: str = "zero", softcap: Any = None, kv_heads: int | None = None,
-    window: int | None = None, alibi: Any = None, bias: Any = None,
-    key_padding: Any = None, sinks: Any = None, rope: Any = None,
-    positional: Any = None, backward: bool = False, grad_output: Any = None,
-    target: Any = None,
+    backward: bool = False, grad_output: Any = None, target: Any = None, **settings: Any,
 ) -> Trace:
     """Multi-head attention with every intermediate stage kept (for small problems).
 
@@ -210,4 +195,25 @@ def trace(
     ``d_x``): the loss is the sum of the outputs, or ½·Σ(output − target)² with
     ``target``, or ``grad_output`` gives dL/d output itself (either implies backward).
     """
-    return traced(prepare(**locals()))
+    inputs = {name: value for name, value in locals().items() if name != "settings"}
+    return traced(prepare(**inputs, **settings))
+
+
+def _with_settings(fn: Callable[..., Any]) -> None:
+    """The settings table's keywords in ``fn``'s signature and docstring, as if written
+    out (help(), a notebook's completion): ``heads=None, mask=None, scale='dk', …``."""
+    import inspect
+
+    from .settings import SETTINGS
+
+    sig = inspect.signature(fn)
+    params = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    params += [inspect.Parameter(s.key, inspect.Parameter.KEYWORD_ONLY, default=s.default)
+               for s in SETTINGS]
+    fn.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    fn.__doc__ = (fn.__doc__ or "") + "\n    Settings:\n" + "".join(
+        f"      {s.key}: {s.help}\n" for s in SETTINGS)
+
+
+for _fn in (attention, trace):
+    _with_settings(_fn)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 if TYPE_CHECKING:
-    from .validate import Config
+    from .config import Config
     from .work import Work
     from .writing import Entry, Formula
 

@@ -23,7 +23,7 @@ from .work import Work
 from .writing import Entry, Formula, sub
 
 if TYPE_CHECKING:
-    from .validate import Config
+    from .config import Config
 
 Array = np.ndarray
 

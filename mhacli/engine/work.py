@@ -13,7 +13,7 @@ import numpy as np
 from . import ops
 
 if TYPE_CHECKING:
-    from .validate import Prepared
+    from .config import Prepared
 
 Array = np.ndarray
 

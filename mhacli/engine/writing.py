@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .. import numbers
 
 if TYPE_CHECKING:
-    from .validate import Config, Prepared
+    from .config import Config, Prepared
 
 
 class Record(Protocol):

@@ -17,7 +17,7 @@ from typing import Any, Callable, ClassVar
 import numpy as np
 
 from ..engine import BY_NAME, STAGES, Trace, exact_trace, present, traced
-from ..engine.validate import Prepared
+from ..engine.config import Prepared
 from ..errors import MhaError
 from ..io.course import Key, load_key, load_submission
 from ..io.problem import Problem, load

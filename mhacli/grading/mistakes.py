@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 
 from ..engine import ops
-from ..engine.validate import Prepared
+from ..engine.config import Prepared
 from ..numbers import significant
 
 Array = np.ndarray

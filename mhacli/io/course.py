@@ -13,7 +13,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from .. import numbers
-from ..engine.validate import MATRICES, VECTORS
+from ..engine.config import MATRICES, VECTORS
 from ..errors import MhaError, key_text
 from .problem import KNOWN_KEYS, Problem, _document, _external, from_mapping
 

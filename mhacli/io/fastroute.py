@@ -17,7 +17,7 @@ import re
 import numpy as np
 
 from .. import numbers
-from ..engine.validate import MATRICES
+from ..engine.config import MATRICES
 from ..errors import MhaError
 
 _KEYS = "|".join(MATRICES)

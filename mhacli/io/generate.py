@@ -10,7 +10,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .. import numbers
-from ..engine.validate import MATRICES
+from ..engine.config import MATRICES
 from ..errors import MhaError
 from .problem import Problem
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from .. import numbers
-from ..engine.validate import MATRICES
+from ..engine.config import MATRICES
 from ..errors import KeyPath, MhaError, key_text
 
 LAYOUTS = ("rows", "columns")

@@ -21,7 +21,8 @@ import numpy as np
 
 from .. import numbers
 from ..engine import Config, Prepared, prepare
-from ..engine.validate import MATRICES, PER_HEAD_MATRICES, VECTORS, mask_matrix, positive_heads
+from ..engine.config import MATRICES, PER_HEAD_MATRICES, VECTORS
+from ..engine.values import mask_matrix, positive_heads
 from ..errors import MhaError, key_text, shown
 from . import torchstate
 from .matrices import LAYOUTS, read_array, read_claims, to_rows
