@@ -218,7 +218,7 @@ def test_small_things_a_user_tripped_on() -> None:
     from typer.testing import CliRunner
 
     from mhacli.cli import app
-    from mhacli.cli.commands import main
+    from mhacli.cli.core import main
 
     import contextlib
     import io

@@ -399,6 +399,26 @@ def test_a_submission_of_another_problem_is_an_error(tmp_path: Path) -> None:
     assert "k[2][1] is 3 but the key" in r.stderr and "has 1" in r.stderr
 
 
+@pytest.mark.parametrize("setting", ["window: 1", "sinks: [1]", "softcap: 2", "alibi: true",
+                                     "key_padding: [1, 0]", "rope: half", "mask: causal",
+                                     "scale: 2"])
+def test_a_submission_that_changes_a_setting_is_another_problem(tmp_path: Path,
+                                                                setting: str) -> None:
+    """Every setting of the settings table tells two problems apart: a submission that
+    gives one the key does not have is refused, not graded on the key's problem."""
+    key = tmp_path / "key.yaml"
+    key.write_text("q: [[1, 0], [2, 1]]\nk: [[1, 1], [1, 0]]\nv: [[1], [2]]\nscale: none\n")
+    sub = tmp_path / "sub.yaml"
+    sub.write_text(f"{setting}\nanswers:\n  scores: [[1, 1], [3, 2]]\n")
+    r = mha("check", "--key", key, sub)
+    assert r.exit_code == 2 and r.stdout == "", r.stdout
+    name = setting.split(":")[0]
+    assert r.stderr.startswith(f"Error: {sub}, line 1, column ") and \
+        f": {name} differs from the key's" in r.stderr, r.stderr
+    sub.write_text(f"answers:\n  scores: [[1, 1], [3, 2]]\n")  # the same, left out: graded
+    assert mha("check", "--key", key, sub).exit_code == 0
+
+
 def test_a_key_with_wrong_answers_is_refused(tmp_path: Path) -> None:
     key = tmp_path / "key.yaml"
     key.write_text("q: [[1], [2]]\nk: [[1], [1]]\nv: [[1], [2]]\nscale: none\n"

@@ -13,7 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 import mhacli
-from mhacli.cli import app, commands
+from mhacli.cli import app
+from mhacli.cli import explain as commands
 from mhacli.errors import MhaError
 from mhacli.engine import lean_trace, prepare, traced
 from mhacli.engine.lean import Heads
@@ -184,7 +185,7 @@ def test_a_problem_too_large_to_hold_whole_is_made_a_head_at_a_time_unasked(
     args = ["explain", "--sample", "hopkins", "--stage", "output", "--format", "json"]
     want = runner.invoke(app, args)
     c = mhacli.load("hopkins").config
-    assert commands._held(c, lean=True) < 380_000 < commands._held(c)
+    assert commands.held(c, lean=True) < 380_000 < commands.held(c)
     monkeypatch.setattr(commands, "MOST_HELD", 380_000)
     leaned: list[bool] = []
     original = engine.lean_trace
@@ -205,7 +206,7 @@ def test_the_size_guard_counts_what_is_printed_and_held(monkeypatch: pytest.Monk
     piped = runner.invoke(app, ["explain", "--sample", "hopkins"])
     assert piped.exit_code == 2 and "would print" in piped.output
     c = mhacli.load("backward").config
-    monkeypatch.setattr(commands, "MOST_HELD", commands._held(c) - 1)
+    monkeypatch.setattr(commands, "MOST_HELD", commands.held(c) - 1)
     back = runner.invoke(app, ["explain", "--sample", "backward", "--backward", "--stage",
                                "output"])
     assert back.exit_code == 2 and "--force" in back.output

@@ -14,14 +14,18 @@ def entry() -> None:
     if problem is not None:
         print(f"Error: {problem}", file=sys.stderr)
         sys.exit(2)
-    from .commands import main
+    from .core import main
 
     sys.exit(main())
 
 
 def __getattr__(name: str) -> Any:  # the Typer app is built only when asked for
-    if name in ("app", "main"):
-        from . import commands
+    if name == "app":
+        from .core import whole_app
 
-        return getattr(commands, name)
+        return whole_app()
+    if name == "main":
+        from .core import main
+
+        return main
     raise AttributeError(name)

@@ -209,10 +209,10 @@ def _with_settings(fn: Callable[..., Any]) -> None:
     sig = inspect.signature(fn)
     params = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
     params += [inspect.Parameter(s.key, inspect.Parameter.KEYWORD_ONLY, default=s.default)
-               for s in SETTINGS]
+               for s in SETTINGS if s.engine]
     fn.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
     fn.__doc__ = (fn.__doc__ or "") + "\n    Settings:\n" + "".join(
-        f"      {s.key}: {s.help}\n" for s in SETTINGS)
+        f"      {s.key}: {s.help}\n" for s in SETTINGS if s.engine)
 
 
 for _fn in (attention, trace):

@@ -77,6 +77,7 @@ class Setting:
     write: Callable[[Config, Prepared, Any], Any] | None = None  # in a problem file
     default: Any = None  # the API's default
     in_file: bool = True  # a problem file may give it (dtype and masked_row: not)
+    engine: bool = True  # the API and prepare take it (layout: how a file is written)
 
     @property
     def flag(self) -> str:
@@ -404,8 +405,12 @@ SETTINGS: tuple[Setting, ...] = (
             "warning), nan, or error.", ADVANCED, kind="choice",
             choices=("zero", "nan", "error"), commands=("explain", "run", "check"),
             default="zero", fields=("masked_row",), in_file=False),
+    Setting("layout", "rows: tokens are rows (Q = X·W_Q); columns: tokens are columns "
+            "(Q = W_Q·X). How a file without a layout: key was written, and how matrices "
+            "are shown.", SHOW, kind="choice", choices=("rows", "columns"),
+            commands=("explain", "check", "generate"), engine=False),
 )
-BY_KEY = {s.key: s for s in SETTINGS}
+BY_KEY = {s.key: s for s in SETTINGS if s.engine}  # what prepare and the API take
 KEYS = tuple(BY_KEY)  # in the table's order
 
 
@@ -423,7 +428,7 @@ def parse_all(given: dict[str, Any], s: Sizes) -> Fields:
     config: dict[str, Any] = {}
     arrays: dict[str, Any] = {}
     for setting in SETTINGS:
-        if setting.parse is not None:
+        if setting.parse is not None and setting.engine:
             extra_config, extra_arrays = setting.parse(given.get(setting.key, setting.default), s)
             config.update(extra_config)
             arrays.update(extra_arrays)

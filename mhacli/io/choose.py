@@ -1,10 +1,12 @@
 """The problem a command names: a file, a sample, a random one, or the built-in example,
-with the settings it changes (heads, mask, scale, dtype, labels)."""
+with the settings it changes (heads, mask, scale, the variants, dtype, labels)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from ..engine.settings import BY_KEY
 from ..errors import MhaError
 from .problem import Problem, load, load_checkpoint, load_sample, read_bias
 
@@ -13,24 +15,19 @@ BUILT_IN = "intro"
 
 def problem_from(*, file: str | None = None, sample: str | None = None,
                  random: bool = False, seed: int | None = None, tokens: str | None = None,
-                 d_model: int | None = None, heads: int | None = None,
-                 ints: str | None = None, mask: str | None = None, scale: str | None = None,
-                 dtype: str | None = None, masked_row: str | None = None,
-                 softcap: str | None = None, layout: str | None = None,
-                 stdin: Any = None, kv_heads: int | None = None, window: int | None = None,
-                 key_padding: str | None = None, alibi: bool = False,
-                 sinks: str | None = None, bias: Any = None, rope: str | None = None,
-                 positional: str | None = None, checkpoint: Any = None,
-                 layer: int | None = None, backward: bool = False) -> Problem:
+                 d_model: int | None = None, ints: str | None = None,
+                 layout: str | None = None, stdin: Any = None, checkpoint: Any = None,
+                 layer: int | None = None, backward: bool = False,
+                 **settings: Any) -> Problem:
     """The problem a command line describes, validated once with its overrides.
 
     ``tokens`` is a number of tokens (a random problem) or the labels themselves;
     ``ints`` is ``LO:HI`` for a random problem of small integers; ``layout`` is how a
-    file without a layout: key was written; the variants (``kv_heads`` … ``bias``, a
-    file's path) are set as the options set them.
+    file without a layout: key was written; ``settings`` are the settings table's, as
+    their options give them (None: not given; a path for an option that names a file).
     """
     token_spec = _generate().parse_tokens(tokens) if tokens is not None else None
-    variants = variant_settings(window, key_padding, alibi, sinks, bias, rope, positional)
+    settings = option_values(settings)
     generating = random or seed is not None or ints is not None or d_model is not None \
         or isinstance(token_spec, int)
     if file is not None and sample is not None:
@@ -48,9 +45,8 @@ def problem_from(*, file: str | None = None, sample: str | None = None,
         if file is None and seed is None:
             seed = new_seed()
         prob = load_checkpoint(checkpoint, layer, file=file, stdin=stdin,
-                               layout=layout or "rows", heads=heads,
+                               layout=layout or "rows", heads=settings.pop("heads", None),
                                tokens=token_spec if file is None else None, seed=seed)
-        heads = None
         token_spec = token_spec if file is not None else None
     elif layer is not None:
         raise MhaError("--layer picks a layer of --checkpoint: give --checkpoint too")
@@ -58,22 +54,17 @@ def problem_from(*, file: str | None = None, sample: str | None = None,
         if seed is None:  # drawn here, so that messages can say how to see it again
             seed = new_seed()
         gen = _generate()
-        prob = gen.random_problem(seed=seed, tokens=token_spec, d_model=d_model, heads=heads,
+        prob = gen.random_problem(seed=seed, tokens=token_spec, d_model=d_model,
                                   ints=gen.parse_ints(ints) if ints is not None else None,
-                                  mask=mask, scale=scale, softcap=softcap, kv_heads=kv_heads,
-                                  variants=variants, strict=False)
-        heads = mask = scale = softcap = kv_heads = None  # already used
-        variants = {}
+                                  settings=settings, strict=False)
+        settings = {k: v for k, v in settings.items() if k in ("dtype", "masked_row")}
     elif file is not None:
-        prob = load(file, stdin=stdin, layout=layout or "rows", heads=heads)
+        prob = load(file, stdin=stdin, layout=layout or "rows", heads=settings.get("heads"))
     else:
         prob = load_sample(sample or BUILT_IN)
     labels = token_spec if isinstance(token_spec, list) else None
-    overrides = {"heads": heads, "mask": mask, "scale": scale, "dtype": dtype,
-                 "masked_row": masked_row, "softcap": softcap, "tokens": labels,
-                 "kv_heads": kv_heads, "backward": True if backward else None, **variants}
-    if any(v is not None for v in overrides.values()):
-        prob = prob.with_overrides(**overrides)
+    if any(v is not None for v in settings.values()) or labels is not None or backward:
+        prob = prob.with_overrides(tokens=labels, backward=backward or None, **settings)
     return prob
 
 
@@ -92,16 +83,19 @@ def new_seed() -> int:
     return int.from_bytes(os.urandom(8), "big") % 1_000_000
 
 
-def variant_settings(window: int | None = None, key_padding: str | None = None,
-                     alibi: bool = False, sinks: str | None = None, bias: Any = None,
-                     rope: str | None = None, positional: str | None = None
-                     ) -> dict[str, Any]:
-    """The variants the options set (``bias`` names a file; ``positional`` is
-    sinusoidal or names a file), as Problem settings."""
-    if positional is not None and positional.strip().lower() != "sinusoidal":
-        positional = read_bias(positional, "positional", (2,))  # type: ignore[assignment]
-    given = (("window", window), ("key_padding", key_padding),
-             ("alibi", True if alibi else None), ("sinks", sinks),
-             ("bias", read_bias(bias) if bias is not None else None), ("rope", rope),
-             ("positional", positional))
-    return {k: v for k, v in given if v is not None}
+def option_values(settings: dict[str, Any]) -> dict[str, Any]:
+    """The settings as their options give them, as a problem takes them: a flag's True
+    (False: not given), an array read from the file an option names (``--bias FILE``,
+    ``--positional FILE``; a word such as sinusoidal stays a word), the rest as typed."""
+    out: dict[str, Any] = {}
+    for key, value in settings.items():
+        s = BY_KEY[key]
+        if s.kind == "flag":
+            value = True if value else None
+        elif s.kind == "file" and value is not None and \
+                str(value).strip().lower() not in s.words:
+            value = read_bias(Path(value), key, s.array)
+        elif s.kind == "file" and value is not None:
+            value = str(value).strip().lower()
+        out[key] = value
+    return out

@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import numbers
 from ..engine.config import MATRICES, VECTORS
+from ..engine.settings import same
 from ..errors import MhaError, key_text
 from .problem import KNOWN_KEYS, Problem, _document, _external, from_mapping
 
@@ -109,11 +110,6 @@ def _same(k: str, sub: Problem, key: Key) -> None:
                            f"({kp.source}) has {numbers.written(theirs[here])}: these answers "
                            "belong to another problem", key=path)
         return
-    a, b = sub.config, kp.config
-    same = {"heads": a.heads == b.heads,
-            "mask": a.mask == b.mask and np.array_equal(sub.prepared.allowed(),
-                                                        kp.prepared.allowed()),
-            "scale": a.scale == b.scale, "softcap": a.softcap == b.softcap}.get(k, True)
-    if not same:
+    if not same(k, sub.prepared, kp.prepared):  # as the settings table compares it
         raise MhaError(f"{k} differs from the key's ({kp.source}): these answers belong to "
                        "another problem", key=k)

@@ -45,14 +45,11 @@ def parse_ints(text: str) -> tuple[int, int]:
 
 
 def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = None,
-                   d_model: int | None = None, heads: int | None = None,
-                   ints: tuple[int, int] | None = None,
+                   d_model: int | None = None, ints: tuple[int, int] | None = None,
                    kv_tokens: int | list[str] | None = None, d_kv: int | None = None,
                    w_o: bool = True, most: int = MOST_NUMBERS, d_k: int | None = None,
-                   max_score: float | None = None, mask: Any = None, scale: Any = None,
-                   softcap: Any = None, kv_heads: int | None = None,
-                   variants: dict[str, Any] | None = None, strict: bool = True,
-                   backward: bool = False) -> Problem:
+                   max_score: float | None = None, settings: dict[str, Any] | None = None,
+                   strict: bool = True, backward: bool = False) -> Problem:
     """A random problem: self-attention, or cross-attention when ``kv_tokens`` is given.
 
     Decimal entries are rounded to a few places (two at unit spread), so that what is
@@ -60,10 +57,14 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
     for hand calculation: √d_k whole under the default scale, and the problem redrawn
     until every scaled score lies within ±``max_score`` (default 4) and no weight rounds
     to 0.0000 or 1.0000 unless the mask makes it so. ``kv_heads`` makes W_K and W_V
-    G·d_k wide (grouped-query); ``variants`` (window, alibi, …) are set as options are.
+    G·d_k wide (grouped-query); the other ``settings`` (of the settings table: heads,
+    mask, scale, window, alibi, …) are set as options are.
     Not ``strict`` (`explain`/`run --ints`), a problem too large to be hand-sized, or one
     whose integers cannot be, is drawn as plain integers instead of refused.
     """
+    settings = {k: v for k, v in (settings or {}).items() if v is not None}
+    heads, kv_heads = settings.pop("heads", None), settings.pop("kv_heads", None)
+    scale = settings.get("scale")
     labels = tokens if isinstance(tokens, list) else None
     hand = ints is not None
     n = len(labels) if labels else (
@@ -86,7 +87,7 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
             raise MhaError(f"an --ints exercise is worked by hand: {h} head(s) of {n} × {m} "
                            f"scores is more than a person does ({HAND_MOST} at most)")
         hand = False  # plain integers
-    rope = (variants or {}).get("rope") is not None
+    rope = settings.get("rope") is not None
     width = _head_width(d, h, d_k, hand and _default_scale(scale), even=rope)
     g = h if kv_heads is None else kv_heads
     if g < 1 or h % g:
@@ -106,16 +107,14 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
         raise MhaError(f"a random problem of {n} tokens × d_model {d} would hold {count} "
                        f"numbers; this is limited to {most} (too large to generate)")
     source = "random problem" + (f" (seed {seed})" if seed is not None else "")
-    settings = {"mask": mask, "scale": scale, "softcap": softcap, **(variants or {}),
-                "backward": True if backward else None}
 
     def build(inputs: dict) -> Problem:
         written = dict(inputs)
         grouped = {"kv_heads": g} if g != h else {}
         prob = Problem.build({**inputs, "heads": h, **grouped}, tokens=labels,
                              kv_tokens=kv_labels, source=source, written=written)
-        if any(v is not None for v in settings.values()):
-            prob = prob.with_overrides(**settings)
+        if settings or backward:
+            prob = prob.with_overrides(backward=backward or None, **settings)
         return prob
 
     def plain() -> Problem:
@@ -317,39 +316,27 @@ def answer_key(problem: Problem, stages: list[str] | None = None) -> dict[str, n
             if not BY_NAME[s].given and (stages is None or s in stages)}
 
 
-def _variant_lines(problem: Problem, orient: Callable[[np.ndarray], np.ndarray]) -> list[str]:
-    """The variants a problem uses, as a problem file writes them."""
+def _setting_lines(problem: Problem, orient: Callable[[np.ndarray], np.ndarray]
+                   ) -> list[str]:
+    """The settings a problem has, as a problem file writes them (each entry of the
+    settings table says its value: a word, a number, or an array)."""
+    from ..engine.settings import SETTINGS
+
     p, c = problem.prepared, problem.config
-    flat = lambda a: f"[{', '.join(_number(v) for v in a)}]"  # noqa: E731
     out = []
-    if c.groups != c.heads:
-        out.append(f"kv_heads: {c.groups}")
-    if c.window is not None:
-        out.append(f"window: {c.window}")
-    if p.key_padding is not None:
-        out.append(f"key_padding: [{', '.join(str(int(v)) for v in p.key_padding)}]")
-    if p.slopes is not None:
-        given = problem.inputs.get("alibi")
-        out.append("alibi: true" if given is True or isinstance(given, str)
-                   else f"alibi: {flat(p.slopes)}")
-    if p.sinks is not None:
-        out.append(f"sinks: {flat(p.sinks)}")
-    if c.rope is not None:
-        default = c.rope_base == 10000 and c.rope_dims == c.d_k
-        out.append(f"rope: {c.rope}" if default else
-                   f"rope: {{style: {c.rope}, base: {c.rope_base:g}, dims: {c.rope_dims}}}")
-    if c.positional == "sinusoidal":
-        out.append("positional: sinusoidal")
-    elif c.positional == "learned":  # the whole table, as given (its gradient's shape)
-        table = np.asarray(problem.inputs["positional"], dtype=np.float64)
-        out += _matrix_lines("positional", _texts(orient(table)))
-    if p.bias is not None:
-        b = orient(p.bias)
-        if b.ndim == 2:
-            out += _matrix_lines("bias", _texts(b))
-        else:
-            out.append("bias:")
-            for h, m in enumerate(b, start=1):
+    for s in SETTINGS:
+        value = s.write(c, p, problem.inputs.get(s.key)) if s.write and s.in_file else None
+        if value is None:
+            continue
+        if not isinstance(value, np.ndarray):
+            out.append(f"{s.key}: {value if isinstance(value, str) else _number(value)}")
+        elif value.ndim == 1:
+            out.append(f"{s.key}: [{', '.join(_number(v) for v in value)}]")
+        elif value.ndim == 2:
+            out += _matrix_lines(s.key, _texts(orient(value)))
+        else:  # one matrix a head
+            out.append(f"{s.key}:")
+            for h, m in enumerate(orient(value), start=1):
                 out.append(f"  - # head {h}")
                 out += [f"    - [{', '.join(r)}]" for r in _texts(m)]
     return out
@@ -372,20 +359,7 @@ def problem_yaml(problem: Problem, comment: str, answers: dict[str, np.ndarray] 
     if columns:
         out.append("layout: columns    # tokens are columns: Q = W_Q·X")
     p = problem.prepared
-    c = p.config
-    out.append(f"heads: {c.heads}")
-    if c.mask != "none":
-        if p.mask is None:
-            out.append(f"mask: {c.mask}")
-        else:
-            out += _matrix_lines("mask", [[str(int(v)) for v in r] for r in orient(p.mask)])
-    scale = problem.inputs.get("scale")
-    if scale is not None:
-        rule = scale.strip().lower() if isinstance(scale, str) else ""
-        out.append(f"scale: {rule if rule in ('dk', 'n', 'none') else _number(p.exact_scale)}")
-    if c.softcap is not None:
-        out.append(f"softcap: {numbers.written(c.softcap)}")
-    out += _variant_lines(problem, orient)
+    out += _setting_lines(problem, orient)
     for key in MATRICES:
         if key in problem.inputs:
             out += _matrix_lines(key, _texts(orient(getattr(p, key))))

@@ -22,17 +22,16 @@ import numpy as np
 from .. import numbers
 from ..engine import Config, Prepared, prepare
 from ..engine.config import MATRICES, PER_HEAD_MATRICES, VECTORS
+from ..engine.settings import BY_KEY, SETTINGS, Setting, mask_text, unknown_setting
 from ..engine.values import mask_matrix, positive_heads
 from ..errors import MhaError, key_text, shown
 from . import torchstate
 from .matrices import LAYOUTS, read_array, read_claims, to_rows
 from .reader import Locator, parse_text, read_bytes, read_file, read_npz
 
-SETTINGS = ("scale", "softcap")  # numbers or words, read by the engine's own rules
-COUNTS = ("kv_heads", "window")  # whole numbers
-VARIANTS = ("alibi", "bias", "key_padding", "sinks", "rope", "positional")  # the variants
-KNOWN_KEYS = ("tokens", "kv_tokens", "heads", "mask", "layout", "answers") + SETTINGS \
-    + COUNTS + VARIANTS + MATRICES + VECTORS + ("checkpoint", "layer")
+FILE_SETTINGS = tuple(s.key for s in SETTINGS if s.in_file and s.engine)  # besides layout
+KNOWN_KEYS = ("tokens", "kv_tokens", "layout", "answers") + FILE_SETTINGS + MATRICES \
+    + VECTORS + ("checkpoint", "layer")
 EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
@@ -83,42 +82,34 @@ class Problem:
     def config(self) -> Config:
         return self.prepared.config
 
-    def with_overrides(self, *, heads: int | None = None, mask: Any = None,
-                       scale: Any = None, dtype: str | None = None,
-                       masked_row: str | None = None, softcap: Any = None,
-                       tokens: Any = None, kv_heads: int | None = None,
-                       window: int | None = None, alibi: Any = None,
-                       key_padding: Any = None, sinks: Any = None,
-                       bias: Any = None, rope: Any = None, positional: Any = None,
-                       backward: bool | None = None) -> Problem:
-        """The same problem with settings changed (as on the command line): ``mask`` may
-        be rows of 1/0 written as text, ``'1 0;1 1'``; ``tokens`` new row labels;
-        ``key_padding`` and ``sinks`` may be text, ``'1 1 0'``."""
+    def with_overrides(self, *, tokens: Any = None, backward: bool | None = None,
+                       **settings: Any) -> Problem:
+        """The same problem with settings changed (as on the command line; the keys of the
+        settings table, None for unchanged): ``mask`` may be rows of 1/0 written as text,
+        ``'1 0;1 1'``; ``key_padding`` and ``sinks`` may be text, ``'1 1 0'``; ``tokens``
+        new row labels; ``backward`` the gradients too."""
+        for key in settings:
+            if key not in BY_KEY:
+                raise unknown_setting(key)
+        changes = {k: v for k, v in settings.items() if v is not None}
+        c = self.config
+        for name in ("dtype", "masked_row"):
+            if name in changes and changes[name] == getattr(c, name):
+                del changes[name]  # as it is already: nothing to validate again
+        if backward:
+            changes["backward"] = True
+        if not changes and tokens is None:
+            return self
         inputs = dict(self.inputs)
         written = dict(self.written)
-        changes = {"heads": heads, "scale": scale, "dtype": dtype, "masked_row": masked_row,
-                   "softcap": softcap, "kv_heads": kv_heads, "window": window,
-                   "alibi": alibi, "key_padding": key_padding, "sinks": sinks, "bias": bias,
-                   "rope": rope, "positional": positional, "backward": backward or None}
-        c = self.config
-        for name, now in (("dtype", c.dtype), ("masked_row", c.masked_row)):
-            if changes[name] == now:
-                changes[name] = None  # as it is already: nothing to validate again
-        if mask is None and tokens is None and all(v is None for v in changes.values()):
-            return self
-        for name in ("sinks", "alibi", "bias", "positional"):
-            if changes[name] is not None:
-                written.pop(name, None)
-        for name, value in changes.items():
-            if value is not None:
-                inputs[name] = value
-        if scale is not None:
-            written.pop("scale", None)
-        if mask is not None:
+        if isinstance(changes.get("mask"), str):
             try:
-                inputs["mask"] = mask_text(mask) if isinstance(mask, str) else mask
+                changes["mask"] = mask_text(changes["mask"])
             except MhaError as exc:
                 raise exc.located("--mask") from None
+        for name, value in changes.items():
+            inputs[name] = value
+            written.pop(name, None)  # a number typed now: as typed, not as the file wrote it
         return Problem.build(inputs, tokens=self.tokens if tokens is None else tokens,
                              kv_tokens=self.kv_tokens, answers=self.answers,
                              source=self.source, written=written, layout=self.layout)
@@ -189,25 +180,6 @@ def _unprintable(ch: str) -> bool:
         ch not in "\u200c\u200d"  # joiners, as emoji and some scripts need
 
 
-def mask_text(text: str) -> Any:
-    """A mask as typed on a command line: none, causal, or rows of 1/0 such as '1 0;1 1'."""
-    word = text.strip().lower()
-    if word in ("none", "causal"):
-        return word
-    if re.fullmatch(r"[a-z_]+", word):
-        import difflib
-
-        close = difflib.get_close_matches(word, ["none", "causal"], n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        raise MhaError(f"{text!r} is not a mask{hint}: give none, causal, or rows of 1/0 "
-                       "such as '1 0;1 1'")
-    rows = [r.replace(",", " ").split() for r in re.split(r"[;\n]", text) if r.strip()]
-    if not rows or len({len(r) for r in rows}) != 1:
-        raise MhaError(f"{text!r}: expected none, causal, or rows of equal length "
-                       "separated by ';' such as '1 0;1 1'")
-    return mask_matrix(rows)[0]
-
-
 # --------------------------------------------------------------------------- mappings
 
 
@@ -223,27 +195,20 @@ def _heads(value: Any, name: str = "heads") -> int:
     raise MhaError(f"{name} must be a positive integer, found {what}", key=name)
 
 
-def _variant(key: str, value: Any, layout: str, written: dict[str, Any]) -> Any:
-    """A variant's value as the engine takes it: ALiBi ``true`` or slopes, a bias matrix
-    (in the row layout), key padding as 1/0, sinks; numbers kept as written for exact
-    arithmetic."""
-    if isinstance(value, np.ndarray) and value.ndim == 0:
-        value = value.item()
-    if key == "alibi" and isinstance(value, (str, bool)) or key == "key_padding" \
-            or key == "rope" or key == "positional" and isinstance(value, str):
+def _read_setting(s: Setting, value: Any, layout: str, written: dict[str, Any]) -> Any:
+    """A setting's value in a problem file as the engine takes it: a whole number, a
+    word (or a mapping such as rope's), or an array of the setting's dimensions in the row
+    layout (kept as written too, for exact arithmetic; a mask's entries as 1/0)."""
+    if isinstance(value, np.ndarray) and value.size == 1 and (not s.array or value.ndim == 0):
+        value = value.reshape(()).item()  # from an .npz
+    if s.kind == "whole":
+        return _heads(value, s.key)
+    if not s.array or isinstance(value, (str, bool, dict)) or value is None:
         return value
-    if key == "positional":
-        written[key] = value
-        return to_rows(key, read_array(value, (key,), (2,)), layout)
-    dims = {"alibi": (1,), "sinks": (1,), "bias": (2, 3)}[key]
-    written[key] = value
-    return to_rows(key, read_array(value, (key,), dims), layout)
-
-
-def _setting(value: Any) -> Any:
-    if isinstance(value, np.ndarray) and value.size == 1:  # from an .npz
-        value = value.reshape(()).item()
-    return value
+    if s.key == "mask":
+        return to_rows("mask", mask_matrix(value)[0], layout)
+    written[s.key] = value
+    return to_rows(s.key, read_array(value, (s.key,), s.array), layout)
 
 
 def _suggest(key: str) -> str:
@@ -306,26 +271,13 @@ def _from_mapping(data: dict[str, Any], source: str, base: Path | None,
             written[key] = _external(data[key], key, base)
             dims = (2, 3) if key in PER_HEAD_MATRICES else (1, 2) if key in VECTORS else (2,)
             inputs[key] = to_rows(key, read_array(written[key], (key,), dims), layout)
-    if data.get("heads") is not None:
-        inputs["heads"] = _heads(data["heads"])
-    elif heads is not None:
+    for setting in SETTINGS:
+        value = data.get(setting.key) if setting.in_file and setting.engine else None
+        if value is not None:
+            value = _external(value, setting.key, base) if setting.array else value
+            inputs[setting.key] = _read_setting(setting, value, layout, written)
+    if inputs.get("heads") is None and heads is not None:
         inputs["heads"] = heads
-    if data.get("mask") is not None:
-        mask = _external(data["mask"], "mask", base)
-        if isinstance(mask, np.ndarray) and mask.ndim == 0:
-            mask = mask.item()
-        if not isinstance(mask, str):
-            mask = to_rows("mask", mask_matrix(mask)[0], layout)
-        inputs["mask"] = mask
-    for key in SETTINGS:
-        if data.get(key) is not None:
-            inputs[key] = _setting(data[key])
-    for key in COUNTS:
-        if data.get(key) is not None:
-            inputs[key] = _heads(data[key], key)
-    for key in VARIANTS:
-        if data.get(key) is not None:
-            inputs[key] = _variant(key, _external(data[key], key, base), layout, written)
     answers = _answers(data.get("answers"), layout)
     if any(stage.startswith("d_") for stage in answers):
         inputs["backward"] = True  # gradients answered: the backward pass is part of it

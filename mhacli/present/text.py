@@ -107,17 +107,13 @@ def json_array(a: np.ndarray) -> str:
 
 def config_dict(c: Config, rows: list[str], cols: list[str], layout: str = "rows"
                 ) -> dict[str, Any]:
-    return {
-        "n": c.n, "m": c.m, "heads": c.heads, "d_model": c.d_model, "d_kv": c.d_kv,
-        "d_k": c.d_k, "d_v": c.d_v, "d_out": c.d_out, "cross_attention": c.cross,
-        "scale": c.scale, "scale_rule": c.scale_rule, "mask": c.mask, "dtype": c.dtype,
-        "softcap": c.softcap, "kv_heads": c.groups, "window": c.window, "alibi": c.alibi,
-        "bias": c.bias, "key_padding": c.padding, "sinks": c.sinks,
-        "rope": None if c.rope is None else {"style": c.rope, "base": c.rope_base,
-                                             "dims": c.rope_dims},
-        "positional": c.positional,
-        "tokens": rows, "kv_tokens": cols, "layout": layout,
-    }
+    """The config JSON: the problem's sizes, its settings (as the settings table shows
+    each), its labels and the layout shown."""
+    from ..engine.settings import config_shown
+
+    return {"n": c.n, "m": c.m, "heads": c.heads, "d_model": c.d_model, "d_kv": c.d_kv,
+            "d_k": c.d_k, "d_v": c.d_v, "d_out": c.d_out, "cross_attention": c.cross,
+            **config_shown(c), "tokens": rows, "kv_tokens": cols, "layout": layout}
 
 
 def explain_json(tr: Trace, rows: list[str], cols: list[str],

@@ -1,0 +1,214 @@
+"""The `mha` command: the Typer app, how a command's errors become one line and an exit
+code, and the entry point. Each command lives in a module of its own (``explain.py``,
+``run.py``, ``check.py``, ``generate.py``, ``samples.py``), imported only when it runs.
+"""
+
+# No `from __future__ import annotations` here: Typer would evaluate every string
+# annotation at start-up, which costs more than the rest of a small run.
+
+import contextlib
+import importlib
+import os
+import re
+import sys
+import warnings
+from typing import Annotated, Any, Callable, Iterator
+
+import typer
+from typer.core import TyperCommand
+
+from .. import __version__
+from ..errors import MaskedRowWarning, MhaError
+from .options import PANELS
+from .streams import failed_write
+from .terminal import say
+
+COMMANDS = ("explain", "run", "check", "generate", "samples")  # each its module's name
+
+app = typer.Typer(
+    name="mha",
+    no_args_is_help=True,
+    # Rich help panels in a terminal; plain text (no boxes, no colour) in a pipe
+    rich_markup_mode="rich" if sys.stdout is not None and sys.stdout.isatty()
+    and not os.environ.get("NO_COLOR") else None,
+    add_completion=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"mha {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True, help="Print the version.")] = False
+          ) -> None:
+    """A step-by-step calculator for multi-head attention.
+
+    Start with `mha explain`: every stage of the built-in example.
+
+    Then `mha explain --help`: its options, with examples.
+    """
+
+
+class Grouped(TyperCommand):
+    """A command whose plain help (in a pipe) groups its options under the panels the
+    rich help shows them in: Problem, Variants of attention, What to show, Output …"""
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        groups: dict[str, list[tuple[str, str]]] = {}
+        args = []
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None:
+                continue
+            if param.param_type_name == "argument":
+                args.append(record)
+            else:
+                groups.setdefault(getattr(param, "rich_help_panel", None) or "Options",
+                                  []).append(record)
+        if args:
+            with formatter.section("Arguments"):
+                formatter.write_dl(args)
+        for panel in [*PANELS, *(g for g in groups if g not in PANELS)]:
+            if panel in groups:
+                with formatter.section(panel):
+                    formatter.write_dl(groups[panel])
+
+
+def command(fn: Callable) -> Callable:
+    """Register a command, its help reflowed for the window's width."""
+    help_text = _reflowed(fn.__doc__ or "", app.rich_markup_mode is None)
+    return app.command(cls=Grouped, help=help_text)(fn)
+
+
+def _reflowed(doc: str, plain: bool) -> str:
+    """A command's help with each paragraph on one line, for the help to wrap at the
+    window's width (the source wraps at its own); an indented paragraph (an example) is
+    kept as written, and in plain help marked so that Click keeps it so too."""
+    import inspect
+
+    out = []
+    for para in inspect.cleandoc(doc).split("\n\n"):
+        lines = para.split("\n")
+        if all(line.startswith(" ") for line in lines):
+            # "  mha ... <spaces> what it does": what it does first, as a comment, so
+            # that a narrow window wraps neither into the other
+            example = re.fullmatch(r"(\s+)(\S.*?)\s{2,}(\S.*)", para)
+            if example is not None:
+                indent, command, what = example.groups()
+                para = f"{indent}# {what}\n{indent}{command}"
+            out.append("\b\n" + para if plain else para)
+        else:
+            out.append(" ".join(line.strip() for line in lines))
+    return "\n\n".join(out)
+
+
+@contextlib.contextmanager
+def guard(debug: bool) -> Iterator[dict]:
+    """MhaError -> one line on stderr and exit 2; masked-row warnings -> stderr.
+
+    The command may put the problem's query labels under "tokens" of what this yields,
+    so that a warning names each row by its token.
+    """
+    context: dict = {}
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", MaskedRowWarning)
+            yield context
+            sys.stdout.flush()  # a write that fails must fail here, not at exit
+        for w in caught:
+            if isinstance(w.message, MaskedRowWarning):
+                say("Warning: ", w.message.describe(context.get('tokens')))
+    except MhaError as exc:
+        if debug:
+            raise
+        say("Error: ", str(exc))
+        raise typer.Exit(2) from None
+    except OSError as exc:  # standard output: the reader went away, or the disk is full
+        raise typer.Exit(failed_write(exc)) from None
+    except (typer.Exit, typer.Abort, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # a bug: still one line, and the way to see more
+        if debug:
+            raise
+        say("Error: ", f"unexpected {type(exc).__name__}: {exc} (run again with --debug for "
+            "the traceback, and please report it)")
+        raise typer.Exit(2) from None
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def whole_app() -> typer.Typer:
+    """The app with every command (for help, completion, and the tests)."""
+    for name in COMMANDS:
+        importlib.import_module(f".{name}", __package__)
+    return app
+
+
+def _app_for(args: list[str]) -> typer.Typer:
+    """The app with only the command being run: neither its module nor Typer need build
+    the other four, and `mha run ...` starts as fast as a one-command tool; help,
+    completion and anything unexpected get the whole app."""
+    if not args or "_MHA_COMPLETE" in os.environ or args[0] not in COMMANDS:
+        return whole_app()
+    importlib.import_module(f".{args[0]}", __package__)
+    infos = [i for i in app.registered_commands
+             if (i.name or i.callback.__name__) == args[0]]  # type: ignore[union-attr]
+    only = typer.Typer(name=app.info.name, no_args_is_help=True, add_completion=False,
+                       pretty_exceptions_enable=False, rich_markup_mode=app.rich_markup_mode,
+                       context_settings=app.info.context_settings)
+    only.registered_commands = infos
+    only.registered_callback = app.registered_callback
+    return only
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The console script: usage errors as one `Error:` line, a quiet broken pipe."""
+    # Typer raises Click's exceptions, from its own copy of Click in newer releases
+    cx = sys.modules[typer.BadParameter.__module__]
+    args = [_utf8(a) for a in sys.argv[1:]] if argv is None else argv
+    try:
+        code = _app_for(args)(args=args, prog_name="mha", standalone_mode=False)
+        return _finish(code if isinstance(code, int) else 0)
+    except cx.NoArgsIsHelpError as exc:
+        # `mha` alone: the help, as for `mha --help` (a terminal has been shown it already)
+        if not sys.stdout.isatty() and getattr(exc, "ctx", None) is not None:
+            typer.echo(exc.ctx.get_help())
+        return _finish(0)
+    except cx.ClickException as exc:
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+        message = re.sub(r"( Did you mean [^?]*\?)\1+", r"\1", exc.format_message()) \
+            .replace("Value error, ", "") \
+            .replace("Got unexpected extra argument", "one argument too many") \
+            .replace("Got unexpected extra arguments", "arguments too many")
+        say("Error: ", f"{message}{hint}")
+        return 2
+    except typer.Abort:
+        typer.echo("Error: aborted", err=True)
+        return 130
+    except OSError as exc:  # help or --version that could not be written
+        return failed_write(exc)
+
+
+def _utf8(arg: str) -> str:
+    """An argument as UTF-8, even where a C locale decoded its bytes as escapes."""
+    try:
+        return arg.encode("utf-8", "surrogateescape").decode("utf-8")
+    except UnicodeError:
+        return arg
+
+
+def _finish(code: int) -> int:
+    """Everything written is flushed before the exit code is given."""
+    try:
+        sys.stdout.flush()
+    except OSError as exc:
+        return failed_write(exc)
+    return code

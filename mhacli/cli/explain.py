@@ -1,0 +1,207 @@
+"""`mha explain`: every stage as a labelled table, in a terminal or as text."""
+
+# No `from __future__ import annotations`: Typer reads these annotations at start-up.
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from ..errors import MhaError
+from .core import command, guard
+from .common import about, inputs, problem
+from .options import (
+    ADVANCED, OUTPUT, SHOW, CheckpointOpt, DebugOpt, DModelOpt, ExplainFormat, FileArg,
+    HeatScale, IntsOpt, LayerOpt, PrecisionOpt, RandomOpt, SampleOpt, SeedOpt, TokensOpt,
+    stage_help, with_settings,
+)
+from .streams import check_writable
+from .terminal import export, rich_stdout, show
+
+MOST_PRINTED = 2_000_000  # numbers explain prints without --force
+MOST_HELD = 1 << 30  # bytes explain holds without --force
+
+
+@command
+@with_settings("explain")
+def explain(
+    file: FileArg = None,
+    sample: SampleOpt = None,
+    random: RandomOpt = False,
+    seed: SeedOpt = None,
+    tokens: TokensOpt = None,
+    d_model: DModelOpt = None,
+    ints: IntsOpt = None,
+    checkpoint: CheckpointOpt = None,
+    layer: LayerOpt = None,
+    stage: Annotated[Optional[list[str]], typer.Option(
+        "--stage", "-s", help=stage_help("Show only this stage"), rich_help_panel=SHOW)
+    ] = None,
+    head: Annotated[Optional[int], typer.Option(
+        "--head", help="Show only head I (from 1).", rich_help_panel=SHOW)] = None,
+    cell: Annotated[Optional[str], typer.Option(
+        "--cell", metavar="STAGE:HEAD:ROW:COL",
+        help="Write one entry out as its arithmetic (HEAD only for per-head stages), e.g. "
+             "scores:1:2:1 or output:3:2.", rich_help_panel=SHOW)] = None,
+    fractions: Annotated[bool, typer.Option(
+        "--fractions", help="Show the stages before the softmax as exact fractions (5/2).",
+        rich_help_panel=SHOW)] = False,
+    backward: Annotated[bool, typer.Option(
+        "--backward", help="The backward pass too: the gradient of the loss with respect to "
+        "every stage and parameter (the loss: the sum of the outputs, or the file's target: "
+        "or grad_output:).", rich_help_panel=SHOW)] = False,
+    heat: Annotated[HeatScale, typer.Option(
+        "--heat", help="The heat map's scale: global (0 to 1 for every row) or row (each "
+                       "row from its least to its greatest weight).", rich_help_panel=SHOW)
+    ] = HeatScale.global_,
+    full: Annotated[bool, typer.Option(
+        "--full", help="In a terminal, show every number of a large matrix (in column "
+                       "blocks) instead of a summary of its first and last rows and columns.",
+        rich_help_panel=SHOW)] = False,
+    precision: PrecisionOpt = None,
+    fmt: Annotated[ExplainFormat, typer.Option(
+        "--format", "-f", help="Output format.", rich_help_panel=OUTPUT)
+    ] = ExplainFormat.rich,
+    svg: Annotated[Optional[Path], typer.Option(
+        "--svg", help="Also save what the terminal shows as an SVG image.",
+        rich_help_panel=OUTPUT)] = None,
+    html: Annotated[Optional[Path], typer.Option(
+        "--html", help="Also save what the terminal shows as an HTML page.",
+        rich_help_panel=OUTPUT)] = None,
+    no_pager: Annotated[bool, typer.Option(
+        "--no-pager", help="In a terminal, print a view taller than the screen as it is "
+                           "(by default it goes through $PAGER, else less).",
+        rich_help_panel=OUTPUT)] = False,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Go on with a problem larger than explain is meant for (about 2 "
+                        "million numbers to print, or 1 GiB to hold).", rich_help_panel=ADVANCED)
+    ] = False,
+    debug: DebugOpt = False,
+    settings: Any = None,
+) -> None:
+    """Show every stage of multi-head attention as a labelled table.
+
+    Q/K/V projections, the split into heads, the scores (the "Z" matrix), scaling,
+    masking, the softmax in its parts, the attention weights as a heat map, the head
+    outputs, their concatenation and the output projection. Each table's title holds the
+    stage name (for --stage), its formula and its shape.
+
+    Examples:
+
+      mha explain                               the built-in example
+
+      mha explain --sample cat --stage weights  one stage of a bundled sample
+
+      mha explain --sample by-hand --cell scores:2:2:1 --fractions   one entry, worked out
+
+      mha explain --ints 0:2 --tokens 3 --d-model 4 --seed 1 --format markdown
+
+      mha explain problem.yaml --format json | jq '.stages.weights'
+    """
+    with guard(debug) as context:
+        from .. import engine
+
+        layout = settings.pop("layout")
+        prob = problem(file, sample, random=random, seed=seed, tokens=tokens,
+                       d_model=d_model, ints=ints, checkpoint=checkpoint, layer=layer,
+                       backward=backward, layout=layout, **settings)
+        context["tokens"] = prob.tokens
+        shown = layout or prob.layout
+        stages = [engine.canonical(s) for s in stage] if stage else None
+        lean = held(prob.config) > MOST_HELD  # too large to hold: a head at a time
+        if not force:
+            fits(prob.config, stage, head, fmt, full)
+        with about(prob):
+            tr = (engine.lean_trace if lean else engine.traced)(prob.prepared)
+        c = tr.config
+        if head is not None and not 1 <= head <= c.heads:
+            raise MhaError(f"--head {head}: the problem has heads 1 to {c.heads}")
+        missing = [s for s in stages or () if s not in tr.stages]
+        if missing:
+            raise MhaError(f"--stage {missing[0]}: this problem has no {missing[0]} stage "
+                           f"(its stages: {', '.join(tr.stages)})")
+        queries, keys = prob.labels()
+        digits = 4 if precision is None else precision
+        exact = None
+        if fractions:
+            if prob.size > 100_000:
+                raise MhaError("--fractions is for problems small enough to do by hand "
+                               "(this one has over 100000 input numbers)")
+            with about(prob):
+                exact = engine.exact_trace(prob.exact)
+        worked = None
+        if cell is not None:
+            from ..present.cell import work_out
+
+            worked = work_out(cell, tr, exact, queries, keys, digits, shown)
+            if head is not None and worked.head is not None and head != worked.head:
+                raise MhaError(f"--head {head} and --cell {cell} name different heads: "
+                               "give one head")
+            stages = stages or worked.stages
+            head = head or worked.head
+        if (svg or html) and fmt is not ExplainFormat.rich:
+            raise MhaError("--svg and --html save the rich view: leave out --format")
+        if svg is not None and html is not None and svg.resolve() == html.resolve():
+            raise MhaError(f"--svg and --html both name {svg}: give each its own file")
+        for saved in (svg, html):  # before anything is printed
+            if saved is not None:
+                check_writable(saved, inputs(file))
+        if fmt is ExplainFormat.json:
+            from ..present.text import json_pieces
+
+            for piece in json_pieces(
+                    tr, queries, keys, stages, head, exact.stages if exact else None,
+                    None if worked is None else {"title": worked.title, "lines": worked.lines},
+                    shown):
+                sys.stdout.write(piece)  # a stage at a time
+            return
+        from ..present.views import EachView, views
+
+        vs = (EachView if lean else views)(
+            tr, queries, keys, stages, head, exact.stages if exact else None, shown,
+            worked.marks if worked else None)  # lean: each view made as it is shown
+
+        if fmt is ExplainFormat.rich and rich_stdout():
+            show(vs, worked, digits, full, svg, html, pager=not no_pager, heat=heat.value)
+            return
+        from ..present.explain import text_pieces
+
+        for piece in text_pieces(fmt.value, vs, worked, digits):
+            sys.stdout.write(piece)  # a stage at a time: never the whole text at once
+        if svg or html:  # piped: the same text as without them, the picture aside
+            export(vs, worked, digits, full, svg, html, heat.value)
+
+
+def fits(c: Any, stage: Optional[list[str]], head: Optional[int], fmt: ExplainFormat,
+         full: bool) -> None:
+    """Refuse, before computing, a problem larger than explain is meant for."""
+    from ..engine.stages import canonical, numbers_in
+
+    names = [canonical(s) for s in stage] if stage else None
+    summarised = fmt is ExplainFormat.rich and not full and rich_stdout()  # a pipe: all
+    printed = numbers_in(c, names, head, *((24, 40) if summarised else (None, None)))
+    size = held(c)
+    if size > MOST_HELD and not c.backward:  # then made a head at a time: what that holds
+        size = held(c, lean=True)
+    if printed <= MOST_PRINTED and size <= MOST_HELD:
+        return
+    shown = f"{size / 2**30:.1f} GiB" if size >= 2**29 else f"{max(1, round(size / 2**20))} MiB"
+    narrow = "narrow it with --stage NAME or --head I, use mha run for the output alone" \
+        if printed > MOST_PRINTED else "use mha run for the output alone"  # (held: all)
+    raise MhaError(f"explain would print {printed:,} numbers and hold {shown}: "
+                   f"it is meant for problems a person reads (up to {MOST_PRINTED:,} numbers "
+                   f"and 1 GiB); {narrow}, or --force to go on")
+
+
+def held(c: Any, lean: bool = False) -> int:
+    """The bytes explain's trace holds: every stage, and the softmax's parts; or, made a
+    head at a time (``lean``), the other stages and one head's score chain."""
+    from ..engine.lean import WIDE
+    from ..engine.stages import numbers_in
+
+    size = 4 if c.dtype == "float32" else 8
+    if not lean:
+        return (numbers_in(c) + 2 * numbers_in(c, ["weights"])) * size
+    chain = sum(1 for name in WIDE if numbers_in(c, [name])) + 2  # and the exponentials
+    return (numbers_in(c) - numbers_in(c, WIDE) + chain * c.n * c.m) * size

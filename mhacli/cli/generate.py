@@ -1,0 +1,108 @@
+"""`mha generate`: a problem file, random or of small integers, with its answers or
+blanks for them."""
+
+# No `from __future__ import annotations`: Typer reads these annotations at start-up.
+
+import sys
+from typing import Annotated, Any, Optional
+
+import typer
+
+from ..errors import MhaError
+from .core import command, guard
+from .options import (
+    CHECKING, PROBLEM, DebugOpt, DModelOpt, IntsOpt, OutputOpt, stage_help, with_settings,
+)
+from .streams import write_file
+
+
+@command
+@with_settings("generate")
+def generate(
+    seed: Annotated[Optional[int], typer.Option(
+        "--seed", help="Seed (same seed, same problem); without it one is drawn and written "
+        "in the file's first line.", rich_help_panel=PROBLEM)] = None,
+    tokens: Annotated[Optional[str], typer.Option(
+        "--tokens", help="A number of tokens, or the tokens themselves ('the cat sat').",
+        rich_help_panel=PROBLEM)] = None,
+    d_model: DModelOpt = None,
+    ints: IntsOpt = None,
+    kv_tokens: Annotated[Optional[str], typer.Option(
+        "--kv-tokens", help="Cross-attention: the number of key/value tokens, or the tokens "
+                            "themselves.", rich_help_panel=PROBLEM)] = None,
+    d_kv: Annotated[Optional[int], typer.Option(
+        "--d-kv", help="Cross-attention: the width of the key/value tokens.",
+        rich_help_panel=PROBLEM)] = None,
+    d_k: Annotated[Optional[int], typer.Option(
+        "--d-k", help="Width of each head (default d_model / heads; under --ints a perfect "
+                      "square, so that √d_k is whole).", rich_help_panel=PROBLEM)] = None,
+    no_w_o: Annotated[bool, typer.Option(
+        "--no-w-o", help="Leave out the output projection (the output is the concatenation).",
+        rich_help_panel=PROBLEM)] = False,
+    max_score: Annotated[Optional[float], typer.Option(
+        "--max-score", help="--ints: every scaled score within ± this (default 4), so each "
+                            "exp is one a calculator handles.", rich_help_panel=PROBLEM)] = None,
+    answers: Annotated[bool, typer.Option(
+        "--answers", help="Fill in every stage under answers: (a key for mha check).",
+        rich_help_panel=CHECKING)] = False,
+    blank: Annotated[bool, typer.Option(
+        "--blank", help="Write empty answer slots (_) of the right shapes, to fill in.",
+        rich_help_panel=CHECKING)] = False,
+    stage: Annotated[Optional[list[str]], typer.Option(
+        "--stage", "-s", help=stage_help("Only these stages under answers:"),
+        rich_help_panel=CHECKING)] = None,
+    backward: Annotated[bool, typer.Option(
+        "--backward", help="With --answers or --blank, the gradients too (d_output … d_x; "
+        "the loss is the sum of the outputs).", rich_help_panel=CHECKING)] = False,
+    output: OutputOpt = None,
+    debug: DebugOpt = False,
+    settings: Any = None,
+) -> None:
+    """Write a problem file: random decimals, or small integers for hand calculation.
+
+    With --answers every stage is filled in under answers: (exact where the numbers are
+    rational: 5/2 rather than 2.5000000001), so the file is a key for mha check; with
+    --blank the answers: slots are empty (_) for a student to fill in. An --ints
+    exercise is one a person can do with pencil and a calculator: 3 tokens, d_model 4
+    and 2 heads by default, √d_k whole (d_k = 4 here), and redrawn until every scaled
+    score lies within ±--max-score and no weight rounds to 0 or 1 unless masked.
+
+    Examples:
+
+      mha generate --ints -1:1 --seed 3 --answers -o key.yaml
+
+      mha generate --ints -1:1 --seed 3 --blank -o homework.yaml
+
+      mha generate --seed 7 --answers -o key.yaml
+
+      mha generate --ints -1:1 --kv-tokens 'el gato' --tokens 'the cat sat' --d-kv 3
+    """
+    with guard(debug):
+        from .. import engine
+        from ..io import generate as gen
+        from ..io.choose import new_seed, option_values
+
+        if answers and blank:
+            raise MhaError("--answers fills the answers in and --blank leaves them empty: "
+                           "choose one")
+        if seed is None:  # record the seed drawn, so that the file can be made again
+            seed = new_seed()
+        layout = settings.pop("layout") or "rows"
+        prob = gen.random_problem(
+            seed=seed, tokens=gen.parse_tokens(tokens) if tokens is not None else None,
+            d_model=d_model, ints=gen.parse_ints(ints) if ints is not None else None,
+            kv_tokens=gen.parse_tokens(kv_tokens, "--kv-tokens") if kv_tokens is not None
+            else None,
+            d_kv=d_kv, w_o=not no_w_o, most=gen.MOST_WRITTEN, d_k=d_k, max_score=max_score,
+            settings=option_values(settings), backward=backward)
+        chosen = [engine.canonical(s) for s in stage] if stage else None
+        if chosen and any(s.startswith("d_") for s in chosen):
+            prob = prob.with_overrides(backward=True)  # gradients asked for: compute them
+        filled = gen.answer_key(prob, chosen) if answers or blank else None
+        what = "small integers" if ints else "random decimals"
+        comment = f"mha generate: {what}, seed {seed}"
+        text = gen.problem_yaml(prob, comment, filled, blank, layout)
+        if output is not None:
+            write_file(output, text.encode("utf-8"))
+        else:
+            sys.stdout.write(text)
