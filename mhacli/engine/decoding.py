@@ -97,7 +97,7 @@ def decode(tr: Trace, splits: int | None = None,
     in min(S, t') chunks: a cache shorter than S gives one position a chunk."""
     p, c = tr.prepared, tr.config
     check_decode(c)
-    count = None if splits is None else whole_number("splits", splits)
+    count = None if splits is None else whole_number("splits", splits, "splits")
     labels = [f"t{i + 1}" for i in range(c.n)] if tokens is None else list(tokens)
     if len(labels) != c.n:
         raise MhaError(f"decoding has {c.n} tokens but {len(labels)} labels were given",

@@ -128,21 +128,22 @@ def finish(m: Array, l: Array, o: Array, dead: Array, masked_row: str
 # --------------------------------------------------------------------------- guards
 
 
-def whole_number(name: str, value: Any, least: int = 1) -> int:
-    """A size the user chose: a whole number ≥ ``least``; MhaError otherwise."""
+def whole_number(name: str, value: Any, key: str, least: int = 1) -> int:
+    """A size the user chose (``name``, set by the option ``key``): a whole number ≥
+    ``least``; MhaError otherwise."""
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value)
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
             or value < least:
         raise MhaError(f"{name} must be a whole number of {least} or more, got "
-                       f"{shown(value)}", key=name)
+                       f"{shown(value)}", key=key)
     return int(value)
 
 
 def check_tiles(br: Any, bc: Any = None) -> tuple[int, int]:
     """The tile sizes (BR, BC), BC defaulting to BR; MhaError unless each is ≥ 1."""
-    rows = whole_number("tiles BR", br)
-    return rows, rows if bc is None else whole_number("tiles BC", bc)
+    rows = whole_number("tiles BR", br, "tiles")
+    return rows, rows if bc is None else whole_number("tiles BC", bc, "tiles")
 
 
 def float_only(c: Config, what: str) -> None:
