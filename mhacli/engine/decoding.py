@@ -1,0 +1,216 @@
+"""Attention as fast kernels run it, part two: decoding with a KV cache.
+
+The tokens arrive one at a time. Step t (1-based; its position p = t − 1) projects token
+t's own row of x (with its row of positions added, where the problem has them) into its
+query (one per query head) and its key and value (one per key/value head), turns the
+query and the key by RoPE at p where the problem uses it, appends the key and value to
+the cache, and attends with one row of scores over the positions the cache holds: all t
+of them, or with a window w only the last w (the cache is then a rolling buffer that
+evicts the oldest). The row's ALiBi and bias entries are those of (p, each cached
+position), its blocked keys those of the plain mask (key padding blocks a cached
+position; the causal mask and the window never do, the cache holding only what they
+allow). Each piece is made by the stage functions of ``ops.py`` that make the plain
+trace, so step t's weights, head outputs and output are row t of the plain trace's.
+
+``splits=S`` adds the split-K ("flash-decoding") view: the cached positions cut into S
+nearly equal chunks (fewer while the cache is shorter than S), each chunk's partial
+softmax (m, ℓ, unnormalised O per head, as one online step of ``kernels.py`` makes it),
+and their combination, which a sink joins as one more partial state (s_h, 1, 0).
+
+Steps count from 1 as the contract does; positions, heads and keys from 0 inside, from
+1 in ``decode_json``. Dimensions are named in ``ops.py``; t' is the cache's length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from ..errors import MhaError
+from . import ops
+from .kernels import data, float_only, merge, online, record, span, start, whole_number
+from .work import Work
+
+if TYPE_CHECKING:
+    from .paths import Trace
+    from .validate import Config, Prepared
+
+Array = np.ndarray
+
+
+@dataclass(frozen=True, eq=False, repr=False)  # arrays: no == or repr of its own
+class Split:
+    """One chunk's partial softmax over some cached positions (or the combination of all
+    chunks): its maximum, sum and unnormalised output per head."""
+
+    positions: range  # 0-based positions of the chunk
+    m: Array  # (H,) the chunk's row maximum (−∞ when every key of it is blocked)
+    l: Array  # (H,) Σ exp(s − m)
+    o: Array  # (H, d_v) Σ exp(s − m)·v
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class DecodeStep:
+    """One token's step: what it adds to the cache, the cache, and its attention."""
+
+    step: int  # t, 1-based
+    token: str  # its label
+    q: Array  # (H, d_k) the token's queries, turned by RoPE at t − 1 where used
+    k_new: Array  # (G, d_k) its keys (turned), appended to the cache
+    v_new: Array  # (G, d_v) its values
+    positions: range  # 0-based positions the cache holds after the append
+    evicted: int | None  # 0-based position the rolling buffer dropped at this step
+    k_cache: Array  # (G, t', d_k)
+    v_cache: Array  # (G, t', d_v)
+    scores: Array  # (H, t') scaled, soft-capped, biased (before the mask)
+    weights: Array  # (H, t')
+    head_outputs: Array  # (H, d_v)
+    output: Array  # (d_out,)
+    cache_bytes: int  # t'·G·(d_k + d_v)·(8 for float64, 4 for float32)
+    splits: tuple[Split, ...] | None = None  # the split-K chunks, with splits=S
+    combined: Split | None = None  # their log-sum-exp combination
+
+
+def check_decode(c: Config) -> None:
+    """Decoding is causal self-attention; MhaError saying why otherwise."""
+    float_only(c, "decoding")
+    if c.cross:
+        raise MhaError("decoding needs self-attention: here keys and values come from "
+                       "x_kv, which does not arrive token by token with the queries",
+                       key="x_kv")
+    if c.n != c.m:
+        raise MhaError(f"decoding needs self-attention, one key and value per query: q has "
+                       f"{c.n} rows but k and v have {c.m}", key="k")
+    if c.mask != "causal":
+        given = "no mask" if c.mask == "none" else "a mask matrix"
+        raise MhaError(f"decoding needs mask: causal (a token is made before the ones after "
+                       f"it, so it can attend only to itself and those before), not {given}",
+                       key="mask")
+
+
+def decode(tr: Trace, splits: int | None = None,
+           tokens: Sequence[str] | None = None) -> list[DecodeStep]:
+    """Every step of decoding the trace's tokens one at a time with a KV cache; labels
+    ``tokens`` (t1, t2, … by default). ``splits=S`` (≥ 1) adds each step's split-K view
+    in min(S, t') chunks: a cache shorter than S gives one position a chunk."""
+    p, c = tr.prepared, tr.config
+    check_decode(c)
+    count = None if splits is None else whole_number("splits", splits, "splits")
+    labels = [f"t{i + 1}" for i in range(c.n)] if tokens is None else list(tokens)
+    if len(labels) != c.n:
+        raise MhaError(f"decoding has {c.n} tokens but {len(labels)} labels were given",
+                       key="tokens")
+    keys: list[Array] = []  # the cache, oldest first: (G, d_k) a position
+    values: list[Array] = []  # (G, d_v) a position
+    steps = []
+    for i in range(c.n):
+        q, k, v = _new_rows(p, i)  # (H, d_k), (G, d_k), (G, d_v)
+        keys.append(k)
+        values.append(v)
+        evicted = None
+        if c.window is not None and len(keys) > c.window:  # the rolling buffer is full
+            keys.pop(0)
+            values.pop(0)
+            evicted = i - c.window
+        positions = range(i + 1 - len(keys), i + 1)
+        k_cache = np.stack(keys, axis=1)  # (G, t', d_k)
+        v_cache = np.stack(values, axis=1)  # (G, t', d_v)
+        scores = _scores(p, i, positions, q, k_cache)  # (H, 1, t')
+        masked = ops.mask_scores(scores, p.allowed(i, i + 1, positions.start,
+                                                   positions.stop))  # (H, 1, t')
+        weights = ops.softmax_parts(masked, c.masked_row, p.sinks)["weights"]  # (H, 1, t')
+        v_h = ops.shared(v_cache, c.heads)  # (H, t', d_v)
+        head_outputs = weights @ v_h  # (H, 1, d_v)
+        work = Work(p, exact=False)  # the plain path's output stage, on this one row
+        work.stages["concat"] = ops.merge_heads(head_outputs)  # (1, H·d_v)
+        output = work.output()[0]  # (d_out,)
+        chunks = combined = None
+        if count is not None:
+            chunks, combined = _split_k(p, positions, masked, v_h, min(count, len(positions)))
+        size = len(positions) * c.groups * (c.d_k + c.d_v) * np.dtype(c.dtype).itemsize
+        steps.append(DecodeStep(
+            i + 1, labels[i], *record(q, k, v), positions, evicted,
+            *record(k_cache, v_cache, scores[:, 0], weights[:, 0], head_outputs[:, 0],
+                   output), size, chunks, combined))
+    return steps
+
+
+def _new_rows(p: Prepared, i: int) -> tuple[Array, Array, Array]:
+    """Token i's query (per query head), key and value (per key/value head), from its
+    own row of x plus its row of positions, or the given rows of q, k, v; q and k turned
+    by RoPE at position i."""
+    c = p.config
+    if c.direct:
+        q, k, v = p.q[i:i + 1], p.k[i:i + 1], p.v[i:i + 1]  # (1, H·d_k), (1, G·d_k), …
+    else:
+        x = p.x[i:i + 1] if p.pe is None else p.x[i:i + 1] + p.pe[i:i + 1]  # (1, d_model)
+        q, k, v = ops.projections(x, None, p.w_q, p.w_k, p.w_v, p.b_q, p.b_k, p.b_v)
+    q_h = ops.split_heads(q, c.heads)  # (H, 1, d_k)
+    k_h = ops.split_heads(k, c.groups)  # (G, 1, d_k)
+    v_h = ops.split_heads(v, c.groups)  # (G, 1, d_v)
+    if c.rope is not None:
+        q_h = ops.rotate(q_h, c.rope, c.rope_dims, c.rope_base, first=i)
+        k_h = ops.rotate(k_h, c.rope, c.rope_dims, c.rope_base, first=i)
+    return q_h[:, 0], k_h[:, 0], v_h[:, 0]
+
+
+def _scores(p: Prepared, i: int, positions: range, q: Array, k_cache: Array) -> Array:
+    """Query i's row of scores over the cached positions, scaled, soft-capped and
+    biased (ALiBi and the bias entries of (i, each position)): (H, 1, t')."""
+    c = p.config
+    z = ops.scores(q[:, None, :], ops.shared(k_cache, c.heads))  # (H, 1, t')
+    z = ops.divide(z, c.scale)
+    if c.softcap is not None:
+        z = ops.softcap(z, c.softcap)
+    cols = slice(positions.start, positions.stop)
+    if p.slopes is not None:
+        z = z + ops.alibi(p.slopes, np.array([i]), np.arange(positions.start,
+                                                             positions.stop))  # (H, 1, t')
+    if p.bias is not None:
+        z = z + (p.bias[i, cols] if p.bias.ndim == 2 else p.bias[:, i:i + 1, cols])
+    return z
+
+
+def _split_k(p: Prepared, positions: range, masked: Array, v_h: Array, count: int
+             ) -> tuple[tuple[Split, ...], Split]:
+    """The cached positions in ``count`` nearly equal chunks (the first ones a position
+    longer), each chunk's partial softmax, and their combination (with the sink)."""
+    c = p.config
+    shape = (c.heads, 1)
+    sink = None if p.sinks is None else p.sinks[:, None]  # (H, 1)
+    state = start(shape, c.d_v, masked.dtype, sink)  # (H, 1), (H, 1), (H, 1, d_v)
+    size, extra = divmod(len(positions), count)
+    chunks, lo = [], 0
+    for j in range(count):
+        hi = lo + size + (j < extra)  # local indices lo … hi − 1 of the cache
+        m, _, _, l, o = online(masked[:, :, lo:hi], *start(shape, c.d_v, masked.dtype),
+                               v_h[:, lo:hi])  # (H, 1), (H, 1), (H, 1, d_v)
+        chunks.append(Split(range(positions.start + lo, positions.start + hi),
+                            *record(m[:, 0], l[:, 0], o[:, 0])))
+        state = merge(*state, m, l, o)
+        lo = hi
+    m, l, o = state  # divided out (o / l), the step's head outputs
+    return tuple(chunks), Split(positions, *record(m[:, 0], l[:, 0], o[:, 0]))
+
+
+def decode_json(steps: Sequence[DecodeStep]) -> list[dict[str, Any]]:
+    """The contract's ``decode`` structure as plain lists and dicts: 1-based steps and
+    positions, None for −∞ and NaN; with splits, each step's ``splits`` (positions as
+    [first, last]) and their ``combined`` m, ℓ and O."""
+    out = []
+    for st in steps:
+        step: dict[str, Any] = {"step": st.step, "token": st.token}
+        step.update((name, data(getattr(st, name))) for name in ("q", "k_new", "v_new"))
+        step["positions"] = [t + 1 for t in st.positions]
+        step.update((name, data(getattr(st, name))) for name in (
+            "k_cache", "v_cache", "scores", "weights", "head_outputs", "output"))
+        step["cache_bytes"] = st.cache_bytes
+        if st.splits is not None and st.combined is not None:
+            step["splits"] = [{"positions": span(s.positions), "m": data(s.m),
+                               "l": data(s.l), "o": data(s.o)} for s in st.splits]
+            step["combined"] = {"m": data(st.combined.m), "l": data(st.combined.l),
+                                "o": data(st.combined.o)}
+        out.append(step)
+    return out

@@ -1,0 +1,243 @@
+"""Attention as fast kernels run it, part one: tiles (FlashAttention's online softmax).
+
+Each head's queries are taken in blocks of BR rows and its keys in blocks of BC. One
+query block keeps, per row, a running maximum m, a running sum ℓ and an unnormalised
+output O, and meets the key blocks in order:
+
+    m⁽ʲ⁾ = max(m⁽ʲ⁻¹⁾, rowmax S)         correction = exp(m⁽ʲ⁻¹⁾ − m⁽ʲ⁾)
+    P = exp(S − m⁽ʲ⁾)                    ℓ⁽ʲ⁾ = correction·ℓ⁽ʲ⁻¹⁾ + rowsum P
+    O⁽ʲ⁾ = correction·O⁽ʲ⁻¹⁾ + P·V_j
+
+S being the tile of the traced path's ``masked`` stage; at the end the rows of
+``head_outputs`` are O / ℓ and the log-sum-exp is m + log ℓ. A tile whose every entry is
+blocked is skipped, as kernels skip it. The running state and its merging are shared
+with the split-K view of decoding (``decoding.py``).
+
+Inside, heads, rows, keys and positions count from 0 (``range`` objects, half open);
+the JSON-ready data (``tiles_json``) counts from 1 with inclusive ranges, as people do.
+Dimensions are named in ``ops.py``; r and c are a tile's rows and keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from ..errors import MhaError, shown
+from . import ops
+
+if TYPE_CHECKING:
+    from .paths import Trace
+    from .validate import Config, Prepared
+
+Array = np.ndarray
+
+
+@dataclass(frozen=True, eq=False, repr=False)  # arrays: no == or repr of its own
+class TileStep:
+    """One key block met by one query block: the state after it (None when skipped)."""
+
+    keys: range  # 0-based key positions of the tile
+    skipped: bool  # every entry blocked: not computed
+    s: Array | None = None  # (r, c) the tile of masked, −∞ where blocked
+    m: Array | None = None  # (r,) running maximum m⁽ʲ⁾
+    correction: Array | None = None  # (r,) exp(m⁽ʲ⁻¹⁾ − m⁽ʲ⁾)
+    p: Array | None = None  # (r, c) exp(S − m⁽ʲ⁾)
+    l: Array | None = None  # (r,) running sum ℓ⁽ʲ⁾
+    o: Array | None = None  # (r, d_v) running unnormalised output O⁽ʲ⁾
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class TileBlock:
+    """One head's one query block, its steps over the key blocks, and its result."""
+
+    head: int  # 0-based query head
+    rows: range  # 0-based query rows of the block
+    steps: tuple[TileStep, ...]
+    output: Array  # (r, d_v) O / ℓ: these rows of head_outputs
+    lse: Array  # (r,) m + log ℓ, the log-sum-exp of each row (with the sink's logit)
+
+    @property
+    def skipped(self) -> int:
+        """How many of this block's tiles were skipped."""
+        return sum(step.skipped for step in self.steps)
+
+
+# --------------------------------------------------------------------------- the state
+
+
+def rescale(old: Array, new: Array) -> Array:
+    """exp(old − new), the factor a running sum and output carry when the maximum
+    moves from ``old`` to ``new`` ≥ old; 1 where both are −∞ (nothing seen yet, so
+    nothing to rescale, and no −∞ − (−∞))."""
+    both = np.isneginf(old) & np.isneginf(new)
+    safe = np.where(np.isneginf(new), 0, new)  # where new is −∞ so is old: exp(−∞) = 0
+    return np.where(both, 1, np.exp(old - safe)).astype(old.dtype, copy=False)
+
+
+def start(rows: int | tuple[int, ...], d_v: int, dtype: Any, sink: Any = None
+          ) -> tuple[Array, Array, Array]:
+    """The state before any key, (m, ℓ, O) for rows of shape ``rows`` (…, r): (−∞, 0, 0),
+    or with a sink logit s_h (a first key whose value is zero; broadcast against the
+    rows) (s_h, 1, 0)."""
+    shape = (rows,) if isinstance(rows, int) else rows
+    if sink is None:
+        m = np.full(shape, -np.inf, dtype=dtype)  # (…, r)
+        l = np.zeros(shape, dtype=dtype)  # (…, r)
+    else:
+        m = np.full(shape, sink, dtype=dtype)
+        l = np.ones(shape, dtype=dtype)
+    return m, l, np.zeros((*shape, d_v), dtype=dtype)  # (…, r), (…, r), (…, r, d_v)
+
+
+def online(s: Array, m_prev: Array, l_prev: Array, o_prev: Array, v: Array
+           ) -> tuple[Array, Array, Array, Array, Array]:
+    """One key block of the online softmax: (m, correction, P, ℓ, O) after the scores
+    ``s`` (…, r, c) and their values ``v`` (…, c, d_v), from the state (m, ℓ, O) before
+    it, (…, r), (…, r), (…, r, d_v). P is 0 where s is −∞, even in a row whose every
+    key so far is blocked (its m still −∞)."""
+    m = np.maximum(m_prev, s.max(axis=-1))  # (…, r)
+    correction = rescale(m_prev, m)  # (…, r)
+    p = np.exp(s - np.where(np.isneginf(m), 0, m)[..., None])  # (…, r, c)
+    l = correction * l_prev + p.sum(axis=-1)  # (…, r)
+    o = correction[..., None] * o_prev + p @ v  # (…, r, d_v)
+    return m, correction, p, l, o
+
+
+def merge(m1: Array, l1: Array, o1: Array, m2: Array, l2: Array, o2: Array
+          ) -> tuple[Array, Array, Array]:
+    """Two partial softmaxes of the same rows over different keys as one: each rescaled
+    to the larger maximum, then summed (how split-K combines its chunks)."""
+    m = np.maximum(m1, m2)  # (…, r)
+    a, b = rescale(m1, m), rescale(m2, m)  # (…, r)
+    return m, a * l1 + b * l2, a[..., None] * o1 + b[..., None] * o2
+
+
+def finish(m: Array, l: Array, o: Array, dead: Array, masked_row: str
+           ) -> tuple[Array, Array]:
+    """The rows' output O / ℓ and log-sum-exp m + log ℓ. A dead row (every key blocked)
+    follows ``masked_row`` as in the plain softmax, sink or not: zeros, or NaN."""
+    out = ops.normalise(o.copy(), l[..., None], dead[..., None], masked_row)  # (…, r, d_v)
+    with np.errstate(divide="ignore"):  # ℓ = 0: log ℓ = −∞, and so is m
+        lse = m + np.log(l)  # (…, r)
+    return out, lse
+
+
+# --------------------------------------------------------------------------- guards
+
+
+def whole_number(name: str, value: Any, key: str, least: int = 1) -> int:
+    """A size the user chose (``name``, set by the option ``key``): a whole number ≥
+    ``least``; MhaError otherwise."""
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
+            or value < least:
+        raise MhaError(f"{name} must be a whole number of {least} or more, got "
+                       f"{shown(value)}", key=key)
+    return int(value)
+
+
+def check_tiles(br: Any, bc: Any = None) -> tuple[int, int]:
+    """The tile sizes (BR, BC), BC defaulting to BR; MhaError unless each is ≥ 1."""
+    rows = whole_number("tiles BR", br, "tiles")
+    return rows, rows if bc is None else whole_number("tiles BC", bc, "tiles")
+
+
+def float_only(c: Config, what: str) -> None:
+    """Kernels exponentiate: exact rational arithmetic cannot follow them."""
+    if c.dtype not in ("float64", "float32"):
+        raise MhaError(f"{what} computes exponentials: it needs float64 or float32, "
+                       f"not {c.dtype} arithmetic")
+
+
+def dead_rows(p: Prepared) -> Array:
+    """(n,) True for each query row whose every key is blocked."""
+    dead = np.zeros(p.config.n, dtype=bool)
+    if p.dead_rows:
+        dead[np.array(p.dead_rows) - 1] = True
+    return dead
+
+
+# --------------------------------------------------------------------------- tiles
+
+
+def tiles(tr: Trace, br: int, bc: int | None = None) -> list[TileBlock]:
+    """The online softmax of every head, query block by query block (BR rows), each
+    meeting the key blocks (BC keys, BC = BR by default) in order. The blocks come head
+    by head, and within a head top to bottom. Their outputs are the rows of
+    ``head_outputs``; grouped query heads read the values of their key/value head."""
+    br, bc = check_tiles(br, bc)
+    p, c = tr.prepared, tr.config
+    float_only(c, "the tiled view")
+    masked, v_heads = tr["masked"], tr["v_heads"]  # (H, n, m), (G, m, d_v)
+    dead = dead_rows(p)  # (n,)
+    blocks = []
+    for h in range(c.heads):
+        v_h = v_heads[c.kv_of(h)]  # (m, d_v)
+        sink = None if p.sinks is None else p.sinks[h]
+        for r0 in range(0, c.n, br):
+            rows = range(r0, min(r0 + br, c.n))
+            m, l, o = start(len(rows), c.d_v, masked.dtype, sink)  # (r,), (r,), (r, d_v)
+            steps = []
+            for k0 in range(0, c.m, bc):
+                keys = range(k0, min(k0 + bc, c.m))
+                allowed = p.allowed(rows.start, rows.stop, keys.start, keys.stop)  # (r, c)
+                if allowed is not None and not allowed.any():
+                    steps.append(TileStep(keys, True))
+                    continue
+                s = masked[h, rows.start:rows.stop, keys.start:keys.stop]  # (r, c)
+                m, correction, pe, l, o = online(s, m, l, o, v_h[keys.start:keys.stop])
+                steps.append(TileStep(keys, False, *record(s, m, correction, pe, l, o)))
+            output, lse = finish(m, l, o, dead[rows.start:rows.stop], c.masked_row)
+            blocks.append(TileBlock(h, rows, tuple(steps), *record(output, lse)))
+    return blocks
+
+
+def skipped_tiles(blocks: Sequence[TileBlock]) -> tuple[int, int]:
+    """(skipped, all) tiles of ``blocks``; pass one head's blocks for one head's count
+    (the same for every head: the mask, window and padding do not depend on it)."""
+    return sum(b.skipped for b in blocks), sum(len(b.steps) for b in blocks)
+
+
+def tiles_json(blocks: Sequence[TileBlock]) -> list[dict[str, Any]]:
+    """The contract's ``tiles`` structure as plain lists and dicts: 1-based inclusive
+    ranges, None for −∞ (blocked) and NaN; a skipped step holds only its keys."""
+    out = []
+    for b in blocks:
+        steps: list[dict[str, Any]] = []
+        for st in b.steps:
+            step: dict[str, Any] = {"keys": span(st.keys), "skipped": st.skipped}
+            if not st.skipped:
+                step.update((name, data(getattr(st, name))) for name in
+                            ("s", "m", "correction", "p", "l", "o"))
+            steps.append(step)
+        out.append({"head": b.head + 1, "rows": span(b.rows), "steps": steps,
+                    "output": data(b.output), "lse": data(b.lse)})
+    return out
+
+
+# --------------------------------------------------------------------------- data
+
+
+def span(r: range) -> list[int]:
+    """A 0-based range as the 1-based inclusive [first, last] people read."""
+    return [r.start + 1, r.stop]
+
+
+def data(a: Array) -> Any:
+    """An array as nested lists of Python floats, −∞ and NaN as None (JSON has neither,
+    and −∞ is how a blocked score is written: null, as in ``masked``)."""
+    a = np.asarray(a)
+    out = a.astype(object)
+    out[~np.isfinite(a)] = None
+    return out.tolist()
+
+
+def record(*arrays: Array) -> tuple[Array, ...]:
+    """The arrays made read-only: a step's record stays as it was computed."""
+    for a in arrays:
+        a.flags.writeable = False
+    return arrays
