@@ -115,16 +115,17 @@ def open_checkpoint(path: str | Path) -> Checkpoint:
     if name.endswith(".json"):
         return _sharded(path)
     if name.endswith(PICKLED):
-        raise _pickled(path, path.name)
+        raise _pickled(path)
     raise MhaError("a checkpoint is a model folder, a .safetensors file, its index "
                    f"({INDEX}) or an .npz", source=str(path))
 
 
-def _pickled(where: Path, name: str) -> MhaError:
-    return MhaError(f"holds {name} and no .safetensors file: only safetensors checkpoints "
-                    "are read, since loading a PyTorch pickle can run code; save the model "
-                    "with transformers' save_pretrained (safetensors by default) and give "
-                    "that folder", source=str(where))
+def _pickled(where: Path, name: str | None = None) -> MhaError:
+    """The refusal of a pickled checkpoint (``name``: the one a folder holds)."""
+    what = f"holds {name} and no .safetensors file" if name else "is a PyTorch pickle"
+    return MhaError(f"{what}: only safetensors checkpoints are read, since loading a pickle "
+                    "can run code; save the model with transformers' save_pretrained "
+                    "(safetensors by default) and give that folder", source=str(where))
 
 
 def _folder(folder: Path) -> Checkpoint:

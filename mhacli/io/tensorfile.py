@@ -72,8 +72,9 @@ def regular_file(path: Path) -> os.stat_result:
     except OSError as exc:
         raise MhaError(f"cannot read ({exc.strerror or exc})", source=str(path)) from None
     if not stat.S_ISREG(info.st_mode):
-        what = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
-        raise MhaError(f"is {what}, not a file to read", source=str(path))
+        what = "a directory, not a file" if stat.S_ISDIR(info.st_mode) else \
+            "not a regular file (a device or a pipe?), so it is not read"
+        raise MhaError(f"is {what}", source=str(path))
     return info
 
 
@@ -148,8 +149,9 @@ def parse_json(raw: bytes, source: str, what: str, lines: bool = True) -> Any:
     except RecursionError:  # the count above makes this unreachable; kept as a guard
         raise MhaError(f"the {what} is nested more than {MAX_JSON_DEPTH} levels deep",
                        source=source) from None
-    except ValueError as exc:  # e.g. an integer of more digits than Python converts
-        raise MhaError(f"the {what} is not valid JSON ({exc})", source=source) from None
+    except ValueError as exc:  # an integer of more digits than Python converts
+        raise MhaError(f"the {what} is not valid JSON ({str(exc).partition(':')[0]})",
+                       source=source) from None
 
 
 # --------------------------------------------------------------------------- header
