@@ -334,11 +334,13 @@ DEEP = "[" * 1_000_000 + "]" * 1_000_000
     ('"heads"', "config.json: the config is text"),
     (DEEP, "config.json: the config is nested more than 64 levels deep"),
     ('{"a": ' * 100_000 + "1" + "}" * 100_000, "the config is nested more than 64 levels deep"),
+    ("[" * 65 + "]" * 65, "config.json: the config is nested more than 64 levels deep"),
     ('{"heads": 4, "heads": 8}', "config.json: the config gives the key 'heads' twice"),
     ('{"n": ' + "1" * 5000 + "}", "config.json: the config is not valid JSON (Exceeds the limit (4300 digits) for "
                                   "integer string conversion)"),
     ("", "config.json, line 1, column 1: the config is not valid JSON (Expecting value)"),
-], ids=["broken", "list", "text", "deep-lists", "deep-maps", "duplicate", "digits", "empty"])
+], ids=["broken", "list", "text", "deep-lists", "deep-maps", "deep-65", "duplicate", "digits",
+        "empty"])
 def test_broken_config(tmp_path: Path, text: str, says: str) -> None:
     write(tmp_path / "model.safetensors", {"w": f32(W)})
     (tmp_path / "config.json").write_text(text)
@@ -351,6 +353,9 @@ def test_config_edges(tmp_path: Path) -> None:
                  "nested": [[[[{"a": [1]}]]]]}
     (tmp_path / "config.json").write_text(json.dumps(deep_text))  # brackets inside text
     assert open_checkpoint(tmp_path).config == deep_text
+    text = '{"a": ' + "[" * 63 + "]" * 63 + "}"  # 64 levels: as deep as accepted
+    (tmp_path / "config.json").write_text(text)
+    assert open_checkpoint(tmp_path).config == json.loads(text)
     (tmp_path / "config.json").write_bytes(b'{"a": "\xff"}')
     assert "config.json: the config is not UTF-8 text (byte 8)" in refused(tmp_path)
     os.truncate(tmp_path / "config.json", 17 << 20)  # sparse: never read
@@ -497,15 +502,29 @@ def test_hostile_header(tmp_path: Path, header: dict, data: int, says: str) -> N
                              "in double quotes at character 2)"),
     (header_bytes(b"[]"), "its header is not a JSON object: not .safetensors, or damaged"),
     (header_bytes(b'{"w": 1, "w": 2}'), "the header gives the key 'w' twice"),
-    (header_bytes(b"{" + b'"a":[' * 500 + b"]" * 500 + b"}"),
+    (header_bytes(b'{"a": ' + b"[" * 500 + b"]" * 500 + b"}"),
+     "the header is nested more than 64 levels deep"),
+    (header_bytes(b'{"a": ' + b"[" * 10**6 + b"]" * 10**6 + b"}"),
      "the header is nested more than 64 levels deep"),
     (header_bytes(b'{"w": "\xc3"}'), "the header is not UTF-8 text (byte 8)"),
 ], ids=["short", "huge-length", "length-past-end", "not-json", "list", "duplicate", "deep",
-        "not-utf8"])
+        "deeper", "not-utf8"])
 def test_hostile_header_bytes(tmp_path: Path, raw: bytes, says: str) -> None:
     path = tmp_path / "model.safetensors"
     path.write_bytes(raw)
     assert refused(path) == f"{path}: {says}"
+
+
+def test_unterminated_string_of_escapes_is_refused_at_once(tmp_path: Path) -> None:
+    """A header of many brackets, then a string of escaped quotes that never ends: read in
+    one pass, not once from every quote (which would take hours)."""
+    import time
+
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(header_bytes(b'{"a": ' + b"[" * 70 + b'"' + b'\\"' * 2_000_000))
+    start = time.perf_counter()
+    assert "the header is not valid JSON (Unterminated string" in refused(path)
+    assert time.perf_counter() - start < 2
 
 
 @pytest.mark.parametrize("dtype, code", [("I64", "I64"), ("BOOL", "BOOL"),

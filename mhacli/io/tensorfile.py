@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,27 +95,22 @@ def read_json_file(path: Path, limit: int, what: str) -> Any:
     return parse_json(raw, str(path), what)
 
 
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
-
-
-def nesting(raw: bytes) -> int:
-    """How deep the brackets of JSON text nest, strings aside: counted without parsing
-    (so without recursion), a slice at a time so that memory stays small."""
-    if raw.count(b"[") + raw.count(b"{") <= MAX_JSON_DEPTH:
-        return 0  # too few brackets to nest past the limit
-    bare = np.frombuffer(_STRING.sub(b"", raw), np.uint8)
-    deepest = level = 0
-    for first in range(0, len(bare), CHUNK):
-        part = bare[first:first + CHUNK]
-        step = (part == 0x5B).astype(np.int64) + (part == 0x7B) - (part == 0x5D) \
-            - (part == 0x7D)  # [ { up, ] } down
-        run = np.cumsum(step) + level
-        deepest, level = max(deepest, int(run.max())), int(run[-1])
-    return deepest
+def deeper_than(data: Any, limit: int) -> bool:
+    """Whether lists and mappings nest more than ``limit`` levels (walked without
+    recursion; the outermost is level 1)."""
+    stack = [(data, 1)] if isinstance(data, (list, dict)) else []
+    while stack:
+        value, depth = stack.pop()
+        if depth > limit:
+            return True
+        items = value.values() if isinstance(value, dict) else value
+        stack.extend((item, depth + 1) for item in items if isinstance(item, (list, dict)))
+    return False
 
 
 def parse_json(raw: bytes, source: str, what: str, lines: bool = True) -> Any:
-    """JSON bytes to plain data: UTF-8, nested at most MAX_JSON_DEPTH deep, no key twice
+    """JSON bytes to plain data: UTF-8, nested at most MAX_JSON_DEPTH deep (the parser's
+    own recursion guard stops a deeper text early, a walk checks the rest), no key twice
     in one mapping. ``lines``: say where a syntax error is by line and column (a text
     file) or by byte (a header inside a binary file)."""
     try:
@@ -124,9 +118,8 @@ def parse_json(raw: bytes, source: str, what: str, lines: bool = True) -> Any:
     except UnicodeDecodeError as exc:
         raise MhaError(f"the {what} is not UTF-8 text (byte {exc.start + 1})",
                        source=source) from None
-    if nesting(raw) > MAX_JSON_DEPTH:
-        raise MhaError(f"the {what} is nested more than {MAX_JSON_DEPTH} levels deep",
-                       source=source)
+    too_deep = MhaError(f"the {what} is nested more than {MAX_JSON_DEPTH} levels deep",
+                        source=source)
 
     def once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -137,7 +130,7 @@ def parse_json(raw: bytes, source: str, what: str, lines: bool = True) -> Any:
             out[key] = value
         return out
     try:
-        return json.loads(text, object_pairs_hook=once)
+        data = json.loads(text, object_pairs_hook=once)
     except MhaError:
         raise
     except json.JSONDecodeError as exc:
@@ -146,12 +139,14 @@ def parse_json(raw: bytes, source: str, what: str, lines: bool = True) -> Any:
                            line=exc.lineno, column=exc.colno) from None
         raise MhaError(f"the {what} is not valid JSON ({exc.msg} at character {exc.pos + 1})",
                        source=source) from None
-    except RecursionError:  # the count above makes this unreachable; kept as a guard
-        raise MhaError(f"the {what} is nested more than {MAX_JSON_DEPTH} levels deep",
-                       source=source) from None
+    except RecursionError:  # the C parser's guard, met some hundreds of levels down
+        raise too_deep from None
     except ValueError as exc:  # an integer of more digits than Python converts
         raise MhaError(f"the {what} is not valid JSON ({str(exc).partition(':')[0]})",
                        source=source) from None
+    if deeper_than(data, MAX_JSON_DEPTH):
+        raise too_deep
+    return data
 
 
 # --------------------------------------------------------------------------- header
