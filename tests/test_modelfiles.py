@@ -478,12 +478,13 @@ def _entry(dtype: str = "F32", shape: Any = (2,), offsets: Any = (0, 8)) -> dict
      "b ends at byte 16 of the data, but the file holds only 12: the file is truncated"),
     ({"w": _entry()}, 20, "the file holds 12 bytes after its last tensor (w) that its header "
                           "does not describe"),
+    ({}, 4, "the file holds 4 bytes of data, but its header describes no tensor"),
     ({"__metadata__": {"format": 1}, "w": _entry()}, 8,
      "its __metadata__ is {'format': 1}: expected a mapping of text to text"),
     ({"__metadata__": [], "w": _entry()}, 8, "its __metadata__ is []"),
 ], ids=["dtype", "negative", "bool", "shape-text", "backwards", "three-offsets", "mismatch",
         "half-byte", "missing-key", "extra-key", "not-a-mapping", "overlap", "gap", "gap-first",
-        "truncated", "trailing", "metadata", "metadata-list"])
+        "truncated", "trailing", "no-tensor", "metadata", "metadata-list"])
 def test_hostile_header(tmp_path: Path, header: dict, data: int, says: str) -> None:
     path = tmp_path / "model.safetensors"
     path.write_bytes(header_bytes(header) + bytes(data))

@@ -15,16 +15,20 @@ from __future__ import annotations
 
 import difflib
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import MhaError, shown
 from .tensorfile import (TensorInfo, check_finite, read_floats, read_header, read_json_file,
                          refuse_unless_float, regular_file)
+
+if TYPE_CHECKING:  # annotations only: numpy.typing costs a millisecond of start-up
+    import numpy.typing as npt
 
 CONFIG = "config.json"
 SINGLE = "model.safetensors"
@@ -86,7 +90,7 @@ class Checkpoint:
         """A tensor's number type as safetensors codes it: ``BF16``, ``F32``, ``I64`` …"""
         return self.info(name).dtype
 
-    def read(self, name: str) -> np.ndarray:
+    def read(self, name: str) -> npt.NDArray[np.float64]:
         """One tensor as float64, widened exactly; only float tensors with finite values
         are accepted."""
         info = self.info(name)

@@ -20,11 +20,14 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
 from ..errors import MhaError, shown
+
+if TYPE_CHECKING:  # annotations only: numpy.typing costs a millisecond of start-up
+    import numpy.typing as npt
 
 MAX_HEADER_BYTES = 100_000_000  # the safetensors library's own limit
 MAX_JSON_DEPTH = 64  # a config nests a few levels; a header or an index three
@@ -247,6 +250,9 @@ def _packed(entries: list[Entry], data_bytes: int, source: str) -> None:
                            f"{data_bytes}: the file is truncated", source=source, key=name)
         at, last = end, name
     if at < data_bytes:
+        if last is None:
+            raise MhaError(f"the file holds {data_bytes} bytes of data, but its header "
+                           "describes no tensor", source=source)
         raise MhaError(f"the file holds {data_bytes - at} bytes after its last tensor "
                        f"({last}) that its header does not describe", source=source)
 
@@ -279,7 +285,7 @@ def check_finite(block: np.ndarray, info: TensorInfo, first: int = 0) -> None:
                    source=str(info.file), key=(info.name, *index))
 
 
-def read_floats(info: TensorInfo) -> np.ndarray:
+def read_floats(info: TensorInfo) -> npt.NDArray[np.float64]:
     """One tensor as float64, widened exactly (bfloat16 is the top half of a float32),
     reading only its own bytes, a piece at a time."""
     refuse_unless_float(info)
