@@ -35,7 +35,7 @@ from .work import Work
 
 if TYPE_CHECKING:
     from .paths import Trace
-    from .validate import Config, Prepared
+    from .config import Config, Prepared
 
 Array = np.ndarray
 

@@ -30,7 +30,7 @@ from . import ops
 
 if TYPE_CHECKING:
     from .paths import Trace
-    from .validate import Config, Prepared
+    from .config import Config, Prepared
 
 Array = np.ndarray
 
