@@ -103,7 +103,8 @@ FAMILIES: dict[str, Recipe] = {
                          "original_max_position_embeddings": 16,
                          "short_factor": [1.0, 1.25, 1.5, 2.0],
                          "long_factor": [1.0, 2.0, 4.0, 8.0]}),
-        length=20, notes="short_factor up to 16 tokens, long_factor past; cos, sin × √(1 + ln 4 / ln 16)"),
+        length=20,
+        notes="short_factor up to 16 tokens, long_factor past; cos, sin × √(1 + ln 4 / ln 16)"),
     "llama-bias": Recipe("LlamaConfig", "LlamaForCausalLM", _decoder(
         hidden_size=64, attention_bias=True,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
@@ -138,7 +139,8 @@ FAMILIES: dict[str, Recipe] = {
         notes="LayerNorm (mean removed, weight and bias) of each head's q and k"),
     "phi3": Recipe("Phi3Config", "Phi3ForCausalLM", _decoder(
         original_max_position_embeddings=_POSITIONS, resid_pdrop=0.0, embd_pdrop=0.0,
-        pad_token_id=None, bos_token_id=1, eos_token_id=2, rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+        pad_token_id=None, bos_token_id=1, eos_token_id=2,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
         notes="fused qkv_proj: all Q rows, then all K rows, then all V rows"),
     "phi3-longrope": Recipe("Phi3Config", "Phi3ForCausalLM", _decoder(
         hidden_size=64, max_position_embeddings=_POSITIONS, original_max_position_embeddings=16,
@@ -218,6 +220,7 @@ class _Layout:
 
 _ROPE32 = "rope: inv_freq, angles p·θ and cos/sin in float32"
 _SOFTMAX32 = "softmax in float32 (scores cast to float32, weights back)"
+_QK_RMS32 = "q_norm/k_norm: x·rsqrt(mean x² + eps) in float32, then × weight in float64"
 
 _LAYOUTS: dict[str, _Layout] = {
     "gpt2": _Layout("transformer.h.{layer}.attn", "plain", "causal"),
@@ -227,10 +230,9 @@ _LAYOUTS: dict[str, _Layout] = {
     "mistral": _Layout("model.layers.{layer}.self_attn", "rope", "sliding_if_set", (_ROPE32, _SOFTMAX32)),
     "mixtral": _Layout("model.layers.{layer}.self_attn", "rope", "sliding_if_set", (_ROPE32, _SOFTMAX32)),
     "qwen2": _Layout("model.layers.{layer}.self_attn", "rope", "layer_types", (_ROPE32, _SOFTMAX32)),
-    "qwen3": _Layout("model.layers.{layer}.self_attn", "rope", "layer_types", (
-        _ROPE32, _SOFTMAX32, "q_norm/k_norm: x·rsqrt(mean x² + eps) in float32, then × weight in float64")),
-    "olmo2": _Layout("model.layers.{layer}.self_attn", "rope", "causal", (
-        _ROPE32, _SOFTMAX32, "q_norm/k_norm: x·rsqrt(mean x² + eps) in float32, then × weight in float64")),
+    "qwen3": _Layout("model.layers.{layer}.self_attn", "rope", "layer_types",
+                     (_ROPE32, _SOFTMAX32, _QK_RMS32)),
+    "olmo2": _Layout("model.layers.{layer}.self_attn", "rope", "causal", (_ROPE32, _SOFTMAX32, _QK_RMS32)),
     "phi": _Layout("model.layers.{layer}.self_attn", "rope", "causal", (_ROPE32, _SOFTMAX32)),
     "phi3": _Layout("model.layers.{layer}.self_attn", "rope", "sliding_if_set", (_ROPE32, _SOFTMAX32)),
     "gpt_neox": _Layout("gpt_neox.layers.{layer}.attention", "rope", "causal", (_ROPE32, _SOFTMAX32)),
@@ -578,3 +580,236 @@ def to_transformers4_layout(folder: str | Path) -> dict[str, Any]:
     config["transformers_version"] = "4.57.1"
     path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     return config
+
+
+# --- the same attention written out from config.json and the stored tensors ----------------
+#
+# What follows uses neither the model classes nor transformers: it reads config.json and
+# the safetensors files and computes the attention in float64 NumPy by the rules each
+# family's modeling file follows. It agrees with attention_reference to ~1e-7 relative
+# (the model's float32 steps) and is the rulebook in executable form.
+
+def stored_tensors(folder: str | Path) -> dict[str, np.ndarray]:
+    """Every tensor of a saved model (one file or shards), widened to float64."""
+    from safetensors import safe_open
+
+    tensors = {}
+    for file in sorted(Path(folder).glob("*.safetensors")):
+        with safe_open(str(file), "pt") as handle:
+            for name in handle.keys():
+                tensors[name] = handle.get_tensor(name).to(torch.float64).numpy()
+    return tensors
+
+
+def rope_frequencies(config: dict[str, Any], parameters: dict[str, Any], dims: int,
+                     n: int) -> tuple[np.ndarray, float]:
+    """θ_i for the ``dims`` turned dimensions of a sequence of ``n`` tokens, and the factor
+    cos and sin are multiplied by, for each RoPE type of ``rope_parameters``
+    (``modeling_rope_utils``), in float64."""
+    base, kind = parameters["rope_theta"], parameters.get("rope_type", "default")
+    exponent = np.arange(0, dims, 2, dtype=np.float64) / dims
+    theta = base ** -exponent
+    factor = 1.0
+    if kind == "linear":
+        theta = theta / parameters["factor"]
+    elif kind == "dynamic" and n > config["max_position_embeddings"]:
+        grow = parameters["factor"] * n / config["max_position_embeddings"] - (parameters["factor"] - 1)
+        theta = (base * grow ** (dims / (dims - 2))) ** -exponent
+    elif kind == "llama3":
+        scale = parameters["factor"]
+        low, high = parameters["low_freq_factor"], parameters["high_freq_factor"]
+        old = parameters["original_max_position_embeddings"]
+        wavelength = 2 * math.pi / theta
+        smooth = (old / wavelength - low) / (high - low)
+        theta = np.where(wavelength > old / low, theta / scale,
+                         np.where(wavelength < old / high, theta,
+                                  (1 - smooth) * theta / scale + smooth * theta))
+    elif kind == "yarn":
+        scale, old = parameters["factor"], parameters["original_max_position_embeddings"]
+        factor = parameters.get("attention_factor") or (0.1 * math.log(scale) + 1.0 if scale > 1 else 1.0)
+
+        def dim_of(rotations: float) -> float:
+            return dims * math.log(old / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+        low, high = dim_of(parameters.get("beta_fast") or 32), dim_of(parameters.get("beta_slow") or 1)
+        if parameters.get("truncate", True):
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, dims - 1)
+        ramp = np.clip((np.arange(dims // 2) - low) / ((high - low) or 0.001), 0, 1)
+        theta = theta / scale * ramp + theta * (1 - ramp)
+    elif kind == "longrope":
+        old = parameters["original_max_position_embeddings"]
+        scale = parameters.get("factor") or config["max_position_embeddings"] / old
+        factor = parameters.get("attention_factor") or (
+            math.sqrt(1 + math.log(scale) / math.log(old)) if scale > 1 else 1.0)
+        theta = theta / np.asarray(parameters["long_factor" if n > old else "short_factor"])
+    return theta, factor
+
+
+def _rotate(a: np.ndarray, theta: np.ndarray, factor: float, style: str) -> np.ndarray:
+    """RoPE of heads ``a`` (heads × n × d) at positions 0 … n−1 over the first 2·len(theta)
+    dimensions: ``half`` pairs (i, i + dims/2), ``interleaved`` pairs (2i, 2i+1)."""
+    angle = np.arange(a.shape[1])[:, None] * theta[None, :]
+    cos, sin = np.cos(angle) * factor, np.sin(angle) * factor
+    out = a.copy()
+    dims = 2 * len(theta)
+    if style == "half":
+        first, second = a[..., :dims // 2], a[..., dims // 2:dims]
+        out[..., :dims // 2] = first * cos - second * sin
+        out[..., dims // 2:dims] = second * cos + first * sin
+    else:
+        first, second = a[..., 0:dims:2], a[..., 1:dims:2]
+        out[..., 0:dims:2] = first * cos - second * sin
+        out[..., 1:dims:2] = second * cos + first * sin
+    return out
+
+
+def _rms(a: np.ndarray, weight: np.ndarray, eps: float, gemma: bool = False) -> np.ndarray:
+    """RMS norm over the last axis, times ``weight`` (Gemma: times 1 + weight)."""
+    normed = a / np.sqrt((a * a).mean(-1, keepdims=True) + eps)
+    return normed * (1 + weight if gemma else weight)
+
+
+def _layer_norm(a: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) -> np.ndarray:
+    """LayerNorm over the last axis (mean removed), times ``weight`` plus ``bias``."""
+    centred = a - a.mean(-1, keepdims=True)
+    return centred / np.sqrt((centred * centred).mean(-1, keepdims=True) + eps) * weight + bias
+
+
+def _falcon_slopes(heads: int) -> np.ndarray:
+    """Falcon's ALiBi slopes (the ALiBi paper's rule), rounded to bfloat16 as it does."""
+    power = 2 ** math.floor(math.log2(heads))
+    slopes = [2 ** (-8 * k / power) for k in range(1, power + 1)]
+    slopes += [2 ** (-4 * k / power) for k in range(1, 2 * (heads - power), 2)][:heads - power]
+    return torch.tensor(slopes, dtype=torch.float32).to(torch.bfloat16).to(torch.float64).numpy()
+
+
+def layout_attention(folder: str | Path, layer: int, x: np.ndarray) -> dict[str, np.ndarray]:
+    """Layer ``layer``'s attention on ``x`` (n × hidden) from ``config.json`` and the stored
+    tensors alone, in float64: the split of fused projections, q/k norms, RoPE (style,
+    dims, scaling), scale, softcap, mask and window, ALiBi, sinks as each family's code has
+    them. Returns ``output`` (n × hidden) and ``weights`` (H × n × n)."""
+    config = read_config(folder)
+    t = stored_tensors(folder)
+    kind = config["model_type"]
+    x = np.asarray(x, dtype=np.float64)
+    n = x.shape[0]
+    hidden = config.get("hidden_size") or config["n_embd"]
+    heads = config.get("num_attention_heads") or config["n_head"]
+    groups = config.get("num_key_value_heads") or heads
+    d = config.get("head_dim") or hidden // heads
+
+    def linear(name: str, a: np.ndarray = x) -> np.ndarray:
+        """PyTorch's Linear: a·Wᵀ + b (no bias when none is stored)."""
+        return a @ t[name + ".weight"].T + t.get(name + ".bias", 0.0)
+
+    scale, softcap, sinks, window, causal, alibi = d ** -0.5, None, None, None, True, None
+    style, parameters, norm = "half", config.get("rope_parameters"), None
+    if kind == "gpt2":  # Conv1D: stored as x·W (in × out); columns [Q | K | V]
+        p = f"transformer.h.{layer}.attn."
+        q, k, v = np.split(x @ t[p + "c_attn.weight"] + t[p + "c_attn.bias"], 3, axis=1)
+        scale = (d ** -0.5 if config["scale_attn_weights"] else 1.0) / (
+            layer + 1 if config["scale_attn_by_inverse_layer_idx"] else 1)
+        style = None
+
+        def project(c: np.ndarray) -> np.ndarray:
+            return c @ t[p + "c_proj.weight"] + t[p + "c_proj.bias"]
+    elif kind == "bert":
+        p = f"bert.encoder.layer.{layer}.attention."
+        q, k, v = linear(p + "self.query"), linear(p + "self.key"), linear(p + "self.value")
+        style, causal = None, bool(config.get("is_decoder"))
+
+        def project(c: np.ndarray) -> np.ndarray:
+            return linear(p + "output.dense", c)
+    elif kind == "gptj":
+        p = f"transformer.h.{layer}.attn."
+        q, k, v = linear(p + "q_proj"), linear(p + "k_proj"), linear(p + "v_proj")
+        style, parameters = "interleaved", {"rope_theta": 10000.0,
+                                            "partial_rotary_factor": (config["rotary_dim"] or d) / d}
+
+        def project(c: np.ndarray) -> np.ndarray:
+            return linear(p + "out_proj", c)
+    elif kind in ("gpt_neox", "falcon"):
+        p = f"gpt_neox.layers.{layer}.attention." if kind == "gpt_neox" \
+            else f"transformer.h.{layer}.self_attention."
+        fused = linear(p + "query_key_value")
+        if kind == "falcon" and config["new_decoder_architecture"]:  # per group [q … q | k | v]
+            groups = config["num_kv_heads"]
+            per_group = fused.reshape(n, groups, heads // groups + 2, d)
+            q = per_group[:, :, :-2].reshape(n, heads * d)
+            k, v = per_group[:, :, -2].reshape(n, -1), per_group[:, :, -1].reshape(n, -1)
+        elif kind == "falcon" and config["multi_query"]:  # [all Q | k | v]
+            groups = 1
+            q, k, v = np.split(fused, [heads * d, heads * d + d], axis=1)
+        else:  # per head [q_h | k_h | v_h]
+            groups = heads
+            q, k, v = (fused.reshape(n, heads, 3, d)[:, :, i].reshape(n, -1) for i in range(3))
+        if kind == "falcon" and config.get("alibi"):
+            # FalconModel folds slope·j/√d_k into the mask and the module adds slope·j
+            # before its own 1/√d_k as well: the bias arrives twice
+            style, alibi = None, 2 * _falcon_slopes(heads)[:, None, None] * np.arange(n) * scale
+
+        def project(c: np.ndarray) -> np.ndarray:
+            return linear(p + "dense", c)
+    else:
+        p = f"model.layers.{layer}.self_attn."
+        if kind == "phi3":  # rows [Q (H·d) | K (G·d) | V (G·d)]
+            q, k, v = np.split(linear(p + "qkv_proj"), [heads * d, (heads + groups) * d], axis=1)
+        else:
+            q, k, v = linear(p + "q_proj"), linear(p + "k_proj"), linear(p + "v_proj")
+        eps = config.get("rms_norm_eps")
+        if kind == "olmo2":  # over all of q's and k's columns, before the split
+            q, k = _rms(q, t[p + "q_norm.weight"], eps), _rms(k, t[p + "k_norm.weight"], eps)
+        elif kind in ("qwen3", "gemma3_text"):
+            weights = t[p + "q_norm.weight"], t[p + "k_norm.weight"]
+            norm = [lambda a, w=w: _rms(a, w, eps, gemma=kind == "gemma3_text") for w in weights]
+        elif kind == "phi" and config.get("qk_layernorm"):
+            norm = [lambda a, s=s: _layer_norm(a, t[p + s + ".weight"], t[p + s + ".bias"],
+                                               config["layer_norm_eps"])
+                    for s in ("q_layernorm", "k_layernorm")]
+        layer_type = (config.get("layer_types") or [None] * (layer + 1))[layer]
+        if kind == "gemma3_text":
+            parameters = parameters[layer_type]
+        if kind in ("gemma2", "gemma3_text"):
+            scale = config["query_pre_attn_scalar"] ** -0.5
+            softcap = config.get("attn_logit_softcapping") if kind == "gemma2" else None
+        if kind in ("mistral", "mixtral", "phi3") or layer_type == "sliding_attention":
+            window = config.get("sliding_window")
+        if kind == "gpt_oss":
+            sinks = t[p + "sinks"]
+        output_name = p + ("dense" if kind == "phi" else "o_proj")
+
+        def project(c: np.ndarray) -> np.ndarray:
+            return linear(output_name, c)
+
+    q_heads = q.reshape(n, heads, d).transpose(1, 0, 2)
+    k_heads = k.reshape(n, groups, d).transpose(1, 0, 2)
+    v_heads = v.reshape(n, groups, d).transpose(1, 0, 2)
+    if norm:
+        q_heads, k_heads = norm[0](q_heads), norm[1](k_heads)
+    if style:
+        dims = int(d * parameters.get("partial_rotary_factor", 1.0))
+        theta, factor = rope_frequencies(config, parameters, dims, n)
+        q_heads, k_heads = (_rotate(a, theta, factor, style) for a in (q_heads, k_heads))
+    k_heads = np.repeat(k_heads, heads // groups, axis=0)  # query head h uses group h // (H/G)
+    v_heads = np.repeat(v_heads, heads // groups, axis=0)
+    z = q_heads @ k_heads.transpose(0, 2, 1) * scale
+    if softcap:
+        z = softcap * np.tanh(z / softcap)
+    if alibi is not None:
+        z = z + alibi
+    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+    allowed = (j <= i) if causal else np.ones((n, n), dtype=bool)
+    if window:
+        allowed = allowed & (j > i - window)
+    z = np.where(allowed, z, -np.inf)
+    top = z.max(-1, keepdims=True)
+    if sinks is not None:
+        top = np.maximum(top, sinks[:, None, None])
+    e = np.exp(z - top)
+    total = e.sum(-1, keepdims=True)
+    if sinks is not None:
+        total = total + np.exp(sinks[:, None, None] - top)
+    weights = e / total
+    concat = (weights @ v_heads).transpose(1, 0, 2).reshape(n, heads * d)
+    return {"output": project(concat), "weights": weights}
