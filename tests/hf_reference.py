@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -69,10 +69,11 @@ def _decoder(**overrides: Any) -> dict[str, Any]:
 FAMILIES: dict[str, Recipe] = {
     "gpt2": Recipe("GPT2Config", "GPT2LMHeadModel", dict(
         vocab_size=_VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=_POSITIONS,
-        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)),
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=1, eos_token_id=2)),
     "gpt2-layer-scale": Recipe("GPT2Config", "GPT2LMHeadModel", dict(
         vocab_size=_VOCAB, n_embd=32, n_layer=3, n_head=4, n_positions=_POSITIONS,
-        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, scale_attn_by_inverse_layer_idx=True),
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, scale_attn_by_inverse_layer_idx=True,
+        bos_token_id=1, eos_token_id=2),
         notes="scores divided by √d_k·(layer + 1)"),
     "bert": Recipe("BertConfig", "BertForMaskedLM", dict(
         vocab_size=_VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -82,7 +83,7 @@ FAMILIES: dict[str, Recipe] = {
     "llama": Recipe("LlamaConfig", "LlamaForCausalLM", _decoder(
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
     "llama3": Recipe("LlamaConfig", "LlamaForCausalLM", _decoder(
-        rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0,
+        max_position_embeddings=128, rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0,
                          "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                          "original_max_position_embeddings": 64}),
         notes="head_dim 8, base 1e4, original 64: pair 0 kept, pair 1 smoothed, pairs 2-3 ÷ 8"),
@@ -125,7 +126,7 @@ FAMILIES: dict[str, Recipe] = {
         head_dim=16, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
         notes="head_dim 16 with hidden 32: q is 64 wide; RMS q_norm/k_norm over each head"),
     "olmo2": Recipe("Olmo2Config", "Olmo2ForCausalLM", _decoder(
-        rope_parameters={"rope_type": "default", "rope_theta": 500000.0}),
+        eos_token_id=2, rope_parameters={"rope_type": "default", "rope_theta": 500000.0}),
         notes="RMS q_norm over all H·d_k columns, k_norm over G·d_k; no input norm (post-norm)"),
     "phi": Recipe("PhiConfig", "PhiForCausalLM", _decoder(
         hidden_size=64, resid_pdrop=0.0, embd_pdrop=0.0,
@@ -159,7 +160,7 @@ FAMILIES: dict[str, Recipe] = {
         notes="fused query_key_value, per head [q_h | k_h | v_h]; 4 of 16 dims turned"),
     "gptj": Recipe("GPTJConfig", "GPTJForCausalLM", dict(
         vocab_size=_VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=_POSITIONS, rotary_dim=8,
-        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=1, eos_token_id=2),
         notes="interleaved RoPE over the first 8 of 16 dims; base 10000 fixed in the code"),
     "falcon": Recipe("FalconConfig", "FalconForCausalLM", dict(
         vocab_size=_VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -195,7 +196,7 @@ FAMILIES: dict[str, Recipe] = {
         notes="scale 1/√12; q/k RMS norms with weight 1 + w; local base 1e4, global 1e6 with linear ×8"),
     "gpt_oss": Recipe("GptOssConfig", "GptOssForCausalLM", _decoder(
         head_dim=16, intermediate_size=32, sliding_window=4, num_local_experts=4,
-        num_experts_per_tok=2,
+        num_experts_per_tok=2, max_position_embeddings=131072,
         rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0,
                          "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
                          "original_max_position_embeddings": 4096}),
@@ -300,7 +301,8 @@ def _randomise(model: torch.nn.Module, seed: int) -> None:
 def make_model(family: str, folder: str | Path, *, dtype: str = "float32", shards: int | None = None,
                seed: int = 0, tokenizer: bool = False, layout: str = "transformers5") -> Path:
     """Build the tiny model ``family`` (a key of :data:`FAMILIES`) with seeded random weights
-    and save it into ``folder`` with ``save_pretrained`` (safetensors, in ``dtype``).
+    and save it into ``folder`` (new or empty) with ``save_pretrained`` (safetensors, in
+    ``dtype``), as the model class real checkpoints of the family are saved from.
 
     ``shards``: split the weights into about that many files (``max_shard_size`` set from
     the model's size), with ``model.safetensors.index.json``. ``tokenizer``: also save the
@@ -365,13 +367,11 @@ def _layer_type(config: dict[str, Any], layer: int) -> str | None:
     return types[layer] if types else None
 
 
-def _mask(model: torch.nn.Module, config: dict[str, Any], layout: _Layout, layer: int,
-          hidden: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor | None:
+def _mask(model: torch.nn.Module, layout: _Layout, layer: int, hidden: torch.Tensor,
+          position_ids: torch.Tensor) -> torch.Tensor | None:
     """The additive mask the model's own forward pass gives layer ``layer``, made by the
     same ``masking_utils`` function the family's model class calls (no padding)."""
-    cfg = model.config
-    if hasattr(cfg, "get_text_config"):
-        cfg = cfg.get_text_config()
+    cfg = model.config.get_text_config()
     kwargs = dict(config=cfg, inputs_embeds=hidden, attention_mask=None, cache=None,
                   position_ids=position_ids)
     rule = layout.mask
@@ -442,7 +442,7 @@ def attention_reference(folder: str | Path, layer: int, x: np.ndarray) -> dict[s
     position_ids = torch.arange(n)[None]
     attention = _module(model, layout.path, layer)
     with torch.no_grad():
-        mask = _mask(model, config, layout, layer, hidden, position_ids)
+        mask = _mask(model, layout, layer, hidden, position_ids)
         rope = _position_embeddings(model, config, layer, hidden, position_ids)
         if layout.call == "plain":
             output, weights = attention(hidden, attention_mask=mask)
