@@ -221,7 +221,7 @@ class _Layout:
 
 _ROPE32 = "rope: inv_freq, angles p·θ and cos/sin in float32"
 _SOFTMAX32 = "softmax in float32 (scores cast to float32, weights back)"
-_QK_RMS32 = "q_norm/k_norm: x·rsqrt(mean x² + eps) in float32, then × weight in float64"
+_QK_RMS32 = "q_norm/k_norm: x·rsqrt(mean x² + eps) in float32, then × the weight in float64"
 
 _LAYOUTS: dict[str, _Layout] = {
     "gpt2": _Layout("transformer.h.{layer}.attn", "plain", "causal"),
@@ -239,12 +239,13 @@ _LAYOUTS: dict[str, _Layout] = {
     "gpt_neox": _Layout("gpt_neox.layers.{layer}.attention", "rope", "causal", (_ROPE32, _SOFTMAX32)),
     "gptj": _Layout("transformer.h.{layer}.attn", "rope", "causal", (
         "rope: a float32 sin/cos table of n_positions rows, built at load (base 10000)",
-        "scores q·kᵀ, scale, mask and softmax in float32 (q and k cast to float32)")),
+        "scores: q and k cast to float32, q·kᵀ and the scale in float32 "
+        "(the float64 mask then widens them: softmax in float64)")),
     "falcon": _Layout("transformer.h.{layer}.self_attention", "falcon", "falcon", (
         _ROPE32, "alibi (when used): slopes rounded to bfloat16 before × position")),
     "gemma2": _Layout("model.layers.{layer}.self_attn", "rope", "layer_types", (_ROPE32, _SOFTMAX32)),
     "gemma3_text": _Layout("model.layers.{layer}.self_attn", "rope", "layer_types", (
-        _ROPE32, _SOFTMAX32, "q_norm/k_norm: whole norm in float32, (1 + w) in float32")),
+        _ROPE32, _SOFTMAX32, "q_norm/k_norm: the whole norm in float32, weight 1 + w included")),
     "gpt_oss": _Layout("model.layers.{layer}.self_attn", "rope", "layer_types", (_ROPE32,)),
 }
 
