@@ -15,6 +15,9 @@ when asked for one.
   own forward pass on token ids and catch what enters and leaves layer N's attention.
 * :func:`to_transformers4_layout` rewrites a saved ``config.json`` in the spelling
   transformers 4 wrote (``rope_theta`` and ``rope_scaling`` beside the other keys, …).
+* :func:`layout_notes` names the steps a family computes in float32 even in a float64
+  model; :func:`layout_attention` is the same attention written out in NumPy from
+  ``config.json`` and the stored tensors alone (the rules an importer must follow).
 
 This module needs torch and transformers; tests that use it start with
 ``pytest.importorskip("transformers")``.
