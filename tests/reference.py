@@ -38,7 +38,7 @@ def reference(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, 
               softcap: Any = None, kv_heads: Any = None, window: Any = None,
               alibi: Any = None, bias: Any = None, key_padding: Any = None,
               sinks: Any = None, rope: Any = None, positional: Any = None,
-              **_: Any) -> dict[str, Any]:
+              qk_norm: Any = None, **_: Any) -> dict[str, Any]:
     """Every stage as nested lists; per-head stages are lists of H matrices (G for the
     key/value heads of grouped-query attention). The variants follow the contract's
     table: ALiBi and bias added after the softcap, then mask ∧ window ∧ key padding,
@@ -106,18 +106,43 @@ def reference(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, 
     spec = rope if isinstance(rope, dict) or rope is None else {"style": rope}
 
     def turned(rows: list[list[float]]) -> list[list[float]]:
-        """RoPE from the contract: pair i turns by p·θ_i, θ_i = base^(−2i/dims)."""
+        """RoPE from the contract: pair i turns by p·θ_i, θ_i = base^(−2i/dims) or the
+        frequencies given, cos and sin times the attention factor."""
         if spec is None:
             return rows
         dims, base = int(spec.get("dims", d_k)), float(spec.get("base", 10000))
+        freqs = spec.get("freqs")
+        f = float(spec.get("attention_factor", 1.0))
         out = [list(r) for r in rows]
         for p, r in enumerate(rows):
             for i in range(dims // 2):
                 a, b = (2 * i, 2 * i + 1) if spec["style"] == "interleaved" else \
                     (i, i + dims // 2)
-                angle = p * base ** (-2 * i / dims)
-                out[p][a] = r[a] * math.cos(angle) - r[b] * math.sin(angle)
-                out[p][b] = r[a] * math.sin(angle) + r[b] * math.cos(angle)
+                angle = p * (float(freqs[i]) if freqs is not None else base ** (-2 * i / dims))
+                out[p][a] = f * (r[a] * math.cos(angle) - r[b] * math.sin(angle))
+                out[p][b] = f * (r[a] * math.sin(angle) + r[b] * math.cos(angle))
+        return out
+
+    norm = {"over": qk_norm} if isinstance(qk_norm, str) else qk_norm
+
+    def normed(heads_rows: list[list[list[float]]], side: str) -> list[list[list[float]]]:
+        """Each row over its head (or over every head's, the width) divided by
+        √(mean of squares + eps), times the weights."""
+        whole = norm.get("over", "head") == "width"
+        eps = float(norm.get("eps", 1e-6))
+        count, rows = len(heads_rows), len(heads_rows[0])
+        weights = norm.get(side)
+        out = []
+        for h in range(count):
+            mat = []
+            for i in range(rows):
+                over = [t for g in range(count) for t in heads_rows[g][i]] if whole \
+                    else heads_rows[h][i]
+                r = math.sqrt(math.fsum(t * t for t in over) / len(over) + eps)
+                w = [1.0] * d_k if weights is None else \
+                    [float(t) for t in (weights[h * d_k:(h + 1) * d_k] if whole else weights)]
+                mat.append([heads_rows[h][i][j] / r * w[j] for j in range(d_k)])
+            out.append(mat)
         return out
 
     names = ("q_heads", "k_heads", "v_heads", "q_rot", "k_rot", "scores", "scaled",
@@ -127,11 +152,16 @@ def reference(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, 
     for g in range(groups):
         st["k_heads"].append(columns(k, g * d_k, (g + 1) * d_k))
         st["v_heads"].append(columns(v, g * d_v, (g + 1) * d_v))
-        st["k_rot"].append(turned(st["k_heads"][-1]))
+    for h in range(heads):
+        st["q_heads"].append(columns(q, h * d_k, (h + 1) * d_k))
+    if norm is not None:
+        st["q_normed"], st["k_normed"] = normed(st["q_heads"], "q"), normed(st["k_heads"], "k")
+    before = (st["q_normed"], st["k_normed"]) if norm is not None else \
+        (st["q_heads"], st["k_heads"])
+    st["k_rot"] = [turned(kh) for kh in before[1]]
     for h in range(heads):
         g = h * groups // heads  # consecutive query heads share a key/value head
-        st["q_heads"].append(columns(q, h * d_k, (h + 1) * d_k))
-        qh = turned(st["q_heads"][-1])
+        qh = turned(before[0][h])
         st["q_rot"].append(qh)
         kh = st["k_rot"][g]
         vh = columns(v, g * d_v, (g + 1) * d_v)

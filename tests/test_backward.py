@@ -36,6 +36,12 @@ CASES = {
     "sinks": {"sinks": [0.5, -1.0, 0.0, 1.0]},
     "rope": {"rope": "half", "kv_heads": 2, "mask": "causal"},
     "rope interleaved": {"rope": "interleaved"},
+    "qk norm": {"qk_norm": {"over": "head", "eps": 0.1, "q": [1.5, -0.5], "k": [0.3, 2.0]},
+                "rope": {"style": "half", "freqs": [0.7], "attention_factor": 1.2},
+                "kv_heads": 2, "mask": "causal"},
+    "qk norm width": {"qk_norm": {"over": "width", "eps": 0.01,
+                                  "q": [1.5, -0.5, 0.3, 1.0, 2.0, 0.7, 1.1, -1.2],
+                                  "k": [0.25, 2.0, 1.0, 0.5]}, "kv_heads": 2},
     "positional": {"positional": "sinusoidal"},
     "learned positions": {"positional": "table"},
     "cross": {"cross": True},
@@ -156,13 +162,27 @@ def _torch_forward(p: dict) -> tuple[dict, object]:
     qh = keep("q_heads", q.reshape(n, heads, d_k).transpose(0, 1))
     kh = keep("k_heads", k.reshape(m, groups, d_k).transpose(0, 1))
     vh = keep("v_heads", v.reshape(m, groups, d_v).transpose(0, 1))
+    if p.get("qk_norm"):
+        spec = p["qk_norm"]
+        width = spec["over"] == "width"
+
+        def norm(a, w):  # type: ignore[no-untyped-def]
+            dims = (0, 2) if width else (2,)
+            r = torch.sqrt((a * a).mean(dim=dims, keepdim=True) + spec["eps"])
+            w = torch.tensor(w, dtype=torch.float64)
+            return a / r * (w.reshape(a.shape[0], 1, -1) if width else w)
+
+        qh, kh = keep("q_normed", norm(qh, spec["q"])), keep("k_normed", norm(kh, spec["k"]))
     if p.get("rope"):
-        half = p["rope"] == "half"
+        spec = p["rope"] if isinstance(p["rope"], dict) else {"style": p["rope"]}
+        half = spec["style"] == "half"
 
         def turn(a):  # type: ignore[no-untyped-def]
             pos = torch.arange(a.shape[1], dtype=torch.float64)[:, None]
-            theta = 10000.0 ** (-2 * torch.arange(d_k // 2, dtype=torch.float64) / d_k)
-            cos, sin = torch.cos(pos * theta), torch.sin(pos * theta)
+            theta = torch.tensor(spec["freqs"], dtype=torch.float64) if "freqs" in spec \
+                else 10000.0 ** (-2 * torch.arange(d_k // 2, dtype=torch.float64) / d_k)
+            f = spec.get("attention_factor", 1.0)
+            cos, sin = f * torch.cos(pos * theta), f * torch.sin(pos * theta)
             one = torch.arange(d_k // 2) if half else 2 * torch.arange(d_k // 2)
             two = one + d_k // 2 if half else one + 1
             out = a.clone()

@@ -38,6 +38,19 @@ COMBOS = {
     "sinusoidal": dict(positional="sinusoidal"),
     "learned positions": dict(positional="table"),
     "llama": dict(kv_heads=2, mask="causal", window=3, rope="half"),
+    "rope freqs": dict(rope={"style": "half", "freqs": [0.7], "attention_factor": 1.3}),
+    "rope interleaved freqs": dict(rope={"style": "interleaved", "dims": 2,
+                                         "freqs": [0.9], "attention_factor": 0.8}),
+    "qk norm": dict(qk_norm="head"),
+    "qk norm weights": dict(qk_norm={"over": "head", "eps": 0.5, "q": [1.5, -0.5],
+                                     "k": [0.25, 2.0]}),
+    "qk norm width": dict(qk_norm={"over": "width", "eps": 1e-6,
+                                   "q": [1.5, -0.5, 0.3, 1.0, 2.0, 0.7, 1.1, -1.2],
+                                   "k": [0.25, 2.0, 1.0, 0.5]}, kv_heads=2),
+    "qwen3": dict(kv_heads=2, mask="causal", rope="half",
+                  qk_norm={"over": "head", "eps": 1e-6, "q": [0.9, 1.2], "k": [1.1, 0.8]}),
+    "olmo2": dict(kv_heads=1, mask="causal", rope="half",
+                  qk_norm={"over": "width", "eps": 1e-6}),
     "everything": dict(kv_heads=2, mask="causal", window=4, key_padding="pad", alibi=True,
                        bias="hnm", sinks=[1.0, 0.0, -2.0, 0.5], softcap=3.0),
 }
@@ -151,7 +164,7 @@ def test_laws_that_tie_each_variant_to_plain_attention() -> None:
 
 def test_reference_slopes_for_heads_not_a_power_of_two() -> None:
     """ALiBi's rule for H = 6: the 4 slopes of 4 heads, then the 1st and 3rd of 8."""
-    from mhacli.engine.settings import alibi_slopes
+    from mhacli.engine.parsers import alibi_slopes
 
     four = [2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8]
     eight = [2 ** -(h + 1) for h in range(8)]

@@ -17,7 +17,7 @@ import numpy as np
 from . import ops
 from .checks import check_finite, warn_dead
 from .config import Prepared
-from .work import Work
+from .work import Work, normed, turned
 
 Array = np.ndarray
 Progress = Callable[[int, int], None]
@@ -353,10 +353,12 @@ def _turned_heads(p: Prepared, work: Work, spread: Spread) -> tuple[Array, Array
                                   turned=True, matmul=_pieces(spread))
     q_t, k_t, v_t = (a.reshape(heads, -1, a.shape[-1])
                      for a, heads in ((q, c.heads), (k, c.groups), (v, c.groups)))
+    if c.qk_norm is not None:  # each row divided by its rms, times the weights
+        q_t, k_t = (np.ascontiguousarray(normed(a.swapaxes(-1, -2), p, side)[0]
+                                         .swapaxes(-1, -2)) for a, side in ((q_t, "q"), (k_t, "k")))
     if c.rope is not None:  # turned by position: O(n·d) new numbers, not O(n·m)
-        q_t, k_t = (np.ascontiguousarray(
-            ops.rotate(a.swapaxes(-1, -2), c.rope, c.rope_dims, c.rope_base).swapaxes(-1, -2))
-            for a in (q_t, k_t))
+        q_t, k_t = (np.ascontiguousarray(turned(a.swapaxes(-1, -2), p).swapaxes(-1, -2))
+                    for a in (q_t, k_t))
     ops.divide(q_t, c.scale, out=q_t)  # in place: a fresh array of this call's
     return q_t, k_t, v_t
 

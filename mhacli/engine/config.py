@@ -6,7 +6,7 @@ in ``mhacli.engine.ops``; the settings are declared in ``settings.py``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -53,6 +53,11 @@ class Config:
     rope: str | None = None  # "half" or "interleaved": rotary embedding of q and k
     rope_base: float = 10000.0
     rope_dims: int = 0  # the leading dimensions of each head that RoPE turns
+    rope_freqs: tuple[float, ...] = ()  # θ_i of each pair when scaled or given (rope.py)
+    rope_factor: float = 1.0  # cos and sin multiplied by it (YaRN's attention factor)
+    rope_scaling: str | None = None  # the rule that scaled the frequencies, or "given"
+    qk_norm: str | None = None  # q and k divided by their rms over each "head" or "width"
+    qk_eps: float = 0.0  # inside the root: √(mean(x²) + eps)
     positional: str | None = None  # "sinusoidal" or "learned": added to the inputs
     table_rows: int = 0  # a learned positional table's rows (its gradient has them all)
     backward: bool = False  # the gradients too
@@ -67,6 +72,14 @@ class Config:
         """The key/value head (0-based) that query head ``h`` (0-based) uses:
         consecutive query heads share one, ⌈(h+1)·G/H⌉ − 1."""
         return h // (self.heads // self.groups)
+
+    @property
+    def rope_theta(self) -> np.ndarray:
+        """θ_i, the frequency of each pair RoPE turns: (dims/2,)."""
+        from .ops import rope_theta
+
+        return np.array(self.rope_freqs) if self.rope_freqs else \
+            rope_theta(self.rope_dims, self.rope_base)
 
     @property
     def blocks(self) -> bool:
@@ -106,6 +119,8 @@ class Prepared:
     sinks: Array | None = None  # (H,) one extra logit per head
     pe: Array | None = None  # (n, d_model) positional encoding of the query-side input
     pe_kv: Array | None = None  # (m, d_kv) of the key/value-side input (cross-attention)
+    q_norm: Array | None = None  # (d_k,), or (H·d_k,) over the width: qk_norm's weights
+    k_norm: Array | None = None  # (d_k,), or (G·d_k,)
     grad_output: Array | None = None  # (n, d_out) dL/d output, when given
     target: Array | None = None  # (n, d_out), for L = ½·Σ(output − target)²
 
@@ -134,3 +149,20 @@ class Prepared:
             pad = self.key_padding[k0:k1]
             out = np.broadcast_to(pad, (hi - lo, k1 - k0)) if out is None else out & pad
         return out
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """What a setting's parser may need of the problem: its sizes, the working type
+    (``object`` for exact rationals) and its inputs."""
+
+    n: int
+    m: int
+    heads: int
+    groups: int
+    d_k: int
+    d_v: int
+    d_model: int | None
+    t: Any
+    x: Array | None
+    x_kv: Array | None

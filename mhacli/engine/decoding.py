@@ -31,7 +31,7 @@ import numpy as np
 from ..errors import MhaError
 from . import ops
 from .kernels import data, float_only, merge, online, record, span, start, whole_number
-from .work import Work
+from .work import Work, normed, turned
 
 if TYPE_CHECKING:
     from .paths import Trace
@@ -150,9 +150,10 @@ def _new_rows(p: Prepared, i: int) -> tuple[Array, Array, Array]:
     q_h = ops.split_heads(q, c.heads)  # (H, 1, d_k)
     k_h = ops.split_heads(k, c.groups)  # (G, 1, d_k)
     v_h = ops.split_heads(v, c.groups)  # (G, 1, d_v)
+    if c.qk_norm is not None:
+        q_h, k_h = normed(q_h, p, "q")[0], normed(k_h, p, "k")[0]
     if c.rope is not None:
-        q_h = ops.rotate(q_h, c.rope, c.rope_dims, c.rope_base, first=i)
-        k_h = ops.rotate(k_h, c.rope, c.rope_dims, c.rope_base, first=i)
+        q_h, k_h = turned(q_h, p, first=i), turned(k_h, p, first=i)
     return q_h[:, 0], k_h[:, 0], v_h[:, 0]
 
 

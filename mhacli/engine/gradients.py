@@ -15,7 +15,7 @@ import numpy as np
 
 from . import ops
 from .stage import KEY, NUMBERED, QUERY, Stage
-from .work import Work
+from .work import Work, turned
 from .writing import Entry, Formula
 
 if TYPE_CHECKING:
@@ -76,21 +76,35 @@ def _d_scaled(w: Work) -> Array:
     return g * (1 - t * t)  # d/dz c·tanh(z/c) = 1 − tanh²(z/c)
 
 
-def _rope_back(w: Work, name: str) -> Array:
+def _from_scores(w: Work, side: str, step: str) -> Array:
+    """dQ_h = dZ_h·K_h or dK_g = Σ dZ_hᵀ·Q_h over the heads sharing g, K and Q as the
+    scores were made of them (``step``: _heads, _normed or _rot)."""
     c = w.c
-    return ops.rotate(w[name], c.rope, c.rope_dims, c.rope_base, back=True)
+    if side == "q":
+        return w["d_scores"] @ ops.shared(w["k" + step], c.heads)
+    return ops.shared_sum(w["d_scores"].swapaxes(-1, -2) @ w["q" + step], c.groups)
 
 
-def _d_q_heads(w: Work) -> Array:
+def _d_split(w: Work, side: str) -> Array:
+    """The gradient arriving after the split (at the normed queries or keys, or at the
+    heads themselves): turned back through RoPE, or straight from the scores."""
     if w.c.rope is not None:
-        return _rope_back(w, "d_q_rot")
-    return w["d_scores"] @ ops.shared(w["k_heads"], w.c.heads)  # dQ_h = dZ_h·K_h
+        return turned(w[f"d_{side}_rot"], w.p, back=True)
+    return _from_scores(w, side, "_normed" if w.c.qk_norm is not None else "_heads")
 
 
-def _d_k_heads(w: Work) -> Array:
-    if w.c.rope is not None:
-        return _rope_back(w, "d_k_rot")
-    return ops.shared_sum(w["d_scores"].swapaxes(-1, -2) @ w["q_heads"], w.c.groups)
+def _d_heads(w: Work, side: str) -> Array:
+    """d_q_heads, d_k_heads: through the norm's backward when q and k are normed."""
+    c, p = w.c, w.p
+    if c.qk_norm is None:
+        return _d_split(w, side)
+    a = w[f"{side}_heads"]
+    weight = p.q_norm if side == "q" else p.k_norm
+    whole = c.qk_norm == "width"
+    if whole:
+        weight = weight.reshape(a.shape[0], 1, -1)  # type: ignore[union-attr]
+    return ops.rms_back(a, w.parts[f"{side}_normed"]["rms"], weight,  # type: ignore[arg-type]
+                        w[f"d_{side}_normed"], whole)
 
 
 def _source(w: Work, kv: bool) -> Array:
@@ -154,6 +168,30 @@ def _d_input_text(f: Formula) -> str:
     if f.c.cross:
         return f"d{src} = dQ·W_Qᵀ"
     return f"d{src} = dQ·W_Qᵀ + dK·W_Kᵀ + dV·W_Vᵀ ({src.strip('()')} feeds all three)"
+
+
+def _split_back_text(f: Formula, letter: str) -> str:
+    """d of the normed queries or keys: from RoPE turned back, or from the scores."""
+    c = f.c
+    if c.rope is not None:
+        return f"d{letter}_normed{f.i} = d{letter}_rot{f.i} turned back: each pair by −p·θ_i"
+    if letter == "Q":
+        return f"dQ_normed{f.i} = dZ{f.i}·K_normed{f.g}"
+    return f"dK_normed{f.i} = dZ{f.i}ᵀ·Q_normed{f.i}" if c.groups == c.heads else \
+        "dK_normed_g = Σ dZ_hᵀ·Q_normed_h over the query heads that share key head g"
+
+
+def _heads_back_text(f: Formula, letter: str) -> str:
+    c = f.c
+    if c.qk_norm is not None:
+        return (f"d{letter}{f.i} = the norm's backward: (w⊙g)/rms − x·Σ(w⊙g⊙x)/(D·rms³), "
+                f"g = d{letter}_normed{f.i}, D the numbers the rms is over")
+    if c.rope is not None:
+        return f"d{letter}{f.i} = d{letter}_rot{f.i} turned back: each pair by −p·θ_i"
+    if letter == "Q":
+        return f"dQ{f.i} = dZ{f.i}·K{f.g}"
+    return f"dK{f.i} = dZ{f.i}ᵀ·Q{f.i}" if c.groups == c.heads else \
+        "dK_g = Σ dZ_hᵀ·Q_h over the query heads that share key head g"
 
 
 def _d_x_text(f: Formula) -> str:
@@ -296,13 +334,17 @@ GRADIENTS: tuple[Stage, ...] = (
           else "dK_rot_g = Σ dZ_hᵀ·Q_rot_h over the heads that share it", "K_{rot}",
           per_head=True,
           exists=lambda c: c.rope is not None),
+    _grad("d_q_normed", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
+          lambda w: _d_split(w, "q"), lambda f: _split_back_text(f, "Q"), "Q_{normed}",
+          per_head=True, exists=lambda c: c.qk_norm is not None),
+    _grad("d_k_normed", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
+          lambda w: _d_split(w, "k"), lambda f: _split_back_text(f, "K"), "K_{normed}",
+          per_head=True, exists=lambda c: c.qk_norm is not None),
     _grad("d_q_heads", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
-          _d_q_heads, lambda f: f"dQ{f.i} = dQ_rot{f.i} turned back: each pair by −p·θ_i"
-          if f.c.rope else f"dQ{f.i} = dZ{f.i}·K{f.g}", "Q_h", per_head=True),
+          lambda w: _d_heads(w, "q"), lambda f: _heads_back_text(f, "Q"), "Q_h",
+          per_head=True),
     _grad("d_k_heads", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
-          _d_k_heads, lambda f: f"dK{f.i} = dK_rot{f.i} turned back: each pair by −p·θ_i"
-          if f.c.rope else f"dK{f.i} = dZ{f.i}ᵀ·Q{f.i}" if f.c.groups == f.c.heads
-          else "dK_g = Σ dZ_hᵀ·Q_h over the query heads that share key head g", "K_h",
+          lambda w: _d_heads(w, "k"), lambda f: _heads_back_text(f, "K"), "K_h",
           per_head=True),
     _grad("d_q", "n × H·d_k", lambda c: (c.n, c.heads * c.d_k), QUERY, NUMBERED,
           lambda w: ops.merge_heads(w["d_q_heads"]), _text("the heads' dQ side by side"), "Q"),

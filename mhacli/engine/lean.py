@@ -28,8 +28,8 @@ Array = np.ndarray
 
 # the forward stages with an n × m matrix a head, and the head's output made from them
 WIDE = ("scores", "scaled", "softcapped", "alibi", "biased", "masked", "weights")
-_QUERY_SIDE = ("q_heads", "q_rot")  # one a query head
-_KEY_SIDE = ("k_heads", "v_heads", "k_rot")  # one a key/value head
+_QUERY_SIDE = ("q_heads", "q_normed", "q_rot")  # one a query head
+_KEY_SIDE = ("k_heads", "v_heads", "k_normed", "k_rot")  # one a key/value head
 
 
 class _Chain:
@@ -144,6 +144,8 @@ def lean_trace(p: Prepared) -> Trace:
         assert value is not None
         check_finite(p, s.name, value)
         stages[s.name] = work.stages[s.name] = value
+        if s.name in work.parts:  # a stage shown in its parts (the norm's rms)
+            parts[s.name] = work.parts[s.name]
     assert chain is not None
     dtype = stages["head_outputs"].dtype
     for name in [n for n, v in stages.items() if v is None]:

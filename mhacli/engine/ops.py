@@ -246,28 +246,53 @@ def rope_pairs(style: str, dims: int) -> tuple[Array, Array]:
     return (2 * i, 2 * i + 1) if style == "interleaved" else (i, i + dims // 2)
 
 
-def rope_angles(positions: Array, dims: int, base: float) -> Array:
-    """p·θ_i for each position p and pair i: θ_i = base^(−2i/dims); (len(positions), dims/2)."""
-    theta = np.power(float(base), -2.0 * np.arange(dims // 2) / dims)
+def rope_theta(dims: int, base: float) -> Array:
+    """θ_i = base^(−2i/dims), the frequency of pair i, unscaled: (dims/2,)."""
+    return np.power(float(base), -2.0 * np.arange(dims // 2) / dims)
+
+
+def rope_angles(positions: Array, theta: Array) -> Array:
+    """p·θ_i for each position p and pair i: (len(positions), dims/2)."""
     return positions.astype(np.float64)[:, None] * theta[None, :]
 
 
-def rotate(a: Array, style: str, dims: int, base: float, first: int = 0,
-           back: bool = False) -> Array:
+def rotate(a: Array, style: str, dims: int, theta: Array, first: int = 0,
+           back: bool = False, factor: float = 1.0) -> Array:
     """Each head's rows turned by RoPE (a new array): pair (x, y) of row r becomes
-    (x·cos − y·sin, x·sin + y·cos) at the angle p·θ_i, p = first + r; ``back`` turns
-    by −p·θ_i (the rotation's transpose: how a gradient goes back through it). ``a`` is
-    (heads, rows, d); dimensions past ``dims`` are left as they are."""
+    factor·(x·cos − y·sin, x·sin + y·cos) at the angle p·θ_i, p = first + r; ``back``
+    turns by −p·θ_i (the rotation's transpose: how a gradient goes back through it).
+    ``a`` is (heads, rows, d); dimensions past ``dims`` are left as they are; ``factor``
+    (YaRN's and LongRoPE's attention factor) scales cos and sin, so the turned pairs."""
     one, two = rope_pairs(style, dims)
-    angle = rope_angles(np.arange(first, first + a.shape[-2]), dims, base)  # (rows, dims/2)
+    angle = rope_angles(np.arange(first, first + a.shape[-2]), theta)  # (rows, dims/2)
     if back:
         angle = -angle
-    cos, sin = np.cos(angle).astype(a.dtype), np.sin(angle).astype(a.dtype)
+    cos, sin = np.cos(angle), np.sin(angle)
+    if factor != 1.0:
+        cos, sin = cos * factor, sin * factor
+    cos, sin = cos.astype(a.dtype), sin.astype(a.dtype)
     out = a.copy()
     x, y = a[..., one], a[..., two]
     out[..., one] = x * cos - y * sin
     out[..., two] = x * sin + y * cos
     return out
+
+
+def rms(a: Array, eps: float, whole: bool = False) -> Array:
+    """The root mean square of each row of each head, √(mean(x²) + eps): (heads, rows,
+    1); ``whole``: of each row across every head (the norm over the full width), (1,
+    rows, 1). ``a`` is (heads, rows, d)."""
+    axes = (0, 2) if whole else (2,)
+    return np.sqrt(np.mean(np.square(a), axis=axes, keepdims=True) + eps)
+
+
+def rms_back(a: Array, r: Array, weight: Array, grad: Array, whole: bool = False) -> Array:
+    """The gradient at ``a`` of y = a / r ⊙ weight (r its rms, as ``rms``) given dL/dy:
+    (w⊙g)/r − a·Σ(w⊙g⊙a)/(D·r³), the sum and D over what r was taken over."""
+    axes = (0, 2) if whole else (2,)
+    wg = grad * weight
+    count = a.shape[2] * (a.shape[0] if whole else 1)
+    return wg / r - a * np.sum(wg * a, axis=axes, keepdims=True) / (count * r ** 3)
 
 
 def shared_sum(a: Array, groups: int) -> Array:

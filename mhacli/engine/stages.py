@@ -19,7 +19,7 @@ from ..errors import MhaError
 from . import ops
 from .gradients import GRADIENTS
 from .stage import KEY, NUMBERED, QUERY, Stage
-from .work import Work
+from .work import Work, normed, turned
 from .writing import Entry, Formula, sub
 
 if TYPE_CHECKING:
@@ -76,13 +76,14 @@ def _cell_scores(e: Entry) -> list[str]:
     hs, h = e.hs, e.head or 1
     g = e.c.kv_of(h - 1) + 1  # the key head this query head uses
     gs = sub(g)
-    q, k = ("q_rot", "k_rot") if e.c.rope is not None else ("q_heads", "k_heads")
-    rot = "_rot" if e.c.rope is not None else ""  # RoPE: the turned queries and keys
+    q, k = _used(e.c)
+    rot = q.removeprefix("q")  # RoPE: the turned queries and keys; _normed, _heads
     e.mark(q, h, {e.row})
     e.mark(k, g, {e.col})
     uses = f"; query head {h} uses key head {g}" if e.c.groups != e.c.heads else ""
-    return [f"{e.name} = q{rot}{hs}[{e.row_label}] · k{rot}{gs}[{e.col_label}]  (row "
-            f"{e.row + 1} of Q{rot}{hs} times row {e.col + 1} of K{rot}{gs}{uses})",
+    shown = "" if rot == "_heads" else rot
+    return [f"{e.name} = q{shown}{hs}[{e.row_label}] · k{shown}{gs}[{e.col_label}]  (row "
+            f"{e.row + 1} of Q{shown}{hs} times row {e.col + 1} of K{shown}{gs}{uses})",
             f"  = {e.dot(e.row_of(q, h, e.row), e.row_of(k, g, e.col))}",
             f"  = {e.result}"]
 
@@ -111,7 +112,8 @@ def _cell_x_pos(e: Entry) -> list[str]:
 def _cell_rot(e: Entry) -> list[str]:
     c = e.c
     h, i, j = e.head or 1, e.row, e.col
-    src = "q_heads" if e.stage == "q_rot" else "k_heads"
+    side = e.stage[0]
+    src = f"{side}_normed" if c.qk_norm is not None else f"{side}_heads"
     e.mark(src, h, {i})
     if j >= c.rope_dims:
         return [f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] = {e.result}  "
@@ -119,17 +121,40 @@ def _cell_rot(e: Entry) -> list[str]:
     one, two = ops.rope_pairs(c.rope, c.rope_dims)
     pair = int(np.flatnonzero((one == j) | (two == j))[0])
     a, b = int(one[pair]), int(two[pair])
-    angle = float(ops.rope_angles(np.array([i]), c.rope_dims, c.rope_base)[0, pair])
+    theta_i = float(c.rope_theta[pair])
+    angle = i * theta_i
     x, y = e.value(src, h, i, a), e.value(src, h, i, b)
     cos, sin = e.factor(np.cos(angle)), e.factor(np.sin(angle))
-    theta = f"{e.num(angle)} = {i}·{c.rope_base:g}^(−{2 * pair}/{c.rope_dims})"
+    theta = f"{e.num(angle)} = {i}·{c.rope_base:g}^(−{2 * pair}/{c.rope_dims})" \
+        if not c.rope_freqs else f"{e.num(angle)} = {i}·θ_{pair + 1}, θ_{pair + 1} = " \
+        f"{theta_i:.6g} ({c.rope_scaling})"
     if j == a:
-        rule = f"x·cos − y·sin = {e.factor(x)}×{cos} − {e.factor(y)}×{sin}"
+        rule = ("x·cos − y·sin", f"{e.factor(x)}×{cos} − {e.factor(y)}×{sin}")
     else:
-        rule = f"x·sin + y·cos = {e.factor(x)}×{sin} + {e.factor(y)}×{cos}"
+        rule = ("x·sin + y·cos", f"{e.factor(x)}×{sin} + {e.factor(y)}×{cos}")
+    if c.rope_factor != 1.0:  # cos and sin scaled by the attention factor
+        rule = tuple(f"{e.num(c.rope_factor)}·({r})" for r in rule)  # type: ignore[assignment]
+    rule = f"{rule[0]} = {rule[1]}"  # type: ignore[assignment]
     return [f"{e.name}: dimensions {a + 1} and {b + 1} turn together (x, y) by the angle "
             f"p·θ = {theta}  (p = {i})",
             f"  {rule}", f"  = {e.result}"]
+
+
+def _cell_normed(e: Entry) -> list[str]:
+    c = e.c
+    h, i, j = e.head or 1, e.row, e.col
+    src = e.stage[0] + "_heads"
+    e.mark(src, h, {i})
+    r = e.trace.parts[e.stage]["rms"][h - 1, i, 0]
+    weight = e.trace.prepared.q_norm if src[0] == "q" else e.trace.prepared.k_norm
+    w = weight[(h - 1) * c.d_k + j] if c.qk_norm == "width" else weight[j]
+    over = f"the row {e.row_label} of every head" if c.qk_norm == "width" else \
+        f"the row {e.row_label} of head {h}"
+    x = e.value(src, h, i, j)
+    return [f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] / rms × w_{j + 1}, rms = "
+            f"√(mean of the squares of {over} + eps)",
+            f"  rms = √(… + {e.num(c.qk_eps)}) = {e.num(r)}",
+            f"  {e.factor(x)} / {e.num(r)} × {e.factor(w)}", f"  = {e.result}"]
 
 
 def _cell_alibi(e: Entry) -> list[str]:
@@ -272,18 +297,31 @@ def _x_pos(w: Work, kv: bool = False) -> Array | None:
     return None if pe is None else w["x_kv" if kv else "x"] + pe
 
 
-def _rot(w: Work, src: str) -> Array | None:
+def _used(c: Config) -> tuple[str, str]:
+    """The queries and keys the scores are made of: turned, normed, or as split."""
+    step = "_rot" if c.rope is not None else "_normed" if c.qk_norm is not None else "_heads"
+    return "q" + step, "k" + step
+
+
+def _rot(w: Work, side: str) -> Array | None:
     if w.exact:
         return None  # cos and sin: not rational
-    c = w.c
-    return ops.rotate(w[src], c.rope, c.rope_dims, c.rope_base)
+    return turned(w.stages.get(f"{side}_normed", w[f"{side}_heads"]), w.p)
+
+
+def _normed(w: Work, side: str) -> Array | None:
+    if w.exact:
+        return None  # a square root: not rational
+    out, r = normed(w[f"{side}_heads"], w.p, side)
+    w.parts[f"{side}_normed"] = {"rms": r}
+    return out
 
 
 def _scores_text(f: Formula) -> str:
     """Z = Q·Kᵀ, naming the key head a grouped query head uses, and the turned Q and K."""
     c = f.c
     g = sub(c.kv_of(f.h - 1) + 1) if f.h is not None and c.groups != c.heads else f.i
-    rot = "_rot" if c.rope is not None else ""
+    rot = _used(c)[0].removeprefix("q").replace("_heads", "")
     q, k = f"Q{rot}{f.i}", f"K{rot}{g}"
     shared = "" if c.groups == c.heads or f.h is not None else \
         f" (query head h uses key head ⌈h·{c.groups}/{c.heads}⌉)"
@@ -294,8 +332,20 @@ def _rope_text(letter: str) -> Callable[[Formula], str]:
     def text(f: Formula) -> str:
         c = f.c
         pairs = "(2i, 2i+1)" if c.rope == "interleaved" else f"(i, i + {c.rope_dims // 2})"
+        theta = f"θ_i = {c.rope_base:g}^(−2i/{c.rope_dims})" if not c.rope_freqs else \
+            f"θ_i as {c.rope_scaling} gives them (the config's rope freqs)"
+        factor = f", times {c.rope_factor:.6g}" if c.rope_factor != 1.0 else ""
         return (f"RoPE: {letter}{f.i} with each pair {pairs} of its first {c.rope_dims} "
-                f"dimensions turned by p·θ_i, θ_i = {c.rope_base:g}^(−2i/{c.rope_dims})")
+                f"dimensions turned by p·θ_i, {theta}{factor}")
+    return text
+
+
+def _norm_text(letter: str) -> Callable[[Formula], str]:
+    def text(f: Formula) -> str:
+        c = f.c
+        over = "its head's d_k numbers" if c.qk_norm == "head" else "the whole row, every head"
+        return (f"{letter}{f.i} / rms × w: each row divided by its root mean square over "
+                f"{over}, √(mean(x²) + {c.qk_eps:g}), then multiplied by the weights")
     return text
 
 
@@ -425,17 +475,29 @@ FORWARD: tuple[Stage, ...] = (
           compute=lambda w: ops.split_heads(w["v"], w.c.groups),
           formula=_split_text("V", lambda c: c.d_v, "d_v"), latex=_tex("V_{@h}"),
           cell=_cell_split, per_head=True, exact=True),
+    Stage("q_normed", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
+          compute=lambda w: _normed(w, "q"), formula=_norm_text("Q"),
+          latex=_tex(r"\frac{Q_{@h}}{\operatorname{rms}} \odot w"), cell=_cell_normed,
+          per_head=True, exists=lambda c: c.qk_norm is not None,
+          parts=(("rms", "rms"),), parts_title="the root mean square of each row",
+          parts_formula="rms = √(mean of the row's squares + eps); then x / rms × weight"),
+    Stage("k_normed", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
+          compute=lambda w: _normed(w, "k"), formula=_norm_text("K"),
+          latex=_tex(r"\frac{K_{@h}}{\operatorname{rms}} \odot w"), cell=_cell_normed,
+          per_head=True, exists=lambda c: c.qk_norm is not None,
+          parts=(("rms", "rms"),), parts_title="the root mean square of each row",
+          parts_formula="rms = √(mean of the row's squares + eps); then x / rms × weight"),
     Stage("q_rot", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
-          compute=lambda w: _rot(w, "q_heads"), formula=_rope_text("Q"),
+          compute=lambda w: _rot(w, "q"), formula=_rope_text("Q"),
           latex=_tex(r"\operatorname{RoPE}(Q_{@h})"), cell=_cell_rot, per_head=True,
           exists=lambda c: c.rope is not None),
     Stage("k_rot", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
-          compute=lambda w: _rot(w, "k_heads"), formula=_rope_text("K"),
+          compute=lambda w: _rot(w, "k"), formula=_rope_text("K"),
           latex=_tex(r"\operatorname{RoPE}(K_{@h})"), cell=_cell_rot, per_head=True,
           exists=lambda c: c.rope is not None),
     Stage("scores", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
-          compute=lambda w: ops.scores(w.stages.get("q_rot", w["q_heads"]), ops.shared(
-              w.stages.get("k_rot", w["k_heads"]), w.c.heads)),
+          compute=lambda w: ops.scores(w[_used(w.c)[0]], ops.shared(w[_used(w.c)[1]],
+                                                                   w.c.heads)),
           formula=_scores_text,
           latex=_tex("Z_{@h}", r"Q_{@h} K_{@h}^{\top}", r"K_{@h}^{\top} Q_{@h}"),
           cell=_cell_scores, per_head=True, chain=True, exact=True, aliases=("z",)),

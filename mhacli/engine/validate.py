@@ -18,8 +18,8 @@ if TYPE_CHECKING:  # annotations only: each costs a millisecond or two of start-
     import numpy.typing as npt
 
 from ..errors import MhaError, shown
-from .config import Config, Prepared
-from .settings import BY_KEY, Sizes, counts, parse_all, unknown_setting
+from .config import Config, Prepared, Sizes
+from .settings import BY_KEY, counts, parse_all, unknown_setting
 from .values import matrix, shape_text, vector
 
 MASKED_ROW_POLICIES = ("zero", "nan", "error")

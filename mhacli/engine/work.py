@@ -61,3 +61,23 @@ class Work:
         if p.w_o is None:
             return concat + p.b_o if p.b_o is not None else concat
         return ops.project(concat, p.w_o, p.b_o)  # (n, d_out)
+
+
+def normed(a: Array, p: Prepared, side: str) -> tuple[Array, Array]:
+    """Queries (``side`` "q") or keys ("k"), (heads, rows, d_k), divided by their root
+    mean square (each head's, or each row's over every head) and multiplied by qk_norm's
+    weights; and the root mean square, (heads, rows, 1)."""
+    c = p.config
+    weight = p.q_norm if side == "q" else p.k_norm
+    whole = c.qk_norm == "width"
+    r = np.broadcast_to(ops.rms(a, c.qk_eps, whole), (*a.shape[:2], 1))  # (heads, rows, 1)
+    w = weight.reshape(a.shape[0], 1, -1) if whole else weight  # type: ignore[union-attr]
+    return a / r * w, r
+
+
+def turned(a: Array, p: Prepared, first: int = 0, back: bool = False) -> Array:
+    """Queries or keys (heads, rows, d_k) turned by RoPE from position ``first``, as the
+    problem's rope says (style, dims, frequencies, attention factor)."""
+    c = p.config
+    return ops.rotate(a, c.rope, c.rope_dims, c.rope_theta, first, back,  # type: ignore[arg-type]
+                      c.rope_factor)

@@ -22,7 +22,8 @@ import numpy as np
 from .. import numbers
 from ..engine import Config, Prepared, prepare
 from ..engine.config import MATRICES, PER_HEAD_MATRICES, VECTORS
-from ..engine.settings import BY_KEY, SETTINGS, Setting, mask_text, unknown_setting
+from ..engine.parsers import mask_text
+from ..engine.settings import BY_KEY, SETTINGS, Setting, unknown_setting
 from ..engine.values import mask_matrix, positive_heads
 from ..errors import MhaError, key_text, shown
 from . import torchstate

@@ -139,19 +139,20 @@ def _parts_view(s: Stage, tr: Trace, h: int, queries: list[str], keys: list[str]
     for each key | row sum), side by side; a worked entry's row marked, and its key's
     exponential with the row's max and sum."""
     blocks, cols = [], []
-    n = tr.stages[s.name].shape[1]
+    count, n = tr.stages[s.name].shape[:2]
     for part, heading in s.parts:
         if part not in tr.parts[s.name]:
             continue  # a part only some problems have (the sink)
         block = tr.parts[s.name][part][h - 1]  # (n, 1) or (n, m); the sink's (1, 1)
         blocks.append(np.broadcast_to(block, (n, block.shape[1])))
         cols += [heading.format(key=k) for k in keys] if "{key}" in heading else [heading]
-    title = f"{s.name} · head {h} of {tr.config.heads}, {s.parts_title}"
+    title = f"{s.name} · head {h} of {count}, {s.parts_title}"
     rows_marked, keys_marked = marked
     cols_marked = frozenset({0, len(cols) - 1} | {1 + j for j in keys_marked}) \
         if keys_marked else frozenset()  # max, the key's exp, the sum
-    return View(s.name, h, title, s.parts_formula, np.hstack(blocks), queries, cols,
-                part="parts", marked_rows=rows_marked, marked_cols=cols_marked)
+    return View(s.name, h, title, s.parts_formula, np.hstack(blocks),
+                side(s.rows, queries, keys, n), cols, part="parts", marked_rows=rows_marked,
+                marked_cols=cols_marked)
 
 
 def column_blocks(widths: list[int], label_width: int, room: int, gap: int = 3) -> list[range]:

@@ -1,0 +1,116 @@
+"""RoPE's frequencies: each scaling rule against Hugging Face's own (when transformers is
+installed), the rules' laws, and the errors of the rope setting."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import mhacli
+from mhacli.engine import rope
+
+D_K, BASE = 16, 500000.0
+RULES = {
+    "linear": {"factor": 4.0},
+    "dynamic": {"factor": 2.0, "original_max_position_embeddings": 8},
+    "llama3": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 64},
+    "yarn": {"factor": 4.0, "original_max_position_embeddings": 32, "beta_fast": 32,
+             "beta_slow": 1},
+    "yarn untruncated": {"type": "yarn", "factor": 32.0, "original_max_position_embeddings": 16,
+                         "truncate": False},
+    "longrope": {"short_factor": [1.0 + i / 10 for i in range(D_K // 2)],
+                 "long_factor": [2.0 + i for i in range(D_K // 2)], "factor": 4.0,
+                 "original_max_position_embeddings": 8},
+}
+
+
+def _ours(name: str, n: int, dims: int = D_K) -> tuple[np.ndarray, float]:
+    spec = dict(RULES[name])
+    spec.setdefault("type", name)
+    c = rope.parse({"style": "half", "base": BASE, "dims": dims, "scaling": spec}, D_K, n)
+    return np.array(c["rope_freqs"]), c["rope_factor"]
+
+
+@pytest.mark.parametrize("n", [4, 20])
+@pytest.mark.parametrize("name", sorted(RULES))
+def test_each_rule_gives_hugging_faces_frequencies(name: str, n: int) -> None:
+    transformers = pytest.importorskip("transformers")
+    import torch
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    spec = {k: v for k, v in RULES[name].items() if k != "type"}
+    kind = RULES[name].get("type", name)
+    params = {"rope_type": kind, "rope_theta": BASE, **spec}
+    length = spec.get("original_max_position_embeddings", 64)
+    config = transformers.LlamaConfig(hidden_size=4 * D_K, num_attention_heads=4,
+                                      max_position_embeddings=length if kind == "dynamic"
+                                      else 4 * length, rope_parameters=params)
+    want, factor = ROPE_INIT_FUNCTIONS[kind](config, torch.device("cpu"), seq_len=n)
+    got, ours = _ours(name, n)
+    # theirs in float32: agreement to its precision
+    np.testing.assert_allclose(got, want.double().numpy(), rtol=2e-6)
+    assert ours == pytest.approx(factor, rel=1e-12)
+
+
+def test_the_laws_of_the_rules() -> None:
+    plain = BASE ** (-np.arange(0, D_K, 2) / D_K)
+    np.testing.assert_allclose(_ours("linear", 4)[0], plain / 4, rtol=1e-15)
+    # dynamic: unchanged up to the original length, the base raised past it
+    np.testing.assert_allclose(_ours("dynamic", 8)[0], plain, rtol=1e-15)
+    longer = _ours("dynamic", 20)[0]
+    assert longer[0] == 1.0 and (longer[1:] < plain[1:]).all()
+    # llama3: high frequencies kept, low ones divided by the factor
+    got = _ours("llama3", 4)[0]
+    wavelen = 2 * math.pi / plain
+    assert np.array_equal(got[wavelen < 64 / 4], plain[wavelen < 64 / 4])
+    np.testing.assert_allclose(got[wavelen > 64], plain[wavelen > 64] / 8, rtol=1e-15)
+    # yarn: the attention factor 0.1·ln(factor) + 1; longrope's short and long factors
+    assert _ours("yarn", 4)[1] == pytest.approx(0.1 * math.log(4) + 1)
+    short = np.array(RULES["longrope"]["short_factor"])
+    long = np.array(RULES["longrope"]["long_factor"])
+    np.testing.assert_allclose(_ours("longrope", 8)[0], plain / short, rtol=1e-15)
+    np.testing.assert_allclose(_ours("longrope", 9)[0], plain / long, rtol=1e-15)
+    assert _ours("longrope", 4)[1] == pytest.approx(math.sqrt(1 + math.log(4) / math.log(8)))
+
+
+def test_a_trace_turns_by_the_scaled_frequencies() -> None:
+    """q_rot = attention factor × the pair turned by p·θ_i, θ_i the rule's."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((5, 8))
+    w = rng.standard_normal((8, D_K))
+    spec = {"style": "half", "base": BASE, "scaling": {"type": "yarn", **RULES["yarn"]}}
+    tr = mhacli.trace(x, w, w, w, heads=1, rope=spec)
+    theta, factor = _ours("yarn", 5)
+    q = tr["q_heads"][0]
+    half = D_K // 2
+    for p in range(5):
+        cos, sin = np.cos(p * theta), np.sin(p * theta)
+        want = np.concatenate([q[p, :half] * cos - q[p, half:] * sin,
+                               q[p, :half] * sin + q[p, half:] * cos]) * factor
+        np.testing.assert_allclose(tr["q_rot"][0, p], want, rtol=1e-12, atol=1e-12)
+    assert tr.config.rope_scaling == "yarn"
+
+
+@pytest.mark.parametrize("spec, words", [
+    ({"style": "half", "scaling": {"type": "ntk", "factor": 2}}, "scaling type must be one of"),
+    ({"style": "half", "scaling": {"type": "linear"}}, "needs factor"),
+    ({"style": "half", "scaling": {"type": "linear", "factor": 2, "beta": 1}}, "not beta"),
+    ({"style": "half", "scaling": {"type": "linear", "factor": 2}, "freqs": [1] * 8},
+     "not both"),
+    ({"style": "half", "freqs": [1, 2]}, "rope.freqs needs 8 numbers"),
+    ({"style": "half", "freqs": [1] * 7 + [-1]}, "rope.freqs[8] is -1.0"),
+    ({"style": "half", "scaling": "linear"}, "must be a mapping"),
+    ({"style": "half", "theta": 5}, "not theta"),
+    ({"style": "half", "scaling": {"type": "yarn", "factor": 2,
+                                   "original_max_position_embeddings": 8},
+      "attention_factor": 2}, "attention_factor twice"),
+])
+def test_rope_errors_name_the_key(spec: dict, words: str) -> None:
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 4))
+    w = rng.standard_normal((4, D_K))
+    with pytest.raises(mhacli.MhaError, match=words.replace("[", r"\[").replace("]", r"\]")):
+        mhacli.trace(x, w, w, w, heads=1, rope=spec)
