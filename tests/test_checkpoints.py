@@ -175,7 +175,11 @@ def test_a_file_that_is_no_checkpoint(tmp_path: Path) -> None:
     ({"num_attention_heads": 0}, "num_attention_heads is 0"),
     ({"num_attention_heads": 4, "partial_rotary_factor": "x"}, "partial_rotary_factor is"),
     ({"num_attention_heads": 4, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}},
-     "rope_scaling is set: this model's attention has a step this tool does not compute"),
+     "rope_scaling is not followed: rope scaling llama3 needs low_freq_factor"),
+    ({"num_attention_heads": 4, "rope_scaling": {"rope_type": "ntk-parts", "factor": 8.0}},
+     "rope_scaling.rope_type is 'ntk-parts': a RoPE scaling mha does not follow"),
+    ({"num_attention_heads": 4, "attn_temperature": 2.0},
+     "attn_temperature is 2.0: a setting of the model that mha does not follow"),
 ])
 def test_a_config_that_cannot_be_followed_is_an_error(tmp_path: Path, config: dict,
                                                        message: str) -> None:

@@ -153,24 +153,28 @@ def explain(
             for piece in json_pieces(
                     tr, queries, keys, stages, head, exact.stages if exact else None,
                     None if worked is None else {"title": worked.title, "lines": worked.lines},
-                    shown):
+                    shown, prob.read):
                 sys.stdout.write(piece)  # a stage at a time
             return
+        from ..present.explain import read_lines
         from ..present.views import EachView, views
+
+        header = read_lines(prob.read, c)  # what a checkpoint gave, and from where
 
         vs = (EachView if lean else views)(
             tr, queries, keys, stages, head, exact.stages if exact else None, shown,
             worked.marks if worked else None)  # lean: each view made as it is shown
 
         if fmt is ExplainFormat.rich and rich_stdout():
-            show(vs, worked, digits, full, svg, html, pager=not no_pager, heat=heat.value)
+            show(vs, worked, digits, full, svg, html, pager=not no_pager, heat=heat.value,
+                 header=header)
             return
         from ..present.explain import text_pieces
 
-        for piece in text_pieces(fmt.value, vs, worked, digits):
+        for piece in text_pieces(fmt.value, vs, worked, digits, header):
             sys.stdout.write(piece)  # a stage at a time: never the whole text at once
         if svg or html:  # piped: the same text as without them, the picture aside
-            export(vs, worked, digits, full, svg, html, heat.value)
+            export(vs, worked, digits, full, svg, html, heat.value, header)
 
 
 def fits(c: Any, stage: Optional[list[str]], head: Optional[int], fmt: ExplainFormat,

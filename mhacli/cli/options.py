@@ -69,9 +69,11 @@ IntsOpt = Annotated[Optional[str], typer.Option(
     "--ints", metavar="LO:HI", help="Random problem of small integers from LO to HI, "
                                     "for hand calculation.", rich_help_panel=PROBLEM)]
 CheckpointOpt = Annotated[Optional[Path], typer.Option(
-    "--checkpoint", metavar="FILE", help="Take the weights of one attention layer from a "
-    "Hugging Face GPT-2 or Llama-style checkpoint (.safetensors or .npz; heads and RoPE from "
-    "the config.json beside it), on the problem file's x or on random tokens.",
+    "--checkpoint", metavar="MODEL", help="Take one attention layer of a Hugging Face model "
+    "as it ships: its folder (config.json beside model.safetensors or a sharded set), a "
+    ".safetensors file, its index, or an .npz; float32, float16 or bfloat16; GPT-2, BERT, "
+    "Llama 1–3, Mistral, Mixtral, Qwen 2/3, OLMo 2, Phi, Phi-3, GPT-NeoX, GPT-J, Falcon, "
+    "Gemma 2/3, gpt-oss. On the problem file's x or on random tokens.",
     rich_help_panel=PROBLEM)]
 LayerOpt = Annotated[Optional[int], typer.Option(
     "--layer", metavar="N", help="--checkpoint: the layer (from 0, as the checkpoint numbers "

@@ -152,7 +152,8 @@ def progress_bar(after: float = 1.0) -> Iterator[object]:
 
 
 def show(vs: list, worked: object, digits: int, full: bool, svg: Path | None,
-         html: Path | None, pager: bool = True, heat: str = "global") -> None:
+         html: Path | None, pager: bool = True, heat: str = "global",
+         header: list[str] | None = None) -> None:
     """The rich view on stdout; saved as SVG/HTML too, in colour, when asked. In a
     terminal, a view taller than the screen goes through a pager (``pager``)."""
     from ..present.explain import show as draw
@@ -161,21 +162,22 @@ def show(vs: list, worked: object, digits: int, full: bool, svg: Path | None,
     paged = console.is_terminal and pager
     if paged:
         with console.capture() as captured:  # (Rich records nothing it captures)
-            draw(vs, worked, console, digits, terminal, full=full, heat=heat)  # type: ignore[arg-type]
+            draw(vs, worked, console, digits, terminal, full=full, heat=heat,  # type: ignore[arg-type]
+                 header=header)
         page(captured.get(), console.height)
     else:
         draw(vs, worked, console, digits, terminal, full=full or not console.is_terminal,  # type: ignore[arg-type]
-             heat=heat)
+             heat=heat, header=header)
     if not (svg or html):
         return
     if terminal and not paged:  # what the terminal showed, recorded as it was drawn
         _save(console, svg, html)
     else:  # paged, or no colour here (NO_COLOR): drawn again aside, as a terminal shows it
-        export(vs, worked, digits, full, svg, html, heat)
+        export(vs, worked, digits, full, svg, html, heat, header)
 
 
 def export(vs: list, worked: object, digits: int, full: bool, svg: Path | None,
-           html: Path | None, heat: str = "global") -> None:
+           html: Path | None, heat: str = "global", header: list[str] | None = None) -> None:
     """The rich view as a colour terminal 100 columns wide shows it, saved as SVG and/or
     HTML (and nothing on stdout)."""
     from rich.console import Console
@@ -185,7 +187,8 @@ def export(vs: list, worked: object, digits: int, full: bool, svg: Path | None,
 
     recorder = Console(file=io.StringIO(), record=True, width=PIPE_WIDTH, force_terminal=True,
                        color_system="truecolor", no_color=False)  # (whatever NO_COLOR says)
-    draw(vs, worked, recorder, digits, True, full=full, heat=heat)  # type: ignore[arg-type]
+    draw(vs, worked, recorder, digits, True, full=full, heat=heat,  # type: ignore[arg-type]
+         header=header)
     _save(recorder, svg, html)
 
 

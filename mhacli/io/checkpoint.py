@@ -1,178 +1,126 @@
-"""One attention layer read from a model checkpoint people study: Hugging Face's GPT-2
-and Llama-style models, from ``.safetensors`` (the safetensors package, imported only
-here) or ``.npz`` files holding the same tensor names.
+"""One attention layer of a Hugging Face checkpoint, as it ships, as the problem's own
+keys: the weights (``w_q`` … ``b_o``) and the settings its config gives (heads, RoPE
+and its scaling, the window of this layer, the scale, softcap, q/k norms, sinks), each
+with the config key or tensor it came from.
 
-GPT-2 stores its projections as x·W already (``c_attn.weight`` is d × 3d: queries, keys
-and values side by side; ``c_proj.weight`` is d × d). A Llama-style model stores
-PyTorch's x·Wᵀ layout (``q_proj.weight`` is H·d_k × d), so each is transposed; its
-``k_proj``/``v_proj`` are G·d_k wide (grouped-query), and its queries and keys are
-turned by RoPE with the ``half`` pairing. Both models are causal. The number of heads,
-key/value heads and RoPE's base come from the ``config.json`` beside the checkpoint when
-there is one, else from the problem or the options.
+The checkpoint is read by ``modelfiles`` (a model folder, a sharded set, one
+``.safetensors``, or an ``.npz``; only this layer's tensors); the family, found from the
+tensor names and the config's ``model_type``, says how to read it (``families``). What
+the layer or its config holds that mha does not follow is refused by name.
 """
 
 from __future__ import annotations
 
-import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from ..errors import MhaError, shown
+from . import families as fam
+from .modelfiles import open_checkpoint
 
-from ..errors import MhaError
-
-GPT2 = re.compile(r"(?:^|\.)h\.(\d+)\.attn\.c_attn\.weight$")
-LLAMA = re.compile(r"(?:^|\.)layers\.(\d+)\.self_attn\.q_proj\.weight$")
-MOST_TENSOR = 1 << 28  # numbers in one tensor read: 2 GiB as float64
-
-
-def _names(path: Path) -> tuple[list[str], Any]:
-    """The tensor names of a checkpoint, and how to read one by name."""
-    if path.suffix.lower() == ".npz":
-        from .reader import read_npz
-
-        arrays = read_npz(path)
-        return list(arrays), arrays.__getitem__
-    if path.suffix.lower() != ".safetensors":
-        raise MhaError("a checkpoint is a .safetensors or .npz file", source=str(path))
-    try:
-        from safetensors import safe_open
-    except ImportError:
-        raise MhaError("reading .safetensors needs the safetensors package: pip install "
-                       "safetensors (or pip install 'mhacli[models]')",
-                       source=str(path)) from None
-    try:
-        handle = safe_open(str(path), framework="np")
-        names = list(handle.keys())
-    except FileNotFoundError:
-        raise MhaError("no such file", source=str(path)) from None
-    except Exception as exc:  # the package's own errors: a file that is not one
-        raise MhaError(f"cannot read it as .safetensors ({exc})", source=str(path)) from None
-
-    def get(name: str) -> np.ndarray:
-        shape = handle.get_slice(name).get_shape()
-        if int(np.prod(shape)) > MOST_TENSOR:
-            raise MhaError(f"{name} holds {int(np.prod(shape))} numbers: more than this tool "
-                           f"reads ({MOST_TENSOR})", source=str(path))
-        try:
-            return handle.get_tensor(name)
-        except (TypeError, ValueError) as exc:  # bfloat16 has no NumPy type
-            raise MhaError(f"{name}: {exc} (bfloat16 tensors: save the layer as float32)",
-                           source=str(path)) from None
-    return names, get
+# a family: how its layer's attention tensors are named (one (\d+), the layer) and read
+LAYOUTS = (
+    ("gpt2", r"(?:^|\.)h\.(\d+)\.attn\.c_attn\.weight$", "c_attn.weight"),
+    ("bert", r"(?:^|\.)layer\.(\d+)\.attention\.self\.query\.weight$", "self.query.weight"),
+    ("gpt_neox", r"(?:^|\.)layers\.(\d+)\.attention\.query_key_value\.weight$",
+     "query_key_value.weight"),
+    ("falcon", r"(?:^|\.)h\.(\d+)\.self_attention\.query_key_value\.weight$",
+     "query_key_value.weight"),
+    ("gptj", r"(?:^|\.)h\.(\d+)\.attn\.q_proj\.weight$", "q_proj.weight"),
+    ("phi3", r"(?:^|\.)layers\.(\d+)\.self_attn\.qkv_proj\.weight$", "qkv_proj.weight"),
+    ("decoder", r"(?:^|\.)layers\.(\d+)\.self_attn\.q_proj\.weight$", "q_proj.weight"),
+)
+DECODERS = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "olmo2", "gemma2", "gemma3",
+            "gpt_oss", "phi", "phi3")  # model types read as the Llama line
+MODEL_TYPES = {"gemma3_text": "gemma3"}  # a model_type read as another's
+BUFFERS = ("attn.bias", "attn.masked_bias", "rotary_emb.inv_freq")  # not weights
 
 
-def _config(path: Path) -> dict[str, Any]:
-    """The model's config.json beside the checkpoint, or {}."""
-    cfg = path.parent / "config.json"
-    if not cfg.is_file():
-        return {}
-    try:
-        data = json.loads(cfg.read_text(encoding="utf-8"))
-    except (OSError, UnicodeError, ValueError) as exc:
-        raise MhaError(f"cannot read it as JSON ({exc})", source=str(cfg)) from None
-    return data if isinstance(data, dict) else {}
+@dataclass(frozen=True)
+class Layer:
+    """One layer read: the problem's keys, where each came from, and the model."""
+
+    keys: dict[str, Any]
+    origin: dict[str, str]  # a key of the problem -> the config key or tensor it came from
+    family: str
+    path: str
+    layer: int
 
 
-def _count(cfg: dict[str, Any], name: str, source: Path) -> int | None:
-    """A whole number of the config (heads), or None when it does not say."""
-    value = cfg.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise MhaError(f"{name} is {value!r}: expected a positive whole number",
-                       source=str(source.parent / "config.json"))
-    return value
-
-
-NOT_MODELLED = ("rope_scaling", "qk_layernorm", "attn_logit_softcapping")
-
-
-def read_layer(path: str | Path, layer: int = 0) -> dict[str, Any]:
-    """The attention of one layer as the problem's own keys: w_q, w_k, w_v, w_o (and the
-    biases), heads, kv_heads, rope and mask, each from the checkpoint or its config."""
-    path = Path(path)
-    names, get = _names(path)
-    cfg = _config(path)
-    gpt2 = {int(m[1]): n for n in names if (m := GPT2.search(n))}
-    llama = {int(m[1]): n for n in names if (m := LLAMA.search(n))}
-    found = gpt2 or llama
+def read_layer(path: str | Path, layer: int = 0) -> Layer:
+    """Layer ``layer`` of a checkpoint (a model folder, index, .safetensors or .npz) as
+    the problem's own keys, its config followed or refused by name."""
+    ckpt = open_checkpoint(path)
+    names = ckpt.names
+    kind, found = None, {}
+    for kind, pattern, _ in LAYOUTS:
+        rx = re.compile(pattern)
+        found = {int(m[1]): n for n in names if (m := rx.search(n))}
+        if found:
+            break
     if not found:
-        raise MhaError("no attention layer found: expected GPT-2's h.N.attn.c_attn.weight or "
-                       "a Llama-style layers.N.self_attn.q_proj.weight", source=str(path))
+        raise MhaError("no attention layer found: expected a Hugging Face model's "
+                       "(GPT-2's h.N.attn.c_attn, BERT's layer.N.attention.self.query, "
+                       "Llama's layers.N.self_attn.q_proj, GPT-NeoX's or Falcon's "
+                       "query_key_value …)", source=str(ckpt.path))
     if layer not in found:
         raise MhaError(f"--layer {layer}: the checkpoint has layers {min(found)}–{max(found)}",
-                       source=str(path))
+                       source=str(ckpt.path))
+    tail = dict((k, t) for k, _, t in LAYOUTS)[kind]  # type: ignore[index]
+    stem = found[layer][:-len(tail)]  # the layer's attention module, with its dot
+    r = fam.Reader(ckpt, layer)
+    model_type = r.get("model_type")
+    model_type = MODEL_TYPES.get(model_type, model_type)
+    bare = ckpt.config_file is None  # no config.json: the problem gives the heads
+    if kind in ("decoder", "phi3"):
+        if model_type is None and bare:
+            out = _bare_decoder(r, stem)
+        elif model_type is None:  # a config that names no model: read as Llama's
+            out = fam.decoder(r, stem, "llama" if kind == "decoder" else "phi3")
+        elif model_type in DECODERS:
+            out = fam.decoder(r, stem, model_type if kind == "decoder" else "phi3")
+        else:
+            raise r.error("model_type", f"{shown(model_type)}: a model whose attention mha "
+                          f"does not know (it reads {', '.join(DECODERS)}, gpt2, bert, "
+                          "gpt_neox, gptj and falcon)")
+    else:
+        if not bare and model_type not in (None, kind):
+            raise r.error("model_type", f"{shown(model_type)}, but the tensors are laid out "
+                          f"as {kind}'s")
+        out = {"gpt2": fam.gpt2, "bert": fam.bert, "gpt_neox": fam.neox, "gptj": fam.gptj,
+               "falcon": fam.falcon}[kind](r, stem)  # type: ignore[index]
+    _refuse_the_rest(r, stem)
+    family = model_type or kind or "unknown"
+    return Layer(out, dict(r.origin), family, str(ckpt.path), layer)
 
-    def tensor(name: str, ndim: int) -> np.ndarray:
-        if name not in names:
-            raise MhaError(f"{name} is missing", source=str(path))
-        a = np.asarray(get(name))
-        if a.ndim != ndim or a.dtype.kind != "f":
-            raise MhaError(f"{name} is {a.dtype} of shape {a.shape}: expected "
-                           f"{'a matrix' if ndim == 2 else 'a vector'} of floats",
-                           source=str(path))
-        return a.astype(np.float64)
 
+def _bare_decoder(r: fam.Reader, stem: str) -> dict[str, Any]:
+    """A Llama-style layer with no config.json beside it: weights only, causal, RoPE with
+    the default base; the heads come from the problem (or --heads)."""
     out: dict[str, Any] = {"mask": "causal"}
-    if gpt2:
-        stem = found[layer][:-len("c_attn.weight")]
-        w = tensor(stem + "c_attn.weight", 2)  # (d, 3d), stored as x·W
-        d = w.shape[0]
-        if w.shape[1] != 3 * d:
-            raise MhaError(f"{stem}c_attn.weight is {w.shape}: expected d × 3d", source=str(path))
-        out["w_q"], out["w_k"], out["w_v"] = w[:, :d], w[:, d:2 * d], w[:, 2 * d:]
-        if stem + "c_attn.bias" in names:
-            b = tensor(stem + "c_attn.bias", 1)
-            out["b_q"], out["b_k"], out["b_v"] = b[:d], b[d:2 * d], b[2 * d:]
-        out["w_o"] = tensor(stem + "c_proj.weight", 2)
-        if stem + "c_proj.bias" in names:
-            out["b_o"] = tensor(stem + "c_proj.bias", 1)
-        heads = _count(cfg, "n_head", path)
-        if heads is not None:
-            out["heads"] = heads
-        return out
-    where = str(path.parent / "config.json")
-    for name in NOT_MODELLED:
-        if cfg.get(name) not in (None, False):
-            raise MhaError(f"{name} is set: this model's attention has a step this tool "
-                           "does not compute, and its numbers would differ", source=where)
-    stem = found[layer][:-len("q_proj.weight")]
-    norms = [n for n in names if n.startswith(stem) and ("q_norm" in n or "k_norm" in n)]
-    if norms:
-        raise MhaError(f"{norms[0]}: this layer normalises its queries and keys, a step this "
-                       "tool does not compute", source=str(path))
-    for ours, theirs in (("q", "q_proj"), ("k", "k_proj"), ("v", "v_proj"), ("o", "o_proj")):
-        out[f"w_{ours}"] = tensor(f"{stem}{theirs}.weight", 2).T  # PyTorch stores x·Wᵀ
-        if f"{stem}{theirs}.bias" in names:
-            out[f"b_{ours}"] = tensor(f"{stem}{theirs}.bias", 1)
-    heads = _count(cfg, "num_attention_heads", path)
-    groups = _count(cfg, "num_key_value_heads", path)
-    if heads is not None:
-        out["heads"] = heads
-    if groups is not None:
-        out["kv_heads"] = groups
-    theta = cfg.get("rope_theta", 10000)
-    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
-        raise MhaError(f"rope_theta is {theta!r}: expected a positive number", source=where)
-    rope: dict[str, Any] = {"style": "half", "base": theta}
-    factor = cfg.get("partial_rotary_factor")
-    if factor is not None:
-        d_k = out["w_q"].shape[1] // heads if heads else None
-        dims = factor * d_k if isinstance(factor, (int, float)) and d_k else None
-        if dims is None or dims != int(dims) or not 0 < factor <= 1:
-            raise MhaError(f"partial_rotary_factor is {factor!r}: expected a share of d_k "
-                           "(0 to 1) that gives a whole number of dimensions", source=where)
-        rope["dims"] = int(dims)
-    out["rope"] = rope
-    window = cfg.get("sliding_window")
-    if window is not None and cfg.get("use_sliding_window", True) is not False:
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise MhaError(f"sliding_window is {window!r}: expected a positive whole number",
-                           source=where)
-        out["window"] = window  # Mistral's: query i sees keys i − w + 1 … i
+    for letter in "qkvo":
+        fam.linear(r, stem, f"{letter}_proj", out, letter)
+    out["rope"] = {"style": "half"}
+    r.note("rope", "a Llama-style layer (half pairs, base 10000: no config.json)")
     return out
+
+
+def _refuse_the_rest(r: fam.Reader, stem: str) -> None:
+    """A tensor of the layer's attention or a config key no one read, that could change
+    the numbers, is an error naming it: never a silently different number."""
+    for name in r.ckpt.names:
+        if name.startswith(stem) and name not in r.taken and not name.endswith(BUFFERS):
+            raise MhaError(f"{name}: a tensor of this layer's attention that mha does not "
+                           "follow, so its numbers would differ from the model's",
+                           source=r.ckpt.source_of(name), key=name)
+    for key, value in r.cfg.items():
+        if key in r.used or key in fam.IRRELEVANT or value in (None, False) or \
+                isinstance(value, (list, dict)) and not value:
+            continue
+        raise r.error(key, f"{shown(value)}: a setting of the model that mha does not follow, "
+                      "so its numbers could differ from the model's")
 
 
 def merged(data: dict[str, Any], layer_keys: dict[str, Any], heads: int | None,

@@ -56,11 +56,14 @@ class Problem:
     source: str = "<problem>"
     written: Mapping[str, Any] = field(default_factory=lambda: EMPTY, repr=False)
     layout: str = "rows"  # how the file wrote its matrices: tokens as rows or as columns
+    read: Mapping[str, Any] = field(default_factory=lambda: EMPTY)  # a checkpoint's layer:
+    # its path, layer, family, and the config key or tensor each setting came from
 
     @classmethod
     def build(cls, inputs: Mapping[str, Any], *, tokens: Any = None, kv_tokens: Any = None,
               answers: Mapping[str, Any] | None = None, source: str = "<problem>",
-              written: Mapping[str, Any] | None = None, layout: str = "rows") -> Problem:
+              written: Mapping[str, Any] | None = None, layout: str = "rows",
+              read: Mapping[str, Any] | None = None) -> Problem:
         """Validate ``inputs`` (the keyword arguments of ``attention``) and the labels."""
         try:
             prepared = prepare(**inputs)
@@ -77,7 +80,8 @@ class Problem:
             raise exc.located(source) from None
         return cls(MappingProxyType(dict(inputs)), prepared, rows, cols,
                    MappingProxyType(dict(answers or {})), source,
-                   MappingProxyType(dict(written or {})), layout)
+                   MappingProxyType(dict(written or {})), layout,
+                   MappingProxyType(dict(read or {})))
 
     @property
     def config(self) -> Config:
@@ -111,9 +115,12 @@ class Problem:
         for name, value in changes.items():
             inputs[name] = value
             written.pop(name, None)  # a number typed now: as typed, not as the file wrote it
+        read = dict(self.read)
+        if read.get("settings"):  # a setting changed now no longer comes from the checkpoint
+            read["settings"] = {k: v for k, v in read["settings"].items() if k not in changes}
         return Problem.build(inputs, tokens=self.tokens if tokens is None else tokens,
                              kv_tokens=self.kv_tokens, answers=self.answers,
-                             source=self.source, written=written, layout=self.layout)
+                             source=self.source, written=written, layout=self.layout, read=read)
 
     def labels(self) -> tuple[list[str], list[str]]:
         """Labels of the query rows and of the key rows (t1, t2 … and kv1, kv2 … by
@@ -236,6 +243,8 @@ def from_mapping(data: Any, source: str = "<problem>", base: Path | None = None,
     try:
         return _from_mapping(data, source, base, layout, heads)
     except MhaError as exc:
+        if exc.source not in (None, source):  # about another file (a checkpoint's)
+            raise
         spot = locate(list(exc.path)) if locate is not None and exc.path and \
             exc.line is None else None
         raise exc.located(source, *(spot or ())) from None
@@ -243,8 +252,9 @@ def from_mapping(data: Any, source: str = "<problem>", base: Path | None = None,
 
 def _from_mapping(data: dict[str, Any], source: str, base: Path | None,
                   default_layout: str, heads: int | None) -> Problem:
+    read: dict[str, Any] = {}
     if data.get("checkpoint") is not None:
-        data = _with_checkpoint(data, base, heads)
+        data, read = _with_checkpoint(data, base, heads)
     elif data.get("layer") is not None:
         raise MhaError("layer picks a layer of a checkpoint: give checkpoint too", key="layer")
     found = torchstate.find(data)
@@ -283,7 +293,8 @@ def _from_mapping(data: dict[str, Any], source: str, base: Path | None,
     if any(stage.startswith("d_") for stage in answers):
         inputs["backward"] = True  # gradients answered: the backward pass is part of it
     return Problem.build(inputs, tokens=data.get("tokens"), kv_tokens=data.get("kv_tokens"),
-                         answers=answers, source=source, written=written, layout=layout)
+                         answers=answers, source=source, written=written, layout=layout,
+                         read=read)
 
 
 def _answers(value: Any, layout: str) -> dict[str, Any]:
@@ -311,7 +322,7 @@ def _answers(value: Any, layout: str) -> dict[str, Any]:
 
 
 def _with_checkpoint(data: dict[str, Any], base: Path | None,
-                     heads: int | None) -> dict[str, Any]:
+                     heads: int | None) -> tuple[dict[str, Any], dict[str, Any]]:
     """``checkpoint: model.safetensors`` (beside the problem, or a path given on the
     command line) and ``layer: N``: that layer's weights and settings added."""
     from . import checkpoint
@@ -330,12 +341,12 @@ def _with_checkpoint(data: dict[str, Any], base: Path | None,
             raise MhaError(f"layer must be a whole number from 0, found {shown(layer)}",
                            key="layer")
         layer = int(text)
-    try:
-        weights = checkpoint.read_layer(path, layer or 0)
-    except MhaError as exc:
-        raise MhaError(f"{exc.source or path}: {exc.message}", key="checkpoint") from None
+    found = checkpoint.read_layer(path, layer or 0)  # its errors name the checkpoint
     rest = {k: v for k, v in data.items() if k not in ("checkpoint", "layer")}
-    return checkpoint.merged(rest, weights, heads, str(path))
+    keys = checkpoint.merged(rest, found.keys, heads, str(path))
+    origin = {k: v for k, v in found.origin.items() if rest.get(k) is None}
+    return keys, {"checkpoint": found.path, "layer": found.layer, "family": found.family,
+                  "settings": origin}
 
 
 def _beside(base: Path | None, name: str, key: str, what: str) -> Path:
@@ -482,7 +493,7 @@ def load_checkpoint(checkpoint: str | Path, layer: int | None, *, file: str | No
     from . import checkpoint as ckpt
 
     try:
-        width = ckpt.read_layer(path, layer or 0)["w_q"].shape[0]
+        width = ckpt.read_layer(path, layer or 0).keys["w_q"].shape[0]
     except MhaError as exc:
         raise exc.located(exc.source or str(path)) from None
     labels = tokens if isinstance(tokens, list) else None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from .cell import Worked
 from .views import View
@@ -13,18 +13,43 @@ if TYPE_CHECKING:
 PIPE_WIDTH = 100  # the width of text written to a pipe or a file
 
 
-def as_text(fmt: str, vs: list[View], worked: Worked | None, digits: int) -> str:
+def read_lines(read: Mapping[str, Any], c: Any) -> list[str]:
+    """What a checkpoint's layer gave the problem: a line for the layer, then each setting
+    (and weight) with the config key or tensor it came from, and RoPE's frequencies when
+    they are scaled."""
+    if not read:
+        return []
+    lines = [f"layer {read['layer']} of {read['checkpoint']} ({read['family']}), as read:"]
+    settings = read.get("settings", {})
+    width = max((len(k) for k in settings), default=0)
+    lines += [f"  {key.ljust(width)}  {where}" for key, where in settings.items()]
+    if c.rope is not None and c.rope_freqs:
+        freqs = ", ".join(f"{t:.6g}" for t in c.rope_freqs)
+        factor = f"; cos and sin × {c.rope_factor:.6g}" if c.rope_factor != 1.0 else ""
+        lines.append(f"  RoPE θ_i ({c.rope_scaling}): {freqs}{factor}")
+    return lines
+
+
+def as_text(fmt: str, vs: list[View], worked: Worked | None, digits: int,
+            header: list[str] | None = None) -> str:
     """The views as text: ``rich`` (the rich view as it looks in a pipe: no colour, no
     boxes), ``plain``, ``markdown`` or ``latex``."""
-    return "".join(text_pieces(fmt, vs, worked, digits))
+    return "".join(text_pieces(fmt, vs, worked, digits, header))
 
 
-def text_pieces(fmt: str, vs: list[View], worked: Worked | None, digits: int
-                ) -> Iterator[str]:
+def text_pieces(fmt: str, vs: list[View], worked: Worked | None, digits: int,
+                header: list[str] | None = None) -> Iterator[str]:
     """``as_text`` a piece at a time (a view's block each, for rich and plain), so that
-    what is written need not be held whole."""
+    what is written need not be held whole; ``header`` first (``read_lines``)."""
     from . import markup, text
 
+    if header:
+        mark = {"rich": "", "plain": "# ", "markdown": "", "latex": "% "}[fmt]
+        if fmt == "markdown":
+            yield "```\n" + "\n".join(header) + "\n```\n\n"
+        else:
+            yield "\n".join(mark + (markup.latex_text(h) if fmt == "latex" else h)
+                             for h in header) + "\n\n"
     title, lines = (worked.title, worked.lines) if worked is not None else ("", [])
     body = "\n".join(lines)
     if fmt in ("rich", "plain"):
@@ -52,11 +77,18 @@ def text_pieces(fmt: str, vs: list[View], worked: Worked | None, digits: int
 
 
 def show(vs: list[View], worked: Worked | None, console: Console, digits: int,
-         boxed: bool, full: bool, heat: str = "global") -> None:
-    """The rich view on a console: the tables, then the entry worked out."""
+         boxed: bool, full: bool, heat: str = "global", header: list[str] | None = None
+         ) -> None:
+    """The rich view on a console: ``header`` (``read_lines``), the tables, then the
+    entry worked out."""
     from rich.text import Text
 
     from .tables import print_wrapped, render
+
+    for line in header or ():
+        print_wrapped(console, Text(line, style="dim"))
+    if header:
+        console.print()
 
     render(vs, console, digits, boxed, full=full, heat=heat)
     if worked is not None:

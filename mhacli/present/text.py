@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import io
 import itertools
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
 import numpy as np
 
@@ -105,15 +105,16 @@ def json_array(a: np.ndarray) -> str:
     return text.decode().replace(",", ", ")  # spaced as the rest of the document
 
 
-def config_dict(c: Config, rows: list[str], cols: list[str], layout: str = "rows"
-                ) -> dict[str, Any]:
+def config_dict(c: Config, rows: list[str], cols: list[str], layout: str = "rows",
+                read: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The config JSON: the problem's sizes, its settings (as the settings table shows
     each), its labels and the layout shown."""
     from ..engine.settings import config_shown
 
     return {"n": c.n, "m": c.m, "heads": c.heads, "d_model": c.d_model, "d_kv": c.d_kv,
             "d_k": c.d_k, "d_v": c.d_v, "d_out": c.d_out, "cross_attention": c.cross,
-            **config_shown(c), "tokens": rows, "kv_tokens": cols, "layout": layout}
+            **config_shown(c), "tokens": rows, "kv_tokens": cols, "layout": layout,
+            **({"checkpoint": dict(read)} if read else {})}
 
 
 def explain_json(tr: Trace, rows: list[str], cols: list[str],
@@ -127,7 +128,8 @@ def explain_json(tr: Trace, rows: list[str], cols: list[str],
 def json_pieces(tr: Trace, rows: list[str], cols: list[str],
                 stages: Iterable[str] | None = None, head: int | None = None,
                 exact: dict[str, np.ndarray] | None = None,
-                cell: dict[str, Any] | None = None, layout: str = "rows") -> Iterator[str]:
+                cell: dict[str, Any] | None = None, layout: str = "rows",
+                read: Mapping[str, Any] | None = None) -> Iterator[str]:
     """Every stage as nested lists in the row layout (the contract's shapes), a stage at
     a time: the document is written as it is made, never held whole as text.
 
@@ -158,7 +160,7 @@ def json_pieces(tr: Trace, rows: list[str], cols: list[str],
             return list(range(len(a)))
         return [head - 1 if len(a) == c.heads else c.kv_of(head - 1)]
 
-    config = config_dict(c, rows, cols, layout)
+    config = config_dict(c, rows, cols, layout, read)
     if c.backward:
         from ..engine.gradients import loss
 

@@ -146,7 +146,8 @@ def _parts_view(s: Stage, tr: Trace, h: int, queries: list[str], keys: list[str]
         block = tr.parts[s.name][part][h - 1]  # (n, 1) or (n, m); the sink's (1, 1)
         blocks.append(np.broadcast_to(block, (n, block.shape[1])))
         cols += [heading.format(key=k) for k in keys] if "{key}" in heading else [heading]
-    title = f"{s.name} · head {h} of {count}, {s.parts_title}"
+    which = "head" if count == tr.config.heads else "key/value head"
+    title = f"{s.name} · {which} {h} of {count}, {s.parts_title}"
     rows_marked, keys_marked = marked
     cols_marked = frozenset({0, len(cols) - 1} | {1 + j for j in keys_marked}) \
         if keys_marked else frozenset()  # max, the key's exp, the sum
