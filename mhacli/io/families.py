@@ -272,8 +272,9 @@ def window_of(r: Reader, default_types: Callable[[int], str] | None = None,
                       "does not compute")
     if size is None:
         raise r.error("sliding_window", "missing, but layer_types makes this layer slide")
+    size = _window_size(r, size)
     r.note("window", f"config sliding_window (layer {r.layer}: {kind})")
-    return _window_size(r, size), kind
+    return size, kind
 
 
 def _window_size(r: Reader, size: Any) -> int:
