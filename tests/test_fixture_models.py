@@ -84,3 +84,22 @@ def _truncate(folder: Path) -> None:
     path = folder / "model.safetensors"
     data = path.read_bytes()
     path.write_bytes(data[:len(data) - 1000])
+
+
+def test_an_exercise_on_a_real_layer_round_trips(tmp_path: Path) -> None:
+    """generate --checkpoint writes the layer's weights and every setting read (the
+    scale, softcap, RoPE, window …); the file's own output is the checkpoint's, and its
+    key passes check."""
+    folder = MODELS / "gemma2"
+    key = tmp_path / "key.yaml"
+    r = runner.invoke(app, ["generate", "--checkpoint", str(folder), "--layer", "0",
+                            "--tokens", "3", "--seed", "4", "--answers", "-o", str(key)])
+    assert r.exit_code == 0, r.stderr
+    assert runner.invoke(app, ["check", str(key)]).exit_code == 0
+    from_file = mhacli.attention(**mhacli.load(str(key)).inputs)
+    r = runner.invoke(app, ["run", "--checkpoint", str(folder), "--layer", "0", "--tokens",
+                            "3", "--seed", "4", "--format", "json"])
+    np.testing.assert_allclose(from_file, json.loads(r.stdout)["output"], rtol=1e-12,
+                               atol=1e-12)
+    text = key.read_text()
+    assert "softcap: 2" in text and "window: " in text and "\nscale: " in text

@@ -12,7 +12,10 @@ import typer
 from ..errors import MhaError
 from .core import command, guard
 from .common import about, problem
-from .options import CHECKING, OUTPUT, CheckFormat, DebugOpt, SampleOpt, stage_help, with_settings
+from .options import (
+    CHECKING, OUTPUT, CheckFormat, CheckpointOpt, DebugOpt, LayerOpt, SampleOpt, stage_help,
+    with_settings,
+)
 from .terminal import console_for_stdout, rich_stdout, say
 
 MOST_POINTS = 1_000_000  # what one stage may be worth in --points
@@ -25,6 +28,8 @@ def check(
         help="Problem files with an answers: section (- for standard input); several are "
              "graded a line each, then a summary.", show_default=False)] = None,
     sample: SampleOpt = None,
+    checkpoint: CheckpointOpt = None,
+    layer: LayerOpt = None,
     key: Annotated[Optional[str], typer.Option(
         "--key", metavar="KEY", help="The teacher's file: the problem every submission is "
         "graded on (a submission may then hold only answers:), and with answers: the "
@@ -98,7 +103,7 @@ def check(
                                            stdin=sys.stdin.buffer if file == "-" else None)
                 else:
                     prob = problem(file, sample, "check", masked_row=masked_row,
-                                   layout=layout)
+                                   layout=layout, checkpoint=checkpoint, layer=layer)
                 context["tokens"] = prob.tokens
                 with about(prob):
                     results.append((prob.source, judge(prob, tolerance, partial=partial,

@@ -11,7 +11,8 @@ import typer
 from ..errors import MhaError
 from .core import command, guard
 from .options import (
-    CHECKING, PROBLEM, DebugOpt, DModelOpt, IntsOpt, OutputOpt, stage_help, with_settings,
+    CHECKING, PROBLEM, CheckpointOpt, DebugOpt, DModelOpt, IntsOpt, LayerOpt, OutputOpt,
+    stage_help, with_settings,
 )
 from .streams import write_file
 
@@ -39,6 +40,8 @@ def generate(
     no_w_o: Annotated[bool, typer.Option(
         "--no-w-o", help="Leave out the output projection (the output is the concatenation).",
         rich_help_panel=PROBLEM)] = False,
+    checkpoint: CheckpointOpt = None,
+    layer: LayerOpt = None,
     max_score: Annotated[Optional[float], typer.Option(
         "--max-score", help="--ints: every scaled score within ± this (default 4), so each "
                             "exp is one a calculator handles.", rich_help_panel=PROBLEM)] = None,
@@ -88,13 +91,19 @@ def generate(
         if seed is None:  # record the seed drawn, so that the file can be made again
             seed = new_seed()
         layout = settings.pop("layout") or "rows"
-        prob = gen.random_problem(
-            seed=seed, tokens=gen.parse_tokens(tokens) if tokens is not None else None,
-            d_model=d_model, ints=gen.parse_ints(ints) if ints is not None else None,
-            kv_tokens=gen.parse_tokens(kv_tokens, "--kv-tokens") if kv_tokens is not None
-            else None,
-            d_kv=d_kv, w_o=not no_w_o, most=gen.MOST_WRITTEN, d_k=d_k, max_score=max_score,
-            settings=option_values(settings), backward=backward)
+        if checkpoint is not None or layer is not None:
+            prob = _on_checkpoint(checkpoint, layer, tokens, seed, ints, d_model,
+                                  option_values(settings))
+        else:
+            prob = gen.random_problem(
+                seed=seed, tokens=gen.parse_tokens(tokens) if tokens is not None else None,
+                d_model=d_model, ints=gen.parse_ints(ints) if ints is not None else None,
+                kv_tokens=gen.parse_tokens(kv_tokens, "--kv-tokens") if kv_tokens is not None
+                else None,
+                d_kv=d_kv, w_o=not no_w_o, most=gen.MOST_WRITTEN, d_k=d_k,
+                max_score=max_score, settings=option_values(settings), backward=backward)
+        if backward:
+            prob = prob.with_overrides(backward=True)
         chosen = [engine.canonical(s) for s in stage] if stage else None
         if chosen and any(s.startswith("d_") for s in chosen):
             prob = prob.with_overrides(backward=True)  # gradients asked for: compute them
@@ -106,3 +115,22 @@ def generate(
             write_file(output, text.encode("utf-8"))
         else:
             sys.stdout.write(text)
+
+
+def _on_checkpoint(checkpoint: Any, layer: Optional[int], tokens: Optional[str],
+                   seed: int, ints: Optional[str], d_model: Optional[int],
+                   settings: dict[str, Any]) -> Any:
+    """An exercise on a real model's layer: its weights and settings, random tokens."""
+    from ..io import generate as gen
+    from ..io.problem import load_checkpoint
+
+    if checkpoint is None:
+        raise MhaError("--layer picks a layer of --checkpoint: give --checkpoint too")
+    if ints is not None or d_model is not None:
+        raise MhaError("--checkpoint gives the weights: it cannot be combined with --ints "
+                       "or --d-model")
+    spec = gen.parse_tokens(tokens) if tokens is not None else None
+    prob = load_checkpoint(checkpoint, layer, tokens=spec, seed=seed)
+    changes = {k: v for k, v in settings.items() if v is not None}
+    return prob.with_overrides(**changes) if changes else prob
+

@@ -51,7 +51,30 @@ class Layer:
 
 def read_layer(path: str | Path, layer: int = 0) -> Layer:
     """Layer ``layer`` of a checkpoint (a model folder, index, .safetensors or .npz) as
-    the problem's own keys, its config followed or refused by name."""
+    the problem's own keys, its config followed or refused by name. The last layer read
+    is kept: a command that asks twice (its width, then its weights) reads it once."""
+    import os
+
+    try:  # the files' times and sizes: an edited config.json is read again
+        where = Path(path)
+        files = sorted(where.iterdir()) if where.is_dir() else [where, where.parent / "config.json"]
+        key = (str(where), str(where.resolve()), layer, tuple(
+            (f.name, st.st_mtime_ns, st.st_size) for f in files if f.exists()
+            for st in [os.stat(f)]))
+    except OSError:
+        key = None
+    if key is not None and _LAST[0] == key:
+        return _LAST[1]  # type: ignore[return-value]
+    found = _read_layer(path, layer)
+    if key is not None:
+        _LAST[:] = [key, found]
+    return found
+
+
+_LAST: list[Any] = [None, None]  # (path, its time and size, layer) and what was read
+
+
+def _read_layer(path: str | Path, layer: int) -> Layer:
     ckpt = open_checkpoint(path)
     names = ckpt.names
     kind, found = None, {}

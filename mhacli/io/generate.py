@@ -10,7 +10,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .. import numbers
-from ..engine.config import MATRICES
+from ..engine.config import MATRICES, VECTORS
 from ..errors import MhaError
 from .problem import Problem
 
@@ -363,6 +363,9 @@ def problem_yaml(problem: Problem, comment: str, answers: dict[str, np.ndarray] 
     for key in MATRICES:
         if key in problem.inputs:
             out += _matrix_lines(key, _texts(orient(getattr(p, key))))
+    for key in VECTORS:  # the biases (a checkpoint's layer may have them)
+        if getattr(p, key) is not None:
+            out.append(f"{key}: [{', '.join(_number(v) for v in getattr(p, key))}]")
     if answers:
         out.append("answers:" + ("    # fill in every _" if blank else ""))
         for stage, a in answers.items():
