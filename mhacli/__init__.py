@@ -5,6 +5,7 @@
     tr = mhacli.trace(x, w_q, w_k, w_v, heads=2)           # every stage: tr["weights"], ...
     problem = mhacli.load("problem.yaml")                  # .inputs, .tokens, .answers
     out = mhacli.attention(**problem.inputs)
+    problem = mhacli.load_text("gpt2/", "When Mary and John", layer=3)  # a model on a text
     report = mhacli.check("alice.yaml", key="key.yaml")    # as mha check grades: .ok, .verdict
 """
 
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from .engine import Config, Trace, attention, trace
 from .errors import MaskedRowWarning, MhaError
-from .io.problem import Problem, load
+from .io.problem import Problem, load, load_text
 
 if TYPE_CHECKING:
     from .grading.judge import Report
@@ -64,5 +65,5 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "STAGES", "Config", "MaskedRowWarning", "MhaError", "Problem", "Trace",
-    "__version__", "attention", "check", "load", "trace",
+    "__version__", "attention", "check", "load", "load_text", "trace",
 ]

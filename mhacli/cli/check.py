@@ -11,7 +11,7 @@ import typer
 
 from ..errors import MhaError
 from .core import command, guard
-from .common import about, problem
+from .common import about, layer_number, problem
 from .options import (
     CHECKING, OUTPUT, CheckFormat, CheckpointOpt, DebugOpt, LayerOpt, SampleOpt, stage_help,
     with_settings,
@@ -103,7 +103,8 @@ def check(
                                            stdin=sys.stdin.buffer if file == "-" else None)
                 else:
                     prob = problem(file, sample, "check", masked_row=masked_row,
-                                   layout=layout, checkpoint=checkpoint, layer=layer)
+                                   layout=layout, checkpoint=checkpoint,
+                                   layer=layer_number(layer))
                 context["tokens"] = prob.tokens
                 with about(prob):
                     results.append((prob.source, judge(prob, tolerance, partial=partial,

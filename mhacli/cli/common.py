@@ -34,3 +34,16 @@ def about(prob: object) -> Iterator[None]:
         yield
     except MhaError as exc:
         raise exc.located(prob.source) from None  # type: ignore[attr-defined]
+
+
+def layer_number(value: Optional[str], every: bool = False) -> "int | str | None":
+    """``--layer``: a layer from 0, or ``all`` (where ``every`` layer may be shown)."""
+    if value is None:
+        return None
+    text = value.strip().lower()
+    if text == "all" and every:
+        return "all"
+    if not text.isdigit() or len(text) > 6:
+        hint = "; all is for explain --all-heads" if text == "all" else ""
+        raise MhaError(f"--layer takes a layer number from 0, got {value!r}{hint}")
+    return int(text)

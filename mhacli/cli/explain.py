@@ -10,9 +10,9 @@ import typer
 
 from ..errors import MhaError
 from .core import command, guard
-from .common import about, inputs, problem
+from .common import about, inputs, layer_number, problem
 from .options import (
-    ADVANCED, OUTPUT, SHOW, CheckpointOpt, DebugOpt, DModelOpt, ExplainFormat, FileArg,
+    ADVANCED, OUTPUT, SHOW, CheckpointOpt, TextOpt, DebugOpt, DModelOpt, ExplainFormat, FileArg,
     HeatScale, IntsOpt, LayerOpt, PrecisionOpt, RandomOpt, SampleOpt, SeedOpt, TokensOpt,
     stage_help, with_settings,
 )
@@ -35,6 +35,7 @@ def explain(
     ints: IntsOpt = None,
     checkpoint: CheckpointOpt = None,
     layer: LayerOpt = None,
+    text: TextOpt = None,
     stage: Annotated[Optional[list[str]], typer.Option(
         "--stage", "-s", help=stage_help("Show only this stage"), rich_help_panel=SHOW)
     ] = None,
@@ -44,6 +45,11 @@ def explain(
         "--cell", metavar="STAGE:HEAD:ROW:COL",
         help="Write one entry out as its arithmetic (HEAD only for per-head stages), e.g. "
              "scores:1:2:1 or output:3:2.", rich_help_panel=SHOW)] = None,
+    all_heads: Annotated[bool, typer.Option(
+        "--all-heads", help="Every head of the layer at a glance (with --layer all, of every "
+        "layer): a small heat map of each head's weights, with its entropy, its peak and its "
+        "weight on the previous and the first token, to find the head worth opening.",
+        rich_help_panel=SHOW)] = False,
     fractions: Annotated[bool, typer.Option(
         "--fractions", help="Show the stages before the softmax as exact fractions (5/2).",
         rich_help_panel=SHOW)] = False,
@@ -103,9 +109,15 @@ def explain(
         from .. import engine
 
         layout = settings.pop("layout")
-        prob = problem(file, sample, random=random, seed=seed, tokens=tokens,
-                       d_model=d_model, ints=ints, checkpoint=checkpoint, layer=layer,
-                       backward=backward, layout=layout, **settings)
+        options = dict(file=file, sample=sample, random=random, seed=seed, tokens=tokens,
+                       d_model=d_model, ints=ints, checkpoint=checkpoint, text=text,
+                       layout=layout)
+        if all_heads:
+            from .overview import all_heads as overview
+
+            return overview(fmt.value, options, layer_number(layer, every=True), settings,
+                            svg, html, pager=not no_pager)
+        prob = problem(**options, layer=layer_number(layer), backward=backward, **settings)
         context["tokens"] = prob.tokens
         shown = layout or prob.layout
         stages = [engine.canonical(s) for s in stage] if stage else None

@@ -9,9 +9,10 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ..errors import MhaError
+from .common import layer_number
 from .core import command, guard
 from .options import (
-    CHECKING, PROBLEM, CheckpointOpt, DebugOpt, DModelOpt, IntsOpt, LayerOpt, OutputOpt,
+    CHECKING, PROBLEM, CheckpointOpt, TextOpt, DebugOpt, DModelOpt, IntsOpt, LayerOpt, OutputOpt,
     stage_help, with_settings,
 )
 from .streams import write_file
@@ -42,6 +43,7 @@ def generate(
         rich_help_panel=PROBLEM)] = False,
     checkpoint: CheckpointOpt = None,
     layer: LayerOpt = None,
+    text: TextOpt = None,
     max_score: Annotated[Optional[float], typer.Option(
         "--max-score", help="--ints: every scaled score within ± this (default 4), so each "
                             "exp is one a calculator handles.", rich_help_panel=PROBLEM)] = None,
@@ -91,9 +93,9 @@ def generate(
         if seed is None:  # record the seed drawn, so that the file can be made again
             seed = new_seed()
         layout = settings.pop("layout") or "rows"
-        if checkpoint is not None or layer is not None:
-            prob = _on_checkpoint(checkpoint, layer, tokens, seed, ints, d_model,
-                                  option_values(settings))
+        if checkpoint is not None or layer is not None or text is not None:
+            prob = _on_checkpoint(checkpoint, layer_number(layer), tokens, seed, ints,
+                                  d_model, option_values(settings), text)
         else:
             prob = gen.random_problem(
                 seed=seed, tokens=gen.parse_tokens(tokens) if tokens is not None else None,
@@ -119,18 +121,26 @@ def generate(
 
 def _on_checkpoint(checkpoint: Any, layer: Optional[int], tokens: Optional[str],
                    seed: int, ints: Optional[str], d_model: Optional[int],
-                   settings: dict[str, Any]) -> Any:
-    """An exercise on a real model's layer: its weights and settings, random tokens."""
+                   settings: dict[str, Any], text: Optional[str] = None) -> Any:
+    """An exercise on a real model's layer: its weights and settings, on random tokens
+    or on a text (x the model's own hidden state for it)."""
     from ..io import generate as gen
-    from ..io.problem import load_checkpoint
+    from ..io.problem import load_checkpoint, load_text
 
     if checkpoint is None:
-        raise MhaError("--layer picks a layer of --checkpoint: give --checkpoint too")
+        raise MhaError("--layer picks a layer of --checkpoint: give --checkpoint too" if
+                       text is None else "--text reads a text with a model: give "
+                       "--checkpoint MODEL (its folder, with its tokenizer)")
     if ints is not None or d_model is not None:
         raise MhaError("--checkpoint gives the weights: it cannot be combined with --ints "
                        "or --d-model")
-    spec = gen.parse_tokens(tokens) if tokens is not None else None
-    prob = load_checkpoint(checkpoint, layer, tokens=spec, seed=seed)
+    if text is not None:
+        if tokens is not None:
+            raise MhaError("--text gives x and the tokens: it cannot be combined with --tokens")
+        prob = load_text(checkpoint, text, layer)
+    else:
+        spec = gen.parse_tokens(tokens) if tokens is not None else None
+        prob = load_checkpoint(checkpoint, layer, tokens=spec, seed=seed)
     changes = {k: v for k, v in settings.items() if v is not None}
     return prob.with_overrides(**changes) if changes else prob
 

@@ -75,9 +75,14 @@ CheckpointOpt = Annotated[Optional[Path], typer.Option(
     "Llama 1–3, Mistral, Mixtral, Qwen 2/3, OLMo 2, Phi, Phi-3, GPT-NeoX, GPT-J, Falcon, "
     "Gemma 2/3, gpt-oss. On the problem file's x or on random tokens.",
     rich_help_panel=PROBLEM)]
-LayerOpt = Annotated[Optional[int], typer.Option(
+TextOpt = Annotated[Optional[str], typer.Option(
+    "--text", help="With --checkpoint MODEL (a model folder with its tokenizer): x is the "
+    "model's own hidden state entering the layer's attention for this text, its rows the "
+    "tokens; mha's output is checked against the model's (needs transformers and torch).",
+    rich_help_panel=PROBLEM)]
+LayerOpt = Annotated[Optional[str], typer.Option(
     "--layer", metavar="N", help="--checkpoint: the layer (from 0, as the checkpoint numbers "
-    "them).", rich_help_panel=PROBLEM)]
+    "them; explain --all-heads: or all).", rich_help_panel=PROBLEM)]
 PrecisionOpt = Annotated[Optional[int], typer.Option(
     "--precision", "-p", min=0, max=17, help="Decimals to show.", rich_help_panel=OUTPUT)]
 DebugOpt = Annotated[bool, typer.Option(

@@ -10,9 +10,9 @@ import typer
 
 from ..errors import MhaError
 from .core import command, guard
-from .common import about, inputs, problem
+from .common import about, inputs, layer_number, problem
 from .options import (
-    OUTPUT, CheckpointOpt, DebugOpt, DModelOpt, FileArg, IntsOpt, LayerOpt, OutputOpt,
+    OUTPUT, CheckpointOpt, TextOpt, DebugOpt, DModelOpt, FileArg, IntsOpt, LayerOpt, OutputOpt,
     RandomOpt, RunFormat, SampleOpt, SeedOpt, TokensOpt, with_settings,
 )
 from .streams import write_file
@@ -31,6 +31,7 @@ def run(
     ints: IntsOpt = None,
     checkpoint: CheckpointOpt = None,
     layer: LayerOpt = None,
+    text: TextOpt = None,
     fmt: Annotated[Optional[RunFormat], typer.Option(
         "--format", "-f", help="Output format (default: plain, or the -o file's extension: "
                                ".json .csv .tsv .yaml .npy .txt).", show_default=False,
@@ -68,7 +69,8 @@ def run(
 
         if jsonl:
             others = [o for o, v in (("--sample", sample), ("--random", random),
-                                     ("--checkpoint", checkpoint), ("-o", output),
+                                     ("--checkpoint", checkpoint), ("--text", text),
+                                     ("-o", output),
                                      ("--ints", ints), ("--seed", seed)) if v]
             if others or fmt not in (None, RunFormat.json):
                 raise MhaError(f"--jsonl reads problems and writes JSON lines: it cannot be "
@@ -78,8 +80,8 @@ def run(
             return
 
         prob = problem(file, sample, "run", random=random, seed=seed, tokens=tokens,
-                       d_model=d_model, ints=ints, checkpoint=checkpoint, layer=layer,
-                       **settings)
+                       d_model=d_model, ints=ints, checkpoint=checkpoint,
+                       layer=layer_number(layer), text=text, **settings)
         context["tokens"] = prob.tokens
         fmt = fmt or _format_of(output)
         if fmt is RunFormat.npy and output is None and sys.stdout.isatty():

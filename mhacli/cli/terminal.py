@@ -171,7 +171,7 @@ def show(vs: list, worked: object, digits: int, full: bool, svg: Path | None,
     if not (svg or html):
         return
     if terminal and not paged:  # what the terminal showed, recorded as it was drawn
-        _save(console, svg, html)
+        save(console, svg, html)
     else:  # paged, or no colour here (NO_COLOR): drawn again aside, as a terminal shows it
         export(vs, worked, digits, full, svg, html, heat, header)
 
@@ -180,19 +180,25 @@ def export(vs: list, worked: object, digits: int, full: bool, svg: Path | None,
            html: Path | None, heat: str = "global", header: list[str] | None = None) -> None:
     """The rich view as a colour terminal 100 columns wide shows it, saved as SVG and/or
     HTML (and nothing on stdout)."""
+    from ..present.explain import show as draw
+
+    recorder = export_console()
+    draw(vs, worked, recorder, digits, True, full=full, heat=heat,  # type: ignore[arg-type]
+         header=header)
+    save(recorder, svg, html)
+
+
+def export_console():  # type: ignore[no-untyped-def]
+    """A console that records what a colour terminal 100 columns wide would show."""
     from rich.console import Console
 
     from ..present.explain import PIPE_WIDTH
-    from ..present.explain import show as draw
 
-    recorder = Console(file=io.StringIO(), record=True, width=PIPE_WIDTH, force_terminal=True,
-                       color_system="truecolor", no_color=False)  # (whatever NO_COLOR says)
-    draw(vs, worked, recorder, digits, True, full=full, heat=heat,  # type: ignore[arg-type]
-         header=header)
-    _save(recorder, svg, html)
+    return Console(file=io.StringIO(), record=True, width=PIPE_WIDTH, force_terminal=True,
+                   color_system="truecolor", no_color=False)  # (whatever NO_COLOR says)
 
 
-def _save(recorder: object, svg: Path | None, html: Path | None) -> None:
+def save(recorder: object, svg: Path | None, html: Path | None) -> None:
     if svg is not None:
         write_file(svg, portable_svg(recorder.export_svg(title="mha explain", clear=False))  # type: ignore[attr-defined]
                    .encode("utf-8"))

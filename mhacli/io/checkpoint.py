@@ -47,6 +47,18 @@ class Layer:
     family: str
     path: str
     layer: int
+    stem: str = ""  # the layer's attention module, as its tensors' names begin
+
+
+def layers(path: str | Path) -> list[int]:
+    """The layers of a checkpoint's attention, in order."""
+    names = open_checkpoint(path).names
+    for _, pattern, _ in LAYOUTS:
+        rx = re.compile(pattern)
+        found = sorted({int(m[1]) for n in names if (m := rx.search(n))})
+        if found:
+            return found
+    return []
 
 
 def read_layer(path: str | Path, layer: int = 0) -> Layer:
@@ -116,7 +128,7 @@ def _read_layer(path: str | Path, layer: int) -> Layer:
                "falcon": fam.falcon}[kind](r, stem)  # type: ignore[index]
     _refuse_the_rest(r, stem)
     family = model_type or kind or "unknown"
-    return Layer(out, dict(r.origin), family, str(ckpt.path), layer)
+    return Layer(out, dict(r.origin), family, str(ckpt.path), layer, stem)
 
 
 def _bare_decoder(r: fam.Reader, stem: str) -> dict[str, Any]:

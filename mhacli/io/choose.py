@@ -17,7 +17,7 @@ def problem_from(*, file: str | None = None, sample: str | None = None,
                  random: bool = False, seed: int | None = None, tokens: str | None = None,
                  d_model: int | None = None, ints: str | None = None,
                  layout: str | None = None, stdin: Any = None, checkpoint: Any = None,
-                 layer: int | None = None, backward: bool = False,
+                 layer: int | None = None, backward: bool = False, text: str | None = None,
                  **settings: Any) -> Problem:
     """The problem a command line describes, validated once with its overrides.
 
@@ -37,7 +37,19 @@ def problem_from(*, file: str | None = None, sample: str | None = None,
                                ("--ints", ints), ("--d-model", d_model)) if v] or ["--tokens N"]
         raise MhaError(f"{used[0]} makes a random problem; it cannot be combined with a "
                        "file or --sample")
-    if checkpoint is not None:
+    if text is not None:
+        others = [o for o, v in (("a FILE", file), ("--sample", sample), ("--random", random),
+                                 ("--seed", seed), ("--tokens", tokens), ("--ints", ints),
+                                 ("--d-model", d_model)) if v is not None and v is not False]
+        if checkpoint is None or others:
+            raise MhaError("--text reads a text with a model: give --checkpoint MODEL (its "
+                           "folder, with its tokenizer)" if checkpoint is None else
+                           f"--text gives x and the tokens: it cannot be combined with "
+                           f"{others[0]}")
+        from .problem import load_text
+
+        prob = load_text(checkpoint, text, layer, layout=layout or "rows")
+    elif checkpoint is not None:
         if sample is not None or ints is not None or d_model is not None:
             raise MhaError("--checkpoint gives the weights: use it with a problem file (its x) "
                            "or --random/--tokens N/--seed (random token vectors), not with "

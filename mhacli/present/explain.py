@@ -23,6 +23,10 @@ def read_lines(read: Mapping[str, Any], c: Any) -> list[str]:
     settings = read.get("settings", {})
     width = max((len(k) for k in settings), default=0)
     lines += [f"  {key.ljust(width)}  {where}" for key, where in settings.items()]
+    if "agreement" in read:
+        lines.append(f"  x: the model's own hidden state for the text ({len(read['ids'])} "
+                     f"tokens); mha's output agrees with the model's attention output to "
+                     f"{read['agreement']:.1e} (the largest difference, relative)")
     if c.rope is not None and c.rope_freqs:
         freqs = ", ".join(f"{t:.6g}" for t in c.rope_freqs)
         factor = f"; cos and sin × {c.rope_factor:.6g}" if c.rope_factor != 1.0 else ""

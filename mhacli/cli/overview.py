@@ -1,0 +1,76 @@
+"""``explain --all-heads``: every head of a layer, or of every layer, at a glance."""
+
+# No `from __future__ import annotations`: this module sits beside Typer's commands.
+
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+from ..errors import MhaError
+from .common import about, problem
+from .terminal import console_for_stdout, export_console, page, rich_stdout, save
+
+
+def all_heads(fmt: str, options: dict[str, Any], layer: Any, settings: dict[str, Any],
+              svg: Optional[Path], html: Optional[Path], pager: bool) -> None:
+    """Each layer's problem (one forward pass of the model for a text), each head's
+    weights made one at a time, summarised and drawn."""
+    from ..engine import lean_trace
+    from ..present import overview
+    from ..present.text import config_dict
+
+    if fmt not in ("rich", "plain", "json", "markdown"):
+        raise MhaError("--all-heads draws the heads as small heat maps: --format rich, plain, "
+                       "markdown or json")
+    problems = _problems(options, layer, settings)
+    layers = []
+    for prob in problems:
+        with about(prob):
+            tr = lean_trace(prob.prepared)
+        layers.append((prob.read.get("layer", 0), overview.heads_of(tr, prob.read.get("layer", 0))))
+    first = problems[0]
+    text = first.read.get("text")
+    n = first.config.n
+    if fmt == "json":
+        queries, keys = first.labels()
+        config = config_dict(first.config, queries, keys, first.layout, first.read)
+        sys.stdout.write(overview.as_json(layers, config))
+        return
+    if fmt == "rich" and rich_stdout():
+        console, _ = console_for_stdout(record=bool(svg or html))
+        if console.is_terminal and pager:
+            with console.capture() as captured:
+                overview.show(layers, console, n, text)
+            page(captured.get(), console.height)
+        else:
+            overview.show(layers, console, n, text)
+    else:
+        from ..present.explain import PIPE_WIDTH
+
+        fence = fmt == "markdown"
+        sys.stdout.write("```\n" if fence else "")
+        for piece in overview.plain(layers, PIPE_WIDTH, n, text):
+            sys.stdout.write(piece)
+        sys.stdout.write("```\n" if fence else "")
+    if svg or html:
+        recorder = export_console()
+        overview.show(layers, recorder, n, text)
+        save(recorder, svg, html)
+
+
+def _problems(options: dict[str, Any], layer: Any, settings: dict[str, Any]) -> list:
+    """The problem of each layer shown: ``--layer all`` takes every layer of the
+    checkpoint (a text read once), else the one problem the options name."""
+    if layer != "all":
+        return [problem(**options, layer=layer, **settings)]
+    checkpoint, text = options.get("checkpoint"), options.get("text")
+    if checkpoint is None:
+        raise MhaError("--layer all shows every layer of a model: give --checkpoint MODEL")
+    from ..io.checkpoint import layers
+
+    every = layers(checkpoint)
+    if text is not None:
+        from ..io.problem import load_text_layers
+
+        return load_text_layers(checkpoint, text, every)
+    return [problem(**options, layer=k, **settings) for k in every]

@@ -1,0 +1,185 @@
+"""Real text through a real model: the model's own tokenizer and forward pass give x,
+the hidden state entering one layer's attention (after that layer's input norm), and
+the attention output the model itself computes from it, to compare mha's with.
+
+This needs Hugging Face ``transformers`` and ``torch`` (the ``models`` extra), imported
+only here and only when a text is read; nothing is downloaded: the model folder holds
+the tokenizer. The model runs in float64 (bfloat16 and float16 weights widen exactly),
+so that its numbers and mha's can agree to the last few digits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import MhaError
+
+EXTRA = ("--text runs the model's own tokenizer and forward pass, with Hugging Face "
+         "transformers and torch: pip install 'mhacli[models]' (and torch, e.g. pip install "
+         "torch --index-url https://download.pytorch.org/whl/cpu)")
+MAX_TEXT = 100_000  # characters: a text longer is surely not meant for one layer's view
+AGREEMENT = 1e-5  # mha's output against the model's: relative, the largest difference
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What the model made of a text: its tokens and ids, and for each layer read, the
+    hidden state entering its attention and the attention output the model computed."""
+
+    ids: list[int]
+    labels: list[str]
+    x: dict[int, np.ndarray]  # layer -> (n, d_model), float64
+    output: dict[int, np.ndarray]  # layer -> (n, d_out): the model's own attention output
+
+
+def read_text(folder: str | Path, text: str, layers: dict[int, str]) -> Reading:
+    """``text`` through the model in ``folder``: ``layers`` maps each layer to read to
+    its attention module's tensor prefix (as the checkpoint names it, with its dot)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        folder = folder.parent  # a .safetensors file or an index: the folder it is in
+    if not isinstance(text, str) or not text.strip():
+        raise MhaError("--text needs some text to read")
+    if len(text) > MAX_TEXT:
+        raise MhaError(f"--text is {len(text)} characters; up to {MAX_TEXT} are read")
+    try:
+        import torch
+        import transformers
+    except ImportError:
+        raise MhaError(EXTRA) from None
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    tokenizer = _tokenizer(transformers, folder)
+    ids = tokenizer(text)["input_ids"]
+    if not ids:
+        raise MhaError(f"the tokenizer of {folder} makes no token of the text")
+    longest = _positions(folder)
+    if longest is not None and len(ids) > longest:
+        raise MhaError(f"the text is {len(ids)} tokens, but this model reads at most "
+                       f"{longest} (its max_position_embeddings): shorten it",
+                       source=str(folder / "config.json"))
+    model = _model(transformers, torch, folder)
+    caught: dict[tuple[str, int], Any] = {}
+    handles = []
+    for layer, stem in layers.items():
+        inside = stem + ("self" if stem.endswith(".attention.") and
+                         _has(model, stem + "self") else "")
+        before, after = _module(model, inside.rstrip(".")), _module(model, _output(model, stem))
+        handles.append(before.register_forward_pre_hook(_catch(caught, "x", layer),
+                                                        with_kwargs=True))
+        handles.append(after.register_forward_hook(_catch(caught, "out", layer)))
+    try:
+        with torch.no_grad():
+            model(input_ids=torch.tensor([ids], dtype=torch.long))
+    except Exception as exc:  # the model's own refusal (a text too long for a table …)
+        raise MhaError(f"the model could not read the text ({type(exc).__name__}: {exc})",
+                       source=str(folder)) from None
+    finally:
+        for handle in handles:
+            handle.remove()
+    return Reading(list(ids), labels(tokenizer, ids),
+                   {k: caught[("x", k)] for k in layers}, {k: caught[("out", k)] for k in layers})
+
+
+def labels(tokenizer: Any, ids: list[int]) -> list[str]:
+    """Each token as a person reads it: its own text (``ĠMary`` is `` Mary``) without the
+    leading space, which stays visible (``␣Mary``) where the same word occurs without
+    one; a token of spaces alone as ``␣``, a newline as ``↵``; special tokens as they are."""
+    pieces = [tokenizer.decode([i]) for i in ids]
+    bare = [p.strip() for p in pieces]
+    out = []
+    for piece, word in zip(pieces, bare):
+        if not word:
+            out.append(piece.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥") or "∅")
+            continue
+        spaced = piece[:1].isspace()
+        clash = spaced and any(w == word and not p[:1].isspace() for p, w in zip(pieces, bare))
+        shown = ("␣" if clash else "") + word
+        out.append("".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" for ch in shown))
+    return out
+
+
+def _catch(caught: dict, what: str, layer: int) -> Any:
+    def before(module: Any, args: tuple, kwargs: dict) -> None:
+        value = args[0] if args else kwargs["hidden_states"]
+        caught[(what, layer)] = value[0].detach().double().numpy().copy()
+
+    def after(module: Any, args: tuple, output: Any) -> None:
+        value = output[0] if isinstance(output, tuple) else output
+        caught[(what, layer)] = value[0].detach().double().numpy().copy()
+
+    return before if what == "x" else after
+
+
+def _tokenizer(transformers: Any, folder: Path) -> Any:
+    names = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model",
+             "vocab.txt")
+    if not any((folder / n).exists() for n in names):
+        raise MhaError("holds no tokenizer (tokenizer.json, tokenizer_config.json …): "
+                       "--text needs the model's own", source=str(folder))
+    try:
+        return transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except Exception as exc:
+        raise MhaError(f"its tokenizer cannot be loaded ({type(exc).__name__}: {exc})",
+                       source=str(folder)) from None
+
+
+def _positions(folder: Path) -> int | None:
+    from .modelfiles import open_checkpoint
+
+    config = open_checkpoint(folder).config
+    for key in ("max_position_embeddings", "n_positions", "n_ctx"):
+        value = config.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def _model(transformers: Any, torch: Any, folder: Path) -> Any:
+    from .modelfiles import open_checkpoint
+
+    config = open_checkpoint(folder).config
+    names = config.get("architectures") or []
+    model_class = getattr(transformers, names[0], None) if names else None
+    model_class = model_class or transformers.AutoModel
+    try:
+        try:
+            model = model_class.from_pretrained(str(folder), attn_implementation="eager",
+                                                dtype="auto", local_files_only=True,
+                                                experts_implementation="eager")
+        except TypeError:  # a model with no experts to choose
+            model = model_class.from_pretrained(str(folder), attn_implementation="eager",
+                                                dtype="auto", local_files_only=True)
+    except Exception as exc:
+        raise MhaError(f"the model cannot be loaded ({type(exc).__name__}: {exc})",
+                       source=str(folder)) from None
+    return model.to(torch.float64).eval()
+
+
+def _has(model: Any, name: str) -> bool:
+    try:
+        model.get_submodule(name.rstrip("."))
+        return True
+    except AttributeError:
+        return False
+
+
+def _module(model: Any, name: str) -> Any:
+    try:
+        return model.get_submodule(name.rstrip("."))
+    except AttributeError:
+        raise MhaError(f"the model has no module {name.rstrip('.')}: its layers are not named "
+                       "as its checkpoint's tensors") from None
+
+
+def _output(model: Any, stem: str) -> str:
+    """The module whose output is the attention's, after its output projection: the
+    attention module itself, or BERT's ``attention.output.dense`` (before the residual
+    and its norm)."""
+    if stem.endswith(".attention.") and _has(model, stem + "output.dense"):
+        return stem + "output.dense"
+    return stem

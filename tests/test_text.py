@@ -1,0 +1,183 @@
+"""Real text in: a model's own tokenizer and forward pass give x (the hidden state
+entering a layer's attention), mha computes the layer and agrees with the model's own
+attention output; the all-heads view's numbers. The model's half runs where transformers
+and torch are installed; the rest from what they produced, kept in tests/fixtures."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import mhacli
+from mhacli.cli import app
+from mhacli.io.problem import from_reading
+from mhacli.io.text import Reading, labels
+
+MODELS = Path(__file__).parent / "fixtures" / "models"
+runner = CliRunner()
+TEXT = "When Mary and John went to the store, John gave a drink to"
+
+
+def _recorded(family: str) -> tuple[str, Reading, int]:
+    data = np.load(MODELS / family / "text.npz")
+    layers = sorted(int(k[2:]) for k in data.files if k.startswith("x_"))
+    reading = Reading([int(i) for i in data["ids"]], json.loads(str(data["labels"])),
+                      {k: data[f"x_{k}"] for k in layers}, {k: data[f"out_{k}"] for k in layers})
+    return str(data["text"]), reading, len(layers)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama3"])
+def test_what_the_model_made_of_a_text_agrees_with_mha(family: str) -> None:
+    """Without torch: x and the model's attention output as transformers made them (the
+    fixture); every layer's problem is labelled by the tokens and agrees."""
+    text, reading, layers = _recorded(family)
+    problems = from_reading(MODELS / family, text, reading, list(range(layers)))
+    for k, prob in enumerate(problems):
+        assert list(prob.tokens) == reading.labels and prob.read["layer"] == k
+        assert prob.read["agreement"] < 1e-5 and prob.read["text"] == text
+        np.testing.assert_allclose(mhacli.attention(**prob.inputs), reading.output[k],
+                                   rtol=1e-5, atol=1e-5 * np.abs(reading.output[k]).max())
+
+
+def test_a_disagreement_is_an_error_not_a_table() -> None:
+    text, reading, _ = _recorded("gpt2")
+    bad = Reading(reading.ids, reading.labels, reading.x,
+                  {0: reading.output[0] * 1.001, **{k: v for k, v in reading.output.items() if k}})
+    with pytest.raises(mhacli.MhaError, match="layer 0: mha's output differs from the model's"):
+        from_reading(MODELS / "gpt2", text, bad, [0])
+
+
+class _Tokens:
+    """A tokenizer as labels() sees it: decode() of one id."""
+
+    def __init__(self, pieces: list[str]) -> None:
+        self.pieces = pieces
+
+    def decode(self, ids: list[int]) -> str:
+        return self.pieces[ids[0]]
+
+
+def test_labels_read_as_a_person_reads_them() -> None:
+    pieces = ["<s>", "When", " Mary", " and", " John", "Mary", " ", "\n", "a\x07"]
+    got = labels(_Tokens(pieces), list(range(len(pieces))))
+    assert got == ["<s>", "When", "␣Mary", "and", "John", "Mary", "␣", "↵", "a\\x07"]
+
+
+def test_the_all_heads_numbers_are_the_heads_own() -> None:
+    """Entropy (bits), peak, previous and first, from the weights by plain loops."""
+    text, reading, _ = _recorded("gpt2")
+    prob = from_reading(MODELS / "gpt2", text, reading, [1])[0]
+    from mhacli.present import overview
+
+    r = runner.invoke(app, ["explain", "--sample", "intro", "--all-heads", "--format", "json"])
+    assert r.exit_code == 0, r.stderr
+    tr = mhacli.trace(**prob.inputs)
+    heads = overview.heads_of(tr, 1)
+    for h, got in enumerate(heads):
+        a = tr["weights"][h].tolist()
+        rows = a[1:]
+        entropy = sum(-sum(w * math.log2(w) for w in row if w > 0) for row in rows) / len(rows)
+        assert got.numbers.entropy == pytest.approx(entropy, rel=1e-12)
+        assert got.numbers.peak == pytest.approx(sum(max(r) for r in rows) / len(rows))
+        assert got.numbers.previous == pytest.approx(
+            sum(a[i][i - 1] for i in range(1, len(a))) / len(rows))
+        assert got.numbers.first == pytest.approx(sum(r[0] for r in rows) / len(rows))
+        assert got.grid.shape == (16, 16) and got.pooled  # 21 tokens: blocks pooled
+    doc = json.loads(r.stdout)
+    assert [h["head"] for h in doc["heads"]] == [1, 2] and len(doc["heads"][0]["map"]) == 3
+
+
+def test_without_the_extra_one_line_names_it(tmp_path: Path) -> None:
+    code = ("import sys; sys.modules['transformers'] = None; sys.modules['torch'] = None\n"
+            "from mhacli.cli import main\n"
+            f"sys.exit(main(['run', '--checkpoint', {str(MODELS / 'gpt2')!r}, '--text', 'hi']))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stdout == "", r.stdout
+    assert r.stderr.startswith("Error: --text runs the model's own tokenizer") and \
+        "pip install 'mhacli[models]'" in r.stderr and r.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--text", "hi"], "give --checkpoint MODEL"),
+    (["--text", "hi", "--checkpoint", str(MODELS / "gpt2"), "--tokens", "3"],
+     "cannot be combined with --tokens"),
+    (["--text", "hi", "--sample", "cat", "--checkpoint", str(MODELS / "gpt2")],
+     "cannot be combined with --sample"),
+    (["--text", "hi", "--checkpoint", str(MODELS / "gpt2"), "--layer", "7"],
+     "the checkpoint has layers 0–1"),
+    (["--text", "hi", "--checkpoint", str(MODELS / "gemma2")], "holds no tokenizer"),
+])
+def test_text_errors_are_one_line(args: list[str], words: str) -> None:
+    r = runner.invoke(app, ["run", *args])
+    assert r.exit_code == 2 and r.stdout == "", r.stdout
+    assert r.stderr.startswith("Error: ") and r.stderr.count("\n") == 1, r.stderr
+    assert words in r.stderr, r.stderr
+
+
+# --------------------------------------------------------------------------- with the model
+
+transformers = pytest.importorskip("transformers") if False else None
+
+
+def _hf():  # type: ignore[no-untyped-def]
+    pytest.importorskip("transformers")
+    from . import hf_reference as hf
+
+    return hf
+
+
+@pytest.mark.parametrize("family", ["gpt2", "bert", "llama3", "qwen3", "olmo2", "phi",
+                                    "gpt_neox", "gptj", "falcon-new", "gemma2", "gemma3",
+                                    "gpt_oss", "mistral", "phi3"])
+def test_x_is_the_models_own_hidden_state(family: str, tmp_path: Path) -> None:
+    hf = _hf()
+    folder = hf.make_model(family, tmp_path / family, tokenizer=True)
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    for text in (TEXT, "The cat sat on the mat."):
+        ids = tok(text)["input_ids"]
+        for layer in (0, 1):
+            prob = mhacli.load_text(folder, text, layer=layer)
+            np.testing.assert_allclose(prob.inputs["x"],
+                                       hf.hidden_before_attention(folder, layer, ids),
+                                       rtol=1e-12, atol=1e-12)
+            assert len(prob.tokens) == len(ids) and prob.read["ids"] == ids
+            want = hf.attention_output_in_model(folder, layer, ids)
+            got = mhacli.attention(**prob.inputs)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_the_commands_on_a_text(tmp_path: Path) -> None:
+    hf = _hf()
+    folder = hf.make_model("llama3", tmp_path / "llama3", tokenizer=True)
+    base = ["--checkpoint", str(folder), "--text", TEXT, "--layer", "1"]
+    r = runner.invoke(app, ["explain", *base, "--format", "json", "--stage", "weights"])
+    assert r.exit_code == 0, r.stderr
+    read = json.loads(r.stdout)["config"]["checkpoint"]
+    assert read["text"] == TEXT and read["agreement"] < 1e-5
+    r = runner.invoke(app, ["run", *base, "--format", "json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["shape"][1] == 32
+    key = tmp_path / "key.yaml"
+    r = runner.invoke(app, ["generate", *base, "--answers", "-o", str(key)])
+    assert r.exit_code == 0, r.stderr
+    assert mhacli.load(str(key)).tokens[:3] == ("Whe", "n", "Mary")
+    assert runner.invoke(app, ["check", str(key)]).exit_code == 0
+    r = runner.invoke(app, ["explain", "--checkpoint", str(folder), "--text", TEXT,
+                            "--layer", "all", "--all-heads", "--format", "json"])
+    heads = json.loads(r.stdout)["heads"]
+    assert r.exit_code == 0 and {h["layer"] for h in heads} == {0, 1} and len(heads) == 8
+
+
+def test_a_text_longer_than_the_model_reads_is_refused(tmp_path: Path) -> None:
+    hf = _hf()
+    folder = hf.make_model("gpt2", tmp_path / "gpt2", tokenizer=True)
+    r = runner.invoke(app, ["run", "--checkpoint", str(folder), "--text", TEXT * 20])
+    assert r.exit_code == 2 and "but this model reads at most" in r.stderr, r.stderr
