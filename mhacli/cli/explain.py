@@ -43,9 +43,15 @@ def explain(
     cell: Annotated[Optional[str], typer.Option(
         "--cell", metavar="STAGE:HEAD:ROW:COL",
         help="Write one entry out as its arithmetic (HEAD only for per-head stages), e.g. "
-             "scores:1:2:1 or output:3:2.", rich_help_panel=SHOW)] = None,
+             "scores:1:2:1 or output:3:2. With --tiles, tiles:HEAD:ROW:STEP:FIELD[:COL] "
+             "(key block STEP met by query ROW; FIELD s or p with COL a key, m, correction, "
+             "l, or o with COL a value column), tiles:HEAD:ROW:output:COL or "
+             "tiles:HEAD:ROW:lse; with --decode, decode:STEP:FIELD:… (q:HEAD:COL, "
+             "k_new:G:COL, k_cache:G:POS:COL, scores:HEAD:POS, weights:HEAD:POS, "
+             "head_outputs:HEAD:COL, output:COL, cache_bytes).", rich_help_panel=SHOW)] = None,
     fractions: Annotated[bool, typer.Option(
-        "--fractions", help="Show the stages before the softmax as exact fractions (5/2).",
+        "--fractions", help="Show the stages before the softmax (and the tiles' S) as exact "
+        "fractions (5/2).",
         rich_help_panel=SHOW)] = False,
     backward: Annotated[bool, typer.Option(
         "--backward", help="The backward pass too: the gradient of the loss with respect to "
@@ -98,6 +104,10 @@ def explain(
       mha explain --ints 0:2 --tokens 3 --d-model 4 --seed 1 --format markdown
 
       mha explain problem.yaml --format json | jq '.stages.weights'
+
+      mha explain --sample flash --tiles 2 --stage tiles   FlashAttention's tiles
+
+      mha explain --sample kv-cache --decode --splits 2 --stage decode   a KV cache
     """
     with guard(debug) as context:
         from .. import engine

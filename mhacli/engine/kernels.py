@@ -245,6 +245,19 @@ def why_skipped(p: Prepared, rows: range, keys: range) -> str:
         "the mask, window and padding together"
 
 
+def agreement(a: Array, b: Array) -> str:
+    """How the rows a kernel made agree with the plain computation's, in words: within
+    1e-12 (relative to the largest of them, as the contract holds them to), or by how
+    much they differ. The same words on every machine when they agree, whatever the
+    last bits of its sums."""
+    gap = largest_difference(a, b)
+    scale = max(1.0, float(np.nanmax(np.abs(b)))) if np.size(b) and \
+        not np.isnan(b).all() else 1.0
+    if gap <= 1e-12 * scale:
+        return "equal to within 1e-12"
+    return f"they differ by up to {gap:.1e}" if gap == gap else "they differ (NaN)"
+
+
 def largest_difference(a: Array, b: Array) -> float:
     """The largest |a − b| (0 where both are NaN: a dead row under masked_row nan)."""
     with np.errstate(invalid="ignore"):

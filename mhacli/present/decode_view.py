@@ -12,13 +12,13 @@ unnormalised O a head) and their combination. Steps are made one at a time
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 
 from ..engine import Trace
 from ..engine.decoding import DecodeStep, each_step
-from ..engine.kernels import largest_difference
+from ..engine.kernels import agreement
 from ..engine.writing import sub
 from .tile_view import span_text
 from .views import Note, View, transposed
@@ -110,9 +110,10 @@ def _step(tr: Trace, st: DecodeStep, labels: list[str], head: int | None,
                (" with its sink (the sink's weight dropped)" if c.sinks else ""),
                st.weights[heads], heads_rows, cached, heat=True, blocked=blocked,
                sums_to_one=not c.sinks, latex=r"a_t = \operatorname{softmax}(z_t)")
-    g_of = "".join(sub(c.kv_of(h) + 1) for h in heads[:1]) if len(heads) == 1 else "_g"
-    yield view("head_outputs", "head_outputs", f"weights · v_cache{g_of}: row {t} of "
-               "head_outputs", st.head_outputs[heads], heads_rows,
+    of = f"v_cache{sub(c.kv_of(heads[0]) + 1)}" if len(heads) == 1 or c.groups == 1 else \
+        "the v_cache of each head's key/value head"
+    yield view("head_outputs", "head_outputs", f"weights · {of}: row {t} of head_outputs",
+               st.head_outputs[heads], heads_rows,
                [str(d) for d in range(1, c.d_v + 1)], latex="o_t = a_t V")
     yield view("output", "output", f"the heads side by side{' · W_O' if c.has_w_o else ''}"
                f"{' + b_o' if 'b_o' in c.biases else ''}: row {t} of output",
@@ -122,28 +123,29 @@ def _step(tr: Trace, st: DecodeStep, labels: list[str], head: int | None,
         yield from _splits(st, heads, view, c.d_v, c.sinks)
 
 
-def _splits(st: DecodeStep, heads: list[int], view: object, d_v: int, sinks: bool
+def _splits(st: DecodeStep, heads: list[int], view: Any, d_v: int, sinks: bool
             ) -> Iterator[View | Note]:
-    """The split-K chunks of one step and their combination, a row a chunk and head."""
-    rows, parts = [], []
-    for chunk in st.splits or ():
-        for h in heads:
-            rows.append(f"{span_text('position', chunk.positions)} · head {h + 1}")
-            parts.append(np.concatenate([[chunk.m[h], chunk.l[h]], chunk.o[h]]))
+    """The split-K chunks of one step and their combination: a table a head, a column a
+    chunk (its positions) and one for the combination, a row for m, ℓ and each of O."""
+    chunks = st.splits or ()
     combined = st.combined
     assert combined is not None
-    for h in heads:
-        rows.append(f"combined · head {h + 1}")
-        parts.append(np.concatenate([[combined.m[h], combined.l[h]], combined.o[h]]))
+    cols = [_positions(c.positions) for c in chunks] + ["combined"]
+    rows = ["m", "ℓ"] + [f"o{d}" for d in range(1, d_v + 1)]
     sink = "; the sink joins as (s_h, 1, 0)" if sinks else ""
-    yield view("splits", f"split-K, {len(st.splits or ())} chunk(s)",  # type: ignore[operator]
-               "each chunk: m = its max, ℓ = Σ exp(s − m), O = Σ exp(s − m)·v; combined: "
-               f"each rescaled by exp(m_chunk − m) and summed{sink}", np.array(parts), rows,
-               ["m", "ℓ"] + [f"o{d}" for d in range(1, d_v + 1)],
-               latex=r"(m, \ell, O)")
+    for h in heads:
+        parts = [np.concatenate([[part.m[h], part.l[h]], part.o[h]])
+                 for part in [*chunks, combined]]
+        yield view("splits", f"split-K, head {h + 1}, {len(chunks)} chunk(s)",
+                   "each chunk (its positions): m = its max, ℓ = Σ exp(s − m), O = Σ "
+                   "exp(s − m)·v; combined: each rescaled by exp(m_chunk − m) and summed"
+                   f"{sink}", np.array(parts).T, rows, cols, latex=r"(m, \ell, O)")
     with np.errstate(invalid="ignore", divide="ignore"):
         joined = combined.o[heads] / combined.l[heads][:, None]
-    gap = largest_difference(joined, st.head_outputs[heads])
-    agree = ("0" if gap == 0 else f"{gap:.1e}") if gap == gap else "they differ (NaN)"
-    yield Note(f"combined O / ℓ = this step's head_outputs: largest difference {agree}",
-               "good")
+    yield Note(f"combined O / ℓ and this step's head_outputs: "
+               f"{agreement(joined, st.head_outputs[heads])}", "good")
+
+
+def _positions(r: range) -> str:
+    """A chunk's positions as a column heading: ``1–2``, or ``3``."""
+    return str(r.start + 1) if len(r) == 1 else f"{r.start + 1}–{r.stop}"

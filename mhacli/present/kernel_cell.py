@@ -265,8 +265,13 @@ def _step_cell(spec: str, parts: list[str], tr: Trace, exact: Trace | None,
                        f"{':' + form if form else ''}, numbers from 1")
     st = decode(tr, None, queries)[t]
     lines, focus, head = _decode_lines(spec, tr, exact, st, field, rest, queries, keys, w)
+    names = {"q": ("head", "column"), "k_new": ("kv head", "column"),
+             "v_new": ("kv head", "column"), "k_cache": ("kv head", "position", "column"),
+             "v_cache": ("kv head", "position", "column"), "scores": ("head", "position"),
+             "weights": ("head", "position"), "head_outputs": ("head", "column"),
+             "output": ("column",), "cache_bytes": ()}[field]
     title = f"decode · step {t + 1} ({st.token}): {field}" + \
-        (f" {':'.join(map(str, rest))}" if rest else "")
+        "".join(f", {name} {value}" for name, value in zip(names, rest))
     return ViewWorked(title, lines, {}, head, "decode", focus)
 
 

@@ -17,7 +17,8 @@ def latex_pieces(vs: Iterable[View], precision: int) -> Iterator[str]:
     """``latex`` a view at a time."""
     for v in vs:
         if isinstance(v, Note):  # a line between the tables (the views of fast kernels)
-            yield (f"\\paragraph{{{latex_text(v.text)}}}" if v.kind == "heading"
+            heading = v.kind in ("heading", "step")
+            yield (f"\\paragraph{{{latex_text(v.text)}}}" if heading
                    else f"{latex_text(v.text)}\\par")
             continue
         whole = numbers.integral(v.matrix)
@@ -73,7 +74,7 @@ def markdown_pieces(vs: Iterable[View], precision: int) -> Iterator[str]:
     """``markdown`` a view at a time."""
     for v in vs:
         if isinstance(v, Note):  # a line between the tables (the views of fast kernels)
-            yield f"**{_md(v.text)}**" if v.kind == "heading" else _md(v.text)
+            yield f"**{_md(v.text)}**" if v.kind in ("heading", "step") else _md(v.text)
             continue
         body = numbers.table(v.matrix, precision)
         lines = [f"### {v.title}", "", f"{v.formula} ({shape_text(v)})", "",

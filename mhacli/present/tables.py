@@ -50,7 +50,8 @@ def heat_style(value: float) -> str:
 
 
 BLOCKED_STYLE = "dim"  # a blocked cell: no shade at all, unlike a small weight
-NOTE_STYLES = {"heading": "bold underline", "good": "green", "skip": "yellow", "": ""}
+NOTE_STYLES = {"heading": "bold underline", "step": "bold cyan", "good": "green",
+               "skip": "yellow", "": ""}  # a Note's kind: its style
 
 
 def _legend(v: View, mode: str) -> Text:
@@ -115,7 +116,7 @@ def render(views: Iterable[View | Note], console: "Console", precision: int, box
     for v in views:
         if isinstance(v, Note):  # a line between the tables (the views of fast kernels)
             print_wrapped(console, Text(v.text, style=NOTE_STYLES[v.kind]))
-            if v.kind != "heading":
+            if v.kind not in ("heading", "step"):
                 console.print()
             continue
         rows = list(range(len(v.rows))) if full else \

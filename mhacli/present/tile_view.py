@@ -5,7 +5,7 @@ tables a person can follow in an 80-column terminal: the tile of scores S, the r
 state (m before and after, the correction, ℓ before and after: a row each), then P and
 the unnormalised output O. A skipped tile is a line saying what blocks it; at the end of
 a block, O / ℓ and the log-sum-exp beside the plain computation's head outputs (their
-largest difference), and the count of skipped tiles. The blocks are made one at a time
+the largest difference), and the count of skipped tiles. The blocks are made one at a time
 (``kernels.each_block``): a large problem's tiles are never held all at once.
 """
 
@@ -17,7 +17,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..engine import Trace
-from ..engine.kernels import TileBlock, each_block, largest_difference, why_skipped
+from ..engine.kernels import TileBlock, agreement, each_block, why_skipped
 from ..engine.writing import sub
 from .views import Note, View, transposed
 
@@ -104,7 +104,7 @@ def _block(tr: Trace, b: TileBlock, queries: list[str], keys: list[str],
                        f"{why_skipped(p, rows, st.keys)}", "skip")
             continue
         last = j
-        yield Note(f"key block {j} of {count}: {where}", "heading")
+        yield Note(f"key block {j} of {count}: {where}", "step")
         base = f"tiles · head {h + 1}, {span_text('row', rows)}, {span_text('key', st.keys)}"
         k_labels = keys[st.keys.start:st.keys.stop]
         mark = focus is not None and focus.step == j - 1
@@ -148,7 +148,5 @@ def _block(tr: Trace, b: TileBlock, queries: list[str], keys: list[str],
                marked_rows=frozenset({focus.row - rows.start}) if cell and focus
                else frozenset(), marked_cols=cell, latex=r"O / \ell,\ \mathrm{lse}")
     plain = tr.stages["head_outputs"][h, rows.start:rows.stop]  # (r, d_v)
-    gap = largest_difference(b.output, plain)
-    agree = ("largest difference " + ("0" if gap == 0 else f"{gap:.1e}")) if gap == gap \
-        else "they differ (NaN)"
-    yield Note(f"O / ℓ = {span_text('row', rows)} of head_outputs{hs}: {agree}", "good")
+    yield Note(f"O / ℓ and {span_text('row', rows)} of head_outputs{hs}: "
+               f"{agreement(b.output, plain)}", "good")

@@ -234,4 +234,4 @@ class Note:
     computation). Every renderer writes it as a line of text."""
 
     text: str
-    kind: str = ""  # "heading" (what follows is about it), "good", "skip" or ""
+    kind: str = ""  # "heading", "step" (what follows is about it), "good", "skip" or ""
