@@ -379,3 +379,19 @@ def test_the_agreement_says_when_rows_differ() -> None:
         "they differ by up to 5.0e-01"
     assert agreement(np.array([[np.nan]]), np.array([[np.nan]])) == "equal to within 1e-12"
     assert agreement(np.array([[np.nan]]), np.array([[0.0]])) == "they differ (NaN)"
+
+
+def test_tiles_of_a_trace_made_a_head_at_a_time_are_the_same() -> None:
+    """A problem too large to hold is traced a head at a time (explain --force): its
+    tiles, each head's score chain made on request, are the held trace's to the bit."""
+    from mhacli.engine import lean_trace, prepare, traced
+    from mhacli.engine.kernels import tiles
+
+    kw = problem("everything", causal=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", mhacli.MaskedRowWarning)
+        p = prepare(**kw)
+        held, lean = tiles(traced(p), 3, 2), tiles(lean_trace(p), 3, 2)
+    for a, b in zip(held, lean):
+        assert np.array_equal(a.output, b.output, equal_nan=True)
+        assert all(np.array_equal(x.o, y.o) for x, y in zip(a.steps, b.steps) if not x.skipped)

@@ -50,7 +50,8 @@ def grade_decode(tr: Any, steps: Sequence[DecodeStep], answers: list[dict[str, A
         if step is not None and not step.blank and step.value != st.step:
             return [shape_report("decode", len(steps), f"the step of token {st.step} "
                                  f"({st.token}) is written as step {step.text}")]
-        _walk(tr, st, a, cells, problems, positions)
+        with np.errstate(all="ignore"):  # a person's numbers may overflow: judged, not warned
+            _walk(tr, st, a, cells, problems, positions)
     answered = set(FIELDS) if every_field else set()
     for a in answers:
         answered |= {f for f in a if f in FIELDS}
