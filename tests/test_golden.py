@@ -61,3 +61,35 @@ def test_golden_files_have_what_they_should() -> None:
     assert "\x1b[" not in plain and "╭" not in plain
     # the lightest shade (yellow) marks the weight 1.0000 of the first row
     assert "48;2;253;231;37m" in coloured
+
+
+VIEWS = {"flash": ["tiles"], "kv-cache": ["decode"]}  # the samples of fast kernels' views
+
+
+def _rendered_views(name: str, color_system: str | None) -> str:
+    """The sample's view of fast kernels as `mha explain --sample NAME --stage VIEW`
+    draws it in a terminal 80 columns wide (a person's terminal, not the pipe's 100)."""
+    from mhacli.present.kernel_views import KernelViews
+
+    prob = load_sample(name)
+    tr = engine.traced(prob.prepared)
+    queries, keys = prob.labels()
+    buf = io.StringIO()
+    console = Console(file=buf, width=80, color_system=color_system, force_terminal=True,
+                      highlight=False, legacy_windows=False)
+    show(KernelViews(tr, queries, keys, VIEWS[name]), None, console, 4,
+         color_system is not None, full=False)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("colour", ["truecolor", "none"])
+@pytest.mark.parametrize("name", sorted(VIEWS))
+def test_kernel_views_match_golden(name: str, colour: str, update_golden: bool) -> None:
+    text = _rendered_views(name, None if colour == "none" else colour)
+    path = GOLDEN / f"{name}.{VIEWS[name][0]}.{colour}.txt"
+    if update_golden:
+        path.write_text(text, encoding="utf-8")
+    assert path.exists(), f"no golden file {path.name}: run pytest --update-golden"
+    assert text == path.read_text(encoding="utf-8")
+    if colour == "none":
+        assert max(len(line) for line in text.split("\n")) <= 80

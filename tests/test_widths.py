@@ -38,6 +38,10 @@ COMMANDS = [["explain", "--sample", s] for s in sample_names()] + [
     ["samples"],
     ["generate", "--seed", "3"],
     ["explain", "--mask", "causl"],
+    ["explain", "--sample", "flash", "--stage", "tiles", "--tiles", "1"],
+    ["explain", "--sample", "flash", "--cell", "tiles:1:4:2:o:3"],
+    ["explain", "--sample", "kv-cache", "--cell", "decode:5:weights:2:4"],
+    ["explain", "--sample", "llama-tiny", "--decode", "--splits", "3", "--stage", "decode"],
     ["--help"], *([c, "--help"] for c in ("explain", "run", "check", "generate", "samples")),
 ]
 

@@ -44,14 +44,20 @@ def explain(
     cell: Annotated[Optional[str], typer.Option(
         "--cell", metavar="STAGE:HEAD:ROW:COL",
         help="Write one entry out as its arithmetic (HEAD only for per-head stages), e.g. "
-             "scores:1:2:1 or output:3:2.", rich_help_panel=SHOW)] = None,
+             "scores:1:2:1 or output:3:2. With --tiles, tiles:HEAD:ROW:STEP:FIELD[:COL] "
+             "(key block STEP met by query ROW; FIELD s or p with COL a key, m, correction, "
+             "l, or o with COL a value column), tiles:HEAD:ROW:output:COL or "
+             "tiles:HEAD:ROW:lse; with --decode, decode:STEP:FIELD:… (q:HEAD:COL, "
+             "k_new:G:COL, k_cache:G:POS:COL, scores:HEAD:POS, weights:HEAD:POS, "
+             "head_outputs:HEAD:COL, output:COL, cache_bytes).", rich_help_panel=SHOW)] = None,
     all_heads: Annotated[bool, typer.Option(
         "--all-heads", help="Every head of the layer at a glance (with --layer all, of every "
         "layer): a small heat map of each head's weights, with its entropy, its peak and its "
         "weight on the previous and the first token, to find the head worth opening.",
         rich_help_panel=SHOW)] = False,
     fractions: Annotated[bool, typer.Option(
-        "--fractions", help="Show the stages before the softmax as exact fractions (5/2).",
+        "--fractions", help="Show the stages before the softmax (and the tiles' S) as exact "
+        "fractions (5/2).",
         rich_help_panel=SHOW)] = False,
     backward: Annotated[bool, typer.Option(
         "--backward", help="The backward pass too: the gradient of the loss with respect to "
@@ -104,9 +110,15 @@ def explain(
       mha explain --ints 0:2 --tokens 3 --d-model 4 --seed 1 --format markdown
 
       mha explain problem.yaml --format json | jq '.stages.weights'
+
+      mha explain --sample flash --tiles 2 --stage tiles   FlashAttention's tiles
+
+      mha explain --sample kv-cache --decode --splits 2 --stage decode   a KV cache
     """
     with guard(debug) as context:
         from .. import engine
+        from ..engine.decoding import check_views
+        from ..engine.stages import VIEWS
 
         layout = settings.pop("layout")
         options = dict(file=file, sample=sample, random=random, seed=seed, tokens=tokens,
@@ -129,10 +141,17 @@ def explain(
         c = tr.config
         if head is not None and not 1 <= head <= c.heads:
             raise MhaError(f"--head {head}: the problem has heads 1 to {c.heads}")
-        missing = [s for s in stages or () if s not in tr.stages]
+        from ..present.kernel_views import missing_view, shown_views
+
+        with about(prob):
+            check_views(c)  # tiles, decode: before anything is shown
+        kernels = shown_views(tr)
+        missing = [s for s in stages or () if s not in tr.stages and s not in kernels]
+        if missing and missing[0] in VIEWS:
+            raise MhaError(f"--stage {missing[0]}: give {missing_view(missing[0])} too")
         if missing:
             raise MhaError(f"--stage {missing[0]}: this problem has no {missing[0]} stage "
-                           f"(its stages: {', '.join(tr.stages)})")
+                           f"(its stages: {', '.join(list(tr.stages) + kernels)})")
         queries, keys = prob.labels()
         digits = 4 if precision is None else precision
         exact = None
@@ -143,15 +162,22 @@ def explain(
             with about(prob):
                 exact = engine.exact_trace(prob.exact)
         worked = None
-        if cell is not None:
+        if cell is not None and cell.split(":")[0].strip().lower() in VIEWS:
+            from ..present.kernel_cell import work_out_view  # an entry of a tile or a step
+
+            worked = work_out_view(cell, tr, exact, queries, keys, digits)
+        elif cell is not None:
             from ..present.cell import work_out
 
             worked = work_out(cell, tr, exact, queries, keys, digits, shown)
+        if worked is not None:
             if head is not None and worked.head is not None and head != worked.head:
                 raise MhaError(f"--head {head} and --cell {cell} name different heads: "
                                "give one head")
             stages = stages or worked.stages
             head = head or worked.head
+        kernels = shown_views(tr, stages)
+        focus = getattr(worked, "focus", None)  # an entry of a tile or a step
         if (svg or html) and fmt is not ExplainFormat.rich:
             raise MhaError("--svg and --html save the rich view: leave out --format")
         if svg is not None and html is not None and svg.resolve() == html.resolve():
@@ -162,20 +188,27 @@ def explain(
         if fmt is ExplainFormat.json:
             from ..present.text import json_pieces
 
+            from ..present.kernel_views import exact_tiles, json_views
+
+            exact_tile = {"tiles": exact_tiles(tr, exact.stages["masked"], head)} \
+                if exact and "masked" in exact.stages and "tiles" in kernels else None
             for piece in json_pieces(
                     tr, queries, keys, stages, head, exact.stages if exact else None,
                     None if worked is None else {"title": worked.title, "lines": worked.lines},
-                    shown, prob.read):
-                sys.stdout.write(piece)  # a stage at a time
+                    shown, json_views(tr, queries, kernels, head), exact_tile, prob.read):
+                sys.stdout.write(piece)  # a stage (a tile block, a decoding step) at a time
             return
         from ..present.explain import read_lines
+        from ..present.kernel_views import Chained, KernelViews
         from ..present.views import EachView, views
 
         header = read_lines(prob.read, c)  # what a checkpoint gave, and from where
 
-        vs = (EachView if lean else views)(
+        vs = Chained((EachView if lean else views)(
             tr, queries, keys, stages, head, exact.stages if exact else None, shown,
-            worked.marks if worked else None)  # lean: each view made as it is shown
+            worked.marks if worked else None), KernelViews(
+            tr, queries, keys, kernels, head, exact.stages if exact else None, shown,
+            focus))  # lean: each view made as it is shown; the kernels' a block at a time
 
         if fmt is ExplainFormat.rich and rich_stdout():
             show(vs, worked, digits, full, svg, html, pager=not no_pager, heat=heat.value,
@@ -197,6 +230,7 @@ def fits(c: Any, stage: Optional[list[str]], head: Optional[int], fmt: ExplainFo
     names = [canonical(s) for s in stage] if stage else None
     summarised = fmt is ExplainFormat.rich and not full and rich_stdout()  # a pipe: all
     printed = numbers_in(c, names, head, *((24, 40) if summarised else (None, None)))
+    printed += kernel_numbers(c, names, head)
     size = held(c)
     if size > MOST_HELD and not c.backward:  # then made a head at a time: what that holds
         size = held(c, lean=True)
@@ -208,6 +242,20 @@ def fits(c: Any, stage: Optional[list[str]], head: Optional[int], fmt: ExplainFo
     raise MhaError(f"explain would print {printed:,} numbers and hold {shown}: "
                    f"it is meant for problems a person reads (up to {MOST_PRINTED:,} numbers "
                    f"and 1 GiB); {narrow}, or --force to go on")
+
+
+def kernel_numbers(c: Any, names: Optional[list[str]], head: Optional[int]) -> int:
+    """The numbers the views of fast kernels print (tiles, decoding steps), in full."""
+    from ..engine.decoding import decode_numbers
+    from ..engine.kernels import tile_numbers
+
+    heads = 1 if head else c.heads
+    total = 0
+    if c.tiles is not None and (names is None or "tiles" in names):
+        total += tile_numbers(c, *c.tiles, heads)
+    if c.decode and (names is None or "decode" in names):
+        total += decode_numbers(c, c.splits, heads, 1 if head else c.groups)
+    return total
 
 
 def held(c: Any, lean: bool = False) -> int:

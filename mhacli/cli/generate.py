@@ -109,6 +109,10 @@ def generate(
         chosen = [engine.canonical(s) for s in stage] if stage else None
         if chosen and any(s.startswith("d_") for s in chosen):
             prob = prob.with_overrides(backward=True)  # gradients asked for: compute them
+        views = [name for name, on in (("tiles", prob.config.tiles is not None),
+                                       ("decode", prob.config.decode)) if on]
+        if chosen is None and views:
+            chosen = views  # an exercise of tiles or decoding: those are its answers
         filled = gen.answer_key(prob, chosen) if answers or blank else None
         what = "small integers" if ints else "random decimals"
         comment = f"mha generate: {what}, seed {seed}"

@@ -100,7 +100,8 @@ def stage_help(what: str) -> str:
     names = [s.name + (f" ({', '.join(s.aliases)})" if s.aliases else "") for s in FORWARD]
     return (f"{what} (repeatable): {', '.join(names)}; the variants' stages exist when their "
             "setting is used, and with --backward each stage's gradient d_<stage> (d_output "
-            "… d_x) and the parameters' (d_w_q … d_b_o, d_sinks).")
+            "… d_x) and the parameters' (d_w_q … d_b_o, d_sinks); with --tiles the tiles (tiles), "
+            "with --decode the decoding steps (decode).")
 
 
 # --------------------------------------------------------------------------- settings

@@ -62,6 +62,9 @@ class Config:
     table_rows: int = 0  # a learned positional table's rows (its gradient has them all)
     backward: bool = False  # the gradients too
     loss: str = "sum"  # the loss: "sum" of the outputs, ½·Σ(output − "target")², or "given"
+    tiles: tuple[int, int] | None = None  # (BR, BC): the tiled view (FlashAttention)
+    decode: bool = False  # the decoding view (a KV cache, a token a step)
+    splits: int | None = None  # the decoding view's split-K chunks
 
     @property
     def groups(self) -> int:

@@ -24,18 +24,18 @@ Steps count from 1 as the contract does; positions, heads and keys from 0 inside
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ..errors import MhaError
+from ..errors import MhaError, shown
 from . import ops
 from .kernels import data, float_only, merge, online, record, span, start, whole_number
 from .work import Work, normed, turned
 
-if TYPE_CHECKING:
-    from .paths import Trace
+if TYPE_CHECKING:  # a trace is read through the Protocol: paths.py imports this module
     from .config import Config, Prepared
+    from .writing import Record
 
 Array = np.ndarray
 
@@ -90,11 +90,31 @@ def check_decode(c: Config) -> None:
                        key="mask")
 
 
-def decode(tr: Trace, splits: int | None = None,
+def check_views(c: Config) -> None:
+    """The views of fast kernels a problem's settings ask for can be made: tiles and
+    decoding in float arithmetic, decoding of causal self-attention, splits with
+    decoding; MhaError saying why otherwise (before anything is computed or shown)."""
+    if c.tiles is not None:
+        float_only(c, "the tiled view")
+    if c.splits is not None and not c.decode:
+        raise MhaError("splits cuts each decoding step's cache into chunks: it needs "
+                       "decode too (--decode)", key="splits")
+    if c.decode:
+        check_decode(c)
+
+
+def decode(tr: Record, splits: int | None = None,
            tokens: Sequence[str] | None = None) -> list[DecodeStep]:
     """Every step of decoding the trace's tokens one at a time with a KV cache; labels
     ``tokens`` (t1, t2, … by default). ``splits=S`` (≥ 1) adds each step's split-K view
     in min(S, t') chunks: a cache shorter than S gives one position a chunk."""
+    return list(each_step(tr, splits, tokens))
+
+
+def each_step(tr: Record, splits: int | None = None,
+              tokens: Sequence[str] | None = None) -> Iterator[DecodeStep]:
+    """``decode`` a step at a time: a long sequence's caches are written as they are
+    made, never held all at once (the problem is checked before the first step)."""
     p, c = tr.prepared, tr.config
     check_decode(c)
     count = None if splits is None else whole_number("splits", splits, "splits")
@@ -102,9 +122,13 @@ def decode(tr: Trace, splits: int | None = None,
     if len(labels) != c.n:
         raise MhaError(f"decoding has {c.n} tokens but {len(labels)} labels were given",
                        key="tokens")
+    return _steps(p, count, labels)
+
+
+def _steps(p: Prepared, count: int | None, labels: list[str]) -> Iterator[DecodeStep]:
+    c = p.config
     keys: list[Array] = []  # the cache, oldest first: (G, d_k) a position
     values: list[Array] = []  # (G, d_v) a position
-    steps = []
     for i in range(c.n):
         q, k, v = _new_rows(p, i)  # (H, d_k), (G, d_k), (G, d_v)
         keys.append(k)
@@ -130,11 +154,10 @@ def decode(tr: Trace, splits: int | None = None,
         if count is not None:
             chunks, combined = _split_k(p, positions, masked, v_h, min(count, len(positions)))
         size = len(positions) * c.groups * (c.d_k + c.d_v) * np.dtype(c.dtype).itemsize
-        steps.append(DecodeStep(
+        yield DecodeStep(
             i + 1, labels[i], *record(q, k, v), positions, evicted,
             *record(k_cache, v_cache, scores[:, 0], weights[:, 0], head_outputs[:, 0],
-                   output), size, chunks, combined))
-    return steps
+                   output), size, chunks, combined)
 
 
 def _new_rows(p: Prepared, i: int) -> tuple[Array, Array, Array]:
@@ -196,22 +219,64 @@ def _split_k(p: Prepared, positions: range, masked: Array, v_h: Array, count: in
     return tuple(chunks), Split(positions, *record(m[:, 0], l[:, 0], o[:, 0]))
 
 
-def decode_json(steps: Sequence[DecodeStep]) -> list[dict[str, Any]]:
+def decode_json(steps: Iterable[DecodeStep]) -> list[dict[str, Any]]:
     """The contract's ``decode`` structure as plain lists and dicts: 1-based steps and
     positions, None for −∞ and NaN; with splits, each step's ``splits`` (positions as
     [first, last]) and their ``combined`` m, ℓ and O."""
-    out = []
-    for st in steps:
-        step: dict[str, Any] = {"step": st.step, "token": st.token}
-        step.update((name, data(getattr(st, name))) for name in ("q", "k_new", "v_new"))
-        step["positions"] = [t + 1 for t in st.positions]
-        step.update((name, data(getattr(st, name))) for name in (
-            "k_cache", "v_cache", "scores", "weights", "head_outputs", "output"))
-        step["cache_bytes"] = st.cache_bytes
-        if st.splits is not None and st.combined is not None:
-            step["splits"] = [{"positions": span(s.positions), "m": data(s.m),
-                               "l": data(s.l), "o": data(s.o)} for s in st.splits]
-            step["combined"] = {"m": data(st.combined.m), "l": data(st.combined.l),
-                                "o": data(st.combined.o)}
-        out.append(step)
-    return out
+    return [step_json(st) for st in steps]
+
+
+def step_json(st: DecodeStep) -> dict[str, Any]:
+    """One step of ``decode_json``."""
+    step: dict[str, Any] = {"step": st.step, "token": st.token}
+    step.update((name, data(getattr(st, name))) for name in ("q", "k_new", "v_new"))
+    step["positions"] = [t + 1 for t in st.positions]
+    step.update((name, data(getattr(st, name))) for name in (
+        "k_cache", "v_cache", "scores", "weights", "head_outputs", "output"))
+    step["cache_bytes"] = st.cache_bytes
+    if st.splits is not None and st.combined is not None:
+        step["splits"] = [{"positions": span(s.positions), "m": data(s.m),
+                           "l": data(s.l), "o": data(s.o)} for s in st.splits]
+        step["combined"] = {"m": data(st.combined.m), "l": data(st.combined.l),
+                            "o": data(st.combined.o)}
+    return step
+
+
+# --------------------------------------------------------------------------- the settings
+
+
+def decode_setting(value: Any) -> bool:
+    """The ``decode`` setting: true or false (yes/no, on/off); MhaError otherwise."""
+    if value is None or value is False or isinstance(value, np.bool_) and not value:
+        return False
+    if value is True or isinstance(value, np.bool_):
+        return True
+    word = str(value).strip().lower()
+    if word in ("true", "yes", "on", "1"):
+        return True
+    if word in ("false", "no", "off", "0", ""):
+        return False
+    raise MhaError(f"decode must be true or false, got {shown(value)}", key="decode")
+
+
+def splits_setting(value: Any) -> int | None:
+    """The ``splits`` setting: a whole number S of 1 or more, or None."""
+    if value is None:
+        return None
+    if isinstance(value, str) and len(value.strip()) > 9:
+        raise MhaError(f"splits must be a whole number of 1 or more, got {shown(value)}",
+                       key="splits")
+    return whole_number("splits", value, "splits")
+
+
+def decode_numbers(c: Config, splits: int | None, heads: int, groups: int) -> int:
+    """How many numbers the decoding steps show for ``heads`` query heads and
+    ``groups`` key/value heads: each step's new rows, its cache (t' positions), its row
+    of scores and weights, its outputs, and with splits each chunk's m, ℓ and O."""
+    held = np.arange(1, c.n + 1, dtype=np.int64)  # (n,) t' at each step
+    if c.window is not None:
+        held = np.minimum(held, c.window)
+    chunks = 0 if splits is None else int((np.minimum(held, splits) + 1).sum())
+    return int(c.n * (heads * (c.d_k + c.d_v) + groups * (c.d_k + c.d_v) + c.d_out)
+               + held.sum() * (groups * (c.d_k + c.d_v) + 2 * heads)
+               + chunks * heads * (2 + c.d_v))

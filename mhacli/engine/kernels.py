@@ -21,16 +21,16 @@ Dimensions are named in ``ops.py``; r and c are a tile's rows and keys.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from ..errors import MhaError, shown
 from . import ops
 
-if TYPE_CHECKING:
-    from .paths import Trace
+if TYPE_CHECKING:  # a trace is read through the Protocol: paths.py imports this module
     from .config import Config, Prepared
+    from .writing import Record
 
 Array = np.ndarray
 
@@ -164,18 +164,24 @@ def dead_rows(p: Prepared) -> Array:
 # --------------------------------------------------------------------------- tiles
 
 
-def tiles(tr: Trace, br: int, bc: int | None = None) -> list[TileBlock]:
+def tiles(tr: Record, br: int, bc: int | None = None) -> list[TileBlock]:
     """The online softmax of every head, query block by query block (BR rows), each
     meeting the key blocks (BC keys, BC = BR by default) in order. The blocks come head
     by head, and within a head top to bottom. Their outputs are the rows of
     ``head_outputs``; grouped query heads read the values of their key/value head."""
+    return list(each_block(tr, br, bc))
+
+
+def each_block(tr: Record, br: int, bc: int | None = None,
+               heads: Iterable[int] | None = None) -> Iterator[TileBlock]:
+    """``tiles`` a block at a time (of the 0-based ``heads`` only, when given), so that
+    a large problem's tiles are written as they are made, never held all at once."""
     br, bc = check_tiles(br, bc)
     p, c = tr.prepared, tr.config
     float_only(c, "the tiled view")
-    masked, v_heads = tr["masked"], tr["v_heads"]  # (H, n, m), (G, m, d_v)
+    masked, v_heads = tr.stages["masked"], tr.stages["v_heads"]  # (H, n, m), (G, m, d_v)
     dead = dead_rows(p)  # (n,)
-    blocks = []
-    for h in range(c.heads):
+    for h in range(c.heads) if heads is None else heads:
         v_h = v_heads[c.kv_of(h)]  # (m, d_v)
         sink = None if p.sinks is None else p.sinks[h]
         for r0 in range(0, c.n, br):
@@ -192,8 +198,7 @@ def tiles(tr: Trace, br: int, bc: int | None = None) -> list[TileBlock]:
                 m, correction, pe, l, o = online(s, m, l, o, v_h[keys.start:keys.stop])
                 steps.append(TileStep(keys, False, *record(s, m, correction, pe, l, o)))
             output, lse = finish(m, l, o, dead[rows.start:rows.stop], c.masked_row)
-            blocks.append(TileBlock(h, rows, tuple(steps), *record(output, lse)))
-    return blocks
+            yield TileBlock(h, rows, tuple(steps), *record(output, lse))
 
 
 def skipped_tiles(blocks: Sequence[TileBlock]) -> tuple[int, int]:
@@ -202,21 +207,104 @@ def skipped_tiles(blocks: Sequence[TileBlock]) -> tuple[int, int]:
     return sum(b.skipped for b in blocks), sum(len(b.steps) for b in blocks)
 
 
-def tiles_json(blocks: Sequence[TileBlock]) -> list[dict[str, Any]]:
+def tiles_json(blocks: Iterable[TileBlock]) -> list[dict[str, Any]]:
     """The contract's ``tiles`` structure as plain lists and dicts: 1-based inclusive
     ranges, None for −∞ (blocked) and NaN; a skipped step holds only its keys."""
-    out = []
-    for b in blocks:
-        steps: list[dict[str, Any]] = []
-        for st in b.steps:
-            step: dict[str, Any] = {"keys": span(st.keys), "skipped": st.skipped}
-            if not st.skipped:
-                step.update((name, data(getattr(st, name))) for name in
-                            ("s", "m", "correction", "p", "l", "o"))
-            steps.append(step)
-        out.append({"head": b.head + 1, "rows": span(b.rows), "steps": steps,
-                    "output": data(b.output), "lse": data(b.lse)})
-    return out
+    return [block_json(b) for b in blocks]
+
+
+def block_json(b: TileBlock) -> dict[str, Any]:
+    """One head's query block of ``tiles_json``."""
+    steps: list[dict[str, Any]] = []
+    for st in b.steps:
+        step: dict[str, Any] = {"keys": span(st.keys), "skipped": st.skipped}
+        if not st.skipped:
+            step.update((name, data(getattr(st, name))) for name in
+                        ("s", "m", "correction", "p", "l", "o"))
+        steps.append(step)
+    return {"head": b.head + 1, "rows": span(b.rows), "steps": steps,
+            "output": data(b.output), "lse": data(b.lse)}
+
+
+def why_skipped(p: Prepared, rows: range, keys: range) -> str:
+    """What blocks every entry of a skipped tile, in words: the causal mask, the
+    window, key padding, the mask matrix, or several of them together."""
+    c = p.config
+    reasons = []
+    if c.mask == "causal" and keys.start > rows.stop - 1:
+        reasons.append("the causal mask (every key comes after every query)")
+    if c.window is not None and min(abs(rows.start - (keys.stop - 1)),
+                                    abs(keys.start - (rows.stop - 1))) >= c.window \
+            and (keys.start > rows.stop - 1 or rows.start > keys.stop - 1):
+        reasons.append(f"the window of {c.window} (every key is {c.window} or more away)")
+    if p.key_padding is not None and not p.key_padding[keys.start:keys.stop].any():
+        reasons.append("key padding (every key is padding)")
+    if p.mask is not None and not p.mask[rows.start:rows.stop, keys.start:keys.stop].any():
+        reasons.append("the mask (0 in every entry)")
+    return " and ".join(reasons[:1]) if reasons else \
+        "the mask, window and padding together"
+
+
+def agreement(a: Array, b: Array) -> str:
+    """How the rows a kernel made agree with the plain computation's, in words: within
+    1e-12 (relative to the largest of them, as the contract holds them to), or by how
+    much they differ. The same words on every machine when they agree, whatever the
+    last bits of its sums."""
+    gap = largest_difference(a, b)
+    scale = max(1.0, float(np.nanmax(np.abs(b)))) if np.size(b) and \
+        not np.isnan(b).all() else 1.0
+    if gap <= 1e-12 * scale:
+        return "equal to within 1e-12"
+    return f"they differ by up to {gap:.1e}" if gap == gap else "they differ (NaN)"
+
+
+def largest_difference(a: Array, b: Array) -> float:
+    """The largest |a − b| (0 where both are NaN: a dead row under masked_row nan)."""
+    with np.errstate(invalid="ignore"):
+        gap = np.abs(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64))
+    both = np.isnan(a) & np.isnan(b)
+    gap = np.where(both, 0.0, gap)
+    return float(gap.max()) if gap.size else 0.0  # NaN when only one of them is NaN
+
+
+# --------------------------------------------------------------------------- the setting
+
+
+def tiles_setting(value: Any) -> tuple[int, int] | None:
+    """The ``tiles`` setting as a problem file or ``--tiles`` gives it: BR, ``BR:BC``,
+    ``[BR]`` or ``[BR, BC]`` (None or false: no tiles); MhaError naming the key."""
+    import re
+
+    if value is None or value is False or isinstance(value, str) and \
+            value.strip().lower() in ("", "none", "false", "no", "off"):
+        return None
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    parts = re.split(r"\s*[:,]\s*", value.strip()) if isinstance(value, str) else \
+        list(value) if isinstance(value, (list, tuple)) else [value]
+    sizes = []
+    for part in parts:
+        if isinstance(part, str) and re.fullmatch(r"\+?\d{1,9}", part.strip()):
+            part = int(part)
+        if isinstance(part, (bool, np.bool_)) or not isinstance(part, (int, np.integer)) \
+                or part < 1:
+            sizes = []
+            break
+        sizes.append(int(part))
+    if not 1 <= len(sizes) <= 2 or len(sizes) != len(parts):
+        raise MhaError(f"tiles takes BR or BR:BC, whole numbers of 1 or more (BR query rows "
+                       f"and BC keys a tile; a file may write [BR, BC]), got {shown(value)}",
+                       key="tiles")
+    return sizes[0], sizes[-1]
+
+
+def tile_numbers(c: Config, br: int, bc: int, heads: int) -> int:
+    """How many numbers the tiles of ``heads`` heads show, every tile counted as if
+    computed (a mask makes it fewer): per query block and key block S and P (r × c),
+    the running state (six numbers a row) and O (r × d_v); per block O / ℓ and lse."""
+    key_blocks = -(-c.m // bc)
+    per_head = 2 * c.n * c.m + c.n * key_blocks * (6 + c.d_v) + c.n * (c.d_v + 1)
+    return heads * per_head
 
 
 # --------------------------------------------------------------------------- data

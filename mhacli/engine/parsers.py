@@ -203,6 +203,31 @@ def positional(value: Any, s: Sizes) -> Fields:
         {"pe": table[:n], "pe_kv": None if x_kv is None else table[:m]}
 
 
+def tiles(value: Any, s: Sizes) -> Fields:
+    """``tiles``: BR, ``BR:BC`` or ``[BR, BC]`` (the view of kernels.py; no number changes)."""
+    if value is None:
+        return {"tiles": None}, {}
+    from .kernels import tiles_setting
+
+    return {"tiles": tiles_setting(value)}, {}
+
+
+def decode(value: Any, s: Sizes) -> Fields:
+    if value is None:
+        return {"decode": False}, {}
+    from .decoding import decode_setting
+
+    return {"decode": decode_setting(value)}, {}
+
+
+def splits(value: Any, s: Sizes) -> Fields:
+    if value is None:
+        return {"splits": None}, {}
+    from .decoding import splits_setting
+
+    return {"splits": splits_setting(value)}, {}
+
+
 # --------------------------------------------------------------------------- written
 
 

@@ -33,7 +33,9 @@ class Trace:
     Aliases work as keys (``tr["z"]``) and stages as attributes (``tr.weights``).
     ``parts`` holds the parts of a stage computed in parts (the softmax's row maximum,
     exponentials and row sum, each H × n × ·); ``softmax`` names them as
-    ``row_max``, ``exp``, ``row_sum``.
+    ``row_max``, ``exp``, ``row_sum``. ``kernels`` holds the views of fast kernels the
+    problem asks for (``tr.tiles``: a list of ``kernels.TileBlock``; ``tr.decode``: a
+    list of ``decoding.DecodeStep``), made by ``trace`` (see ``with_kernels``).
     """
 
     html: Callable[[Trace], str] | None = None  # set by the package: the notebook's view
@@ -47,6 +49,7 @@ class Trace:
         self.prepared = prepared
         self.stages = stages
         self.parts = parts
+        self.kernels: dict[str, list[Any]] = {}  # "tiles", "decode": see with_kernels
         for a in [*stages.values(), *(x for p in parts.values() for x in p.values())]:
             if isinstance(a, np.ndarray):  # (a lean trace's heads are made on request)
                 a.flags.writeable = False  # a trace is a record: what it shows stays so
@@ -64,6 +67,8 @@ class Trace:
     def __getitem__(self, name: str) -> Array:
         from .stages import canonical
 
+        if isinstance(name, str) and name.strip().lower() in self.kernels:
+            return self.kernels[name.strip().lower()]  # type: ignore[return-value]
         key = canonical(name)
         if key not in self.stages:
             raise MhaError(f"this problem has no {key} stage (it has {', '.join(self.stages)})")
@@ -76,12 +81,15 @@ class Trace:
         key = ALIASES.get(name, name)
         if key in stages:
             return stages[key]
+        if name in self.__dict__.get("kernels", {}):
+            return self.__dict__["kernels"][name]
         raise AttributeError(name)
 
     def __contains__(self, name: object) -> bool:
         from .stages import ALIASES
 
-        return isinstance(name, str) and ALIASES.get(name, name) in self.stages
+        return isinstance(name, str) and (ALIASES.get(name, name) in self.stages
+                                          or name in self.kernels)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.stages)
@@ -194,9 +202,27 @@ def trace(
     gradient of the loss with respect to every stage and parameter (``d_output`` …
     ``d_x``): the loss is the sum of the outputs, or ½·Σ(output − target)² with
     ``target``, or ``grad_output`` gives dL/d output itself (either implies backward).
+    ``tiles=(BR, BC)`` and ``decode=True`` (``splits=S``) add the views of fast kernels:
+    ``tr.tiles``, ``tr.decode`` (see ``with_kernels``).
     """
     inputs = {name: value for name, value in locals().items() if name != "settings"}
-    return traced(prepare(**inputs, **settings))
+    return with_kernels(traced(prepare(**inputs, **settings)))
+
+
+def with_kernels(tr: Trace, tokens: list[str] | None = None) -> Trace:
+    """The trace with the views of fast kernels its settings ask for, in ``tr.kernels``:
+    ``tiles`` (FlashAttention's online softmax, ``tiles=(BR, BC)``) and ``decode`` (a KV
+    cache, a token a step, ``decode=True``, ``splits=S``; rows labelled ``tokens``)."""
+    from .decoding import check_views, decode
+    from .kernels import tiles
+
+    c = tr.config
+    check_views(c)
+    if c.tiles is not None:
+        tr.kernels["tiles"] = tiles(tr, *c.tiles)
+    if c.decode:
+        tr.kernels["decode"] = decode(tr, c.splits, tokens)
+    return tr
 
 
 def _with_settings(fn: Callable[..., Any]) -> None:

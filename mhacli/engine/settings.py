@@ -139,6 +139,23 @@ SETTINGS: tuple[Setting, ...] = (
             "(Q = W_Q·X). How a file without a layout: key was written, and how matrices "
             "are shown.", SHOW, kind="choice", choices=("rows", "columns"),
             commands=("explain", "check", "generate"), engine=False),
+    Setting("tiles", "Show FlashAttention's online softmax: each head's queries in blocks "
+            "of BR rows meeting its keys in blocks of BC (BC = BR by default).", SHOW,
+            metavar="BR[:BC]", parse=read.tiles, fields=("tiles",), commands=("explain", "generate"),
+            shown=lambda c: {"tiles": None if c.tiles is None else list(c.tiles)},
+            write=lambda c, p, given: None if c.tiles is None
+            else f"[{c.tiles[0]}, {c.tiles[1]}]"),
+    Setting("decode", "Show decoding with a KV cache, a token a step (causal "
+            "self-attention).", SHOW, kind="flag", words=("true", "false", "yes", "no",
+                                                         "on", "off"),
+            parse=read.decode, fields=("decode",), commands=("explain", "generate"),
+            shown=lambda c: {"decode": c.decode},
+            write=lambda c, p, given: "true" if c.decode else None),
+    Setting("splits", "With --decode: each step's cache cut into S chunks, their partial "
+            "softmaxes and their log-sum-exp combination (split-K, flash-decoding).", SHOW,
+            metavar="S", kind="whole", parse=read.splits, fields=("splits",),
+            commands=("explain", "generate"), shown=lambda c: {"splits": c.splits},
+            write=lambda c, p, given: c.splits),
 )
 BY_KEY = {s.key: s for s in SETTINGS if s.engine}  # what prepare and the API take
 KEYS = tuple(BY_KEY)  # in the table's order

@@ -561,19 +561,25 @@ BY_NAME = {s.name: s for s in TABLE}
 STAGES = tuple(BY_NAME)  # the canonical names, in order
 ALIASES = {alias: s.name for s in TABLE for alias in s.aliases}
 PER_HEAD = frozenset(s.name for s in TABLE if s.per_head)
+VIEWS = ("tiles", "decode")  # the views of fast kernels (kernels.py, decoding.py), named
+# wherever a stage is (--stage, --cell, answers:), though not arrays of the table
 
 
 def canonical(name: Any) -> str:
     """The canonical stage name for ``name`` or one of its aliases (any case)."""
     key = name.strip().lower() if isinstance(name, str) else None
     key = ALIASES.get(key, key) if key is not None else None
+    if key in VIEWS:
+        return key
     if key not in BY_NAME:
         import difflib
 
-        close = difflib.get_close_matches(str(key), list(STAGES) + list(ALIASES), n=1) \
+        close = difflib.get_close_matches(str(key), list(STAGES + VIEWS) + list(ALIASES),
+                                          n=1) \
             if key is not None else []
         hint = f" (did you mean {close[0]}?)" if close else ""
-        raise MhaError(f"unknown stage {name!r}{hint}; stages are: {', '.join(STAGES)}")
+        raise MhaError(f"unknown stage {name!r}{hint}; stages are: "
+                       f"{', '.join(STAGES + VIEWS)}")
     return key
 
 

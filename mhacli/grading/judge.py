@@ -23,53 +23,12 @@ from ..io.course import Key, load_key, load_submission
 from ..io.problem import Problem, load
 from ..claims import Claim
 from .mistakes import Mistake
+from .records import FLOAT_SLACK, StageReport, Wrong, judge_one
 
-FLOAT_SLACK = 1e-12  # relative: the float computation's own rounding
+__all__ = ["FLOAT_SLACK", "Report", "StageReport", "Truth", "Wrong", "check", "grade",
+           "judge_one", "teacher_key"]
+
 EXACT_SIZE = 20_000  # input numbers: up to this many, wrong cells get exact values too
-
-
-@dataclass(frozen=True)
-class Wrong:
-    """One wrong cell, in the row layout (0-based row and column, 1-based head)."""
-
-    head: int | None
-    row: int
-    col: int
-    written: str
-    expected: float
-    expected_exact: Fraction | None
-    difference: float
-    rounded: str | None = None  # the expected value at the precision written ("0.24")
-
-
-@dataclass(frozen=True)
-class StageReport:
-    stage: str
-    status: str  # "correct", "wrong", "shape", "blank" (every cell) or "incomplete"
-    cells: int = 0
-    blank: int = 0
-    wrong: list[Wrong] = field(default_factory=list)
-    shape: tuple[int, ...] = ()  # the expected shape, when the answer's is wrong
-    found: tuple[int, ...] | None = None  # the answer's shape (None: not a matrix)
-    # cells that differ from the true values but follow from the person's own earlier
-    # numbers (an earlier mistake, or their rounding, carried on): right, marked once
-    carried: int = 0
-    carried_from: list[str] = field(default_factory=list)  # the stages they follow from
-    mistake: str | None = None  # a known mistake that reproduces what was written
-    mistake_stage: str | None = None  # where that mistake is made
-
-    @property
-    def right(self) -> int:
-        """Cells written and right (carried ones included)."""
-        return 0 if self.status == "shape" else self.cells - self.blank - len(self.wrong)
-
-    def passed(self, partial: bool = False) -> bool:
-        """Every cell right; with ``partial``, every cell written right (and some written)."""
-        return self.status == "correct" or partial and self.status == "incomplete"
-
-    def score(self, points: float = 1.0) -> float:
-        """Points for the share of the stage's cells that are right (a blank earns none)."""
-        return points * self.right / self.cells if self.cells else 0.0
 
 
 @dataclass(frozen=True)
@@ -125,6 +84,23 @@ class Truth:
         self.problem = problem
         self.trace = traced(problem.prepared)
         self._exact: dict[str, Trace] = {}
+        self._views: dict[str, list[Any]] = {}
+
+    def view(self, name: str) -> list[Any]:
+        """The true tiles or decoding steps, made once (``tiles``, ``decode``)."""
+        if name not in self._views:
+            from ..engine.decoding import check_views, decode
+            from ..engine.kernels import tiles
+
+            c = self.problem.config
+            check_views(c)
+            self._views[name] = tiles(self.trace, *c.tiles) if name == "tiles" else \
+                decode(self.trace, c.splits, self.problem.labels()[0])
+        return self._views[name]
+
+    def exact_masked(self) -> Any:
+        """The masked scores in exact fractions, where they are rational (else None)."""
+        return self.exact("masked").stages.get("masked")
 
     def exact(self, until: str) -> Trace:
         """Exact stages up to ``until``: made once, as far as the furthest asked for."""
@@ -154,19 +130,8 @@ def _judge(claims: np.ndarray, expected: np.ndarray, exact: np.ndarray | None,
     ``allowance`` widens each cell's slack (the rounding carried from earlier answers)."""
     ok = np.zeros(expected.shape, dtype=bool)
     for idx, c in np.ndenumerate(claims):
-        c: Claim
-        e = float(expected[idx])
-        x = exact[idx] if exact is not None else None
-        if c.blank or np.isnan(e):  # blank, or nothing to compare (--masked-row nan)
-            ok[idx] = True
-        elif np.isinf(e) or np.isinf(c.value):
-            ok[idx] = c.value == e
-        elif c.exact is not None and isinstance(x, Fraction):
-            ok[idx] = c.exact == x
-        else:
-            slack = tolerance + float(c.half_unit) + FLOAT_SLACK * max(1.0, abs(e))
-            ok[idx] = abs(c.value - e) <= slack + (allowance[idx] if allowance is not None
-                                                   else 0.0)
+        ok[idx] = judge_one(c, float(expected[idx]), exact[idx] if exact is not None else None,
+                            tolerance, allowance[idx] if allowance is not None else 0.0)
     return ok
 
 
@@ -247,14 +212,19 @@ def check(problem: Problem, tolerance: float = 0.0, *, partial: bool = False,
     the person's own earlier answers give (their blanks worked out from those): a cell
     that follows from them is right, so an early mistake is marked once.
     """
+    from .views import made, refuse_unmade, view_reports
+
     p = problem.prepared
     have = [s.name for s in present(p.config)]
+    views = made(p.config)  # tiles, decode: graded after the stages, a report a field
     for stage in problem.answers:
-        if stage not in have:
+        if stage in ("tiles", "decode"):
+            refuse_unmade(p.config, stage, problem.source)
+        elif stage not in have:
             raise MhaError(f"answers.{stage}: this problem has no {stage} stage (its stages: "
                            f"{', '.join(have)})", key=("answers", stage), source=problem.source)
     for stage in only or ():
-        if stage not in have:
+        if stage not in have and stage not in views:
             raise MhaError(f"--stage {stage}: this problem has no {stage} stage (its stages: "
                            f"{', '.join(have)})")
     wanted = set(only or required or problem.answers)  # a key's stages are the assignment
@@ -263,7 +233,8 @@ def check(problem: Problem, tolerance: float = 0.0, *, partial: bool = False,
     truth = truth or Truth(problem)
     order = [s for s in STAGES if s in wanted]
     skipped = [s for s in have if s not in wanted and not BY_NAME[s].given]
-    ignored = [s for s in STAGES if s in problem.answers and s not in wanted]
+    ignored = [s for s in STAGES + ("tiles", "decode") if s in problem.answers
+               and s not in wanted]
     exact_ok = problem.size <= EXACT_SIZE
     last_exact = next((s for s in reversed(order) if BY_NAME[s].exact), None)
     own: dict[str, np.ndarray] = {}  # the person's numbers so far, blanks worked out
@@ -313,6 +284,10 @@ def check(problem: Problem, tolerance: float = 0.0, *, partial: bool = False,
                                    int(carried.sum()), [s for s in own if s != stage][-1:],
                                    mistake.wording(p) if mistake else None,
                                    mistake.stage if mistake else None))
+    for name in views:
+        if name in wanted:
+            reports += view_reports(problem, truth, name, tolerance, name in required)
+            order += [r.stage for r in reports if r.stage.split(".")[0] == name]
     return Report(problem.source, order, skipped, reports, tolerance, problem, partial,
                   ignored)
 

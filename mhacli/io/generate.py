@@ -63,6 +63,8 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
     whose integers cannot be, is drawn as plain integers instead of refused.
     """
     settings = {k: v for k, v in (settings or {}).items() if v is not None}
+    if settings.get("decode") and settings.get("mask") is None:
+        settings["mask"] = "causal"  # decoding is causal: a problem made for it is
     heads, kv_heads = settings.pop("heads", None), settings.pop("kv_heads", None)
     scale = settings.get("scale")
     labels = tokens if isinstance(tokens, list) else None
@@ -310,10 +312,19 @@ def answer_key(problem: Problem, stages: list[str] | None = None) -> dict[str, n
     rational (5/2, not 2.5000000001), as floats after the softmax."""
     from ..engine import BY_NAME, exact_trace, traced
 
-    floats = traced(problem.prepared).stages
+    tr = traced(problem.prepared)
+    floats = tr.stages
     exact = exact_trace(problem.exact).stages
-    return {s: exact.get(s, a) for s, a in floats.items()
-            if not BY_NAME[s].given and (stages is None or s in stages)}
+    out: dict[str, Any] = {s: exact.get(s, a) for s, a in floats.items()
+                           if not BY_NAME[s].given and (stages is None or s in stages)}
+    c = problem.config
+    if c.tiles is not None or c.decode:  # the views of fast kernels: their blocks, steps
+        from ..engine.paths import with_kernels
+
+        for name, items in with_kernels(tr, problem.labels()[0]).kernels.items():
+            if stages is None or name in stages:
+                out[name] = items
+    return out
 
 
 def _setting_lines(problem: Problem, orient: Callable[[np.ndarray], np.ndarray]
@@ -369,6 +380,13 @@ def problem_yaml(problem: Problem, comment: str, answers: dict[str, np.ndarray] 
     if answers:
         out.append("answers:" + ("    # fill in every _" if blank else ""))
         for stage, a in answers.items():
+            if stage in ("tiles", "decode"):  # a view's structure (its JSON's, as YAML)
+                from ..engine import exact_trace
+                from .view_yaml import view_lines
+
+                masked = None if blank else exact_trace(problem.exact).stages.get("masked")
+                out += view_lines(stage, a, blank, masked)
+                continue
             a = orient(a)
             if a.ndim == 3:
                 out.append(f"  {stage}:")

@@ -315,6 +315,11 @@ def _answers(value: Any, layout: str) -> dict[str, Any]:
         if stage in out:
             raise MhaError(f"answers gives {stage} twice (as {out[stage][1]!r} and {key!r})",
                            key=path)
+        if stage in ("tiles", "decode"):  # a view of fast kernels: its JSON's structure
+            from .view_answers import read_view_answers
+
+            out[stage] = (read_view_answers(stage, answer, path), str(key))
+            continue
         claims = read_claims(answer, path)
         out[stage] = (claims if isinstance(claims, str) else
                       to_rows(f"answers.{stage}", claims, layout), str(key))

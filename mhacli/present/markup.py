@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterable, Iterator
 
 from .. import numbers
-from .views import View, shape_text
+from .views import Note, View, shape_text
 
 
 def latex(vs: Iterable[View], precision: int) -> str:
@@ -16,6 +16,11 @@ def latex(vs: Iterable[View], precision: int) -> str:
 def latex_pieces(vs: Iterable[View], precision: int) -> Iterator[str]:
     """``latex`` a view at a time."""
     for v in vs:
+        if isinstance(v, Note):  # a line between the tables (the views of fast kernels)
+            heading = v.kind in ("heading", "step")
+            yield (f"\\paragraph{{{latex_text(v.text)}}}" if heading
+                   else f"{latex_text(v.text)}\\par")
+            continue
         whole = numbers.integral(v.matrix)
         body = " \\\\\n  ".join(" & ".join(numbers.latex(x, precision, whole) for x in row)
                                 for row in v.matrix)
@@ -68,6 +73,9 @@ def markdown(vs: Iterable[View], precision: int) -> str:
 def markdown_pieces(vs: Iterable[View], precision: int) -> Iterator[str]:
     """``markdown`` a view at a time."""
     for v in vs:
+        if isinstance(v, Note):  # a line between the tables (the views of fast kernels)
+            yield f"**{_md(v.text)}**" if v.kind in ("heading", "step") else _md(v.text)
+            continue
         body = numbers.table(v.matrix, precision)
         lines = [f"### {v.title}", "", f"{v.formula} ({shape_text(v)})", "",
                  "| | " + " | ".join(_md(c) for c in v.cols) + " |",

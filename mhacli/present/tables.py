@@ -5,10 +5,10 @@ This module draws; it computes nothing. The Console is built by the caller.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable
 
 from .. import numbers
-from .views import View, column_blocks, edge_columns, edge_rows, shape_text, spans
+from .views import Note, View, column_blocks, edge_columns, edge_rows, shape_text, spans
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -50,6 +50,8 @@ def heat_style(value: float) -> str:
 
 
 BLOCKED_STYLE = "dim"  # a blocked cell: no shade at all, unlike a small weight
+NOTE_STYLES = {"heading": "bold underline", "step": "bold cyan", "good": "green",
+               "skip": "yellow", "": ""}  # a Note's kind: its style
 
 
 def _legend(v: View, mode: str) -> Text:
@@ -95,7 +97,7 @@ def _marked(v: View, i: int, j: int) -> bool:
 MAX_ROWS = 24  # taller matrices show their first and last 12 rows in the terminal
 
 
-def render(views: list[View], console: "Console", precision: int, boxed: bool,
+def render(views: Iterable[View | Note], console: "Console", precision: int, boxed: bool,
            full: bool = True, heat: str = "global") -> None:
     """Print every view as a table.
 
@@ -112,6 +114,11 @@ def render(views: list[View], console: "Console", precision: int, boxed: bool,
     colour = console.color_system is not None and not console.no_color
     shown_legend = False
     for v in views:
+        if isinstance(v, Note):  # a line between the tables (the views of fast kernels)
+            print_wrapped(console, Text(v.text, style=NOTE_STYLES[v.kind]))
+            if v.kind not in ("heading", "step"):
+                console.print()
+            continue
         rows = list(range(len(v.rows))) if full else \
             sorted(set(edge_rows(len(v.rows), MAX_ROWS)) | v.marked_rows)  # and a worked row
         # only the rows shown are written out (a summary of a large matrix: its edges)

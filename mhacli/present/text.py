@@ -39,7 +39,7 @@ def plain_blocks(vs: Iterable[View], precision: int, width: int | None = None,
     a row at a time; a large matrix's text is made one column block at a time (all its
     rows, as one piece for the caller to write), never the whole matrix at once.
     """
-    from .views import column_blocks, shape_text
+    from .views import Note, column_blocks, shape_text
 
     # a stage that is the one before it (masked with nothing masked is scaled, the same
     # memory) is written out once: the rows kept by the memory they show, for two stages,
@@ -48,6 +48,9 @@ def plain_blocks(vs: Iterable[View], precision: int, width: int | None = None,
     before: dict[tuple[Any, ...], tuple[np.ndarray, list[str]]] = {}
     stage = None
     for v in vs:
+        if isinstance(v, Note):  # a line between the tables (the views of fast kernels)
+            yield v.text if view else "# " + v.text
+            continue
         m = v.matrix
         if v.stage != stage:
             stage, before, current = v.stage, current, {}
@@ -129,12 +132,16 @@ def json_pieces(tr: Trace, rows: list[str], cols: list[str],
                 stages: Iterable[str] | None = None, head: int | None = None,
                 exact: dict[str, np.ndarray] | None = None,
                 cell: dict[str, Any] | None = None, layout: str = "rows",
+                views: dict[str, Any] | None = None,
+                exact_views: dict[str, Any] | None = None,
                 read: Mapping[str, Any] | None = None) -> Iterator[str]:
     """Every stage as nested lists in the row layout (the contract's shapes), a stage at
     a time: the document is written as it is made, never held whole as text.
 
     With ``exact``, an "exact" object holds the rational stages as strings ("5/2");
-    with ``cell``, a "cell" object holds one entry's arithmetic.
+    with ``cell``, a "cell" object holds one entry's arithmetic. ``views`` maps a view of
+    fast kernels (``tiles``, ``decode``) to a function giving its JSON items one at a
+    time, written after the stages; ``exact_views`` adds theirs to "exact".
     """
     import json
 
@@ -192,14 +199,23 @@ def json_pieces(tr: Trace, rows: list[str], cols: list[str],
                 pieces.append(piece)
             yield piece
         last = (a, pieces) if small else (None, [])
+    first = not names
+    for name, items in (views or {}).items():  # a block or a step at a time
+        yield ("" if first else ", ") + dump(name) + ": ["
+        for k, item in enumerate(items()):
+            yield (", " if k else "") + dump(item)
+        yield "]"
+        first = False
     yield "}"
-    if exact:
+    if exact or exact_views:
+        exact = exact or {}
+
         def pick(name: str, a: np.ndarray) -> np.ndarray:
             return a[heads(a)] if BY_NAME[name].per_head else a
 
         yield ', "exact": ' + dump(
-            {name: np.vectorize(_exact_json, otypes=[object])(pick(name, a)).tolist()
-             for name, a in exact.items() if name in chosen})
+            {**{name: np.vectorize(_exact_json, otypes=[object])(pick(name, a)).tolist()
+                for name, a in exact.items() if name in chosen}, **(exact_views or {})})
     if cell:
         yield ', "cell": ' + dump(cell)
     yield "}\n"

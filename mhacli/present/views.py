@@ -227,3 +227,13 @@ def spans(kept: list[int], total: int) -> str:
             runs.append(f"{start + 1}–{a + 1}" if a > start else f"{a + 1}")
             start = b
     return " and ".join(runs) + f" of {total}"
+
+
+@dataclass(frozen=True)
+class Note:
+    """A line between the views: what a view of fast kernels says between its tables
+    (a block or a step beginning, a tile skipped, its rows agreeing with the plain
+    computation). Every renderer writes it as a line of text."""
+
+    text: str
+    kind: str = ""  # "heading", "step" (what follows is about it), "good", "skip" or ""

@@ -1,0 +1,250 @@
+"""Grading hand-worked decoding steps (``answers: {decode: …}``): a KV cache, a token a step.
+
+The answers follow the ``decode`` JSON: a step per token, each with its new q, k and v,
+the positions and the cache, the row of scores and weights, the outputs and the cache's
+size in bytes (with splits: each chunk's m, ℓ and O, and their combination). Each field
+is a report of its own (``decode.weights`` …). Weights, head outputs, the output row and
+the split-K numbers are judged against the true ones and, where they differ, against
+what the person's own earlier numbers of the step give (a slip marked once). Named
+mistakes: the cache's size counted as if every query head had its own keys (no GQA),
+the window left out of the cache's positions, the chunks combined without rescaling.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..engine.decoding import DecodeStep
+from .cells import Cell, Named, claims_of, half, report, shape_report, written
+from .records import StageReport, Wrong
+
+FIELDS = ("q", "k_new", "v_new", "positions", "k_cache", "v_cache", "scores", "weights",
+          "head_outputs", "output", "cache_bytes", "splits.m", "splits.l", "splits.o",
+          "combined.m", "combined.l", "combined.o")
+NO_GQA = Named("no_gqa", "the cache's size is counted with a key and value for every query "
+               "head, as without grouped-query attention: the cache holds G key/value heads")
+NO_RESCALE = Named("no_rescale", "the chunks are added without rescaling: each chunk's ℓ "
+                   "and O are multiplied by exp(m_chunk − m) for the common maximum m first")
+MISTAKES = {"cache_bytes": (NO_GQA,), "combined.l": (NO_RESCALE,),
+            "combined.o": (NO_RESCALE,)}
+FOLLOWS = {"weights": "scores", "head_outputs": "weights and v_cache",
+           "output": "head_outputs", "splits.l": "scores and the chunk's m",
+           "splits.o": "scores and the chunk's m", "combined.m": "the chunks' m",
+           "combined.l": "the chunks' m and ℓ", "combined.o": "the chunks' m and O"}
+
+
+def grade_decode(tr: Any, steps: Sequence[DecodeStep], answers: list[dict[str, Any]],
+                 tolerance: float, every_field: bool = False) -> list[StageReport]:
+    """The reports of the decoding fields answered (every field with ``every_field``)."""
+    if len(answers) != len(steps):
+        return [shape_report("decode", len(steps), f"expected {len(steps)} steps (one a "
+                             f"token), found {len(answers)}")]
+    cells: dict[str, list[Cell]] = {f: [] for f in FIELDS}
+    problems: dict[str, list[str]] = {f: [] for f in FIELDS}
+    positions: list[Wrong | None] = []
+    for st, a in zip(steps, answers):
+        step = a.get("step")
+        if step is not None and not step.blank and step.value != st.step:
+            return [shape_report("decode", len(steps), f"the step of token {st.step} "
+                                 f"({st.token}) is written as step {step.text}")]
+        with np.errstate(all="ignore"):  # a person's numbers may overflow: judged, not warned
+            _walk(tr, st, a, cells, problems, positions)
+    answered = set(FIELDS) if every_field else set()
+    for a in answers:
+        answered |= {f for f in a if f in FIELDS}
+        answered |= {f"splits.{k}" for part in a.get("splits", []) for k in part
+                     if f"splits.{k}" in FIELDS}
+        answered |= {f"combined.{k}" for k in a.get("combined", {})}
+    if not tr.config.splits:
+        answered -= {f for f in FIELDS if "." in f}
+    out = []
+    for name in FIELDS:
+        if name not in answered:
+            continue
+        if problems[name]:
+            out.append(shape_report(f"decode.{name}", len(steps), problems[name][0]))
+        elif name == "positions":
+            out.append(_positions_report(tr, positions))
+        else:
+            out.append(report(f"decode.{name}", cells[name], tolerance,
+                              MISTAKES.get(name, ()), FOLLOWS.get(name, "")))
+    return out
+
+
+def _walk(tr: Any, st: DecodeStep, a: dict[str, Any], cells: dict[str, list[Cell]],
+          problems: dict[str, list[str]], positions: list[Wrong | None]) -> None:
+    """One step's cells, the later ones also from the person's own earlier numbers."""
+    c, p = tr.config, tr.prepared
+    t, pos = st.step, st.positions
+    n_pos, heads = len(pos), c.heads
+    place = f"step {t} ({st.token})"
+    labels = [str(i + 1) for i in pos]
+
+    def get(name: str, shape: tuple[int, ...]) -> np.ndarray | None:
+        key = name.split(".")[-1]
+        found: list[str] = []
+        claims = claims_of(a, key, shape, place, found)
+        problems[name] += found
+        return claims
+
+    def put(name: str, claims: np.ndarray | None, true: np.ndarray, own: np.ndarray | None,
+            allow: np.ndarray | None, where: Any, **wrong: np.ndarray) -> None:
+        if claims is None:
+            return
+        for idx in np.ndindex(true.shape):
+            cells[name].append(Cell(f"{place}: {name}, {where(idx)}", claims[idx],
+                                    float(true[idx]),
+                                    math.nan if own is None else float(own[idx]),
+                                    0.0 if allow is None else float(allow[idx]), None,
+                                    {k: float(v[idx]) for k, v in wrong.items()}))
+
+    def head_at(what: str) -> Any:
+        return lambda idx: f"head {idx[0] + 1}, {what} {idx[1] + 1}" + \
+            (f" ({labels[idx[1]]})" if what == "position" else "")
+
+    for name, true, g_or_h in (("q", st.q, "head"), ("k_new", st.k_new, "kv head"),
+                               ("v_new", st.v_new, "kv head")):
+        put(name, get(name, true.shape), true, None, None,
+            lambda idx, w=g_or_h: f"{w} {idx[0] + 1}, column {idx[1] + 1}")
+    given = a.get("positions")
+    if given is not None:
+        wrote = [c.value for c in given.flat] if isinstance(given, np.ndarray) else None
+        want = [float(i + 1) for i in pos]
+        positions.append(None if wrote == want else Wrong(
+            None, 0, 0, "[" + (", ".join(c.text or "_" for c in given.flat)
+                               if wrote is not None else str(given)) + "]", math.nan, None,
+            math.nan, f"[{', '.join(str(i + 1) for i in pos)}]",
+            where=f"{place}: positions"))
+    cache = {}
+    for name, true in (("k_cache", st.k_cache), ("v_cache", st.v_cache)):
+        cache[name] = get(name, true.shape)
+        put(name, cache[name], true, None, None, lambda idx: (
+            f"kv head {idx[0] + 1}, position {pos.start + idx[1] + 1}, column {idx[2] + 1}"))
+    v_cache = written(cache["v_cache"], st.v_cache)  # (G, t', d_v)
+    z_claims = get("scores", st.scores.shape)
+    put("scores", z_claims, st.scores, None, None, head_at("position"))
+    z = written(z_claims, st.scores)  # (H, t')
+    hz = half(z_claims, z.shape)
+    allowed = p.allowed(t - 1, t, pos.start, pos.stop)
+    live = np.ones(n_pos, bool) if allowed is None else np.asarray(allowed)[0]
+    zm = np.where(live, z, -np.inf)  # (H, t')
+    sinks = None if p.sinks is None else np.asarray(p.sinks, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        top = zm.max(axis=1) if sinks is None else np.maximum(zm.max(axis=1), sinks)
+        e = np.where(live, np.exp(zm - top[:, None]), 0.0)
+        total = e.sum(axis=1) + (0.0 if sinks is None else np.exp(sinks - top))
+        w_own = np.where(total[:, None] > 0, e / total[:, None], 0.0)
+        allow_w = w_own * (hz + hz.max(axis=1, keepdims=True))
+    w_claims = get("weights", st.weights.shape)
+    put("weights", w_claims, st.weights, w_own, allow_w, head_at("position"))
+    w = written(w_claims, w_own)
+    hw = half(w_claims, w.shape)
+    groups = [c.kv_of(h) for h in range(heads)]
+    ho_own = np.stack([w[h] @ v_cache[groups[h]] for h in range(heads)])  # (H, d_v)
+    allow_ho = np.stack([hw[h] @ np.abs(v_cache[groups[h]]) for h in range(heads)])
+    ho_claims = get("head_outputs", st.head_outputs.shape)
+    put("head_outputs", ho_claims, st.head_outputs, ho_own, allow_ho,
+        lambda idx: f"head {idx[0] + 1}, column {idx[1] + 1}")
+    ho = written(ho_claims, ho_own).reshape(-1)  # (H·d_v,)
+    hho = half(ho_claims, st.head_outputs.shape).reshape(-1)
+    w_o = None if p.w_o is None else np.asarray(p.w_o, dtype=np.float64)
+    out_own = ho if w_o is None else ho @ w_o
+    allow_out = hho if w_o is None else hho @ np.abs(w_o)
+    if p.b_o is not None:
+        out_own = out_own + np.asarray(p.b_o, dtype=np.float64)
+    put("output", get("output", st.output.shape), st.output, out_own, allow_out,
+        lambda idx: f"column {idx[0] + 1}")
+    size = np.dtype(c.dtype).itemsize
+    given = a.get("cache_bytes")
+    if given is not None:
+        cells["cache_bytes"].append(Cell(f"{place}: cache_bytes", given, float(st.cache_bytes),
+                                         mistakes={"no_gqa": float(n_pos * heads * (
+                                             c.d_k + c.d_v) * size)}))
+    if st.splits is not None and st.combined is not None:
+        vh = np.stack([v_cache[g] for g in groups])  # (H, t', d_v)
+        _splits(st, a, zm, vh, place, put, problems, sinks)
+
+
+def _splits(st: DecodeStep, a: dict[str, Any], zm: np.ndarray, vh: np.ndarray, place: str,
+            put: Any, problems: dict[str, list[str]], sinks: np.ndarray | None) -> None:
+    """The split-K chunks and their combination, from the person's own scores (``zm``,
+    blocked −∞; H × t') and values (``vh``, H × t' × d_v), each chunk's own m, and the
+    chunks' own m, ℓ and O for the combination."""
+    chunks = st.splits or ()
+    heads = st.q.shape[0]
+    given = a.get("splits")
+    if given is not None and len(given) != len(chunks):
+        problems["splits.m"].append(f"{place}: {len(chunks)} chunks expected, found "
+                                    f"{len(given)}")
+        given = None
+
+    def field(part: dict[str, Any], name: str, key: str, shape: tuple[int, ...]
+              ) -> np.ndarray | None:
+        found: list[str] = []
+        claims = claims_of(part, key, shape, place, found)
+        problems[name] += found
+        return claims
+
+    ms, ls, os_ = [], [], []
+    for k, chunk in enumerate(chunks):
+        part = given[k] if given is not None else {}
+        lo = chunk.positions.start - st.positions.start
+        hi = chunk.positions.stop - st.positions.start
+        span = f"chunk {k + 1} (positions {chunk.positions.start + 1}–{chunk.positions.stop})"
+        m_c = field(part, "splits.m", "m", chunk.m.shape)
+        l_c = field(part, "splits.l", "l", chunk.l.shape)
+        o_c = field(part, "splits.o", "o", chunk.o.shape)
+        with np.errstate(all="ignore"):
+            z = zm[:, lo:hi]  # (H, c)
+            m_own = z.max(axis=1)
+            put("splits.m", m_c, chunk.m, m_own, None,
+                lambda idx, s=span: f"{s}, head {idx[0] + 1}")
+            m = written(m_c, m_own)
+            e = np.where(np.isneginf(z), 0.0,
+                         np.exp(z - np.where(np.isneginf(m), 0.0, m)[:, None]))  # (H, c)
+            put("splits.l", l_c, chunk.l, e.sum(axis=1), None,
+                lambda idx, s=span: f"{s}, head {idx[0] + 1}")
+            o_own = np.einsum("hc,hcd->hd", e, vh[:, lo:hi])  # (H, d_v)
+            put("splits.o", o_c, chunk.o, o_own, None,
+                lambda idx, s=span: f"{s}, head {idx[0] + 1}, column {idx[1] + 1}")
+        ms.append(m)
+        ls.append(written(l_c, e.sum(axis=1)))
+        os_.append(written(o_c, o_own))
+    comb = a.get("combined") or {}
+    c_true = st.combined
+    assert c_true is not None
+    cm = field(comb, "combined.m", "m", c_true.m.shape)
+    cl = field(comb, "combined.l", "l", c_true.l.shape)
+    co = field(comb, "combined.o", "o", c_true.o.shape)
+    m_all = np.array(ms)  # (chunks, H)
+    with np.errstate(all="ignore"):
+        top = m_all.max(axis=0) if sinks is None else np.maximum(m_all.max(axis=0), sinks)
+        put("combined.m", cm, c_true.m, top, None, lambda idx: f"head {idx[0] + 1}")
+        big = written(cm, top)
+        f = np.where(np.isneginf(m_all), 0.0,
+                     np.exp(m_all - np.where(np.isneginf(big), 0.0, big)))  # (chunks, H)
+        sink_l = 0.0 if sinks is None else np.exp(sinks - big)
+        put("combined.l", cl, c_true.l, (f * np.array(ls)).sum(axis=0) + sink_l, None,
+            lambda idx: f"head {idx[0] + 1}",
+            no_rescale=np.array(ls).sum(axis=0) + (0.0 if sinks is None else 1.0))
+        put("combined.o", co, c_true.o, np.einsum("kh,khd->hd", f, np.array(os_)), None,
+            lambda idx: f"head {idx[0] + 1}, column {idx[1] + 1}",
+            no_rescale=np.array(os_).sum(axis=0))
+
+
+def _positions_report(tr: Any, positions: list[Wrong | None]) -> StageReport:
+    """The positions the cache holds at each step, where written: the whole list."""
+    c = tr.config
+    wrong = [w for w in positions if w is not None]
+    named = None
+    if wrong and c.window is not None and all(
+            w.written == "[" + ", ".join(str(i) for i in range(1, len(
+                w.written.strip("[]").split(", ")) + 1)) + "]" for w in wrong):
+        named = (f"the window of {c.window} is left out of the cache: it keeps only the "
+                 f"last {c.window} positions, dropping the oldest as each token arrives")
+    return StageReport("decode.positions", "wrong" if wrong else "correct", len(positions),
+                       0, wrong, mistake=named, mistake_stage="decode.positions" if named
+                       else None)
