@@ -541,3 +541,33 @@ def test_decode_gives_the_plain_rows_and_splits_combine_to_them(kw: dict, splits
             combined = s.combined.o / s.combined.l[:, None]
         live = ~np.isneginf(tr["masked"][:, t]).all(axis=-1)
         close(combined[live], s.head_outputs[live])
+
+
+@pytest.mark.parametrize("extra", [
+    dict(qk_norm={"over": "head", "eps": 1e-6, "q": [1.2, 0.8, -0.5, 1.0],
+                  "k": [0.9, 1.1, 1.3, -0.7]}, kv_heads=2),
+    dict(qk_norm={"over": "width", "eps": 0.01}, rope="half"),
+    dict(rope={"style": "half", "base": 500000, "scaling": {"type": "yarn", "factor": 4.0,
+                                                           "original_max_position_embeddings": 4}}),
+    dict(rope={"style": "interleaved", "freqs": [0.9, 0.1], "attention_factor": 1.2},
+         qk_norm="head", kv_heads=1),
+])
+def test_the_kernels_follow_q_k_norms_and_scaled_rope(extra: dict) -> None:
+    """The decoding steps turn and norm each new row themselves: they give the plain
+    rows; the tiles' last rows are the head outputs."""
+    rng = np.random.default_rng(3)
+    n, d, heads = 7, 6, 4
+    groups = extra.get("kv_heads", heads)
+    kw = dict(x=rng.standard_normal((n, d)), heads=heads,
+              w_q=rng.standard_normal((d, heads * 4)), w_k=rng.standard_normal((d, groups * 4)),
+              w_v=rng.standard_normal((d, groups * 3)), w_o=rng.standard_normal((heads * 3, 5)),
+              mask="causal", **extra)
+    tr = mhacli.trace(**kw)
+    for step in decode(tr, splits=2):
+        i = step.step - 1
+        np.testing.assert_allclose(step.weights, tr["weights"][:, i, :i + 1], rtol=1e-12,
+                                   atol=1e-14)
+        np.testing.assert_allclose(step.output, tr["output"][i], rtol=1e-12, atol=1e-13)
+    for block in tiles(tr, 3, 2):
+        np.testing.assert_allclose(block.output, tr["head_outputs"][block.head, block.rows],
+                                   rtol=1e-12, atol=1e-13)

@@ -181,3 +181,22 @@ def test_a_text_longer_than_the_model_reads_is_refused(tmp_path: Path) -> None:
     folder = hf.make_model("gpt2", tmp_path / "gpt2", tokenizer=True)
     r = runner.invoke(app, ["run", "--checkpoint", str(folder), "--text", TEXT * 20])
     assert r.exit_code == 2 and "but this model reads at most" in r.stderr, r.stderr
+
+
+def test_the_readmes_text_examples_are_real(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's ```text blocks of real text through a model, replayed."""
+    pytest.importorskip("transformers")
+    import re
+    import shlex
+
+    readme = Path(__file__).resolve().parent.parent / "README.md"
+    section = readme.read_text(encoding="utf-8").split("### Real text through a real model")[1]
+    section = section.split("\n## ")[0]
+    blocks = re.findall(r"```text\n(.*?)```", section, flags=re.S)
+    assert len(blocks) == 2
+    monkeypatch.chdir(readme.parent)
+    for block in blocks:
+        command, _, expected = block.partition("\n")
+        r = runner.invoke(app, shlex.split(command[len("$ mha "):]))
+        assert r.exit_code == 0, r.stderr
+        assert r.stdout == expected

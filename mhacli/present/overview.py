@@ -59,11 +59,13 @@ def as_json(layers: list[tuple[int, list[Head]]], config: dict[str, Any]) -> str
     return json.dumps(doc, ensure_ascii=False, allow_nan=False) + "\n"
 
 
-def _most(h: Head) -> float:
-    """What a map's darkest shade stands for: its largest cell (each map on its own
-    scale, so that a head whose weights spread thin still shows where they go)."""
-    most = float(np.nanmax(h.grid)) if h.grid.size else 0.0
-    return most if most > 0 else 1.0
+def _shaded(h: Head) -> np.ndarray:
+    """A map's cells from 0 to 1, each row from 0 to its own largest cell (so that where
+    a query's weight goes shows, however thin it is spread; the first row's one weight
+    of 1 would otherwise outshine every other)."""
+    top = np.nanmax(h.grid, axis=1, keepdims=True) if h.grid.size else np.ones((1, 1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.nan_to_num(np.where(top > 0, h.grid / top, 0.0))
 
 
 def _numbers(s: HeadSummary) -> list[str]:
@@ -77,8 +79,8 @@ def _numbers(s: HeadSummary) -> list[str]:
 def _title(layer: int, heads: list[Head], tokens: int, text: str | None) -> str:
     pooled_note = f", each cell the mean of a block of weights ({tokens} tokens)" \
         if heads and heads[0].pooled else ""
-    return (f"layer {layer}: {len(heads)} heads{pooled_note}, each map shaded from 0 to its "
-            "largest cell. H: the entropy of a row (bits); peak: its largest weight; prev, "
+    return (f"layer {layer}: {len(heads)} heads{pooled_note}, each row of a map shaded from 0 "
+            "to its largest cell. H: the entropy of a row (bits); peak: its largest weight; prev, "
             "first: the weight on the token before and on the first (each averaged over rows "
             "2 … n)") + (f"  ‹{text}›" if text else "")
 
@@ -100,9 +102,9 @@ def plain(layers: list[tuple[int, list[Head]]], width: int, tokens: int,
             row = heads[start:start + per]
             columns = []
             for h in row:
-                top, most = len(SHADES) - 1, _most(h)
-                cells = ["".join(SHADES[min(top, int(round(v / most * top)))] for v in line)
-                         for line in h.grid]
+                top = len(SHADES) - 1
+                cells = ["".join(SHADES[min(top, int(round(v * top)))] for v in line)
+                         for line in _shaded(h)]
                 columns.append([f"head {h.numbers.head}"] + cells + _numbers(h.numbers))
             height = max(len(c) for c in columns)
             for i in range(height):
@@ -144,14 +146,12 @@ def show(layers: list[tuple[int, list[Head]]], console: Console, tokens: int,
 def _coloured(h: Head, block: int, heat_rgb: Any) -> list[Any]:
     from rich.text import Text
 
-    most = _most(h)
-
     def rgb(v: float) -> str:
-        r, g, b, _ = heat_rgb(v / most)
+        r, g, b, _ = heat_rgb(v)
         return f"rgb({r},{g},{b})"
 
     lines = [Text(f"head {h.numbers.head}", style="bold")]
-    grid = h.grid
+    grid = _shaded(h)
     for i in range(0, grid.shape[0], 2):
         line = Text()
         for j in range(grid.shape[1]):
