@@ -82,7 +82,13 @@ def _title(layer: int, heads: list[Head], tokens: int, text: str | None) -> str:
     return (f"layer {layer}: {len(heads)} heads{pooled_note}, each row of a map shaded from 0 "
             "to its largest cell. H: the entropy of a row (bits); peak: its largest weight; prev, "
             "first: the weight on the token before and on the first (each averaged over rows "
-            "2 … n)") + (f"  ‹{text}›" if text else "")
+            "2 … n)") + (f"  ‹{_short(text)}›" if text else "")
+
+
+def _short(text: str, most: int = 60) -> str:
+    """A text as a title quotes it: on one line, cut short when long."""
+    one = " ".join(text.split())
+    return one if len(one) <= most else one[:most - 1] + "…"
 
 
 def _block_width(heads: list[Head]) -> int:
@@ -94,8 +100,12 @@ def plain(layers: list[tuple[int, list[Head]]], width: int, tokens: int,
           text: str | None = None) -> Iterator[str]:
     """The overview as plain text: each map's cells as shades ``·░▒▓█``, a layer at a
     time, as many heads side by side as fit ``width``."""
+    import textwrap
+
     for k, (layer, heads) in enumerate(layers):
-        yield ("\n" if k else "") + f"# {_title(layer, heads, tokens, text)}\n"
+        title = textwrap.wrap(_title(layer, heads, tokens, text), max(20, width - 2),
+                              break_long_words=False, break_on_hyphens=False)
+        yield ("\n" if k else "") + "".join(f"# {line}\n" for line in title)
         block = _block_width(heads)
         per = max(1, (width + GAP) // (block + GAP))
         for start in range(0, len(heads), per):
@@ -123,6 +133,10 @@ def show(layers: list[tuple[int, list[Head]]], console: Console, tokens: int,
 
     from .tables import heat_rgb, print_wrapped
 
+    if console.color_system is None or console.no_color:  # no colour: the shades as text
+        for piece in plain(layers, console.width, tokens, text):
+            console.out(piece, end="", highlight=False)
+        return
     for layer, heads in layers:
         print_wrapped(console, Text(_title(layer, heads, tokens, text), style="bold"))
         block = _block_width(heads)
