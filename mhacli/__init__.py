@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from .engine import Config, Trace, attention, trace
 from .errors import MaskedRowWarning, MhaError
-from .io.problem import Problem, load, load_text
+from .io.models import load_text
+from .io.problem import Problem, load
 
 if TYPE_CHECKING:
     from .grading.judge import Report

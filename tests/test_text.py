@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 import mhacli
 from mhacli.cli import app
-from mhacli.io.problem import from_reading
+from mhacli.io.models import from_reading
 from mhacli.io.text import Reading, labels
 
 MODELS = Path(__file__).parent / "fixtures" / "models"

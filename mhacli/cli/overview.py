@@ -70,7 +70,7 @@ def _problems(options: dict[str, Any], layer: Any, settings: dict[str, Any]) -> 
 
     every = layers(checkpoint)
     if text is not None:
-        from ..io.problem import load_text_layers
+        from ..io.models import load_text_layers
 
         return load_text_layers(checkpoint, text, every)
     return [problem(**options, layer=k, **settings) for k in every]

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..errors import MhaError, shown
 from . import families as fam
+from .config_reading import IRRELEVANT, Reader, linear
 from .modelfiles import open_checkpoint
 
 # a family: how its layer's attention tensors are named (one (\d+), the layer) and read
@@ -105,7 +106,7 @@ def _read_layer(path: str | Path, layer: int) -> Layer:
                        source=str(ckpt.path))
     tail = dict((k, t) for k, _, t in LAYOUTS)[kind]  # type: ignore[index]
     stem = found[layer][:-len(tail)]  # the layer's attention module, with its dot
-    r = fam.Reader(ckpt, layer)
+    r = Reader(ckpt, layer)
     model_type = r.get("model_type")
     model_type = MODEL_TYPES.get(model_type, model_type)
     bare = ckpt.config_file is None  # no config.json: the problem gives the heads
@@ -131,18 +132,18 @@ def _read_layer(path: str | Path, layer: int) -> Layer:
     return Layer(out, dict(r.origin), family, str(ckpt.path), layer, stem)
 
 
-def _bare_decoder(r: fam.Reader, stem: str) -> dict[str, Any]:
+def _bare_decoder(r: Reader, stem: str) -> dict[str, Any]:
     """A Llama-style layer with no config.json beside it: weights only, causal, RoPE with
     the default base; the heads come from the problem (or --heads)."""
     out: dict[str, Any] = {"mask": "causal"}
     for letter in "qkvo":
-        fam.linear(r, stem, f"{letter}_proj", out, letter)
+        linear(r, stem, f"{letter}_proj", out, letter)
     out["rope"] = {"style": "half"}
     r.note("rope", "a Llama-style layer (half pairs, base 10000: no config.json)")
     return out
 
 
-def _refuse_the_rest(r: fam.Reader, stem: str) -> None:
+def _refuse_the_rest(r: Reader, stem: str) -> None:
     """A tensor of the layer's attention or a config key no one read, that could change
     the numbers, is an error naming it: never a silently different number."""
     for name in r.ckpt.names:
@@ -151,7 +152,7 @@ def _refuse_the_rest(r: fam.Reader, stem: str) -> None:
                            "follow, so its numbers would differ from the model's",
                            source=r.ckpt.source_of(name), key=name)
     for key, value in r.cfg.items():
-        if key in r.used or key in fam.IRRELEVANT or value in (None, False) or \
+        if key in r.used or key in IRRELEVANT or value in (None, False) or \
                 isinstance(value, (list, dict)) and not value:
             continue
         raise r.error(key, f"{shown(value)}: a setting of the model that mha does not follow, "

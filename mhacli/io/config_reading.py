@@ -1,0 +1,305 @@
+"""Reading a model's config.json and one layer's tensors for a family's translation
+(``families.py``): each config key and tensor read recorded, to say where every setting
+came from and to refuse by name what no one read; and what the families share (the
+heads, RoPE from either spelling of the config, this layer's window, a PyTorch linear
+layer turned to x·W, a fused projection cut into Q, K and V).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import MhaError, shown
+from .modelfiles import Checkpoint
+
+IRRELEVANT = frozenset("""
+_name_or_path architectures model_type transformers_version torch_dtype dtype vocab_size
+hidden_act hidden_activation activation_function intermediate_size n_inner
+initializer_range initializer_factor layer_norm_eps layer_norm_epsilon rms_norm_eps
+num_hidden_layers n_layer tie_word_embeddings use_cache bos_token_id eos_token_id
+pad_token_id sep_token_id decoder_start_token_id attention_dropout attn_pdrop
+hidden_dropout hidden_dropout_prob attention_probs_dropout_prob resid_pdrop embd_pdrop
+embedding_dropout classifier_dropout summary_type summary_use_proj summary_activation
+summary_proj_to_labels summary_first_dropout task_specific_params n_ctx n_positions
+max_position_embeddings mlp_bias pretraining_tp type_vocab_size id2label label2id
+problem_type chunk_size_feed_forward is_encoder_decoder tokenizer_class prefix
+return_dict output_hidden_states output_attentions torchscript use_bfloat16 pruned_heads
+tie_encoder_decoder finetuning_task output_router_logits router_aux_loss_coef num_experts
+num_experts_per_tok num_local_experts experts_per_token router_jitter_noise swiglu_limit
+final_logit_softcapping use_parallel_residual parallel_attn num_ln_in_parallel_attn
+bad_words_ids begin_suppress_tokens suppress_tokens forced_bos_token_id
+forced_eos_token_id max_length min_length do_sample early_stopping num_beams
+num_beam_groups diversity_penalty temperature top_k top_p typical_p repetition_penalty
+length_penalty no_repeat_ngram_size encoder_no_repeat_ngram_size num_return_sequences
+output_scores return_dict_in_generate remove_invalid_values exponential_decay_length_penalty
+cross_attention_hidden_size add_cross_attention is_decoder tf_legacy_loss
+use_return_dict layer_norm_type embed_dropout classifier_dropout_prob
+hidden_dropout_rate head_dim_key rope_interleave norm_eps activation swiglu_alpha ffn_hidden_size
+""".split())
+
+
+@dataclass
+class Reader:
+    """A checkpoint's config and one layer's tensors, read as a family's translation asks,
+    each config key and tensor it reads recorded (to say where a setting came from, and
+    to refuse what no one read)."""
+
+    ckpt: Checkpoint
+    layer: int
+    used: set[str] = field(default_factory=set)  # config keys read
+    taken: set[str] = field(default_factory=set)  # tensors read
+    origin: dict[str, str] = field(default_factory=dict)  # problem key -> its source
+
+    @property
+    def cfg(self) -> dict[str, Any]:
+        return self.ckpt.config
+
+    @property
+    def config_file(self) -> str:
+        return str(self.ckpt.config_file or self.ckpt.path)
+
+    def error(self, key: str, message: str) -> MhaError:
+        """An error about config key ``key``, naming the config file."""
+        return MhaError(f"{key} is {message}", source=self.config_file, key=key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.used.add(key)
+        return self.cfg.get(key, default)
+
+    def count(self, key: str, default: int | None = None) -> int | None:
+        """A positive whole number of the config, or ``default`` when it gives none."""
+        value = self.get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise self.error(key, f"{shown(value)}: expected a positive whole number")
+        return value
+
+    def number(self, key: str, default: float | None = None) -> float | None:
+        value = self.get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                not np.isfinite(value) or value <= 0:
+            raise self.error(key, f"{shown(value)}: expected a positive number")
+        return float(value)
+
+    def flag(self, key: str, default: bool = False) -> bool:
+        value = self.get(key, default)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self.error(key, f"{shown(value)}: expected true or false")
+        return value
+
+    def tensor(self, name: str, ndim: int) -> np.ndarray:
+        """A tensor of the layer, float64, its number of dimensions checked."""
+        if name not in self.ckpt:
+            raise MhaError(f"{name} is missing: this layer's attention needs it",
+                           source=str(self.ckpt.path), key=name)
+        a = self.ckpt.read(name)
+        if a.ndim != ndim:
+            raise MhaError(f"{name} has shape {a.shape}: expected "
+                           f"{'a matrix' if ndim == 2 else 'a vector'}",
+                           source=self.ckpt.source_of(name), key=name)
+        self.taken.add(name)
+        return a
+
+    def has(self, name: str) -> bool:
+        return name in self.ckpt
+
+    def outside(self, name: str) -> None:
+        """A tensor under the attention module that is not its arithmetic (a norm after
+        the residual, as BERT keeps inside its attention output)."""
+        if name in self.ckpt:
+            self.taken.add(name)
+
+    def note(self, key: str, where: str) -> None:
+        self.origin[key] = where
+
+
+Family = Callable[[Reader, str], dict[str, Any]]  # (reader, the layer's prefix) -> keys
+
+
+def heads_of(r: Reader, heads_key: str, groups_key: str | None = None,
+             width: int | None = None) -> tuple[int, int | None, int | None]:
+    """The query heads, key/value heads and head width a config gives."""
+    heads = r.count(heads_key)
+    if heads is None:
+        raise MhaError(f"the config gives no {heads_key}: the number of heads is needed",
+                       source=r.config_file, key=heads_key)
+    r.note("heads", f"config {heads_key}")
+    groups = r.count(groups_key) if groups_key else None
+    if groups is not None:
+        if heads % groups:
+            raise r.error(groups_key, f"{groups}, which does not divide "  # type: ignore[arg-type]
+                          f"{heads_key} = {heads}")
+        r.note("kv_heads", f"config {groups_key}")
+    head_dim = r.count("head_dim")
+    if head_dim is None and width is not None:
+        if width % heads:
+            raise MhaError(f"{heads_key} = {heads} does not divide the width {width}",
+                           source=r.config_file, key=heads_key)
+        head_dim = width // heads
+    return heads, groups, head_dim
+
+
+def linear(r: Reader, stem: str, name: str, out: dict[str, Any], ours: str,
+           bias: bool | None = None) -> None:
+    """A PyTorch nn.Linear (weight (out, in)) as mha's w (in, out), and its bias."""
+    out[f"w_{ours}"] = r.tensor(f"{stem}{name}.weight", 2).T
+    r.note(f"w_{ours}", f"tensor {stem}{name}.weight (transposed)")
+    if bias is not False and r.has(f"{stem}{name}.bias"):
+        out[f"b_{ours}"] = r.tensor(f"{stem}{name}.bias", 1)
+        r.note(f"b_{ours}", f"tensor {stem}{name}.bias")
+
+
+def rope_of(r: Reader, head_dim: int, *, style: str = "half", dims: int | None = None,
+            base_key: str = "rope_theta", default_base: float = 10000.0,
+            layer_type: str | None = None, scaling_key: str = "rope_scaling",
+            partial_key: str | None = "partial_rotary_factor",
+            partial_default: float = 1.0, aliases: dict[str, str] | None = None
+            ) -> dict[str, Any]:
+    """The rope setting from either spelling of the config: transformers 5's
+    ``rope_parameters`` (nested by layer type, as Gemma 3 writes it, or not), or
+    transformers 4's ``rope_theta``, ``rope_scaling`` and ``partial_rotary_factor``."""
+    params = r.get("rope_parameters")
+    where = "rope_parameters"
+    if isinstance(params, dict) and layer_type is not None and layer_type in params:
+        params, where = params[layer_type], f"rope_parameters.{layer_type}"
+    old_scaling = r.get(scaling_key)
+    if params is None:
+        params = dict(old_scaling or {})
+        where = scaling_key
+    elif not isinstance(params, dict):
+        raise r.error(where, f"{shown(params)}: expected a mapping")
+    else:
+        params = dict(params)
+    if old_scaling and where.startswith("rope_parameters") and \
+            old_scaling.get("rope_type", old_scaling.get("type")) not in (None, "default"):
+        raise r.error(scaling_key, "set beside rope_parameters: which one holds is unclear")
+    kind = params.pop("rope_type", None) or params.pop("type", None) or "default"
+    params.pop("type", None)
+    base = params.pop("rope_theta", None)
+    base = r.number(base_key, default_base) if base is None else base
+    partial = params.pop("partial_rotary_factor", None)
+    if partial is None and partial_key is not None:
+        partial = r.number(partial_key, partial_default)
+    if dims is None:
+        dims = int(head_dim * (partial if partial is not None else partial_default))
+        if dims < 2 or dims % 2 or dims > head_dim:
+            raise r.error(partial_key or where, f"{partial}: it turns {dims} of the "
+                          f"{head_dim} dimensions of a head, not an even number from 2")
+    spec: dict[str, Any] = {"style": style, "base": float(base), "dims": dims}
+    r.note("rope", f"config {where}" if where != "rope_scaling" or old_scaling
+           else f"config {base_key}")
+    if kind == "default":
+        if params:
+            raise r.error(f"{where}.{sorted(params)[0]}", f"{shown(params[sorted(params)[0]])}: "
+                          "a RoPE parameter mha does not follow")
+        return spec
+    kind = (aliases or {}).get(kind, kind)  # (Phi-3 reads "su" and "yarn" as longrope)
+    from ..engine.rope import RULE_KEYS
+
+    if kind not in RULE_KEYS:
+        raise r.error(f"{where}.rope_type", f"{shown(kind)}: a RoPE scaling mha does not "
+                      f"follow (it follows {', '.join(RULE_KEYS)})")
+    scaling = {"type": kind}
+    length = params.pop("original_max_position_embeddings", None)
+    top = r.get("original_max_position_embeddings")
+    if kind == "dynamic":
+        length = r.count("max_position_embeddings")
+    elif top is not None and kind == "longrope":
+        length = top  # Phi-3 keeps it beside the scaling, and it takes priority
+    elif length is None and kind != "linear":
+        length = r.count("max_position_embeddings")
+    for key in list(params):
+        if key in RULE_KEYS[kind]:
+            scaling[key] = params.pop(key)
+    if params:
+        key = sorted(params)[0]
+        raise r.error(f"{where}.{key}", f"{shown(params[key])}: a {kind} parameter mha does "
+                      "not follow")
+    if length is not None:
+        scaling["original_max_position_embeddings"] = length
+    longest = r.count("max_position_embeddings")
+    if kind in ("yarn", "longrope") and scaling.get("factor") is None and longest and length:
+        scaling["factor"] = longest / length  # as the reference, from the two lengths
+    spec["scaling"] = scaling
+    from ..engine.rope import parse
+
+    try:  # checked here, so that an error names the config's key
+        parse(spec, head_dim, 1)
+    except MhaError as exc:
+        raise r.error(where, f"not followed: {exc.message}") from None
+    return spec
+
+
+def window_of(r: Reader, default_types: Callable[[int], str] | None = None,
+              every_layer: bool = False) -> tuple[int | None, str | None]:
+    """This layer's sliding window (None: full attention) and its type."""
+    size = r.get("sliding_window")
+    if every_layer:  # Mistral's rule: the window on every layer when set
+        r.get("layer_types")
+        return (_window_size(r, size), "sliding_attention") if size is not None else (None, None)
+    types = r.get("layer_types")
+    kind: str | None = None
+    if types is not None:
+        if not isinstance(types, list) or r.layer >= len(types):
+            raise r.error("layer_types", f"{shown(types)}: expected one type for each layer")
+        kind = types[r.layer]
+    elif default_types is not None:
+        kind = default_types(r.layer)
+    elif size is not None:
+        kind = "sliding_attention"
+    if kind is None or kind == "full_attention":
+        return None, kind
+    if kind != "sliding_attention":
+        raise r.error("layer_types", f"{shown(kind)} at layer {r.layer}: an attention mha "
+                      "does not compute")
+    if size is None:
+        raise r.error("sliding_window", "missing, but layer_types makes this layer slide")
+    size = _window_size(r, size)
+    r.note("window", f"config sliding_window (layer {r.layer}: {kind})")
+    return size, kind
+
+
+def _window_size(r: Reader, size: Any) -> int:
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise r.error("sliding_window", f"{shown(size)}: expected a positive whole number")
+    r.note("window", "config sliding_window")
+    return size
+
+
+def split_rows(w: np.ndarray, b: np.ndarray | None, order: list[tuple[str, int]],
+               d: int) -> tuple[dict[str, list[np.ndarray]], dict[str, list[np.ndarray]]]:
+    """A fused (rows, in) projection cut into its blocks of ``d`` rows, in ``order``
+    (("q", head) …), gathered per letter in the order met."""
+    parts: dict[str, list[np.ndarray]] = {"q": [], "k": [], "v": []}
+    biases: dict[str, list[np.ndarray]] = {"q": [], "k": [], "v": []}
+    for i, (letter, _) in enumerate(order):
+        parts[letter].append(w[i * d:(i + 1) * d])
+        if b is not None:
+            biases[letter].append(b[i * d:(i + 1) * d])
+    return parts, biases
+
+
+def fused(r: Reader, stem: str, name: str, order: list[tuple[str, int]], d: int,
+          out: dict[str, Any]) -> None:
+    """q, k and v (and their biases) from a fused nn.Linear whose rows come in ``order``."""
+    w = r.tensor(f"{stem}{name}.weight", 2)
+    if w.shape[0] != len(order) * d:
+        raise MhaError(f"{stem}{name}.weight has {w.shape[0]} rows: the config's heads make "
+                       f"{len(order)} blocks of {d}", source=r.ckpt.source_of(f"{stem}{name}.weight"),
+                       key=f"{stem}{name}.weight")
+    b = r.tensor(f"{stem}{name}.bias", 1) if r.has(f"{stem}{name}.bias") else None
+    parts, biases = split_rows(w, b, order, d)
+    for letter in "qkv":
+        out[f"w_{letter}"] = np.concatenate(parts[letter]).T
+        r.note(f"w_{letter}", f"tensor {stem}{name}.weight (its {letter} rows, transposed)")
+        if b is not None:
+            out[f"b_{letter}"] = np.concatenate(biases[letter])
+            r.note(f"b_{letter}", f"tensor {stem}{name}.bias (its {letter} entries)")

@@ -1,0 +1,94 @@
+"""A problem on a real model: one layer of a checkpoint on a problem file's inputs or on
+random tokens, or on a text the model itself reads (``text.py``), its output checked
+against the model's own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from ..errors import MhaError
+from .problem import Problem, _document, from_mapping
+
+
+def load_checkpoint(checkpoint: str | Path, layer: int | None, *, file: str | None = None,
+                    stdin: Any = None, layout: str = "rows", heads: int | None = None,
+                    tokens: int | list[str] | None = None, seed: int | None = None) -> Problem:
+    """One layer of a checkpoint (``--checkpoint FILE --layer N``) on a problem file's
+    inputs, or on random token vectors of the model's width (``tokens`` of them, 4 by
+    default, drawn from ``seed``)."""
+    path = Path(checkpoint)
+    extra = {"checkpoint": path, "layer": layer}
+    if file is not None:
+        data, locate, source, base = _document(file, stdin)
+        if not isinstance(data, dict):
+            return from_mapping(data, source)  # says what a problem must be
+        return from_mapping({**data, **extra}, source, base, layout, locate, heads)
+    from . import checkpoint as ckpt
+
+    try:
+        width = ckpt.read_layer(path, layer or 0).keys["w_q"].shape[0]
+    except MhaError as exc:
+        raise exc.located(exc.source or str(path)) from None
+    labels = tokens if isinstance(tokens, list) else None
+    n = len(labels) if labels else tokens if isinstance(tokens, int) else 4
+    x = np.round(np.random.default_rng(seed).standard_normal((n, width)), 2)
+    source = f"random tokens on {path.name}" + (f" (seed {seed})" if seed is not None else "")
+    return from_mapping({"x": x, "tokens": labels, **extra}, source, None, layout,
+                        heads=heads)
+
+
+def load_text(checkpoint: str | Path, text: str, layer: int | None = 0, *,
+              layout: str = "rows") -> Problem:
+    """One layer of a model (its folder, with its tokenizer) on a real text: x is the
+    hidden state entering that layer's attention in the model's own forward pass, the rows
+    labelled by its tokens. mha's output is compared with the model's own attention output
+    and refused past 1e-5 relative; the difference is kept in ``read["agreement"]``."""
+    return load_text_layers(checkpoint, text, [layer or 0], layout=layout)[0]
+
+
+def load_text_layers(checkpoint: str | Path, text: str, layers: list[int], *,
+                     layout: str = "rows") -> list[Problem]:
+    """``load_text`` for several layers, from one forward pass of the model."""
+    from . import checkpoint as ckpt
+    from .text import read_text
+
+    path = Path(checkpoint)
+    found = {k: ckpt.read_layer(path, k) for k in layers}
+    reading = read_text(path, text, {k: f.stem for k, f in found.items()})
+    return from_reading(path, text, reading, layers, layout=layout)
+
+
+def from_reading(checkpoint: str | Path, text: str, reading: Any, layers: list[int], *,
+                 layout: str = "rows") -> list[Problem]:
+    """The problems of a text the model has read (``io.text.Reading``: its tokens, and for
+    each layer x and the model's own attention output), mha's output checked against the
+    model's."""
+    from dataclasses import replace as replaced
+
+    from ..engine import fast
+    from .text import AGREEMENT
+
+    path = Path(checkpoint)
+    out = []
+    for k in layers:
+        prob = from_mapping({"x": reading.x[k], "tokens": reading.labels, "checkpoint": path,
+                             "layer": k}, f"the text on {path}", None, layout)
+        theirs = reading.output[k]
+        with np.errstate(all="ignore"):
+            ours = fast(prob.prepared)
+            top = float(np.abs(theirs).max()) if theirs.size else 0.0
+            diff = float(np.abs(ours - theirs).max() / top) if top > 0 else \
+                float(np.abs(ours - theirs).max())
+        if not diff <= AGREEMENT:
+            raise MhaError(f"layer {k}: mha's output differs from the model's own attention "
+                           f"output by {diff:.2e} (the largest difference, relative to its "
+                           f"largest entry; at most {AGREEMENT:g} is accepted): these numbers "
+                           "would not be the model's", source=str(path))
+        read = {**prob.read, "text": text, "ids": reading.ids, "agreement": diff}
+        out.append(replaced(prob, read=MappingProxyType(read)))
+    return out
+
