@@ -46,6 +46,7 @@ def read_text(folder: str | Path, text: str, layers: dict[int, str]) -> Reading:
         raise MhaError("--text needs some text to read")
     if len(text) > MAX_TEXT:
         raise MhaError(f"--text is {len(text)} characters; up to {MAX_TEXT} are read")
+    _has_tokenizer(folder)  # (said before the extra is asked for)
     try:
         import torch
         import transformers
@@ -115,12 +116,15 @@ def _catch(caught: dict, what: str, layer: int) -> Any:
     return before if what == "x" else after
 
 
-def _tokenizer(transformers: Any, folder: Path) -> Any:
+def _has_tokenizer(folder: Path) -> None:
     names = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model",
              "vocab.txt")
     if not any((folder / n).exists() for n in names):
         raise MhaError("holds no tokenizer (tokenizer.json, tokenizer_config.json …): "
                        "--text needs the model's own", source=str(folder))
+
+
+def _tokenizer(transformers: Any, folder: Path) -> Any:
     try:
         return transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     except Exception as exc:
