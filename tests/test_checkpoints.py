@@ -193,7 +193,8 @@ def test_a_sliding_window_in_the_config_is_the_window(tmp_path: Path) -> None:
     rng = np.random.default_rng(6)
     t = _llama(rng, 4, 2)
     path = _save(tmp_path / "mistral", t, "npz",
-                 {"num_attention_heads": 4, "num_key_value_heads": 2, "sliding_window": 2})
+                 {"model_type": "mistral", "num_attention_heads": 4, "num_key_value_heads": 2,
+                  "sliding_window": 2})
     x = rng.standard_normal((N, D))
     prob = mhacli.load(str(_problem(tmp_path / "mistral", x, checkpoint=path.name)))
     assert prob.config.window == 2

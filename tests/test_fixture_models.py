@@ -103,3 +103,114 @@ def test_an_exercise_on_a_real_layer_round_trips(tmp_path: Path) -> None:
                                atol=1e-12)
     text = key.read_text()
     assert "softcap: 2" in text and "window: " in text and "\nscale: " in text
+
+
+def _copy(tmp_path: Path, family: str, **changes: object) -> Path:
+    folder = tmp_path / family
+    shutil.copytree(MODELS / family, folder)
+    if changes:
+        _edit(folder, **changes)
+    return folder
+
+
+def test_a_window_the_model_never_applies_is_not_applied(tmp_path: Path) -> None:
+    """Llama's attention is causal everywhere: a sliding_window in its config is read
+    (not refused) and not followed, as the model does not."""
+    ref = np.load(MODELS / "llama3" / "reference.npz")
+    folder = _copy(tmp_path, "llama3", sliding_window=2)
+    prob = from_mapping({"x": ref["x_0"], "checkpoint": folder, "layer": 0}, "t")
+    assert prob.config.window is None and "window" not in prob.read["settings"]
+    np.testing.assert_allclose(mhacli.attention(**prob.inputs), ref["out_0"], rtol=1e-5,
+                               atol=1e-5 * np.abs(ref["out_0"]).max())
+
+
+@pytest.mark.parametrize("family, changes, words", [
+    ("gemma2", {"head_dim": 6}, "head_dim is 6, but model.layers.0.self_attn.q_proj.weight"),
+    ("qwen3", {"head_dim": 8}, "head_dim is 8"),
+    ("gpt2", {"n_head": 5}, "n_head is 5, which does not divide the width"),
+    ("qwen3", {"rope_scaling": "linear"}, "rope_scaling is 'linear': expected a mapping"),
+    ("llama3", {"rope_parameters": {"rope_type": "default", "rope_theta": "abc"}},
+     "rope_parameters.rope_theta is 'abc': expected a positive number"),
+    ("llama3", {"rope_parameters": {"rope_type": "default", "rope_theta": -5}},
+     "rope_parameters.rope_theta is -5"),
+    ("gpt_neox", {"hidden_size": None}, "neither head_dim nor the model's width"),
+    ("gemma2", {"sliding_window_size": 3}, "sliding_window_size is 3, but sliding_window"),
+])
+def test_a_config_that_contradicts_itself_or_the_tensors_is_refused(
+        tmp_path: Path, family: str, changes: dict, words: str) -> None:
+    folder = _copy(tmp_path, family, **changes)
+    r = runner.invoke(app, ["run", "--checkpoint", str(folder), "--tokens", "2"])
+    assert r.exit_code == 2 and r.stderr.startswith(f"Error: {folder}"), r.stderr
+    assert words in r.stderr and "unexpected" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("family, changes", [
+    ("gemma2", {"cache_implementation": "hybrid", "auto_map": {"AutoModel": "x.Y"}}),
+    ("gemma2", {"sliding_window_size": 4}),  # as older Gemma 2 configs spell it: the same
+])
+def test_keys_of_configs_as_the_hub_ships_them_are_read(tmp_path: Path, family: str,
+                                                         changes: dict) -> None:
+    ref = np.load(MODELS / family / "reference.npz")
+    config = json.loads((MODELS / family / "config.json").read_text())
+    if "sliding_window_size" in changes:
+        changes = {"sliding_window_size": config["sliding_window"]}
+    folder = _copy(tmp_path, family, **changes)
+    prob = from_mapping({"x": ref["x_0"], "checkpoint": folder, "layer": 0}, "t")
+    np.testing.assert_allclose(mhacli.attention(**prob.inputs), ref["out_0"], rtol=1e-5,
+                               atol=1e-5 * np.abs(ref["out_0"]).max())
+
+
+def test_a_generated_exercise_keeps_a_base_that_is_not_round(tmp_path: Path) -> None:
+    folder = _copy(tmp_path, "qwen3", rope_theta=123456.7)
+    key = tmp_path / "q.yaml"
+    r = runner.invoke(app, ["generate", "--checkpoint", str(folder), "--layer", "0", "--tokens",
+                            "3", "--seed", "1", "--answers", "-o", str(key)])
+    assert r.exit_code == 0, r.stderr
+    assert "base: 123456.7" in key.read_text()
+    assert runner.invoke(app, ["check", str(key)]).exit_code == 0
+
+
+def test_a_files_layer_holds_unless_the_option_gives_one(tmp_path: Path) -> None:
+    folder = _copy(tmp_path, "gpt2")
+    ref = np.load(MODELS / "gpt2" / "reference.npz")
+    problem = tmp_path / "p.yaml"
+    problem.write_text(json.dumps({"x": ref["x_1"].tolist(), "checkpoint": "gpt2", "layer": 1}))
+    outs = []
+    for extra in ([], ["--checkpoint", str(folder)], ["--checkpoint", str(folder), "--layer", "1"]):
+        r = runner.invoke(app, ["run", str(problem), "--format", "json", *extra])
+        assert r.exit_code == 0, r.stderr
+        outs.append(json.loads(r.stdout)["output"])
+    for out in outs:
+        np.testing.assert_allclose(out, ref["out_1"], rtol=1e-9, atol=1e-9)
+
+
+def test_every_layer_of_all_heads_reads_the_same_tokens() -> None:
+    r = runner.invoke(app, ["explain", "--checkpoint", str(MODELS / "gpt2"), "--layer", "all",
+                            "--all-heads", "--tokens", "3", "--format", "json"])
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert {h["layer"] for h in doc["heads"]} == {0, 1}
+    r2 = runner.invoke(app, ["explain", "--checkpoint", str(MODELS / "gpt2"), "--layer", "all",
+                             "--all-heads", "--tokens", "3", "--format", "json"])
+    assert r2.exit_code == 0  # another seed drawn: the same shape, every layer on its tokens
+    assert len(json.loads(r2.stdout)["heads"]) == len(doc["heads"])
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--all-heads", "--head", "1"], "--head is for one head's tables"),
+    (["--all-heads", "--format", "latex"], "--format rich, plain, markdown or json"),
+    (["--all-heads", "--svg", "/nonexistent/x.svg"], "cannot write"),
+    (["--all-heads", "--format", "json", "--svg", "x.svg"], "leave out --format"),
+    (["--layer", "all"], "--layer takes a layer number from 0"),
+])
+def test_all_heads_says_what_does_not_apply_before_anything_is_shown(args: list[str],
+                                                                      words: str) -> None:
+    r = runner.invoke(app, ["explain", "--sample", "cat", *args])
+    assert r.exit_code == 2 and r.stdout == "", r.stdout
+    assert words in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_generate_on_a_checkpoint_refuses_the_sizes_it_gives() -> None:
+    for extra in (["--no-w-o"], ["--d-kv", "3"], ["--d-k", "4"], ["--kv-tokens", "2"]):
+        r = runner.invoke(app, ["generate", "--checkpoint", str(MODELS / "gpt2"), *extra])
+        assert r.exit_code == 2 and "cannot be combined with" in r.stderr, r.stderr

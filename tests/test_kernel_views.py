@@ -243,7 +243,7 @@ def test_cell_writes_a_step_entry_out(spec: str, pick) -> None:  # type: ignore[
     (["--decode", "--cell", "decode:2:bogus"], "FIELD one of q, k_new"),
     (["--tiles", "0"], "tiles takes BR or BR:BC"),
     (["--tiles", "2:x"], "tiles takes BR or BR:BC"),
-    (["--splits", "2"], "splits cuts each decoding step's cache into chunks: it needs decode"),
+    (["--splits", "2"], "splits goes with decode: give decode too (--decode)"),
     (["--decode", "--mask", "none"], "decoding needs mask: causal"),
     (["--stage", "decode"], "--stage decode: give --decode too"),
 ])

@@ -114,3 +114,20 @@ def test_rope_errors_name_the_key(spec: dict, words: str) -> None:
     w = rng.standard_normal((4, D_K))
     with pytest.raises(mhacli.MhaError, match=words.replace("[", r"\[").replace("]", r"\]")):
         mhacli.trace(x, w, w, w, heads=1, rope=spec)
+
+
+@pytest.mark.parametrize("spec, words", [
+    ({"over": "head", "q": [[1, 2, 3, 4]]}, "qk_norm q must be a list of numbers"),
+    ({"over": "row"}, "qk_norm over must be head"),
+    ({"over": "head", "q": [1, 2]}, "qk_norm q needs d_k = 16 weights"),
+    ({"over": "head", "epsilon": 1}, "qk_norm takes over, eps, q, k, not epsilon"),
+])
+def test_qk_norm_errors_name_the_key(spec: dict, words: str) -> None:
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 4))
+    w = rng.standard_normal((4, D_K))
+    with pytest.raises(mhacli.MhaError, match=words):
+        mhacli.trace(x, w, w, w, heads=1, qk_norm=spec)
+    # eps 0 as a file writes it: text
+    tr = mhacli.trace(x, w, w, w, heads=1, qk_norm={"over": "head", "eps": "0"})
+    np.testing.assert_allclose(np.sqrt((tr["q_normed"] ** 2).mean(axis=-1)), 1.0, rtol=1e-12)

@@ -200,3 +200,24 @@ def test_the_readmes_text_examples_are_real(monkeypatch: pytest.MonkeyPatch) -> 
         r = runner.invoke(app, shlex.split(command[len("$ mha "):]))
         assert r.exit_code == 0, r.stderr
         assert r.stdout == expected
+
+
+def test_a_setting_changed_on_a_text_is_checked_against_the_model_too() -> None:
+    """--scale none on a text would no longer be the model's layer: refused; a float32
+    computation still agrees (to its precision), and says so."""
+    text, reading, _ = _recorded("gpt2")
+    with pytest.raises(mhacli.MhaError, match=r"differs from the model's own attention output "
+                                              r"by .* \(with scale changed\)"):
+        from_reading(MODELS / "gpt2", text, reading, [0], scale="none")
+    prob = from_reading(MODELS / "gpt2", text, reading, [0], dtype="float32")[0]
+    assert prob.config.dtype == "float32" and 1e-9 < prob.read["agreement"] < 1e-5
+
+
+class _Bytes(_Tokens):
+    def convert_ids_to_tokens(self, ids: list[int]) -> list[str]:
+        return [f"<{i}>" for i in ids]
+
+
+def test_a_token_that_is_part_of_a_character_is_labelled_as_the_vocabulary_spells_it() -> None:
+    pieces = ["caf", "\ufffd", "\ufffd", " ok"]
+    assert labels(_Bytes(pieces), [0, 1, 2, 3]) == ["caf", "<1>", "<2>", "ok"]

@@ -120,12 +120,22 @@ def explain(
         from ..engine.decoding import check_views
         from ..engine.stages import VIEWS
 
+        _saving(svg, html, fmt, file)  # before anything is computed or printed
         layout = settings.pop("layout")
         options = dict(file=file, sample=sample, random=random, seed=seed, tokens=tokens,
                        d_model=d_model, ints=ints, checkpoint=checkpoint, text=text,
                        layout=layout)
         if all_heads:
             from .overview import all_heads as overview
+
+            others = [o for o, v in (("--stage", stage), ("--head", head), ("--cell", cell),
+                                     ("--fractions", fractions), ("--backward", backward),
+                                     ("--full", full), ("--precision", precision),
+                                     ("--tiles", settings.get("tiles")),
+                                     ("--decode", settings.get("decode"))) if v]
+            if others:
+                raise MhaError(f"--all-heads shows every head at a glance: {others[0]} is for "
+                               "one head's tables (leave out --all-heads)")
 
             return overview(fmt.value, options, layer_number(layer, every=True), settings,
                             svg, html, pager=not no_pager)
@@ -178,13 +188,6 @@ def explain(
             head = head or worked.head
         kernels = shown_views(tr, stages)
         focus = getattr(worked, "focus", None)  # an entry of a tile or a step
-        if (svg or html) and fmt is not ExplainFormat.rich:
-            raise MhaError("--svg and --html save the rich view: leave out --format")
-        if svg is not None and html is not None and svg.resolve() == html.resolve():
-            raise MhaError(f"--svg and --html both name {svg}: give each its own file")
-        for saved in (svg, html):  # before anything is printed
-            if saved is not None:
-                check_writable(saved, inputs(file))
         if fmt is ExplainFormat.json:
             from ..present.text import json_pieces
 
@@ -269,3 +272,17 @@ def held(c: Any, lean: bool = False) -> int:
         return (numbers_in(c) + 2 * numbers_in(c, ["weights"])) * size
     chain = sum(1 for name in WIDE if numbers_in(c, [name])) + 2  # and the exponentials
     return (numbers_in(c) - numbers_in(c, WIDE) + chain * c.n * c.m) * size
+
+
+def _saving(svg: Optional[Path], html: Optional[Path], fmt: ExplainFormat,
+            file: Optional[str]) -> None:
+    """--svg and --html: the rich view, to files that can be written and are not the
+    problem's own; said before anything is computed or shown."""
+    if (svg or html) and fmt is not ExplainFormat.rich:
+        raise MhaError("--svg and --html save the rich view: leave out --format")
+    if svg is not None and html is not None and svg.resolve() == html.resolve():
+        raise MhaError(f"--svg and --html both name {svg}: give each its own file")
+    for saved in (svg, html):
+        if saved is not None:
+            check_writable(saved, inputs(file))
+

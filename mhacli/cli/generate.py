@@ -94,8 +94,15 @@ def generate(
             seed = new_seed()
         layout = settings.pop("layout") or "rows"
         if checkpoint is not None or layer is not None or text is not None:
-            prob = _on_checkpoint(checkpoint, layer_number(layer), tokens, seed, ints,
-                                  d_model, option_values(settings), text)
+            others = [o for o, v in (("--ints", ints), ("--d-model", d_model),
+                                     ("--kv-tokens", kv_tokens), ("--d-kv", d_kv),
+                                     ("--d-k", d_k), ("--no-w-o", no_w_o),
+                                     ("--max-score", max_score)) if v]
+            if others and checkpoint is not None:
+                raise MhaError(f"--checkpoint gives the weights and their sizes: it cannot be "
+                               f"combined with {others[0]}")
+            prob = _on_checkpoint(checkpoint, layer_number(layer), tokens, seed,
+                                  option_values(settings), text)
         else:
             prob = gen.random_problem(
                 seed=seed, tokens=gen.parse_tokens(tokens) if tokens is not None else None,
@@ -124,8 +131,7 @@ def generate(
 
 
 def _on_checkpoint(checkpoint: Any, layer: Optional[int], tokens: Optional[str],
-                   seed: int, ints: Optional[str], d_model: Optional[int],
-                   settings: dict[str, Any], text: Optional[str] = None) -> Any:
+                   seed: int, settings: dict[str, Any], text: Optional[str] = None) -> Any:
     """An exercise on a real model's layer: its weights and settings, on random tokens
     or on a text (x the model's own hidden state for it)."""
     from ..io import generate as gen
@@ -135,16 +141,12 @@ def _on_checkpoint(checkpoint: Any, layer: Optional[int], tokens: Optional[str],
         raise MhaError("--layer picks a layer of --checkpoint: give --checkpoint too" if
                        text is None else "--text reads a text with a model: give "
                        "--checkpoint MODEL (its folder, with its tokenizer)")
-    if ints is not None or d_model is not None:
-        raise MhaError("--checkpoint gives the weights: it cannot be combined with --ints "
-                       "or --d-model")
     if text is not None:
         if tokens is not None:
             raise MhaError("--text gives x and the tokens: it cannot be combined with --tokens")
-        prob = load_text(checkpoint, text, layer)
-    else:
-        spec = gen.parse_tokens(tokens) if tokens is not None else None
-        prob = load_checkpoint(checkpoint, layer, tokens=spec, seed=seed)
+        return load_text(checkpoint, text, layer, **settings)
+    spec = gen.parse_tokens(tokens) if tokens is not None else None
+    prob = load_checkpoint(checkpoint, layer, tokens=spec, seed=seed)
     changes = {k: v for k, v in settings.items() if v is not None}
     return prob.with_overrides(**changes) if changes else prob
 

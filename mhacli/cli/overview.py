@@ -70,7 +70,13 @@ def _problems(options: dict[str, Any], layer: Any, settings: dict[str, Any]) -> 
 
     every = layers(checkpoint)
     if text is not None:
+        from ..io.choose import option_values
         from ..io.models import load_text_layers
 
-        return load_text_layers(checkpoint, text, every)
+        return load_text_layers(checkpoint, text, every, layout=options.get("layout") or "rows",
+                                **option_values(settings))
+    if options.get("seed") is None:  # one seed: every layer on the same tokens
+        from ..io.choose import new_seed
+
+        options = {**options, "seed": new_seed()}
     return [problem(**options, layer=k, **settings) for k in every]

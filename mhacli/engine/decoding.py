@@ -92,13 +92,10 @@ def check_decode(c: Config) -> None:
 
 def check_views(c: Config) -> None:
     """The views of fast kernels a problem's settings ask for can be made: tiles and
-    decoding in float arithmetic, decoding of causal self-attention, splits with
-    decoding; MhaError saying why otherwise (before anything is computed or shown)."""
+    decoding in float arithmetic, decoding of causal self-attention (splits go with
+    decoding: the settings table says so); MhaError saying why otherwise."""
     if c.tiles is not None:
         float_only(c, "the tiled view")
-    if c.splits is not None and not c.decode:
-        raise MhaError("splits cuts each decoding step's cache into chunks: it needs "
-                       "decode too (--decode)", key="splits")
     if c.decode:
         check_decode(c)
 

@@ -294,7 +294,8 @@ def qk_norm(value: Any, s: Sizes) -> Fields:
                        f"whole row, every head), got {shown(over)}", key=("qk_norm", "over"))
     over = over.strip().lower()
     eps = value.get("eps", 1e-6)
-    eps = 0.0 if isinstance(eps, (int, float)) and not isinstance(eps, bool) and eps == 0         else positive("qk_norm.eps", eps)
+    eps = 0.0 if str(eps).strip() in ("0", "0.0", "0e0") and not isinstance(eps, bool) \
+        else positive("qk_norm.eps", eps)  # 0 is a valid eps (text, as a file writes it)
     weights = {}
     for side, count in (("q", s.heads), ("k", s.groups)):
         width = s.d_k * (count if over == "width" else 1)
@@ -304,6 +305,9 @@ def qk_norm(value: Any, s: Sizes) -> Fields:
             continue
         if isinstance(given, str):
             given = given.replace(",", " ").split()
+        if isinstance(given, list) and any(isinstance(t, (list, dict)) for t in given):
+            raise MhaError(f"qk_norm {side} must be a list of numbers (weights), got a list of "
+                           "lists", key=("qk_norm", side))
         if isinstance(given, list) and any(isinstance(t, str) for t in given):
             from ..numbers import parse  # as a file writes them: text, by the number rule
 

@@ -108,7 +108,7 @@ def written(c: Any) -> Any:
     if c.rope_base == 10000 and c.rope_dims == c.d_k and not c.rope_freqs and \
             c.rope_factor == 1.0:
         return c.rope
-    parts = [f"style: {c.rope}", f"base: {c.rope_base:g}", f"dims: {c.rope_dims}"]
+    parts = [f"style: {c.rope}", f"base: {c.rope_base!r}", f"dims: {c.rope_dims}"]
     if c.rope_freqs:
         parts.append(f"freqs: [{', '.join(repr(t) for t in c.rope_freqs)}]")
     if c.rope_factor != 1.0:

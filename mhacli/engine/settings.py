@@ -58,6 +58,7 @@ class Setting:
     default: Any = None  # the API's default
     in_file: bool = True  # a problem file may give it (dtype and masked_row: not)
     engine: bool = True  # the API and prepare take it (layout: how a file is written)
+    needs: str | None = None  # another setting it goes with (splits: decode), or None
 
     @property
     def flag(self) -> str:
@@ -153,7 +154,7 @@ SETTINGS: tuple[Setting, ...] = (
             write=lambda c, p, given: "true" if c.decode else None),
     Setting("splits", "With --decode: each step's cache cut into S chunks, their partial "
             "softmaxes and their log-sum-exp combination (split-K, flash-decoding).", SHOW,
-            metavar="S", kind="whole", parse=read.splits, fields=("splits",),
+            metavar="S", kind="whole", parse=read.splits, fields=("splits",), needs="decode",
             commands=("explain", "generate"), shown=lambda c: {"splits": c.splits},
             write=lambda c, p, given: c.splits),
 )
@@ -179,6 +180,11 @@ def parse_all(given: dict[str, Any], s: Sizes) -> Fields:
             extra_config, extra_arrays = setting.parse(given.get(setting.key, setting.default), s)
             config.update(extra_config)
             arrays.update(extra_arrays)
+    for setting in SETTINGS:  # a setting that goes with another, given without it
+        if setting.needs and config.get(setting.key) not in (None, False) and \
+                not config.get(setting.needs):
+            raise MhaError(f"{setting.key} goes with {setting.needs}: give {setting.needs} too "
+                           f"({BY_KEY[setting.needs].flag})", key=setting.key)
     return config, arrays
 
 

@@ -74,7 +74,7 @@ def read_layer(path: str | Path, layer: int = 0) -> Layer:
         key = (str(where), str(where.resolve()), layer, tuple(
             (f.name, st.st_mtime_ns, st.st_size) for f in files if f.exists()
             for st in [os.stat(f)]))
-    except OSError:
+    except (OSError, RuntimeError):  # (a loop of symlinks: opening says so, by name)
         key = None
     if key is not None and _LAST[0] == key:
         return _LAST[1]  # type: ignore[return-value]

@@ -49,7 +49,8 @@ def problem_from(*, file: str | None = None, sample: str | None = None,
                            f"{others[0]}")
         from .models import load_text
 
-        prob = load_text(checkpoint, text, layer, layout=layout or "rows")
+        prob = load_text(checkpoint, text, layer, layout=layout or "rows", **settings)
+        settings = {}  # applied before the model's output was compared
     elif checkpoint is not None:
         if sample is not None or ints is not None or d_model is not None:
             raise MhaError("--checkpoint gives the weights: use it with a problem file (its x) "

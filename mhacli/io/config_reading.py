@@ -38,6 +38,8 @@ output_scores return_dict_in_generate remove_invalid_values exponential_decay_le
 cross_attention_hidden_size add_cross_attention is_decoder tf_legacy_loss
 use_return_dict layer_norm_type embed_dropout classifier_dropout_prob
 hidden_dropout_rate head_dim_key rope_interleave norm_eps activation swiglu_alpha ffn_hidden_size
+cache_implementation auto_map _attn_implementation_autoset attn_implementation
+gradient_checkpointing output_past transformers_version_original
 """.split())
 
 
@@ -131,6 +133,9 @@ def heads_of(r: Reader, heads_key: str, groups_key: str | None = None,
     if heads is None:
         raise MhaError(f"the config gives no {heads_key}: the number of heads is needed",
                        source=r.config_file, key=heads_key)
+    if width is None and r.count("head_dim") is None:
+        raise MhaError("the config gives neither head_dim nor the model's width: the width "
+                       "of a head is needed", source=r.config_file, key=heads_key)
     r.note("heads", f"config {heads_key}")
     groups = r.count(groups_key) if groups_key else None
     if groups is not None:
@@ -149,8 +154,9 @@ def heads_of(r: Reader, heads_key: str, groups_key: str | None = None,
 
 def linear(r: Reader, stem: str, name: str, out: dict[str, Any], ours: str,
            bias: bool | None = None) -> None:
-    """A PyTorch nn.Linear (weight (out, in)) as mha's w (in, out), and its bias."""
-    out[f"w_{ours}"] = r.tensor(f"{stem}{name}.weight", 2).T
+    """A PyTorch nn.Linear (weight (out, in)) as mha's w (in, out), and its bias (laid
+    out afresh: the same sums in the same order as the same weights read from a file)."""
+    out[f"w_{ours}"] = np.ascontiguousarray(r.tensor(f"{stem}{name}.weight", 2).T)
     r.note(f"w_{ours}", f"tensor {stem}{name}.weight (transposed)")
     if bias is not False and r.has(f"{stem}{name}.bias"):
         out[f"b_{ours}"] = r.tensor(f"{stem}{name}.bias", 1)
@@ -171,6 +177,8 @@ def rope_of(r: Reader, head_dim: int, *, style: str = "half", dims: int | None =
     if isinstance(params, dict) and layer_type is not None and layer_type in params:
         params, where = params[layer_type], f"rope_parameters.{layer_type}"
     old_scaling = r.get(scaling_key)
+    if old_scaling is not None and not isinstance(old_scaling, dict):
+        raise r.error(scaling_key, f"{shown(old_scaling)}: expected a mapping (or null)")
     if params is None:
         params = dict(old_scaling or {})
         where = scaling_key
@@ -183,10 +191,15 @@ def rope_of(r: Reader, head_dim: int, *, style: str = "half", dims: int | None =
         raise r.error(scaling_key, "set beside rope_parameters: which one holds is unclear")
     kind = params.pop("rope_type", None) or params.pop("type", None) or "default"
     params.pop("type", None)
+    if not isinstance(kind, str):
+        raise r.error(f"{where}.rope_type", f"{shown(kind)}: expected a name")
     base = params.pop("rope_theta", None)
-    base = r.number(base_key, default_base) if base is None else base
+    base = r.number(base_key, default_base) if base is None else \
+        _positive(r, f"{where}.rope_theta", base)
     partial = params.pop("partial_rotary_factor", None)
-    if partial is None and partial_key is not None:
+    if partial is not None:
+        partial = _positive(r, f"{where}.partial_rotary_factor", partial)
+    elif partial_key is not None:
         partial = r.number(partial_key, partial_default)
     if dims is None:
         dims = int(head_dim * (partial if partial is not None else partial_default))
@@ -200,7 +213,7 @@ def rope_of(r: Reader, head_dim: int, *, style: str = "half", dims: int | None =
         if params:
             raise r.error(f"{where}.{sorted(params)[0]}", f"{shown(params[sorted(params)[0]])}: "
                           "a RoPE parameter mha does not follow")
-        return spec
+        return _checked(r, spec, head_dim, where)
     kind = (aliases or {}).get(kind, kind)  # (Phi-3 reads "su" and "yarn" as longrope)
     from ..engine.rope import RULE_KEYS
 
@@ -229,13 +242,25 @@ def rope_of(r: Reader, head_dim: int, *, style: str = "half", dims: int | None =
     if kind in ("yarn", "longrope") and scaling.get("factor") is None and longest and length:
         scaling["factor"] = longest / length  # as the reference, from the two lengths
     spec["scaling"] = scaling
+    return _checked(r, spec, head_dim, where)
+
+
+def _checked(r: Reader, spec: dict[str, Any], head_dim: int, where: str) -> dict[str, Any]:
+    """The rope spec, checked here so that an error names the config's key."""
     from ..engine.rope import parse
 
-    try:  # checked here, so that an error names the config's key
+    try:
         parse(spec, head_dim, 1)
     except MhaError as exc:
         raise r.error(where, f"not followed: {exc.message}") from None
     return spec
+
+
+def _positive(r: Reader, key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not np.isfinite(value) or value <= 0:
+        raise r.error(key, f"{shown(value)}: expected a positive number")
+    return float(value)
 
 
 def window_of(r: Reader, default_types: Callable[[int], str] | None = None,
@@ -298,7 +323,7 @@ def fused(r: Reader, stem: str, name: str, order: list[tuple[str, int]], d: int,
     b = r.tensor(f"{stem}{name}.bias", 1) if r.has(f"{stem}{name}.bias") else None
     parts, biases = split_rows(w, b, order, d)
     for letter in "qkv":
-        out[f"w_{letter}"] = np.concatenate(parts[letter]).T
+        out[f"w_{letter}"] = np.ascontiguousarray(np.concatenate(parts[letter]).T)
         r.note(f"w_{letter}", f"tensor {stem}{name}.weight (its {letter} rows, transposed)")
         if b is not None:
             out[f"b_{letter}"] = np.concatenate(biases[letter])

@@ -47,6 +47,8 @@ def gpt2(r: Reader, stem: str) -> dict[str, Any]:
     width = r.count("n_embd")
     if width is not None and width != d:
         raise r.error("n_embd", f"{width}, but {stem}c_attn.weight is {d} rows")
+    if heads is not None and d % heads:
+        raise r.error("n_head", f"{heads}, which does not divide the width {d}")
     r.get("reorder_and_upcast_attn")  # the same arithmetic, in float32 on a GPU
     if heads is not None:
         out["heads"] = heads
@@ -94,6 +96,14 @@ def decoder(r: Reader, stem: str, kind: str) -> dict[str, Any]:
     if d is None:
         raise MhaError("the config gives neither head_dim nor hidden_size: the width of a "
                        "head is needed", source=r.config_file, key="head_dim")
+    if kind != "phi3":  # the config's sizes against the tensors'
+        sides = [(stem + "q_proj.weight", heads)] + \
+            ([(stem + "k_proj.weight", g)] if groups is not None else [])  # (else: counted)
+        for name, count in sides:
+            if r.has(name) and r.ckpt.shape(name)[0] != count * d:
+                key = "head_dim" if r.cfg.get("head_dim") is not None else "num_attention_heads"
+                raise r.error(key, f"{shown(r.cfg.get(key))}, but {name} has "
+                              f"{r.ckpt.shape(name)[0]} rows, not {count} × {d}")
     out: dict[str, Any] = {"mask": "causal", "heads": heads}
     r.note("mask", f"{kind}: causal")
     if groups is not None and groups != heads:
@@ -125,9 +135,10 @@ def decoder(r: Reader, stem: str, kind: str) -> dict[str, Any]:
         pattern = r.count("sliding_window_pattern") or r.count("_sliding_window_pattern") or 6
         window, layer_type = window_of(
             r, lambda i: "full_attention" if (i + 1) % pattern == 0 else "sliding_attention")
-    elif kind in ("gpt_oss", "llama", "olmo2", "phi"):
+    elif kind == "gpt_oss":
         window, layer_type = window_of(r)
-    else:
+    else:  # Llama, OLMo 2 and Phi are causal everywhere, whatever these say
+        r.get("sliding_window"), r.get("layer_types")
         window = None
     if window is not None:
         out["window"] = window
@@ -140,6 +151,10 @@ def decoder(r: Reader, stem: str, kind: str) -> dict[str, Any]:
         out["scale"] = float(scalar) ** 0.5
         r.note("scale", "config query_pre_attn_scalar (s = its square root)")
     if kind == "gemma2":
+        older = r.get("sliding_window_size")  # an older spelling: the same window, or refused
+        if older is not None and older != r.cfg.get("sliding_window"):
+            raise r.error("sliding_window_size", f"{shown(older)}, but sliding_window is "
+                          f"{shown(r.cfg.get('sliding_window'))}: which one holds is unclear")
         cap = r.number("attn_logit_softcapping")
         if cap is not None:
             out["softcap"] = cap
@@ -203,7 +218,7 @@ def neox(r: Reader, stem: str) -> dict[str, Any]:
     [q_h | k_h | v_h], ``dense``; RoPE half-split over ``rotary_pct`` of each head."""
     hidden = r.count("hidden_size")
     heads, _, d = heads_of(r, "num_attention_heads", None, hidden)
-    assert d is not None
+    d = int(d)  # type: ignore[arg-type]  # (heads_of gives it, or says why not)
     out: dict[str, Any] = {"mask": "causal", "heads": heads}
     r.note("mask", "GPT-NeoX: causal")
     order = [(letter, h) for h in range(heads) for letter in "qkv"]
@@ -220,7 +235,11 @@ def gptj(r: Reader, stem: str) -> dict[str, Any]:
     base 10000 (fixed in the model)."""
     width = r.count("n_embd")
     heads, _, d = heads_of(r, "n_head", None, width)
-    assert d is not None
+    d = int(d)  # type: ignore[arg-type]
+    for key in ("rotary", "scale_attn_weights"):  # GPT-J's are always on
+        if r.get(key, True) is not True:
+            raise r.error(key, f"{shown(r.cfg.get(key))}: GPT-J's attention always turns by RoPE "
+                          "and scales by √d_k; mha follows it only so")
     out: dict[str, Any] = {"mask": "causal", "heads": heads}
     r.note("mask", "GPT-J: causal")
     for ours, theirs in (("q", "q_proj"), ("k", "k_proj"), ("v", "v_proj"), ("o", "out_proj")):
@@ -240,7 +259,7 @@ def falcon(r: Reader, stem: str) -> dict[str, Any]:
     RoPE half over the whole head."""
     hidden = r.count("hidden_size")
     heads, _, d = heads_of(r, "num_attention_heads", None, hidden)
-    assert d is not None
+    d = int(d)  # type: ignore[arg-type]
     if r.flag("alibi"):
         raise r.error("alibi", "true: Falcon's ALiBi, which its eager attention adds twice, "
                       "so mha cannot agree with it")

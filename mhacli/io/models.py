@@ -21,7 +21,9 @@ def load_checkpoint(checkpoint: str | Path, layer: int | None, *, file: str | No
     inputs, or on random token vectors of the model's width (``tokens`` of them, 4 by
     default, drawn from ``seed``)."""
     path = Path(checkpoint)
-    extra = {"checkpoint": path, "layer": layer}
+    extra: dict[str, Any] = {"checkpoint": path}
+    if layer is not None:  # (else a file's own layer:, or the first)
+        extra["layer"] = layer
     if file is not None:
         data, locate, source, base = _document(file, stdin)
         if not isinstance(data, dict):
@@ -42,16 +44,17 @@ def load_checkpoint(checkpoint: str | Path, layer: int | None, *, file: str | No
 
 
 def load_text(checkpoint: str | Path, text: str, layer: int | None = 0, *,
-              layout: str = "rows") -> Problem:
+              layout: str = "rows", **settings: Any) -> Problem:
     """One layer of a model (its folder, with its tokenizer) on a real text: x is the
     hidden state entering that layer's attention in the model's own forward pass, the rows
-    labelled by its tokens. mha's output is compared with the model's own attention output
-    and refused past 1e-5 relative; the difference is kept in ``read["agreement"]``."""
-    return load_text_layers(checkpoint, text, [layer or 0], layout=layout)[0]
+    labelled by its tokens. ``settings`` change the layer (``dtype`` …) before mha's output
+    is compared with the model's own attention output, refused past 1e-5 relative: a
+    setting that changes the numbers is refused; the difference is ``read["agreement"]``."""
+    return load_text_layers(checkpoint, text, [layer or 0], layout=layout, **settings)[0]
 
 
 def load_text_layers(checkpoint: str | Path, text: str, layers: list[int], *,
-                     layout: str = "rows") -> list[Problem]:
+                     layout: str = "rows", **settings: Any) -> list[Problem]:
     """``load_text`` for several layers, from one forward pass of the model."""
     from . import checkpoint as ckpt
     from .text import read_text
@@ -59,11 +62,11 @@ def load_text_layers(checkpoint: str | Path, text: str, layers: list[int], *,
     path = Path(checkpoint)
     found = {k: ckpt.read_layer(path, k) for k in layers}
     reading = read_text(path, text, {k: f.stem for k, f in found.items()})
-    return from_reading(path, text, reading, layers, layout=layout)
+    return from_reading(path, text, reading, layers, layout=layout, **settings)
 
 
 def from_reading(checkpoint: str | Path, text: str, reading: Any, layers: list[int], *,
-                 layout: str = "rows") -> list[Problem]:
+                 layout: str = "rows", **settings: Any) -> list[Problem]:
     """The problems of a text the model has read (``io.text.Reading``: its tokens, and for
     each layer x and the model's own attention output), mha's output checked against the
     model's."""
@@ -77,6 +80,10 @@ def from_reading(checkpoint: str | Path, text: str, reading: Any, layers: list[i
     for k in layers:
         prob = from_mapping({"x": reading.x[k], "tokens": reading.labels, "checkpoint": path,
                              "layer": k}, f"the text on {path}", None, layout)
+        changes = {key: v for key, v in settings.items() if v is not None and not (
+            key in ("dtype", "masked_row") and v == getattr(prob.config, key))}
+        if changes:  # checked below as the layer is then: the model's, or refused
+            prob = prob.with_overrides(**changes)
         theirs = reading.output[k]
         with np.errstate(all="ignore"):
             ours = fast(prob.prepared)
@@ -84,10 +91,11 @@ def from_reading(checkpoint: str | Path, text: str, reading: Any, layers: list[i
             diff = float(np.abs(ours - theirs).max() / top) if top > 0 else \
                 float(np.abs(ours - theirs).max())
         if not diff <= AGREEMENT:
+            changed = f" (with {', '.join(sorted(changes))} changed)" if changes else ""
             raise MhaError(f"layer {k}: mha's output differs from the model's own attention "
-                           f"output by {diff:.2e} (the largest difference, relative to its "
-                           f"largest entry; at most {AGREEMENT:g} is accepted): these numbers "
-                           "would not be the model's", source=str(path))
+                           f"output by {diff:.2e}{changed} (the largest difference, relative "
+                           f"to its largest entry; at most {AGREEMENT:g} is accepted): these "
+                           "numbers would not be the model's", source=str(path))
         read = {**prob.read, "text": text, "ids": reading.ids, "agreement": diff}
         out.append(replaced(prob, read=MappingProxyType(read)))
     return out

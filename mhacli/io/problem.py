@@ -349,7 +349,8 @@ def _with_checkpoint(data: dict[str, Any], base: Path | None,
     found = checkpoint.read_layer(path, layer or 0)  # its errors name the checkpoint
     rest = {k: v for k, v in data.items() if k not in ("checkpoint", "layer")}
     keys = checkpoint.merged(rest, found.keys, heads, str(path))
-    origin = {k: v for k, v in found.origin.items() if rest.get(k) is None}
+    origin = {k: v for k, v in found.origin.items() if rest.get(k) is None
+              and not (k == "heads" and heads is not None)}  # what the problem gave: its own
     return keys, {"checkpoint": found.path, "layer": found.layer, "family": found.family,
                   "settings": origin}
 

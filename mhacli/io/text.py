@@ -58,24 +58,28 @@ def read_text(folder: str | Path, text: str, layers: dict[int, str]) -> Reading:
     ids = tokenizer(text)["input_ids"]
     if not ids:
         raise MhaError(f"the tokenizer of {folder} makes no token of the text")
-    longest = _positions(folder)
-    if longest is not None and len(ids) > longest:
+    longest = _positions(folder)  # (a dynamic RoPE is made to go past it)
+    if longest is not None and len(ids) > longest and not _dynamic(folder):
         raise MhaError(f"the text is {len(ids)} tokens, but this model reads at most "
                        f"{longest} (its max_position_embeddings): shorten it",
                        source=str(folder / "config.json"))
     model = _model(transformers, torch, folder)
     caught: dict[tuple[str, int], Any] = {}
     handles = []
+    last = max(layers)
     for layer, stem in layers.items():
         inside = stem + ("self" if stem.endswith(".attention.") and
                          _has(model, stem + "self") else "")
         before, after = _module(model, inside.rstrip(".")), _module(model, _output(model, stem))
         handles.append(before.register_forward_pre_hook(_catch(caught, "x", layer),
                                                         with_kwargs=True))
-        handles.append(after.register_forward_hook(_catch(caught, "out", layer)))
+        handles.append(after.register_forward_hook(_catch(caught, "out", layer,
+                                                          stop=layer == last)))
     try:
         with torch.no_grad():
             model(input_ids=torch.tensor([ids], dtype=torch.long))
+    except _Enough:  # every layer asked for is read: the rest of the model need not run
+        pass
     except Exception as exc:  # the model's own refusal (a text too long for a table …)
         raise MhaError(f"the model could not read the text ({type(exc).__name__}: {exc})",
                        source=str(folder)) from None
@@ -91,6 +95,11 @@ def labels(tokenizer: Any, ids: list[int]) -> list[str]:
     leading space, which stays visible (``␣Mary``) where the same word occurs without
     one; a token of spaces alone as ``␣``, a newline as ``↵``; special tokens as they are."""
     pieces = [tokenizer.decode([i]) for i in ids]
+    if any("\ufffd" in p for p in pieces) and hasattr(tokenizer, "convert_ids_to_tokens"):
+        # part of a character (byte-level tokens of 日本 or 😀): the token as the
+        # vocabulary spells it, which tells the pieces apart
+        raw = tokenizer.convert_ids_to_tokens(ids)
+        pieces = [r if "\ufffd" in p else p for p, r in zip(pieces, raw)]
     bare = [p.strip() for p in pieces]
     out = []
     for piece, word in zip(pieces, bare):
@@ -104,7 +113,11 @@ def labels(tokenizer: Any, ids: list[int]) -> list[str]:
     return out
 
 
-def _catch(caught: dict, what: str, layer: int) -> Any:
+class _Enough(Exception):
+    """Raised by the last layer's hook: what was asked for has been read."""
+
+
+def _catch(caught: dict, what: str, layer: int, stop: bool = False) -> Any:
     def before(module: Any, args: tuple, kwargs: dict) -> None:
         value = args[0] if args else kwargs["hidden_states"]
         caught[(what, layer)] = value[0].detach().double().numpy().copy()
@@ -112,6 +125,8 @@ def _catch(caught: dict, what: str, layer: int) -> Any:
     def after(module: Any, args: tuple, output: Any) -> None:
         value = output[0] if isinstance(output, tuple) else output
         caught[(what, layer)] = value[0].detach().double().numpy().copy()
+        if stop:
+            raise _Enough
 
     return before if what == "x" else after
 
@@ -141,6 +156,17 @@ def _positions(folder: Path) -> int | None:
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
     return None
+
+
+def _dynamic(folder: Path) -> bool:
+    from .modelfiles import open_checkpoint
+
+    config = open_checkpoint(folder).config
+    for key in ("rope_parameters", "rope_scaling"):
+        spec = config.get(key)
+        if isinstance(spec, dict) and "dynamic" in str(spec.get("rope_type", spec.get("type"))):
+            return True
+    return False
 
 
 def _model(transformers: Any, torch: Any, folder: Path) -> Any:
