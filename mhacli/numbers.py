@@ -189,7 +189,8 @@ def integral(a: np.ndarray) -> bool:
 
 def fixed(v: Any, precision: int, whole: bool = False, unicode: bool = True) -> str:
     """One number for display: whole numbers plain, others to ``precision`` decimals;
-    a Fraction exactly (``5/2``, or ``3``); −∞ as a symbol (``-inf`` without Unicode).
+    a Fraction exactly (``5/2``, or ``3``); −∞ as a symbol, ``-∞`` (``-inf`` without
+    Unicode), its minus the hyphen every negative number beside it has.
     Never ``-0.0000``: a value that rounds to zero has no sign."""
     if isinstance(v, Rational) and not isinstance(v, int):
         return str(v)
@@ -197,7 +198,7 @@ def fixed(v: Any, precision: int, whole: bool = False, unicode: bool = True) -> 
     if math.isnan(v):
         return "nan"
     if math.isinf(v):
-        sign = (MINUS if unicode else "-") if v < 0 else ""
+        sign = "-" if v < 0 else ""
         return sign + ("∞" if unicode else "inf")
     if whole or v == 0:  # an exact zero (a blocked weight) reads as 0, not 0.0000
         return str(int(v))

@@ -185,10 +185,11 @@ def _cell_scaled(e: Entry) -> list[str]:
     c = e.c
     z = e.num(e.value("scores", e.head, e.row, e.col))
     s = {"dk": f"√{c.d_k}", "n": f"√{c.m}", "none": "1"}.get(c.scale_rule, e.num(c.scale))
-    if s.startswith("√") and float(c.scale).is_integer():
-        s += f" = {int(c.scale)}"
+    why = ""
+    if s.startswith("√") and float(c.scale).is_integer():  # -1 / 2  (s = √4), not -1 / √4 = 2
+        s, why = str(int(c.scale)), f"  (s = {s})"
     e.mark("scores", e.head, {e.row}, {e.col})
-    return [f"{e.name} = z{e.hs}[{e.row_label}, {e.col_label}] / s = {z} / {s}",
+    return [f"{e.name} = z{e.hs}[{e.row_label}, {e.col_label}] / s = {z} / {s}{why}",
             f"  = {e.result}"]
 
 

@@ -43,11 +43,15 @@ class Named:
     says: str
 
 
-def half(claims: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray:
-    """The half unit each written number stands for (0 for blanks and exact claims)."""
+def half(claims: np.ndarray | None, true: np.ndarray) -> np.ndarray:
+    """How far each written number may be from what the person carried on (the rule of
+    ``judge.stands_for``)."""
+    from .judge import stands_for
+
     if claims is None:
-        return np.zeros(shape)
-    return np.array([0.0 if c.blank else float(c.half_unit) for c in claims.flat]
+        return np.zeros(np.shape(true))
+    return np.array([stands_for(c, float(t)) for c, t in
+                     zip(claims.flat, np.asarray(true, dtype=np.float64).flat)]
                     ).reshape(claims.shape)
 
 
@@ -64,24 +68,27 @@ def report(name: str, cells: list[Cell], tolerance: float, mistakes: tuple[Named
     """One field's cells judged (``follows``: the earlier numbers its own values come
     from, for the note on carried cells)."""
     wrong: list[Wrong] = []
-    carried = blank = 0
+    carried: list[Wrong] = []
+    blank = 0
     for cell in cells:
         c = cell.claim
         blank += c.blank
         if judge_one(c, cell.true, cell.exact, tolerance):
             continue
+        found = Wrong(None, 0, 0, c.text, cell.true, cell.exact,
+                      c.value - cell.true if math.isfinite(cell.true) else math.nan,
+                      c.rounded(cell.true), where=cell.where)
         if not math.isnan(cell.own) and judge_one(c, cell.own, None, tolerance,
                                                   cell.allowance):
-            carried += 1
-            continue
-        wrong.append(Wrong(None, 0, 0, c.text, cell.true, cell.exact,
-                           c.value - cell.true if math.isfinite(cell.true) else math.nan,
-                           c.rounded(cell.true), where=cell.where))
+            carried.append(found)
+        else:
+            wrong.append(found)
     named = _named(cells, tolerance, mistakes) if wrong else None
     status = "wrong" if wrong else "blank" if blank == len(cells) else \
         "incomplete" if blank else "correct"
-    return StageReport(name, status, len(cells), blank, wrong, (), None, carried,
-                       [follows] if carried else [], named, name if named else None)
+    return StageReport(name, status, len(cells), blank, wrong, (), None, len(carried),
+                       [follows] if carried else [], named, name if named else None,
+                       carried_cells=carried)
 
 
 def _named(cells: list[Cell], tolerance: float, mistakes: tuple[Named, ...]) -> str | None:

@@ -42,7 +42,8 @@ class Report:
     tolerance: float
     problem: Problem
     partial: bool = False  # blanks are skipped rather than work not done
-    ignored: list[str] = field(default_factory=list)  # answered, but not graded (a key's)
+    ignored: list[str] = field(default_factory=list)  # answered, but not graded
+    ignored_why: str = "the key does not ask for them"  # or: not chosen with --stage
 
     @property
     def wrong(self) -> list[str]:
@@ -144,12 +145,24 @@ def _values(claims: np.ndarray, fill: np.ndarray) -> np.ndarray:
 CARRY_CELLS = 4000  # earlier answers up to this many cells: their rounding is carried
 
 
+def stands_for(c: Claim, true: float) -> float:
+    """How far a written number may be from the one the person carried on to the next
+    step. A right number stands for anything between what was written and the true value
+    (they may have carried either): -0.5 written for -0.5 stands for itself alone, however
+    few its digits. A number that is not right stands for anything within half a unit of
+    its last digit (a slip carried with more digits than written). Blanks: 0."""
+    if c.blank or not np.isfinite(c.value) or not np.isfinite(true):
+        return 0.0
+    if judge_one(c, true):
+        return abs(c.value - true)
+    return float(c.half_unit)
+
+
 def _carried_rounding(p: Prepared, own: dict[str, np.ndarray], half: dict[str, np.ndarray],
                       stage: str) -> np.ndarray | None:
-    """How far ``stage`` may move when each earlier answer moves by the half unit it was
-    written to (0.24 stands for anything in 0.235 … 0.245): the sum over those cells of
-    |change|, each found by moving that one cell. A person who computes from their own
-    rounded numbers is then told their step follows from them."""
+    """How far ``stage`` may move when each earlier answer moves by as much as it stands
+    for (``stands_for``): the sum over those cells of |change|, each found by moving that
+    one cell."""
     if sum(int((h > 0).sum()) for h in half.values()) > CARRY_CELLS:
         return None
     with np.errstate(all="ignore"):
@@ -238,7 +251,7 @@ def check(problem: Problem, tolerance: float = 0.0, *, partial: bool = False,
     exact_ok = problem.size <= EXACT_SIZE
     last_exact = next((s for s in reversed(order) if BY_NAME[s].exact), None)
     own: dict[str, np.ndarray] = {}  # the person's numbers so far, blanks worked out
-    half: dict[str, np.ndarray] = {}  # the half unit each of them was written to
+    half: dict[str, np.ndarray] = {}  # how far each of them may be from what was carried
     reports: list[StageReport] = []
     for stage in order:
         expected = truth.trace.stages[stage]
@@ -261,35 +274,42 @@ def check(problem: Problem, tolerance: float = 0.0, *, partial: bool = False,
         carried = np.zeros(ok.shape, dtype=bool)
         allowance = None
         if own and not ok.all():  # does what differs follow from their own numbers?
-            allowance = _carried_rounding(p, own, half, stage) if exact_ok else None
+            if exact_ok and any(h.any() for h in half.values()):
+                allowance = _carried_rounding(p, own, half, stage)
             carried = ~ok & _judge(claims, from_own, None, tolerance, allowance)
         wrong_cells = ~ok & ~carried
-        wrong = [Wrong(idx[0] + 1 if expected.ndim == 3 else None,
-                       idx[-2] if expected.ndim > 1 else 0, idx[-1],  # a vector: one row
-                       claims[idx].text, float(expected[idx]),
-                       exact_values[idx] if exact_values is not None
-                       and isinstance(exact_values[idx], Fraction) else None,
-                       claims[idx].value - float(expected[idx])
-                       if np.isfinite(expected[idx]) else float("nan"),
-                       claims[idx].rounded(float(expected[idx])))
-                 for idx in map(tuple, np.argwhere(wrong_cells).tolist())]
+
+        def cell(idx: tuple[int, ...]) -> Wrong:
+            true = float(expected[idx])
+            exact = exact_values[idx] if exact_values is not None else None
+            return Wrong(idx[0] + 1 if expected.ndim == 3 else None,
+                         idx[-2] if expected.ndim > 1 else 0, idx[-1],  # a vector: one row
+                         claims[idx].text, true, exact if isinstance(exact, Fraction) else None,
+                         claims[idx].value - true if np.isfinite(true) else float("nan"),
+                         claims[idx].rounded(true))
+
+        wrong = [cell(idx) for idx in map(tuple, np.argwhere(wrong_cells).tolist())]
+        carried_cells = [cell(idx) for idx in map(tuple, np.argwhere(carried).tolist())]
         mistake = None
         if wrong and exact_ok:
             mistake = _known_mistake(p, stage, claims, own, from_own, tolerance, allowance)
         own[stage] = _values(claims, from_own)
-        half[stage] = np.array([float(c.half_unit) for c in claims.flat]).reshape(claims.shape)
+        half[stage] = np.array([stands_for(c, float(t)) for c, t in
+                                zip(claims.flat, expected.flat)]).reshape(claims.shape)
         status = "wrong" if wrong else "blank" if blank == claims.size else \
             "incomplete" if blank else "correct"
         reports.append(StageReport(stage, status, claims.size, blank, wrong, (), None,
                                    int(carried.sum()), [s for s in own if s != stage][-1:],
                                    mistake.wording(p) if mistake else None,
-                                   mistake.stage if mistake else None))
+                                   mistake.stage if mistake else None,
+                                   carried_cells=carried_cells))
     for name in views:
         if name in wanted:
             reports += view_reports(problem, truth, name, tolerance, name in required)
             order += [r.stage for r in reports if r.stage.split(".")[0] == name]
+    why = "not chosen with --stage" if only else "the key does not ask for them"
     return Report(problem.source, order, skipped, reports, tolerance, problem, partial,
-                  ignored)
+                  ignored, why)
 
 
 def teacher_key(path: str | Path, *, layout: str = "rows", masked_row: str = "zero",

@@ -46,6 +46,7 @@ class StageReport:
     mistake: str | None = None  # a known mistake that reproduces what was written
     mistake_stage: str | None = None  # where that mistake is made
     note: str | None = None  # what is wrong with a shape, when not a matrix's (the views')
+    carried_cells: list[Wrong] = field(default_factory=list)  # which (expected: the truth)
 
     @property
     def right(self) -> int:

@@ -127,7 +127,7 @@ def _walk(tr: Any, st: DecodeStep, a: dict[str, Any], cells: dict[str, list[Cell
     z_claims = get("scores", st.scores.shape)
     put("scores", z_claims, st.scores, None, None, head_at("position"))
     z = written(z_claims, st.scores)  # (H, t')
-    hz = half(z_claims, z.shape)
+    hz = half(z_claims, st.scores)
     allowed = p.allowed(t - 1, t, pos.start, pos.stop)
     live = np.ones(n_pos, bool) if allowed is None else np.asarray(allowed)[0]
     zm = np.where(live, z, -np.inf)  # (H, t')
@@ -141,7 +141,7 @@ def _walk(tr: Any, st: DecodeStep, a: dict[str, Any], cells: dict[str, list[Cell
     w_claims = get("weights", st.weights.shape)
     put("weights", w_claims, st.weights, w_own, allow_w, head_at("position"))
     w = written(w_claims, w_own)
-    hw = half(w_claims, w.shape)
+    hw = half(w_claims, st.weights)
     groups = [c.kv_of(h) for h in range(heads)]
     ho_own = np.stack([w[h] @ v_cache[groups[h]] for h in range(heads)])  # (H, d_v)
     allow_ho = np.stack([hw[h] @ np.abs(v_cache[groups[h]]) for h in range(heads)])
@@ -149,7 +149,7 @@ def _walk(tr: Any, st: DecodeStep, a: dict[str, Any], cells: dict[str, list[Cell
     put("head_outputs", ho_claims, st.head_outputs, ho_own, allow_ho,
         lambda idx: f"head {idx[0] + 1}, column {idx[1] + 1}")
     ho = written(ho_claims, ho_own).reshape(-1)  # (H·d_v,)
-    hho = half(ho_claims, st.head_outputs.shape).reshape(-1)
+    hho = half(ho_claims, st.head_outputs).reshape(-1)
     w_o = None if p.w_o is None else np.asarray(p.w_o, dtype=np.float64)
     out_own = ho if w_o is None else ho @ w_o
     allow_out = hho if w_o is None else hho @ np.abs(w_o)

@@ -146,23 +146,23 @@ def _walk(tr: Any, b: TileBlock, a: dict[str, Any], queries: list[str], keys: li
         exact = None if exact_masked is None else \
             exact_masked[h, rows.start:rows.stop, st.keys.start:st.keys.stop]
         s = written(got["s"], st.s)
-        hs = half(got["s"], (r, width))
+        hs = half(got["s"], st.s)
         put("s", got["s"], st.s, np.full((r, width), np.nan), np.zeros((r, width)), exact)
         with np.errstate(invalid="ignore", over="ignore"):
             m_own = np.maximum(m0, s.max(axis=1))
             m_stale = m_own if first else m0
             put("m", got["m"], st.m, m_own, np.maximum(hm, hs.max(axis=1)), stale=m_stale)
             m = written(got["m"], m_own)
-            hmn = half(got["m"], (r,))
+            hmn = half(got["m"], st.m)
             corr_own = rescale(m0, m)
             put("correction", got["correction"], st.correction, corr_own,
                 corr_own * (hm + hmn), stale=rescale(m0, m_stale))
             corr = written(got["correction"], corr_own)
-            hc = half(got["correction"], (r,))
+            hc = half(got["correction"], st.correction)
             p_own = _exp(s, m)
             put("p", got["p"], st.p, p_own, p_own * (hs + hmn[:, None]), stale=_exp(s, m_stale))
             pe = written(got["p"], p_own)
-            hp = half(got["p"], (r, width))
+            hp = half(got["p"], st.p)
             l_own = corr * l0 + pe.sum(axis=1)
             allow_l = corr * hl + np.abs(l0) * hc + hp.sum(axis=1)
             put("l", got["l"], st.l, l_own, allow_l, no_rescale=l0 + pe.sum(axis=1))
@@ -174,7 +174,7 @@ def _walk(tr: Any, b: TileBlock, a: dict[str, Any], queries: list[str], keys: li
                 early=o_own / l[:, None])
             o = written(got["o"], o_own)
         m0, l0, o0 = m, l, o
-        hm, hl, ho = hmn, half(got["l"], (r,)), half(got["o"], (r, c.d_v))
+        hm, hl, ho = hmn, half(got["l"], st.l), half(got["o"], st.o)
         first = False
     _result(tr, b, a, labels, m0, l0, o0, hm, hl, ho, cells, problems)
 

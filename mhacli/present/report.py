@@ -21,7 +21,7 @@ from .views import side
 
 def number(v: float, exact: Fraction | None = None) -> str:
     if exact is not None:
-        return str(exact) if exact.denominator == 1 else f"{exact} ({float(exact):.6g})"
+        return str(exact) if exact.denominator == 1 else f"{exact} = {float(exact):.6g}"
     if math.isinf(v) and v < 0:
         return "−∞ (blocked)"
     return numbers.significant(v)
@@ -56,7 +56,11 @@ def _where(at: Place) -> str:
     if at.vector:
         return f"entry {at.col}"
     head = f"head {at.head}, " if at.head is not None else ""
-    return f"{head}row {at.row} ({at.row_label}), column {at.col} ({at.col_label})"
+
+    def side(word: str, i: int, label: str) -> str:  # a numbered side: no label twice
+        return f"{word} {i}" if label == str(i) else f"{word} {i} ({label})"
+
+    return f"{head}{side('row', at.row, at.row_label)}, {side('column', at.col, at.col_label)}"
 
 
 def expected_text(w: Wrong) -> str:
@@ -64,15 +68,30 @@ def expected_text(w: Wrong) -> str:
     if w.where is not None and (w.written in ("true", "false") or w.written[:1] == "["):
         return w.rounded if w.rounded else "true" if w.expected else "false"  # a view's
     full = number(w.expected, w.expected_exact)
+    if w.expected_exact is not None and w.rounded is not None and \
+            float(w.rounded) == float(w.expected_exact):  # the same number: -1.5000 (-3/2)
+        full = w.rounded if w.expected_exact.denominator == 1 else str(w.expected_exact)
     text = full if w.rounded is None or w.rounded in (w.written, full) else \
         f"{w.rounded} ({full})"
-    # the minus the person wrote: U+2212 (as mha prints it) or the ASCII hyphen
-    return text.replace("-", numbers.MINUS) if numbers.MINUS in w.written else text
+    return minus_as_written(text, w.written)
+
+
+def minus_as_written(text: str, written: str) -> str:
+    """``text`` with the minus sign the person wrote: U+2212 or the ASCII hyphen (−∞
+    included), so one line never mixes the two."""
+    if numbers.MINUS in written:
+        return text.replace("-", numbers.MINUS)
+    return text.replace(numbers.MINUS, "-")
 
 
 def _wrong_line(report: Report, stage: str, w: Wrong) -> str:
     where = w.where or _where(place(report, stage, w))  # a view's cell says where it is
     return f"{where}: wrote {w.written or 'blank'}, expected {expected_text(w)}"
+
+
+def _carried_line(report: Report, stage: str, w: Wrong) -> str:
+    where = w.where or _where(place(report, stage, w))
+    return f"{where}: wrote {w.written}; the true value is {expected_text(w)}"
 
 
 def mistake_note(s: StageReport) -> str | None:
@@ -109,7 +128,24 @@ def _carried(s: StageReport) -> str | None:
         return None
     source = f"your own {s.carried_from[0]}" if s.carried_from else "your own earlier answers"
     return (f"{s.carried} cell(s) differ from the true values but follow from {source} "
-            "(a mistake or rounding carried on): counted right.")
+            "(a mistake or rounding carried on): counted right" +
+            (":" if s.carried_cells else "."))
+
+
+def notes(report: Report, s: StageReport, limit: int | None = None) -> list[str]:
+    """What a stage's report says besides its wrong cells: the cells counted right because
+    they follow from the person's own earlier answers (each named), and a known mistake."""
+    out = []
+    head = _carried(s)
+    if head:
+        out.append(head)
+        cells = s.carried_cells if limit is None else s.carried_cells[:limit]
+        out += ["  " + _carried_line(report, s.stage, w) for w in cells]
+        if len(s.carried_cells) > len(cells):
+            out.append(f"  … and {len(s.carried_cells) - len(cells)} more "
+                       "(--format json lists all)")
+    named = mistake_note(s)
+    return out + ([named] if named else [])
 
 
 def lines(report: Report, limit: int = 20) -> list[tuple[str, str]]:
@@ -119,7 +155,7 @@ def lines(report: Report, limit: int = 20) -> list[tuple[str, str]]:
     if report.skipped:
         out.append((f"Not checked: {', '.join(report.skipped)}", "note"))
     if report.ignored:
-        out.append((f"Answered but not graded (the key does not ask for them): "
+        out.append((f"Answered but not graded ({report.ignored_why}): "
                     f"{', '.join(report.ignored)}", "note"))
     width = max(len(s.stage) for s in report.stages)
     for s in report.stages:
@@ -140,9 +176,7 @@ def lines(report: Report, limit: int = 20) -> list[tuple[str, str]]:
         if len(s.wrong) > limit:
             out.append((f"    … and {len(s.wrong) - limit} more (--format json lists all)",
                          "note"))
-        for note in (_carried(s), mistake_note(s)):
-            if note:
-                out.append((f"    {note}", "note"))
+        out += [(f"    {note}", "note") for note in notes(report, s, limit)]
     out.append(verdict(report))
     return out
 
@@ -177,10 +211,13 @@ def markdown(report: Report) -> str:
     for s in report.stages:
         out.append(f"| `{s.stage}` | {summary(report, s)} |")
     for s in report.stages:
-        if s.wrong:
-            out += ["", f"### `{s.stage}`: wrong cells", ""]
+        said = notes(report, s)
+        if s.wrong or said:
+            out += ["", f"### `{s.stage}`" + (": wrong cells" if s.wrong else ""), ""]
             out += [f"- {_wrong_line(report, s.stage, w)}" for w in s.wrong]
-            out += ["\n" + note for note in (_carried(s), mistake_note(s)) if note]
+            if said:
+                out += [""] * bool(s.wrong) + [
+                    ("  - " + n[2:]) if n.startswith("  ") else n for n in said]
     out += ["", verdict(report)[0]]
     return "\n".join(out) + "\n"
 
@@ -204,12 +241,11 @@ def latex(report: Report) -> str:
         if s.status == "shape":
             out.append(rf"  \item \texttt{{{esc(s.stage)}}}: wrong shape, "
                        rf"{esc(shape_note(report, s))}")
-        elif s.status == "wrong":
+        elif s.status == "wrong" or notes(report, s):
             out.append(rf"  \item \texttt{{{esc(s.stage)}}}: {esc(summary(report, s))}")
             out.append(r"  \begin{itemize}")
             out += [rf"    \item {esc(_wrong_line(report, s.stage, w))}" for w in s.wrong]
-            out += [rf"    \item {esc(note)}" for note in (_carried(s), mistake_note(s))
-                    if note]
+            out += [rf"    \item {esc(note.strip())}" for note in notes(report, s)]
             out.append(r"  \end{itemize}")
         else:
             out.append(rf"  \item \texttt{{{esc(s.stage)}}}: {esc(summary(report, s))}")
@@ -223,29 +259,27 @@ def _num(v: float) -> float | None:
 
 
 def as_json(report: Report) -> str:
+    def cell(stage: str, w: Wrong) -> dict[str, Any]:
+        if w.where is not None:  # a cell of a view of fast kernels, named in words
+            return {"where": w.where, "written": w.written, "expected": _num(w.expected),
+                    "expected_as_written": w.rounded, "difference": _num(w.difference)}
+        at = place(report, stage, w)
+        return {"head": at.head, "row": at.row, "column": at.col,
+                "row_label": at.row_label, "column_label": at.col_label,
+                "written": w.written, "expected": _num(w.expected),
+                "expected_as_written": w.rounded,
+                "expected_exact": None if w.expected_exact is None else str(w.expected_exact),
+                "difference": _num(w.difference)}
+
     stages: dict[str, Any] = {}
     for s in report.stages:
-        wrong = []
-        for w in s.wrong:
-            if w.where is not None:  # a cell of a view of fast kernels, named in words
-                wrong.append({"where": w.where, "written": w.written,
-                              "expected": _num(w.expected), "expected_as_written": w.rounded,
-                              "difference": _num(w.difference)})
-                continue
-            at = place(report, s.stage, w)
-            wrong.append({"head": at.head, "row": at.row, "column": at.col,
-                          "row_label": at.row_label, "column_label": at.col_label,
-                          "written": w.written, "expected": _num(w.expected),
-                          "expected_as_written": w.rounded,
-                          "expected_exact": (None if w.expected_exact is None
-                                             else str(w.expected_exact)),
-                          "difference": _num(w.difference)})
         stages[s.stage] = {
             "status": s.status, "cells": s.cells, "blank": s.blank,
             "shape_note": shape_note(report, s) if s.status == "shape" else None,
             "right": s.right, "carried": s.carried, "carried_from": s.carried_from,
+            "carried_cells": [cell(s.stage, w) for w in s.carried_cells],
             "mistake": s.mistake, "mistake_stage": s.mistake_stage,
-            "wrong": wrong,
+            "wrong": [cell(s.stage, w) for w in s.wrong],
         }
     doc = {"source": report.source, "correct": report.ok, "verdict": report.verdict,
            "wrong": report.wrong, "ignored": report.ignored,
@@ -376,7 +410,7 @@ def gradescope(src: str, r: Any, points: dict[str, float]) -> dict[str, Any]:
     for s in r.stages:
         worth = points.get(s.stage, points.get(s.stage.split(".")[0], 1.0))  # tiles.m
         detail = [summary(r, s)] + [_wrong_line(r, s.stage, w) for w in s.wrong]
-        detail += [n for n in (_carried(s), mistake_note(s)) if n]
+        detail += notes(r, s)
         tests.append({"name": s.stage, "score": round(s.score(worth), 6), "max_score": worth,
                       "status": "passed" if s.status == "correct" else "failed",
                       "output": "\n".join(detail)})
