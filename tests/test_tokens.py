@@ -131,3 +131,54 @@ def test_repeated_labels_are_told_apart() -> None:
     assert distinct(["at", "at"] * 6)[-1] == "at₁₂"
     assert distinct(["a", "a", "a₂"]) == ["a", "a₃", "a₂"]  # never another row's label
     assert distinct(["x", "y"]) == ["x", "y"]
+
+
+# --------------------------------------------------------------------------- where shown
+
+
+def _mha(*args: str):  # type: ignore[no-untyped-def]
+    from typer.testing import CliRunner
+
+    from mhacli.cli import app
+
+    return CliRunner().invoke(app, list(args))
+
+
+def test_a_repeated_token_is_told_apart_wherever_rows_are_shown() -> None:
+    """The cat sample's second "the": in a table's rows and columns, a --cell heading,
+    the JSON labels and a masked row's warning; the problem keeps its tokens as written,
+    and generate writes them so."""
+    r = _mha("explain", "--sample", "cat", "--stage", "weights", "--head", "1",
+             "--format", "plain")
+    lines = r.stdout.splitlines()
+    table = lines.index(next(t for t in lines if t.startswith("# weights · head 1 of 2: A")))
+    assert lines[table + 1].split() == ["the", "cat", "jumped", "over", "the₂", "lazy", "dog"]
+    assert [t.split()[0] for t in lines[table + 2:table + 9]][4] == "the₂"
+    r = _mha("explain", "--sample", "cat", "--cell", "weights:1:5:1", "--format", "plain")
+    assert "row 5 (the₂), column 1 (the)" in r.stdout
+    r = _mha("explain", "--sample", "cat", "--stage", "x", "--format", "json")
+    assert json.loads(r.stdout)["config"]["tokens"][4] == "the₂"
+    r = _mha("run", "--random", "--tokens", "a b a", "--mask", "1 0 0;0 1 0;0 0 0")
+    assert r.stderr.startswith("Warning: query row 3 (a₂): every key is blocked"), r.stderr
+    import mhacli
+
+    assert mhacli.load("cat").tokens[4] == "the"
+    r = _mha("generate", "--tokens", "the cat the", "--seed", "1")
+    assert "tokens: [the, cat, the]" in r.stdout
+
+
+def test_a_texts_repeated_tokens_are_told_apart() -> None:
+    """The fixture's text has John, e and to twice: the rows say John₂, e₂ and to₂,
+    the reading keeps the tokens as the model made them."""
+    from mhacli.io.models import from_reading
+    from mhacli.io.text import Reading
+
+    data = np.load(MODELS / "gpt2" / "text.npz")
+    kept = json.loads(str(data["labels"]))
+    reading = Reading([int(i) for i in data["ids"]], kept, {0: data["x_0"]},
+                      {0: data["out_0"]})
+    prob = from_reading(MODELS / "gpt2", str(data["text"]), reading, [0])[0]
+    rows, cols = prob.labels()
+    assert rows == cols == ["Whe", "n", "Mary", "and", "John", "␣", "went", "to", "the", "s",
+                            "tor", "e", ",", "John₂", "gav", "e₂", "a", "d", "ri", "nk", "to₂"]
+    assert list(prob.tokens) == kept
