@@ -67,11 +67,12 @@ def pieces(tokenizer: Any, ids: Sequence[int]) -> list[bytes | str]:
     ids = [int(i) for i in ids]
     backend = tokenizer if hasattr(tokenizer, "to_str") else \
         getattr(tokenizer, "backend_tokenizer", None)
-    spec = json.loads(backend.to_str()) if backend is not None else {}
+    spec = _declared(backend) if backend is not None else {}
     scheme, mark = _scheme(tokenizer, spec)
-    special = {t["id"] for t in spec.get("added_tokens") or () if t.get("special")}
+    extra = backend.get_added_tokens_decoder() if backend is not None else {}
+    special = {i for i, t in extra.items() if t.special}
     special |= set(getattr(tokenizer, "all_special_ids", None) or ())
-    added = {t["id"] for t in spec.get("added_tokens") or () if not t.get("special")}
+    added = {i for i, t in extra.items() if not t.special}
     if scheme == "decode":
         return _decoded(tokenizer, ids, special)
     spelled = [backend.id_to_token(i) for i in ids] if backend is not None else \
@@ -87,6 +88,22 @@ def pieces(tokenizer: Any, ids: Sequence[int]) -> list[bytes | str]:
         else:
             out.append(_bytes(token, scheme, mark))
     return out
+
+
+def _declared(backend: Any) -> dict[str, Any]:
+    """What a ``tokenizers.Tokenizer`` declares of its scheme, as ``tokenizer.json`` spells
+    it: its decoder, and its model's kind, byte fallback and prefix (read without the
+    vocabulary, which may be megabytes; the whole document where the parts cannot be)."""
+    try:
+        decoder = backend.decoder
+        model = backend.model
+        return {"decoder": json.loads(decoder.__getstate__()) if decoder is not None else None,
+                "model": {"type": type(model).__name__,
+                          "byte_fallback": getattr(model, "byte_fallback", False),
+                          "continuing_subword_prefix":
+                              getattr(model, "continuing_subword_prefix", None)}}
+    except Exception:  # (a tokenizers release that keeps them otherwise)
+        return json.loads(backend.to_str())
 
 
 def _scheme(tokenizer: Any, spec: dict[str, Any]) -> tuple[str, str]:
