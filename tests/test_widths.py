@@ -42,6 +42,7 @@ COMMANDS = [["explain", "--sample", s] for s in sample_names()] + [
     ["explain", "--sample", "flash", "--cell", "tiles:1:4:2:o:3"],
     ["explain", "--sample", "kv-cache", "--cell", "decode:5:weights:2:4"],
     ["explain", "--sample", "llama-tiny", "--decode", "--splits", "3", "--stage", "decode"],
+    ["explain", "--sample", "hopkins", "--all-heads"],
     ["--help"], *([c, "--help"] for c in ("explain", "run", "check", "generate", "samples")),
 ]
 

@@ -105,7 +105,7 @@ def check(
                     prob = problem(file, sample, "check", masked_row=masked_row,
                                    layout=layout, checkpoint=checkpoint,
                                    layer=layer_number(layer))
-                context["tokens"] = prob.tokens
+                context["tokens"] = prob.labels()[0] if prob.tokens else None  # as shown
                 with about(prob):
                     results.append((prob.source, judge(prob, tolerance, partial=partial,
                                                        only=only, required=required,

@@ -140,7 +140,7 @@ def explain(
             return overview(fmt.value, options, layer_number(layer, every=True), settings,
                             svg, html, pager=not no_pager)
         prob = problem(**options, layer=layer_number(layer), backward=backward, **settings)
-        context["tokens"] = prob.tokens
+        context["tokens"] = prob.labels()[0] if prob.tokens else None  # as shown
         shown = layout or prob.layout
         stages = [engine.canonical(s) for s in stage] if stage else None
         lean = held(prob.config) > MOST_HELD  # too large to hold: a head at a time

@@ -27,12 +27,14 @@ def all_heads(fmt: str, options: dict[str, Any], layer: Any, settings: dict[str,
     for prob in problems:
         with about(prob):
             tr = lean_trace(prob.prepared)
-        layers.append((prob.read.get("layer", 0), overview.heads_of(tr, prob.read.get("layer", 0))))
+        # a model's layer is titled by its number; any other problem by where it came from
+        number = prob.read.get("layer")
+        name = f"layer {number}" if number is not None else prob.source
+        layers.append(overview.Layer(name, overview.heads_of(tr, number)))
     first = problems[0]
     text = first.read.get("text")
-    n = first.config.n
+    queries, keys = first.labels()
     if fmt == "json":
-        queries, keys = first.labels()
         config = config_dict(first.config, queries, keys, first.layout, first.read)
         sys.stdout.write(overview.as_json(layers, config))
         return
@@ -40,21 +42,21 @@ def all_heads(fmt: str, options: dict[str, Any], layer: Any, settings: dict[str,
         console, _ = console_for_stdout(record=bool(svg or html))
         if console.is_terminal and pager:
             with console.capture() as captured:
-                overview.show(layers, console, n, text)
+                overview.show(layers, console, queries, keys, text)
             page(captured.get(), console.height)
         else:
-            overview.show(layers, console, n, text)
+            overview.show(layers, console, queries, keys, text)
     else:
         from ..present.explain import PIPE_WIDTH
 
         fence = fmt == "markdown"
         sys.stdout.write("```\n" if fence else "")
-        for piece in overview.plain(layers, PIPE_WIDTH, n, text):
+        for piece in overview.plain(layers, PIPE_WIDTH, queries, keys, text):
             sys.stdout.write(piece)
         sys.stdout.write("```\n" if fence else "")
     if svg or html:
         recorder = export_console()
-        overview.show(layers, recorder, n, text)
+        overview.show(layers, recorder, queries, keys, text)
         save(recorder, svg, html)
 
 

@@ -82,7 +82,7 @@ def run(
         prob = problem(file, sample, "run", random=random, seed=seed, tokens=tokens,
                        d_model=d_model, ints=ints, checkpoint=checkpoint,
                        layer=layer_number(layer), text=text, **settings)
-        context["tokens"] = prob.tokens
+        context["tokens"] = prob.labels()[0] if prob.tokens else None  # as shown
         fmt = fmt or _format_of(output)
         if fmt is RunFormat.npy and output is None and sys.stdout.isatty():
             raise MhaError("--format npy is binary: give -o FILE or redirect standard output")

@@ -19,7 +19,7 @@ class HeadSummary:
     """One head of one layer, its numbers averaged over the query rows 2 … n (the first
     row has no token before it, and under a causal mask sees only itself)."""
 
-    layer: int
+    layer: int | None  # None: a problem that is not a model's layer
     head: int  # 1-based
     entropy: float  # bits: −Σ a·log₂ a of a row, averaged
     peak: float  # each row's largest weight, averaged
@@ -27,7 +27,7 @@ class HeadSummary:
     first: float  # the weight on the first token, averaged
 
 
-def summarise(a: Array, layer: int, head: int) -> HeadSummary:
+def summarise(a: Array, layer: int | None, head: int) -> HeadSummary:
     """A head's numbers from its weights ``a`` (n × m; self-attention for previous)."""
     rows = a[1:] if a.shape[0] > 1 else a  # (n − 1, m)
     live = rows.sum(axis=1) > 0  # a row with every key blocked has no distribution
@@ -44,12 +44,15 @@ def summarise(a: Array, layer: int, head: int) -> HeadSummary:
                        float(np.mean(previous)), float(rows[:, 0].mean()))
 
 
+def edges(count: int, most: int = 16) -> list[int]:
+    """Where the blocks of ``count`` rows (or columns) pooled into at most ``most`` cells
+    begin, and the end: cell i covers rows edges[i] … edges[i + 1] − 1 (0-based)."""
+    return np.linspace(0, count, min(count, most) + 1).round().astype(int).tolist()
+
+
 def pooled(a: Array, most: int = 16) -> Array:
     """``a`` (n × m) as at most ``most`` × ``most`` cells, each the mean of the block of
-    weights it covers (a cell a weight, when the matrix is small enough)."""
-    def edges(count: int) -> Array:
-        return np.linspace(0, count, min(count, most) + 1).round().astype(int)
-
-    r, c = edges(a.shape[0]), edges(a.shape[1])
+    weights it covers (a cell a weight, when the matrix is small enough; see ``edges``)."""
+    r, c = edges(a.shape[0], most), edges(a.shape[1], most)
     return np.array([[a[r[i]:r[i + 1], c[j]:c[j + 1]].mean() for j in range(len(c) - 1)]
                      for i in range(len(r) - 1)])

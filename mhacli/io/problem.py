@@ -29,6 +29,7 @@ from ..errors import MhaError, key_text, shown
 from . import torchstate
 from .matrices import LAYOUTS, read_array, read_claims, to_rows
 from .reader import Locator, parse_text, read_bytes, read_file, read_npz
+from .tokens import distinct
 
 FILE_SETTINGS = tuple(s.key for s in SETTINGS if s.in_file and s.engine)  # besides layout
 KNOWN_KEYS = ("tokens", "kv_tokens", "layout", "answers") + FILE_SETTINGS + MATRICES \
@@ -123,13 +124,15 @@ class Problem:
                              source=self.source, written=written, layout=self.layout, read=read)
 
     def labels(self) -> tuple[list[str], list[str]]:
-        """Labels of the query rows and of the key rows (t1, t2 … and kv1, kv2 … by
-        default; the key rows of self-attention are the query rows)."""
+        """Labels of the query rows and of the key rows as they are shown (t1, t2 … and
+        kv1, kv2 … by default; the key rows of self-attention are the query rows), a
+        repeated token numbered where it comes again (``the``, ``the₂``), so that each row
+        is told from the others; ``tokens`` keeps them as given."""
         c = self.config
-        rows = list(self.tokens) if self.tokens else [f"t{i}" for i in range(1, c.n + 1)]
+        rows = distinct(self.tokens) if self.tokens else [f"t{i}" for i in range(1, c.n + 1)]
         if not c.key_labels:
             return rows, rows
-        cols = list(self.kv_tokens) if self.kv_tokens else \
+        cols = distinct(self.kv_tokens) if self.kv_tokens else \
             [f"kv{j}" for j in range(1, c.m + 1)]
         return rows, cols
 

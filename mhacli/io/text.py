@@ -91,26 +91,12 @@ def read_text(folder: str | Path, text: str, layers: dict[int, str]) -> Reading:
 
 
 def labels(tokenizer: Any, ids: list[int]) -> list[str]:
-    """Each token as a person reads it: its own text (``ĠMary`` is `` Mary``) without the
-    leading space, which stays visible (``␣Mary``) where the same word occurs without
-    one; a token of spaces alone as ``␣``, a newline as ``↵``; special tokens as they are."""
-    pieces = [tokenizer.decode([i]) for i in ids]
-    if any("\ufffd" in p for p in pieces) and hasattr(tokenizer, "convert_ids_to_tokens"):
-        # part of a character (byte-level tokens of 日本 or 😀): the token as the
-        # vocabulary spells it, which tells the pieces apart
-        raw = tokenizer.convert_ids_to_tokens(ids)
-        pieces = [r if "\ufffd" in p else p for p, r in zip(pieces, raw)]
-    bare = [p.strip() for p in pieces]
-    out = []
-    for piece, word in zip(pieces, bare):
-        if not word:
-            out.append(piece.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥") or "∅")
-            continue
-        spaced = piece[:1].isspace()
-        clash = spaced and any(w == word and not p[:1].isspace() for p, w in zip(pieces, bare))
-        shown = ("␣" if clash else "") + word
-        out.append("".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" for ch in shown))
-    return out
+    """Each token as a person reads it, from the tokenizer's own vocabulary and decoder
+    (``tokens.labels``): ``ĠMary`` is ``Mary`` (``␣Mary`` where the same word occurs
+    without a space), a token of part of a character ``€[1/3]``."""
+    from .tokens import labels as read
+
+    return read(tokenizer, ids)
 
 
 class _Enough(Exception):
