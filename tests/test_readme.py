@@ -174,9 +174,9 @@ def test_every_link_to_a_page_or_a_section_resolves(page: Path) -> None:
             continue
         path, _, anchor = link.partition("#")
         target = (page.parent / path).resolve() if path else page
-        assert target.exists(), f"{page.name}: {link}: no such file"
+        assert target.exists(), f"{page.relative_to(ROOT)}: {link}: no such file"
         if anchor:
-            assert anchor in anchors(target), f"{page.name}: {link}: no such section"
+            assert anchor in anchors(target), f"{page.relative_to(ROOT)}: {link}: no such section"
 
 
 # -- the reference is the program's ----------------------------------------------------
