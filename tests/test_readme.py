@@ -25,7 +25,7 @@ REFERENCE = ROOT / "docs" / "reference.md"
 REPLAYED = [README, *sorted((ROOT / "docs").glob("*.md"))]
 # Pages whose links are followed: those, and the benchmarks' page.
 LINKED = [*REPLAYED, ROOT / "benchmarks" / "README.md"]
-FENCE = re.compile(r"^```.*?^```", flags=re.S | re.M)
+FENCE = re.compile(r"^```[^`\n]*\n.*?^```$", flags=re.S | re.M)  # a fenced block, as CommonMark
 
 
 def _console(page: Path) -> list[str]:
