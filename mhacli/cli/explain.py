@@ -181,11 +181,12 @@ def explain(
 
             worked = work_out(cell, tr, exact, queries, keys, digits, shown)
         if worked is not None:
-            if head is not None and worked.head is not None and head != worked.head:
+            if head is not None and worked.head is not None and \
+                    head not in worked.query_heads:
                 raise MhaError(f"--head {head} and --cell {cell} name different heads: "
                                "give one head")
             stages = stages or worked.stages
-            head = head or worked.head
+            head = head or next(iter(worked.query_heads), None)
         kernels = shown_views(tr, stages)
         focus = getattr(worked, "focus", None)  # an entry of a tile or a step
         if fmt is ExplainFormat.json:

@@ -18,6 +18,7 @@ import numpy as np
 from ..errors import MhaError
 from . import ops
 from .gradients import GRADIENTS
+from .head_weights import OUTPUT, PROJECTIONS
 from .stage import KEY, NUMBERED, QUERY, Stage
 from .work import Work, normed, turned
 from .writing import Entry, Formula, sub
@@ -454,6 +455,7 @@ FORWARD: tuple[Stage, ...] = (
                             "(p from 0)",
           latex=_tex("X_{kv} + PE"), cell=_cell_x_pos, exact=True,
           exists=lambda c: c.positional is not None and c.cross),
+    *PROJECTIONS,  # w_q, w_k, w_v: each head's block, shown on request
     Stage("q", "n × H·d_k", lambda c: (c.n, c.heads * c.d_k), QUERY, NUMBERED,
           compute=lambda w: w.projections()[0], formula=_proj_text("Q", "W_Q", lambda f: "X"),
           latex=_proj_tex("Q", "W_Q", "X"), cell=_cell_projection, exact=True),
@@ -549,6 +551,7 @@ FORWARD: tuple[Stage, ...] = (
                                    f"[{f.heads_list()}] stacked, one head below the other"),
           latex=_tex("C", r"[O_1 \mid \dots \mid O_H]", r"[O_1; \dots; O_H]"),
           cell=_cell_concat),
+    *OUTPUT,  # w_o: each head's rows, shown on request
     Stage("output", "n × d_out", lambda c: (c.n, c.d_out), QUERY, NUMBERED,
           compute=Work.output,
           formula=lambda f: f.proj("W_O", "concat", "b_o") if f.c.has_w_o
@@ -592,10 +595,11 @@ def numbers_in(c: Config, names: Any = None, head: int | None = None,
                most_rows: int | None = None, most_cols: int | None = None) -> int:
     """How many numbers the stages ``names`` (all present, by default) of a problem hold,
     counted from its sizes before any is computed: one head's share with ``head``, and at
-    most ``most_rows`` × ``most_cols`` a matrix where a view shows only its edges."""
+    most ``most_rows`` × ``most_cols`` a matrix where a view shows only its edges. By
+    default the stages shown only on request (the weights' blocks) are not counted."""
     total = 0
     for s in present(c):
-        if names is not None and s.name not in names:
+        if s.name not in names if names is not None else s.on_request:
             continue
         dims = s.dims(c)
         count = dims[0] if s.per_head and head is None else 1

@@ -7,7 +7,7 @@ person typed (in the layout they see), finds the entry, and gathers what to show
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..engine import BY_NAME, STAGES, Trace, canonical
 from ..engine.writing import Entry, Marks
@@ -22,7 +22,14 @@ class Worked:
     title: str
     lines: list[str]
     marks: Marks  # (stage, head) -> rows, columns to highlight (0-based, row layout)
-    head: int | None
+    head: int | None  # the stage's head (a key/value head's number in k_heads, w_k …)
+    served: tuple[int, ...] = field(default=(), kw_only=True)  # a key/value head's query
+    # heads under grouped-query attention: the tables shown with --head are a query head's
+
+    @property
+    def query_heads(self) -> tuple[int, ...]:
+        """The query heads whose tables (with --head) hold the entry."""
+        return self.served or ((self.head,) if self.head is not None else ())
 
     @property
     def stages(self) -> list[str]:
@@ -79,12 +86,18 @@ def work_out(spec: str, tr: Trace, exact: Trace | None, queries: list[str], keys
     a = tr.stages[stage]
     shape = (1,) + a.shape if a.ndim == 1 else a.shape[-2:]
     rows = [stage.removeprefix("d_")] if a.ndim == 1 else side(s.rows, queries, keys, shape[0])
+    served: tuple[int, ...] = ()
+    if head is not None and a.shape[0] != tr.config.heads:  # a key/value head (grouped)
+        per = tr.config.heads // a.shape[0]
+        served = tuple(range((head - 1) * per + 1, head * per + 1))
     cols = side(s.cols, queries, keys, shape[1])
     e = Entry(tr, exact, stage, head, i, j, rows, cols, queries, keys, precision)
     e.mark(stage, head, {i}, {j})
     lines = s.cell(e)
     col_part = f"entry {j + 1}" if a.ndim == 1 else \
         f"column {j + 1}" + (f" ({cols[j]})" if cols[j] != str(j + 1) else "")
-    row_part = "" if a.ndim == 1 else f", row {i + 1} ({rows[i]})"
-    title = f"{stage}{f' · head {head}' if head else ''}{row_part}, {col_part}"
-    return Worked(title, lines, dict(e.marks), head)
+    row_part = "" if a.ndim == 1 else \
+        f", row {i + 1}" + (f" ({rows[i]})" if rows[i] != str(i + 1) else "")
+    which = "key/value head" if served else "head"
+    title = f"{stage}{f' · {which} {head}' if head else ''}{row_part}, {col_part}"
+    return Worked(title, lines, dict(e.marks), head, served=served)
