@@ -58,7 +58,7 @@ def _cell(e: Entry) -> list[str]:
     owns = f"{which} {h}{_shared(e.stage, c, h)} " + \
         (f"meets rows {(h - 1) * d + 1}–{h * d} of {w}" if rows
          else f"owns columns {(h - 1) * d + 1}–{h * d} of {w}")
-    return [f"{e.name} = {w}[{at}] = {e.result}, an input (the problem's own number)",
+    return [f"{e.name} = {w}[{at}] = {e.result}, an input",
             f"  {owns}: its {side} {local + 1} is {w}'s {side} ({h} − 1)·{d} + {local + 1} "
             f"= {whole + 1}"]
 

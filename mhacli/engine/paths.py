@@ -65,13 +65,13 @@ class Trace:
                                                    ("sum", "row_sum")) if old in parts}
 
     def __getitem__(self, name: str) -> Array:
-        from .stages import canonical
+        from .stages import absent, canonical
 
         if isinstance(name, str) and name.strip().lower() in self.kernels:
             return self.kernels[name.strip().lower()]  # type: ignore[return-value]
         key = canonical(name)
         if key not in self.stages:
-            raise MhaError(f"this problem has no {key} stage (it has {', '.join(self.stages)})")
+            raise MhaError(absent(self.config, key, "trace with backward=True", self.stages))
         return self.stages[key]
 
     def __getattr__(self, name: str) -> Array:

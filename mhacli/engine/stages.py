@@ -11,7 +11,8 @@ A new stage is its function (``ops.py``) and its entry here.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import numpy as np
 
@@ -584,6 +585,21 @@ def canonical(name: Any) -> str:
         raise MhaError(f"unknown stage {name!r}{hint}; stages are: "
                        f"{', '.join(STAGES + VIEWS)}")
     return key
+
+
+def absent(c: Config, name: str, remedy: str, have: Iterable[str] = ()) -> str:
+    """Why the problem ``c`` has no stage ``name``, for the true reason: a gradient asked
+    for without the backward pass says what turns it on (``remedy``, in the words of the
+    command or API that asked), a stage made from x and the weights that q, k and v are
+    given directly; otherwise the stages it has (``have``)."""
+    s = BY_NAME.get(name)
+    listed = f" (its stages: {', '.join(have)})" if have else ""
+    if s is not None and not s.exists(c):
+        if not c.backward and s.exists(replace(c, backward=True)):
+            return f"{name} is a gradient: {remedy}"
+        if c.direct and s.exists(replace(c, direct=False, backward=True)):
+            return f"this problem has no {name} stage: q, k and v are given directly{listed}"
+    return f"this problem has no {name} stage{listed}"
 
 
 def present(c: Config) -> list[Stage]:

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Mapping
 
-from ..engine import BY_NAME, STAGES, Trace, canonical
+from ..engine import BY_NAME, STAGES, Trace, absent, canonical
 from ..engine.writing import Entry, Marks
 from ..errors import MhaError
 from .views import side
+
+
+BACKWARD = "add --backward (or backward: true in the problem file)"  # explain's gradients
 
 
 @dataclass(frozen=True)
@@ -44,7 +48,7 @@ def parse_cell(spec: str, tr: Trace, layout: str = "rows") -> tuple[str, int | N
     parts = spec.split(":")
     stage = canonical(parts[0])
     if stage not in tr.stages:
-        raise MhaError(f"--cell {spec}: this problem has no {stage} stage")
+        raise MhaError(f"--cell {spec}: {absent(c, stage, BACKWARD)}")
     per_head = BY_NAME[stage].per_head
     if per_head and len(parts) == 3 and c.heads == 1:
         parts = [parts[0], "1", parts[1], parts[2]]
@@ -78,9 +82,11 @@ def parse_cell(spec: str, tr: Trace, layout: str = "rows") -> tuple[str, int | N
 
 
 def work_out(spec: str, tr: Trace, exact: Trace | None, queries: list[str], keys: list[str],
-             precision: int, layout: str = "rows") -> Worked:
+             precision: int, layout: str = "rows",
+             origin: Mapping[str, str] | None = None) -> Worked:
     """The arithmetic behind one entry; ``exact`` (Fractions) is used where it has the
-    stage."""
+    stage. ``origin`` says where an input came from (a checkpoint's tensor, by the
+    problem's key): an entry of an input stage (w_q …) names it."""
     stage, head, i, j = parse_cell(spec, tr, layout)
     s = BY_NAME[stage]
     a = tr.stages[stage]
@@ -94,6 +100,8 @@ def work_out(spec: str, tr: Trace, exact: Trace | None, queries: list[str], keys
     e = Entry(tr, exact, stage, head, i, j, rows, cols, queries, keys, precision)
     e.mark(stage, head, {i}, {j})
     lines = s.cell(e)
+    if s.given and stage in (origin or {}):
+        lines.append(f"  read from {origin[stage]}")  # type: ignore[index]
     col_part = f"entry {j + 1}" if a.ndim == 1 else \
         f"column {j + 1}" + (f" ({cols[j]})" if cols[j] != str(j + 1) else "")
     row_part = "" if a.ndim == 1 else \
