@@ -1,7 +1,7 @@
 """Each head's block of the projection weights as stages of the table: ``w_q``, ``w_k``,
 ``w_v`` (head h's columns: H × d_model × d_k; under grouped-query attention ``w_k`` and
-``w_v`` have one block a key/value head, G × d_kv × d) and ``w_o`` (the d_v rows head h's
-output meets: H × d_v × d_out).
+``w_v`` have one block a key/value head, G × d_kv × d) and ``w_o`` (the d_v rows that
+multiply head h's output: H × d_v × d_out).
 
 They are inputs (``given``: shown, never an answer computed) and shown only when named
 (``on_request``): ``explain`` and its JSON leave them out unless ``--stage`` or ``--cell``
@@ -18,7 +18,7 @@ import numpy as np
 
 from . import ops
 from .stage import NUMBERED, Stage
-from .writing import Entry, Formula
+from .writing import Entry, Formula, sub
 
 if TYPE_CHECKING:
     from .config import Config
@@ -55,9 +55,9 @@ def _cell(e: Entry) -> list[str]:
     which = "key/value head" if e.stage in ("w_k", "w_v") and c.groups != c.heads \
         else "head"
     side = "row" if rows else "column"
-    owns = f"{which} {h}{_shared(e.stage, c, h)} " + \
-        (f"meets rows {(h - 1) * d + 1}–{h * d} of {w}" if rows
-         else f"owns columns {(h - 1) * d + 1}–{h * d} of {w}")
+    span = f"{(h - 1) * d + 1}–{h * d} of {w}"
+    owns = f"head {h}'s output O{sub(h)} is multiplied by rows {span}" if rows else \
+        f"{which} {h}{_shared(e.stage, c, h)} owns columns {span}"
     return [f"{e.name} = {w}[{at}] = {e.result}, an input",
             f"  {owns}: its {side} {local + 1} is {w}'s {side} ({h} − 1)·{d} + {local + 1} "
             f"= {whole + 1}"]
