@@ -271,3 +271,14 @@ def test_help_lists_the_blocks() -> None:
     text = " ".join(r.stdout.split())
     assert "x_kv_pos, w_q, w_k, w_v, q, k, v" in text and "concat, w_o, output" in text
     assert "each head's block of the weights" in text
+
+
+def test_fractions_show_the_blocks_as_written() -> None:
+    """W_O's blocks sit after the softmax, where exact arithmetic has stopped: an input is
+    as rational there as it was given."""
+    r = mha("explain", "--sample", "intro", "--stage", "w_o", "--stage", "w_q", "--head", "1",
+            "--fractions", "--format", "json")
+    assert r.exit_code == 0, r.output
+    exact = json.loads(r.stdout)["exact"]
+    assert exact["w_o"] == [[["1/2", "0", "0", "1/2"], ["0", "1/2", "1/2", "0"]]]
+    assert exact["w_q"] == [[["1", "0"], ["0", "1"], ["1", "0"], ["0", "1"]]]

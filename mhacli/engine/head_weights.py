@@ -98,11 +98,14 @@ def _stage(name: str, shape: str, dims: Callable[[Config], tuple[int, ...]],
 # W_Q, W_K and W_V: before the projections; W_O: before the output (stages.py places them)
 PROJECTIONS: tuple[Stage, ...] = (
     _stage("w_q", "H × d_model × d_k", lambda c: (c.heads, c.d_model, c.d_k),
-           lambda w: ops.split_heads(w.p.w_q, w.c.heads), lambda c: not c.direct),
+           lambda w: ops.split_heads(w.p.w_q, w.c.heads),  # (H, d_model, d_k)
+           lambda c: not c.direct),
     _stage("w_k", "G × d_kv × d_k", lambda c: (c.groups, c.d_kv, c.d_k),
-           lambda w: ops.split_heads(w.p.w_k, w.c.groups), lambda c: not c.direct),
+           lambda w: ops.split_heads(w.p.w_k, w.c.groups),  # (G, d_kv, d_k)
+           lambda c: not c.direct),
     _stage("w_v", "G × d_kv × d_v", lambda c: (c.groups, c.d_kv, c.d_v),
-           lambda w: ops.split_heads(w.p.w_v, w.c.groups), lambda c: not c.direct),
+           lambda w: ops.split_heads(w.p.w_v, w.c.groups),  # (G, d_kv, d_v)
+           lambda c: not c.direct),
 )
 OUTPUT: tuple[Stage, ...] = (
     _stage("w_o", "H × d_v × d_out", lambda c: (c.heads, c.d_v, c.d_out),

@@ -128,9 +128,10 @@ def _run(p: Prepared, given: dict[str, Array] | None = None, exact: bool = False
         if until is not None and STAGES.index(s.name) > STAGES.index(until):
             break
         gradient = s.name.startswith("d_")
-        if exact and (not s.exact or stopped and not gradient):
+        if exact and (not s.exact or stopped and not gradient and not s.given):
             stopped = stopped or not gradient
-            continue  # the gradients before the softmax's backward may still be rational
+            continue  # the gradients before the softmax's backward may still be rational,
+            # and an input (W_O's blocks, after the softmax) is as rational as it was given
         try:
             value = s.compute(work)
         except KeyError:  # made from a stage exact arithmetic could not reach
