@@ -205,3 +205,24 @@ def reference(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, 
     st["output"] = add_bias(matmul(st["concat"], L(w_o)) if w_o is not None else st["concat"],
                             V(b_o))
     return st
+
+
+def head_blocks(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, *,
+                heads: int = 1, kv_heads: Any = None, w_o: Any = None, q: Any = None,
+                **_: Any) -> dict[str, Any]:
+    """Each head's block of the weights, as lists of matrices: head h's d_k columns of
+    W_Q, each key/value head's columns of W_K and W_V, and the d_v rows of W_O that
+    head h's output meets. None of them when q, k, v are given directly."""
+    if q is not None:
+        return {}
+    groups = kv_heads or heads
+    L = lambda a: [[float(t) for t in row] for row in a]  # noqa: E731
+    wq, wk, wv = L(w_q), L(w_k), L(w_v)
+    d_k, d_v = len(wq[0]) // heads, len(wv[0]) // groups
+    out = {"w_q": [columns(wq, h * d_k, (h + 1) * d_k) for h in range(heads)],
+           "w_k": [columns(wk, g * d_k, (g + 1) * d_k) for g in range(groups)],
+           "w_v": [columns(wv, g * d_v, (g + 1) * d_v) for g in range(groups)]}
+    if w_o is not None:
+        wo = L(w_o)
+        out["w_o"] = [wo[h * d_v:(h + 1) * d_v] for h in range(heads)]
+    return out

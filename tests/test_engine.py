@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import mhacli
-from mhacli.engine import PER_HEAD
+from mhacli.engine import BY_NAME, PER_HEAD
 
 from .cases import NAMES, case, close, per_head
-from .reference import reference
+from .reference import head_blocks, reference
 
 
 @pytest.fixture(autouse=True)
@@ -25,7 +25,7 @@ def _quiet_masked_rows():
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_every_stage_matches_reference(name: str, seed: int) -> None:
     kw = case(name, seed)
-    expected = reference(**kw)
+    expected = {**reference(**kw), **head_blocks(**kw)}  # the weights' blocks too
     tr = mhacli.trace(**kw)
     assert set(tr.stages) == set(expected)
     for stage, value in expected.items():
@@ -209,7 +209,8 @@ def test_a_trace_shows_its_stages_as_html_in_a_notebook() -> None:
 
     parser = Cells()
     parser.feed(tr._repr_html_())
-    assert {name.rstrip("0123456789") for name in parser.tables} == set(tr.stages)
+    shown = {s for s in tr.stages if not BY_NAME[s].on_request}  # as explain: no weights
+    assert {name.rstrip("0123456789") for name in parser.tables} == shown
     body = [row for row in parser.tables["weights1"] if row]
     want = tr["weights"][0]  # head 1 comes first
     for i in range(3):

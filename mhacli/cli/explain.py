@@ -160,8 +160,10 @@ def explain(
         if missing and missing[0] in VIEWS:
             raise MhaError(f"--stage {missing[0]}: give {missing_view(missing[0])} too")
         if missing:
-            raise MhaError(f"--stage {missing[0]}: this problem has no {missing[0]} stage "
-                           f"(its stages: {', '.join(list(tr.stages) + kernels)})")
+            from ..present.cell import BACKWARD
+
+            raise MhaError(f"--stage {missing[0]}: "
+                           + engine.absent(c, missing[0], BACKWARD, list(tr.stages) + kernels))
         queries, keys = prob.labels()
         digits = 4 if precision is None else precision
         exact = None
@@ -179,13 +181,15 @@ def explain(
         elif cell is not None:
             from ..present.cell import work_out
 
-            worked = work_out(cell, tr, exact, queries, keys, digits, shown)
+            worked = work_out(cell, tr, exact, queries, keys, digits, shown,
+                              prob.read.get("settings"))
         if worked is not None:
-            if head is not None and worked.head is not None and head != worked.head:
+            if head is not None and worked.head is not None and \
+                    head not in worked.query_heads:
                 raise MhaError(f"--head {head} and --cell {cell} name different heads: "
                                "give one head")
             stages = stages or worked.stages
-            head = head or worked.head
+            head = head or next(iter(worked.query_heads), None)
         kernels = shown_views(tr, stages)
         focus = getattr(worked, "focus", None)  # an entry of a tile or a step
         if fmt is ExplainFormat.json:

@@ -98,7 +98,9 @@ def stage_help(what: str) -> str:
     from ..engine.stages import FORWARD
 
     names = [s.name + (f" ({', '.join(s.aliases)})" if s.aliases else "") for s in FORWARD]
-    return (f"{what} (repeatable): {', '.join(names)}; the variants' stages exist when their "
+    asked = ", ".join(s.name for s in FORWARD if s.on_request)  # the weights' blocks
+    return (f"{what} (repeatable): {', '.join(names)} ({asked}: each head's block of the "
+            "weights, inputs that explain shows only when named); the variants' stages exist when their "
             "setting is used, and with --backward each stage's gradient d_<stage> (d_output "
             "… d_x) and the parameters' (d_w_q … d_b_o, d_sinks); with --tiles the tiles (tiles), "
             "with --decode the decoding steps (decode).")

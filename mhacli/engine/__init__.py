@@ -12,7 +12,8 @@ from .config import Config, Prepared
 from .validate import prepare
 
 _LATER = {"lean_trace": "lean", **{name: "stages" for name in (
-    "ALIASES", "BY_NAME", "PER_HEAD", "STAGES", "TABLE", "Stage", "canonical", "present")}}
+    "ALIASES", "BY_NAME", "PER_HEAD", "STAGES", "TABLE", "Stage", "absent", "canonical",
+    "present")}}
 
 
 _MODULES = ("gradients", "lean", "stage", "stages", "writing")  # loaded when used
@@ -36,6 +37,6 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "ALIASES", "BY_NAME", "PER_HEAD", "STAGES", "TABLE", "Config", "Prepared", "Stage",
-    "Trace", "attention", "canonical", "exact_trace", "fast", "lean_trace", "present", "prepare",
+    "Trace", "absent", "attention", "canonical", "exact_trace", "fast", "lean_trace", "present", "prepare",
     "trace", "traced",
 ]

@@ -65,13 +65,13 @@ class Trace:
                                                    ("sum", "row_sum")) if old in parts}
 
     def __getitem__(self, name: str) -> Array:
-        from .stages import canonical
+        from .stages import absent, canonical
 
         if isinstance(name, str) and name.strip().lower() in self.kernels:
             return self.kernels[name.strip().lower()]  # type: ignore[return-value]
         key = canonical(name)
         if key not in self.stages:
-            raise MhaError(f"this problem has no {key} stage (it has {', '.join(self.stages)})")
+            raise MhaError(absent(self.config, key, "trace with backward=True", self.stages))
         return self.stages[key]
 
     def __getattr__(self, name: str) -> Array:
@@ -128,9 +128,10 @@ def _run(p: Prepared, given: dict[str, Array] | None = None, exact: bool = False
         if until is not None and STAGES.index(s.name) > STAGES.index(until):
             break
         gradient = s.name.startswith("d_")
-        if exact and (not s.exact or stopped and not gradient):
+        if exact and (not s.exact or stopped and not gradient and not s.given):
             stopped = stopped or not gradient
-            continue  # the gradients before the softmax's backward may still be rational
+            continue  # the gradients before the softmax's backward may still be rational,
+            # and an input (W_O's blocks, after the softmax) is as rational as it was given
         try:
             value = s.compute(work)
         except KeyError:  # made from a stage exact arithmetic could not reach

@@ -36,6 +36,8 @@ class Stage:
     chain: bool = False  # a step of the score chain: each takes the latest scores on
     exact: bool = False  # rational when the inputs are (the stages before the softmax)
     given: bool = False  # an input: shown, but not an answer
+    on_request: bool = False  # shown only when named (--stage, --cell): left out of what
+    # explain and its JSON show by default (a weight's blocks: the problem's own numbers)
     vector: bool = False  # a vector, as its parameter is (a bias's gradient): one row shown
     heat: bool = False  # shaded as a heat map
     aliases: tuple[str, ...] = ()

@@ -11,13 +11,15 @@ A new stage is its function (``ops.py``) and its entry here.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import numpy as np
 
 from ..errors import MhaError
 from . import ops
 from .gradients import GRADIENTS
+from .head_weights import OUTPUT, PROJECTIONS
 from .stage import KEY, NUMBERED, QUERY, Stage
 from .work import Work, normed, turned
 from .writing import Entry, Formula, sub
@@ -455,6 +457,7 @@ FORWARD: tuple[Stage, ...] = (
                             "(p from 0)",
           latex=_tex("X_{kv} + PE"), cell=_cell_x_pos, exact=True,
           exists=lambda c: c.positional is not None and c.cross),
+    *PROJECTIONS,  # w_q, w_k, w_v: each head's block, shown on request
     Stage("q", "n × H·d_k", lambda c: (c.n, c.heads * c.d_k), QUERY, NUMBERED,
           compute=lambda w: w.projections()[0], formula=_proj_text("Q", "W_Q", lambda f: "X"),
           latex=_proj_tex("Q", "W_Q", "X"), cell=_cell_projection, exact=True),
@@ -550,6 +553,7 @@ FORWARD: tuple[Stage, ...] = (
                                    f"[{f.heads_list()}] stacked, one head below the other"),
           latex=_tex("C", r"[O_1 \mid \dots \mid O_H]", r"[O_1; \dots; O_H]"),
           cell=_cell_concat),
+    *OUTPUT,  # w_o: each head's rows, shown on request
     Stage("output", "n × d_out", lambda c: (c.n, c.d_out), QUERY, NUMBERED,
           compute=Work.output,
           formula=lambda f: f.proj("W_O", "concat", "b_o") if f.c.has_w_o
@@ -584,6 +588,21 @@ def canonical(name: Any) -> str:
     return key
 
 
+def absent(c: Config, name: str, remedy: str, have: Iterable[str] = ()) -> str:
+    """Why the problem ``c`` has no stage ``name``, for the true reason: a gradient asked
+    for without the backward pass says what turns it on (``remedy``, in the words of the
+    command or API that asked), a stage made from x and the weights that q, k and v are
+    given directly; otherwise the stages it has (``have``)."""
+    s = BY_NAME.get(name)
+    listed = f" (its stages: {', '.join(have)})" if have else ""
+    if s is not None and not s.exists(c):
+        if not c.backward and s.exists(replace(c, backward=True)):
+            return f"{name} is a gradient: {remedy}"
+        if c.direct and s.exists(replace(c, direct=False, backward=True)):
+            return f"this problem has no {name} stage: q, k and v are given directly{listed}"
+    return f"this problem has no {name} stage{listed}"
+
+
 def present(c: Config) -> list[Stage]:
     """The stages a problem has, in order."""
     return [s for s in TABLE if s.exists(c)]
@@ -593,10 +612,11 @@ def numbers_in(c: Config, names: Any = None, head: int | None = None,
                most_rows: int | None = None, most_cols: int | None = None) -> int:
     """How many numbers the stages ``names`` (all present, by default) of a problem hold,
     counted from its sizes before any is computed: one head's share with ``head``, and at
-    most ``most_rows`` × ``most_cols`` a matrix where a view shows only its edges."""
+    most ``most_rows`` × ``most_cols`` a matrix where a view shows only its edges. By
+    default the stages shown only on request (the weights' blocks) are not counted."""
     total = 0
     for s in present(c):
-        if names is not None and s.name not in names:
+        if s.name not in names if names is not None else s.on_request:
             continue
         dims = s.dims(c)
         count = dims[0] if s.per_head and head is None else 1

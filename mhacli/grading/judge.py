@@ -16,7 +16,7 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 
-from ..engine import BY_NAME, STAGES, Trace, exact_trace, present, traced
+from ..engine import BY_NAME, STAGES, Trace, absent, exact_trace, present, traced
 from ..engine.config import Prepared
 from ..errors import MhaError
 from ..io.course import Key, load_key, load_submission
@@ -29,6 +29,7 @@ __all__ = ["FLOAT_SLACK", "Report", "StageReport", "Truth", "Wrong", "check", "g
            "judge_one", "teacher_key"]
 
 EXACT_SIZE = 20_000  # input numbers: up to this many, wrong cells get exact values too
+_BACKWARD = "add backward: true to the problem file (with --key, to the key)"  # gradients
 
 
 @dataclass(frozen=True)
@@ -234,12 +235,11 @@ def check(problem: Problem, tolerance: float = 0.0, *, partial: bool = False,
         if stage in ("tiles", "decode"):
             refuse_unmade(p.config, stage, problem.source)
         elif stage not in have:
-            raise MhaError(f"answers.{stage}: this problem has no {stage} stage (its stages: "
-                           f"{', '.join(have)})", key=("answers", stage), source=problem.source)
+            raise MhaError(f"answers.{stage}: {absent(p.config, stage, _BACKWARD, have)}",
+                           key=("answers", stage), source=problem.source)
     for stage in only or ():
         if stage not in have and stage not in views:
-            raise MhaError(f"--stage {stage}: this problem has no {stage} stage (its stages: "
-                           f"{', '.join(have)})")
+            raise MhaError(f"--stage {stage}: {absent(p.config, stage, _BACKWARD, have)}")
     wanted = set(only or required or problem.answers)  # a key's stages are the assignment
     if not wanted:
         raise MhaError("there is no answers: section to check", source=problem.source)

@@ -7,12 +7,16 @@ person typed (in the layout they see), finds the entry, and gathers what to show
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Mapping
 
-from ..engine import BY_NAME, STAGES, Trace, canonical
+from ..engine import BY_NAME, STAGES, Trace, absent, canonical
 from ..engine.writing import Entry, Marks
 from ..errors import MhaError
 from .views import side
+
+
+BACKWARD = "add --backward (or backward: true in the problem file)"  # explain's gradients
 
 
 @dataclass(frozen=True)
@@ -22,7 +26,14 @@ class Worked:
     title: str
     lines: list[str]
     marks: Marks  # (stage, head) -> rows, columns to highlight (0-based, row layout)
-    head: int | None
+    head: int | None  # the stage's head (a key/value head's number in k_heads, w_k …)
+    served: tuple[int, ...] = field(default=(), kw_only=True)  # a key/value head's query
+    # heads under grouped-query attention: the tables shown with --head are a query head's
+
+    @property
+    def query_heads(self) -> tuple[int, ...]:
+        """The query heads whose tables (with --head) hold the entry."""
+        return self.served or ((self.head,) if self.head is not None else ())
 
     @property
     def stages(self) -> list[str]:
@@ -37,7 +48,7 @@ def parse_cell(spec: str, tr: Trace, layout: str = "rows") -> tuple[str, int | N
     parts = spec.split(":")
     stage = canonical(parts[0])
     if stage not in tr.stages:
-        raise MhaError(f"--cell {spec}: this problem has no {stage} stage")
+        raise MhaError(f"--cell {spec}: {absent(c, stage, BACKWARD)}")
     per_head = BY_NAME[stage].per_head
     if per_head and len(parts) == 3 and c.heads == 1:
         parts = [parts[0], "1", parts[1], parts[2]]
@@ -71,20 +82,30 @@ def parse_cell(spec: str, tr: Trace, layout: str = "rows") -> tuple[str, int | N
 
 
 def work_out(spec: str, tr: Trace, exact: Trace | None, queries: list[str], keys: list[str],
-             precision: int, layout: str = "rows") -> Worked:
+             precision: int, layout: str = "rows",
+             origin: Mapping[str, str] | None = None) -> Worked:
     """The arithmetic behind one entry; ``exact`` (Fractions) is used where it has the
-    stage."""
+    stage. ``origin`` says where an input came from (a checkpoint's tensor, by the
+    problem's key): an entry of an input stage (w_q …) names it."""
     stage, head, i, j = parse_cell(spec, tr, layout)
     s = BY_NAME[stage]
     a = tr.stages[stage]
     shape = (1,) + a.shape if a.ndim == 1 else a.shape[-2:]
     rows = [stage.removeprefix("d_")] if a.ndim == 1 else side(s.rows, queries, keys, shape[0])
+    served: tuple[int, ...] = ()
+    if head is not None and a.shape[0] != tr.config.heads:  # a key/value head (grouped)
+        per = tr.config.heads // a.shape[0]
+        served = tuple(range((head - 1) * per + 1, head * per + 1))
     cols = side(s.cols, queries, keys, shape[1])
     e = Entry(tr, exact, stage, head, i, j, rows, cols, queries, keys, precision)
     e.mark(stage, head, {i}, {j})
     lines = s.cell(e)
+    if s.given and stage in (origin or {}):
+        lines.append(f"  read from {origin[stage]}")  # type: ignore[index]
     col_part = f"entry {j + 1}" if a.ndim == 1 else \
         f"column {j + 1}" + (f" ({cols[j]})" if cols[j] != str(j + 1) else "")
-    row_part = "" if a.ndim == 1 else f", row {i + 1} ({rows[i]})"
-    title = f"{stage}{f' · head {head}' if head else ''}{row_part}, {col_part}"
-    return Worked(title, lines, dict(e.marks), head)
+    row_part = "" if a.ndim == 1 else \
+        f", row {i + 1}" + (f" ({rows[i]})" if rows[i] != str(i + 1) else "")
+    which = "key/value head" if served else "head"
+    title = f"{stage}{f' · {which} {head}' if head else ''}{row_part}, {col_part}"
+    return Worked(title, lines, dict(e.marks), head, served=served)

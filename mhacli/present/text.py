@@ -147,7 +147,8 @@ def json_pieces(tr: Trace, rows: list[str], cols: list[str],
 
     from ..engine import BY_NAME
 
-    chosen = set(stages) if stages else set(tr.stages)
+    chosen = set(stages) if stages else {name for name in tr.stages
+                                         if not BY_NAME[name].on_request}
     c = tr.config
 
     def dump(value: Any) -> str:

@@ -55,7 +55,8 @@ def side(which: str, queries: list[str], keys: list[str], count: int) -> list[st
 def views(tr: Trace, queries: list[str], keys: list[str], stages: Iterable[str] | None = None,
           head: int | None = None, exact: dict[str, np.ndarray] | None = None,
           layout: str = "rows", marks: Marks | None = None) -> list[View]:
-    """The views of the chosen stages (all by default), for one head or all.
+    """The views of the chosen stages (by default all but those shown on request), for
+    one head or all.
 
     ``exact`` maps stages to exact values (Fractions) to show instead of the floats;
     ``marks`` maps (stage, head) to the 0-based rows and columns to highlight.
@@ -84,7 +85,8 @@ def each_view(tr: Trace, queries: list[str], keys: list[str],
     exact = exact or {}
     columns = layout == "columns"
     for s in TABLE:
-        if chosen is not None and s.name not in chosen or s.name not in tr.stages:
+        if s.name not in tr.stages or (s.name not in chosen if chosen is not None
+                                       else s.on_request):  # the weights: when named
             continue
         a = exact.get(s.name, tr.stages[s.name])
         count = a.shape[0] if s.per_head else 0
