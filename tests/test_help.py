@@ -1,0 +1,95 @@
+"""`--help` says what is true of the command it is shown for: it names only options the
+command has, every argument is described, and `mha --help` gives each summary whole.
+
+Help is read as a person reads it: through the command line, in a pipe (plain text, at a
+fixed width) and in a terminal (Rich's panels), never from the declarations."""
+
+from __future__ import annotations
+
+import inspect
+import re
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from mhacli.cli import app
+from mhacli.cli.core import COMMANDS
+
+from .test_terminal import in_terminal
+
+runner = CliRunner()
+ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+FLAG = re.compile(r"(?<![\w\-/.:])(--[a-z][a-z0-9-]*|-[a-zA-Z])(?![\w-])")
+
+
+def plain_help(*args: str, columns: int = 80) -> str:
+    r = runner.invoke(app, [*args, "--help"], env={"COLUMNS": str(columns)})
+    assert r.exit_code == 0, r.output
+    return r.stdout
+
+
+def rich_help(*args: str, columns: int = 120) -> str:
+    """The help as a terminal shows it (Rich's panels), escape codes and boxes removed."""
+    out = ESCAPES.sub("", in_terminal([*args, "--help"], columns, rows=60))
+    return re.sub(r"[│╭╮╰╯─]", " ", out.replace("\r\n", "\n"))
+
+
+def own_flags(command: str) -> set[str]:
+    click_app = typer.main.get_command(app)
+    params = click_app.commands[command].params  # type: ignore[attr-defined]
+    return {o for p in params for o in getattr(p, "opts", []) + getattr(p, "secondary_opts", [])
+            if o.startswith("-")} | {"-h", "--help"}
+
+
+def mentioned(command: str, text: str) -> set[str]:
+    """The options a command's help names, leaving out those of an example of another
+    command (``mha generate --ints …`` in check's help is generate's)."""
+    others = "|".join(c for c in COMMANDS if c != command)
+    found = set()
+    for line in text.splitlines():
+        line = re.sub(rf"\bmha (?:{others})\b.*$", "", line)
+        found |= set(FLAG.findall(line))
+    return found
+
+
+def test_the_flag_pattern_finds_options_and_nothing_else() -> None:
+    text = "--tiles BR[:BC]  with --decode, -s, -o FILE; --ints -1:1; |i − j| < W; d_k-1; 1:-2"
+    assert mentioned("explain", text) == {"--tiles", "--decode", "-s", "-o", "--ints"}
+    assert mentioned("check", "  mha generate --ints -1:1 --blank\n  mha check --key K") == \
+        {"--key"}
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_argument_is_described(command: str) -> None:
+    """[FILE], FILES… and [NAME] each have their words, in a pipe and in a terminal."""
+    click_app = typer.main.get_command(app)
+    arguments = [p for p in click_app.commands[command].params  # type: ignore[attr-defined]
+                 if p.param_type_name == "argument"]
+    assert arguments or command == "generate"
+    for text in (plain_help(command), rich_help(command)):
+        section = text.split("Arguments", 1)[1] if arguments else ""
+        for arg in arguments:
+            metavar = arg.name.upper()  # type: ignore[union-attr]
+            row = next(line for line in section.splitlines() if metavar in line)
+            words = row.split(metavar, 1)[1].lstrip("]. ").strip()
+            assert len(words) > 10, f"{command}'s {metavar} has no description: {row!r}"
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_top_help_gives_each_summary_whole(columns: int) -> None:
+    """`mha --help` lists each command with the whole first line of its help, wrapped
+    to the window but never cut with "…"."""
+    text = plain_help(columns=columns)
+    flat = " ".join(text.split())
+    commands = text.split("Commands:", 1)[1]
+    assert "..." not in commands and "…" not in commands
+    for name in COMMANDS:
+        doc = inspect.getdoc(getattr(__import__(f"mhacli.cli.{name}", fromlist=[name]), name))
+        first = " ".join(doc.split("\n\n")[0].split())  # type: ignore[union-attr]
+        assert f"{name} {first}" in flat, first
+    rich = " ".join(rich_help(columns=80).split())
+    for name in COMMANDS:
+        doc = inspect.getdoc(getattr(__import__(f"mhacli.cli.{name}", fromlist=[name]), name))
+        first = " ".join(doc.split("\n\n")[0].split())  # type: ignore[union-attr]
+        assert first in rich, first
