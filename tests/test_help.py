@@ -93,3 +93,28 @@ def test_top_help_gives_each_summary_whole(columns: int) -> None:
         doc = inspect.getdoc(getattr(__import__(f"mhacli.cli.{name}", fromlist=[name]), name))
         first = " ".join(doc.split("\n\n")[0].split())  # type: ignore[union-attr]
         assert first in rich, first
+
+
+def test_each_setting_has_one_option_and_each_option_a_setting() -> None:
+    """The settings table's two halves, the engine's and the command line's, name the
+    same settings, each once, in the same order (the order of --help)."""
+    from mhacli.cli.setting_options import OPTIONS
+    from mhacli.engine.settings import SETTINGS
+
+    assert [o.key for o in OPTIONS] == [s.key for s in SETTINGS]
+    for o in OPTIONS:
+        assert o.commands and set(o.commands) <= set(COMMANDS), o.key
+
+
+def test_the_api_documents_each_setting_in_its_own_words() -> None:
+    """attention() and trace() list every setting the engine takes, in the API's terms
+    (no option of the command line)."""
+    import mhacli
+    from mhacli.engine.settings import SETTINGS
+
+    for fn in (mhacli.attention, mhacli.trace):
+        doc = fn.__doc__ or ""
+        for s in SETTINGS:
+            if s.engine:
+                assert f"\n      {s.key}: " in doc, s.key
+        assert not FLAG.findall(doc.split("Settings:", 1)[1]), doc

@@ -1,5 +1,7 @@
 """The command line's inputs: the options the commands share, and those of the settings
-table (``engine/settings.py``), made from its entries for the commands that offer them.
+table, made for the commands that offer them from its two halves: the engine's
+(``engine/settings.py``: the kind of value, its choices and default) and the command
+line's (``setting_options.py``: commands, metavar, help, panel).
 
 No `from __future__ import annotations`: Typer reads these annotations at start-up.
 """
@@ -12,10 +14,11 @@ from typing import Annotated, Any, Callable, Optional
 
 import typer
 
-from ..engine.settings import (ADVANCED, CHECKING, OUTPUT, PROBLEM, SETTINGS, SHOW, VARIANTS,
-                               Setting)
+from ..engine.settings import SETTINGS, Setting
+from .setting_options import (  # the panels, for the commands' own options too
+    ADVANCED, CHECKING, OPTIONS, OUTPUT, PANELS, PROBLEM, SHOW, VARIANTS, SettingOption,
+)
 
-PANELS = (PROBLEM, VARIANTS, SHOW, OUTPUT, CHECKING, ADVANCED)  # --help's order
 
 
 class RunFormat(str, Enum):
@@ -107,15 +110,19 @@ def stage_help(what: str) -> str:
 # --------------------------------------------------------------------------- settings
 
 
+ENGINE = {s.key: s for s in SETTINGS}  # the engine's half of each setting, by key
+
+
 def _choices(s: Setting) -> type[Enum]:
     return Enum(s.key, {c: c for c in s.choices}, type=str)  # type: ignore[return-value]
 
 
-def _parameter(s: Setting) -> inspect.Parameter:
+def _parameter(o: SettingOption) -> inspect.Parameter:
     """A setting's option, as Typer reads a parameter: its type, default and help."""
-    info: dict[str, Any] = {"help": s.help, "rich_help_panel": s.panel}
-    if s.metavar:
-        info["metavar"] = s.metavar
+    s = ENGINE[o.key]
+    info: dict[str, Any] = {"help": o.help, "rich_help_panel": o.panel}
+    if o.metavar:
+        info["metavar"] = o.metavar
     default: Any = None
     kind: Any = Optional[str]
     if s.kind == "whole":
@@ -128,7 +135,7 @@ def _parameter(s: Setting) -> inspect.Parameter:
             getattr(s.default, "__name__", None)  # np.float64 -> "float64"
         kind = choices if named in s.choices else Optional[choices]
         default = choices(named) if named in s.choices else None
-    annotation = Annotated[kind, typer.Option(s.flag, **info)]
+    annotation = Annotated[kind, typer.Option(o.flag, **info)]
     return inspect.Parameter(s.key, inspect.Parameter.KEYWORD_ONLY, default=default,
                              annotation=annotation)
 
@@ -136,7 +143,7 @@ def _parameter(s: Setting) -> inspect.Parameter:
 def with_settings(command: str, skip: tuple[str, ...] = ()) -> Callable[[Callable], Callable]:
     """Give a command the options of every setting it offers: its function takes them
     as ``settings``, a dict of key -> the value given (None where not; a choice's word)."""
-    chosen = [s for s in SETTINGS if command in s.commands and s.key not in skip]
+    chosen = [o for o in OPTIONS if command in o.commands and o.key not in skip]
 
     def wrap(fn: Callable) -> Callable:
         sig = inspect.signature(fn)
