@@ -61,6 +61,28 @@ def test_the_flag_pattern_finds_options_and_nothing_else() -> None:
 
 
 @pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("columns", [80, 120])
+def test_plain_help_names_only_the_commands_own_options(command: str, columns: int) -> None:
+    text = plain_help(command, columns=columns)
+    stray = mentioned(command, text) - own_flags(command)
+    assert not stray, f"mha {command} --help speaks of {sorted(stray)}, which it lacks"
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_rich_help_names_only_the_commands_own_options(command: str) -> None:
+    text = rich_help(command)
+    assert "Usage" in text and "--help" in text
+    stray = mentioned(command, text) - own_flags(command)
+    assert not stray, f"mha {command} --help speaks of {sorted(stray)}, which it lacks"
+
+
+def test_the_stray_option_check_can_fail() -> None:
+    """An option of another command in a help text is caught (--backward in check's)."""
+    text = "  -s, --stage TEXT   Check only this stage; with --backward the gradients"
+    assert mentioned("check", text) - own_flags("check") == {"--backward"}
+
+
+@pytest.mark.parametrize("command", COMMANDS)
 def test_every_argument_is_described(command: str) -> None:
     """[FILE], FILES… and [NAME] each have their words, in a pipe and in a terminal."""
     click_app = typer.main.get_command(app)
@@ -118,3 +140,19 @@ def test_the_api_documents_each_setting_in_its_own_words() -> None:
             if s.engine:
                 assert f"\n      {s.key}: " in doc, s.key
         assert not FLAG.findall(doc.split("Settings:", 1)[1]), doc
+
+
+def test_each_command_words_a_shared_option_for_what_it_does() -> None:
+    """generate shows nothing: its --tiles and --decode write an exercise; check's
+    --stage grades the gradients and tiles a file's answers give; --layer's all is
+    explain's alone; a problem file's --heads is no part of generate."""
+    generate = " ".join(plain_help("generate", columns=120).split())
+    assert not re.search(r"--\S+(?: \S+)? Show (?!the traceback|this message)", generate)
+    assert "--tiles BR[:BC] Write an exercise on FlashAttention" in generate
+    assert "--decode Write an exercise on decoding" in generate
+    assert "--heads INTEGER Number of heads. " in generate
+    check = " ".join(plain_help("check", columns=120).split())
+    assert "where the answers give them" in check and "with --backward" not in check
+    explain = " ".join(plain_help("explain", columns=120).split())
+    assert "with --all-heads, all for every layer" in explain
+    assert "all for every layer" not in " ".join(plain_help("run", columns=120).split())

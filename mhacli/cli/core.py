@@ -19,7 +19,7 @@ from typer.core import TyperCommand
 
 from .. import __version__
 from ..errors import MaskedRowWarning, MhaError
-from .options import PANELS
+from .options import PANELS, worded
 from .streams import failed_write
 from .terminal import say
 
@@ -99,7 +99,9 @@ class Grouped(TyperCommand):
 
 
 def command(fn: Callable) -> Callable:
-    """Register a command, its help reflowed for the window's width."""
+    """Register a command, its help reflowed for the window's width and each option's
+    help in the command's own words."""
+    fn = worded(fn, fn.__name__)
     help_text = _reflowed(fn.__doc__ or "", app.rich_markup_mode is None)
     # the list of commands in `mha --help` shows each one's first paragraph whole, as the
     # rich help does (Click's own cuts it at 45 characters with "...")

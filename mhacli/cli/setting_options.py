@@ -3,11 +3,17 @@
 the option that gives it — which commands offer it, its metavar, its help and the panel
 of ``--help`` it is listed under. The option is named after the key (``--kv-heads``) and
 typed after the setting's kind (a whole number, a flag, a choice of words).
+
+A help that is not true of every command that offers the option is ``Words``: the words
+most commands share, and a command's own where it differs (``--tiles`` shows the tiles
+in explain, and writes an exercise on them in generate). The commands' own options may
+use ``Words`` too; each command's help is made in its words (``options.worded``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Mapping, Union
 
 # the panels of --help, in the order they are shown
 PROBLEM, VARIANTS, SHOW, OUTPUT, CHECKING, ADVANCED = (
@@ -16,13 +22,34 @@ PANELS = (PROBLEM, VARIANTS, SHOW, OUTPUT, CHECKING, ADVANCED)
 COMPUTING = ("explain", "run", "generate")  # the commands that compute a problem
 
 
+@dataclass(frozen=True, init=False)
+class Words:
+    """A help text (or panel) that differs from command to command: ``own`` words for
+    the commands named, ``rest`` for the others."""
+
+    rest: str
+    own: Mapping[str, str] = field(default_factory=dict)
+
+    def __init__(self, rest: str, **own: str) -> None:
+        object.__setattr__(self, "rest", rest)
+        object.__setattr__(self, "own", own)
+
+
+Said = Union[str, Words]
+
+
+def said(words: Said, command: str) -> str:
+    """The words a command's help shows."""
+    return words.own.get(command, words.rest) if isinstance(words, Words) else words
+
+
 @dataclass(frozen=True)
 class SettingOption:
     """A setting's option: the commands that offer it, and how their help shows it."""
 
     key: str  # the setting's key in engine/settings.py
-    help: str  # one sentence or two, for --help
-    panel: str = VARIANTS
+    help: Said  # one sentence or two, for --help
+    panel: Said = VARIANTS
     metavar: str | None = None
     commands: tuple[str, ...] = COMPUTING
 
@@ -33,8 +60,8 @@ class SettingOption:
 
 
 OPTIONS: tuple[SettingOption, ...] = (
-    SettingOption("heads", "Number of heads (with a problem file: overrides its heads).",
-                  PROBLEM),
+    SettingOption("heads", Words("Number of heads (with a problem file: overrides its "
+                                 "heads).", generate="Number of heads."), PROBLEM),
     SettingOption("scale", "Divisor of the scores: dk (√d_k, the paper), n (√keys), none, "
                   "or a number.", PROBLEM),
     SettingOption("mask", "none, causal, or rows of 1/0 such as '1 0;1 1' (1 = may attend).",
@@ -70,15 +97,28 @@ OPTIONS: tuple[SettingOption, ...] = (
     SettingOption("masked_row", "A query row whose every key is blocked: zero weights (with "
                   "a warning), nan, or error.", ADVANCED,
                   commands=("explain", "run", "check")),
-    SettingOption("layout", "rows: tokens are rows (Q = X·W_Q); columns: tokens are columns "
-                  "(Q = W_Q·X). How a file without a layout: key was written, and how "
-                  "matrices are shown.", SHOW, commands=("explain", "check", "generate")),
-    SettingOption("tiles", "Show FlashAttention's online softmax: each head's queries in "
-                  "blocks of BR rows meeting its keys in blocks of BC (BC = BR by default).",
-                  SHOW, metavar="BR[:BC]", commands=("explain", "generate")),
-    SettingOption("decode", "Show decoding with a KV cache, a token a step (causal "
-                  "self-attention).", SHOW, commands=("explain", "generate")),
+    SettingOption("layout", Words(
+        "rows: tokens are rows (Q = X·W_Q); columns: tokens are columns (Q = W_Q·X). How a "
+        "file without a layout: key was written, and how matrices are shown.",
+        check="rows: tokens are rows (Q = X·W_Q); columns: tokens are columns (Q = W_Q·X). "
+        "How a file without a layout: key was written, and how the report shows matrices.",
+        generate="rows: tokens are rows (Q = X·W_Q); columns: tokens are columns "
+        "(Q = W_Q·X). How the file is written (it says so in its layout: key)."),
+        Words(SHOW, generate=OUTPUT), commands=("explain", "check", "generate")),
+    SettingOption("tiles", Words(
+        "Show FlashAttention's online softmax: each head's queries in blocks of BR rows "
+        "meeting its keys in blocks of BC (BC = BR by default).",
+        generate="Write an exercise on FlashAttention's online softmax (the file's tiles: "
+        "key): each head's queries in blocks of BR rows meeting its keys in blocks of BC "
+        "(BC = BR by default); with --answers or --blank, the tiles are its answers."),
+        Words(SHOW, generate=PROBLEM), metavar="BR[:BC]", commands=("explain", "generate")),
+    SettingOption("decode", Words(
+        "Show decoding with a KV cache, a token a step (causal self-attention).",
+        generate="Write an exercise on decoding with a KV cache, a token a step (causal "
+        "self-attention; the file's decode: key); with --answers or --blank, the steps are "
+        "its answers."), Words(SHOW, generate=PROBLEM), commands=("explain", "generate")),
     SettingOption("splits", "With --decode: each step's cache cut into S chunks, their "
                   "partial softmaxes and their log-sum-exp combination (split-K, "
-                  "flash-decoding).", SHOW, metavar="S", commands=("explain", "generate")),
+                  "flash-decoding).", Words(SHOW, generate=PROBLEM), metavar="S",
+                  commands=("explain", "generate")),
 )
