@@ -58,7 +58,7 @@ FileArg = Annotated[Optional[str], typer.Argument(help=Words(
     "Problem file (.yaml, .json or .npz), or - for standard input. Without it: the "
     "built-in example.", run="Problem file (.yaml, .json or .npz), or - for standard input. "
     "Without it: the built-in example. With --jsonl: a file of problems, one JSON object a "
-    "line (without it: standard input)."), show_default=False)]
+    "line (no FILE: standard input)."), show_default=False)]
 SampleOpt = Annotated[Optional[str], typer.Option(
     "--sample", help="Use a bundled sample (see `mha samples`).", rich_help_panel=PROBLEM)]
 RandomOpt = Annotated[bool, typer.Option(
