@@ -3,6 +3,8 @@
 An error is data: what is wrong (``message``), and where — the file or sample
 (``source``), the key path of the entry (``path``, shown as ``key``: ``x[2][3]``), and
 the line and column it was written on. Its text is made from them here, and only here.
+An error about a key's name (an unknown key, a misspelt stage under answers:) says so
+(``on_key``): it is located where the key is written, not where its value begins.
 """
 
 from __future__ import annotations
@@ -44,12 +46,13 @@ class MhaError(ValueError):
 
     def __init__(self, message: str, *, key: KeyPath | str | None = None,
                  source: str | None = None, line: int | None = None,
-                 column: int | None = None) -> None:
+                 column: int | None = None, on_key: bool = False) -> None:
         self.message = message
         self.path: KeyPath = (key,) if isinstance(key, str) else tuple(key or ())
         self.source = source
         self.line = line
         self.column = column
+        self.on_key = on_key  # about the last key's name, not its value
         super().__init__(message)
 
     @property
@@ -61,7 +64,8 @@ class MhaError(ValueError):
                 column: int | None = None) -> MhaError:
         """This error with the place filled in where it is not known yet."""
         return MhaError(self.message, key=self.path, source=self.source or source,
-                        line=self.line or line, column=self.column or column)
+                        line=self.line or line, column=self.column or column,
+                        on_key=self.on_key)
 
     def __str__(self) -> str:
         source = self.source if self.source is None or len(self.source) <= 200 else \
@@ -71,12 +75,14 @@ class MhaError(ValueError):
         return _printable(f"{', '.join(where)}: {self.message}" if where else self.message)
 
     def __reduce__(self):  # type: ignore[no-untyped-def]
-        return _rebuild, (self.message, self.path, self.source, self.line, self.column)
+        return _rebuild, (self.message, self.path, self.source, self.line, self.column,
+                          self.on_key)
 
 
 def _rebuild(message: str, path: KeyPath, source: str | None, line: int | None,
-             column: int | None) -> MhaError:
-    return MhaError(message, key=path, source=source, line=line, column=column)
+             column: int | None, on_key: bool = False) -> MhaError:
+    return MhaError(message, key=path, source=source, line=line, column=column,
+                    on_key=on_key)
 
 
 class MaskedRowWarning(UserWarning):

@@ -41,7 +41,7 @@ def check(
         "--partial", help="Skip blank slots (_) instead of counting them as work not "
                           "done.", rich_help_panel=CHECKING)] = False,
     stage: Annotated[Optional[list[str]], typer.Option(
-        "--stage", "-s", help=stage_help("Check only this stage"), rich_help_panel=CHECKING)
+        "--stage", "-s", help=stage_help(), rich_help_panel=CHECKING)
     ] = None,
     points: Annotated[Optional[list[str]], typer.Option(
         "--points", metavar="STAGE=N", help="--format gradescope: what a stage is worth "

@@ -19,7 +19,7 @@ from typer.core import TyperCommand
 
 from .. import __version__
 from ..errors import MaskedRowWarning, MhaError
-from .options import PANELS
+from .options import PANELS, worded
 from .streams import failed_write
 from .terminal import say
 
@@ -59,6 +59,24 @@ class Grouped(TyperCommand):
     """A command whose plain help (in a pipe) groups its options under the panels the
     rich help shows them in: Problem, Variants of attention, What to show, Output …"""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Typer 0.24 gives an argument its help before Click 8.5's Parameter.__init__,
+        # which then sets it to None: FILE's help is taken again from its annotation
+        import inspect
+        import typing
+
+        if self.callback is None:
+            return
+        signature = inspect.signature(self.callback)  # through Typer's wrapper to ours
+        for param in self.params:
+            if param.param_type_name != "argument" or getattr(param, "help", None):
+                continue
+            declared = signature.parameters.get(param.name or "")
+            extras = typing.get_args(declared.annotation)[1:] if declared else ()
+            param.help = next((getattr(e, "help", None) for e in extras
+                               if getattr(e, "help", None)), None)
+
     def format_options(self, ctx: Any, formatter: Any) -> None:
         groups: dict[str, list[tuple[str, str]]] = {}
         args = []
@@ -81,9 +99,14 @@ class Grouped(TyperCommand):
 
 
 def command(fn: Callable) -> Callable:
-    """Register a command, its help reflowed for the window's width."""
+    """Register a command, its help reflowed for the window's width and each option's
+    help in the command's own words."""
+    fn = worded(fn, fn.__name__)
     help_text = _reflowed(fn.__doc__ or "", app.rich_markup_mode is None)
-    return app.command(cls=Grouped, help=help_text)(fn)
+    # the list of commands in `mha --help` shows each one's first paragraph whole, as the
+    # rich help does (Click's own cuts it at 45 characters with "...")
+    summary = help_text.split("\n\n")[0]
+    return app.command(cls=Grouped, help=help_text, short_help=summary)(fn)
 
 
 def _reflowed(doc: str, plain: bool) -> str:

@@ -37,7 +37,7 @@ def explain(
     layer: LayerOpt = None,
     text: TextOpt = None,
     stage: Annotated[Optional[list[str]], typer.Option(
-        "--stage", "-s", help=stage_help("Show only this stage"), rich_help_panel=SHOW)
+        "--stage", "-s", help=stage_help(), rich_help_panel=SHOW)
     ] = None,
     head: Annotated[Optional[int], typer.Option(
         "--head", help="Show only head I (from 1).", rich_help_panel=SHOW)] = None,

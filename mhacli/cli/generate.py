@@ -54,7 +54,7 @@ def generate(
         "--blank", help="Write empty answer slots (_) of the right shapes, to fill in.",
         rich_help_panel=CHECKING)] = False,
     stage: Annotated[Optional[list[str]], typer.Option(
-        "--stage", "-s", help=stage_help("Only these stages under answers:"),
+        "--stage", "-s", help=stage_help(),
         rich_help_panel=CHECKING)] = None,
     backward: Annotated[bool, typer.Option(
         "--backward", help="With --answers or --blank, the gradients too (d_output … d_x; "

@@ -1,5 +1,7 @@
 """The command line's inputs: the options the commands share, and those of the settings
-table (``engine/settings.py``), made from its entries for the commands that offer them.
+table, made for the commands that offer them from its two halves: the engine's
+(``engine/settings.py``: the kind of value, its choices and default) and the command
+line's (``setting_options.py``: commands, metavar, help, panel).
 
 No `from __future__ import annotations`: Typer reads these annotations at start-up.
 """
@@ -8,14 +10,16 @@ import functools
 import inspect
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Callable, Optional
+from typing import Annotated, Any, Callable, Optional, get_args, get_origin
 
 import typer
 
-from ..engine.settings import (ADVANCED, CHECKING, OUTPUT, PROBLEM, SETTINGS, SHOW, VARIANTS,
-                               Setting)
+from ..engine.settings import SETTINGS, Setting
+from .setting_options import (  # the panels, for the commands' own options too
+    ADVANCED, CHECKING, OPTIONS, OUTPUT, PANELS, PROBLEM, SHOW, VARIANTS, SettingOption, Words,
+    said,
+)
 
-PANELS = (PROBLEM, VARIANTS, SHOW, OUTPUT, CHECKING, ADVANCED)  # --help's order
 
 
 class RunFormat(str, Enum):
@@ -50,9 +54,11 @@ class HeatScale(str, Enum):
     row = "row"
 
 
-FileArg = Annotated[Optional[str], typer.Argument(
-    help="Problem file (.yaml, .json or .npz), or - for standard input. "
-         "Without it: the built-in example.", show_default=False)]
+FileArg = Annotated[Optional[str], typer.Argument(help=Words(
+    "Problem file (.yaml, .json or .npz), or - for standard input. Without it: the "
+    "built-in example.", run="Problem file (.yaml, .json or .npz), or - for standard input. "
+    "Without it: the built-in example. With --jsonl: a file of problems, one JSON object a "
+    "line (no FILE: standard input)."), show_default=False)]
 SampleOpt = Annotated[Optional[str], typer.Option(
     "--sample", help="Use a bundled sample (see `mha samples`).", rich_help_panel=PROBLEM)]
 RandomOpt = Annotated[bool, typer.Option(
@@ -68,12 +74,18 @@ DModelOpt = Annotated[Optional[int], typer.Option(
 IntsOpt = Annotated[Optional[str], typer.Option(
     "--ints", metavar="LO:HI", help="Random problem of small integers from LO to HI, "
                                     "for hand calculation.", rich_help_panel=PROBLEM)]
+_MODEL = ("Take one attention layer of a Hugging Face model as it ships: its folder "
+          "(config.json beside model.safetensors or a sharded set), a .safetensors file, its "
+          "index, or an .npz; float32, float16 or bfloat16; GPT-2, BERT, Llama 1–3, Mistral, "
+          "Mixtral, Qwen 2/3, OLMo 2, Phi, Phi-3, GPT-NeoX, GPT-J, Falcon, Gemma 2/3, "
+          "gpt-oss.")
 CheckpointOpt = Annotated[Optional[Path], typer.Option(
-    "--checkpoint", metavar="MODEL", help="Take one attention layer of a Hugging Face model "
-    "as it ships: its folder (config.json beside model.safetensors or a sharded set), a "
-    ".safetensors file, its index, or an .npz; float32, float16 or bfloat16; GPT-2, BERT, "
-    "Llama 1–3, Mistral, Mixtral, Qwen 2/3, OLMo 2, Phi, Phi-3, GPT-NeoX, GPT-J, Falcon, "
-    "Gemma 2/3, gpt-oss. On the problem file's x or on random tokens.",
+    "--checkpoint", metavar="MODEL", help=Words(
+        f"{_MODEL} On the problem file's x, or on random tokens (--random, --tokens N, "
+        "--seed).",
+        check=f"{_MODEL} On the problem file's x: its answers are checked against that "
+        "layer.",
+        generate=f"{_MODEL} On random tokens (--tokens, --seed), or on a text (--text)."),
     rich_help_panel=PROBLEM)]
 TextOpt = Annotated[Optional[str], typer.Option(
     "--text", help="With --checkpoint MODEL (a model folder with its tokenizer): x is the "
@@ -81,8 +93,10 @@ TextOpt = Annotated[Optional[str], typer.Option(
     "tokens; mha's output is checked against the model's (needs transformers and torch).",
     rich_help_panel=PROBLEM)]
 LayerOpt = Annotated[Optional[str], typer.Option(
-    "--layer", metavar="N", help="--checkpoint: the layer (from 0, as the checkpoint numbers "
-    "them; explain --all-heads: or all).", rich_help_panel=PROBLEM)]
+    "--layer", metavar="N", help=Words(
+        "--checkpoint: the layer (from 0, as the checkpoint numbers them).",
+        explain="--checkpoint: the layer (from 0, as the checkpoint numbers them); with "
+        "--all-heads, all for every layer."), rich_help_panel=PROBLEM)]
 PrecisionOpt = Annotated[Optional[int], typer.Option(
     "--precision", "-p", min=0, max=17, help="Decimals to show.", rich_help_panel=OUTPUT)]
 DebugOpt = Annotated[bool, typer.Option(
@@ -92,32 +106,46 @@ OutputOpt = Annotated[Optional[Path], typer.Option(
     rich_help_panel=OUTPUT)]
 
 
-def stage_help(what: str) -> str:
-    """``--stage``'s help: every stage of the table by name, with its aliases, the
-    variants' stages marked by what adds them (read from the stage table)."""
+def stage_help() -> Words:
+    """``--stage``'s help: every stage of the table by name, with its aliases, and the
+    stages that exist with the backward pass, the tiles and decoding, said as each
+    command asks for them (read from the stage table)."""
     from ..engine.stages import FORWARD
 
     names = [s.name + (f" ({', '.join(s.aliases)})" if s.aliases else "") for s in FORWARD]
-    asked = ", ".join(s.name for s in FORWARD if s.on_request)  # the weights' blocks
-    return (f"{what} (repeatable): {', '.join(names)} ({asked}: each head's block of the "
-            "weights, inputs that explain shows only when named); the variants' stages exist when their "
-            "setting is used, and with --backward each stage's gradient d_<stage> (d_output "
-            "… d_x) and the parameters' (d_w_q … d_b_o, d_sinks); with --tiles the tiles (tiles), "
-            "with --decode the decoding steps (decode).")
+    weights = ", ".join(s.name for s in FORWARD if s.on_request)  # the weights' blocks
+    stages = f"(repeatable): {', '.join(names)} ({weights}: each head's block of the " \
+        "weights, inputs shown only when named); the variants' stages exist when their " \
+        "setting is used"
+    gradients = "each stage's gradient d_<stage> (d_output … d_x) and the parameters' " \
+        "(d_w_q … d_b_o, d_sinks)"
+    asked = f"{stages}, and with --backward {gradients}; with --tiles the tiles (tiles), " \
+        "with --decode the decoding steps (decode)."
+    return Words(
+        f"Show only this stage {asked}",
+        check=f"Check only this stage {stages}; {gradients} where the answers give them; "
+        "the tiles (tiles) and the decoding steps (decode) of a file with a tiles: or "
+        "decode: key.",
+        generate=f"Only these stages under answers: {asked}")
 
 
 # --------------------------------------------------------------------------- settings
+
+
+ENGINE = {s.key: s for s in SETTINGS}  # the engine's half of each setting, by key
 
 
 def _choices(s: Setting) -> type[Enum]:
     return Enum(s.key, {c: c for c in s.choices}, type=str)  # type: ignore[return-value]
 
 
-def _parameter(s: Setting) -> inspect.Parameter:
+def _parameter(o: SettingOption, command: str) -> inspect.Parameter:
     """A setting's option, as Typer reads a parameter: its type, default and help."""
-    info: dict[str, Any] = {"help": s.help, "rich_help_panel": s.panel}
-    if s.metavar:
-        info["metavar"] = s.metavar
+    s = ENGINE[o.key]
+    info: dict[str, Any] = {"help": said(o.help, command),
+                            "rich_help_panel": said(o.panel, command)}
+    if o.metavar:
+        info["metavar"] = o.metavar
     default: Any = None
     kind: Any = Optional[str]
     if s.kind == "whole":
@@ -130,7 +158,7 @@ def _parameter(s: Setting) -> inspect.Parameter:
             getattr(s.default, "__name__", None)  # np.float64 -> "float64"
         kind = choices if named in s.choices else Optional[choices]
         default = choices(named) if named in s.choices else None
-    annotation = Annotated[kind, typer.Option(s.flag, **info)]
+    annotation = Annotated[kind, typer.Option(o.flag, **info)]
     return inspect.Parameter(s.key, inspect.Parameter.KEYWORD_ONLY, default=default,
                              annotation=annotation)
 
@@ -138,12 +166,12 @@ def _parameter(s: Setting) -> inspect.Parameter:
 def with_settings(command: str, skip: tuple[str, ...] = ()) -> Callable[[Callable], Callable]:
     """Give a command the options of every setting it offers: its function takes them
     as ``settings``, a dict of key -> the value given (None where not; a choice's word)."""
-    chosen = [s for s in SETTINGS if command in s.commands and s.key not in skip]
+    chosen = [o for o in OPTIONS if command in o.commands and o.key not in skip]
 
     def wrap(fn: Callable) -> Callable:
         sig = inspect.signature(fn)
         own = [p for p in sig.parameters.values() if p.name != "settings"]
-        params = own + [_parameter(s) for s in chosen]
+        params = own + [_parameter(o, command) for o in chosen]
 
         @functools.wraps(fn)
         def call(**kwargs: Any) -> Any:
@@ -159,3 +187,28 @@ def with_settings(command: str, skip: tuple[str, ...] = ()) -> Callable[[Callabl
 
 def _plain(value: Any) -> Any:
     return value.value if isinstance(value, Enum) else value
+
+
+def worded(fn: Callable, command: str) -> Callable:
+    """``fn`` with the help (and panel) of each of its options and arguments in the
+    command's own words (a ``Words`` declared once, for every command that shares it)."""
+    import copy
+
+    sig = inspect.signature(fn)
+    params = []
+    for p in sig.parameters.values():
+        if get_origin(p.annotation) is Annotated:
+            kind, *extras = get_args(p.annotation)
+            mine = []
+            for extra in extras:
+                if any(isinstance(getattr(extra, a, None), Words)
+                       for a in ("help", "rich_help_panel")):
+                    extra = copy.copy(extra)  # shared by the commands: each its own copy
+                    for a in ("help", "rich_help_panel"):
+                        setattr(extra, a, said(getattr(extra, a), command))
+                mine.append(extra)
+            p = p.replace(annotation=Annotated[(kind, *mine)])  # type: ignore[valid-type]
+        params.append(p)
+    fn.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    fn.__annotations__ = {p.name: p.annotation for p in params}
+    return fn

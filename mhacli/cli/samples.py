@@ -21,7 +21,7 @@ def samples(
 ) -> None:
     """List the bundled sample problems, or print one.
 
-    Every sample works with --sample NAME on explain, run and check.
+    Each one serves explain, run and check by its name, as the last example shows.
 
     Examples:
 

@@ -287,7 +287,7 @@ def qk_norm(value: Any, s: Sizes) -> Fields:
     unknown = sorted(set(value) - set(QK_NORM_KEYS))
     if unknown:
         raise MhaError(f"qk_norm takes {', '.join(QK_NORM_KEYS)}, not {', '.join(unknown)}",
-                       key=("qk_norm", unknown[0]))
+                       key=("qk_norm", unknown[0]), on_key=True)
     over = value.get("over", "head")
     if not isinstance(over, str) or over.strip().lower() not in ("head", "width"):
         raise MhaError(f"qk_norm over must be head (each head's d_k numbers) or width (the "

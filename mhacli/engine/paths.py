@@ -239,7 +239,7 @@ def _with_settings(fn: Callable[..., Any]) -> None:
                for s in SETTINGS if s.engine]
     fn.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
     fn.__doc__ = (fn.__doc__ or "") + "\n    Settings:\n" + "".join(
-        f"      {s.key}: {s.help}\n" for s in SETTINGS if s.engine)
+        f"      {s.key}: {s.doc}\n" for s in SETTINGS if s.engine)
 
 
 for _fn in (attention, trace):

@@ -63,7 +63,7 @@ def parse(value: Any, d_k: int, n: int) -> dict[str, Any]:
     unknown = sorted(set(spec) - set(KEYS))
     if unknown:
         raise MhaError(f"rope takes {', '.join(KEYS)}, not {', '.join(unknown)}",
-                       key=("rope", unknown[0]))
+                       key=("rope", unknown[0]), on_key=True)
     style = spec.get("style", "half")
     if not isinstance(style, str) or style.strip().lower() not in STYLES:
         raise MhaError(f"rope style must be half or interleaved, got {shown(style)}",
@@ -148,7 +148,8 @@ def _scaled(value: Any, dims: int, base: float, n: int
     unknown = sorted(set(spec) - set(RULE_KEYS[rule]))
     if unknown:
         raise MhaError(f"rope scaling {rule} takes {', '.join(RULE_KEYS[rule])}, not "
-                       f"{', '.join(unknown)}", key=("rope", "scaling", unknown[0]))
+                       f"{', '.join(unknown)}", key=("rope", "scaling", unknown[0]),
+                       on_key=True)
     missing = [k for k in REQUIRED[rule] if spec.get(k) is None]
     if missing:
         raise MhaError(f"rope scaling {rule} needs {', '.join(missing)}",

@@ -2,16 +2,18 @@
 
 A setting is what a problem chooses besides its matrices: the heads, the mask, the
 scale, a variant of attention (a softcap, a window, RoPE …), the working dtype. Its
-entry says what a problem file and the API call it, the option the command line gives
-it (name, metavar, help, panel of ``--help``), how a value is read and checked (the
-words of its errors), what it adds to a problem's ``Config`` and ``Prepared``, how a
-problem file writes it, how the config JSON shows it, and so whether two problems that
-differ in it are the same problem (``check --key``). The command line, ``Problem``'s
-overrides, ``prepare``, ``generate``, the config JSON and a course read this table; the
-numerics (ops, the fast path, the stage table, the gradients) read the Config it fills.
+entry says what a problem file and the API call it (and what the API takes, for its
+docstring), how a value is read and checked (the words of its errors), what it adds to a
+problem's ``Config`` and ``Prepared``, how a problem file writes it, how the config JSON
+shows it, and so whether two problems that differ in it are the same problem
+(``check --key``). ``Problem``'s overrides, ``prepare``, ``generate``, the config JSON and
+a course read this table; the numerics (ops, the fast path, the stage table, the
+gradients) read the Config it fills. The command line's half of each setting (which
+commands offer it, its option's metavar, help and panel) is ``cli/setting_options.py``,
+keyed by the same key; each option is named after its key (``kv_heads``: ``--kv-heads``).
 
-A new setting is its entry here (with its parser), its fields in ``config.py``, its
-math and its tests.
+A new setting is its entry here (with its parser), its option there, its fields in
+``config.py``, its math and its tests.
 """
 
 from __future__ import annotations
@@ -30,24 +32,16 @@ from .values import MASKS, positive_heads
 if TYPE_CHECKING:
     from .config import Config, Prepared, Sizes
 
-# the panels of --help, in the order they are shown
-PROBLEM, VARIANTS, SHOW, OUTPUT, CHECKING, ADVANCED = (
-    "Problem", "Variants of attention", "What to show", "Output", "Checking", "Advanced")
-COMPUTING = ("explain", "run", "generate")  # the commands that compute a problem
-
 
 @dataclass(frozen=True)
 class Setting:
-    """One setting: its names, its option, how it is read, checked, written and shown."""
+    """One setting: its key, what the API takes, how it is read, checked, written and
+    shown."""
 
     key: str  # in a problem file, in the API, and in Problem.inputs
-    help: str  # one sentence or two, for --help
-    panel: str = VARIANTS
-    option: str | None = None  # "--kv-heads" (by default from the key); "" for none
-    metavar: str | None = None
+    doc: str  # what the API takes, for the docstrings of attention() and trace()
     kind: str = "text"  # as typed: text, whole (an int), flag, choice, or file
     choices: tuple[str, ...] = ()  # kind "choice": the words, the first the default
-    commands: tuple[str, ...] = COMPUTING  # the commands that offer the option
     words: tuple[str, ...] = ()  # a file's (or option's) value may be one of these words
     array: tuple[int, ...] = ()  # else it is an array of these dimensions (row layout)
     text: Callable[[str], Any] | None = None  # the option's text -> the setting's value
@@ -60,103 +54,91 @@ class Setting:
     engine: bool = True  # the API and prepare take it (layout: how a file is written)
     needs: str | None = None  # another setting it goes with (splits: decode), or None
 
-    @property
-    def flag(self) -> str:
-        """The option as typed: ``--kv-heads``."""
-        return self.option or "--" + self.key.replace("_", "-")
-
 
 # --------------------------------------------------------------------------- the table
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("heads", "Number of heads (with a problem file: overrides its heads).",
-            PROBLEM, kind="whole", fields=("heads",),
-            write=lambda c, p, given: c.heads),
-    Setting("scale", "Divisor of the scores: dk (√d_k, the paper), n (√keys), none, or a "
-            "number.", PROBLEM, default="dk", parse=read.scale,
+    Setting("heads", "the number of heads H: w_q's columns are split into H heads.",
+            kind="whole", fields=("heads",), write=lambda c, p, given: c.heads),
+    Setting("scale", 'the divisor of the scores: "dk" (√d_k, the paper), "n" (√ the number '
+            'of keys), "none" (1), or a positive number.', default="dk", parse=read.scale,
             fields=("scale", "scale_rule"),
             shown=lambda c: {"scale": c.scale, "scale_rule": c.scale_rule},
             write=read.write_scale),
-    Setting("mask", "none, causal, or rows of 1/0 such as '1 0;1 1' (1 = may attend).",
-            PROBLEM, words=MASKS, array=(2,), text=read.mask_text, parse=read.mask,
+    Setting("mask", 'None, "causal", or an n × m array of 1/0 or booleans (1 = may '
+            "attend).", words=MASKS, array=(2,), text=read.mask_text, parse=read.mask,
             fields=("mask",), shown=lambda c: {"mask": c.mask}, write=read.write_mask),
-    Setting("dtype", "Working precision.", ADVANCED, kind="choice",
-            choices=("float64", "float32"), commands=("explain", "run"), default=np.float64,
-            fields=("dtype",), shown=lambda c: {"dtype": c.dtype}, in_file=False),
-    Setting("softcap", "Soft-cap the scaled scores: each becomes C·tanh(z / C) (Gemma 2).",
-            metavar="C", parse=read.softcap, fields=("softcap",),
-            shown=lambda c: {"softcap": c.softcap},
+    Setting("dtype", "the working precision: np.float64 or np.float32.", kind="choice",
+            choices=("float64", "float32"), default=np.float64, fields=("dtype",),
+            shown=lambda c: {"dtype": c.dtype}, in_file=False),
+    Setting("softcap", "C: each scaled score z becomes C·tanh(z / C) (Gemma 2).",
+            parse=read.softcap, fields=("softcap",), shown=lambda c: {"softcap": c.softcap},
             write=lambda c, p, given: None if c.softcap is None else read.written(c.softcap)),
-    Setting("kv_heads", "Grouped-query attention: G key/value heads, each shared by H/G "
-            "consecutive query heads (1: multi-query).", metavar="G", kind="whole",
-            fields=("kv_heads",), shown=lambda c: {"kv_heads": c.groups},
+    Setting("kv_heads", "G key/value heads (grouped-query attention), each shared by H/G "
+            "consecutive query heads (1: multi-query).", kind="whole", fields=("kv_heads",),
+            shown=lambda c: {"kv_heads": c.groups},
             write=lambda c, p, given: c.groups if c.groups != c.heads else None),
-    Setting("window", "Sliding window: query i sees key j only if |i − j| < W (with "
-            "causal: the W keys up to i).", metavar="W", kind="whole", parse=read.window,
+    Setting("window", "W, a sliding window: query i sees key j only if |i − j| < W (with "
+            "causal: the W keys up to i).", kind="whole", parse=read.window,
             fields=("window",), shown=lambda c: {"window": c.window},
             write=lambda c, p, given: c.window),
-    Setting("alibi", "ALiBi: add −slope_h·|i − j| to the scores, slopes 2^(−8h/H) for H a "
-            "power of two, else ALiBi's own rule (the key alibi: in a file may give H "
-            "slopes).", kind="flag", words=("true", "false", "yes", "no", "on", "off"),
+    Setting("alibi", "True for ALiBi (−slope_h·|i − j| added to the scores, slopes "
+            "2^(−8h/H) for H a power of two, else ALiBi's own rule), or the H slopes.",
+            kind="flag", words=("true", "false", "yes", "no", "on", "off"),
             array=(1,), parse=read.alibi, fields=("alibi", "slopes"),
             shown=lambda c: {"alibi": c.alibi}, write=read.write_alibi),
-    Setting("bias", "Add a matrix to the scores: n × m or H × n × m, from .npy, or "
-            "YAML/JSON holding the matrix (or a bias: key).", metavar="FILE", kind="file",
+    Setting("bias", "an n × m or H × n × m array added to the scores.", kind="file",
             array=(2, 3), parse=read.bias, fields=("bias",),
             shown=lambda c: {"bias": c.bias}, write=lambda c, p, given: p.bias),
-    Setting("key_padding", "One 1/0 per key: 0 marks a padding key, blocked for every "
-            "query.", metavar="'1 1 0'", parse=read.key_padding,
+    Setting("key_padding", "m entries of 1/0: 0 marks a padding key, blocked for every "
+            "query.", parse=read.key_padding,
             fields=("padding", "key_padding"), shown=lambda c: {"key_padding": c.padding},
             write=lambda c, p, given: None if p.key_padding is None
             else p.key_padding.astype(np.int8)),
-    Setting("sinks", "Attention sinks: one extra logit per head in the softmax, its weight "
-            "dropped (gpt-oss).", metavar="'s1 s2 …'", array=(1,), parse=read.sinks,
+    Setting("sinks", "H attention sinks: one extra logit per head in the softmax, its "
+            "weight dropped (gpt-oss).", array=(1,), parse=read.sinks,
             fields=("sinks",), shown=lambda c: {"sinks": c.sinks},
             write=lambda c, p, given: p.sinks),
-    Setting("rope", "Rotary embedding of each head's queries and keys: pairs (i, i + d/2) "
-            "as Llama (half) or (2i, 2i+1) as GPT-J (interleaved); base, dims, scaling "
-            "(linear, dynamic, llama3, yarn, longrope) or the frequencies themselves in a "
-            "file's rope: key.", metavar="half|interleaved", parse=read.rope,
+    Setting("rope", 'rotary embedding of each head\'s queries and keys: "half" (pairs '
+            '(i, i + d/2), as Llama) or "interleaved" (pairs (2i, 2i+1), as GPT-J), or a '
+            "mapping {style, base, dims, scaling, freqs, attention_factor}.",
+            parse=read.rope,
             fields=("rope", "rope_base", "rope_dims", "rope_freqs", "rope_factor"),
             shown=lambda c: {"rope": rope.shown_json(c)},
             write=lambda c, p, given: None if c.rope is None else rope.written(c)),
-    Setting("positional", "Add positional encodings to the inputs: the paper's sinusoids, "
-            "or a learned table (.npy, YAML or JSON).", metavar="sinusoidal|FILE",
-            kind="file", words=("sinusoidal",), array=(2,), parse=read.positional,
+    Setting("positional", '"sinusoidal" (the paper\'s) or a learned table, an (≥ n) × '
+            "d_model array: added to the inputs.", kind="file", words=("sinusoidal",),
+            array=(2,), parse=read.positional,
             fields=("positional", "table_rows", "pe", "pe_kv"),
             shown=lambda c: {"positional": c.positional}, write=read.write_positional),
-    Setting("qk_norm", "Normalise each query and key by its root mean square before RoPE "
-            "(Qwen 3, OLMo 2, Gemma 3): over each head's d_k numbers (head) or the whole "
-            "row (width); eps and weights in a file's qk_norm: key.", metavar="head|width",
+    Setting("qk_norm", "each query and key divided by its root mean square before RoPE "
+            '(Qwen 3, OLMo 2, Gemma 3): "head" (over its head\'s d_k numbers), "width" (the '
+            "whole row), or a mapping {over, eps, q, k} (q, k: the weights).",
             parse=read.qk_norm, fields=("qk_norm", "qk_eps", "q_norm", "k_norm"),
             shown=lambda c: {"qk_norm": None if c.qk_norm is None else
                              {"over": c.qk_norm, "eps": c.qk_eps}},
             write=read.write_qk_norm),
-    Setting("masked_row", "A query row whose every key is blocked: zero weights (with a "
-            "warning), nan, or error.", ADVANCED, kind="choice",
-            choices=("zero", "nan", "error"), commands=("explain", "run", "check"),
-            default="zero", fields=("masked_row",), in_file=False),
-    Setting("layout", "rows: tokens are rows (Q = X·W_Q); columns: tokens are columns "
-            "(Q = W_Q·X). How a file without a layout: key was written, and how matrices "
-            "are shown.", SHOW, kind="choice", choices=("rows", "columns"),
-            commands=("explain", "check", "generate"), engine=False),
-    Setting("tiles", "Show FlashAttention's online softmax: each head's queries in blocks "
-            "of BR rows meeting its keys in blocks of BC (BC = BR by default).", SHOW,
-            metavar="BR[:BC]", parse=read.tiles, fields=("tiles",), commands=("explain", "generate"),
+    Setting("masked_row", 'a query row whose every key is blocked: "zero" (zero weights, '
+            'with a warning), "nan", or "error".', kind="choice",
+            choices=("zero", "nan", "error"), default="zero", fields=("masked_row",),
+            in_file=False),
+    Setting("layout", "how a problem file's matrices are written: rows (tokens are rows) "
+            "or columns.", kind="choice", choices=("rows", "columns"), engine=False),
+    Setting("tiles", "BR or (BR, BC): the trace walks FlashAttention's online softmax, "
+            "each head's queries in blocks of BR meeting its keys in blocks of BC "
+            "(tr.kernels['tiles']).", parse=read.tiles, fields=("tiles",),
             shown=lambda c: {"tiles": None if c.tiles is None else list(c.tiles)},
             write=lambda c, p, given: None if c.tiles is None
             else f"[{c.tiles[0]}, {c.tiles[1]}]"),
-    Setting("decode", "Show decoding with a KV cache, a token a step (causal "
-            "self-attention).", SHOW, kind="flag", words=("true", "false", "yes", "no",
-                                                         "on", "off"),
-            parse=read.decode, fields=("decode",), commands=("explain", "generate"),
-            shown=lambda c: {"decode": c.decode},
+    Setting("decode", "True: the trace walks decoding with a KV cache, a token a step "
+            "(causal self-attention; tr.kernels['decode']).", kind="flag",
+            words=("true", "false", "yes", "no", "on", "off"), parse=read.decode,
+            fields=("decode",), shown=lambda c: {"decode": c.decode},
             write=lambda c, p, given: "true" if c.decode else None),
-    Setting("splits", "With --decode: each step's cache cut into S chunks, their partial "
-            "softmaxes and their log-sum-exp combination (split-K, flash-decoding).", SHOW,
-            metavar="S", kind="whole", parse=read.splits, fields=("splits",), needs="decode",
-            commands=("explain", "generate"), shown=lambda c: {"splits": c.splits},
-            write=lambda c, p, given: c.splits),
+    Setting("splits", "S, with decode: each step's cache cut into S chunks, their partial "
+            "softmaxes combined by their log-sum-exp (split-K, flash-decoding).",
+            kind="whole", parse=read.splits, fields=("splits",), needs="decode",
+            shown=lambda c: {"splits": c.splits}, write=lambda c, p, given: c.splits),
 )
 BY_KEY = {s.key: s for s in SETTINGS if s.engine}  # what prepare and the API take
 KEYS = tuple(BY_KEY)  # in the table's order
@@ -183,8 +165,9 @@ def parse_all(given: dict[str, Any], s: Sizes) -> Fields:
     for setting in SETTINGS:  # a setting that goes with another, given without it
         if setting.needs and config.get(setting.key) not in (None, False) and \
                 not config.get(setting.needs):
+            flag = "--" + setting.needs.replace("_", "-")  # its option, named after it
             raise MhaError(f"{setting.key} goes with {setting.needs}: give {setting.needs} too "
-                           f"({BY_KEY[setting.needs].flag})", key=setting.key)
+                           f"({flag})", key=setting.key)
     return config, arrays
 
 

@@ -56,8 +56,8 @@ def load_submission(path: str | Path, key: Key, *, stdin: Any = None) -> Problem
     try:
         merged.update({k: _external(v, k, base) for k, v in data.items()})
     except MhaError as exc:
-        raise exc.located(source, *((locate(list(exc.path)) or ()) if locate and exc.path
-                                    else ())) from None
+        raise exc.located(source, *((locate(list(exc.path), exc.on_key) or ())
+                                    if locate and exc.path else ())) from None
     try:
         problem = from_mapping(merged, source, None, key.problem.layout, locate)
     except MhaError as exc:
@@ -74,7 +74,8 @@ def load_submission(path: str | Path, key: Key, *, stdin: Any = None) -> Problem
         for k in own:
             _same(k, problem, key)
     except MhaError as exc:
-        spot = locate(list(exc.path)) if locate is not None and exc.path else None
+        spot = locate(list(exc.path), exc.on_key) if locate is not None and exc.path \
+            else None
         raise exc.located(source, *(spot or ())) from None
     return replace(key.problem, answers=problem.answers, source=source)
 

@@ -248,7 +248,7 @@ def from_mapping(data: Any, source: str = "<problem>", base: Path | None = None,
     except MhaError as exc:
         if exc.source not in (None, source):  # about another file (a checkpoint's)
             raise
-        spot = locate(list(exc.path)) if locate is not None and exc.path and \
+        spot = locate(list(exc.path), exc.on_key) if locate is not None and exc.path and \
             exc.line is None else None
         raise exc.located(source, *(spot or ())) from None
 
@@ -270,7 +270,7 @@ def _from_mapping(data: dict[str, Any], source: str, base: Path | None,
     for key in data:
         if key not in KNOWN_KEYS:
             raise MhaError(f"unknown key {key!r}{_suggest(str(key))}; known keys: "
-                           f"{', '.join(KNOWN_KEYS)}", key=str(key))
+                           f"{', '.join(KNOWN_KEYS)}", key=str(key), on_key=True)
     layout = data.get("layout")
     layout = default_layout if layout is None else layout
     if isinstance(layout, np.ndarray) and layout.ndim == 0:
@@ -314,10 +314,10 @@ def _answers(value: Any, layout: str) -> dict[str, Any]:
         try:
             stage = canonical(key)
         except MhaError as exc:
-            raise MhaError(f"{key_text(path)}: {exc.message}", key=path) from None
+            raise MhaError(f"{key_text(path)}: {exc.message}", key=path, on_key=True) from None
         if stage in out:
             raise MhaError(f"answers gives {stage} twice (as {out[stage][1]!r} and {key!r})",
-                           key=path)
+                           key=path, on_key=True)
         if stage in ("tiles", "decode"):  # a view of fast kernels: its JSON's structure
             from .view_answers import read_view_answers
 
@@ -482,5 +482,6 @@ def read_bias(path: str | Path, key: str = "bias", dims: tuple[int, ...] = (2, 3
     try:
         return read_array(data, (key,), dims)
     except MhaError as exc:
-        spot = locate(list(exc.path)) if locate is not None and exc.path else None
+        spot = locate(list(exc.path), exc.on_key) if locate is not None and exc.path \
+            else None
         raise exc.located(source, *(spot or ())) from None

@@ -12,6 +12,7 @@ any array is unpacked.
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import stat
@@ -27,7 +28,8 @@ MAX_TEXT_BYTES = 256 * 1024 * 1024  # a 4096 × 512 problem as YAML is about 60 
 MAX_NUMBERS = 1 << 26  # numbers in the arrays of one .npz: 512 MiB as float64
 MAX_DEPTH = 32  # a problem nests 4 levels deep at most (answers: stage: head: row)
 
-Locator = Callable[[list], "tuple[int, int] | None"]
+# a key path -> the (line, column) of its entry; with on_key=True, of the key's name
+Locator = Callable[..., "tuple[int, int] | None"]
 
 
 # --------------------------------------------------------------------------- bytes
@@ -118,7 +120,9 @@ def parse_text(text: str, source: str, fmt: str = "yaml") -> tuple[Any, Locator]
     """YAML or JSON text to plain data, and a way to find where an entry was written.
 
     The locator takes a path of keys and 0-based indices (``["x", 2, 1]``) and gives the
-    1-based (line, column) of that entry, or of the nearest enclosing one it can find.
+    1-based (line, column) of that entry, or of the nearest enclosing one it can find;
+    with ``on_key=True``, of the last key's own name (``answer:`` itself, not its value,
+    which may begin on the next line).
     Large files take a fast route for their big numeric matrices first; whatever that
     route cannot read for certain is read again in full, so errors point at the text.
     Small YAML files of the plainest kind are read without PyYAML (``plainyaml``).
@@ -140,16 +144,16 @@ def parse_text(text: str, source: str, fmt: str = "yaml") -> tuple[Any, Locator]
             except MhaError:
                 data = None  # the full reading below says what is wrong, and where
             if isinstance(data, dict) and _placed(data, arrays):
-                return data, lambda path: _locate(text, path)
+                return data, functools.partial(_locate, text)
     if fmt == "yaml":  # the plainest (small) files: no PyYAML to load
         data = plain_yaml(text)
         if data is not None:
-            return data, lambda path: _locate(text, path)
+            return data, functools.partial(_locate, text)
     try:
         data = parse(text)
     except MhaError as exc:
         raise exc.located(source) from None
-    return data, lambda path: _locate(text, path)
+    return data, functools.partial(_locate, text)
 
 
 FAST_FROM_BYTES = 1 << 20  # files this large take the fast route for their matrices
@@ -229,11 +233,14 @@ def _events(text: str, pure: bool = False) -> Any:
 _NO_KEY = object()
 
 
-def _yaml(text: str, want: KeyPath | None = None, pure: bool = False) -> Any:
+def _yaml(text: str, want: KeyPath | None = None, pure: bool = False,
+          on_key: bool = False) -> Any:
     """YAML text to lists, mappings and text, built from parser events without recursion.
 
     With ``want`` (a key path), returns instead the (line, column) of the deepest node
-    on that path, stopping as soon as the node itself is met.
+    on that path, stopping as soon as the node itself is met; with ``on_key``, of the
+    last key of the path as written (``answer:``), where its value (a block beginning on
+    the next line) would point a line late.
 
     The nesting limit is this project's own rule (MAX_DEPTH), met as the events arrive.
     libyaml has a limit of its own (1000 levels), which its scanner can meet first, as it
@@ -241,9 +248,9 @@ def _yaml(text: str, want: KeyPath | None = None, pure: bool = False) -> Any:
     parser, which has none, so the same file gets the same message on every machine.
     """
     try:
-        return _build(text, want, pure)
+        return _build(text, want, pure, on_key)
     except _TooDeepForLibyaml as exc:
-        found = _build(text[:exc.index + 1], want, pure=True)  # raises at MAX_DEPTH
+        found = _build(text[:exc.index + 1], want, True, on_key)  # raises at MAX_DEPTH
         if want is not None:
             return found
         raise MhaError(TOO_DEEP, line=exc.line, column=exc.column) from None
@@ -259,7 +266,7 @@ class _TooDeepForLibyaml(Exception):
         self.index, self.line, self.column = mark.index, mark.line + 1, mark.column + 1
 
 
-def _build(text: str, want: KeyPath | None, pure: bool) -> Any:
+def _build(text: str, want: KeyPath | None, pure: bool, on_key: bool = False) -> Any:
     import yaml
 
     scalar, seq_start, map_start = yaml.ScalarEvent, yaml.SequenceStartEvent, \
@@ -317,6 +324,8 @@ def _build(text: str, want: KeyPath | None, pure: bool) -> Any:
                         return (ev.start_mark.line + 1, ev.start_mark.column + 1)
                 container.append(value)
             elif top[2] is _NO_KEY:  # a key
+                if want is not None and on_key and top[1] + (value,) == want:
+                    return (ev.start_mark.line + 1, ev.start_mark.column + 1)
                 if value in top[3]:
                     raise _at(ev, f"duplicate key {value!r}")
                 top[3].add(value)
@@ -368,11 +377,12 @@ def _at(ev: Any, message: str) -> MhaError:
     return MhaError(message, line=ev.start_mark.line + 1, column=ev.start_mark.column + 1)
 
 
-def _locate(text: str, path: list) -> tuple[int, int] | None:
-    """Where the entry at ``path`` was written (only looked for when reporting an error).
-    JSON is YAML's flow style, so one walk over the parser's events serves both."""
+def _locate(text: str, path: list, on_key: bool = False) -> tuple[int, int] | None:
+    """Where the entry at ``path`` was written, or with ``on_key`` its last key (only
+    looked for when reporting an error). JSON is YAML's flow style, so one walk over the
+    parser's events serves both."""
     try:
-        return _yaml(text, tuple(path))
+        return _yaml(text, tuple(path), on_key=on_key)
     except MhaError:
         return None
 

@@ -66,7 +66,7 @@ def _mapping(value: Any, fields: dict[str, Any], key: KeyPath) -> dict[str, Any]
             close = difflib.get_close_matches(str(name), list(fields), n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise MhaError(f"{key_text(path)}: unknown field {str(name)!r}{hint}; its fields: "
-                           f"{', '.join(fields)}", key=path)
+                           f"{', '.join(fields)}", key=path, on_key=True)
         if blank(item) and kind != TEXT:
             continue  # left blank as a whole: as if left out
         if isinstance(kind, tuple):

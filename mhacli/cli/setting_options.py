@@ -1,0 +1,124 @@
+"""The command line's half of the settings table: for each setting of
+``engine/settings.py`` (which keeps its key, how it is read, checked, written and shown),
+the option that gives it — which commands offer it, its metavar, its help and the panel
+of ``--help`` it is listed under. The option is named after the key (``--kv-heads``) and
+typed after the setting's kind (a whole number, a flag, a choice of words).
+
+A help that is not true of every command that offers the option is ``Words``: the words
+most commands share, and a command's own where it differs (``--tiles`` shows the tiles
+in explain, and writes an exercise on them in generate). The commands' own options may
+use ``Words`` too; each command's help is made in its words (``options.worded``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Union
+
+# the panels of --help, in the order they are shown
+PROBLEM, VARIANTS, SHOW, OUTPUT, CHECKING, ADVANCED = (
+    "Problem", "Variants of attention", "What to show", "Output", "Checking", "Advanced")
+PANELS = (PROBLEM, VARIANTS, SHOW, OUTPUT, CHECKING, ADVANCED)
+COMPUTING = ("explain", "run", "generate")  # the commands that compute a problem
+
+
+@dataclass(frozen=True, init=False)
+class Words:
+    """A help text (or panel) that differs from command to command: ``own`` words for
+    the commands named, ``rest`` for the others."""
+
+    rest: str
+    own: Mapping[str, str] = field(default_factory=dict)
+
+    def __init__(self, rest: str, **own: str) -> None:
+        object.__setattr__(self, "rest", rest)
+        object.__setattr__(self, "own", own)
+
+
+Said = Union[str, Words]
+
+
+def said(words: Said, command: str) -> str:
+    """The words a command's help shows."""
+    return words.own.get(command, words.rest) if isinstance(words, Words) else words
+
+
+@dataclass(frozen=True)
+class SettingOption:
+    """A setting's option: the commands that offer it, and how their help shows it."""
+
+    key: str  # the setting's key in engine/settings.py
+    help: Said  # one sentence or two, for --help
+    panel: Said = VARIANTS
+    metavar: str | None = None
+    commands: tuple[str, ...] = COMPUTING
+
+    @property
+    def flag(self) -> str:
+        """The option as typed: ``--kv-heads``."""
+        return "--" + self.key.replace("_", "-")
+
+
+OPTIONS: tuple[SettingOption, ...] = (
+    SettingOption("heads", Words("Number of heads (with a problem file: overrides its "
+                                 "heads).", generate="Number of heads."), PROBLEM),
+    SettingOption("scale", "Divisor of the scores: dk (√d_k, the paper), n (√keys), none, "
+                  "or a number.", PROBLEM),
+    SettingOption("mask", "none, causal, or rows of 1/0 such as '1 0;1 1' (1 = may attend).",
+                  PROBLEM),
+    SettingOption("dtype", "Working precision.", ADVANCED, commands=("explain", "run")),
+    SettingOption("softcap", "Soft-cap the scaled scores: each becomes C·tanh(z / C) "
+                  "(Gemma 2).", metavar="C"),
+    SettingOption("kv_heads", "Grouped-query attention: G key/value heads, each shared by "
+                  "H/G consecutive query heads (1: multi-query).", metavar="G"),
+    SettingOption("window", "Sliding window: query i sees key j only if |i − j| < W (with "
+                  "causal: the W keys up to i).", metavar="W"),
+    SettingOption("alibi", "ALiBi: add −slope_h·|i − j| to the scores, slopes 2^(−8h/H) for "
+                  "H a power of two, else ALiBi's own rule (the key alibi: in a file may "
+                  "give H slopes)."),
+    SettingOption("bias", "Add a matrix to the scores: n × m or H × n × m, from .npy, or "
+                  "YAML/JSON holding the matrix (or a bias: key).", metavar="FILE"),
+    SettingOption("key_padding", "One 1/0 per key: 0 marks a padding key, blocked for every "
+                  "query.", metavar="'1 1 0'"),
+    SettingOption("sinks", "Attention sinks: one extra logit per head in the softmax, its "
+                  "weight dropped (gpt-oss).", metavar="'s1 s2 …'"),
+    SettingOption("rope", "Rotary embedding of each head's queries and keys: pairs "
+                  "(i, i + d/2) as Llama (half) or (2i, 2i+1) as GPT-J (interleaved); base, "
+                  "dims, scaling (linear, dynamic, llama3, yarn, longrope) or the "
+                  "frequencies themselves in a file's rope: key.",
+                  metavar="half|interleaved"),
+    SettingOption("positional", "Add positional encodings to the inputs: the paper's "
+                  "sinusoids, or a learned table (.npy, YAML or JSON).",
+                  metavar="sinusoidal|FILE"),
+    SettingOption("qk_norm", "Normalise each query and key by its root mean square before "
+                  "RoPE (Qwen 3, OLMo 2, Gemma 3): over each head's d_k numbers (head) or "
+                  "the whole row (width); eps and weights in a file's qk_norm: key.",
+                  metavar="head|width"),
+    SettingOption("masked_row", "A query row whose every key is blocked: zero weights (with "
+                  "a warning), nan, or error.", ADVANCED,
+                  commands=("explain", "run", "check")),
+    SettingOption("layout", Words(
+        "rows: tokens are rows (Q = X·W_Q); columns: tokens are columns (Q = W_Q·X). How a "
+        "file without a layout: key was written, and how matrices are shown.",
+        check="rows: tokens are rows (Q = X·W_Q); columns: tokens are columns (Q = W_Q·X). "
+        "How a file without a layout: key was written, and how the report shows matrices.",
+        generate="rows: tokens are rows (Q = X·W_Q); columns: tokens are columns "
+        "(Q = W_Q·X). How the file is written (it says so in its layout: key)."),
+        Words(SHOW, generate=OUTPUT), commands=("explain", "check", "generate")),
+    SettingOption("tiles", Words(
+        "Show FlashAttention's online softmax: each head's queries in blocks of BR rows "
+        "meeting its keys in blocks of BC (BC = BR by default).",
+        generate="Write an exercise on FlashAttention's online softmax (the file's tiles: "
+        "key): each head's queries in blocks of BR rows meeting its keys in blocks of BC "
+        "(BC = BR by default); with --answers or --blank, the tiles are its answers."),
+        Words(SHOW, generate=PROBLEM), metavar="BR[:BC]", commands=("explain", "generate")),
+    SettingOption("decode", Words(
+        "Show decoding with a KV cache, a token a step (causal self-attention).",
+        generate="Write an exercise on decoding with a KV cache, a token a step (causal "
+        "self-attention; the file's decode: key); with --answers or --blank, the steps are "
+        "its answers."), Words(SHOW, generate=PROBLEM), commands=("explain", "generate")),
+    SettingOption("splits", "With --decode: each step's cache cut into S chunks, their "
+                  "partial softmaxes and their log-sum-exp combination (split-K, "
+                  "flash-decoding).", Words(SHOW, generate=PROBLEM), metavar="S",
+                  commands=("explain", "generate")),
+)
