@@ -50,12 +50,12 @@ def test_integer_exercises_can_be_done_by_hand(args: list[str], seed: int) -> No
         args = ["--ints", "0:2", *args]
     data = _generated(*args, "--seed", str(seed))
     mask = data.get("mask")
-    ref = reference(**{k: data[k] for k in ("x", "x_kv", "w_q", "w_k", "w_v", "w_o", "heads",
-                                            "scale", "softcap") if k in data},
-                    mask=mask)
+    ref = reference(**{k: data[k] for k in ("x", "x_kv", "w_q", "w_k", "w_v", "w_o", "b_q",
+                                            "b_k", "b_v", "b_o", "heads", "scale", "softcap")
+                       if k in data}, mask=mask)
     bound = float(args[args.index("--max-score") + 1]) if "--max-score" in args else 4.0
     lo, hi = (int(t) for t in args[args.index("--ints") + 1].split(":"))
-    for key in ("x", "w_q", "w_k", "w_v", "w_o"):
+    for key in ("x", "w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o"):
         values = np.array(data.get(key, [[lo]]))
         assert values.min() >= lo and values.max() <= hi and (values == np.round(values)).all()
     d_k = len(data["w_q"][0]) // data["heads"]
@@ -73,11 +73,14 @@ def test_integer_exercises_can_be_done_by_hand(args: list[str], seed: int) -> No
                 assert (w >= 0.00005).all() and (w <= 0.99995).all()
 
 
-def test_default_exercise_is_three_tokens_of_width_four_and_two_heads_of_four() -> None:
+def test_default_exercise_is_three_tokens_of_width_eight_and_two_heads_of_four() -> None:
     data = _generated("--ints", "-1:1", "--seed", "2")
-    assert np.array(data["x"]).shape == (3, 4) and data["heads"] == 2
-    assert np.array(data["w_q"]).shape == (4, 8)  # d_k = 4 (√d_k = 2), the next square above 2
-    assert np.array(data["w_o"]).shape == (8, 4)
+    assert np.array(data["x"]).shape == (3, 8) and data["heads"] == 2
+    assert np.array(data["w_q"]).shape == (8, 8)  # d_k = 4 (√d_k = 2, √d_model ≈ 2.83)
+    assert np.array(data["w_o"]).shape == (8, 8)  # square: W_O on the wrong side can be made
+    assert data["mask"] == "causal" and data["scale"] == "dk"
+    for b, width in (("b_q", 8), ("b_k", 8), ("b_v", 8), ("b_o", 8)):
+        assert len(data[b]) == width and any(data[b])
 
 
 def test_seed_is_printed_and_makes_the_same_exercise() -> None:
@@ -100,7 +103,7 @@ def test_exercises_that_cannot_be_made_say_why(args: list[str], message: str) ->
 
 def test_d_k_not_a_square_is_fine_when_the_scale_is_not_root_d_k() -> None:
     data = _generated("--ints", "-1:1", "--d-k", "2", "--scale", "none", "--seed", "4")
-    assert np.array(data["w_q"]).shape == (4, 4)
+    assert np.array(data["w_q"]).shape == (8, 4)
     data = _generated("--d-k", "3", "--d-model", "5", "--seed", "4")  # decimals: any width
     assert np.array(data["w_q"]).shape == (5, 6) and np.array(data["w_o"]).shape == (6, 5)
 

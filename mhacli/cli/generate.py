@@ -41,6 +41,9 @@ def generate(
     no_w_o: Annotated[bool, typer.Option(
         "--no-w-o", help="Leave out the output projection (the output is the concatenation).",
         rich_help_panel=PROBLEM)] = False,
+    no_biases: Annotated[bool, typer.Option(
+        "--no-biases", help="--ints: leave out the biases b_q, b_k, b_v, b_o (an --ints "
+        "exercise has them, so that one left out shows).", rich_help_panel=PROBLEM)] = False,
     checkpoint: CheckpointOpt = None,
     layer: LayerOpt = None,
     text: TextOpt = None,
@@ -68,9 +71,11 @@ def generate(
     With --answers every stage is filled in under answers: (exact where the numbers are
     rational: 5/2 rather than 2.5000000001), so the file is a key for mha check; with
     --blank the answers: slots are empty (_) for a student to fill in. An --ints
-    exercise is one a person can do with pencil and a calculator: 3 tokens, d_model 4
-    and 2 heads by default, √d_k whole (d_k = 4 here), and redrawn until every scaled
-    score lies within ±--max-score and no weight rounds to 0 or 1 unless masked.
+    exercise is one a person can do with pencil and a calculator: 3 tokens, d_model 8
+    and 2 heads of d_k 4 by default, causal, with the biases b_q, b_k, b_v, b_o; √d_k
+    whole; redrawn until every scaled score lies within ±--max-score and no weight rounds
+    to 0 or 1 unless masked, and until each classic mistake (√d_model for √d_k, the mask
+    inverted, Zᵀ, the heads in the wrong order …) gives other numbers, so check can name it.
 
     Examples:
 
@@ -97,6 +102,7 @@ def generate(
             others = [o for o, v in (("--ints", ints), ("--d-model", d_model),
                                      ("--kv-tokens", kv_tokens), ("--d-kv", d_kv),
                                      ("--d-k", d_k), ("--no-w-o", no_w_o),
+                                     ("--no-biases", no_biases),
                                      ("--max-score", max_score)) if v]
             if others and checkpoint is not None:
                 raise MhaError(f"--checkpoint gives the weights and their sizes: it cannot be "
@@ -110,7 +116,8 @@ def generate(
                 kv_tokens=gen.parse_tokens(kv_tokens, "--kv-tokens") if kv_tokens is not None
                 else None,
                 d_kv=d_kv, w_o=not no_w_o, most=gen.MOST_WRITTEN, d_k=d_k,
-                max_score=max_score, settings=option_values(settings), backward=backward)
+                max_score=max_score, settings=option_values(settings), backward=backward,
+                biases=False if no_biases else None)
         if backward:
             prob = prob.with_overrides(backward=True)
         chosen = [engine.canonical(s) for s in stage] if stage else None

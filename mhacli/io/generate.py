@@ -52,14 +52,19 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
                    kv_tokens: int | list[str] | None = None, d_kv: int | None = None,
                    w_o: bool = True, most: int = MOST_NUMBERS, d_k: int | None = None,
                    max_score: float | None = None, settings: dict[str, Any] | None = None,
-                   strict: bool = True, backward: bool = False) -> Problem:
+                   strict: bool = True, backward: bool = False,
+                   biases: bool | None = None) -> Problem:
     """A random problem: self-attention, or cross-attention when ``kv_tokens`` is given.
 
     Decimal entries are rounded to a few places (two at unit spread), so that what is
     shown is exactly what is used. ``ints`` draws whole numbers from LO to HI instead,
     for hand calculation: √d_k whole under the default scale, and the problem redrawn
     until every scaled score lies within ±``max_score`` (default 4) and no weight rounds
-    to 0.0000 or 1.0000 unless the mask makes it so. ``kv_heads`` makes W_K and W_V
+    to 0.0000 or 1.0000 unless the mask makes it so, and until the classic mistakes
+    give other numbers than the right ones (`io.exercise`); an --ints self-attention is
+    causal unless a mask is given, and has the biases b_q, b_k, b_v, b_o unless
+    ``biases`` is False (decimals have them only when it is True), so that a mask misused
+    or a bias left out shows. ``kv_heads`` makes W_K and W_V
     G·d_k wide (grouped-query); the other ``settings`` (of the settings table: heads,
     mask, scale, window, alibi, …) are set as options are.
     Not ``strict`` (`explain`/`run --ints`), a problem too large to be hand-sized, or one
@@ -87,6 +92,9 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
     kv_labels = kv_tokens if isinstance(kv_tokens, list) else None
     cross = kv_tokens is not None or d_kv is not None
     m = len(kv_labels) if kv_labels else (kv_tokens if isinstance(kv_tokens, int) else n)
+    if ints is not None and not cross and settings.get("mask") is None:
+        settings["mask"] = "causal"  # an exercise's mask blocks keys: one misused shows
+    biases = ints is not None if biases is None else biases
     if hand and h * n * m > HAND_MOST:
         if strict:
             raise MhaError(f"an --ints exercise is worked by hand: {h} head(s) of {n} × {m} "
@@ -137,13 +145,18 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
         inputs.update(w_q=draw(d, hd, sd_w), w_k=draw(dkv, gd, sd_kv), w_v=draw(dkv, gd, sd_kv))
         if w_o:
             inputs["w_o"] = draw(hd, d, sd_w)
+        if biases:
+            inputs.update(b_q=draw(1, hd, sd_w)[0], b_k=draw(1, gd, sd_kv)[0],
+                          b_v=draw(1, gd, sd_kv)[0])
+            if w_o:
+                inputs["b_o"] = draw(1, d, sd_w)[0]
         return build(inputs)
 
     if not hand:
         return plain()
     try:
         return hand_sized(rng, ints, n, m, d, dkv, h, g, width, cross, w_o,
-                           HAND_MAX_SCORE if max_score is None else max_score, build)
+                          HAND_MAX_SCORE if max_score is None else max_score, build, biases)
     except MhaError:
         if strict:
             raise
@@ -196,6 +209,11 @@ def answer_key(problem: Problem, stages: list[str] | None = None) -> dict[str, n
     return out
 
 
+# What a problem file written by `generate` states even where it is the default, so that a
+# student sees what applies: whether keys are blocked, and what the scores are divided by.
+STATED = {"mask": "none", "scale": "dk"}
+
+
 def _setting_lines(problem: Problem, orient: Callable[[np.ndarray], np.ndarray]
                    ) -> list[str]:
     """The settings a problem has, as a problem file writes them (each entry of the
@@ -206,6 +224,7 @@ def _setting_lines(problem: Problem, orient: Callable[[np.ndarray], np.ndarray]
     out = []
     for s in SETTINGS:
         value = s.write(c, p, problem.inputs.get(s.key)) if s.write and s.in_file else None
+        value = STATED.get(s.key) if value is None else value
         if value is None:
             continue
         if not isinstance(value, np.ndarray):
