@@ -347,7 +347,7 @@ def test_the_sample_course_grades_as_a_teacher_would() -> None:
     assert " right: " in by_name["alice"]
     # his output follows from his own weights: the mistake is marked once, in weights
     assert " wrong in weights (the softmax is taken down each column instead of along each " \
-        "row); 2 of 3 stage(s), 30 of 48 cells right" in by_name["bob"]
+        "row); 2 of 3 stage(s), 48 of 60 cells right" in by_name["bob"]
     assert " not done: " in by_name["carol"]
     assert lines[-1] == "3 submission(s): 1 right, 1 wrong, 1 not done"
 
@@ -460,10 +460,11 @@ def _course_answers() -> tuple[dict, dict]:
 def _output_from(key: dict, weights: np.ndarray) -> np.ndarray:
     """The output a person computes from their own weights (plain products)."""
     x, w_v, w_o = (np.array(key[k], dtype=float) for k in ("x", "w_v", "w_o"))
-    v = x @ w_v
+    b_v, b_o = (np.array(key.get(k, 0.0), dtype=float) for k in ("b_v", "b_o"))
+    v = x @ w_v + b_v
     d_v = v.shape[1] // len(weights)
     heads = [weights[h] @ v[:, h * d_v:(h + 1) * d_v] for h in range(len(weights))]
-    return np.hstack(heads) @ w_o
+    return np.hstack(heads) @ w_o + b_o
 
 
 def test_rounding_carried_from_right_answers_is_right(tmp_path: Path) -> None:
@@ -518,7 +519,7 @@ def test_a_stage_of_the_wrong_shape_still_counts_its_cells(tmp_path: Path) -> No
     assert r.exit_code == 2 and "is given twice" in r.stderr
     r = mha("check", "--key", COURSE / "key.yaml", sub, COURSE / "alice.yaml",
             "--format", "plain")
-    assert "2 of 3 stage(s), 30 of 48 cells right" in r.stdout
+    assert "2 of 3 stage(s), 42 of 60 cells right" in r.stdout  # scores and output
 
 
 @pytest.mark.parametrize("args, message", [
@@ -613,7 +614,9 @@ def test_the_python_api_grades_as_the_command_does_and_shows_html(who: str, tmp_
     # the header row counts as row 0, the label as column 0: cells are 1-based, as listed
     assert set(marked) == set(listed)
     for key, (_, title, text) in marked.items():
-        assert text == listed[key]["written"] and listed[key]["expected_as_written"] in title
+        wrong = listed[key]  # (a whole number written claims the value: told it in full)
+        assert text == wrong["written"] and \
+            (wrong["expected_as_written"] or f"{wrong['expected']:.6g}") in title
     blanks = sum(1 for v in parser.cells.values() if v[0] == "blank")
     assert blanks == sum(s["blank"] for s in doc["stages"].values())
     graded = sum(s["cells"] for s in doc["stages"].values())
