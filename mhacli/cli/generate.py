@@ -128,13 +128,34 @@ def generate(
         if chosen is None and views:
             chosen = views  # an exercise of tiles or decoding: those are its answers
         filled = gen.answer_key(prob, chosen) if answers or blank else None
-        what = "small integers" if ints else "random decimals"
-        comment = f"mha generate: {what}, seed {seed}"
+        comment = _header(prob, checkpoint, seed, "small integers" if ints else
+                          "random decimals")
         text = gen.problem_yaml(prob, comment, filled, blank, layout)
         if output is not None:
             write_file(output, text.encode("utf-8"))
         else:
             sys.stdout.write(text)
+
+
+def _header(prob: Any, checkpoint: Any, seed: int, what: str) -> str:
+    """The file's first lines: what it is and how to make it again. A layer on a text
+    names the model, the layer and the text, and says that nothing in it is random."""
+    import json
+
+    read = prob.read
+    if checkpoint is None:
+        return f"mha generate: {what}, seed {seed}"
+    family = f"{read['family']}: " if read.get("family") else ""
+    layer = f"layer {read.get('layer', 0)} of the model at {checkpoint} ({family}its weights " \
+            "and settings)"
+    if "text" not in read:
+        return f"mha generate: {layer}, on random token vectors (decimals), seed {seed}"
+    return (f"mha generate: {layer}, on a text the model read\n"
+            f"text: {json.dumps(read['text'], ensure_ascii=False)}\n"
+            f"x: the model's own hidden state entering layer {read.get('layer', 0)}'s "
+            "attention for this text (nothing random: no seed)\n"
+            "mha's output agrees with the model's own attention output (largest difference "
+            f"{read['agreement']:.1e}, relative)")
 
 
 def _on_checkpoint(checkpoint: Any, layer: Optional[int], tokens: Optional[str],

@@ -243,14 +243,15 @@ def _setting_lines(problem: Problem, orient: Callable[[np.ndarray], np.ndarray]
 
 def problem_yaml(problem: Problem, comment: str, answers: dict[str, np.ndarray] | None = None,
                  blank: bool = False, layout: str = "rows") -> str:
-    """A problem file (with an answers: section when given) as YAML text.
+    """A problem file (with an answers: section when given) as YAML text, ``comment``
+    (one line or several) its first lines.
 
     ``problem`` is in the row layout; ``layout="columns"`` writes every matrix transposed.
     """
     columns = layout == "columns"
     orient = (lambda a: a.swapaxes(-1, -2) if a.ndim > 1 else a) if columns else \
         (lambda a: a)  # noqa: E731
-    out = [f"# {comment}"]
+    out = [f"# {line}" for line in comment.splitlines()]
     if problem.tokens:
         out.append(f"tokens: [{', '.join(label_text(t) for t in problem.tokens)}]")
     if problem.kv_tokens:
