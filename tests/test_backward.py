@@ -425,8 +425,8 @@ def test_a_learned_tables_gradient_has_the_tables_shape(tmp_path: Path) -> None:
     reads it, as PyTorch's .grad), and generate writes the whole table, so its key passes."""
     table = np.round(np.random.default_rng(1).standard_normal((6, 4)), 2)
     np.save(tmp_path / "pe.npy", table)
-    r = runner.invoke(app, ["generate", "--ints", "-1:1", "--seed", "2", "--backward",
-                            "--answers", "--positional", str(tmp_path / "pe.npy")])
+    r = runner.invoke(app, ["generate", "--ints", "-1:1", "--seed", "2", "--d-model", "4",
+                            "--backward", "--answers", "--positional", str(tmp_path / "pe.npy")])
     assert r.exit_code == 0, r.stderr
     data = yaml.safe_load(r.stdout)
     assert np.shape(data["answers"]["d_positional"]) == table.shape

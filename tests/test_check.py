@@ -158,6 +158,7 @@ def test_generated_answer_keys_pass_check_unchanged(tmp_path: Path, args: list[s
     columns = data.get("layout") == "columns"
     kw = {k: (np.array(data[k], dtype=float).T if columns else data[k])
           for k in ("x", "x_kv", "w_q", "w_k", "w_v", "w_o") if k in data}
+    kw.update({b: data[b] for b in ("b_q", "b_k", "b_v", "b_o") if b in data})
     mask = data.get("mask")
     scale = data.get("scale", "dk")
     ref = reference(**kw, heads=data["heads"], mask=mask,

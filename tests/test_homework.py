@@ -50,12 +50,12 @@ def test_integer_exercises_can_be_done_by_hand(args: list[str], seed: int) -> No
         args = ["--ints", "0:2", *args]
     data = _generated(*args, "--seed", str(seed))
     mask = data.get("mask")
-    ref = reference(**{k: data[k] for k in ("x", "x_kv", "w_q", "w_k", "w_v", "w_o", "heads",
-                                            "scale", "softcap") if k in data},
-                    mask=mask)
+    ref = reference(**{k: data[k] for k in ("x", "x_kv", "w_q", "w_k", "w_v", "w_o", "b_q",
+                                            "b_k", "b_v", "b_o", "heads", "scale", "softcap")
+                       if k in data}, mask=mask)
     bound = float(args[args.index("--max-score") + 1]) if "--max-score" in args else 4.0
     lo, hi = (int(t) for t in args[args.index("--ints") + 1].split(":"))
-    for key in ("x", "w_q", "w_k", "w_v", "w_o"):
+    for key in ("x", "w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o"):
         values = np.array(data.get(key, [[lo]]))
         assert values.min() >= lo and values.max() <= hi and (values == np.round(values)).all()
     d_k = len(data["w_q"][0]) // data["heads"]
@@ -73,11 +73,14 @@ def test_integer_exercises_can_be_done_by_hand(args: list[str], seed: int) -> No
                 assert (w >= 0.00005).all() and (w <= 0.99995).all()
 
 
-def test_default_exercise_is_three_tokens_of_width_four_and_two_heads_of_four() -> None:
+def test_default_exercise_is_three_tokens_of_width_eight_and_two_heads_of_four() -> None:
     data = _generated("--ints", "-1:1", "--seed", "2")
-    assert np.array(data["x"]).shape == (3, 4) and data["heads"] == 2
-    assert np.array(data["w_q"]).shape == (4, 8)  # d_k = 4 (√d_k = 2), the next square above 2
-    assert np.array(data["w_o"]).shape == (8, 4)
+    assert np.array(data["x"]).shape == (3, 8) and data["heads"] == 2
+    assert np.array(data["w_q"]).shape == (8, 8)  # d_k = 4 (√d_k = 2, √d_model ≈ 2.83)
+    assert np.array(data["w_o"]).shape == (8, 8)  # square: W_O on the wrong side can be made
+    assert data["mask"] == "causal" and data["scale"] == "dk"
+    for b, width in (("b_q", 8), ("b_k", 8), ("b_v", 8), ("b_o", 8)):
+        assert len(data[b]) == width and any(data[b])
 
 
 def test_seed_is_printed_and_makes_the_same_exercise() -> None:
@@ -100,7 +103,7 @@ def test_exercises_that_cannot_be_made_say_why(args: list[str], message: str) ->
 
 def test_d_k_not_a_square_is_fine_when_the_scale_is_not_root_d_k() -> None:
     data = _generated("--ints", "-1:1", "--d-k", "2", "--scale", "none", "--seed", "4")
-    assert np.array(data["w_q"]).shape == (4, 4)
+    assert np.array(data["w_q"]).shape == (8, 4)
     data = _generated("--d-k", "3", "--d-model", "5", "--seed", "4")  # decimals: any width
     assert np.array(data["w_q"]).shape == (5, 6) and np.array(data["w_o"]).shape == (6, 5)
 
@@ -344,7 +347,7 @@ def test_the_sample_course_grades_as_a_teacher_would() -> None:
     assert " right: " in by_name["alice"]
     # his output follows from his own weights: the mistake is marked once, in weights
     assert " wrong in weights (the softmax is taken down each column instead of along each " \
-        "row); 2 of 3 stage(s), 30 of 48 cells right" in by_name["bob"]
+        "row); 2 of 3 stage(s), 48 of 60 cells right" in by_name["bob"]
     assert " not done: " in by_name["carol"]
     assert lines[-1] == "3 submission(s): 1 right, 1 wrong, 1 not done"
 
@@ -457,10 +460,11 @@ def _course_answers() -> tuple[dict, dict]:
 def _output_from(key: dict, weights: np.ndarray) -> np.ndarray:
     """The output a person computes from their own weights (plain products)."""
     x, w_v, w_o = (np.array(key[k], dtype=float) for k in ("x", "w_v", "w_o"))
-    v = x @ w_v
+    b_v, b_o = (np.array(key.get(k, 0.0), dtype=float) for k in ("b_v", "b_o"))
+    v = x @ w_v + b_v
     d_v = v.shape[1] // len(weights)
     heads = [weights[h] @ v[:, h * d_v:(h + 1) * d_v] for h in range(len(weights))]
-    return np.hstack(heads) @ w_o
+    return np.hstack(heads) @ w_o + b_o
 
 
 def test_rounding_carried_from_right_answers_is_right(tmp_path: Path) -> None:
@@ -515,7 +519,7 @@ def test_a_stage_of_the_wrong_shape_still_counts_its_cells(tmp_path: Path) -> No
     assert r.exit_code == 2 and "is given twice" in r.stderr
     r = mha("check", "--key", COURSE / "key.yaml", sub, COURSE / "alice.yaml",
             "--format", "plain")
-    assert "2 of 3 stage(s), 30 of 48 cells right" in r.stdout
+    assert "2 of 3 stage(s), 42 of 60 cells right" in r.stdout  # scores and output
 
 
 @pytest.mark.parametrize("args, message", [
@@ -610,7 +614,9 @@ def test_the_python_api_grades_as_the_command_does_and_shows_html(who: str, tmp_
     # the header row counts as row 0, the label as column 0: cells are 1-based, as listed
     assert set(marked) == set(listed)
     for key, (_, title, text) in marked.items():
-        assert text == listed[key]["written"] and listed[key]["expected_as_written"] in title
+        wrong = listed[key]  # (a whole number written claims the value: told it in full)
+        assert text == wrong["written"] and \
+            (wrong["expected_as_written"] or f"{wrong['expected']:.6g}") in title
     blanks = sum(1 for v in parser.cells.values() if v[0] == "blank")
     assert blanks == sum(s["blank"] for s in doc["stages"].values())
     graded = sum(s["cells"] for s in doc["stages"].values())

@@ -226,3 +226,116 @@ class _Bytes(_Tokens):
 def test_a_token_that_is_part_of_a_character_is_labelled_as_the_vocabulary_spells_it() -> None:
     pieces = ["caf", "\ufffd", "\ufffd", " ok"]
     assert labels(_Bytes(pieces), [0, 1, 2, 3]) == ["caf", "<1>", "<2>", "ok"]
+
+
+# --------------------------------------------------------------------------- a changed setting
+
+def _replayed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The model's reading of the gpt2 fixture's text, as transformers made it (no torch):
+    read_text returns it, and records each call."""
+    text, reading, _ = _recorded("gpt2")
+    calls: list[str] = []
+
+    def read_text(folder: object, asked: str, layers: dict) -> Reading:
+        calls.append(asked)
+        assert asked == text
+        return reading
+
+    monkeypatch.setattr("mhacli.io.text.read_text", read_text)
+    return calls
+
+
+@pytest.mark.parametrize("command", ["explain", "run", "generate"])
+@pytest.mark.parametrize("setting, typed", [
+    (["--mask", "none"], "--mask none"), (["--scale", "n"], "--scale n"),
+    (["--softcap", "30"], "--softcap 30"), (["--window", "2"], "--window 2"),
+    (["--heads", "1"], "--heads 1"), (["--alibi"], "--alibi"),
+    (["--mask", "1 0;1 1"], "--mask '1 0;1 1'"),
+])
+def test_a_setting_that_changes_the_layer_is_refused_before_the_model_reads_the_text(
+        monkeypatch: pytest.MonkeyPatch, command: str, setting: list[str], typed: str) -> None:
+    calls = _replayed(monkeypatch)
+    text = _recorded("gpt2")[0]
+    r = runner.invoke(app, [command, "--checkpoint", str(MODELS / "gpt2"), "--text", text,
+                            "--layer", "1", *setting])
+    assert r.exit_code == 2 and r.stdout == "" and calls == [], r.output
+    assert r.stderr.startswith(f"Error: {typed} would make layer 1 another attention than the "
+                               "model's") and r.stderr.count("\n") == 1, r.stderr
+    assert f"mha generate --checkpoint {MODELS / 'gpt2'} --text '{text}' --layer 1 -o " \
+           f"layer1.yaml), then change it there (mha explain layer1.yaml {typed})" in r.stderr
+    assert "no longer checked against the model" in r.stderr
+
+
+def test_a_setting_that_keeps_the_layer_is_accepted_with_its_agreement(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """--mask causal on a causal model, its own heads, float32: the model's layer still,
+    checked against its output as ever."""
+    calls = _replayed(monkeypatch)
+    text = _recorded("gpt2")[0]
+    r = runner.invoke(app, ["explain", "--checkpoint", str(MODELS / "gpt2"), "--text", text,
+                            "--layer", "1", "--mask", "causal", "--heads", "4", "--dtype",
+                            "float32", "--format", "json", "--stage", "output"])
+    assert r.exit_code == 0 and calls == [text], r.output
+    read = json.loads(r.stdout)["config"]
+    assert read["dtype"] == "float32" and 1e-9 < read["checkpoint"]["agreement"] < 1e-5
+
+
+def test_without_torch_a_changed_setting_is_refused_all_the_same() -> None:
+    """The refusal reads the layer's tensors and config only: no torch, no transformers."""
+    code = ("import sys; sys.modules['transformers'] = None; sys.modules['torch'] = None\n"
+            "from mhacli.cli import main\n"
+            f"sys.exit(main(['run', '--checkpoint', {str(MODELS / 'gpt2')!r}, '--text', 'hi', "
+            "'--mask', 'none']))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stdout == "", r.stdout
+    assert r.stderr.startswith("Error: --mask none would make layer 0 another attention than "
+                               "the model's") and r.stderr.count("\n") == 1, r.stderr
+    assert "pip install" not in r.stderr
+
+
+def test_a_layer_written_from_a_text_says_what_it_is(monkeypatch: pytest.MonkeyPatch,
+                                                     tmp_path: Path) -> None:
+    """The file names the model, the layer and the text, and that nothing in it is drawn;
+    it is then a problem like any other, to change freely."""
+    calls = _replayed(monkeypatch)
+    text = _recorded("gpt2")[0]
+    path = tmp_path / "layer1.yaml"
+    r = runner.invoke(app, ["generate", "--checkpoint", str(MODELS / "gpt2"), "--text", text,
+                            "--layer", "1", "-o", str(path)])
+    assert r.exit_code == 0 and calls == [text], r.output
+    head = [line for line in path.read_text().splitlines() if line.startswith("#")]
+    assert head[0] == f"# mha generate: layer 1 of the model at {MODELS / 'gpt2'} (gpt2: its " \
+                      "weights and settings), on a text the model read"
+    assert head[1] == f"# text: {json.dumps(text)}"
+    assert head[2] == ("# x: the model's own hidden state entering layer 1's attention for this "
+                       "text (nothing random: no seed)")
+    assert head[3].startswith("# mha's output agrees with the model's own attention output")
+    assert not any("seed " in line or "random decimals" in line for line in head)
+    r = runner.invoke(app, ["run", str(path), "--mask", "none", "--format", "json"])
+    assert r.exit_code == 0 and calls == [text], r.output  # the file: the model not read again
+
+
+def test_a_layer_on_random_tokens_names_its_checkpoint() -> None:
+    r = runner.invoke(app, ["generate", "--checkpoint", str(MODELS / "gpt2"), "--layer", "1",
+                            "--tokens", "3", "--seed", "5"])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.splitlines()[0] == (f"# mha generate: layer 1 of the model at "
+                                        f"{MODELS / 'gpt2'} (gpt2: its weights and settings), "
+                                        "on random token vectors (decimals), seed 5")
+
+
+def test_a_changed_setting_on_a_real_model_never_starts_torch(tmp_path: Path) -> None:
+    """A tiny model transformers made: --mask none is refused without importing torch or
+    transformers (the seconds a --text run pays), where --mask causal runs the model."""
+    hf = _hf()
+    folder = hf.make_model("llama3", tmp_path / "llama3", tokenizer=True)
+    code = ("import sys\nfrom mhacli.cli import main\n"
+            f"code = main(['run', '--checkpoint', {str(folder)!r}, '--text', 'When Mary', "
+            "'--layer', '1', '--mask', 'none'])\n"
+            "print(code, 'torch' in sys.modules, 'transformers' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.stdout.split() == ["2", "False", "False"], r.stdout + r.stderr
+    assert r.stderr.startswith("Error: --mask none would make layer 1 another attention")
+    r = runner.invoke(app, ["run", "--checkpoint", str(folder), "--text", "When Mary",
+                            "--layer", "1", "--mask", "causal"])
+    assert r.exit_code == 0, r.output

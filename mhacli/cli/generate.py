@@ -41,6 +41,9 @@ def generate(
     no_w_o: Annotated[bool, typer.Option(
         "--no-w-o", help="Leave out the output projection (the output is the concatenation).",
         rich_help_panel=PROBLEM)] = False,
+    no_biases: Annotated[bool, typer.Option(
+        "--no-biases", help="--ints: leave out the biases b_q, b_k, b_v, b_o (an --ints "
+        "exercise has them, so that one left out shows).", rich_help_panel=PROBLEM)] = False,
     checkpoint: CheckpointOpt = None,
     layer: LayerOpt = None,
     text: TextOpt = None,
@@ -68,9 +71,11 @@ def generate(
     With --answers every stage is filled in under answers: (exact where the numbers are
     rational: 5/2 rather than 2.5000000001), so the file is a key for mha check; with
     --blank the answers: slots are empty (_) for a student to fill in. An --ints
-    exercise is one a person can do with pencil and a calculator: 3 tokens, d_model 4
-    and 2 heads by default, √d_k whole (d_k = 4 here), and redrawn until every scaled
-    score lies within ±--max-score and no weight rounds to 0 or 1 unless masked.
+    exercise is one a person can do with pencil and a calculator: 3 tokens, d_model 8
+    and 2 heads of d_k 4 by default, causal, with the biases b_q, b_k, b_v, b_o; √d_k
+    whole; redrawn until every scaled score lies within ±--max-score and no weight rounds
+    to 0 or 1 unless masked, and until each classic mistake (√d_model for √d_k, the mask
+    inverted, Zᵀ, the heads in the wrong order …) gives other numbers, so check can name it.
 
     Examples:
 
@@ -97,6 +102,7 @@ def generate(
             others = [o for o, v in (("--ints", ints), ("--d-model", d_model),
                                      ("--kv-tokens", kv_tokens), ("--d-kv", d_kv),
                                      ("--d-k", d_k), ("--no-w-o", no_w_o),
+                                     ("--no-biases", no_biases),
                                      ("--max-score", max_score)) if v]
             if others and checkpoint is not None:
                 raise MhaError(f"--checkpoint gives the weights and their sizes: it cannot be "
@@ -110,7 +116,8 @@ def generate(
                 kv_tokens=gen.parse_tokens(kv_tokens, "--kv-tokens") if kv_tokens is not None
                 else None,
                 d_kv=d_kv, w_o=not no_w_o, most=gen.MOST_WRITTEN, d_k=d_k,
-                max_score=max_score, settings=option_values(settings), backward=backward)
+                max_score=max_score, settings=option_values(settings), backward=backward,
+                biases=False if no_biases else None)
         if backward:
             prob = prob.with_overrides(backward=True)
         chosen = [engine.canonical(s) for s in stage] if stage else None
@@ -121,13 +128,34 @@ def generate(
         if chosen is None and views:
             chosen = views  # an exercise of tiles or decoding: those are its answers
         filled = gen.answer_key(prob, chosen) if answers or blank else None
-        what = "small integers" if ints else "random decimals"
-        comment = f"mha generate: {what}, seed {seed}"
+        comment = _header(prob, checkpoint, seed, "small integers" if ints else
+                          "random decimals")
         text = gen.problem_yaml(prob, comment, filled, blank, layout)
         if output is not None:
             write_file(output, text.encode("utf-8"))
         else:
             sys.stdout.write(text)
+
+
+def _header(prob: Any, checkpoint: Any, seed: int, what: str) -> str:
+    """The file's first lines: what it is and how to make it again. A layer on a text
+    names the model, the layer and the text, and says that nothing in it is random."""
+    import json
+
+    read = prob.read
+    if checkpoint is None:
+        return f"mha generate: {what}, seed {seed}"
+    family = f"{read['family']}: " if read.get("family") else ""
+    layer = f"layer {read.get('layer', 0)} of the model at {checkpoint} ({family}its weights " \
+            "and settings)"
+    if "text" not in read:
+        return f"mha generate: {layer}, on random token vectors (decimals), seed {seed}"
+    return (f"mha generate: {layer}, on a text the model read\n"
+            f"text: {json.dumps(read['text'], ensure_ascii=False)}\n"
+            f"x: the model's own hidden state entering layer {read.get('layer', 0)}'s "
+            "attention for this text (nothing random: no seed)\n"
+            "mha's output agrees with the model's own attention output (largest difference "
+            f"{read['agreement']:.1e}, relative)")
 
 
 def _on_checkpoint(checkpoint: Any, layer: Optional[int], tokens: Optional[str],

@@ -12,6 +12,9 @@ import numpy as np
 from .. import numbers
 from ..engine.config import MATRICES, VECTORS
 from ..errors import MhaError
+from .exercise import (
+    HAND_D_MODEL, HAND_MAX_SCORE, HAND_MOST, HAND_TOKENS, default_scale, hand_sized, head_width,
+)
 from .problem import Problem
 
 DEFAULT_TOKENS = 4
@@ -49,14 +52,19 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
                    kv_tokens: int | list[str] | None = None, d_kv: int | None = None,
                    w_o: bool = True, most: int = MOST_NUMBERS, d_k: int | None = None,
                    max_score: float | None = None, settings: dict[str, Any] | None = None,
-                   strict: bool = True, backward: bool = False) -> Problem:
+                   strict: bool = True, backward: bool = False,
+                   biases: bool | None = None) -> Problem:
     """A random problem: self-attention, or cross-attention when ``kv_tokens`` is given.
 
     Decimal entries are rounded to a few places (two at unit spread), so that what is
     shown is exactly what is used. ``ints`` draws whole numbers from LO to HI instead,
     for hand calculation: √d_k whole under the default scale, and the problem redrawn
     until every scaled score lies within ±``max_score`` (default 4) and no weight rounds
-    to 0.0000 or 1.0000 unless the mask makes it so. ``kv_heads`` makes W_K and W_V
+    to 0.0000 or 1.0000 unless the mask makes it so, and until the classic mistakes
+    give other numbers than the right ones (`io.exercise`); an --ints self-attention is
+    causal unless a mask is given, and has the biases b_q, b_k, b_v, b_o unless
+    ``biases`` is False (decimals have them only when it is True), so that a mask misused
+    or a bias left out shows. ``kv_heads`` makes W_K and W_V
     G·d_k wide (grouped-query); the other ``settings`` (of the settings table: heads,
     mask, scale, window, alibi, …) are set as options are.
     Not ``strict`` (`explain`/`run --ints`), a problem too large to be hand-sized, or one
@@ -84,13 +92,16 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
     kv_labels = kv_tokens if isinstance(kv_tokens, list) else None
     cross = kv_tokens is not None or d_kv is not None
     m = len(kv_labels) if kv_labels else (kv_tokens if isinstance(kv_tokens, int) else n)
+    if ints is not None and not cross and settings.get("mask") is None:
+        settings["mask"] = "causal"  # an exercise's mask blocks keys: one misused shows
+    biases = ints is not None if biases is None else biases
     if hand and h * n * m > HAND_MOST:
         if strict:
             raise MhaError(f"an --ints exercise is worked by hand: {h} head(s) of {n} × {m} "
                            f"scores is more than a person does ({HAND_MOST} at most)")
         hand = False  # plain integers
     rope = settings.get("rope") is not None
-    width = _head_width(d, h, d_k, hand and _default_scale(scale), even=rope)
+    width = head_width(d, h, d_k, hand and default_scale(scale), even=rope)
     g = h if kv_heads is None else kv_heads
     if g < 1 or h % g:
         raise MhaError(f"--kv-heads {g} must divide --heads {h} (each key/value head serves "
@@ -134,151 +145,22 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
         inputs.update(w_q=draw(d, hd, sd_w), w_k=draw(dkv, gd, sd_kv), w_v=draw(dkv, gd, sd_kv))
         if w_o:
             inputs["w_o"] = draw(hd, d, sd_w)
+        if biases:
+            inputs.update(b_q=draw(1, hd, sd_w)[0], b_k=draw(1, gd, sd_kv)[0],
+                          b_v=draw(1, gd, sd_kv)[0])
+            if w_o:
+                inputs["b_o"] = draw(1, d, sd_w)[0]
         return build(inputs)
 
     if not hand:
         return plain()
     try:
-        return _hand_sized(rng, ints, n, m, d, dkv, h, g, width, cross, w_o,
-                           HAND_MAX_SCORE if max_score is None else max_score, build)
+        return hand_sized(rng, ints, n, m, d, dkv, h, g, width, cross, w_o,
+                          HAND_MAX_SCORE if max_score is None else max_score, build, biases)
     except MhaError:
         if strict:
             raise
         return plain()
-
-
-HAND_TOKENS = 3  # an --ints exercise: 3 tokens of width 4, 2 heads (d_k = 4, √d_k = 2)
-HAND_D_MODEL = 4
-HAND_MAX_SCORE = 4.0
-DRAWS = 400  # whole problems tried before an --ints exercise is declared impossible
-KEY_DRAWS = 12  # key weights tried for one key/value head, for each problem drawn
-QUERY_DRAWS = 8  # query weights tried for one query head, for each key weights drawn
-HAND_MOST = 4096  # scores in all heads of an --ints exercise
-
-
-def _default_scale(scale: Any) -> bool:
-    return scale is None or isinstance(scale, str) and scale.strip().lower() == "dk"
-
-
-def _head_width(d: int, h: int, d_k: int | None, whole_root: bool, even: bool = False) -> int:
-    """d_k: given, or d_model / H; under --ints with the default scale, a perfect square
-    (the next one above d_model / H), so that √d_k is whole; ``even`` for RoPE, which
-    turns dimensions in pairs."""
-    if d_k is not None:
-        if d_k < 1:
-            raise MhaError(f"--d-k must be at least 1, got {d_k}")
-        if even and d_k % 2:
-            raise MhaError(f"--d-k {d_k}: RoPE turns the dimensions of a head in pairs; give "
-                           "an even d_k")
-        root = math.isqrt(d_k)
-        if whole_root and root * root != d_k:
-            raise MhaError(f"--d-k {d_k}: an --ints exercise divides the scores by √d_k, which "
-                           f"is whole only for d_k = 1, 4, 9, 16 …; choose one of those, or "
-                           "--scale none (or a number)")
-        return d_k
-    if d % h:
-        raise MhaError(f"--d-model {d} is not divisible by --heads {h} "
-                       "(each head gets d_model / heads columns; or give --d-k)")
-    width = d // h
-    if whole_root:
-        root = math.isqrt(width)
-        root = root if root * root == width else root + 1
-        root += 1 if even and root % 2 else 0  # an even square: 4, 16, 36 …
-        width = root * root
-    elif even and width % 2:
-        width += 1
-    return width
-
-
-def _hand_sized(rng: np.random.Generator, ints: tuple[int, int], n: int, m: int, d: int,
-                dkv: int, h: int, g: int, width: int, cross: bool, w_o: bool, bound: float,
-                build: Callable[[dict], Problem]) -> Problem:
-    """Small integers, redrawn until the exercise is one a person can do by hand.
-
-    Scores grow with the width of the sums, so entries are drawn sparser (more of the
-    range's smallest value, 0 where the range holds it) the longer no draw has fitted;
-    each head's weights are drawn on their own, so that one head that fits is kept."""
-    lo, hi = ints
-    values = np.arange(lo, hi + 1)
-    small = values[np.argmin(np.abs(values))]
-
-    def draw(rows: int, cols: int, density: float, every_row: bool = False) -> np.ndarray:
-        a = rng.integers(lo, hi + 1, size=(rows, cols))
-        if density < 1:
-            a = np.where(rng.random((rows, cols)) < density, a, small)
-        if every_row and (values != 0).any():  # no token whose vector is all zeros
-            for i in np.flatnonzero(~a.any(axis=1)):
-                a[i, rng.integers(cols)] = rng.choice(values[values != 0])
-        return a.astype(np.float64)
-
-    for attempt in range(DRAWS):
-        density = max(0.15, 1.0 - attempt / (DRAWS / 2))
-        x = draw(n, d, max(density, 0.5), every_row=True)
-        x_kv = draw(m, dkv, max(density, 0.5), every_row=True) if cross else x
-        w_q, w_k = np.zeros((d, h * width)), np.zeros((dkv, g * width))
-        trial = build({"x": x, **({"x_kv": x_kv} if cross else {}),
-                       "w_q": w_q, "w_k": w_k, "w_v": w_k})
-        s, allowed = trial.config.scale, trial.prepared.allowed()
-        share = h // g  # query heads a key head serves
-        for group in range(g):
-            for _ in range(KEY_DRAWS):  # a key head, then query heads that fit with it
-                wk = draw(dkv, width, density)
-                keys = x_kv @ wk
-                found = []
-                for _ in range(share):
-                    for _ in range(QUERY_DRAWS):
-                        wq = draw(d, width, density)
-                        scaled = (x @ wq) @ keys.T / s
-                        if np.abs(scaled).max() <= bound and _varied(scaled, allowed):
-                            found.append(wq)
-                            break
-                if len(found) == share:
-                    w_k[:, group * width:(group + 1) * width] = wk
-                    for i, wq in enumerate(found):
-                        head = group * share + i
-                        w_q[:, head * width:(head + 1) * width] = wq
-                    break
-            else:
-                break  # this key head found no weights that fit: draw the inputs again
-        else:
-            inputs = {"x": x, **({"x_kv": x_kv} if cross else {}), "w_q": w_q, "w_k": w_k,
-                      "w_v": draw(dkv, g * width, density)}
-            if w_o:
-                inputs["w_o"] = draw(h * width, d, density)
-            prob = build(inputs)
-            if _hand_sized_weights(prob, bound):
-                return prob
-    if lo == hi or (lo == 0 and hi == 0):
-        raise MhaError(f"--ints {lo}:{hi} draws one value only: every score of a row would "
-                       "be the same; give a range such as -1:1")
-    raise MhaError(f"no exercise of integers {lo}:{hi} keeps every scaled score within "
-                   f"±{bound:g} at this size; narrow --ints, raise --max-score, or make "
-                   "--d-model or --d-k smaller")
-
-
-def _varied(scaled: np.ndarray, allowed: np.ndarray | None) -> bool:
-    """Some query sees keys with different scores: the weights are not all uniform."""
-    for i, row in enumerate(scaled):
-        live = row if allowed is None else row[allowed[i]]
-        if live.size > 1 and live.max() != live.min():
-            return True
-    return scaled.shape[1] == 1 or allowed is not None and allowed.sum(axis=1).max() <= 1
-
-
-def _hand_sized_weights(prob: Problem, bound: float) -> bool:
-    """Every scaled score within ±bound, and no weight that prints as 0.0000 or 1.0000
-    where the mask leaves a query more than one key."""
-    from ..engine import traced
-
-    with np.errstate(all="ignore"):
-        tr = traced(prob.prepared, checked=False)
-    if np.abs(tr.stages["scaled"]).max() > bound:
-        return False
-    allowed = prob.prepared.allowed()
-    live = np.ones(tr.stages["weights"].shape[1:], dtype=bool) if allowed is None else allowed
-    several = live.sum(axis=1) > 1
-    w = tr.stages["weights"][:, several][:, live[several]]
-    return bool(np.all((w >= 0.00005) & (w <= 0.99995)))
 
 
 # --------------------------------------------------------------------------- writing
@@ -327,6 +209,11 @@ def answer_key(problem: Problem, stages: list[str] | None = None) -> dict[str, n
     return out
 
 
+# What a problem file written by `generate` states even where it is the default, so that a
+# student sees what applies: whether keys are blocked, and what the scores are divided by.
+STATED = {"mask": "none", "scale": "dk"}
+
+
 def _setting_lines(problem: Problem, orient: Callable[[np.ndarray], np.ndarray]
                    ) -> list[str]:
     """The settings a problem has, as a problem file writes them (each entry of the
@@ -337,6 +224,7 @@ def _setting_lines(problem: Problem, orient: Callable[[np.ndarray], np.ndarray]
     out = []
     for s in SETTINGS:
         value = s.write(c, p, problem.inputs.get(s.key)) if s.write and s.in_file else None
+        value = STATED.get(s.key) if value is None else value
         if value is None:
             continue
         if not isinstance(value, np.ndarray):
@@ -355,14 +243,15 @@ def _setting_lines(problem: Problem, orient: Callable[[np.ndarray], np.ndarray]
 
 def problem_yaml(problem: Problem, comment: str, answers: dict[str, np.ndarray] | None = None,
                  blank: bool = False, layout: str = "rows") -> str:
-    """A problem file (with an answers: section when given) as YAML text.
+    """A problem file (with an answers: section when given) as YAML text, ``comment``
+    (one line or several) its first lines.
 
     ``problem`` is in the row layout; ``layout="columns"`` writes every matrix transposed.
     """
     columns = layout == "columns"
     orient = (lambda a: a.swapaxes(-1, -2) if a.ndim > 1 else a) if columns else \
         (lambda a: a)  # noqa: E731
-    out = [f"# {comment}"]
+    out = [f"# {line}" for line in comment.splitlines()]
     if problem.tokens:
         out.append(f"tokens: [{', '.join(label_text(t) for t in problem.tokens)}]")
     if problem.kv_tokens:

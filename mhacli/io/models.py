@@ -61,6 +61,7 @@ def load_text_layers(checkpoint: str | Path, text: str, layers: list[int], *,
 
     path = Path(checkpoint)
     found = {k: ckpt.read_layer(path, k) for k in layers}
+    _refuse_changes(path, text, found, settings)  # before the model is loaded (seconds)
     reading = read_text(path, text, {k: f.stem for k, f in found.items()})
     return from_reading(path, text, reading, layers, layout=layout, **settings)
 
@@ -100,3 +101,58 @@ def from_reading(checkpoint: str | Path, text: str, reading: Any, layers: list[i
         out.append(replaced(prob, read=MappingProxyType(read)))
     return out
 
+
+
+# Settings that leave a text's layer the model's own: how precisely it is computed, a fully
+# blocked row's policy (none in a model's masks), and the views of the same numbers.
+SAME_NUMBERS = ("dtype", "masked_row", "layout", "tiles", "decode", "splits")
+
+
+def _refuse_changes(path: Path, text: str, found: dict[int, Any],
+                    settings: dict[str, Any]) -> None:
+    """A setting that would make a layer other than the model's is refused here, before the
+    model reads the text: --text shows the model's own numbers. A setting equal to the
+    layer's own (--mask causal on a causal model) is no change; the route to a changed
+    layer is a problem file, which is the person's own to change."""
+    import shlex
+
+    from ..engine.settings import BY_KEY, same
+
+    given = {k: v for k, v in settings.items() if v is not None and k not in SAME_NUMBERS}
+    if not given:
+        return
+    for k, layer in found.items():  # the layer on two tokens of zeros: its settings
+        width = layer.keys["w_q"].shape[0]
+        base = from_mapping({"x": np.zeros((2, width)), "checkpoint": path, "layer": k},
+                            f"layer {k} of {path}", None)
+        changed = []
+        for key, value in given.items():
+            try:
+                other = base.with_overrides(**{key: value})
+            except MhaError:
+                changed.append(key)  # (one that cannot even be applied changes it)
+                continue
+            if not same(key, base.prepared, other.prepared):
+                changed.append(key)
+        if not changed:
+            continue
+        typed = " ".join(_as_typed(BY_KEY[key], given[key]) for key in changed)
+        quoted = shlex.quote(text) if len(text) <= 60 and text.isprintable() else "TEXT"
+        out = f"layer{k}.yaml"
+        raise MhaError(f"{typed} would make layer {k} another attention than the model's, and "
+                       f"--text shows the model's own numbers: write the layer's problem once "
+                       f"(mha generate --checkpoint {shlex.quote(str(path))} --text {quoted} "
+                       f"--layer {k} -o {out}), then change it there (mha explain {out} "
+                       f"{typed}); a problem file may be changed freely: it is then mha's own "
+                       "problem, no longer checked against the model")
+
+
+def _as_typed(setting: Any, value: Any) -> str:
+    """A setting's option as a person types it: ``--mask none``, ``--alibi``."""
+    import shlex
+
+    if value is True:
+        return setting.flag
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        return f"{setting.flag} {shlex.quote(str(value))}"
+    return f"{setting.flag} {setting.metavar or 'VALUE'}"  # (read from a file: its name)
