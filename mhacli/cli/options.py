@@ -91,7 +91,7 @@ TextOpt = Annotated[Optional[str], typer.Option(
     "--text", help="With --checkpoint MODEL (a model folder with its tokenizer): x is the "
     "model's own hidden state entering the layer's attention for this text, its rows the "
     "tokens; mha's output is checked against the model's (needs transformers and torch). "
-    "Each run loads the model (seconds): write the layer once with generate -o FILE, then "
+    "Each run loads the model (seconds): write the layer once with mha generate … -o FILE, then "
     "explain FILE as often as wanted (settings changed there freely).",
     rich_help_panel=PROBLEM)]
 LayerOpt = Annotated[Optional[str], typer.Option(

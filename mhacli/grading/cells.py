@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..claims import Claim
-from .records import StageReport, Wrong, judge_one
+from .records import StageReport, Wrong, judge_one, stands_for
 
 
 @dataclass
@@ -45,9 +45,7 @@ class Named:
 
 def half(claims: np.ndarray | None, true: np.ndarray) -> np.ndarray:
     """How far each written number may be from what the person carried on (the rule of
-    ``judge.stands_for``)."""
-    from .judge import stands_for
-
+    ``records.stands_for``)."""
     if claims is None:
         return np.zeros(np.shape(true))
     return np.array([stands_for(c, float(t)) for c, t in

@@ -23,7 +23,7 @@ from ..io.course import Key, load_key, load_submission
 from ..io.problem import Problem, load
 from ..claims import Claim
 from .mistakes import Mistake
-from .records import FLOAT_SLACK, StageReport, Wrong, judge_one
+from .records import FLOAT_SLACK, StageReport, Wrong, judge_one, stands_for
 
 __all__ = ["FLOAT_SLACK", "Report", "StageReport", "Truth", "Wrong", "check", "grade",
            "judge_one", "teacher_key"]
@@ -146,19 +146,6 @@ def _values(claims: np.ndarray, fill: np.ndarray) -> np.ndarray:
 CARRY_CELLS = 4000  # earlier answers up to this many cells: their rounding is carried
 
 
-def stands_for(c: Claim, true: float) -> float:
-    """How far a written number may be from the one the person carried on to the next
-    step. A right number stands for anything between what was written and the true value
-    (they may have carried either): -0.5 written for -0.5 stands for itself alone, however
-    few its digits. A number that is not right stands for anything within half a unit of
-    its last digit (a slip carried with more digits than written). Blanks: 0."""
-    if c.blank or not np.isfinite(c.value) or not np.isfinite(true):
-        return 0.0
-    if judge_one(c, true):
-        return abs(c.value - true)
-    return float(c.half_unit)
-
-
 def _carried_rounding(p: Prepared, own: dict[str, np.ndarray], half: dict[str, np.ndarray],
                       stage: str) -> np.ndarray | None:
     """How far ``stage`` may move when each earlier answer moves by as much as it stands
@@ -252,6 +239,7 @@ def check(problem: Problem, tolerance: float = 0.0, *, partial: bool = False,
     last_exact = next((s for s in reversed(order) if BY_NAME[s].exact), None)
     own: dict[str, np.ndarray] = {}  # the person's numbers so far, blanks worked out
     half: dict[str, np.ndarray] = {}  # how far each of them may be from what was carried
+    digits: dict[str, np.ndarray] = {}  # the half unit each was written to (naming only)
     reports: list[StageReport] = []
     for stage in order:
         expected = truth.trace.stages[stage]
@@ -291,11 +279,13 @@ def check(problem: Problem, tolerance: float = 0.0, *, partial: bool = False,
         wrong = [cell(idx) for idx in map(tuple, np.argwhere(wrong_cells).tolist())]
         carried_cells = [cell(idx) for idx in map(tuple, np.argwhere(carried).tolist())]
         mistake = None
-        if wrong and exact_ok:
-            mistake = _known_mistake(p, stage, claims, own, from_own, tolerance, allowance)
+        if wrong and exact_ok:  # naming a mistake changes no verdict: every digit's room
+            mistake = _known_mistake(p, stage, claims, own, from_own, tolerance,
+                                     _carried_rounding(p, own, digits, stage) if own else None)
         own[stage] = _values(claims, from_own)
         half[stage] = np.array([stands_for(c, float(t)) for c, t in
                                 zip(claims.flat, expected.flat)]).reshape(claims.shape)
+        digits[stage] = np.array([float(c.half_unit) for c in claims.flat]).reshape(claims.shape)
         status = "wrong" if wrong else "blank" if blank == claims.size else \
             "incomplete" if blank else "correct"
         reports.append(StageReport(stage, status, claims.size, blank, wrong, (), None,

@@ -74,3 +74,16 @@ def judge_one(c: Claim, e: float, x: Any = None, tolerance: float = 0.0,
         return bool(c.exact == x)
     slack = tolerance + float(c.half_unit) + FLOAT_SLACK * max(1.0, abs(e))
     return bool(abs(c.value - e) <= slack + allowance)
+
+
+def stands_for(c: Claim, true: float) -> float:
+    """How far a written number may be from the one the person carried on to the next
+    step. A right number stands for anything between what was written and the true value
+    (they may have carried either): -0.5 written for -0.5 stands for itself alone, however
+    few its digits. A number that is not right stands for anything within half a unit of
+    its last digit (a slip carried with more digits than written). Blanks: 0."""
+    if c.blank or not np.isfinite(c.value) or not np.isfinite(true):
+        return 0.0
+    if judge_one(c, true):
+        return abs(c.value - true)
+    return float(c.half_unit)

@@ -151,8 +151,9 @@ def _as_typed(setting: Any, value: Any) -> str:
     """A setting's option as a person types it: ``--mask none``, ``--alibi``."""
     import shlex
 
+    flag = "--" + setting.key.replace("_", "-")  # (every setting's option is named so)
     if value is True:
-        return setting.flag
+        return flag
     if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-        return f"{setting.flag} {shlex.quote(str(value))}"
-    return f"{setting.flag} {setting.metavar or 'VALUE'}"  # (read from a file: its name)
+        return f"{flag} {shlex.quote(str(value))}"
+    return f"{flag} VALUE"  # (read from a file: its matrix)
