@@ -109,7 +109,7 @@ def build(folder: Path, layer: int, seed: int = 0) -> dict:
 CHILD = r"""
 import json, sys, time
 import numpy as np
-from mhacli.io.modelfiles import open_checkpoint
+from mhacli.models.files import open_checkpoint
 
 def status(key):  # KiB
     for line in open("/proc/self/status"):

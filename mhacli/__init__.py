@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from .engine import Config, Trace, attention, trace
 from .errors import MaskedRowWarning, MhaError
-from .io.models import load_text
+from .io.on_model import load_text
 from .io.problem import Problem, load
 
 if TYPE_CHECKING:

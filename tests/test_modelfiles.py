@@ -1,4 +1,4 @@
-"""Hugging Face checkpoints read as they ship (mhacli.io.modelfiles): safetensors files
+"""Hugging Face checkpoints read as they ship (mhacli.models.files): safetensors files
 written here byte by byte (and, where torch and transformers are installed, by their own
 writers), read back exactly in every float width; folders, sharded sets, index files, a
 Hub cache snapshot of symlinks and .npz; every broken or hostile file refused with one
@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from mhacli.errors import MhaError
-from mhacli.io import tensorfile
-from mhacli.io.modelfiles import Checkpoint, open_checkpoint
+from mhacli.models import tensors as tensorfile
+from mhacli.models.files import Checkpoint, open_checkpoint
 
 Raw = tuple[str, tuple[int, ...], bytes]  # dtype code, shape, the data's bytes
 

@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 
 import mhacli
 from mhacli.cli import app
-from mhacli.io.models import from_reading
-from mhacli.io.text import Reading, labels
+from mhacli.io.on_model import from_reading
+from mhacli.models.text import Reading, labels
 
 MODELS = Path(__file__).parent / "fixtures" / "models"
 runner = CliRunner()
@@ -241,7 +241,7 @@ def _replayed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         assert asked == text
         return reading
 
-    monkeypatch.setattr("mhacli.io.text.read_text", read_text)
+    monkeypatch.setattr("mhacli.models.text.read_text", read_text)
     return calls
 
 

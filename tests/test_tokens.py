@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mhacli.io.tokens import distinct, labels, readable
+from mhacli.io.labels import distinct
+from mhacli.models.tokens import labels, readable
 
 MODELS = Path(__file__).parent / "fixtures" / "models"
 TEXT = "Ça coûte 5€ 😀"
@@ -170,8 +171,8 @@ def test_a_repeated_token_is_told_apart_wherever_rows_are_shown() -> None:
 def test_a_texts_repeated_tokens_are_told_apart() -> None:
     """The fixture's text has John, e and to twice: the rows say John₂, e₂ and to₂,
     the reading keeps the tokens as the model made them."""
-    from mhacli.io.models import from_reading
-    from mhacli.io.text import Reading
+    from mhacli.io.on_model import from_reading
+    from mhacli.models.text import Reading
 
     data = np.load(MODELS / "gpt2" / "text.npz")
     kept = json.loads(str(data["labels"]))

@@ -163,7 +163,7 @@ def _on_checkpoint(checkpoint: Any, layer: Optional[int], tokens: Optional[str],
     """An exercise on a real model's layer: its weights and settings, on random tokens
     or on a text (x the model's own hidden state for it)."""
     from ..io import generate as gen
-    from ..io.models import load_checkpoint, load_text
+    from ..io.on_model import load_checkpoint, load_text
 
     if checkpoint is None:
         raise MhaError("--layer picks a layer of --checkpoint: give --checkpoint too" if

@@ -68,12 +68,12 @@ def _problems(options: dict[str, Any], layer: Any, settings: dict[str, Any]) -> 
     checkpoint, text = options.get("checkpoint"), options.get("text")
     if checkpoint is None:
         raise MhaError("--layer all shows every layer of a model: give --checkpoint MODEL")
-    from ..io.checkpoint import layers
+    from ..models.layer import layers
 
     every = layers(checkpoint)
     if text is not None:
         from ..io.choose import option_values
-        from ..io.models import load_text_layers
+        from ..io.on_model import load_text_layers
 
         return load_text_layers(checkpoint, text, every, layout=options.get("layout") or "rows",
                                 **option_values(settings))

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..engine.settings import BY_KEY
 from ..errors import MhaError
-from .models import load_checkpoint
+from .on_model import load_checkpoint
 from .problem import Problem, load, load_sample, read_bias
 
 BUILT_IN = "intro"
@@ -47,7 +47,7 @@ def problem_from(*, file: str | None = None, sample: str | None = None,
                            "folder, with its tokenizer)" if checkpoint is None else
                            f"--text gives x and the tokens: it cannot be combined with "
                            f"{others[0]}")
-        from .models import load_text
+        from .on_model import load_text
 
         prob = load_text(checkpoint, text, layer, layout=layout or "rows", **settings)
         settings = {}  # applied before the model's output was compared

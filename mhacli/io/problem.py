@@ -29,7 +29,7 @@ from ..errors import MhaError, key_text, shown
 from . import torchstate
 from .matrices import LAYOUTS, read_array, read_claims, to_rows
 from .reader import Locator, parse_text, read_bytes, read_file, read_npz
-from .tokens import distinct
+from .labels import distinct, labels_of
 
 FILE_SETTINGS = tuple(s.key for s in SETTINGS if s.in_file and s.engine)  # besides layout
 KNOWN_KEYS = ("tokens", "kv_tokens", "layout", "answers") + FILE_SETTINGS + MATRICES \
@@ -69,8 +69,8 @@ class Problem:
         try:
             prepared = prepare(**inputs)
             c = prepared.config
-            rows = _labels(tokens, "tokens", c.n, "query rows")
-            cols = _labels(kv_tokens, "kv_tokens", c.m, "key rows")
+            rows = labels_of(tokens, "tokens", c.n, "query rows")
+            cols = labels_of(kv_tokens, "kv_tokens", c.m, "key rows")
             if cols is not None and not c.key_labels:
                 raise MhaError("kv_tokens labels the rows of x_kv, but there is no x_kv",
                                key="kv_tokens")
@@ -153,42 +153,6 @@ class Problem:
         """How many input numbers the problem holds."""
         arrays = (getattr(self.prepared, key) for key in MATRICES)
         return sum(a.size for a in arrays if a is not None)
-
-
-def _labels(value: Any, name: str, count: int, what: str) -> tuple[str, ...] | None:
-    if value is None:
-        return None
-    if isinstance(value, np.ndarray):
-        value = value.tolist()
-    if isinstance(value, str):
-        value = value.split()
-    if not isinstance(value, (list, tuple)) or not value:
-        raise MhaError(f"{name} must be a list of labels such as [the, cat, sat]", key=name)
-    for i, item in enumerate(value):
-        if isinstance(item, (list, dict, tuple)) or item is None:
-            raise MhaError(f"{key_text((name, i))} must be a label (text), found {item!r}",
-                           key=(name, i))
-        bad = next((ch for ch in str(item) if _unprintable(ch)), None)
-        if bad is not None:
-            raise MhaError(f"{key_text((name, i))} holds the character U+{ord(bad):04X} (a "
-                           "control, line-separating or direction-changing character, or "
-                           "half a surrogate pair); a label is printable text", key=(name, i))
-    if len(value) != count:
-        raise MhaError(f"{name} has {len(value)} labels but there are {count} {what}",
-                       key=name)
-    return tuple(str(item) for item in value)
-
-
-def _unprintable(ch: str) -> bool:
-    """A character that would act on a terminal or a page rather than show: controls,
-    line and paragraph separators, direction overrides (U+202E), lone surrogates."""
-    if " " <= ch <= "~":  # printable ASCII: no need of the Unicode tables
-        return False
-    import unicodedata
-
-    category = unicodedata.category(ch)
-    return category in ("Cc", "Cs", "Zl", "Zp") or category == "Cf" and \
-        ch not in "\u200c\u200d"  # joiners, as emoji and some scripts need
 
 
 # --------------------------------------------------------------------------- mappings
@@ -333,7 +297,7 @@ def _with_checkpoint(data: dict[str, Any], base: Path | None,
                      heads: int | None) -> tuple[dict[str, Any], dict[str, Any]]:
     """``checkpoint: model.safetensors`` (beside the problem, or a path given on the
     command line) and ``layer: N``: that layer's weights and settings added."""
-    from . import checkpoint
+    from ..models import layer as checkpoint
 
     value = data["checkpoint"]
     if isinstance(value, Path):

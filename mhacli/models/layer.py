@@ -3,7 +3,7 @@ keys: the weights (``w_q`` … ``b_o``) and the settings its config gives (heads
 and its scaling, the window of this layer, the scale, softcap, q/k norms, sinks), each
 with the config key or tensor it came from.
 
-The checkpoint is read by ``modelfiles`` (a model folder, a sharded set, one
+The checkpoint is read by ``files`` (a model folder, a sharded set, one
 ``.safetensors``, or an ``.npz``; only this layer's tensors); the family, found from the
 tensor names and the config's ``model_type``, says how to read it (``families``). What
 the layer or its config holds that mha does not follow is refused by name.
@@ -18,8 +18,8 @@ from typing import Any
 
 from ..errors import MhaError, shown
 from . import families as fam
-from .config_reading import IRRELEVANT, Reader, linear
-from .modelfiles import open_checkpoint
+from .reading import IRRELEVANT, Reader, linear
+from .files import open_checkpoint
 
 # a family: how its layer's attention tensors are named (one (\d+), the layer) and read
 LAYOUTS = (

@@ -134,7 +134,7 @@ def _tokenizer(transformers: Any, folder: Path) -> Any:
 
 
 def _positions(folder: Path) -> int | None:
-    from .modelfiles import open_checkpoint
+    from .files import open_checkpoint
 
     config = open_checkpoint(folder).config
     for key in ("max_position_embeddings", "n_positions", "n_ctx"):
@@ -145,7 +145,7 @@ def _positions(folder: Path) -> int | None:
 
 
 def _dynamic(folder: Path) -> bool:
-    from .modelfiles import open_checkpoint
+    from .files import open_checkpoint
 
     config = open_checkpoint(folder).config
     for key in ("rope_parameters", "rope_scaling"):
@@ -156,7 +156,7 @@ def _dynamic(folder: Path) -> bool:
 
 
 def _model(transformers: Any, torch: Any, folder: Path) -> Any:
-    from .modelfiles import open_checkpoint
+    from .files import open_checkpoint
 
     config = open_checkpoint(folder).config
     names = config.get("architectures") or []

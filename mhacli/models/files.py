@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import MhaError, shown
-from .tensorfile import (TensorInfo, check_finite, read_floats, read_header, read_json_file,
+from .tensors import (TensorInfo, check_finite, read_floats, read_header, read_json_file,
                          refuse_unless_float, regular_file)
 
 if TYPE_CHECKING:  # annotations only: numpy.typing costs a millisecond of start-up
@@ -238,7 +238,7 @@ def _inside(file: Any, tensor: str, index: Path) -> str:
 def _npz(path: Path) -> Checkpoint:
     """An .npz of tensor names, read whole by the project's safe reader (never
     unpickled), with the config.json beside it."""
-    from .reader import read_npz
+    from ..npzfile import read_npz
 
     regular_file(path)
     arrays = read_npz(path)

@@ -1,4 +1,4 @@
-"""Tokens as a person reads them, and rows a person can tell apart.
+"""Tokens as a person reads them.
 
 A model's tokenizer spells its tokens in its own code: byte-level BPE (GPT-2, Llama 3)
 writes each byte as a printable character (``Ġ`` a space, ``âĤ¬`` the three bytes of €),
@@ -7,47 +7,16 @@ SentencePiece (Llama 2, Gemma) writes a space as ``▁`` and a byte it has no pi
 token back into the bytes it stands for, from the tokenizer's own vocabulary and the
 decoder it declares; ``readable`` turns those bytes into labels: the characters a token
 holds (``coûte``, ``€``), and for a token that holds only part of a character's UTF-8
-bytes, which character and which of its bytes (``€[1/3]``, ``😀[2–4/4]``).
-
-``distinct`` tells repeated labels apart (``the``, ``the₂``) wherever rows are shown.
-"""
+bytes, which character and which of its bytes (``€[1/3]``, ``😀[2–4/4]``)."""
 
 from __future__ import annotations
 
 import json
 import re
-from collections import Counter
 from typing import Any, Sequence
 
-_SUBSCRIPT = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
 _SHOWN = {" ": "␣", "\n": "↵", "\t": "⇥"}
 _BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
-
-
-def distinct(labels: Sequence[str]) -> list[str]:
-    """The labels with each repeat numbered as a subscript (``the``, ``cat``, ``the₂``):
-    the first keeps its label, so that a text without repeats reads as it is. A number
-    that would make another label (``a₂`` already there) moves on to the next free one."""
-    counts = Counter(labels)
-    if all(c == 1 for c in counts.values()):
-        return list(labels)
-    taken = set(labels)
-    seen: dict[str, int] = {}
-    out = []
-    for label in labels:
-        k = seen.get(label, 0) + 1
-        seen[label] = k
-        if k == 1:
-            out.append(label)
-            continue
-        shown = label + str(k).translate(_SUBSCRIPT)
-        while shown in taken:
-            k += 1
-            shown = label + str(k).translate(_SUBSCRIPT)
-        seen[label] = k
-        taken.add(shown)
-        out.append(shown)
-    return out
 
 
 def labels(tokenizer: Any, ids: Sequence[int]) -> list[str]:

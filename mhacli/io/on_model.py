@@ -29,7 +29,7 @@ def load_checkpoint(checkpoint: str | Path, layer: int | None, *, file: str | No
         if not isinstance(data, dict):
             return from_mapping(data, source)  # says what a problem must be
         return from_mapping({**data, **extra}, source, base, layout, locate, heads)
-    from . import checkpoint as ckpt
+    from ..models import layer as ckpt
 
     try:
         width = ckpt.read_layer(path, layer or 0).keys["w_q"].shape[0]
@@ -56,8 +56,8 @@ def load_text(checkpoint: str | Path, text: str, layer: int | None = 0, *,
 def load_text_layers(checkpoint: str | Path, text: str, layers: list[int], *,
                      layout: str = "rows", **settings: Any) -> list[Problem]:
     """``load_text`` for several layers, from one forward pass of the model."""
-    from . import checkpoint as ckpt
-    from .text import read_text
+    from ..models import layer as ckpt
+    from ..models.text import read_text
 
     path = Path(checkpoint)
     found = {k: ckpt.read_layer(path, k) for k in layers}
@@ -68,13 +68,13 @@ def load_text_layers(checkpoint: str | Path, text: str, layers: list[int], *,
 
 def from_reading(checkpoint: str | Path, text: str, reading: Any, layers: list[int], *,
                  layout: str = "rows", **settings: Any) -> list[Problem]:
-    """The problems of a text the model has read (``io.text.Reading``: its tokens, and for
+    """The problems of a text the model has read (``models.text.Reading``: its tokens, and for
     each layer x and the model's own attention output), mha's output checked against the
     model's."""
     from dataclasses import replace as replaced
 
     from ..engine import fast
-    from .text import AGREEMENT
+    from ..models.text import AGREEMENT
 
     path = Path(checkpoint)
     out = []

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import MhaError, shown
-from .config_reading import Reader, fused, heads_of, linear, rope_of, window_of
+from .reading import Reader, fused, heads_of, linear, rope_of, window_of
 
 # --------------------------------------------------------------------------- families
 

@@ -13,7 +13,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import MhaError, shown
-from .modelfiles import Checkpoint
+from .files import Checkpoint
 
 IRRELEVANT = frozenset("""
 _name_or_path architectures model_type transformers_version torch_dtype dtype vocab_size
