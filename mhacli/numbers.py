@@ -155,11 +155,17 @@ def sizes_within(a: np.ndarray, low: float, high: float,
 
 def in_range(a: np.ndarray) -> bool:
     """Whether ``out_of_range`` holds nowhere in ``a`` (a few passes instead of seven;
-    the mask only to say where)."""
+    the mask only to say where), a piece at a time: a large weight is checked without
+    a temporary of its own size."""
     if a.size < 4096:  # small: the mask itself is quicker than the sizes' passes
         return not out_of_range(a).any()
+    if not a.flags.c_contiguous and a.ndim > 1:  # (a head's block: no flat view of it)
+        return all(in_range(part) for part in a)
     info = np.finfo(a.dtype)
-    return bool(sizes_within(a, float(info.tiny), float(info.max)))
+    flat = a.reshape(-1)  # a view
+    step = 1 << 20
+    return all(bool(sizes_within(flat[i:i + step], float(info.tiny), float(info.max)))
+               for i in range(0, flat.size, step))
 
 
 def exact_array(values: Any) -> np.ndarray:

@@ -206,15 +206,24 @@ def merge_heads(o: Array) -> Array:
     return o.transpose(1, 0, 2).reshape(n, heads * d_v)  # (n, H·d_v)
 
 
+FUSE_MOST = 1 << 20  # weights joined for one product up to this many numbers (8 MiB):
+# past it the joined copy costs more memory than the one product saves time
+
+
 def projections(x: Array, x_kv: Array | None, w_q: Array, w_k: Array, w_v: Array,
                 b_q: Array | None, b_k: Array | None, b_v: Array | None,
                 turned: bool = False, matmul: Callable[[Array, Array], Array] = np.matmul
                 ) -> tuple[Array, Array, Array]:
     """Q, K, V in as few products as there are inputs: X·[W_Q | W_K | W_V] in
-    self-attention, X·W_Q and X_kv·[W_K | W_V] in cross-attention. ``turned``: Qᵀ, Kᵀ
+    self-attention, X·W_Q and X_kv·[W_K | W_V] in cross-attention (one each, for weights
+    past ``FUSE_MOST``). ``turned``: Qᵀ, Kᵀ
     and Vᵀ, each head's numbers then side by side in memory (rows h·d … (h+1)·d − 1),
     made by ``matmul``."""
     axis = 0 if turned else 1
+    if w_q.size + w_k.size + w_v.size > FUSE_MOST:  # a large layer: no joined copy of it
+        return (project(x, w_q, b_q, turned, matmul),
+                project(x if x_kv is None else x_kv, w_k, b_k, turned, matmul),
+                project(x if x_kv is None else x_kv, w_v, b_v, turned, matmul))
     if x_kv is not None:
         q = project(x, w_q, b_q, turned, matmul)  # (n, H·d_k), or turned
         kv = project(x_kv, np.hstack([w_k, w_v]), joined_bias(b_k, b_v, w_k, w_v), turned,

@@ -28,12 +28,17 @@ def shape_text(a: np.ndarray) -> str:
 
 
 def as_array(name: str, value: Any, dtype: Any) -> np.ndarray:
-    """A fresh read-only copy of ``value`` in ``dtype`` (object: exact Fractions)."""
+    """A fresh read-only copy of ``value`` in ``dtype`` (object: exact Fractions); an array
+    that is read-only, owns its numbers and is in ``dtype`` already (a real model's weight,
+    as read) is checked and held as it is: nobody can write it, and a copy would double the
+    memory a layer of a large model takes."""
     if dtype is object:  # exact rationals, already validated as numbers by the reader
         arr = np.array(value, dtype=object)
     else:
+        held = isinstance(value, np.ndarray) and value.dtype == dtype and \
+            value.flags.owndata and not value.flags.writeable
         try:
-            arr = np.array(value)
+            arr = value if held else np.array(value)
         except (ValueError, TypeError) as exc:  # ragged nested lists
             raise MhaError(f"{name} is not a rectangular array of numbers ({exc})",
                            key=name) from None

@@ -60,7 +60,8 @@ def problem_from(*, file: str | None = None, sample: str | None = None,
             seed = new_seed()
         prob = load_checkpoint(checkpoint, layer, file=file, stdin=stdin,
                                layout=layout or "rows", heads=settings.pop("heads", None),
-                               tokens=token_spec if file is None else None, seed=seed)
+                               tokens=token_spec if file is None else None, seed=seed,
+                               dtype=settings.get("dtype"))  # read in it, once
         token_spec = token_spec if file is not None else None
     elif layer is not None:
         raise MhaError("--layer picks a layer of --checkpoint: give --checkpoint too")

@@ -11,36 +11,42 @@ from typing import Any
 import numpy as np
 
 from ..errors import MhaError
-from .problem import Problem, _document, from_mapping
+from .problem import Problem, _document, from_mapping, layer_number
 
 
 def load_checkpoint(checkpoint: str | Path, layer: int | None, *, file: str | None = None,
                     stdin: Any = None, layout: str = "rows", heads: int | None = None,
-                    tokens: int | list[str] | None = None, seed: int | None = None) -> Problem:
+                    tokens: int | list[str] | None = None, seed: int | None = None,
+                    dtype: Any = None) -> Problem:
     """One layer of a checkpoint (``--checkpoint FILE --layer N``) on a problem file's
     inputs, or on random token vectors of the model's width (``tokens`` of them, 4 by
-    default, drawn from ``seed``)."""
+    default, drawn from ``seed``). The layer is read once, in ``dtype`` (the working
+    precision: float64 by default) straight into the problem's layout."""
+    from ..models.layer import read_layer
+
     path = Path(checkpoint)
-    extra: dict[str, Any] = {"checkpoint": path}
-    if layer is not None:  # (else a file's own layer:, or the first)
-        extra["layer"] = layer
+    working = np.dtype(dtype or np.float64)
     if file is not None:
         data, locate, source, base = _document(file, stdin)
         if not isinstance(data, dict):
             return from_mapping(data, source)  # says what a problem must be
-        return from_mapping({**data, **extra}, source, base, layout, locate, heads)
-    from ..models import layer as ckpt
-
+        try:
+            number = layer if layer is not None else layer_number(data.get("layer"))
+        except MhaError as exc:
+            raise exc.located(source) from None
+        reading = read_layer(path, number or 0, working)  # (its errors name the checkpoint)
+        rest = {k: v for k, v in data.items() if k not in ("checkpoint", "layer")}
+        return from_mapping(rest, source, base, layout, locate, heads, reading)
     try:
-        width = ckpt.read_layer(path, layer or 0).keys["w_q"].shape[0]
+        reading = read_layer(path, layer or 0, working)
     except MhaError as exc:
         raise exc.located(exc.source or str(path)) from None
     labels = tokens if isinstance(tokens, list) else None
     n = len(labels) if labels else tokens if isinstance(tokens, int) else 4
-    x = np.round(np.random.default_rng(seed).standard_normal((n, width)), 2)
+    x = np.round(np.random.default_rng(seed).standard_normal((n, reading.width)), 2)
     source = f"random tokens on {path.name}" + (f" (seed {seed})" if seed is not None else "")
-    return from_mapping({"x": x, "tokens": labels, **extra}, source, None, layout,
-                        heads=heads)
+    return from_mapping({"x": x, "tokens": labels}, source, None, layout, heads=heads,
+                        reading=reading)
 
 
 def load_text(checkpoint: str | Path, text: str, layer: int | None = 0, *,
@@ -63,24 +69,27 @@ def load_text_layers(checkpoint: str | Path, text: str, layers: list[int], *,
     found = {k: ckpt.read_layer(path, k) for k in layers}
     _refuse_changes(path, text, found, settings)  # before the model is loaded (seconds)
     reading = read_text(path, text, {k: f.stem for k, f in found.items()})
-    return from_reading(path, text, reading, layers, layout=layout, **settings)
+    return from_reading(path, text, reading, layers, layout=layout, found=found, **settings)
 
 
 def from_reading(checkpoint: str | Path, text: str, reading: Any, layers: list[int], *,
-                 layout: str = "rows", **settings: Any) -> list[Problem]:
-    """The problems of a text the model has read (``models.text.Reading``: its tokens, and for
-    each layer x and the model's own attention output), mha's output checked against the
-    model's."""
+                 layout: str = "rows", found: dict[int, Any] | None = None,
+                 **settings: Any) -> list[Problem]:
+    """The problems of a text the model has read (``models.text.Reading``: its tokens, and
+    for each layer x and the model's own attention output), mha's output checked against
+    the model's; ``found``: the layers as read already (else read here)."""
     from dataclasses import replace as replaced
 
     from ..engine import fast
+    from ..models.layer import read_layer
     from ..models.text import AGREEMENT
 
     path = Path(checkpoint)
     out = []
     for k in layers:
-        prob = from_mapping({"x": reading.x[k], "tokens": reading.labels, "checkpoint": path,
-                             "layer": k}, f"the text on {path}", None, layout)
+        layer = found[k] if found is not None else read_layer(path, k)
+        prob = from_mapping({"x": reading.x[k], "tokens": reading.labels},
+                            f"the text on {path}", None, layout, reading=layer)
         changes = {key: v for key, v in settings.items() if v is not None and not (
             key in ("dtype", "masked_row") and v == getattr(prob.config, key))}
         if changes:  # checked below as the layer is then: the model's, or refused
@@ -122,9 +131,8 @@ def _refuse_changes(path: Path, text: str, found: dict[int, Any],
     if not given:
         return
     for k, layer in found.items():  # the layer on two tokens of zeros: its settings
-        width = layer.keys["w_q"].shape[0]
-        base = from_mapping({"x": np.zeros((2, width)), "checkpoint": path, "layer": k},
-                            f"layer {k} of {path}", None)
+        base = from_mapping({"x": np.zeros((2, layer.width))}, f"layer {k} of {path}", None,
+                            reading=layer)
         changed = []
         for key, value in given.items():
             try:

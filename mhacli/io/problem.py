@@ -195,20 +195,22 @@ def _suggest(key: str) -> str:
 
 def from_mapping(data: Any, source: str = "<problem>", base: Path | None = None,
                  layout: str = "rows", locate: Locator | None = None,
-                 heads: int | None = None) -> Problem:
+                 heads: int | None = None, reading: Any = None) -> Problem:
     """Validate a parsed problem (a dict of the contract's keys) into a Problem.
 
     ``layout`` is how the matrices were written when the data has no layout: key;
     ``locate`` finds the line and column of a key path, to point an error at it;
     ``heads`` is the number of heads when the data does not give it (a PyTorch state
-    dict, which never does, needs one of the two).
+    dict, which never does, needs one of the two); ``reading`` a layer of a real model
+    already read (``models.layer.LayerReading``), whose weights and settings the problem
+    takes (its own settings first), as a ``checkpoint:`` key names one.
     """
     if not isinstance(data, dict):
         what = "empty" if data is None or data == "" else f"a {type(data).__name__}"
         raise MhaError(f"a problem must be a mapping of keys (x:, w_q:, ...), found {what}",
                        source=source)
     try:
-        return _from_mapping(data, source, base, layout, heads)
+        return _from_mapping(data, source, base, layout, heads, reading)
     except MhaError as exc:
         if exc.source not in (None, source):  # about another file (a checkpoint's)
             raise
@@ -218,12 +220,14 @@ def from_mapping(data: Any, source: str = "<problem>", base: Path | None = None,
 
 
 def _from_mapping(data: dict[str, Any], source: str, base: Path | None,
-                  default_layout: str, heads: int | None) -> Problem:
+                  default_layout: str, heads: int | None, reading: Any = None) -> Problem:
     read: dict[str, Any] = {}
-    if data.get("checkpoint") is not None:
-        data, read = _with_checkpoint(data, base, heads)
-    elif data.get("layer") is not None:
+    if reading is None and data.get("checkpoint") is not None:
+        reading = _named_layer(data, base)
+    elif reading is None and data.get("layer") is not None:
         raise MhaError("layer picks a layer of a checkpoint: give checkpoint too", key="layer")
+    if reading is not None:
+        data = {k: v for k, v in data.items() if k not in ("checkpoint", "layer")}
     found = torchstate.find(data)
     if found:
         data = torchstate.convert(data, found, lambda v, k, d: read_array(
@@ -254,6 +258,10 @@ def _from_mapping(data: dict[str, Any], source: str, base: Path | None,
         if value is not None:
             value = _external(value, setting.key, base) if setting.array else value
             inputs[setting.key] = _read_setting(setting, value, layout, written)
+    if reading is not None:  # the layer's weights as read (no copy), its settings
+        from .with_layer import on_layer
+
+        read = on_layer(inputs, reading, heads, source)
     if inputs.get("heads") is None and heads is not None:
         inputs["heads"] = heads
     answers = _answers(data.get("answers"), layout)
@@ -293,11 +301,10 @@ def _answers(value: Any, layout: str) -> dict[str, Any]:
     return {stage: claims for stage, (claims, _) in out.items()}
 
 
-def _with_checkpoint(data: dict[str, Any], base: Path | None,
-                     heads: int | None) -> tuple[dict[str, Any], dict[str, Any]]:
+def _named_layer(data: dict[str, Any], base: Path | None) -> Any:
     """``checkpoint: model.safetensors`` (beside the problem, or a path given on the
-    command line) and ``layer: N``: that layer's weights and settings added."""
-    from ..models import layer as checkpoint
+    command line) and ``layer: N``: that layer, read."""
+    from ..models.layer import read_layer
 
     value = data["checkpoint"]
     if isinstance(value, Path):
@@ -306,20 +313,18 @@ def _with_checkpoint(data: dict[str, Any], base: Path | None,
         path = _beside(base, value, "checkpoint", "a checkpoint")
     else:
         raise MhaError(f"checkpoint must name a file, found {shown(value)}", key="checkpoint")
-    layer = data.get("layer")
-    if layer is not None:
-        text = str(layer).strip()
-        if isinstance(layer, bool) or not re.fullmatch(r"\+?\d{1,6}", text):
-            raise MhaError(f"layer must be a whole number from 0, found {shown(layer)}",
-                           key="layer")
-        layer = int(text)
-    found = checkpoint.read_layer(path, layer or 0)  # its errors name the checkpoint
-    rest = {k: v for k, v in data.items() if k not in ("checkpoint", "layer")}
-    keys = checkpoint.merged(rest, found.keys, heads, str(path))
-    origin = {k: v for k, v in found.origin.items() if rest.get(k) is None
-              and not (k == "heads" and heads is not None)}  # what the problem gave: its own
-    return keys, {"checkpoint": found.path, "layer": found.layer, "family": found.family,
-                  "settings": origin}
+    return read_layer(path, layer_number(data.get("layer")) or 0)  # its errors name it
+
+
+def layer_number(value: Any) -> int | None:
+    """A problem's ``layer:`` (None when not given)."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    if isinstance(value, bool) or not re.fullmatch(r"\+?\d{1,6}", text):
+        raise MhaError(f"layer must be a whole number from 0, found {shown(value)}",
+                       key="layer")
+    return int(text)
 
 
 def _beside(base: Path | None, name: str, key: str, what: str) -> Path:

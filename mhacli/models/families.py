@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import MhaError, shown
-from .reading import Reader, fused, heads_of, linear, rope_of, window_of
+from .reading import Reader, columns, fused, heads_of, linear, rope_of, window_of
 
 # --------------------------------------------------------------------------- families
 
@@ -23,14 +23,14 @@ def gpt2(r: Reader, stem: str) -> dict[str, Any]:
     """GPT-2: Conv1D ``c_attn`` (d × 3d, queries, keys and values side by side, stored
     as x·W) and ``c_proj``; causal; scores ÷ √d_k, and ÷ (layer + 1) with
     scale_attn_by_inverse_layer_idx."""
-    w = r.tensor(stem + "c_attn.weight", 2)
-    d = w.shape[0]
-    if w.shape[1] != 3 * d:
-        raise MhaError(f"{stem}c_attn.weight is {w.shape}: expected d × 3d",
+    shape = r.shape(stem + "c_attn.weight", 2)
+    d = shape[0]
+    if shape[1] != 3 * d:
+        raise MhaError(f"{stem}c_attn.weight is {shape}: expected d × 3d",
                        source=r.ckpt.source_of(stem + "c_attn.weight"), key=stem + "c_attn.weight")
     out: dict[str, Any] = {"mask": "causal"}
     r.note("mask", "GPT-2: causal")
-    out["w_q"], out["w_k"], out["w_v"] = w[:, :d], w[:, d:2 * d], w[:, 2 * d:]
+    out["w_q"], out["w_k"], out["w_v"] = columns(r, stem + "c_attn.weight", [d, d, d])
     for k in "qkv":
         r.note(f"w_{k}", f"tensor {stem}c_attn.weight (its {k} columns)")
     if r.has(stem + "c_attn.bias"):

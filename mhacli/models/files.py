@@ -19,16 +19,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable
 
 import numpy as np
 
 from ..errors import MhaError, shown
 from .tensors import (TensorInfo, check_finite, read_floats, read_header, read_json_file,
-                         refuse_unless_float, regular_file)
-
-if TYPE_CHECKING:  # annotations only: numpy.typing costs a millisecond of start-up
-    import numpy.typing as npt
+                      read_rows, refuse_unless_float, regular_file)
 
 CONFIG = "config.json"
 SINGLE = "model.safetensors"
@@ -90,16 +87,26 @@ class Checkpoint:
         """A tensor's number type as safetensors codes it: ``BF16``, ``F32``, ``I64`` …"""
         return self.info(name).dtype
 
-    def read(self, name: str) -> npt.NDArray[np.float64]:
-        """One tensor as float64, widened exactly; only float tensors with finite values
-        are accepted."""
+    def read(self, name: str, dtype: Any = np.float64) -> np.ndarray:
+        """One tensor as float64 (or float32, where that is exact), widened exactly; only
+        float tensors with finite values are accepted."""
         info = self.info(name)
         if self.arrays is None:
-            return read_floats(info)
+            return read_floats(info, dtype)
         refuse_unless_float(info)
-        values = self.arrays[name].astype(np.float64)
+        values = self.arrays[name].astype(np.float64 if info.dtype == "F64" else dtype)
         check_finite(values, info)
         return values
+
+    def rows(self, name: str, dtype: Any, sink: Callable[[int, np.ndarray], None]) -> None:
+        """A tensor's rows, a block at a time, to lay out as the caller needs
+        (``tensors.read_rows``): only one block is held beyond what the caller keeps."""
+        info = self.info(name)
+        if self.arrays is None:
+            read_rows(info, dtype, sink)
+            return
+        values = self.read(name, dtype)
+        sink(0, values.reshape(values.shape or (1,)))
 
 
 def open_checkpoint(path: str | Path) -> Checkpoint:

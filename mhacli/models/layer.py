@@ -14,7 +14,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Mapping
+
+import numpy as np
 
 from ..errors import MhaError, shown
 from . import families as fam
@@ -39,16 +42,30 @@ MODEL_TYPES = {"gemma3_text": "gemma3"}  # a model_type read as another's
 BUFFERS = ("attn.bias", "attn.masked_bias", "rotary_emb.inv_freq")  # not weights
 
 
-@dataclass(frozen=True)
-class Layer:
-    """One layer read: the problem's keys, where each came from, and the model."""
+WEIGHTS = ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o")
 
-    keys: dict[str, Any]
-    origin: dict[str, str]  # a key of the problem -> the config key or tensor it came from
-    family: str
+
+@dataclass(frozen=True, eq=False)  # its arrays have no == of one truth value
+class LayerReading:
+    """One attention layer as read, once: its weights in the problem's layout (x·W) and
+    working dtype, read-only, and each setting the model gives (heads, mask, RoPE, its
+    window, scale, softcap, q/k norms, sinks) as a problem takes it, with the config key
+    or tensor each came from. A problem on this layer is made from it, never by reading
+    the layer again."""
+
     path: str
     layer: int
-    stem: str = ""  # the layer's attention module, as its tensors' names begin
+    family: str
+    stem: str  # the layer's attention module, as its tensors' names begin (with its dot)
+    weights: Mapping[str, np.ndarray]
+    settings: Mapping[str, Any]
+    origin: Mapping[str, str]  # a weight or setting -> where it came from
+    dtype: np.dtype = np.dtype(np.float64)  # the weights' working precision
+
+    @property
+    def width(self) -> int:
+        """d_model: the width of the tokens the layer reads."""
+        return int(self.weights["w_q"].shape[0])
 
 
 def layers(path: str | Path) -> list[int]:
@@ -62,32 +79,10 @@ def layers(path: str | Path) -> list[int]:
     return []
 
 
-def read_layer(path: str | Path, layer: int = 0) -> Layer:
-    """Layer ``layer`` of a checkpoint (a model folder, index, .safetensors or .npz) as
-    the problem's own keys, its config followed or refused by name. The last layer read
-    is kept: a command that asks twice (its width, then its weights) reads it once."""
-    import os
-
-    try:  # the files' times and sizes: an edited config.json is read again
-        where = Path(path)
-        files = sorted(where.iterdir()) if where.is_dir() else [where, where.parent / "config.json"]
-        key = (str(where), str(where.resolve()), layer, tuple(
-            (f.name, st.st_mtime_ns, st.st_size) for f in files if f.exists()
-            for st in [os.stat(f)]))
-    except (OSError, RuntimeError):  # (a loop of symlinks: opening says so, by name)
-        key = None
-    if key is not None and _LAST[0] == key:
-        return _LAST[1]  # type: ignore[return-value]
-    found = _read_layer(path, layer)
-    if key is not None:
-        _LAST[:] = [key, found]
-    return found
-
-
-_LAST: list[Any] = [None, None]  # (path, its time and size, layer) and what was read
-
-
-def _read_layer(path: str | Path, layer: int) -> Layer:
+def read_layer(path: str | Path, layer: int = 0, dtype: Any = np.float64) -> LayerReading:
+    """Layer ``layer`` of a checkpoint (a model folder, index, .safetensors or .npz), its
+    config followed or refused by name; the weights read straight into their final layout
+    in ``dtype`` (float64; float32 where that is exact, as bfloat16 and float16 are)."""
     ckpt = open_checkpoint(path)
     names = ckpt.names
     kind, found = None, {}
@@ -106,7 +101,7 @@ def _read_layer(path: str | Path, layer: int) -> Layer:
                        source=str(ckpt.path))
     tail = dict((k, t) for k, _, t in LAYOUTS)[kind]  # type: ignore[index]
     stem = found[layer][:-len(tail)]  # the layer's attention module, with its dot
-    r = Reader(ckpt, layer)
+    r = Reader(ckpt, layer, np.dtype(dtype))
     model_type = r.get("model_type")
     model_type = MODEL_TYPES.get(model_type, model_type)
     bare = ckpt.config_file is None  # no config.json: the problem gives the heads
@@ -129,7 +124,11 @@ def _read_layer(path: str | Path, layer: int) -> Layer:
                "falcon": fam.falcon}[kind](r, stem)  # type: ignore[index]
     _refuse_the_rest(r, stem)
     family = model_type or kind or "unknown"
-    return Layer(out, dict(r.origin), family, str(ckpt.path), layer, stem)
+    weights = {k: v for k, v in out.items() if k in WEIGHTS}
+    settings = {k: v for k, v in out.items() if k not in WEIGHTS}
+    return LayerReading(str(ckpt.path), layer, family, stem, MappingProxyType(weights),
+                        MappingProxyType(settings), MappingProxyType(dict(r.origin)),
+                        r.dtype)
 
 
 def _bare_decoder(r: Reader, stem: str) -> dict[str, Any]:
@@ -157,31 +156,3 @@ def _refuse_the_rest(r: Reader, stem: str) -> None:
             continue
         raise r.error(key, f"{shown(value)}: a setting of the model that mha does not follow, "
                       "so its numbers could differ from the model's")
-
-
-def merged(data: dict[str, Any], layer_keys: dict[str, Any], heads: int | None,
-           source: str) -> dict[str, Any]:
-    """A problem's keys with a checkpoint layer's weights added: the problem keeps its own
-    settings (heads, mask, rope …) where it gives them, and may not give weights too; the
-    key/value heads of a grouped layer are counted from the widths when no config says."""
-    clash = [k for k in ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o", "q", "k",
-                         "v") if data.get(k) is not None]
-    if clash:
-        raise MhaError(f"the problem gives {', '.join(clash)} and a checkpoint too: one or "
-                       "the other", key=clash[0])
-    out = dict(data)
-    for key, value in layer_keys.items():
-        if out.get(key) is None:
-            out[key] = value
-    if heads is not None and data.get("heads") is None:
-        out["heads"] = heads
-    h = out.get("heads")
-    if h is None:
-        raise MhaError(f"{source}: the checkpoint's config.json does not say how many heads "
-                       "(none beside it): give heads in the problem or --heads H")
-    h = int(h)
-    width_q, width_k = layer_keys["w_q"].shape[1], layer_keys["w_k"].shape[1]
-    if out.get("kv_heads") is None and width_k != width_q and width_q % h == 0 \
-            and width_k % (width_q // h) == 0:
-        out["kv_heads"] = width_k // (width_q // h)
-    return out

@@ -51,6 +51,7 @@ class Reader:
 
     ckpt: Checkpoint
     layer: int
+    dtype: Any = np.float64  # the weights' working precision (float32 where exact)
     used: set[str] = field(default_factory=set)  # config keys read
     taken: set[str] = field(default_factory=set)  # tensors read
     origin: dict[str, str] = field(default_factory=dict)  # problem key -> its source
@@ -98,17 +99,41 @@ class Reader:
         return value
 
     def tensor(self, name: str, ndim: int) -> np.ndarray:
-        """A tensor of the layer, float64, its number of dimensions checked."""
+        """A tensor of the layer in the working dtype, its number of dimensions checked,
+        read-only."""
+        self.shape(name, ndim)
+        return frozen(self.ckpt.read(name, self.dtype))
+
+    def shape(self, name: str, ndim: int) -> tuple[int, ...]:
+        """A tensor's shape as stored, its number of dimensions checked; the tensor
+        counts as read (taken)."""
         if name not in self.ckpt:
             raise MhaError(f"{name} is missing: this layer's attention needs it",
                            source=str(self.ckpt.path), key=name)
-        a = self.ckpt.read(name)
-        if a.ndim != ndim:
-            raise MhaError(f"{name} has shape {a.shape}: expected "
+        shape = self.ckpt.shape(name)
+        if len(shape) != ndim:
+            raise MhaError(f"{name} has shape {shape}: expected "
                            f"{'a matrix' if ndim == 2 else 'a vector'}",
                            source=self.ckpt.source_of(name), key=name)
         self.taken.add(name)
-        return a
+        return shape
+
+    def laid_out(self, name: str, pieces: list[tuple[np.ndarray, int, int, bool]]) -> None:
+        """A matrix read straight into its final places, a block of rows at a time:
+        each piece (``dest``, first row, rows, turned) receives the stored rows first …
+        first + rows − 1, as they are (``dest[:len]``) or turned (``dest`` is then
+        (columns, rows): PyTorch's (out, in) as mha's x·W). No copy of the whole."""
+        def sink(first: int, block: np.ndarray) -> None:
+            last = first + len(block)
+            for dest, start, count, turned in pieces:
+                lo, hi = max(first, start), min(last, start + count)
+                if lo < hi:
+                    part = block[lo - first:hi - first]
+                    if turned:
+                        dest[:, lo - start:hi - start] = part.T
+                    else:
+                        dest[lo - start:hi - start] = part
+        self.ckpt.rows(name, self.dtype, sink)
 
     def has(self, name: str) -> bool:
         return name in self.ckpt
@@ -152,11 +177,22 @@ def heads_of(r: Reader, heads_key: str, groups_key: str | None = None,
     return heads, groups, head_dim
 
 
+def frozen(a: np.ndarray) -> np.ndarray:
+    """A weight as the reading hands it on: read-only, so that a problem may hold it
+    without a copy of its own."""
+    a.flags.writeable = False
+    return a
+
+
 def linear(r: Reader, stem: str, name: str, out: dict[str, Any], ours: str,
            bias: bool | None = None) -> None:
-    """A PyTorch nn.Linear (weight (out, in)) as mha's w (in, out), and its bias (laid
-    out afresh: the same sums in the same order as the same weights read from a file)."""
-    out[f"w_{ours}"] = np.ascontiguousarray(r.tensor(f"{stem}{name}.weight", 2).T)
+    """A PyTorch nn.Linear (weight (out, in)) as mha's w (in, out), read straight into
+    that layout (C order: the same sums in the same order as the same weights read from a
+    file), and its bias."""
+    rows, cols = r.shape(f"{stem}{name}.weight", 2)
+    w = np.empty((cols, rows), _dtype(r, f"{stem}{name}.weight"))
+    r.laid_out(f"{stem}{name}.weight", [(w, 0, rows, True)])
+    out[f"w_{ours}"] = frozen(w)
     r.note(f"w_{ours}", f"tensor {stem}{name}.weight (transposed)")
     if bias is not False and r.has(f"{stem}{name}.bias"):
         out[f"b_{ours}"] = r.tensor(f"{stem}{name}.bias", 1)
@@ -299,32 +335,53 @@ def _window_size(r: Reader, size: Any) -> int:
     return size
 
 
-def split_rows(w: np.ndarray, b: np.ndarray | None, order: list[tuple[str, int]],
-               d: int) -> tuple[dict[str, list[np.ndarray]], dict[str, list[np.ndarray]]]:
-    """A fused (rows, in) projection cut into its blocks of ``d`` rows, in ``order``
-    (("q", head) …), gathered per letter in the order met."""
-    parts: dict[str, list[np.ndarray]] = {"q": [], "k": [], "v": []}
-    biases: dict[str, list[np.ndarray]] = {"q": [], "k": [], "v": []}
-    for i, (letter, _) in enumerate(order):
-        parts[letter].append(w[i * d:(i + 1) * d])
-        if b is not None:
-            biases[letter].append(b[i * d:(i + 1) * d])
-    return parts, biases
-
-
 def fused(r: Reader, stem: str, name: str, order: list[tuple[str, int]], d: int,
           out: dict[str, Any]) -> None:
-    """q, k and v (and their biases) from a fused nn.Linear whose rows come in ``order``."""
-    w = r.tensor(f"{stem}{name}.weight", 2)
-    if w.shape[0] != len(order) * d:
-        raise MhaError(f"{stem}{name}.weight has {w.shape[0]} rows: the config's heads make "
-                       f"{len(order)} blocks of {d}", source=r.ckpt.source_of(f"{stem}{name}.weight"),
-                       key=f"{stem}{name}.weight")
+    """q, k and v (and their biases) from a fused nn.Linear whose rows come in ``order``
+    (blocks of ``d`` rows, each a head's q, k or v), each block read straight into its
+    columns of W_Q, W_K or W_V."""
+    weight = f"{stem}{name}.weight"
+    rows, cols = r.shape(weight, 2)
+    if rows != len(order) * d:
+        raise MhaError(f"{weight} has {rows} rows: the config's heads make "
+                       f"{len(order)} blocks of {d}", source=r.ckpt.source_of(weight),
+                       key=weight)
+    count = {letter: sum(1 for o, _ in order if o == letter) for letter in "qkv"}
+    dest = {letter: np.empty((cols, count[letter] * d), _dtype(r, weight)) for letter in "qkv"}
+    pieces, seen = [], {letter: 0 for letter in "qkv"}
+    for i, (letter, _) in enumerate(order):  # a head's block: the next columns of its letter
+        at = seen[letter]
+        pieces.append((dest[letter][:, at * d:(at + 1) * d], i * d, d, True))
+        seen[letter] += 1
+    r.laid_out(weight, pieces)
     b = r.tensor(f"{stem}{name}.bias", 1) if r.has(f"{stem}{name}.bias") else None
-    parts, biases = split_rows(w, b, order, d)
+    biases = {letter: [b[i * d:(i + 1) * d] for i, (o, _) in enumerate(order) if o == letter]
+              for letter in "qkv"} if b is not None else {}
     for letter in "qkv":
-        out[f"w_{letter}"] = np.ascontiguousarray(np.concatenate(parts[letter]).T)
-        r.note(f"w_{letter}", f"tensor {stem}{name}.weight (its {letter} rows, transposed)")
+        out[f"w_{letter}"] = frozen(dest[letter])
+        r.note(f"w_{letter}", f"tensor {weight} (its {letter} rows, transposed)")
         if b is not None:
-            out[f"b_{letter}"] = np.concatenate(biases[letter])
+            out[f"b_{letter}"] = frozen(np.concatenate(biases[letter]))
             r.note(f"b_{letter}", f"tensor {stem}{name}.bias (its {letter} entries)")
+
+
+def columns(r: Reader, name: str, widths: list[int]) -> list[np.ndarray]:
+    """A matrix stored as x·W already (GPT-2's Conv1D), cut into blocks of columns of
+    ``widths``, each read straight into its own array."""
+    rows, cols = r.shape(name, 2)
+    if sum(widths) != cols:
+        raise MhaError(f"{name} has {cols} columns, not {' + '.join(map(str, widths))}",
+                       source=r.ckpt.source_of(name), key=name)
+    out = [np.empty((rows, w), _dtype(r, name)) for w in widths]
+    edges = np.cumsum([0] + widths)
+
+    def sink(first: int, block: np.ndarray) -> None:
+        for dest, lo, hi in zip(out, edges[:-1], edges[1:]):
+            dest[first:first + len(block)] = block[:, lo:hi]
+    r.ckpt.rows(name, r.dtype, sink)
+    return [frozen(a) for a in out]
+
+
+def _dtype(r: Reader, name: str) -> np.dtype:
+    """The dtype a stored tensor is read in (float64 stays float64)."""
+    return np.dtype(np.float64) if r.ckpt.dtype(name) == "F64" else np.dtype(r.dtype)

@@ -6,7 +6,7 @@ text), then the data, offsets counted from its start. The header is checked as t
 safetensors library checks it — tensors packed end to end from offset 0, no gap and no
 overlap, each exactly dtype × shape bytes, the file ending with the last — before any
 tensor is read. A tensor is then read alone (a seek, then its bytes in pieces), widened
-exactly to float64 and checked finite, so one layer of a large shard costs its own bytes.
+exactly to float64 (or float32) and checked finite, so one layer of a large shard costs its own bytes.
 
 The bounded JSON reading here (size, depth, duplicate keys) serves the header and the
 model's config.json and index alike.
@@ -20,7 +20,7 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable
 
 import numpy as np
 
@@ -285,31 +285,58 @@ def check_finite(block: np.ndarray, info: TensorInfo, first: int = 0) -> None:
                    source=str(info.file), key=(info.name, *index))
 
 
-def read_floats(info: TensorInfo) -> npt.NDArray[np.float64]:
-    """One tensor as float64, widened exactly (bfloat16 is the top half of a float32),
-    reading only its own bytes, a piece at a time."""
+def read_floats(info: TensorInfo, dtype: Any = np.float64) -> np.ndarray:
+    """One tensor in ``dtype`` (float64, or float32 for a tensor of 32 bits or fewer),
+    widened exactly, reading only its own bytes, a piece at a time."""
+    out: np.ndarray | None = None
+
+    def put(first: int, block: np.ndarray) -> None:
+        nonlocal out
+        if out is None:
+            out = np.empty(info.shape, block.dtype)
+        out.reshape(-1, *info.shape[1:])[first:first + len(block)] = block
+    read_rows(info, dtype, put)
+    return out if out is not None else np.empty(info.shape, _working(info, dtype))
+
+
+def _working(info: TensorInfo, dtype: Any) -> np.dtype:
+    """The dtype a tensor is read in: float32 only when asked for and exact (a stored
+    float64 stays float64, to be rounded where the problem is made, with its checks)."""
+    return np.dtype(np.float64) if info.dtype == "F64" else np.dtype(dtype)
+
+
+def read_rows(info: TensorInfo, dtype: Any, sink: Callable[[int, np.ndarray], None]) -> None:
+    """The tensor's rows (its first dimension; a scalar is one row), a block of them at a
+    time, widened exactly to ``dtype`` (see ``_working``) and checked finite:
+    ``sink(first_row, block)`` gets each block, (rows, …) in C order, and may keep none of
+    it (the next block reuses its memory). So a tensor can be laid out as the caller
+    needs it (transposed, cut into pieces) holding only one block beyond the result."""
     refuse_unless_float(info)
+    if info.size == 0:
+        return
     stored = np.dtype(STORED[info.dtype])
-    count = info.size
-    out = np.empty(count, np.float64)
-    buffer = np.empty(min(count, CHUNK) * stored.itemsize, np.uint8)
+    shape = info.shape if info.shape else (1,)
+    rows, per_row = shape[0], info.size // shape[0]
+    step = max(1, CHUNK // per_row)  # whole rows, about CHUNK numbers
+    buffer = np.empty(min(rows, step) * per_row * stored.itemsize, np.uint8)
+    widened = np.empty(min(rows, step) * per_row, _working(info, dtype))
     try:
         with open(info.file, "rb", buffering=0) as stream:
             stream.seek(info.start)
-            for first in range(0, count, CHUNK):
-                k = min(CHUNK, count - first)
-                raw = _fill(stream, buffer[:k * stored.itemsize], info).view(stored)
-                if info.dtype == "BF16":
+            for first in range(0, rows, step):
+                k = min(step, rows - first)
+                raw = _fill(stream, buffer[:k * per_row * stored.itemsize], info).view(stored)
+                if info.dtype == "BF16":  # the top half of a float32
                     bits = raw.astype(np.uint32)
                     bits <<= 16
                     raw = bits.view(np.float32)
-                block = out[first:first + k]
-                block[...] = raw  # float16 and float32 widen to float64 exactly
-                check_finite(block, info, first)
+                block = widened[:k * per_row]
+                block[...] = raw  # float16 and float32 widen exactly
+                check_finite(block, info, first * per_row)
+                sink(first, block.reshape((k,) + shape[1:]))
     except OSError as exc:
         raise MhaError(f"cannot read {info.name} ({exc.strerror or exc})",
                        source=str(info.file), key=info.name) from None
-    return out.reshape(info.shape)
 
 
 def _fill(stream: BinaryIO, part: np.ndarray, info: TensorInfo) -> np.ndarray:

@@ -1,0 +1,48 @@
+"""A problem's own inputs joined with one layer of a real model as read
+(``models.layer.LayerReading``): its weights as they are, its settings where the problem
+gives none."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import MhaError
+
+WEIGHTS = ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o", "q", "k", "v")
+
+
+def on_layer(inputs: dict[str, Any], reading: Any, heads: int | None,
+             source: str) -> dict[str, Any]:
+    """A problem's own inputs (a file's, or random tokens) joined with a layer as read:
+    the layer's weights as they are (read-only, in the working dtype: no copy), and each
+    of its settings the problem does not give itself (``heads``: --heads, before the
+    config's). The key/value heads of a grouped layer are counted from the widths when no
+    config says. Returns what heads the problem's output: where each setting came from."""
+    clash = [k for k in WEIGHTS if inputs.get(k) is not None]
+    if clash:
+        raise MhaError(f"the problem gives {', '.join(clash)} and a checkpoint too: one or "
+                       "the other", key=clash[0])
+    own = set(inputs)
+    inputs.update(reading.weights)
+    if reading.dtype != np.float64:  # read in the working precision: the problem's too
+        inputs.setdefault("dtype", reading.dtype.name)
+    for key, value in reading.settings.items():
+        if key not in own and not (key == "heads" and heads is not None):
+            inputs[key] = value
+    if heads is not None and "heads" not in own:
+        inputs["heads"] = heads
+    h = inputs.get("heads")
+    if h is None:
+        raise MhaError(f"{source}: the checkpoint's config.json does not say how many heads "
+                       "(none beside it): give heads in the problem or --heads H")
+    h = int(h)
+    width_q, width_k = reading.weights["w_q"].shape[1], reading.weights["w_k"].shape[1]
+    if inputs.get("kv_heads") is None and width_k != width_q and width_q % h == 0 \
+            and width_k % (width_q // h) == 0:
+        inputs["kv_heads"] = width_k // (width_q // h)
+    origin = {k: v for k, v in reading.origin.items() if k not in own
+              and not (k == "heads" and heads is not None)}  # what the problem gave: its own
+    return {"checkpoint": reading.path, "layer": reading.layer, "family": reading.family,
+            "settings": origin}
