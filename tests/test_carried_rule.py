@@ -8,10 +8,12 @@ multiple of 0.5). Its true stages, worked out here with NumPy:
     scaled, head 2: [[-3, -2, -1], [-3, -4, -3], [2, 4, 1]]
     weights, head 1, row 1: 0.0216, 0.2631, 0.7153
 
-The rule: a cell that differs from the truth is still right when it follows from the
-person's own earlier numbers, as written (or with the truth where those are right); the
-rounding of an earlier number widens the allowance only where that number is itself not
-right. A right number written with few digits (-0.5 for -0.5) never lets a wrong one pass.
+The rule: an earlier number that is right stands for itself as written or for the true
+value (the person may have carried either on, or anything between); one that is not right
+stands for what was written, give or take half a unit of its last digit (a slip carried
+on with more digits than written). A cell that differs from the truth is right when it
+follows, at its own precision, from the earlier numbers so taken. So a right number's
+digits never widen anything: -0.5 written for -0.5 stands for -0.5 alone.
 """
 
 from __future__ import annotations
@@ -145,22 +147,54 @@ def test_a_weight_that_follows_from_no_score_written_is_wrong(tmp_path: Path) ->
     assert _wrong_cells(report, "weights") == [(1, 2, 1)]
 
 
-def test_outputs_worked_out_from_rounded_weights_follow_from_them(tmp_path: Path) -> None:
-    """Head outputs worked out from the weights as written (0.02, 0.26, 0.72 …): head 1,
-    row 1 is 0.38, 1.48, 2.72, 2.48 (the truth: 0.40, 1.48, 2.71, 2.47). They follow from
-    what was written: right. 0.45 follows from nothing written: wrong, however few
-    digits the weights before it had."""
-    _, _, outputs = _truth()
-    rows = [[f"{v:.2f}" for v in row] for row in outputs[0]]
-    ours = _with([rows, [[f"{v:.2f}" for v in row] for row in outputs[1]]], 1, 1,
-                 ["0.38", "1.48", "2.72", "2.48"])
+def test_outputs_from_right_weights_follow_from_them_as_written_or_as_true(
+        tmp_path: Path) -> None:
+    """Weights right to 2 decimals (0.02, 0.26, 0.72 …) stand for themselves as written or
+    for the truth. Head 1, row 1 of the head outputs: worked out from the weights as written,
+    0.38, 1.48, 2.72, 2.48 (the truth: 0.40, 1.48, 2.71, 2.47) — right, it follows from
+    them; worked out from the true weights — right. 0.42 lies beyond both (0.38 … 0.402):
+    wrong, although the weights' own half units (0.005 each, times |V| = 3 + 4 + 1) would
+    have let it pass."""
+    _, weights, outputs = _truth()
+    rows = [[[f"{v:.2f}" for v in row] for row in head] for head in outputs]
+    ours = _with(rows, 1, 1, ["0.38", "1.48", "2.72", "2.48"])
     report, _ = _check(tmp_path, {"weights": WEIGHTS, "head_outputs": ours})
     assert report["correct"]
     assert set(_carried_cells(report, "head_outputs")) >= {(1, 1, 1), (1, 1, 3), (1, 1, 4)}
+    right, _ = _check(tmp_path, {"weights": WEIGHTS, "head_outputs": rows})
+    assert right["correct"] and right["stages"]["head_outputs"]["carried"] == 0
     report, _ = _check(tmp_path, {"weights": WEIGHTS, "head_outputs": _with(
-        ours, 1, 1, ["0.45", "1.48", "2.72", "2.48"])})
-    assert report["wrong"] == ["head_outputs"] and _wrong_cells(report, "head_outputs") == \
-        [(1, 1, 1)]
+        ours, 1, 1, ["0.42", "1.48", "2.72", "2.48"])})
+    assert report["wrong"] == ["head_outputs"]
+    assert _wrong_cells(report, "head_outputs") == [(1, 1, 1)]
+    assert abs(0.42 - 0.38) <= 0.005 + 0.005 * (3 + 4 + 1)  # the old widening's room
+
+
+def test_a_right_score_rounded_to_one_decimal_stands_for_the_truth(tmp_path: Path) -> None:
+    """Head 2's second row of scores is exactly [-3, -4, -3]; written [-3, -4, -3.0] it
+    is right, and the weights after it must be right for the truth: 0.42, 0.16, 0.42 are;
+    0.43 (what -2.95, inside -3.0's half unit, would give) is not."""
+    scaled = _with(SCALED, 2, 2, ["-3", "-4", "-3.0"])
+    ok, _ = _check(tmp_path, {"scaled": scaled, "weights": WEIGHTS})
+    assert ok["correct"]
+    report, _ = _check(tmp_path, {"scaled": scaled, "weights": _with(
+        WEIGHTS, 2, 2, ["0.41", "0.16", "0.43"])})
+    assert report["wrong"] == ["weights"]
+    assert _wrong_cells(report, "weights") == [(2, 2, 1), (2, 2, 3)]
+
+
+def test_an_answered_stage_not_graded_still_carries_its_slip(tmp_path: Path) -> None:
+    """Graded with --stage weights, the slip in scaled (-2 for -3) still explains the
+    weights worked out from it: they follow from it, as without --stage."""
+    scaled = _with(SCALED, 2, 2, ["-3", "-4", "-2"])
+    weights = _with(WEIGHTS, 2, 2, ["0.24", "0.09", "0.67"])
+    _check(tmp_path, {"scaled": scaled, "weights": weights})
+    r = runner.invoke(app, ["check", str(tmp_path / "submission.yaml"), "--stage", "weights",
+                            "--format", "json"])
+    report = json.loads(r.stdout)
+    assert r.exit_code == 0 and report["correct"]
+    assert _carried_cells(report, "weights") == [(2, 2, 1), (2, 2, 2), (2, 2, 3)]
+    assert report["stages"]["weights"]["carried_from"] == ["scaled"]
 
 
 def test_the_markdown_report_names_the_carried_cells(tmp_path: Path) -> None:

@@ -83,3 +83,35 @@ def test_a_scaled_cell_divides_by_the_number(tmp_path: Path) -> None:
     assert r.exit_code == 0
     assert "= -1 / 2  (s = √4)\n  = -0.5000" in r.stdout
     assert "√4 = 2" not in r.stdout
+
+
+def test_a_carried_cell_names_the_stage_where_the_slip_was_made(tmp_path: Path) -> None:
+    """q's first row written [2, 0] (a slip: it is [1, 0]); k right; the scores' first row
+    worked out from the slip, [2, 0, 2] (two cells differ): they follow from q, not from k (the stage just
+    before them)."""
+    code, out = _check(tmp_path, "  q: [[2, 0], [0, 1], [1, 1]]\n"
+                                 "  k: [[1, 1], [0, 1], [1, 2]]\n"
+                                 "  scores: [[2, 0, 2], [1, 1, 2], [2, 1, 3]]\n")
+    assert code == 1
+    assert "row 1 (I), column 1: wrote 2, expected 1" in out
+    assert "2 cell(s) differ from the true values but follow from your own q " in out
+
+
+def test_partial_says_how_many_stages_were_answered(tmp_path: Path) -> None:
+    path = tmp_path / "key.yaml"
+    path.write_text(PROBLEM + "answers:\n  q: [[1, 0], [0, 1], [1, 1]]\n  k: [[_, _], [_, _], "
+                    "[_, _]]\n  v: [[_, _], [_, _], [_, _]]\n", encoding="utf-8")
+    r = runner.invoke(app, ["check", str(path), "--partial", "--format", "plain"])
+    assert r.exit_code == 0
+    assert r.stdout.splitlines()[-1] == \
+        "Result: the 1 stage(s) answered are correct; 2 left blank; 12 blank cell(s) skipped"
+
+
+def test_forgetting_the_causal_mask_is_named(tmp_path: Path) -> None:
+    """Weights worked out without the causal mask (scale none): row 1 is the softmax of
+    [1, 0, 1] over all three keys, 0.4223, 0.1554, 0.4223, instead of [1, 0, 0]."""
+    code, out = _check(tmp_path, "  weights: [[0.4223, 0.1554, 0.4223], [0.2119, 0.2119, "
+                                 "0.5761], [0.2447, 0.0900, 0.6652]]\n",
+                       extra="scale: none\n")
+    assert code == 1
+    assert "Known mistake: the causal mask is left out: every query attends to every key" in out

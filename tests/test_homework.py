@@ -468,18 +468,22 @@ def _output_from(key: dict, weights: np.ndarray) -> np.ndarray:
 
 
 def test_rounding_carried_from_right_answers_is_right(tmp_path: Path) -> None:
-    """Weights rounded to 2 decimals, the output worked from them: a teacher accepts it."""
+    """Weights rounded to 2 decimals, the output worked from them: a teacher accepts it
+    (it follows from the numbers as written); and an output worked from the true weights
+    is right too, the rounded right weights standing for the truth as well."""
     key, truth = _course_answers()
     weights = np.round(truth["weights"], 2)
     output = np.round(_output_from(key, weights), 2)
     assert (np.abs(output - truth["output"]) > 0.005).any()  # it differs from the truth
     sub = tmp_path / "rounded.yaml"
-    sub.write_text(yaml.safe_dump({"answers": {"weights": weights.tolist(),
-                                               "output": output.tolist()}}))
-    r = mha("check", "--key", COURSE / "key.yaml", sub, "--stage", "weights", "--stage",
-            "output", "--format", "json")
-    doc = json.loads(r.stdout)
-    assert r.exit_code == 0 and doc["stages"]["output"]["carried"] > 0, r.stdout
+    for answer in (output, np.round(_output_from(key, truth["weights"]), 2)):
+        sub.write_text(yaml.safe_dump({"answers": {"weights": weights.tolist(),
+                                                   "output": answer.tolist()}}))
+        r = mha("check", "--key", COURSE / "key.yaml", sub, "--stage", "weights", "--stage",
+                "output", "--format", "json")
+        doc = json.loads(r.stdout)
+        assert r.exit_code == 0, r.stdout
+    assert doc["stages"]["output"]["carried"] == 0  # (the truth itself: nothing carried)
 
 
 def test_a_slip_in_one_cell_is_the_only_cell_marked(tmp_path: Path) -> None:

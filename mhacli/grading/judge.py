@@ -23,7 +23,7 @@ from ..io.course import Key, load_key, load_submission
 from ..io.problem import Problem, load
 from ..claims import Claim
 from .mistakes import Mistake
-from .records import FLOAT_SLACK, StageReport, Wrong, judge_one, stands_for
+from .records import FLOAT_SLACK, StageReport, Wrong, judge_one
 
 __all__ = ["FLOAT_SLACK", "Report", "StageReport", "Truth", "Wrong", "check", "grade",
            "judge_one", "teacher_key"]
@@ -137,6 +137,21 @@ def _judge(claims: np.ndarray, expected: np.ndarray, exact: np.ndarray | None,
     return ok
 
 
+def _judge_between(claims: np.ndarray, one: np.ndarray, other: np.ndarray, tolerance: float,
+                   allowance: np.ndarray | None) -> np.ndarray:
+    """True where the written cell is right for some value between ``one`` and ``other``
+    (what follows from the person's numbers as written, and with the truth in place of
+    those that are right): the value nearest to what was written."""
+    with np.errstate(invalid="ignore"):
+        lo, hi = np.fmin(one, other), np.fmax(one, other)
+    nearest = np.empty(claims.shape)
+    for idx, c in np.ndenumerate(claims):
+        nearest[idx] = lo[idx] if c.blank or not np.isfinite(c.value) else \
+            min(max(c.value, lo[idx]), hi[idx]) if np.isfinite(lo[idx]) and \
+            np.isfinite(hi[idx]) else one[idx]
+    return _judge(claims, nearest, None, tolerance, allowance)
+
+
 def _values(claims: np.ndarray, fill: np.ndarray) -> np.ndarray:
     """The numbers written, with blanks filled from ``fill``."""
     written = np.array([c.value for c in claims.flat], dtype=np.float64).reshape(claims.shape)
@@ -148,9 +163,10 @@ CARRY_CELLS = 4000  # earlier answers up to this many cells: their rounding is c
 
 def _carried_rounding(p: Prepared, own: dict[str, np.ndarray], half: dict[str, np.ndarray],
                       stage: str) -> np.ndarray | None:
-    """How far ``stage`` may move when each earlier answer moves by as much as it stands
-    for (``stands_for``): the sum over those cells of |change|, each found by moving that
-    one cell."""
+    """How far ``stage`` may move when each earlier number moves by ``half`` (the half
+    unit of its last digit for a number not right: a slip carried on with more digits
+    than written; 0 for a right one, which stands for the truth): the sum over those cells
+    of |change|, each found by moving that one cell."""
     if sum(int((h > 0).sum()) for h in half.values()) > CARRY_CELLS:
         return None
     with np.errstate(all="ignore"):
@@ -237,19 +253,28 @@ def check(problem: Problem, tolerance: float = 0.0, *, partial: bool = False,
                and s not in wanted]
     exact_ok = problem.size <= EXACT_SIZE
     last_exact = next((s for s in reversed(order) if BY_NAME[s].exact), None)
-    own: dict[str, np.ndarray] = {}  # the person's numbers so far, blanks worked out
-    half: dict[str, np.ndarray] = {}  # how far each of them may be from what was carried
+    # The person's numbers so far, as they may have carried them on: a right number stands
+    # for the truth or for itself as written (never for anything its digits would round
+    # from: -0.5 written for -0.5 widens nothing), a number not right for what was written,
+    # give or take half a unit of its last digit; blanks worked out from the rest.
+    own: dict[str, np.ndarray] = {}  # as written
+    true_own: dict[str, np.ndarray] = {}  # the same with the truth where it is right
+    half: dict[str, np.ndarray] = {}  # the half unit of each number not right (else 0)
     digits: dict[str, np.ndarray] = {}  # the half unit each was written to (naming only)
+    slips: list[str] = []  # the stages where a number not right was written
     reports: list[StageReport] = []
-    for stage in order:
+    answered = [s for s in STAGES if s in problem.answers]  # graded or not: their numbers
+    for stage in [s for s in STAGES if s in wanted or s in answered]:
+        graded = stage in wanted
         expected = truth.trace.stages[stage]
         answer = problem.answers.get(stage)
         claims = _blank_claims(expected.shape) if answer is None else \
             _shaped(stage, answer, expected)
         if claims is None:
-            reports.append(StageReport(stage, "shape", cells=expected.size,
-                                       shape=expected.shape,
-                                       found=None if isinstance(answer, str) else answer.shape))
+            if graded:
+                reports.append(StageReport(stage, "shape", cells=expected.size,
+                                           shape=expected.shape, found=None if
+                                           isinstance(answer, str) else answer.shape))
             continue
         exact_values = None
         if BY_NAME[stage].exact and last_exact is not None and \
@@ -257,14 +282,16 @@ def check(problem: Problem, tolerance: float = 0.0, *, partial: bool = False,
             # exact claims are judged exactly, and a wrong cell is told its exact value
             exact_values = truth.exact(last_exact).stages.get(stage)
         ok = _judge(claims, expected, exact_values, tolerance)
-        blank = sum(c.blank for c in claims.flat)
+        filled = np.array([not c.blank for c in claims.flat]).reshape(claims.shape)
+        blank = int((~filled).sum())
         from_own = traced(p, dict(own), checked=False).stages[stage] if own else expected
+        from_true = traced(p, dict(true_own), checked=False).stages[stage] if own else expected
         carried = np.zeros(ok.shape, dtype=bool)
         allowance = None
         if own and not ok.all():  # does what differs follow from their own numbers?
             if exact_ok and any(h.any() for h in half.values()):
-                allowance = _carried_rounding(p, own, half, stage)
-            carried = ~ok & _judge(claims, from_own, None, tolerance, allowance)
+                allowance = _carried_rounding(p, true_own, half, stage)
+            carried = ~ok & _judge_between(claims, from_own, from_true, tolerance, allowance)
         wrong_cells = ~ok & ~carried
 
         def cell(idx: tuple[int, ...]) -> Wrong:
@@ -279,17 +306,27 @@ def check(problem: Problem, tolerance: float = 0.0, *, partial: bool = False,
         wrong = [cell(idx) for idx in map(tuple, np.argwhere(wrong_cells).tolist())]
         carried_cells = [cell(idx) for idx in map(tuple, np.argwhere(carried).tolist())]
         mistake = None
-        if wrong and exact_ok:  # naming a mistake changes no verdict: every digit's room
+        if wrong and exact_ok and graded:  # naming one changes no verdict: every digit's room
             mistake = _known_mistake(p, stage, claims, own, from_own, tolerance,
                                      _carried_rounding(p, own, digits, stage) if own else None)
+            if mistake is None and true_own:  # (from the truth where they were right)
+                mistake = _known_mistake(p, stage, claims, true_own, from_true, tolerance,
+                                         _carried_rounding(p, true_own, half, stage))
+        units = np.array([float(c.half_unit) for c in claims.flat]).reshape(claims.shape)
         own[stage] = _values(claims, from_own)
-        half[stage] = np.array([stands_for(c, float(t)) for c, t in
-                                zip(claims.flat, expected.flat)]).reshape(claims.shape)
-        digits[stage] = np.array([float(c.half_unit) for c in claims.flat]).reshape(claims.shape)
+        true_own[stage] = np.where(ok & filled, expected, _values(claims, from_true))
+        half[stage] = np.where(~ok & filled, units, 0.0)
+        digits[stage] = units
+        origins = [s for s in slips if s != stage]  # where the numbers carried went astray
+        if wrong:
+            slips.append(stage)
+        if not graded:
+            continue
         status = "wrong" if wrong else "blank" if blank == claims.size else \
             "incomplete" if blank else "correct"
         reports.append(StageReport(stage, status, claims.size, blank, wrong, (), None,
-                                   int(carried.sum()), [s for s in own if s != stage][-1:],
+                                   int(carried.sum()), (origins or [s for s in own if s != stage][-1:])
+                                   if carried.any() else [],
                                    mistake.wording(p) if mistake else None,
                                    mistake.stage if mistake else None,
                                    carried_cells=carried_cells))

@@ -78,6 +78,20 @@ def _inverted(p: Prepared, st: Stages) -> Stages | None:
     return {"masked": ops.mask_scores(_chain_before_mask(p, st), ~allowed)}
 
 
+def _unmasked(p: Prepared, st: Stages) -> Stages | None:
+    if p.allowed() is None:
+        return None
+    return {"masked": _chain_before_mask(p, st)}
+
+
+def _what_blocks(p: Prepared) -> str:
+    c = p.config
+    parts = (["the causal mask"] if c.mask == "causal" else ["the mask"] if c.mask != "none"
+             else []) + (["the window"] if c.window is not None else []) + \
+        (["the key padding"] if c.padding else [])
+    return " and ".join(parts) or "the mask"
+
+
 def _columns(p: Prepared, st: Stages) -> Stages | None:
     z = st["masked"] if "masked" in st else _chain_before_mask(p, st)
     return {"weights": _softmax(z, p, axis=-2)}
@@ -144,6 +158,8 @@ MISTAKES: tuple[Mistake, ...] = (
     _divided("1", lambda p: 1.0),
     Mistake("masked", "the mask is inverted (1 means may attend, 0 means blocked)",
             _inverted),
+    Mistake("masked", lambda p: f"{_what_blocks(p)} is left out: every query attends to "
+            "every key, the blocked ones too", _unmasked),
     Mistake("weights", "the softmax is taken down each column instead of along each row",
             _columns),
     Mistake("weights", "the mask is applied after the softmax (blocked weights set to 0, "

@@ -126,7 +126,8 @@ def _carried(s: StageReport) -> str | None:
     answers: right, and said so."""
     if not s.carried:
         return None
-    source = f"your own {s.carried_from[0]}" if s.carried_from else "your own earlier answers"
+    source = f"your own {' and '.join(s.carried_from)}" if s.carried_from else \
+        "your own earlier answers"
     return (f"{s.carried} cell(s) differ from the true values but follow from {source} "
             "(a mistake or rounding carried on): counted right" +
             (":" if s.carried_cells else "."))
@@ -196,6 +197,11 @@ def verdict(report: Report) -> tuple[str, str]:
         return (f"Result: not done: {blank} cell(s) left blank, the {report.filled} "
                 "filled in are right (--partial checks only what is filled in)", "bad")
     skipped = f"; {blank} blank cell(s) skipped" if blank else ""
+    untouched = sum(s.status == "blank" for s in report.stages)
+    if untouched:  # --partial: say how much was looked at, not "all correct"
+        answered = len(report.stages) - untouched
+        return (f"Result: the {answered} stage(s) answered are correct; {untouched} left "
+                f"blank{skipped}{rules}", "good")
     return (f"Result: all {len(report.stages)} stage(s) correct{skipped}{rules}", "good")
 
 
