@@ -36,9 +36,6 @@ LAYOUTS = (
     ("phi3", r"(?:^|\.)layers\.(\d+)\.self_attn\.qkv_proj\.weight$", "qkv_proj.weight"),
     ("decoder", r"(?:^|\.)layers\.(\d+)\.self_attn\.q_proj\.weight$", "q_proj.weight"),
 )
-DECODERS = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "olmo2", "gemma2", "gemma3",
-            "gpt_oss", "phi", "phi3")  # model types read as the Llama line
-MODEL_TYPES = {"gemma3_text": "gemma3"}  # a model_type read as another's
 BUFFERS = ("attn.bias", "attn.masked_bias", "rotary_emb.inv_freq")  # not weights
 
 
@@ -103,32 +100,36 @@ def read_layer(path: str | Path, layer: int = 0, dtype: Any = np.float64) -> Lay
     stem = found[layer][:-len(tail)]  # the layer's attention module, with its dot
     r = Reader(ckpt, layer, np.dtype(dtype))
     model_type = r.get("model_type")
-    model_type = MODEL_TYPES.get(model_type, model_type)
-    bare = ckpt.config_file is None  # no config.json: the problem gives the heads
-    if kind in ("decoder", "phi3"):
-        if model_type is None and bare:
-            out = _bare_decoder(r, stem)
-        elif model_type is None:  # a config that names no model: read as Llama's
-            out = fam.decoder(r, stem, "llama" if kind == "decoder" else "phi3")
-        elif model_type in DECODERS:
-            out = fam.decoder(r, stem, model_type if kind == "decoder" else "phi3")
-        else:
-            raise r.error("model_type", f"{shown(model_type)}: a model whose attention mha "
-                          f"does not know (it reads {', '.join(DECODERS)}, gpt2, bert, "
-                          "gpt_neox, gptj and falcon)")
+    model_type = fam.ALIASES.get(model_type, model_type)
+    if ckpt.config_file is None and kind in ("decoder", "phi3"):
+        out = _bare_decoder(r, stem)  # no config.json: the problem gives the heads
+        family = kind
     else:
-        if not bare and model_type not in (None, kind):
-            raise r.error("model_type", f"{shown(model_type)}, but the tensors are laid out "
-                          f"as {kind}'s")
-        out = {"gpt2": fam.gpt2, "bert": fam.bert, "gpt_neox": fam.neox, "gptj": fam.gptj,
-               "falcon": fam.falcon}[kind](r, stem)  # type: ignore[index]
+        record = _record(r, kind, model_type)  # type: ignore[arg-type]
+        out = record.layer(r, stem)
+        family = record.model_type if model_type is not None else kind or "unknown"
     _refuse_the_rest(r, stem)
-    family = model_type or kind or "unknown"
     weights = {k: v for k, v in out.items() if k in WEIGHTS}
     settings = {k: v for k, v in out.items() if k not in WEIGHTS}
     return LayerReading(str(ckpt.path), layer, family, stem, MappingProxyType(weights),
                         MappingProxyType(settings), MappingProxyType(dict(r.origin)),
                         r.dtype)
+
+
+def _record(r: Reader, kind: str, model_type: str | None) -> fam.Family:
+    """The family's record: the config's model_type, laid out as the tensors are; a config
+    that names no model is read as the layout's own family (Llama's for the Llama line)."""
+    if model_type is None:
+        return fam.FAMILIES["llama" if kind == "decoder" else kind]
+    record = fam.FAMILIES.get(model_type)
+    if record is None:
+        known = ", ".join(sorted(fam.FAMILIES))
+        raise r.error("model_type", f"{shown(model_type)}: a model whose attention mha "
+                      f"does not know (it reads {known})")
+    if record.tensors != kind:
+        raise r.error("model_type", f"{shown(model_type)}, but the tensors are laid out "
+                      f"as {kind}'s")
+    return record
 
 
 def _bare_decoder(r: Reader, stem: str) -> dict[str, Any]:

@@ -1,0 +1,74 @@
+"""A family is a record: a model built like Llama is read from its record alone, and a
+model type no record names is refused by name. Runs on the committed fixtures (no torch)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mhacli.errors import MhaError
+from mhacli.models import families
+from mhacli.models.family import Family, decoder, every_layer
+from mhacli.models.layer import read_layer
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "models"
+
+
+def _renamed(tmp_path: Path, source: str, model_type: str, **config: object) -> Path:
+    """A copy of a fixture model whose config names another model type (and keys)."""
+    folder = tmp_path / model_type
+    shutil.copytree(FIXTURES / source, folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg.update(model_type=model_type, **config)
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return folder
+
+
+def test_a_family_built_like_llama_is_one_record(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = _renamed(tmp_path, "llama3", "llamalike")
+    with pytest.raises(MhaError, match="model_type is 'llamalike': a model whose attention mha does not know"):
+        read_layer(folder, 1)
+    monkeypatch.setitem(families.FAMILIES, "llamalike",
+                        replace(families.LLAMA, model_type="llamalike"))
+    theirs, ours = read_layer(FIXTURES / "llama3", 1), read_layer(folder, 1)
+    assert ours.family == "llamalike" and set(ours.weights) == set(theirs.weights)
+    for key, w in theirs.weights.items():
+        assert np.array_equal(w, ours.weights[key]), key
+    assert dict(ours.settings) == dict(theirs.settings)
+
+
+def test_a_record_changes_what_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same tensors under a record that slides every layer (Mistral's rule) read the
+    config's sliding_window as this layer's window, and under Llama's it is read off."""
+    folder = _renamed(tmp_path, "llama3", "slider", sliding_window=3)
+    monkeypatch.setitem(families.FAMILIES, "slider", Family("slider", window=every_layer))
+    assert read_layer(folder, 0).settings["window"] == 3
+    assert "window" in read_layer(folder, 0).origin
+    monkeypatch.setitem(families.FAMILIES, "slider", replace(families.LLAMA,
+                                                             model_type="slider"))
+    assert "window" not in read_layer(folder, 0).settings
+
+
+def test_a_record_may_refuse_a_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = _renamed(tmp_path, "llama3", "picky", odd_attention=True)
+    monkeypatch.setitem(families.FAMILIES, "picky", Family(
+        "picky", refused=(("odd_attention", "an attention mha does not compute"),)))
+    with pytest.raises(MhaError, match="odd_attention is true: an attention mha does not"):
+        read_layer(folder, 0)
+
+
+def test_every_record_is_read_by_its_own_layout() -> None:
+    """Each record's reading is the shared one unless its tensors are laid out another
+    way; the Llama line's records name no reading of their own."""
+    for record in families.RECORDS:
+        if record.tensors in ("decoder", "phi3"):
+            assert record.read is None, record.model_type
+            assert record.layer.__func__ is Family.layer  # type: ignore[attr-defined]
+        else:
+            assert record.read is not None and record.read is not decoder
