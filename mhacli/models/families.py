@@ -16,11 +16,13 @@ from typing import Any
 from ..errors import MhaError, shown
 from .family import (Family, Layer, by_layer_types, every_layer, gemma3_rope, pattern_of,
                      qwen_window, rope)
+from .rules import said
 from .reading import Reader, columns, fused, heads_of, linear, rope_of, window_of
 
 # --------------------------------------------------------------------------- own layouts
 
 
+@said("Conv1D c_attn (q, k, v side by side); causal; ÷ (layer + 1) with scale_attn_by_inverse_layer_idx")
 def gpt2(f: Family, r: Reader, stem: str) -> Layer:
     """GPT-2: Conv1D ``c_attn`` (d × 3d, queries, keys and values side by side, stored
     as x·W) and ``c_proj``; causal; scores ÷ √d_k, and ÷ (layer + 1) with
@@ -64,6 +66,7 @@ def gpt2(f: Family, r: Reader, stem: str) -> Layer:
     return out
 
 
+@said("query, key, value and output.dense; no mask (causal as a decoder)")
 def bert(f: Family, r: Reader, stem: str) -> Layer:
     """BERT-style encoders: ``self.query/key/value`` and ``output.dense``; no mask (each
     token sees every other), causal only as a decoder."""
@@ -85,6 +88,7 @@ def bert(f: Family, r: Reader, stem: str) -> Layer:
     return out
 
 
+@said("fused query_key_value, head by head; causal; RoPE over rotary_pct")
 def neox(f: Family, r: Reader, stem: str) -> Layer:
     """GPT-NeoX and Pythia: a fused ``query_key_value`` whose rows are head by head
     [q_h | k_h | v_h], ``dense``; RoPE half-split over ``rotary_pct`` of each head."""
@@ -102,6 +106,7 @@ def neox(f: Family, r: Reader, stem: str) -> Layer:
     return out
 
 
+@said("causal; RoPE (interleaved pairs) over rotary_dim")
 def gptj(f: Family, r: Reader, stem: str) -> Layer:
     """GPT-J: q/k/v/out projections, no biases; RoPE interleaved over ``rotary_dim``,
     base 10000 (fixed in the model)."""
@@ -125,6 +130,7 @@ def gptj(f: Family, r: Reader, stem: str) -> Layer:
     return out
 
 
+@said("fused query_key_value in three layouts; causal; RoPE")
 def falcon(f: Family, r: Reader, stem: str) -> Layer:
     """Falcon: a fused ``query_key_value`` in one of three layouts (the new decoder's
     groups [q … | k_g | v_g], multi-query's [all q | k | v], or head by head), ``dense``;
@@ -166,6 +172,7 @@ GEMMA_BOTH_WAYS = ("use_bidirectional_attention", "a Gemma that attends both way
                    "mask mha does not follow")
 
 
+@said("a sliding window on every other layer")
 def _gemma2_window(r: Reader) -> tuple[int | None, str | None]:
     """Gemma 2: every other layer slides (the even ones); an older spelling of the window,
     sliding_window_size, must agree with sliding_window."""
@@ -176,31 +183,31 @@ def _gemma2_window(r: Reader) -> tuple[int | None, str | None]:
     return window_of(r, lambda i: "sliding_attention" if i % 2 == 0 else "full_attention")
 
 
-LLAMA = Family("llama", rope=rope(partial_key=None))
+LLAMA = Family("llama", since="0.1", rope=rope(partial_key=None))
 RECORDS: tuple[Family, ...] = (
     LLAMA,
-    Family("mistral", window=every_layer, rope=rope(partial_key=None)),
-    Family("mixtral", window=every_layer, rope=rope(partial_key=None)),
-    Family("qwen2", window=qwen_window),
-    Family("qwen3", window=qwen_window, qk_norm="head"),
-    Family("olmo2", qk_norm="width"),
-    Family("gemma2", window=_gemma2_window, scale_key="query_pre_attn_scalar",
+    Family("mistral", since="0.1", window=every_layer, rope=rope(partial_key=None)),
+    Family("mixtral", since="0.1", window=every_layer, rope=rope(partial_key=None)),
+    Family("qwen2", since="0.1", window=qwen_window),
+    Family("qwen3", since="0.1", window=qwen_window, qk_norm="head"),
+    Family("olmo2", since="0.1", qk_norm="width"),
+    Family("gemma2", since="0.1", window=_gemma2_window, scale_key="query_pre_attn_scalar",
            softcap_key="attn_logit_softcapping", refused=(GEMMA_BOTH_WAYS,)),
-    Family("gemma3", window=pattern_of("sliding_window_pattern"), rope=gemma3_rope,
+    Family("gemma3", since="0.1", window=pattern_of("sliding_window_pattern"), rope=gemma3_rope,
            scale_key="query_pre_attn_scalar", qk_norm="head", norm_plus_one=True,
            refused=(GEMMA_BOTH_WAYS,), unread=("attn_logit_softcapping",)),
-    Family("gpt_oss", window=by_layer_types(), sinks=True),
-    Family("phi", o_proj="dense", rope=rope(partial_default=0.5),
+    Family("gpt_oss", since="0.1", window=by_layer_types(), sinks=True),
+    Family("phi", since="0.1", o_proj="dense", rope=rope(partial_default=0.5),
            refused=(("qk_layernorm", "a LayerNorm of the queries and keys (with a bias), a "
                                      "step mha does not compute"),)),
-    Family("phi3", tensors="phi3", fused="qkv_proj", window=every_layer,
+    Family("phi3", since="0.1", tensors="phi3", fused="qkv_proj", window=every_layer,
            rope=rope(aliases={"su": "longrope", "yarn": "longrope"},
                      also_read=("original_max_position_embeddings",))),
-    Family("gpt2", tensors="gpt2", read=gpt2),
-    Family("bert", tensors="bert", read=bert),
-    Family("gpt_neox", tensors="gpt_neox", read=neox),
-    Family("gptj", tensors="gptj", read=gptj),
-    Family("falcon", tensors="falcon", read=falcon),
+    Family("gpt2", since="0.1", tensors="gpt2", read=gpt2),
+    Family("bert", since="0.1", tensors="bert", read=bert),
+    Family("gpt_neox", since="0.1", tensors="gpt_neox", read=neox),
+    Family("gptj", since="0.1", tensors="gptj", read=gptj),
+    Family("falcon", since="0.1", tensors="falcon", read=falcon),
 )
 FAMILIES = {f.model_type: f for f in RECORDS}
 ALIASES = {"gemma3_text": "gemma3"}  # a model_type read as another's

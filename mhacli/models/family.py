@@ -15,85 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..errors import MhaError, shown
-from .reading import Reader, fused, heads_of, linear, rope_of, window_of
+from .reading import Reader, fused, heads_of, linear
+from .rules import (Rope, Scale, Window, by_layer_types, every_layer, gemma3_rope, no_window,
+                    pattern_of, qwen_window, rope, root_of, words)
+
+__all__ = ["Family", "decoder", "qk_norm", "features", "by_layer_types", "every_layer",
+           "gemma3_rope", "no_window", "pattern_of", "qwen_window", "rope"]
 
 Layer = dict[str, Any]  # a layer as read: the problem's keys (weights and settings)
-Window = Callable[[Reader], "tuple[int | None, str | None]"]  # this layer's window, type
-Rope = Callable[[Reader, int, "str | None"], dict[str, Any]]  # (reader, d_k, layer type)
-
-
-# --------------------------------------------------------------------------- windows
-
-
-def no_window(r: Reader) -> tuple[int | None, str | None]:
-    """Causal everywhere, whatever the config's window keys say (Llama, OLMo 2, Phi: their
-    attention reads no window)."""
-    r.get("sliding_window"), r.get("layer_types")
-    return None, None
-
-
-def every_layer(r: Reader) -> tuple[int | None, str | None]:
-    """Mistral's rule: ``sliding_window`` slides every layer when it is set."""
-    return window_of(r, every_layer=True)
-
-
-def by_layer_types(default: Callable[[int], str] | None = None) -> Window:
-    """The config's ``layer_types`` (sliding_attention or full_attention), else the
-    family's own rule for layer i (``default``), else sliding wherever a window is set."""
-    return lambda r: window_of(r, default)
-
-
-def pattern_of(key: str, first: int = 0) -> Window:
-    """Gemma 3's rule: every ``key``-th layer (counting from 1) attends fully, the rest
-    slide (transformers 4's spelling; transformers 5 writes layer_types)."""
-    def window(r: Reader) -> tuple[int | None, str | None]:
-        every = r.count(key) or r.count("_" + key) or 6
-        return window_of(r, lambda i: "full_attention" if (i + 1) % every == 0
-                         else "sliding_attention")
-    return window
-
-
-def qwen_window(r: Reader) -> tuple[int | None, str | None]:
-    """Qwen 2's rule: with use_sliding_window, the layers from max_window_layers on slide."""
-    on = r.flag("use_sliding_window")
-    start = r.count("max_window_layers", 0) or 0  # (read off: it matters only on)
-    window, kind = window_of(r, lambda i: "sliding_attention" if on and i >= start
-                             else "full_attention")
-    if not on and r.get("layer_types") is None:
-        r.origin.pop("window", None)
-        return None, kind
-    return window, kind
-
-
-# --------------------------------------------------------------------------- RoPE
-
-
-def rope(partial_key: str | None = "partial_rotary_factor", partial_default: float = 1.0,
-         aliases: dict[str, str] | None = None, default_base: float = 10000.0,
-         also_read: tuple[str, ...] = ()) -> Rope:
-    """RoPE from either spelling of the config (``reading.rope_of``): the base, scaling
-    and the share of each head turned."""
-    def read(r: Reader, d: int, layer_type: str | None) -> dict[str, Any]:
-        for key in also_read:
-            r.get(key)
-        return rope_of(r, d, partial_key=partial_key, partial_default=partial_default,
-                       aliases=aliases, default_base=default_base)
-    return read
-
-
-def gemma3_rope(r: Reader, d: int, layer_type: str | None) -> dict[str, Any]:
-    """Gemma 3: the sliding layers turn by a base of their own (rope_local_base_freq in
-    transformers 4, unscaled; rope_parameters nested by layer type in transformers 5)."""
-    r.get("rope_local_base_freq")
-    nested = r.get("rope_parameters")
-    if isinstance(nested, dict) and "sliding_attention" in nested:
-        return rope_of(r, d, layer_type=layer_type or "full_attention")
-    if layer_type == "sliding_attention":
-        base = r.number("rope_local_base_freq", 10000.0)
-        r.get("rope_theta"), r.get("rope_scaling")
-        r.note("rope", "config rope_local_base_freq (a sliding layer)")
-        return {"style": "half", "base": base, "dims": d}
-    return rope_of(r, d, default_base=1000000.0)
 
 
 # --------------------------------------------------------------------------- the record
@@ -110,14 +39,19 @@ class Family:
     o_proj: str = "o_proj"  # the output projection's name
     fused: str | None = None  # one projection for q, k and v (Phi-3's qkv_proj)
     window: Window = no_window
-    rope: Rope = field(default_factory=rope)
+    rope: Rope = field(default_factory=rope)  # None for a layer it does not turn (NoPE)
     scale_key: str | None = None  # s = √(this key), in place of √d_k (Gemma)
+    scale: Scale | None = None  # s by a rule of its own (``rules``: times, keys_times …)
     softcap_key: str | None = None  # scores soft-capped by this key (Gemma 2)
     qk_norm: str | None = None  # "head" or "width": an RMS norm of q and k (its tensors)
+    norm_names: tuple[str, str] = ("q_norm", "k_norm")  # those tensors' modules
+    norm_eps_key: str = "rms_norm_eps"  # the norm's ε
     norm_plus_one: bool = False  # the norm's stored weight w multiplies as 1 + w (Gemma)
     sinks: bool = False  # a sink logit per head (gpt-oss's sinks tensor)
+    causal: bool = True  # False: an encoder, each token sees every other
     refused: tuple[tuple[str, str], ...] = ()  # (config key, why): refused when set true
     unread: tuple[str, ...] = ()  # config keys its attention does not use (read off)
+    since: str = "0.2"  # the version of mha that first read it
 
     def layer(self, r: Reader, stem: str) -> Layer:
         """Layer ``r.layer`` (its attention module's tensors begin with ``stem``)."""
@@ -150,8 +84,10 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
                 key = "head_dim" if r.cfg.get("head_dim") is not None else "num_attention_heads"
                 raise r.error(key, f"{shown(r.cfg.get(key))}, but {name} has "
                               f"{r.ckpt.shape(name)[0]} rows, not {count} × {d}")
-    out: Layer = {"mask": "causal", "heads": heads}
-    r.note("mask", f"{f.model_type}: causal")
+    out: Layer = {"heads": heads}
+    if f.causal:
+        out["mask"] = "causal"
+        r.note("mask", f"{f.model_type}: causal")
     if groups is not None and groups != heads:
         out["kv_heads"] = groups
     r.get("attention_bias")  # the biases are the tensors the layer holds
@@ -166,10 +102,12 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
     window, layer_type = f.window(r)
     if window is not None:
         out["window"] = window
-    out["rope"] = f.rope(r, d, layer_type)
-    if f.scale_key:
-        out["scale"] = float(r.number(f.scale_key, float(d))) ** 0.5
-        r.note("scale", f"config {f.scale_key} (s = its square root)")
+    turning = f.rope(r, d, layer_type)
+    if turning is not None:
+        out["rope"] = turning
+    scale = f.scale or (root_of(f.scale_key) if f.scale_key else None)
+    if scale is not None:
+        out["scale"] = scale(r, d)
     if f.softcap_key:
         cap = r.number(f.softcap_key)
         if cap is not None:
@@ -187,18 +125,39 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
 def qk_norm(f: Family, r: Reader, stem: str, d: int) -> dict[str, Any] | None:
     """An RMS norm of each head's queries and keys (or over the whole width), from the
     layer's q_norm and k_norm tensors; a family that has none refuses them."""
-    if not r.has(stem + "q_norm.weight") and not r.has(stem + "k_norm.weight"):
+    q_name, k_name = (f"{stem}{name}.weight" for name in f.norm_names)
+    if not r.has(q_name) and not r.has(k_name):
         return None
     if f.qk_norm is None:
-        raise MhaError(f"{stem}q_norm.weight: a norm of the queries and keys, which mha "
-                       f"does not follow for {f.model_type}",
-                       source=r.ckpt.source_of(stem + "q_norm.weight"),
-                       key=stem + "q_norm.weight")
-    q, k = r.tensor(stem + "q_norm.weight", 1), r.tensor(stem + "k_norm.weight", 1)
+        name = q_name if r.has(q_name) else k_name
+        raise MhaError(f"{name}: a norm of the queries and keys, which mha does not follow "
+                       f"for {f.model_type}", source=r.ckpt.source_of(name), key=name)
+    q, k = r.tensor(q_name, 1), r.tensor(k_name, 1)
     if f.norm_plus_one:
         q, k = 1 + q, 1 + k
-    eps = r.number("rms_norm_eps", 1e-6)
-    r.note("qk_norm", f"tensors {stem}q_norm.weight, {stem}k_norm.weight"
+    eps = r.number(f.norm_eps_key, 1e-6)
+    r.note("qk_norm", f"tensors {q_name}, {k_name}"
            + (" (1 + w, as Gemma stores it)" if f.norm_plus_one else "")
-           + ", config rms_norm_eps")
+           + f", config {f.norm_eps_key}")
     return {"over": f.qk_norm, "eps": eps, "q": q, "k": k}
+
+
+def features(f: Family) -> list[str]:
+    """What a family's attention has, in a few words each, as its record says (the
+    README's table of families)."""
+    if f.read is not None:
+        return [words(f.read)]
+    out = ["fused q/k/v"] if f.fused else []
+    out.append("causal" if f.causal else "no mask (an encoder)")
+    out += [w for w in (words(f.window), words(f.rope)) if w]
+    scale = f.scale or (root_of(f.scale_key) if f.scale_key else None)
+    if scale is not None:
+        out.append(words(scale))
+    if f.softcap_key:
+        out.append(f"softcap ({f.softcap_key})")
+    if f.qk_norm:
+        out.append(f"q/k RMS norms over {'each head' if f.qk_norm == 'head' else 'the width'}"
+                   + (" (1 + w)" if f.norm_plus_one else ""))
+    if f.sinks:
+        out.append("sinks")
+    return out

@@ -39,6 +39,11 @@ LAYOUTS = (
 BUFFERS = ("attn.bias", "attn.masked_bias", "rotary_emb.inv_freq")  # not weights
 
 
+class NotAttention(MhaError):
+    """A layer that is not softmax attention (a Mamba mixer, linear attention …): refused
+    for good, naming what it is and which layers of the model are attention."""
+
+
 WEIGHTS = ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o")
 
 
@@ -67,13 +72,20 @@ class LayerReading:
 
 def layers(path: str | Path) -> list[int]:
     """The layers of a checkpoint's attention, in order."""
-    names = open_checkpoint(path).names
-    for _, pattern, _ in LAYOUTS:
+    return sorted(_attention(open_checkpoint(path).names)[1])
+
+
+def _attention(names: tuple[str, ...]) -> tuple[str | None, dict[int, str]]:
+    """The layout of the checkpoint's attention layers (``LAYOUTS``) and each attention
+    layer's tensor that layout finds it by; a layer of a kind that is not attention
+    (``NOT_ATTENTION``: a linear attention's qkv_proj is not Phi-3's) is not one."""
+    other = _kinds(names)
+    for kind, pattern, _ in LAYOUTS:
         rx = re.compile(pattern)
-        found = sorted({int(m[1]) for n in names if (m := rx.search(n))})
+        found = {int(m[1]): n for n in names if (m := rx.search(n)) and int(m[1]) not in other}
         if found:
-            return found
-    return []
+            return kind, found
+    return None, {}
 
 
 def read_layer(path: str | Path, layer: int = 0, dtype: Any = np.float64) -> LayerReading:
@@ -81,21 +93,9 @@ def read_layer(path: str | Path, layer: int = 0, dtype: Any = np.float64) -> Lay
     config followed or refused by name; the weights read straight into their final layout
     in ``dtype`` (float64; float32 where that is exact, as bfloat16 and float16 are)."""
     ckpt = open_checkpoint(path)
-    names = ckpt.names
-    kind, found = None, {}
-    for kind, pattern, _ in LAYOUTS:
-        rx = re.compile(pattern)
-        found = {int(m[1]): n for n in names if (m := rx.search(n))}
-        if found:
-            break
-    if not found:
-        raise MhaError("no attention layer found: expected a Hugging Face model's "
-                       "(GPT-2's h.N.attn.c_attn, BERT's layer.N.attention.self.query, "
-                       "Llama's layers.N.self_attn.q_proj, GPT-NeoX's or Falcon's "
-                       "query_key_value …)", source=str(ckpt.path))
+    kind, found = _attention(ckpt.names)
     if layer not in found:
-        raise MhaError(f"--layer {layer}: the checkpoint has layers {min(found)}–{max(found)}",
-                       source=str(ckpt.path))
+        _not_found(ckpt, layer, found)
     tail = dict((k, t) for k, _, t in LAYOUTS)[kind]  # type: ignore[index]
     stem = found[layer][:-len(tail)]  # the layer's attention module, with its dot
     r = Reader(ckpt, layer, np.dtype(dtype))
@@ -114,6 +114,85 @@ def read_layer(path: str | Path, layer: int = 0, dtype: Any = np.float64) -> Lay
     return LayerReading(str(ckpt.path), layer, family, stem, MappingProxyType(weights),
                         MappingProxyType(settings), MappingProxyType(dict(r.origin)),
                         r.dtype)
+
+
+# Layers that are not softmax attention, known by their tensors (the name after the
+# layer's number): refused for good, saying what they are.
+NOT_ATTENTION = (
+    (r"^(mamba|mixer)\.(A_log|D|dt_bias|conv1d\.|in_proj\.|x_proj\.|dt_proj\.)",
+     "a Mamba mixer (a state-space layer)"),
+    (r"^linear_attn\.", "linear attention (its linear_attn module: a gated delta rule)"),
+    (r"^self_attn\.output_gate\.", "lightning attention (a linear attention)"),
+    (r"^self_attn\.(f_a_proj|g_a_proj)\.", "Kimi delta attention (a linear attention)"),
+    (r"^attention\.(g_proj|f_proj)\.", "linear attention (a gated linear attention)"),
+    (r"^temporal_block\.rg_lru\.", "a gated linear recurrence (Griffin's RG-LRU)"),
+    (r"^conv\.(conv|in_proj)\.", "a gated short convolution"),
+    (r"^attention\.(receptance|time_decay|time_first)", "RWKV's time mixing (a linear "
+     "recurrence)"),
+    (r"^mlstm_layer\.", "an mLSTM (a matrix-memory recurrence)"),
+    (r"^mixer\.(experts|gate|shared_experts)\.", "a mixture-of-experts feed-forward layer"),
+    (r"^mixer\.(up_proj|down_proj)\.", "a feed-forward layer"),
+)
+_LAYER_NAME = re.compile(r"(?:^|\.)(?:layers|blocks|h|layer)\.(\d+)\.(.+)$")
+
+
+def _kinds(names: tuple[str, ...]) -> dict[int, str]:
+    """What each layer that holds no attention is, as its tensors say (layers of a kind
+    not known are left out)."""
+    out: dict[int, str] = {}
+    for name in names:
+        m = _LAYER_NAME.search(name)
+        if m and int(m[1]) not in out:
+            for pattern, what in NOT_ATTENTION:
+                if re.search(pattern, m[2]):
+                    out[int(m[1])] = what
+                    break
+    return out
+
+
+def _listed(layers: list[int]) -> str:
+    """Layer numbers as a person reads them: 0–11, or 3, 7, 11, 15."""
+    if not layers:
+        return "none"
+    if layers == list(range(layers[0], layers[-1] + 1)) and len(layers) > 2:
+        return f"{layers[0]}–{layers[-1]}"
+    return ", ".join(map(str, layers))
+
+
+def _not_found(ckpt: Any, layer: int, found: dict[int, str]) -> None:
+    """Layer ``layer`` holds no attention mha finds: a layer of another kind (Mamba,
+    linear attention …) is refused for good, saying what it is and which layers are
+    attention; anything else is an error saying what is there."""
+    kinds = _kinds(ckpt.names)
+    attention = sorted(found)
+    numbered = {int(m[1]) for n in ckpt.names if (m := _LAYER_NAME.search(n))}
+    unknown = sorted(numbered - set(kinds) - set(found))
+    if layer in kinds:
+        several = len(unknown) > 1
+        where = f"the attention layers are {_listed(attention)}" if attention else \
+            "this model has no softmax attention layer" if not unknown else \
+            (f"layer{'s' * several} {_listed(unknown)} {'are' if several else 'is'} laid out "
+             "in a way mha does not read")
+        raise NotAttention(f"--layer {layer}: layer {layer} is {kinds[layer]}, not softmax "
+                           f"attention; {where}", source=str(ckpt.path))
+    if not found and kinds and not unknown:
+        by_kind: dict[str, list[int]] = {}
+        for number, what in sorted(kinds.items()):
+            by_kind.setdefault(what, []).append(number)
+        said = "; ".join(f"layer{'s' if len(ls) > 1 else ''} {_listed(ls)}: {what}"
+                         for what, ls in by_kind.items())
+        raise NotAttention(f"--layer {layer}: no softmax attention layer in this model "
+                           f"({said})", source=str(ckpt.path))
+    if not found:
+        raise MhaError("no attention layer found: expected a Hugging Face model's "
+                       "(GPT-2's h.N.attn.c_attn, BERT's layer.N.attention.self.query, "
+                       "Llama's layers.N.self_attn.q_proj, GPT-NeoX's or Falcon's "
+                       "query_key_value …)", source=str(ckpt.path))
+    if kinds or attention != list(range(attention[0], attention[-1] + 1)):
+        raise MhaError(f"--layer {layer}: the checkpoint's attention layers are "
+                       f"{_listed(attention)}", source=str(ckpt.path))
+    raise MhaError(f"--layer {layer}: the checkpoint has layers {min(found)}–{max(found)}",
+                   source=str(ckpt.path))
 
 
 def _record(r: Reader, kind: str, model_type: str | None) -> fam.Family:

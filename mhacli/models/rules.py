@@ -1,0 +1,228 @@
+"""The rules a family's record names (``family.Family``): which layers slide and by how
+much, how a layer turns its queries and keys (RoPE, or none on a NoPE layer), and what
+the scores are divided by. Each is written from the family's modeling code and config
+class in transformers, and each says in a few words what it does (``said``: the README's
+table of families is made from these words, so it cannot drift from what is read).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, TypeVar
+
+from ..errors import shown
+from .reading import Reader, rope_of, window_of
+
+Window = Callable[[Reader], "tuple[int | None, str | None]"]  # this layer's window, type
+Rope = Callable[[Reader, int, "str | None"], "dict[str, Any] | None"]  # None: no RoPE here
+Scale = Callable[[Reader, int], float]  # (reader, d_k) -> s, the divisor of the scores
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def said(words: str) -> Callable[[F], F]:
+    """A rule's words for the table of families."""
+    def mark(rule: F) -> F:
+        rule.said = words  # type: ignore[attr-defined]
+        return rule
+    return mark
+
+
+def words(rule: Any) -> str:
+    return getattr(rule, "said", "")
+
+
+# --------------------------------------------------------------------------- windows
+
+
+@said("")
+def no_window(r: Reader) -> tuple[int | None, str | None]:
+    """Causal everywhere, whatever the config's window keys say (Llama, OLMo 2, Phi: their
+    attention reads no window)."""
+    r.get("sliding_window"), r.get("layer_types")
+    return None, None
+
+
+@said("a sliding window on every layer")
+def every_layer(r: Reader) -> tuple[int | None, str | None]:
+    """Mistral's rule: ``sliding_window`` slides every layer when it is set."""
+    return window_of(r, every_layer=True)
+
+
+def by_layer_types(default: Callable[[Reader, int], str] | None = None,
+                   text: str = "sliding windows on the layers layer_types names") -> Window:
+    """The config's ``layer_types`` (sliding_attention or full_attention), else the
+    family's own rule for layer i (``default``, as its config class makes layer_types),
+    else sliding wherever a window is set."""
+    @said(text)
+    def window(r: Reader) -> tuple[int | None, str | None]:
+        rule = (lambda i: default(r, i)) if default is not None else None
+        return window_of(r, rule)
+    return window
+
+
+def every_nth_full(n: int, key: str | None = None, first_full: bool = False) -> Callable:
+    """A default layer_types: every n-th layer (counting from 1; from 0 with
+    ``first_full``) attends fully, the others slide; ``key`` may give n."""
+    def kind(r: Reader, i: int) -> str:
+        every = (r.count(key) if key else None) or n
+        full = i % every == 0 if first_full else (i + 1) % every == 0
+        return "full_attention" if full else "sliding_attention"
+    return kind
+
+
+def pattern_of(key: str, first: int = 0) -> Window:
+    """Gemma 3's rule: every ``key``-th layer (counting from 1) attends fully, the rest
+    slide (transformers 4's spelling; transformers 5 writes layer_types)."""
+    @said("sliding windows but every n-th layer (layer_types)")
+    def window(r: Reader) -> tuple[int | None, str | None]:
+        every = r.count(key) or r.count("_" + key) or 6
+        return window_of(r, lambda i: "full_attention" if (i + 1) % every == 0
+                         else "sliding_attention")
+    return window
+
+
+@said("a sliding window from max_window_layers on, with use_sliding_window")
+def qwen_window(r: Reader) -> tuple[int | None, str | None]:
+    """Qwen 2's rule: with use_sliding_window, the layers from max_window_layers on slide."""
+    on = r.flag("use_sliding_window")
+    start = r.count("max_window_layers", 0) or 0  # (read off: it matters only on)
+    window, kind = window_of(r, lambda i: "sliding_attention" if on and i >= start
+                             else "full_attention")
+    if not on and r.get("layer_types") is None:
+        r.origin.pop("window", None)
+        return None, kind
+    return window, kind
+
+
+@said("a sliding window on every layer, with use_sliding_window")
+def every_layer_if_used(r: Reader) -> tuple[int | None, str | None]:
+    """Qwen 3 MoE's rule: its config keeps sliding_window only with use_sliding_window,
+    and the model then slides every layer (max_window_layers is not read by the model)."""
+    r.get("max_window_layers")
+    if not r.flag("use_sliding_window"):
+        r.get("sliding_window"), r.get("layer_types")
+        return None, None
+    return every_layer(r)
+
+
+# --------------------------------------------------------------------------- RoPE
+
+
+def rope(partial_key: str | None = "partial_rotary_factor", partial_default: float = 1.0,
+         aliases: dict[str, str] | None = None, default_base: float = 10000.0,
+         also_read: tuple[str, ...] = (), style: str = "half") -> Rope:
+    """RoPE from either spelling of the config (``reading.rope_of``): the base, scaling
+    and the share of each head turned; ``style`` pairs (i, i + dims/2) or (2i, 2i + 1)."""
+    @said("RoPE" + (" (interleaved pairs)" if style == "interleaved" else "")
+          + (f", over {partial_default:g} of each head" if partial_default != 1 else ""))
+    def read(r: Reader, d: int, layer_type: str | None) -> dict[str, Any] | None:
+        for key in also_read:
+            r.get(key)
+        return rope_of(r, d, partial_key=partial_key, partial_default=partial_default,
+                       aliases=aliases, default_base=default_base, style=style)
+    return read
+
+
+@said("RoPE, a base of its own on the sliding layers")
+def gemma3_rope(r: Reader, d: int, layer_type: str | None) -> dict[str, Any] | None:
+    """Gemma 3: the sliding layers turn by a base of their own (rope_local_base_freq in
+    transformers 4, unscaled; rope_parameters nested by layer type in transformers 5)."""
+    r.get("rope_local_base_freq")
+    nested = r.get("rope_parameters")
+    if isinstance(nested, dict) and "sliding_attention" in nested:
+        return rope_of(r, d, layer_type=layer_type or "full_attention")
+    if layer_type == "sliding_attention":
+        base = r.number("rope_local_base_freq", 10000.0)
+        r.get("rope_theta"), r.get("rope_scaling")
+        r.note("rope", "config rope_local_base_freq (a sliding layer)")
+        return {"style": "half", "base": base, "dims": d}
+    return rope_of(r, d, default_base=1000000.0)
+
+
+@said("no RoPE (no position inside the attention)")
+def no_rope(r: Reader, d: int, layer_type: str | None) -> dict[str, Any] | None:
+    """A family whose attention turns nothing (Jamba: the Mamba layers carry the order)."""
+    r.note("rope", "none: this family's attention has no positions of its own")
+    return None
+
+
+def nope_on(when: Callable[[Reader, str | None], "str | None"], where: str,
+            turning: Rope | None = None) -> Rope:
+    """RoPE (``turning``, Llama's by default) except on the layers where ``when`` gives a
+    reason not to turn (a NoPE layer), which it says; ``where`` names those layers."""
+    turning = turning or rope()
+
+    @said(f"{words(turning)}, none on {where}")
+    def read(r: Reader, d: int, layer_type: str | None) -> dict[str, Any] | None:
+        why = when(r, layer_type)
+        if why is None:
+            return turning(r, d, layer_type)
+        for key in ("rope_parameters", "rope_theta", "rope_scaling", "partial_rotary_factor"):
+            r.get(key)  # (this layer turns nothing: the RoPE keys are the other layers')
+        r.note("rope", f"none on this layer: {why}")
+        return None
+    return read
+
+
+def listed_nope(key: str, interval_key: str) -> Callable[[Reader, str | None], str | None]:
+    """SmolLM3's and Llama 4's list: ``key``[i] is 0 on a NoPE layer (else the config
+    class's rule, every ``interval_key``-th layer, counting from 1)."""
+    def when(r: Reader, layer_type: str | None) -> str | None:
+        flags = r.get(key)
+        every = r.count(interval_key, 4) or 4
+        if flags is None:
+            flag = int((r.layer + 1) % every != 0)
+            where = f"config {interval_key} = {every}"
+        elif not isinstance(flags, list) or r.layer >= len(flags) or flags[r.layer] not in (0, 1):
+            raise r.error(key, f"{shown(flags)}: expected a 0 or 1 for each layer")
+        else:
+            flag, where = flags[r.layer], f"config {key}[{r.layer}] is 0"
+        return None if flag else where
+    return when
+
+
+def full_layers_nope(r: Reader, layer_type: str | None) -> str | None:
+    """Cohere 2's rule: only the sliding layers turn; the full-attention ones are NoPE."""
+    return None if layer_type == "sliding_attention" else f"a {layer_type} layer (layer_types)"
+
+
+def full_layers_nope_with_window(r: Reader, layer_type: str | None) -> str | None:
+    """EXAONE 4's rule: with a sliding window, only the sliding layers turn (global NoPE);
+    without one, every layer turns."""
+    if r.get("sliding_window") is None:
+        return None
+    return full_layers_nope(r, layer_type)
+
+
+# --------------------------------------------------------------------------- scales
+
+
+def root_of(key: str) -> Scale:
+    """s = √(``key``) in place of √d_k (Gemma's query_pre_attn_scalar)."""
+    @said(f"s = √{key}")
+    def scale(r: Reader, d: int) -> float:
+        s = float(r.number(key, float(d))) ** 0.5  # type: ignore[arg-type]
+        r.note("scale", f"config {key} (s = its square root)")
+        return s
+    return scale
+
+
+def times(key: str) -> Scale:
+    """Scores multiplied by ``key`` (Granite's attention_multiplier): s = 1 / its value."""
+    @said(f"scores × {key}")
+    def scale(r: Reader, d: int) -> float:
+        m = r.number(key, 1.0 / math.sqrt(d))
+        r.note("scale", f"config {key} (scores × it: s = 1 / {key})")
+        return 1.0 / float(m)  # type: ignore[arg-type]
+    return scale
+
+
+def keys_times(key: str) -> Scale:
+    """The keys multiplied by ``key`` before the scores (Falcon-H1's key_multiplier): the
+    scores are ÷ √d_k and × it, so s = √d_k / its value."""
+    @said(f"keys × {key}")
+    def scale(r: Reader, d: int) -> float:
+        m = r.number(key, 1.0)
+        r.note("scale", f"config {key} (the keys × it: s = √d_k / {key})")
+        return math.sqrt(d) / float(m)  # type: ignore[arg-type]
+    return scale

@@ -1,0 +1,311 @@
+"""Every text model type of Hugging Face transformers, tiny and random, and the model's own
+attention output for a layer.
+
+* :func:`text_types`: the model types of transformers' registry that are text models (the
+  rule is in its docstring).
+* :func:`tiny_config`: a model type's config class with small sizes (hidden 64, 4 heads
+  of 16 and 2 key/value heads, a few layers, a vocabulary of 100), its kinds of layer kept.
+* :func:`make_zoo_model`: that model built with seeded random weights that hide nothing
+  (``hf_reference._randomise``) and saved with ``save_pretrained``.
+* :func:`module_reference`: a layer's attention module of a saved model run on a given x,
+  in float64, with what the model's own forward pass hands that module (its mask, its
+  rotary cos/sin, …); the output is its output projection's.
+
+``tests/zoo_coverage.py`` runs the whole registry through mha with these; the tests of a
+family without a layout of its own in ``hf_reference`` use :func:`module_reference`.
+Needs torch and transformers.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import transformers
+from transformers.models.auto import configuration_auto, modeling_auto
+
+from . import hf_reference as hf
+
+# --------------------------------------------------------------------------- the registry
+
+TEXT_TASKS = ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
+              "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES")
+# a task of these modalities makes a model type not a text model
+OTHER_MODALITIES = ("IMAGE", "VIDEO", "AUDIO", "SPEECH", "CTC", "VISION", "VISUAL",
+                    "MULTIMODAL", "WAVEFORM", "SPECTROGRAM", "DEPTH", "OBJECT",
+                    "SEGMENTATION", "KEYPOINT", "POSE", "BACKBONE", "MASK_GENERATION", "RNNT",
+                    "TDT", "POINTMAP", "NORMAL_ESTIMATION", "TEXT_RECOGNITION",
+                    "TABLE_RECOGNITION", "TIME_SERIES")
+OTHER_INPUTS = re.compile(r"vision|audio|speech|acoustic|vq_|image|video|patcher")
+WRAPPERS = ("encoder-decoder",)  # made of two other model types, none of its own
+
+
+def _task_maps(words: tuple[str, ...] | None = None) -> dict[str, dict[str, str]]:
+    names = [n for n in dir(modeling_auto) if n.startswith("MODEL_FOR") and
+             n.endswith("_MAPPING_NAMES")]
+    if words is not None:
+        names = [n for n in names if any(w in n[len("MODEL_FOR_"):] for w in words)]
+    return {n: getattr(modeling_auto, n) for n in names}
+
+
+def text_types() -> dict[str, str]:
+    """The registry's text model types, each with the class it is built as.
+
+    A model type is a text model when transformers gives it a causal, masked or
+    sequence-to-sequence language-model class (its auto mappings), and it is neither of
+    another modality — in no mapping of an image, video, audio or speech task nor of a
+    multimodal model, and no sub-config of its config is a vision, audio or image one
+    (Gemma 3's composite ``gemma3`` is out, its ``gemma3_text`` in) — nor a wrapper of two
+    other model types (``encoder-decoder``). The class is the causal LM's where there is
+    one, else the masked LM's, else the sequence-to-sequence LM's."""
+    other: set[str] = set()
+    for mapping in _task_maps(OTHER_MODALITIES).values():
+        other |= set(mapping)
+    found: dict[str, str] = {}
+    for task in TEXT_TASKS:
+        for model_type, model_class in getattr(modeling_auto, task).items():
+            if model_type in found or model_type in other or model_type in WRAPPERS:
+                continue
+            config_class = getattr(transformers, configuration_auto.CONFIG_MAPPING_NAMES
+                                   .get(model_type, ""), None)
+            subs = getattr(config_class, "sub_configs", None) or {}
+            if any(OTHER_INPUTS.search(name) for name in subs):
+                continue
+            found[model_type] = model_class
+    return dict(sorted(found.items()))
+
+
+# --------------------------------------------------------------------------- tiny configs
+
+WIDTH, HEADS, KV_HEADS, HEAD = 64, 4, 2, 16
+_SIZES: dict[tuple[str, ...], Any] = {
+    ("hidden_size", "d_model", "n_embd", "dim", "hidden_dim", "embed_dim", "emb_dim",
+     "n_embed", "d_embed", "model_dim", "word_embed_proj_dim", "embedding_size",
+     "true_hidden_size", "intra_bottleneck_size"): WIDTH,
+    ("num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads",
+     "decoder_attention_heads", "num_self_attention_heads"): HEADS,
+    ("num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num"): KV_HEADS,
+    ("head_dim", "d_kv", "kv_channels", "attention_head_dim", "d_head", "dim_head",
+     "qk_head_dim", "v_head_dim", "swa_head_dim"): HEAD,
+    ("num_hidden_layers", "n_layer", "num_layers", "n_layers"): 2,
+    ("encoder_layers", "decoder_layers", "num_decoder_layers"): 2,
+    ("intermediate_size", "n_inner", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "d_ff",
+     "ffn_hidden_size", "moe_intermediate_size", "shared_expert_intermediate_size", "d_inner",
+     "dim_ff", "dff", "dense_intermediate_size", "intermediate_size_mlp",
+     "expert_ffn_hidden_size", "moe_shared_expert_intermediate_size",
+     "shared_intermediate_size", "shared_experts_intermediate_size"): 64,
+    ("vocab_size", "src_vocab_size", "tgt_vocab_size", "decoder_vocab_size",
+     "unpadded_vocab_size", "entity_vocab_size", "vocab_size_per_layer_input"): 100,
+    ("entity_emb_size", "hidden_size_per_layer_input", "laurel_rank"): 16,
+    ("max_position_embeddings", "n_positions", "n_ctx", "max_encoder_position_embeddings",
+     "max_decoder_position_embeddings"): 64,
+    ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"): 4,
+    ("num_experts_per_tok", "moe_topk", "moe_k", "num_experts_per_token"): 2,
+    ("n_group", "topk_group", "num_expert_group"): 1,
+    ("kv_lora_rank",): 16, ("q_lora_rank",): 24, ("qk_rope_head_dim",): 8,
+    ("qk_nope_head_dim",): 8, ("sliding_window", "attention_window_size"): 4,
+    ("swa_num_attention_heads",): HEADS, ("swa_num_key_value_heads",): KV_HEADS,
+    ("first_k_dense_replace",): 1, ("rotary_dim",): 8,
+}
+SIZES = {key: value for keys, value in _SIZES.items() for key in keys}
+# a size the default config leaves unset is set, but for these, where unset means "none"
+UNSET_MEANS_NONE = ("sliding_window", "attention_window_size", "q_lora_rank", "num_experts",
+                    "num_local_experts", "n_routed_experts", "moe_num_experts",
+                    "num_experts_per_tok", "moe_topk", "moe_k", "num_experts_per_token",
+                    "n_group", "topk_group", "num_expert_group", "first_k_dense_replace",
+                    "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "rotary_dim",
+                    "swa_num_attention_heads", "swa_num_key_value_heads", "swa_head_dim")
+LAYER_LISTS = ("layer_types", "layers_block_type", "block_types", "no_rope_layers",
+               "attention_layers")
+LAYER_COUNTS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+
+# What a type needs beyond the sizes (its own keys' small values, or a layer pattern that
+# shows both its kinds of layer in a few layers).
+OVERRIDES: dict[str, dict[str, Any]] = {
+    "jamba": dict(num_hidden_layers=4, attn_layer_period=2, attn_layer_offset=1,
+                  expert_layer_period=2, expert_layer_offset=1),
+    "dots1": dict(n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1),
+    "lfm2_moe": dict(num_hidden_layers=4, num_dense_layers=1,
+                     layer_types=["conv", "full_attention", "conv", "full_attention"]),
+    "gpt_neo": dict(attention_types=[[["global", "local"], 1]], window_size=4),
+    "dbrx": dict(attn_config={"kv_n_heads": 2, "rope_theta": 10000.0},
+                 ffn_config={"ffn_hidden_size": 64, "moe_num_experts": 4, "moe_top_k": 2,
+                             "hidden_size": 64}),
+    "esmc": dict(num_key_value_heads=4), "dots3_note_text": dict(num_key_value_heads=4),
+    "mamba2": dict(head_dim=32),
+    "reformer": dict(is_decoder=True, axial_pos_embds_dim=[32, 32], axial_pos_shape=[8, 8],
+                     max_position_embeddings=64, attn_layers=["local", "lsh"]),
+    "zamba": dict(num_hidden_layers=4, layers_block_type=[
+        "linear_attention", "hybrid", "linear_attention", "hybrid"]),
+    "zaya": dict(num_experts_per_tok=1),
+    "bamba": dict(num_hidden_layers=4, attn_layer_indices=[1, 3]),
+    "granitemoehybrid": dict(num_hidden_layers=4, layer_types=[
+        "mamba", "attention", "mamba", "attention"], mamba_n_heads=8),
+    "lfm2": dict(num_hidden_layers=4, layer_types=None, full_attn_idxs=[1, 3]),
+    "gemma3n_text": dict(num_hidden_layers=10, num_kv_shared_layers=5, layer_types=[
+        "sliding_attention"] * 4 + ["full_attention"] + ["sliding_attention"] * 4 + [
+        "full_attention"], intermediate_size=[64] * 10, activation_sparsity_pattern=[0.0] * 10),
+}
+
+
+def tiny_config(model_type: str) -> Any:
+    """The type's config class with small sizes; a list of layer kinds (``layer_types``
+    …) is cut to the fewest layers that hold each of its kinds, and the layer count set to
+    match; a sub-config (an encoder's, an attention's) is made small the same way."""
+    config_class = getattr(transformers, configuration_auto.CONFIG_MAPPING_NAMES[model_type])
+    kwargs = _small(config_class, config_class().to_dict())
+    kwargs.update(OVERRIDES.get(model_type, {}))
+    return config_class(**{k: v for k, v in kwargs.items() if v is not DROP})
+
+
+DROP = object()  # an override that leaves a key to the config's own default
+
+
+def _small(config_class: Any, default: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments that make a config of ``config_class`` tiny, from its
+    defaults (``default``, as ``to_dict`` writes them)."""
+    kwargs: dict[str, Any] = {}
+    for key, value in default.items():
+        if key in SIZES and (isinstance(value, int) and not isinstance(value, bool)
+                             or value is None and key not in UNSET_MEANS_NONE):
+            kwargs[key] = SIZES[key]
+        elif key in SIZES and isinstance(value, list) and value and \
+                all(isinstance(v, int) for v in value):  # a size per layer
+            kwargs[key] = [SIZES[key]] * len(value)
+    count = next((default[k] for k in LAYER_COUNTS if isinstance(default.get(k), int)), None)
+    layers = None
+    for key in LAYER_LISTS:
+        kinds = default.get(key)
+        if isinstance(kinds, list) and kinds and all(isinstance(k, (str, int)) for k in kinds):
+            need = max(kinds.index(kind) for kind in set(kinds)) + 1
+            layers = max(layers or 2, need)
+    if layers is not None:
+        for key, value in default.items():  # every list of one entry a layer, cut
+            if isinstance(value, list) and count and len(value) == count:
+                kwargs[key] = (kwargs.get(key) or value)[:layers]
+        for key in LAYER_COUNTS:
+            if key in kwargs:
+                kwargs[key] = layers
+    vocab = kwargs.get("vocab_size", 100)
+    spare = iter(range(3, vocab))
+    for key, value in default.items():  # special tokens inside the small vocabulary
+        if key.endswith(("_token_id", "_token_ids", "_token_index", "_id")):
+            if isinstance(value, int) and not isinstance(value, bool) and value >= vocab:
+                kwargs[key] = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}.get(
+                    key, next(spare))
+            elif isinstance(value, list) and any(isinstance(v, int) and v >= vocab for v in value):
+                kwargs[key] = [v if v < vocab else next(spare) for v in value]
+    for name, sub_class in (getattr(config_class, "sub_configs", None) or {}).items():
+        if isinstance(default.get(name), dict) and isinstance(sub_class, type):
+            kwargs[name] = {**default[name], **_small(sub_class, default[name])}
+    return kwargs
+
+
+def make_zoo_model(model_type: str, folder: str | Path, model_class: str, seed: int = 0) -> Path:
+    """The tiny random model of ``model_type`` built as ``model_class`` and saved in
+    ``folder`` (float32 safetensors and config.json)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    config = tiny_config(model_type)
+    config._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    model = getattr(transformers, model_class)(config)
+    hf._randomise(model, seed)
+    model.eval().save_pretrained(folder)
+    return folder
+
+
+# --------------------------------------------------------------------------- the reference
+
+
+def load(folder: str | Path) -> torch.nn.Module:
+    """The saved model in float64, eager attention (``hf_reference.load_model``)."""
+    return hf.load_model(folder)
+
+
+def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
+                     output: str | None = None, seed: int = 0) -> dict[str, Any]:
+    """The attention module at ``path`` of a float64 ``model`` run on ``x`` (n × width):
+    first the model's own forward pass on n random token ids, which hands the module its
+    mask, rotary cos/sin and the rest (caught, the pass stopped there), then the module
+    itself on ``x`` with the same. Returns ``output``: what ``output`` (the output
+    projection's module path) gives in that call, else the module's own output; and
+    ``weights`` when the module returns them (H × n × m)."""
+    module = model.get_submodule(path)
+    n = len(x)
+    caught: dict[str, Any] = {}
+
+    class Caught(Exception):
+        pass
+
+    def before(mod: Any, args: tuple, kwargs: dict) -> None:
+        caught["args"], caught["kwargs"] = args, kwargs
+        raise Caught
+
+    handle = module.register_forward_pre_hook(before, with_kwargs=True)
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") \
+        else model.config
+    vocab = getattr(config, "vocab_size", 100) or 100
+    ids = torch.from_numpy(np.random.default_rng(seed).integers(3, min(vocab, 100), (1, n)))
+    try:
+        with torch.no_grad():
+            inputs: dict[str, Any] = {"input_ids": ids}
+            if model.config.is_encoder_decoder:
+                inputs["decoder_input_ids"] = ids
+            model(**inputs, use_cache=False)
+    except Caught:
+        pass
+    finally:
+        handle.remove()
+    if "args" not in caught:
+        raise RuntimeError(f"the forward pass never reached {path}")
+    args, kwargs = caught["args"], dict(caught["kwargs"])
+    hidden = torch.from_numpy(np.asarray(x, dtype=np.float64))[None]
+    if args:
+        args = (hidden,) + tuple(args[1:])
+    else:
+        kwargs["hidden_states"] = hidden
+    seen: dict[str, torch.Tensor] = {}
+    hooks = []
+    if output is not None:
+        def after(mod: Any, a: Any, out: Any) -> None:
+            seen["output"] = out
+        hooks.append(model.get_submodule(output).register_forward_hook(after))
+    try:
+        with torch.no_grad():
+            result = module(*args, **kwargs)
+    finally:
+        for h in hooks:
+            h.remove()
+    out = seen.get("output")
+    if out is None:
+        out = result[0] if isinstance(result, tuple) else result
+    weights = None
+    if isinstance(result, tuple) and len(result) > 1 and isinstance(result[1], torch.Tensor) \
+            and result[1].ndim == 4:
+        weights = result[1][0].numpy().copy()
+    return {"output": out[0].numpy().copy(), "weights": weights}
+
+
+def relative(got: np.ndarray, want: np.ndarray) -> float:
+    """The largest difference, relative to the largest entry of ``want``."""
+    top = float(np.abs(want).max()) or 1.0
+    return float(np.abs(np.asarray(got) - want).max()) / top
+
+
+def layer_count(folder: str | Path) -> int:
+    """The number of layers of a saved model, as its tensors' names number them."""
+    from safetensors import safe_open
+
+    top = -1
+    for file in Path(folder).glob("*.safetensors"):
+        with safe_open(str(file), "np") as handle:
+            for name in handle.keys():
+                m = re.search(r"(?:^|\.)(?:layers|blocks|h|layer)\.(\d+)\.", name)
+                top = max(top, int(m[1])) if m else top
+    return top + 1
+
