@@ -207,6 +207,18 @@ FAMILIES: dict[str, Recipe] = {
 }
 
 
+from .hf_recipes import llama_line  # noqa: E402
+
+# The families mha reads from their records alone (tests/hf_recipes.py); the rulebook below
+# (layout_attention) covers FAMILIES only.
+LLAMA_LINE: dict[str, Recipe] = llama_line(Recipe, _decoder)
+
+
+def recipe(family: str) -> Recipe:
+    """The recipe of ``family`` (FAMILIES, or LLAMA_LINE)."""
+    return FAMILIES.get(family) or LLAMA_LINE[family]
+
+
 @dataclass(frozen=True)
 class _Layout:
     """How one model type's attention is reached and called.
@@ -271,12 +283,14 @@ def _uses_rope(config: dict[str, Any]) -> bool:
     return config["model_type"] not in ("gpt2", "bert") and not config.get("alibi", False)
 
 
+# A family built like Llama without a layout of its own: its attention module called with
+# what the model's own forward pass hands it (``hf_zoo.module_reference``).
+_GENERIC = _Layout("model.layers.{layer}.self_attn", "generic", "generic", (_ROPE32, _SOFTMAX32))
+
+
 def _layout(config: dict[str, Any]) -> _Layout:
-    """The calling layout for a config's model type (an error naming it when unknown)."""
-    try:
-        return _LAYOUTS[config["model_type"]]
-    except KeyError:
-        raise ValueError(f"no reference layout for model_type {config['model_type']!r}") from None
+    """The calling layout for a config's model type (the generic one when it has none)."""
+    return _LAYOUTS.get(config["model_type"], _GENERIC)
 
 
 def read_config(folder: str | Path) -> dict[str, Any]:
@@ -313,13 +327,13 @@ def make_model(family: str, folder: str | Path, *, dtype: str = "float32", shard
     tiny offline tokenizer of :func:`save_tokenizer`. ``layout="transformers4"`` rewrites
     ``config.json`` as transformers 4 wrote it (:func:`to_transformers4_layout`).
     Returns the folder."""
-    recipe = FAMILIES[family]
+    recipe_ = recipe(family)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    config = getattr(transformers, recipe.config_class)(**recipe.config)
+    config = getattr(transformers, recipe_.config_class)(**recipe_.config)
     config._attn_implementation = "eager"
     torch.manual_seed(seed)
-    model = getattr(transformers, recipe.model_class)(config)
+    model = getattr(transformers, recipe_.model_class)(config)
     _randomise(model, seed)
     model = model.to(_DTYPES[dtype]).eval()
     options: dict[str, Any] = {}
@@ -441,6 +455,11 @@ def attention_reference(folder: str | Path, layer: int, x: np.ndarray) -> dict[s
     config = read_config(folder)
     layout = _layout(config)
     model = load_model(folder)
+    if layout.call == "generic":
+        from .hf_zoo import module_reference
+
+        found = module_reference(model, layout.path.format(layer=layer), x)
+        return {**found, "mask": None, "scale": None, "config": config}
     hidden = torch.from_numpy(np.asarray(x, dtype=np.float64))[None]
     n = hidden.shape[1]
     position_ids = torch.arange(n)[None]

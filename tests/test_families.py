@@ -16,10 +16,14 @@ pytest.importorskip("transformers")
 import mhacli  # noqa: E402
 from mhacli.io.problem import from_mapping  # noqa: E402
 
+from mhacli.models.layer import NotAttention  # noqa: E402
+
 from . import hf_reference as hf  # noqa: E402
+from .hf_recipes import HYBRIDS  # noqa: E402
 
 REFUSED = {"falcon-alibi": "alibi is true", "phi-qk-layernorm": "qk_layernorm is true"}
 FOLLOWED = sorted(set(hf.FAMILIES) - set(REFUSED))
+LLAMA_LINE = sorted(set(hf.LLAMA_LINE) - set(HYBRIDS))
 
 
 def _ours(folder: Path, layer: int, x: np.ndarray) -> mhacli.Problem:
@@ -43,17 +47,27 @@ def _model(models: dict, tmp_path_factory: pytest.TempPathFactory, family: str,
     return models[key]
 
 
-@pytest.mark.parametrize("family", FOLLOWED)
+@pytest.mark.parametrize("family", FOLLOWED + LLAMA_LINE + sorted(HYBRIDS))
 def test_every_layer_agrees_with_the_model(family: str, models: dict,
                                            tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Every attention layer agrees with the model's own; in a hybrid, every other layer
+    is refused for good, naming what it is and the attention layers."""
     folder = _model(models, tmp_path_factory, family)
     config = hf.read_config(folder)
     layers = config.get("num_hidden_layers", config.get("n_layer", 2))
     rng = np.random.default_rng(1)
-    n = hf.FAMILIES[family].length
+    n = hf.recipe(family).length
     width = config.get("hidden_size", config.get("n_embd"))
     tol = _tolerance(folder)
+    attention = HYBRIDS.get(family, range(layers))
     for layer in range(layers):
+        if layer not in attention:
+            with pytest.raises(NotAttention) as refused:
+                _ours(folder, layer, np.ones((3, width)))
+            assert f"--layer {layer}: layer {layer} is " in str(refused.value)
+            assert f"the attention layers are {', '.join(map(str, attention))}" in \
+                str(refused.value)
+            continue
         x = rng.standard_normal((n, width))
         want = hf.attention_reference(folder, layer, x)
         prob = _ours(folder, layer, x)

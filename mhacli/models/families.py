@@ -16,7 +16,10 @@ from typing import Any
 from ..errors import MhaError, shown
 from .family import (Family, Layer, by_layer_types, every_layer, gemma3_rope, pattern_of,
                      qwen_window, rope)
-from .rules import said
+from .rules import (by_layer_types as types_or, every_layer_if_used, every_nth_full,
+                    full_layers_nope, full_layers_nope_with_window, keys_times, listed_nope,
+                    no_rope, nope_on, nope_slide, odd_below, pattern_if_window, said,
+                    sliding_from, sliding_if_set, times)
 from .reading import Reader, columns, fused, heads_of, linear, rope_of, window_of
 
 # --------------------------------------------------------------------------- own layouts
@@ -183,6 +186,20 @@ def _gemma2_window(r: Reader) -> tuple[int | None, str | None]:
     return window_of(r, lambda i: "sliding_attention" if i % 2 == 0 else "full_attention")
 
 
+# Outside the attention module, so not its numbers: a norm of its output before the
+# residual (HyperCLOVA X's use_post_norm), and Falcon-H1's μP multipliers of the block's
+# input and output (the module's own input is what mha takes as x).
+POST_NORM = "use_post_norm"
+MULTIPLIERS_OUTSIDE = ("attention_in_multiplier", "attention_out_multiplier",
+                       "embedding_multiplier", "lm_head_multiplier", "ssm_in_multiplier",
+                       "ssm_out_multiplier", "ssm_multipliers", "mlp_multipliers")
+LAYER_NORM_PER_HEAD = "a LayerNorm of each head's queries and keys (the mean removed), a " \
+    "step mha does not compute"
+EXAONE_WINDOW = types_or(pattern_if_window("sliding_window_pattern"), "sliding windows by "
+                         "layer_types (all but every n-th layer)", ("sliding_window_pattern",))
+EXAONE_ROPE = nope_on(full_layers_nope_with_window, "the full-attention layers of a model "
+                      "with a window")
+
 LLAMA = Family("llama", since="0.1", rope=rope(partial_key=None))
 RECORDS: tuple[Family, ...] = (
     LLAMA,
@@ -208,6 +225,66 @@ RECORDS: tuple[Family, ...] = (
     Family("gpt_neox", since="0.1", tensors="gpt_neox", read=neox),
     Family("gptj", since="0.1", tensors="gptj", read=gptj),
     Family("falcon", since="0.1", tensors="falcon", read=falcon),
+    # ---- built like Llama, read from their records alone
+    Family("arcee"), Family("jais2"), Family("solar_open"), Family("hy_v3", qk_norm="head"),
+    Family("apertus", qk_norm="head"), Family("apertus1p5_text", qk_norm="head"),
+    Family("gemma", refused=(GEMMA_BOTH_WAYS,)),
+    Family("phimoe", window=every_layer),
+    Family("granite", scale=times("attention_multiplier")),
+    Family("granitemoe", scale=times("attention_multiplier")),
+    Family("granitemoeshared", scale=times("attention_multiplier")),
+    Family("hyperclovax", scale=times("attention_multiplier"), unread=(POST_NORM,)),
+    Family("qwen2_moe", window=types_or(odd_below, "sliding windows by layer_types (every "
+                                        "other layer below max_window_layers)",
+                                        ("use_sliding_window", "max_window_layers")),
+           unread=("qkv_bias",)),
+    Family("qwen3_moe", window=every_layer_if_used, qk_norm="head"),
+    Family("olmoe", qk_norm="width"),
+    Family("dots1", window=types_or(sliding_from, "sliding windows by layer_types (from "
+                                    "max_window_layers on)", ("max_window_layers",)),
+           qk_norm="head"),
+    Family("seed_oss"),
+    Family("starcoder2", window=every_layer, unread=("use_bias",)),
+    Family("ministral", window=types_or(sliding_if_set)),
+    Family("olmo"),
+    Family("olmo3", window=types_or(every_nth_full(4), "sliding windows by layer_types (all "
+                                    "but every 4th layer)"), qk_norm="width"),
+    Family("flex_olmo", qk_norm="width"),
+    Family("mellum", window=types_or(), qk_norm="head"),
+    Family("cwm", window=types_or(every_nth_full(4, first_full=True), "sliding windows by "
+                                  "layer_types (all but every 4th layer, from the first)")),
+    Family("helium", rope=rope(style="interleaved")),
+    Family("glm", rope=rope(style="interleaved", partial_default=0.5)),
+    Family("glm4", rope=rope(style="interleaved", partial_default=0.5)),
+    Family("glm4_moe", rope=rope(partial_default=0.5), qk_norm="head", unread=("use_qk_norm",)),
+    Family("ernie4_5", rope=rope(style="interleaved"), unread=("use_bias",)),
+    Family("ernie4_5_moe", rope=rope(style="interleaved"), unread=("use_bias",)),
+    Family("nemotron", rope=rope(partial_default=0.5)),
+    Family("minimax_m2", qk_norm="width"),
+    Family("vaultgemma", window=types_or(every_nth_full(2), "sliding windows by layer_types "
+                                         "(every other layer)"),
+           scale_key="query_pre_attn_scalar", softcap_key="attn_logit_softcapping"),
+    Family("eurobert", causal=False),
+    Family("smollm3", window=types_or(nope_slide, "sliding windows by layer_types (the NoPE "
+                                      "layers, with use_sliding_window)",
+                                      ("use_sliding_window",)),
+           rope=nope_on(listed_nope("no_rope_layers", "no_rope_layer_interval"),
+                        "the layers no_rope_layers marks 0")),
+    Family("cohere2", window=types_or(every_nth_full(4, "sliding_window_pattern"), "sliding "
+                                      "windows by layer_types (all but every 4th layer)"),
+           rope=nope_on(full_layers_nope, "the full-attention layers",
+                        rope(style="interleaved"))),
+    Family("cohere", rope=rope(style="interleaved"),
+           refused=(("use_qk_norm", LAYER_NORM_PER_HEAD),)),
+    Family("exaone4", window=EXAONE_WINDOW, rope=EXAONE_ROPE, qk_norm="head"),
+    Family("exaone_moe", window=EXAONE_WINDOW, rope=EXAONE_ROPE, qk_norm="head"),
+    Family("stablelm", rope=rope(partial_default=0.25), unread=("use_qkv_bias",),
+           refused=(("qk_layernorm", LAYER_NORM_PER_HEAD),)),
+    Family("jamba", rope=no_rope),
+    Family("bamba", rope=rope(partial_default=0.5)),
+    Family("lfm2", o_proj="out_proj", qk_norm="head", norm_names=("q_layernorm", "k_layernorm"),
+           norm_eps_key="norm_eps"),
+    Family("falcon_h1", scale=keys_times("key_multiplier"), unread=MULTIPLIERS_OUTSIDE),
 )
 FAMILIES = {f.model_type: f for f in RECORDS}
 ALIASES = {"gemma3_text": "gemma3"}  # a model_type read as another's

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import MhaError, shown
 from . import families as fam
-from .reading import IRRELEVANT, Reader, linear
+from .reading import IRRELEVANT, OTHER_LAYERS, Reader, linear
 from .files import open_checkpoint
 
 # a family: how its layer's attention tensors are named (one (\d+), the layer) and read
@@ -82,7 +82,8 @@ def _attention(names: tuple[str, ...]) -> tuple[str | None, dict[int, str]]:
     other = _kinds(names)
     for kind, pattern, _ in LAYOUTS:
         rx = re.compile(pattern)
-        found = {int(m[1]): n for n in names if (m := rx.search(n)) and int(m[1]) not in other}
+        found = {int(m[1]): n for n in names if (m := rx.search(n)) and
+                 not n.startswith(other.get(int(m[1]), ("", "\0"))[1])}
         if found:
             return kind, found
     return None, {}
@@ -136,16 +137,17 @@ NOT_ATTENTION = (
 _LAYER_NAME = re.compile(r"(?:^|\.)(?:layers|blocks|h|layer)\.(\d+)\.(.+)$")
 
 
-def _kinds(names: tuple[str, ...]) -> dict[int, str]:
-    """What each layer that holds no attention is, as its tensors say (layers of a kind
-    not known are left out)."""
-    out: dict[int, str] = {}
+def _kinds(names: tuple[str, ...]) -> dict[int, tuple[str, str]]:
+    """What each layer that holds a layer of another kind is, as its tensors say, and
+    that module's name (with its dot); layers of a kind not known are left out."""
+    out: dict[int, tuple[str, str]] = {}
     for name in names:
         m = _LAYER_NAME.search(name)
         if m and int(m[1]) not in out:
             for pattern, what in NOT_ATTENTION:
                 if re.search(pattern, m[2]):
-                    out[int(m[1])] = what
+                    module = name[:m.start(2)] + m[2].split(".")[0] + "."
+                    out[int(m[1])] = (what, module)
                     break
     return out
 
@@ -163,7 +165,7 @@ def _not_found(ckpt: Any, layer: int, found: dict[int, str]) -> None:
     """Layer ``layer`` holds no attention mha finds: a layer of another kind (Mamba,
     linear attention …) is refused for good, saying what it is and which layers are
     attention; anything else is an error saying what is there."""
-    kinds = _kinds(ckpt.names)
+    kinds = {k: what for k, (what, _) in _kinds(ckpt.names).items() if k not in found}
     attention = sorted(found)
     numbered = {int(m[1]) for n in ckpt.names if (m := _LAYER_NAME.search(n))}
     unknown = sorted(numbered - set(kinds) - set(found))
@@ -231,7 +233,8 @@ def _refuse_the_rest(r: Reader, stem: str) -> None:
                            "follow, so its numbers would differ from the model's",
                            source=r.ckpt.source_of(name), key=name)
     for key, value in r.cfg.items():
-        if key in r.used or key in IRRELEVANT or value in (None, False) or \
+        if key in r.used or key in IRRELEVANT or key.startswith(OTHER_LAYERS) or \
+                value in (None, False) or \
                 isinstance(value, (list, dict)) and not value:
             continue
         raise r.error(key, f"{shown(value)}: a setting of the model that mha does not follow, "

@@ -15,6 +15,11 @@ import numpy as np
 from ..errors import MhaError, shown
 from .files import Checkpoint
 
+# The settings of a hybrid's other layers (Mamba mixers, linear attention, convolutions):
+# they change those layers, never a softmax attention layer.
+OTHER_LAYERS = ("mamba_", "ssm_", "time_step_", "conv_", "linear_", "use_mamba_kernels",
+                "use_associative_scan")
+
 IRRELEVANT = frozenset("""
 _name_or_path architectures model_type transformers_version torch_dtype dtype vocab_size
 hidden_act hidden_activation activation_function intermediate_size n_inner
@@ -40,7 +45,27 @@ use_return_dict layer_norm_type embed_dropout classifier_dropout_prob
 hidden_dropout_rate head_dim_key rope_interleave norm_eps activation swiglu_alpha ffn_hidden_size
 cache_implementation auto_map _attn_implementation_autoset attn_implementation
 gradient_checkpointing output_past transformers_version_original
-""".split())
+""".split()) | frozenset((
+    # the feed-forward and its experts
+    "moe_intermediate_size shared_expert_intermediate_size decoder_sparse_step "
+    "mlp_only_layers first_k_dense_replace mlp_layer_types norm_topk_prob "
+    "routed_scaling_factor n_shared_experts n_routed_experts topk_group n_group "
+    "moe_layer_freq scoring_func topk_method enable_moe_fp32_combine moe_num_experts "
+    "moe_topk moe_k num_shared_experts block_auto_adjust_ff_dim block_multiple_of "
+    "block_ffn_dim_multiplier block_dim block_ff_dim num_dense_layers use_expert_bias "
+    "moe_layer_start_index moe_layer_end_index moe_num_shared_experts "
+    "moe_intermediate_size_shared expert_layer_period expert_layer_offset "
+    "router_z_loss_coef input_jitter_noise router_scaling_factor shared_intermediate_size "
+    "moe_layer_interval moe_norm_min mlp_multipliers "
+    # the embeddings, the norms between layers and the head
+    "norm_epsilon embedding_multiplier residual_multiplier logits_scaling logit_scale "
+    "classifier_pooling lm_head_multiplier mask_token_id num_logits_to_keep "
+    "num_nextn_predict_layers "
+    # dropout (mha computes the model in eval mode, where it is nothing)
+    "residual_dropout dropout attention_probs_dropout "
+    # which layers are attention (the tensors say it for each layer)
+    "attn_layer_offset attn_layer_period attn_layer_indices full_attn_idxs"
+).split())
 
 
 @dataclass

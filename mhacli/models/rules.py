@@ -49,12 +49,16 @@ def every_layer(r: Reader) -> tuple[int | None, str | None]:
 
 
 def by_layer_types(default: Callable[[Reader, int], str] | None = None,
-                   text: str = "sliding windows on the layers layer_types names") -> Window:
+                   text: str = "sliding windows on the layers layer_types names",
+                   reads: tuple[str, ...] = ()) -> Window:
     """The config's ``layer_types`` (sliding_attention or full_attention), else the
     family's own rule for layer i (``default``, as its config class makes layer_types),
-    else sliding wherever a window is set."""
+    else sliding wherever a window is set. ``reads``: the keys that rule reads, read off
+    where layer_types is given (the config class made it from them)."""
     @said(text)
     def window(r: Reader) -> tuple[int | None, str | None]:
+        for key in reads:
+            r.get(key)
         rule = (lambda i: default(r, i)) if default is not None else None
         return window_of(r, rule)
     return window
@@ -67,6 +71,47 @@ def every_nth_full(n: int, key: str | None = None, first_full: bool = False) -> 
         every = (r.count(key) if key else None) or n
         full = i % every == 0 if first_full else (i + 1) % every == 0
         return "full_attention" if full else "sliding_attention"
+    return kind
+
+
+def sliding_if_set(r: Reader, i: int) -> str:
+    """Ministral's default layer_types: every layer slides when a window is set."""
+    return "sliding_attention" if r.get("sliding_window") is not None else "full_attention"
+
+
+def sliding_from(r: Reader, i: int) -> str:
+    """dots.llm1's default layer_types: with a window, the layers from max_window_layers
+    on slide."""
+    start = r.count("max_window_layers", 0) or 0
+    return "sliding_attention" if r.get("sliding_window") is not None and i >= start \
+        else "full_attention"
+
+
+def odd_below(r: Reader, i: int) -> str:
+    """Qwen 2 MoE's default layer_types: with use_sliding_window, every other layer below
+    max_window_layers slides (the 1st, 3rd …)."""
+    on = r.flag("use_sliding_window")
+    below = r.count("max_window_layers", 0) or 0
+    return "sliding_attention" if on and (i + 1) % 2 and i < below else "full_attention"
+
+
+def nope_slide(r: Reader, i: int) -> str:
+    """SmolLM3's default layer_types: with use_sliding_window, the NoPE layers slide."""
+    flags = r.get("no_rope_layers")
+    every = r.count("no_rope_layer_interval", 4) or 4
+    turns = flags[i] if isinstance(flags, list) and i < len(flags) else int((i + 1) % every != 0)
+    on = r.flag("use_sliding_window") and r.get("sliding_window") is not None
+    return "sliding_attention" if on and not turns else "full_attention"
+
+
+def pattern_if_window(key: str) -> Callable[[Reader, int], str]:
+    """EXAONE 4's default layer_types: with a window, every ``key``-th layer (from 1)
+    attends fully and the rest slide; without one, none slides."""
+    def kind(r: Reader, i: int) -> str:
+        if r.get("sliding_window") is None:
+            r.get(key)
+            return "full_attention"
+        return every_nth_full(4, key)(r, i)
     return kind
 
 
@@ -119,7 +164,8 @@ def rope(partial_key: str | None = "partial_rotary_factor", partial_default: flo
         for key in also_read:
             r.get(key)
         return rope_of(r, d, partial_key=partial_key, partial_default=partial_default,
-                       aliases=aliases, default_base=default_base, style=style)
+                       aliases=aliases, default_base=default_base, style=style,
+                       layer_type=layer_type)
     return read
 
 

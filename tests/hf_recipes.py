@@ -1,0 +1,146 @@
+"""The tiny models of the families built like Llama that mha reads from their records
+alone (``mhacli/models/families.py``), one recipe each, every feature the record reads
+switched on (windows, biases, partial or interleaved RoPE, NoPE layers, q/k norms, score
+multipliers …) so that a wrong read shows. ``hf_reference.FAMILIES`` takes them in; the
+model's own attention comes from ``hf_zoo.module_reference`` (the module, with what the
+model's own forward pass hands it).
+
+``HYBRIDS`` names, for the models whose layers are not all attention, the layers that are.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+ROPE = {"rope_type": "default", "rope_theta": 10000.0}
+MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)
+
+
+def _rope(**extra: Any) -> dict[str, Any]:
+    return {"rope_parameters": {**ROPE, **extra}}
+
+
+def llama_line(recipe: Callable[..., Any], decoder: Callable[..., dict[str, Any]]
+               ) -> dict[str, Any]:
+    """The recipes (``recipe`` is hf_reference.Recipe, ``decoder`` its tiny decoder config:
+    hidden 32, 4 heads, 2 key/value heads)."""
+    def r(config: str, model: str, notes: str = "", length: int = 12, **kw: Any) -> Any:
+        kw = {**_rope(), "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2, **kw}
+        return recipe(config, model, decoder(**kw), length=length, notes=notes)
+
+    four = dict(num_hidden_layers=4)
+    return {
+        "arcee": r("ArceeConfig", "ArceeForCausalLM", "biases on q, k, v, o",
+                   attention_bias=True),
+        "jais2": r("Jais2Config", "Jais2ForCausalLM"),
+        "solar_open": r("SolarOpenConfig", "SolarOpenForCausalLM", head_dim=16,
+                        n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
+                        moe_intermediate_size=32),
+        "hy_v3": r("HYV3Config", "HYV3ForCausalLM", "q/k RMS norms per head", head_dim=16,
+                   num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32),
+        "apertus": r("ApertusConfig", "ApertusForCausalLM", "q/k RMS norms per head"),
+        "apertus1p5_text": r("Apertus1p5TextConfig", "Apertus1p5TextForCausalLM"),
+        "gemma": r("GemmaConfig", "GemmaForCausalLM", head_dim=16),
+        "phimoe": r("PhimoeConfig", "PhimoeForCausalLM", "a window of 4 on every layer",
+                    sliding_window=4, num_local_experts=4, num_experts_per_tok=2),
+        "granite": r("GraniteConfig", "GraniteForCausalLM", "scores × 0.3: s = 1/0.3",
+                     attention_multiplier=0.3, attention_bias=True),
+        "granitemoe": r("GraniteMoeConfig", "GraniteMoeForCausalLM", attention_multiplier=0.2,
+                        num_local_experts=4, num_experts_per_tok=2),
+        "granitemoeshared": r("GraniteMoeSharedConfig", "GraniteMoeSharedForCausalLM",
+                              attention_multiplier=0.2, num_local_experts=4,
+                              num_experts_per_tok=2, shared_intermediate_size=32),
+        "hyperclovax": r("HyperCLOVAXConfig", "HyperCLOVAXForCausalLM",
+                         "scores × 0.25; a norm after the attention (outside it)",
+                         attention_multiplier=0.25, use_post_norm=True),
+        "qwen2_moe": r("Qwen2MoeConfig", "Qwen2MoeForCausalLM",
+                       "layer 0 slides (every other layer below max_window_layers 2)",
+                       use_sliding_window=True, sliding_window=4, max_window_layers=2,
+                       **MOE, shared_expert_intermediate_size=32),
+        "qwen3_moe": r("Qwen3MoeConfig", "Qwen3MoeForCausalLM", "every layer slides",
+                       head_dim=16, use_sliding_window=True, sliding_window=4, **MOE),
+        "olmoe": r("OlmoeConfig", "OlmoeForCausalLM", "q/k RMS norms over the width", **MOE),
+        "dots1": r("Dots1Config", "Dots1ForCausalLM", "layer 1 slides (from max_window_layers)",
+                   sliding_window=4, max_window_layers=1, n_routed_experts=4,
+                   num_experts_per_tok=2, n_shared_experts=1, moe_intermediate_size=32,
+                   first_k_dense_replace=1),
+        "seed_oss": r("SeedOssConfig", "SeedOssForCausalLM", "biases on q, k, v (not o)",
+                      head_dim=8, attention_bias=True, attention_out_bias=False),
+        "starcoder2": r("Starcoder2Config", "Starcoder2ForCausalLM", "biases; every layer "
+                        "slides", sliding_window=4, use_bias=True),
+        "ministral": r("MinistralConfig", "MinistralForCausalLM", "layer 0 slides",
+                       head_dim=8, sliding_window=4, layer_types=["sliding_attention", "full_attention"]),
+        "olmo": r("OlmoConfig", "OlmoForCausalLM"),
+        "olmo3": r("Olmo3Config", "Olmo3ForCausalLM", "layers 0-2 slide, layer 3 full",
+                   sliding_window=4, **four),
+        "flex_olmo": r("FlexOlmoConfig", "FlexOlmoForCausalLM", num_experts=4,
+                       num_experts_per_tok=2),
+        "mellum": recipe("MellumConfig", "MellumForCausalLM", decoder(
+            sliding_window=4, layer_types=["sliding_attention", "full_attention"],
+            num_local_experts=4, num_experts_per_tok=2, rope_parameters={
+                "full_attention": {"rope_type": "default", "rope_theta": 500000.0},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}),
+            notes="a RoPE base per layer type"),
+        "cwm": r("CwmConfig", "CwmForCausalLM", "layer 0 full, layer 1 slides",
+                 sliding_window=4),
+        "helium": r("HeliumConfig", "HeliumForCausalLM", "interleaved RoPE", head_dim=8),
+        "glm": r("GlmConfig", "GlmForCausalLM", "interleaved RoPE over half of each head",
+                 attention_bias=True, **_rope(partial_rotary_factor=0.5)),
+        "glm4": r("Glm4Config", "Glm4ForCausalLM", attention_bias=True,
+                  **_rope(partial_rotary_factor=0.5)),
+        "glm4_moe": r("Glm4MoeConfig", "Glm4MoeForCausalLM", "half-split RoPE over half a "
+                      "head; q/k norms", head_dim=16, use_qk_norm=True, attention_bias=True,
+                      n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
+                      moe_intermediate_size=32, first_k_dense_replace=1,
+                      **_rope(partial_rotary_factor=0.5)),
+        "ernie4_5": r("Ernie4_5Config", "Ernie4_5ForCausalLM", "interleaved RoPE; biases",
+                      use_bias=True),
+        "ernie4_5_moe": r("Ernie4_5_MoeConfig", "Ernie4_5_MoeForCausalLM", use_bias=True,
+                          moe_num_experts=4, moe_k=2, moe_intermediate_size=32,
+                          moe_num_shared_experts=1),
+        "nemotron": r("NemotronConfig", "NemotronForCausalLM", "RoPE over half of each head",
+                      head_dim=8, **_rope(partial_rotary_factor=0.5)),
+        "minimax_m2": r("MiniMaxM2Config", "MiniMaxM2ForCausalLM", "q/k norms over the width",
+                        head_dim=16, num_local_experts=4, num_experts_per_tok=2),
+        "vaultgemma": r("VaultGemmaConfig", "VaultGemmaForCausalLM", "softcap 2, scale "
+                        "1/√12; layers 0 and 2 slide", num_hidden_layers=3, head_dim=16,
+                        query_pre_attn_scalar=12, attn_logit_softcapping=2.0,
+                        sliding_window=4),
+        "eurobert": recipe("EuroBertConfig", "EuroBertForMaskedLM", decoder(
+            **_rope(), pad_token_id=0, bos_token_id=1, eos_token_id=2, mask_token_id=3),
+                           notes="an encoder with RoPE: no mask"),
+        "smollm3": r("SmolLM3Config", "SmolLM3ForCausalLM", "NoPE layers 1 and 3, which "
+                     "slide", no_rope_layer_interval=2, use_sliding_window=True,
+                     sliding_window=4, **four),
+        "cohere2": r("Cohere2Config", "Cohere2ForCausalLM", "layers 0-2 slide with RoPE, "
+                     "layer 3 full without", sliding_window=4, **four),
+        "cohere": r("CohereConfig", "CohereForCausalLM", "interleaved RoPE"),
+        "exaone4": r("Exaone4Config", "Exaone4ForCausalLM", "layers 0-2 slide with RoPE, "
+                     "layer 3 full without", sliding_window=4, sliding_window_pattern=4,
+                     **four),
+        "exaone_moe": r("ExaoneMoeConfig", "ExaoneMoeForCausalLM", sliding_window=4,
+                        sliding_window_pattern=4, num_experts=4, num_experts_per_tok=2,
+                        moe_intermediate_size=32, **four),
+        "stablelm": r("StableLmConfig", "StableLmForCausalLM", "RoPE over a quarter of "
+                      "each head; biases on q, k, v", use_qkv_bias=True,
+                      **_rope(partial_rotary_factor=0.25)),
+        "jamba": recipe("JambaConfig", "JambaForCausalLM", decoder(
+            num_hidden_layers=4, attn_layer_period=2, attn_layer_offset=1,
+            expert_layer_period=2, expert_layer_offset=1, num_experts=4,
+            num_experts_per_tok=2, mamba_d_state=8, mamba_dt_rank=4, use_mamba_kernels=False),
+            notes="Mamba layers 0, 2; attention (no RoPE) on 1, 3"),
+        "bamba": recipe("BambaConfig", "BambaForCausalLM", decoder(
+            num_hidden_layers=4, attn_layer_indices=[1, 3], mamba_n_heads=8, mamba_d_head=8,
+            mamba_d_state=8, **_rope(partial_rotary_factor=0.5)),
+            notes="Mamba layers 0, 2; attention on 1, 3 with RoPE over half a head"),
+        "lfm2": recipe("Lfm2Config", "Lfm2ForCausalLM", decoder(
+            num_hidden_layers=4, full_attn_idxs=[1, 3], **_rope()),
+            notes="convolutions on 0, 2; attention on 1, 3 with q/k norms, out_proj"),
+        "falcon_h1": recipe("FalconH1Config", "FalconH1ForCausalLM", decoder(
+            key_multiplier=0.5, attention_in_multiplier=1.5, attention_out_multiplier=0.7,
+            mamba_n_heads=8, mamba_d_head=8, mamba_d_state=8, mamba_d_ssm=64, **_rope()),
+            notes="attention beside a Mamba mixer in every layer; keys × 0.5"),
+    }
+
+
+HYBRIDS = {"jamba": [1, 3], "bamba": [1, 3], "lfm2": [1, 3]}
