@@ -29,7 +29,7 @@ def llama_line(recipe: Callable[..., Any], decoder: Callable[..., dict[str, Any]
         return recipe(config, model, decoder(**kw), length=length, notes=notes)
 
     four = dict(num_hidden_layers=4)
-    return {
+    recipes = {
         "arcee": r("ArceeConfig", "ArceeForCausalLM", "biases on q, k, v, o",
                    attention_bias=True),
         "jais2": r("Jais2Config", "Jais2ForCausalLM"),
@@ -141,6 +141,50 @@ def llama_line(recipe: Callable[..., Any], decoder: Callable[..., dict[str, Any]
             mamba_n_heads=8, mamba_d_head=8, mamba_d_state=8, mamba_d_ssm=64, **_rope()),
             notes="attention beside a Mamba mixer in every layer; keys × 0.5"),
     }
+
+
+    recipes.update({
+        "opt": r("OPTConfig", "OPTForCausalLM", "learned positions outside; out_proj",
+                 ffn_dim=64, word_embed_proj_dim=32, enable_bias=True,
+                 num_key_value_heads=None, rope_parameters=None),
+        "biogpt": r("BioGptConfig", "BioGptForCausalLM", num_key_value_heads=None,
+                    rope_parameters=None),
+        "xglm": recipe("XGLMConfig", "XGLMForCausalLM", dict(
+            vocab_size=100, d_model=32, ffn_dim=64, num_layers=2, attention_heads=4,
+            max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2),
+            notes="run in float32: its mask code fails in float64"),
+    })
+    for name, (prefix, model_class) in BERT_LIKE.items():
+        config = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=64, max_position_embeddings=64, pad_token_id=0)
+        config.update(BERT_EXTRA.get(name, {}))
+        recipes[name] = recipe(f"{prefix}Config", model_class, config,
+                               notes="an encoder laid out as BERT is")
+    return recipes
+
+
+# encoders laid out as BERT is: the config class's prefix, the model class
+BERT_LIKE = {
+    "roberta": ("Roberta", "RobertaForMaskedLM"),
+    "camembert": ("Camembert", "CamembertForMaskedLM"),
+    "xlm-roberta": ("XLMRoberta", "XLMRobertaForMaskedLM"),
+    "data2vec-text": ("Data2VecText", "Data2VecTextForMaskedLM"),
+    "electra": ("Electra", "ElectraForMaskedLM"),
+    "ernie": ("Ernie", "ErnieForMaskedLM"),
+    "layoutlm": ("LayoutLM", "LayoutLMForMaskedLM"),
+    "roc_bert": ("RoCBert", "RoCBertForMaskedLM"),
+    "tapas": ("Tapas", "TapasForMaskedLM"),
+    "xmod": ("Xmod", "XmodForMaskedLM"),
+    "bert-generation": ("BertGeneration", "BertGenerationDecoder"),
+    "rembert": ("RemBert", "RemBertForMaskedLM"),
+}
+BERT_EXTRA: dict[str, dict[str, Any]] = {
+    "electra": dict(embedding_size=16), "ernie": dict(use_task_id=True),
+    "rembert": dict(input_embedding_size=16, output_embedding_size=16),
+    "roc_bert": dict(pronunciation_vocab_size=20, shape_vocab_size=20,
+                     pronunciation_embed_dim=8, shape_embed_dim=8),
+    "bert-generation": dict(is_decoder=True),
+}
 
 
 HYBRIDS = {"jamba": [1, 3], "bamba": [1, 3], "lfm2": [1, 3]}

@@ -456,9 +456,13 @@ def attention_reference(folder: str | Path, layer: int, x: np.ndarray) -> dict[s
     layout = _layout(config)
     model = load_model(folder)
     if layout.call == "generic":
-        from .hf_zoo import module_reference
+        from .hf_zoo import attention_module, module_reference
 
-        found = module_reference(model, layout.path.format(layer=layer), x)
+        path, output = attention_module(model, layer)
+        try:
+            found = module_reference(model, path, x, output)
+        except RuntimeError:  # a model whose code fails in float64 (XGLM's mask): float32
+            found = module_reference(model.float(), path, x, output)
         return {**found, "mask": None, "scale": None, "config": config}
     hidden = torch.from_numpy(np.asarray(x, dtype=np.float64))[None]
     n = hidden.shape[1]

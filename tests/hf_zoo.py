@@ -222,9 +222,25 @@ def make_zoo_model(model_type: str, folder: str | Path, model_class: str, seed: 
 # --------------------------------------------------------------------------- the reference
 
 
-def load(folder: str | Path) -> torch.nn.Module:
-    """The saved model in float64, eager attention (``hf_reference.load_model``)."""
-    return hf.load_model(folder)
+def load(folder: str | Path, dtype: torch.dtype = torch.float64) -> torch.nn.Module:
+    """The saved model in float64 (or ``dtype``), eager attention
+    (``hf_reference.load_model``)."""
+    model = hf.load_model(folder)
+    return model if dtype == torch.float64 else model.to(dtype)
+
+
+def attention_module(model: torch.nn.Module, layer: int) -> tuple[str, str | None]:
+    """The path of layer ``layer``'s attention module in ``model`` (``…layers.N.self_attn``,
+    ``…layer.N.attention`` …) and of its output projection when the module goes on past it
+    (BERT's ``output.dense``, before the norm of the residual)."""
+    pattern = re.compile(rf"(^|\.)(layers|layer|h)\.{layer}\.(self_attn|attention|attn)$")
+    found = [name for name, _ in model.named_modules() if pattern.search(name)]
+    if not found:
+        raise LookupError(f"no attention module of layer {layer}")
+    path = found[0]
+    dense = f"{path}.output.dense"
+    names = dict(model.named_modules())
+    return path, dense if dense in names else None
 
 
 def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
@@ -247,6 +263,9 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
         raise Caught
 
     handle = module.register_forward_pre_hook(before, with_kwargs=True)
+    languages = getattr(model.config, "languages", None)
+    if languages and hasattr(model, "set_default_language"):  # X-MOD's adapters need one
+        model.set_default_language(languages[0])
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") \
         else model.config
     vocab = getattr(config, "vocab_size", 100) or 100
@@ -264,7 +283,8 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
     if "args" not in caught:
         raise RuntimeError(f"the forward pass never reached {path}")
     args, kwargs = caught["args"], dict(caught["kwargs"])
-    hidden = torch.from_numpy(np.asarray(x, dtype=np.float64))[None]
+    dtype = next(model.parameters()).dtype
+    hidden = torch.from_numpy(np.asarray(x, dtype=np.float64))[None].to(dtype)
     if args:
         args = (hidden,) + tuple(args[1:])
     else:
@@ -287,8 +307,8 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
     weights = None
     if isinstance(result, tuple) and len(result) > 1 and isinstance(result[1], torch.Tensor) \
             and result[1].ndim == 4:
-        weights = result[1][0].numpy().copy()
-    return {"output": out[0].numpy().copy(), "weights": weights}
+        weights = result[1][0].double().numpy().copy()
+    return {"output": out[0].double().numpy().copy(), "weights": weights}
 
 
 def relative(got: np.ndarray, want: np.ndarray) -> float:

@@ -200,6 +200,46 @@ EXAONE_WINDOW = types_or(pattern_if_window("sliding_window_pattern"), "sliding w
 EXAONE_ROPE = nope_on(full_layers_nope_with_window, "the full-attention layers of a model "
                       "with a window")
 
+# Encoders laid out as BERT is, and the keys of their embeddings, heads and adapters,
+# none of which is inside the attention
+BERT_LIKE: dict[str, tuple[str, ...]] = {
+    "camembert": (), "roberta": (), "xlm-roberta": (), "data2vec-text": (),
+    "bert-generation": (), "electra": ("embedding_size", "summary_last_dropout"),
+    "ernie": ("task_type_vocab_size", "use_task_id"),
+    "layoutlm": ("max_2d_position_embeddings",),
+    "roc_bert": ("concat_input", "enable_pronunciation", "enable_shape",
+                 "pronunciation_embed_dim", "pronunciation_vocab_size", "shape_embed_dim",
+                 "shape_vocab_size"),
+    "tapas": ("aggregation_loss_weight", "aggregation_temperature", "answer_loss_importance",
+              "average_approximation_function", "max_num_columns", "max_num_rows",
+              "positive_label_weight", "reset_position_index_per_cell", "select_one_column",
+              "type_vocab_sizes", "cell_selection_preference", "huber_loss_delta",
+              "temperature", "use_answer_as_supervision", "use_gumbel_for_cells",
+              "use_gumbel_for_aggregation", "use_normalized_answer_loss",
+              "allow_empty_column_selection", "init_cell_selection_weights_to_zero",
+              "disable_per_token_loss", "answer_loss_cutoff", "no_aggregation_label_index",
+              "num_aggregation_labels", "aggregation_labels", "aggregation_loss_importance",
+              "average_logits_per_cell", "max_position_embeddings"),
+    "xmod": ("adapter_reduction_factor", "adapter_reuse_layer_norm", "languages",
+             "ln_before_adapter", "adapter_layer_norm", "default_language"),
+    "rembert": ("input_embedding_size", "output_embedding_size"),
+}
+
+
+@said("query, key, value and output.dense; no mask; refused unless original_full")
+def big_bird(f: Family, r: Reader, stem: str) -> Layer:
+    """BigBird: BERT's attention when attention_type is original_full; its block-sparse
+    attention (a window, global blocks and random blocks) is refused."""
+    kind = r.get("attention_type")
+    if kind != "original_full":
+        raise r.error("attention_type", f"{shown(kind)}: block-sparse attention (a window, "
+                      "global and random blocks of keys), a mask mha does not build")
+    r.get("block_size"), r.get("num_random_blocks"), r.get("use_bias")
+    return bert(f, r, stem)
+
+
+HEADS_ONLY = ("num_attention_heads", "", "hidden_size")  # no grouped key/value heads
+
 LLAMA = Family("llama", since="0.1", rope=rope(partial_key=None))
 RECORDS: tuple[Family, ...] = (
     LLAMA,
@@ -285,6 +325,14 @@ RECORDS: tuple[Family, ...] = (
     Family("lfm2", o_proj="out_proj", qk_norm="head", norm_names=("q_layernorm", "k_layernorm"),
            norm_eps_key="norm_eps"),
     Family("falcon_h1", scale=keys_times("key_multiplier"), unread=MULTIPLIERS_OUTSIDE),
+    # ---- decoders whose positions are added to the tokens before the layers
+    Family("opt", o_proj="out_proj", rope=no_rope, keys=HEADS_ONLY,
+           unread=("enable_bias", "do_layer_norm_before")),
+    Family("xglm", o_proj="out_proj", rope=no_rope, keys=("attention_heads", "", "d_model")),
+    Family("biogpt", o_proj="out_proj", rope=no_rope, keys=HEADS_ONLY),
+    # ---- encoders laid out as BERT is
+    *(Family(name, tensors="bert", read=bert, unread=unread) for name, unread in BERT_LIKE.items()),
+    Family("big_bird", tensors="bert", read=big_bird),
 )
 FAMILIES = {f.model_type: f for f in RECORDS}
 ALIASES = {"gemma3_text": "gemma3"}  # a model_type read as another's

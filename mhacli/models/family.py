@@ -37,6 +37,8 @@ class Family:
     tensors: str = "decoder"  # how its layers' tensors are named (``layer.LAYOUTS``)
     read: Callable[[Family, Reader, str], Layer] | None = None  # None: ``decoder``
     o_proj: str = "o_proj"  # the output projection's name
+    keys: tuple[str, str, str] = ("num_attention_heads", "num_key_value_heads", "hidden_size")
+    # (the config's keys of the heads, the key/value heads and the width)
     fused: str | None = None  # one projection for q, k and v (Phi-3's qkv_proj)
     window: Window = no_window
     rope: Rope = field(default_factory=rope)  # None for a layer it does not turn (NoPE)
@@ -54,7 +56,13 @@ class Family:
     since: str = "0.2"  # the version of mha that first read it
 
     def layer(self, r: Reader, stem: str) -> Layer:
-        """Layer ``r.layer`` (its attention module's tensors begin with ``stem``)."""
+        """Layer ``r.layer`` (its attention module's tensors begin with ``stem``), what the
+        record refuses refused first and what it does not use read off."""
+        for key, why in self.refused:
+            if r.flag(key):
+                raise r.error(key, f"true: {why}")
+        for key in self.unread:
+            r.get(key)
         return (self.read or decoder)(self, r, stem)
 
 
@@ -62,16 +70,12 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
     """A layer of the Llama line: q/k/v/o projections (or one fused q/k/v), grouped-query
     heads, causal, RoPE, and what the record says of its window, scale, softcap, norms and
     sinks."""
-    for key, why in f.refused:
-        if r.flag(key):
-            raise r.error(key, f"true: {why}")
-    for key in f.unread:
-        r.get(key)
-    hidden = r.count("hidden_size")
+    heads_key, groups_key, width_key = f.keys
+    hidden = r.count(width_key)
     q_name = stem + (f"{f.fused}.weight" if f.fused else "q_proj.weight")
     if hidden is None and not f.fused and r.has(q_name):  # the widths say it
         hidden = r.ckpt.shape(q_name)[0]
-    heads, groups, d = heads_of(r, "num_attention_heads", "num_key_value_heads", hidden)
+    heads, groups, d = heads_of(r, heads_key, groups_key, hidden)
     g = groups or heads
     if d is None:
         raise MhaError("the config gives neither head_dim nor hidden_size: the width of a "
@@ -81,7 +85,7 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
             ([(stem + "k_proj.weight", g)] if groups is not None else [])  # (else: counted)
         for name, count in sides:
             if r.has(name) and r.ckpt.shape(name)[0] != count * d:
-                key = "head_dim" if r.cfg.get("head_dim") is not None else "num_attention_heads"
+                key = "head_dim" if r.cfg.get("head_dim") is not None else heads_key
                 raise r.error(key, f"{shown(r.cfg.get(key))}, but {name} has "
                               f"{r.ckpt.shape(name)[0]} rows, not {count} × {d}")
     out: Layer = {"heads": heads}

@@ -60,6 +60,8 @@ gradient_checkpointing output_past transformers_version_original
     # the embeddings, the norms between layers and the head
     "norm_epsilon embedding_multiplier residual_multiplier logits_scaling logit_scale "
     "classifier_pooling lm_head_multiplier mask_token_id num_logits_to_keep "
+    "word_embed_proj_dim scale_embedding init_std layer_norm_elementwise_affine "
+    "ffn_dim encoder_ffn_dim decoder_ffn_dim d_ff num_layers n_layers "
     "num_nextn_predict_layers "
     # dropout (mha computes the model in eval mode, where it is nothing)
     "residual_dropout dropout attention_probs_dropout "
