@@ -144,6 +144,46 @@ def llama_line(recipe: Callable[..., Any], decoder: Callable[..., dict[str, Any]
 
 
     recipes.update({
+        "granite_swa": r("GraniteSWAConfig", "GraniteSWAForCausalLM", "sinks; layers 0 and 4 "
+                         "full; NoPE on layer 2; bases of their own", attention_multiplier=0.3,
+                         sliding_window=4, num_hidden_layers=5,
+                         layer_rope_theta=[10000.0, 500.0, 0, 10000.0, 2000.0]),
+        "granitemoe_swa": r("GraniteMoeSWAConfig", "GraniteMoeSWAForCausalLM",
+                            attention_multiplier=0.3, sliding_window=4, num_local_experts=4,
+                            num_experts_per_tok=2),
+        "granitemoehybrid": recipe("GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM",
+                                   decoder(num_hidden_layers=4, layer_types=[
+                                       "mamba", "attention", "mamba", "attention"],
+                                       attention_multiplier=0.3, mamba_n_heads=8,
+                                       mamba_d_head=8, mamba_d_state=8,
+                                       position_embedding_type="rope", **_rope()),
+                                   notes="Mamba layers 0, 2; attention with RoPE on 1, 3"),
+        "cohere2_moe": r("Cohere2MoeConfig", "Cohere2MoeForCausalLM", "interleaved RoPE on the "
+                         "sliding layers and the dense prefix; NoPE on the others",
+                         sliding_window=4, num_hidden_layers=4, num_experts=4,
+                         num_experts_per_tok=2, moe_intermediate_size=32,
+                         first_k_dense_replace=2, prefix_dense_sliding_window_pattern=1),
+        "lfm2_moe": recipe("Lfm2MoeConfig", "Lfm2MoeForCausalLM", decoder(
+            num_hidden_layers=4, num_dense_layers=1, num_experts=4, num_experts_per_tok=2,
+            moe_intermediate_size=32, layer_types=["conv", "full_attention", "conv",
+                                                   "full_attention"], **_rope()),
+            notes="convolutions on 0, 2; attention on 1, 3"),
+        "lara_mini": recipe("LaraMiniConfig", "LaraMiniForCausalLM", decoder(
+            num_hidden_layers=4, sliding_window=4, num_experts=4, num_experts_per_tok=2,
+            moe_intermediate_size=32, shared_expert_intermediate_size=32,
+            linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8,
+            linear_value_head_dim=8, layer_types=["linear_attention", "sliding_attention",
+                                                  "linear_attention", "full_attention"],
+            **_rope()), notes="linear attention on 0, 2; a sliding layer with RoPE (1) and a "
+            "full one without (3)"),
+        "minimax": recipe("MiniMaxConfig", "MiniMaxForCausalLM", decoder(
+            num_hidden_layers=4, num_local_experts=4, num_experts_per_tok=2, head_dim=8,
+            block_size=4, layer_types=["full_attention", "linear_attention",
+                                       "full_attention", "linear_attention"], **_rope()),
+            notes="softmax attention on 0, 2; lightning attention on 1, 3"),
+        "cohere-qk-norm": r("CohereConfig", "CohereForCausalLM", "a LayerNorm of q and k",
+                            use_qk_norm=True),
+        "stablelm-qk-layernorm": r("StableLmConfig", "StableLmForCausalLM", qk_layernorm=True),
         "opt": r("OPTConfig", "OPTForCausalLM", "learned positions outside; out_proj",
                  ffn_dim=64, word_embed_proj_dim=32, enable_bias=True,
                  num_key_value_heads=None, rope_parameters=None),
@@ -187,4 +227,7 @@ BERT_EXTRA: dict[str, dict[str, Any]] = {
 }
 
 
-HYBRIDS = {"jamba": [1, 3], "bamba": [1, 3], "lfm2": [1, 3]}
+HYBRIDS = {"jamba": [1, 3], "bamba": [1, 3], "lfm2": [1, 3], "granitemoehybrid": [1, 3],
+           "lfm2_moe": [1, 3], "lara_mini": [1, 3], "minimax": [0, 2]}
+# the module's own weights leave the sinks out (they scale its output instead)
+SINKS_OUTSIDE_WEIGHTS = ("granite_swa", "granitemoe_swa")

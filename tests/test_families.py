@@ -19,11 +19,13 @@ from mhacli.io.problem import from_mapping  # noqa: E402
 from mhacli.models.layer import NotAttention  # noqa: E402
 
 from . import hf_reference as hf  # noqa: E402
-from .hf_recipes import HYBRIDS  # noqa: E402
+from .hf_recipes import HYBRIDS, SINKS_OUTSIDE_WEIGHTS  # noqa: E402
 
-REFUSED = {"falcon-alibi": "alibi is true", "phi-qk-layernorm": "qk_layernorm is true"}
+REFUSED = {"falcon-alibi": "alibi is true", "phi-qk-layernorm": "qk_layernorm is true",
+           "cohere-qk-norm": "use_qk_norm is true: a LayerNorm of each head's",
+           "stablelm-qk-layernorm": "qk_layernorm is true: a LayerNorm of each head's"}
 FOLLOWED = sorted(set(hf.FAMILIES) - set(REFUSED))
-LLAMA_LINE = sorted(set(hf.LLAMA_LINE) - set(HYBRIDS))
+LLAMA_LINE = sorted(set(hf.LLAMA_LINE) - set(HYBRIDS) - set(REFUSED))
 
 
 def _ours(folder: Path, layer: int, x: np.ndarray) -> mhacli.Problem:
@@ -78,7 +80,7 @@ def test_every_layer_agrees_with_the_model(family: str, models: dict,
                                    err_msg=f"{family} layer {layer}")
         tr = mhacli.trace(**prob.inputs)
         np.testing.assert_allclose(tr["output"], got, rtol=1e-10, atol=1e-12)
-        if want.get("weights") is not None:
+        if want.get("weights") is not None and family not in SINKS_OUTSIDE_WEIGHTS:
             np.testing.assert_allclose(tr["weights"], want["weights"], rtol=tol, atol=tol,
                                        err_msg=f"{family} layer {layer} weights")
         assert prob.read["family"] and prob.read["settings"]["w_q"].startswith("tensor")

@@ -19,7 +19,8 @@ from .family import (Family, Layer, by_layer_types, every_layer, gemma3_rope, pa
 from .rules import (by_layer_types as types_or, every_layer_if_used, every_nth_full,
                     full_layers_nope, full_layers_nope_with_window, keys_times, listed_nope,
                     no_rope, nope_on, nope_slide, odd_below, pattern_if_window, said,
-                    sliding_from, sliding_if_set, times)
+                    sliding_from, sliding_if_set, times, theta_by_layer, rope_if,
+                    dense_prefix_rope)
 from .reading import Reader, columns, fused, heads_of, linear, rope_of, window_of
 
 # --------------------------------------------------------------------------- own layouts
@@ -325,6 +326,26 @@ RECORDS: tuple[Family, ...] = (
     Family("lfm2", o_proj="out_proj", qk_norm="head", norm_names=("q_layernorm", "k_layernorm"),
            norm_eps_key="norm_eps"),
     Family("falcon_h1", scale=keys_times("key_multiplier"), unread=MULTIPLIERS_OUTSIDE),
+    *(Family(name, window=types_or(every_nth_full(4, first_full=True), "sliding windows by "
+                                   "layer_types (all but every 4th layer, from the first)"),
+             rope=theta_by_layer("layer_rope_theta"), scale=times("attention_multiplier"),
+             sinks=True) for name in ("granite_swa", "granitemoe_swa")),
+    Family("granitemoehybrid", rope=nope_on(rope_if("position_embedding_type", "rope"),
+                                            "position_embedding_type other than rope"),
+           scale=times("attention_multiplier")),
+    Family("cohere2_moe", window=types_or(text="sliding windows by layer_types", reads=(
+        "sliding_window_pattern", "prefix_dense_sliding_window_pattern")),
+           rope=nope_on(dense_prefix_rope, "the full-attention layers past the dense prefix",
+                        rope(style="interleaved"))),
+    Family("lfm2_moe", o_proj="out_proj", qk_norm="head",
+           norm_names=("q_layernorm", "k_layernorm"), norm_eps_key="norm_eps"),
+    Family("lara_mini", window=types_or(), qk_norm="head",
+           rope=nope_on(full_layers_nope, "the full-attention layers")),
+    # (MiniMax mixes each block's output into the residual by factors of its own, and its
+    # lightning attention layers work in blocks: neither is inside a softmax attention)
+    Family("minimax", window=every_layer, unread=(
+        "block_size", "full_attn_alpha_factor", "full_attn_beta_factor",
+        "linear_attn_alpha_factor", "linear_attn_beta_factor")),
     # ---- decoders whose positions are added to the tokens before the layers
     Family("opt", o_proj="out_proj", rope=no_rope, keys=HEADS_ONLY,
            unread=("enable_bias", "do_layer_norm_before")),

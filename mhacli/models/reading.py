@@ -56,7 +56,8 @@ gradient_checkpointing output_past transformers_version_original
     "moe_layer_start_index moe_layer_end_index moe_num_shared_experts "
     "moe_intermediate_size_shared expert_layer_period expert_layer_offset "
     "router_z_loss_coef input_jitter_noise router_scaling_factor shared_intermediate_size "
-    "moe_layer_interval moe_norm_min mlp_multipliers "
+    "moe_layer_interval moe_norm_min mlp_multipliers expert_selection_fn "
+    "shared_expert_combination_strategy mlp_alpha_factor mlp_beta_factor "
     # the embeddings, the norms between layers and the head
     "norm_epsilon embedding_multiplier residual_multiplier logits_scaling logit_scale "
     "classifier_pooling lm_head_multiplier mask_token_id num_logits_to_keep "
@@ -257,8 +258,14 @@ def rope_of(r: Reader, head_dim: int, *, style: str = "half", dims: int | None =
     if not isinstance(kind, str):
         raise r.error(f"{where}.rope_type", f"{shown(kind)}: expected a name")
     base = params.pop("rope_theta", None)
-    base = r.number(base_key, default_base) if base is None else \
-        _positive(r, f"{where}.rope_theta", base)
+    if base is None:
+        base = r.number(base_key, default_base)
+    else:
+        base = _positive(r, f"{where}.rope_theta", base)
+        beside = r.number(base_key)  # a config may keep both spellings: they must agree
+        if beside is not None and beside != base:
+            raise r.error(base_key, f"{shown(beside)}, but {where}.rope_theta is "
+                          f"{shown(base)}: which one holds is unclear")
     partial = params.pop("partial_rotary_factor", None)
     if partial is not None:
         partial = _positive(r, f"{where}.partial_rotary_factor", partial)

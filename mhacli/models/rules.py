@@ -227,6 +227,54 @@ def listed_nope(key: str, interval_key: str) -> Callable[[Reader, str | None], s
     return when
 
 
+def theta_by_layer(key: str) -> Rope:
+    """Granite SWA's per-layer base: ``key``[i] is this layer's RoPE base, 0 for a NoPE
+    layer (the rest of rope_parameters as the model's)."""
+    plain = rope()
+
+    @said(f"RoPE with a base per layer ({key}), none where it is 0")
+    def read(r: Reader, d: int, layer_type: str | None) -> dict[str, Any] | None:
+        bases = r.get(key)
+        if bases is None:
+            return plain(r, d, layer_type)
+        if not isinstance(bases, list) or r.layer >= len(bases) or \
+                isinstance(bases[r.layer], bool) or not isinstance(bases[r.layer], (int, float)) \
+                or bases[r.layer] < 0:
+            raise r.error(key, f"{shown(bases)}: expected a base (or 0) for each layer")
+        if bases[r.layer] == 0:
+            r.get("rope_parameters"), r.get("rope_theta"), r.get("rope_scaling")
+            r.note("rope", f"none on this layer: config {key}[{r.layer}] is 0")
+            return None
+        spec = dict(plain(r, d, layer_type) or {})
+        spec["base"] = float(bases[r.layer])
+        r.note("rope", f"config {key}[{r.layer}] (the base), rope_parameters")
+        return spec
+    return read
+
+
+def rope_if(key: str, value: str) -> Callable[[Reader, str | None], str | None]:
+    """Granite 4's rule: RoPE when ``key`` is ``value`` (position_embedding_type: rope),
+    none otherwise."""
+    def when(r: Reader, layer_type: str | None) -> str | None:
+        given = r.get(key)
+        return None if given == value else f"config {key} is {shown(given)}"
+    return when
+
+
+def dense_prefix_rope(r: Reader, layer_type: str | None) -> str | None:
+    """Cohere 2 MoE's rule: the sliding layers turn, and so do the dense layers before the
+    experts begin when prefix_dense_sliding_window_pattern is 1; the rest are NoPE."""
+    if layer_type == "sliding_attention":
+        return None
+    kinds = r.get("mlp_layer_types")
+    pattern = r.count("prefix_dense_sliding_window_pattern", 1)
+    dense = kinds[r.layer] == "dense" if isinstance(kinds, list) and r.layer < len(kinds) \
+        else r.layer < (r.count("first_k_dense_replace", 0) or 0)
+    if dense and pattern == 1:
+        return None
+    return f"a {layer_type} layer (layer_types)"
+
+
 def full_layers_nope(r: Reader, layer_type: str | None) -> str | None:
     """Cohere 2's rule: only the sliding layers turn; the full-attention ones are NoPE."""
     return None if layer_type == "sliding_attention" else f"a {layer_type} layer (layer_types)"
