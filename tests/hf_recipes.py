@@ -69,7 +69,8 @@ def llama_line(recipe: Callable[..., Any], decoder: Callable[..., dict[str, Any]
         "starcoder2": r("Starcoder2Config", "Starcoder2ForCausalLM", "biases; every layer "
                         "slides", sliding_window=4, use_bias=True),
         "ministral": r("MinistralConfig", "MinistralForCausalLM", "layer 0 slides",
-                       head_dim=8, sliding_window=4, layer_types=["sliding_attention", "full_attention"]),
+                       head_dim=8, sliding_window=4,
+                       layer_types=["sliding_attention", "full_attention"]),
         "olmo": r("OlmoConfig", "OlmoForCausalLM"),
         "olmo3": r("Olmo3Config", "Olmo3ForCausalLM", "layers 0-2 slide, layer 3 full",
                    sliding_window=4, **four),

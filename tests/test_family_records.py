@@ -13,7 +13,7 @@ import pytest
 
 from mhacli.errors import MhaError
 from mhacli.models import families
-from mhacli.models.family import Family, decoder, every_layer
+from mhacli.models.family import Family, decoder, every_layer, features
 from mhacli.models.layer import read_layer
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "models"
@@ -72,3 +72,51 @@ def test_every_record_is_read_by_its_own_layout() -> None:
             assert record.layer.__func__ is Family.layer  # type: ignore[attr-defined]
         else:
             assert record.read is not None and record.read is not decoder
+
+
+# -- the table of families in docs/reference.md is made from the records -----------------
+
+REFERENCE = Path(__file__).resolve().parent.parent / "docs" / "reference.md"
+BEGIN = ("<!-- the families: made from mhacli/models/families.py "
+         "(python -m tests.test_family_records) -->")
+END = "<!-- end of the families -->"
+
+
+def family_table() -> str:
+    """The Markdown table of the families mha reads, one row a record: its model_type (and
+    the model types read as it), what its attention has as the record says, and the
+    version of mha that first read it."""
+    aliases: dict[str, list[str]] = {}
+    for alias, name in families.ALIASES.items():
+        aliases.setdefault(name, []).append(alias)
+    rows = ["| model_type | what its attention has | since |", "|---|---|---|"]
+    for record in sorted(families.RECORDS, key=lambda f: f.model_type):
+        name = f"`{record.model_type}`" + "".join(f", `{a}`" for a in aliases.get(
+            record.model_type, []))
+        rows.append(f"| {name} | {'; '.join(features(record))} | {record.since} |")
+    return "\n".join(rows)
+
+
+def test_the_references_table_of_families_is_the_records() -> None:
+    text = REFERENCE.read_text()
+    assert BEGIN in text and END in text, "docs/reference.md has lost its table of families"
+    table = text.split(BEGIN, 1)[1].split(END, 1)[0].strip()
+    assert table == family_table(), "the table of families differs from the records: " \
+        "write `python -m tests.test_family_records`'s output between its markers"
+
+
+def test_every_record_says_what_its_attention_has() -> None:
+    for record in families.RECORDS:
+        said = features(record)
+        assert said and all(said), record.model_type
+        assert record.since in ("0.1", "0.2"), record.model_type
+
+
+if __name__ == "__main__":
+    print(BEGIN, family_table(), END, sep="\n\n")
+
+
+def test_the_readme_counts_the_model_types_read() -> None:
+    readme = (REFERENCE.parent.parent / "README.md").read_text()
+    count = len(families.RECORDS) + len(families.ALIASES)
+    assert f"The families read: {count} model types" in readme

@@ -84,7 +84,7 @@ def run_type(model_type: str, model_class: str, base: Path) -> Result:
     except Exception as exc:  # the script's limit: say which and go on
         out.result, out.detail = "not built", f"{type(exc).__name__}: {_short(exc, folder)}"
         return out
-    count = zoo.layer_count(folder)
+    count = max(zoo.layer_count(folder), 1)  # (a layout the count misses: layer 0 is tried)
     rng = np.random.default_rng(0)
     kinds: dict[str, list[int]] = defaultdict(list)
     for layer in range(count):
@@ -133,7 +133,8 @@ def run_type(model_type: str, model_class: str, base: Path) -> Result:
         out.detail = out.layers[0].split("(", 1)[1].rstrip(")") if out.layers else "no layer"
     else:
         other = kinds["refused for good"]
-        out.detail = f"{len(kinds['attention'])} layers to {out.worst:.0e}" + (
+        many = len(kinds["attention"]) > 1
+        out.detail = f"{len(kinds['attention'])} layer{'s' * many} to {out.worst:.0e}" + (
             f"; layers {', '.join(map(str, other))} refused for good" if other else "") + \
             out.notes
     return out
@@ -154,11 +155,13 @@ def reason(detail: str) -> str:
     """The kind of a "not yet": what mha does not follow, without the layer's numbers."""
     text = re.sub(r"^layer \d+: ", "", detail)
     patterns = [
-        (r"model_type is '[^']*': a model whose attention mha does not know", "no record of its model_type"),
+        (r"model_type is '[^']*': a model whose attention mha does not know",
+         "no record of its model_type"),
         (r"no attention layer found", "its tensors' layout is not known"),
         (r"(\S+?)(\.\d+\.)?(\S*): a tensor of this layer's attention that mha does not follow",
          "a tensor not followed"),
-        (r"(\S+) is .*: a setting of the model that mha does not follow", "a config key not followed"),
+        (r"(\S+) is .*: a setting of the model that mha does not follow",
+         "a config key not followed"),
     ]
     for pattern, name in patterns:
         if re.search(pattern, text):

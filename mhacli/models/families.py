@@ -26,7 +26,8 @@ from .reading import Reader, columns, fused, heads_of, linear, rope_of, window_o
 # --------------------------------------------------------------------------- own layouts
 
 
-@said("Conv1D c_attn (q, k, v side by side); causal; ÷ (layer + 1) with scale_attn_by_inverse_layer_idx")
+@said("Conv1D c_attn (q, k, v side by side); causal; ÷ (layer + 1) with "
+      "scale_attn_by_inverse_layer_idx")
 def gpt2(f: Family, r: Reader, stem: str) -> Layer:
     """GPT-2: Conv1D ``c_attn`` (d × 3d, queries, keys and values side by side, stored
     as x·W) and ``c_proj``; causal; scores ÷ √d_k, and ÷ (layer + 1) with
@@ -239,6 +240,12 @@ def big_bird(f: Family, r: Reader, stem: str) -> Layer:
     return bert(f, r, stem)
 
 
+# a hybrid's other layers, as the table of families says them
+MAMBA, CONVOLUTIONS = ("Mamba layers between (refused for good)",
+                       "short-convolution layers between (refused for good)")
+LINEAR, LIGHTNING = ("linear-attention layers between (refused for good)",
+                     "lightning-attention layers between (refused for good)")
+MAMBA_BESIDE = "a Mamba mixer beside it in each layer (not read)"
 HEADS_ONLY = ("num_attention_heads", "", "hidden_size")  # no grouped key/value heads
 
 LLAMA = Family("llama", since="0.1", rope=rope(partial_key=None))
@@ -321,29 +328,31 @@ RECORDS: tuple[Family, ...] = (
     Family("exaone_moe", window=EXAONE_WINDOW, rope=EXAONE_ROPE, qk_norm="head"),
     Family("stablelm", rope=rope(partial_default=0.25), unread=("use_qkv_bias",),
            refused=(("qk_layernorm", LAYER_NORM_PER_HEAD),)),
-    Family("jamba", rope=no_rope),
-    Family("bamba", rope=rope(partial_default=0.5)),
-    Family("lfm2", o_proj="out_proj", qk_norm="head", norm_names=("q_layernorm", "k_layernorm"),
-           norm_eps_key="norm_eps"),
-    Family("falcon_h1", scale=keys_times("key_multiplier"), unread=MULTIPLIERS_OUTSIDE),
+    Family("jamba", others=MAMBA, rope=no_rope),
+    Family("bamba", others=MAMBA, rope=rope(partial_default=0.5)),
+    Family("lfm2", others=CONVOLUTIONS, o_proj="out_proj", qk_norm="head",
+           norm_names=("q_layernorm", "k_layernorm"), norm_eps_key="norm_eps"),
+    Family("falcon_h1", others=MAMBA_BESIDE, scale=keys_times("key_multiplier"),
+           unread=MULTIPLIERS_OUTSIDE),
     *(Family(name, window=types_or(every_nth_full(4, first_full=True), "sliding windows by "
                                    "layer_types (all but every 4th layer, from the first)"),
              rope=theta_by_layer("layer_rope_theta"), scale=times("attention_multiplier"),
              sinks=True) for name in ("granite_swa", "granitemoe_swa")),
-    Family("granitemoehybrid", rope=nope_on(rope_if("position_embedding_type", "rope"),
-                                            "position_embedding_type other than rope"),
+    Family("granitemoehybrid", others=MAMBA,
+           rope=nope_on(rope_if("position_embedding_type", "rope"),
+                        "position_embedding_type other than rope"),
            scale=times("attention_multiplier")),
     Family("cohere2_moe", window=types_or(text="sliding windows by layer_types", reads=(
         "sliding_window_pattern", "prefix_dense_sliding_window_pattern")),
            rope=nope_on(dense_prefix_rope, "the full-attention layers past the dense prefix",
                         rope(style="interleaved"))),
-    Family("lfm2_moe", o_proj="out_proj", qk_norm="head",
+    Family("lfm2_moe", others=CONVOLUTIONS, o_proj="out_proj", qk_norm="head",
            norm_names=("q_layernorm", "k_layernorm"), norm_eps_key="norm_eps"),
-    Family("lara_mini", window=types_or(), qk_norm="head",
+    Family("lara_mini", others=LINEAR, window=types_or(), qk_norm="head",
            rope=nope_on(full_layers_nope, "the full-attention layers")),
     # (MiniMax mixes each block's output into the residual by factors of its own, and its
     # lightning attention layers work in blocks: neither is inside a softmax attention)
-    Family("minimax", window=every_layer, unread=(
+    Family("minimax", others=LIGHTNING, window=every_layer, unread=(
         "block_size", "full_attn_alpha_factor", "full_attn_beta_factor",
         "linear_attn_alpha_factor", "linear_attn_beta_factor")),
     # ---- decoders whose positions are added to the tokens before the layers

@@ -54,6 +54,7 @@ class Family:
     refused: tuple[tuple[str, str], ...] = ()  # (config key, why): refused when set true
     unread: tuple[str, ...] = ()  # config keys its attention does not use (read off)
     since: str = "0.2"  # the version of mha that first read it
+    others: str = ""  # a hybrid's other layers, in words (the table of families says it)
 
     def layer(self, r: Reader, stem: str) -> Layer:
         """Layer ``r.layer`` (its attention module's tensors begin with ``stem``), what the
@@ -150,7 +151,7 @@ def features(f: Family) -> list[str]:
     """What a family's attention has, in a few words each, as its record says (the
     README's table of families)."""
     if f.read is not None:
-        return [words(f.read)]
+        return [words(f.read)] + ([f.others] if f.others else [])
     out = ["fused q/k/v"] if f.fused else []
     out.append("causal" if f.causal else "no mask (an encoder)")
     out += [w for w in (words(f.window), words(f.rope)) if w]
@@ -164,4 +165,6 @@ def features(f: Family) -> list[str]:
                    + (" (1 + w)" if f.norm_plus_one else ""))
     if f.sinks:
         out.append("sinks")
+    if f.others:
+        out.append(f.others)
     return out

@@ -124,8 +124,8 @@ NOT_ATTENTION = (
      "a Mamba mixer (a state-space layer)"),
     (r"^linear_attn\.", "linear attention (its linear_attn module: a gated delta rule)"),
     (r"^self_attn\.output_gate\.", "lightning attention (a linear attention)"),
-    (r"^self_attn\.(f_a_proj|g_a_proj)\.", "Kimi delta attention (a linear attention)"),
-    (r"^attention\.(g_proj|f_proj)\.", "linear attention (a gated linear attention)"),
+    (r"^(self_attn|attention)\.(f_a_proj|f_proj|q_conv1d|k_conv1d)\.",
+     "linear attention (a gated delta rule, its queries and keys convolved)"),
     (r"^temporal_block\.rg_lru\.", "a gated linear recurrence (Griffin's RG-LRU)"),
     (r"^conv\.(conv|in_proj)\.", "a gated short convolution"),
     (r"^attention\.(receptance|time_decay|time_first)", "RWKV's time mixing (a linear "

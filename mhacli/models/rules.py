@@ -49,7 +49,7 @@ def every_layer(r: Reader) -> tuple[int | None, str | None]:
 
 
 def by_layer_types(default: Callable[[Reader, int], str] | None = None,
-                   text: str = "sliding windows on the layers layer_types names",
+                   text: str = "sliding windows by layer_types",
                    reads: tuple[str, ...] = ()) -> Window:
     """The config's ``layer_types`` (sliding_attention or full_attention), else the
     family's own rule for layer i (``default``, as its config class makes layer_types),
@@ -158,8 +158,9 @@ def rope(partial_key: str | None = "partial_rotary_factor", partial_default: flo
          also_read: tuple[str, ...] = (), style: str = "half") -> Rope:
     """RoPE from either spelling of the config (``reading.rope_of``): the base, scaling
     and the share of each head turned; ``style`` pairs (i, i + dims/2) or (2i, 2i + 1)."""
+    share = {0.5: "half", 0.25: "a quarter"}.get(partial_default, f"{partial_default:g}")
     @said("RoPE" + (" (interleaved pairs)" if style == "interleaved" else "")
-          + (f", over {partial_default:g} of each head" if partial_default != 1 else ""))
+          + (f" over {share} of each head" if partial_default != 1 else ""))
     def read(r: Reader, d: int, layer_type: str | None) -> dict[str, Any] | None:
         for key in also_read:
             r.get(key)
