@@ -258,14 +258,12 @@ def rope_of(r: Reader, head_dim: int, *, style: str = "half", dims: int | None =
     if not isinstance(kind, str):
         raise r.error(f"{where}.rope_type", f"{shown(kind)}: expected a name")
     base = params.pop("rope_theta", None)
+    beside = None
     if base is None:
         base = r.number(base_key, default_base)
     else:
         base = _positive(r, f"{where}.rope_theta", base)
         beside = r.number(base_key)  # a config may keep both spellings: they must agree
-        if beside is not None and beside != base:
-            raise r.error(base_key, f"{shown(beside)}, but {where}.rope_theta is "
-                          f"{shown(base)}: which one holds is unclear")
     partial = params.pop("partial_rotary_factor", None)
     if partial is not None:
         partial = _positive(r, f"{where}.partial_rotary_factor", partial)
@@ -283,6 +281,7 @@ def rope_of(r: Reader, head_dim: int, *, style: str = "half", dims: int | None =
         if params:
             raise r.error(f"{where}.{sorted(params)[0]}", f"{shown(params[sorted(params)[0]])}: "
                           "a RoPE parameter mha does not follow")
+        _same_base(r, base_key, beside, base, where)
         return _checked(r, spec, head_dim, where)
     kind = (aliases or {}).get(kind, kind)  # (Phi-3 reads "su" and "yarn" as longrope)
     from ..engine.rope import RULE_KEYS
@@ -312,7 +311,16 @@ def rope_of(r: Reader, head_dim: int, *, style: str = "half", dims: int | None =
     if kind in ("yarn", "longrope") and scaling.get("factor") is None and longest and length:
         scaling["factor"] = longest / length  # as the reference, from the two lengths
     spec["scaling"] = scaling
+    _same_base(r, base_key, beside, base, where)
     return _checked(r, spec, head_dim, where)
+
+
+def _same_base(r: Reader, key: str, beside: float | None, base: float, where: str) -> None:
+    """A config that keeps the base in both spellings (Cohere 2 MoE's rope_theta beside
+    rope_parameters) must give one base."""
+    if beside is not None and beside != base:
+        raise r.error(key, f"{shown(beside)}, but {where}.rope_theta is {shown(base)}: which "
+                      "one holds is unclear")
 
 
 def _checked(r: Reader, spec: dict[str, Any], head_dim: int, where: str) -> dict[str, Any]:
