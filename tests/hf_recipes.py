@@ -182,6 +182,18 @@ def llama_line(recipe: Callable[..., Any], decoder: Callable[..., dict[str, Any]
             block_size=4, layer_types=["full_attention", "linear_attention",
                                        "full_attention", "linear_attention"], **_rope()),
             notes="softmax attention on 0, 2; lightning attention on 1, 3"),
+        "nemotron_h": recipe("NemotronHConfig", "NemotronHForCausalLM", decoder(
+            num_hidden_layers=4, head_dim=8, mamba_num_heads=8, mamba_head_dim=8,
+            ssm_state_size=8, n_groups=2, chunk_size=8, n_routed_experts=4,
+            num_experts_per_tok=2, moe_intermediate_size=32,
+            moe_shared_expert_intermediate_size=32, use_mamba_kernels=False,
+            layers_block_type=["linear_attention", "full_attention", "moe",
+                               "full_attention"]),
+            notes="a Mamba mixer (0) and an MoE layer (2) between attention layers (1, 3), "
+            "saved under backbone."),
+        "openai-gpt": recipe("OpenAIGPTConfig", "OpenAIGPTLMHeadModel", dict(
+            vocab_size=100, n_embd=32, n_layer=2, n_head=4, n_positions=64),
+            notes="GPT-1: GPT-2's Conv1D layout"),
         "cohere-qk-norm": r("CohereConfig", "CohereForCausalLM", "a LayerNorm of q and k",
                             use_qk_norm=True),
         "stablelm-qk-layernorm": r("StableLmConfig", "StableLmForCausalLM", qk_layernorm=True),
@@ -229,6 +241,6 @@ BERT_EXTRA: dict[str, dict[str, Any]] = {
 
 
 HYBRIDS = {"jamba": [1, 3], "bamba": [1, 3], "lfm2": [1, 3], "granitemoehybrid": [1, 3],
-           "lfm2_moe": [1, 3], "lara_mini": [1, 3], "minimax": [0, 2]}
+           "lfm2_moe": [1, 3], "lara_mini": [1, 3], "minimax": [0, 2], "nemotron_h": [1, 3]}
 # the module's own weights leave the sinks out (they scale its output instead)
 SINKS_OUTSIDE_WEIGHTS = ("granite_swa", "granitemoe_swa")

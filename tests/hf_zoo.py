@@ -233,7 +233,7 @@ def attention_module(model: torch.nn.Module, layer: int) -> tuple[str, str | Non
     """The path of layer ``layer``'s attention module in ``model`` (``…layers.N.self_attn``,
     ``…layer.N.attention`` …) and of its output projection when the module goes on past it
     (BERT's ``output.dense``, before the norm of the residual)."""
-    pattern = re.compile(rf"(^|\.)(layers|layer|h)\.{layer}\.(self_attn|attention|attn)$")
+    pattern = re.compile(rf"(^|\.)(layers|layer|h)\.{layer}\.(self_attn|attention|attn|mixer)$")
     found = [name for name, _ in model.named_modules() if pattern.search(name)]
     if not found:
         raise LookupError(f"no attention module of layer {layer}")
@@ -251,6 +251,7 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
     itself on ``x`` with the same. Returns ``output``: what ``output`` (the output
     projection's module path) gives in that call, else the module's own output; and
     ``weights`` when the module returns them (H × n × m)."""
+    path, output = _in_memory(model, path), output and _in_memory(model, output)
     module = model.get_submodule(path)
     n = len(x)
     caught: dict[str, Any] = {}
@@ -302,6 +303,8 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
         for h in hooks:
             h.remove()
     out = seen.get("output")
+    if isinstance(result, list):  # (GPT-1's module returns a list)
+        result = tuple(result)
     if out is None:
         out = result[0] if isinstance(result, tuple) else result
     weights = None
@@ -309,6 +312,21 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
             and result[1].ndim == 4:
         weights = result[1][0].double().numpy().copy()
     return {"output": out[0].double().numpy().copy(), "weights": weights}
+
+
+def _in_memory(model: torch.nn.Module, path: str) -> str:
+    """A module's path in the model as loaded, from its path as saved (a model may save
+    its tensors under another prefix: Nemotron-H's ``backbone.`` for its ``model.``)."""
+    names = dict(model.named_modules())
+    if path in names:
+        return path
+    parts = path.split(".")
+    for cut in range(1, len(parts)):
+        tail = "." + ".".join(parts[cut:])
+        found = [n for n in names if n.endswith(tail)]
+        if len(found) == 1:
+            return found[0]
+    raise LookupError(f"no module {path} in the model as loaded")
 
 
 def relative(got: np.ndarray, want: np.ndarray) -> float:

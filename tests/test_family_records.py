@@ -67,7 +67,7 @@ def test_every_record_is_read_by_its_own_layout() -> None:
     """Each record's reading is the shared one unless its tensors are laid out another
     way; the Llama line's records name no reading of their own."""
     for record in families.RECORDS:
-        if record.tensors in ("decoder", "phi3"):
+        if record.tensors in ("decoder", "phi3", "mixer"):
             assert record.read is None, record.model_type
             assert record.layer.__func__ is Family.layer  # type: ignore[attr-defined]
         else:
@@ -116,7 +116,8 @@ if __name__ == "__main__":
     print(BEGIN, family_table(), END, sep="\n\n")
 
 
-def test_the_readme_counts_the_model_types_read() -> None:
-    readme = (REFERENCE.parent.parent / "README.md").read_text()
+def test_the_reference_counts_the_model_types_read() -> None:
+    """docs/reference.md says how many model types the records read (the README points
+    there rather than repeating a number that moves)."""
     count = len(families.RECORDS) + len(families.ALIASES)
-    assert f"The families read: {count} model types" in readme
+    assert f"{count} model types have a record" in REFERENCE.read_text()

@@ -245,6 +245,7 @@ MAMBA, CONVOLUTIONS = ("Mamba layers between (refused for good)",
                        "short-convolution layers between (refused for good)")
 LINEAR, LIGHTNING = ("linear-attention layers between (refused for good)",
                      "lightning-attention layers between (refused for good)")
+MAMBA_AND_MLP = "Mamba, MLP and MoE layers between (refused for good)"
 MAMBA_BESIDE = "a Mamba mixer beside it in each layer (not read)"
 HEADS_ONLY = ("num_attention_heads", "", "hidden_size")  # no grouped key/value heads
 
@@ -352,10 +353,16 @@ RECORDS: tuple[Family, ...] = (
            rope=nope_on(full_layers_nope, "the full-attention layers")),
     # (MiniMax mixes each block's output into the residual by factors of its own, and its
     # lightning attention layers work in blocks: neither is inside a softmax attention)
+    Family("nemotron_h", tensors="mixer", others=MAMBA_AND_MLP, rope=no_rope, unread=(
+        "chunk_size", "n_groups", "conv_kernel", "expand", "use_conv_bias", "use_bias",
+        "mlp_hidden_act", "residual_in_fp32", "rescale_prenorm_residual",
+        "mtp_layers_block_type", "moe_latent_size", "moe_shared_expert_overlap",
+        "moe_shared_expert_intermediate_size", "sliding_window", "layers_block_type")),
     Family("minimax", others=LIGHTNING, window=every_layer, unread=(
         "block_size", "full_attn_alpha_factor", "full_attn_beta_factor",
         "linear_attn_alpha_factor", "linear_attn_beta_factor")),
     # ---- decoders whose positions are added to the tokens before the layers
+    Family("openai-gpt", tensors="gpt2", read=gpt2, unread=("afn",)),
     Family("opt", o_proj="out_proj", rope=no_rope, keys=HEADS_ONLY,
            unread=("enable_bias", "do_layer_norm_before")),
     Family("xglm", o_proj="out_proj", rope=no_rope, keys=("attention_heads", "", "d_model")),
