@@ -123,6 +123,8 @@ LAYER_LISTS = ("layer_types", "layers_block_type", "block_types", "no_rope_layer
                "attention_layers")
 LAYER_COUNTS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
 
+DROP = object()  # an override that leaves a key to the config's own default
+
 # What a type needs beyond the sizes (its own keys' small values, or a layer pattern that
 # shows both its kinds of layer in a few layers).
 OVERRIDES: dict[str, dict[str, Any]] = {
@@ -137,6 +139,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
                              "hidden_size": 64}),
     "esmc": dict(num_key_value_heads=4), "dots3_note_text": dict(num_key_value_heads=4),
     "mamba2": dict(head_dim=32),
+    "modernbert": dict(local_attention=4, sliding_window=DROP),
+    "modernbert-decoder": dict(local_attention=8, sliding_window=DROP),
     "reformer": dict(is_decoder=True, axial_pos_embds_dim=[32, 32], axial_pos_shape=[8, 8],
                      max_position_embeddings=64, attn_layers=["local", "lsh"]),
     "zamba": dict(num_hidden_layers=4, layers_block_type=[
@@ -162,7 +166,6 @@ def tiny_config(model_type: str) -> Any:
     return config_class(**{k: v for k, v in kwargs.items() if v is not DROP})
 
 
-DROP = object()  # an override that leaves a key to the config's own default
 
 
 def _small(config_class: Any, default: dict[str, Any]) -> dict[str, Any]:

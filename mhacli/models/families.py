@@ -16,7 +16,7 @@ from typing import Any
 from ..errors import MhaError, shown
 from .family import (Family, Layer, by_layer_types, every_layer, gemma3_rope, pattern_of,
                      qwen_window, rope)
-from .rules import (by_layer_types as types_or, every_layer_if_used, every_nth_full,
+from .rules import (by_layer_types as types_or, local_window, every_layer_if_used, every_nth_full,
                     full_layers_nope, full_layers_nope_with_window, keys_times, listed_nope,
                     no_rope, nope_on, nope_slide, odd_below, pattern_if_window, said,
                     sliding_from, sliding_if_set, times, theta_by_layer, rope_if,
@@ -247,6 +247,11 @@ LINEAR, LIGHTNING = ("linear-attention layers between (refused for good)",
                      "lightning-attention layers between (refused for good)")
 MAMBA_AND_MLP = "Mamba, MLP and MoE layers between (refused for good)"
 MAMBA_BESIDE = "a Mamba mixer beside it in each layer (not read)"
+# ModernBERT's keys of its head, embeddings and kernels, none inside the attention
+MODERNBERT_OUTSIDE = ("classifier_activation", "classifier_pooling", "classifier_bias",
+                      "decoder_bias", "norm_bias", "initializer_cutoff_factor", "mlp_dropout",
+                      "sparse_prediction", "sparse_pred_ignore_index", "cls_token_id",
+                      "deterministic_flash_attn", "reference_compile", "repad_logits_with_grad")
 HEADS_ONLY = ("num_attention_heads", "", "hidden_size")  # no grouped key/value heads
 
 LLAMA = Family("llama", since="0.1", rope=rope(partial_key=None))
@@ -275,7 +280,8 @@ RECORDS: tuple[Family, ...] = (
     Family("gptj", since="0.1", tensors="gptj", read=gptj),
     Family("falcon", since="0.1", tensors="falcon", read=falcon),
     # ---- built like Llama, read from their records alone
-    Family("arcee"), Family("jais2"), Family("solar_open"), Family("hy_v3", qk_norm="head"),
+    Family("arcee"), Family("jais2"), Family("aria_text"), Family("internlm3"),
+    Family("iquestcoder"), Family("solar_open"), Family("hy_v3", qk_norm="head"),
     Family("apertus", qk_norm="head"), Family("apertus1p5_text", qk_norm="head"),
     Family("gemma", refused=(GEMMA_BOTH_WAYS,)),
     Family("phimoe", window=every_layer),
@@ -361,6 +367,11 @@ RECORDS: tuple[Family, ...] = (
     Family("minimax", others=LIGHTNING, window=every_layer, unread=(
         "block_size", "full_attn_alpha_factor", "full_attn_beta_factor",
         "linear_attn_alpha_factor", "linear_attn_beta_factor")),
+    # ---- ModernBERT: an encoder whose sliding layers see both ways, and its decoder
+    Family("modernbert", tensors="modernbert", fused="Wqkv", o_proj="Wo", causal=False,
+           keys=HEADS_ONLY, window=local_window(two_sided=True), unread=MODERNBERT_OUTSIDE),
+    Family("modernbert-decoder", tensors="attn", o_proj="Wo", keys=HEADS_ONLY,
+           window=local_window(two_sided=False), unread=MODERNBERT_OUTSIDE),
     # ---- decoders whose positions are added to the tokens before the layers
     Family("openai-gpt", tensors="gpt2", read=gpt2, unread=("afn",)),
     Family("opt", o_proj="out_proj", rope=no_rope, keys=HEADS_ONLY,

@@ -150,6 +150,38 @@ def every_layer_if_used(r: Reader) -> tuple[int | None, str | None]:
     return every_layer(r)
 
 
+def local_window(two_sided: bool) -> Window:
+    """ModernBERT's rule: the sliding layers of layer_types see the keys within
+    local_attention / 2 of the query (its sliding_window): both ways in the encoder
+    (|i − j| ≤ it, a window of it + 1 in mha's |i − j| < w), the keys before in the
+    decoder (i − j < it, a window of it)."""
+    @said("two-sided local windows by layer_types (|i − j| ≤ local_attention / 2)"
+          if two_sided else "sliding windows of local_attention / 2 by layer_types")
+    def window(r: Reader) -> tuple[int | None, str | None]:
+        local = r.count("local_attention")
+        half = None if local is None else local // 2
+        given = r.get("sliding_window")  # the decoder's config makes it anew from local;
+        if two_sided and given is not None and given != half:  # the encoder's sets local
+            raise r.error("sliding_window", f"{shown(given)}, but local_attention is "
+                          f"{shown(local)}: the model slides by local_attention / 2")
+        r.get("global_attn_every_n_layers")  # (its config class made layer_types from it)
+        types = r.get("layer_types")
+        if not isinstance(types, list) or r.layer >= len(types):
+            raise r.error("layer_types", f"{shown(types)}: expected one type for each layer")
+        kind = types[r.layer]
+        if kind == "full_attention":
+            return None, kind
+        if kind != "sliding_attention":
+            raise r.error("layer_types", f"{shown(kind)} at layer {r.layer}: an attention "
+                          "mha does not compute")
+        if half is None or half < 1:
+            raise r.error("local_attention", f"{shown(local)}: expected a window of 2 or more")
+        r.note("window", f"config local_attention (÷ 2{', + 1: |i − j| ≤ it' if two_sided else ''}; "
+               f"layer {r.layer}: {kind})")
+        return (half + 1 if two_sided else half), kind
+    return window
+
+
 # --------------------------------------------------------------------------- RoPE
 
 
