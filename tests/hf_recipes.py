@@ -217,6 +217,13 @@ def llama_line(recipe: Callable[..., Any], decoder: Callable[..., dict[str, Any]
                                           local_attention=8, pad_token_id=0, bos_token_id=1,
                                           eos_token_id=2, cls_token_id=3, sep_token_id=4),
                                      notes="causal; layers 1 and 2 slide by 4"),
+        "bart": recipe("BartConfig", "BartForConditionalGeneration", dict(
+            vocab_size=100, d_model=32, encoder_layers=2, decoder_layers=2,
+            encoder_attention_heads=4, decoder_attention_heads=2, encoder_ffn_dim=64,
+            decoder_ffn_dim=64, max_position_embeddings=64, pad_token_id=0, bos_token_id=1,
+            eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=2),
+            notes="encoder.N (4 heads, no mask), decoder.N (2 heads, causal), decoder.N.cross "
+            "(x_kv: the encoder's output)"),
         "cohere-qk-norm": r("CohereConfig", "CohereForCausalLM", "a LayerNorm of q and k",
                             use_qk_norm=True),
         "stablelm-qk-layernorm": r("StableLmConfig", "StableLmForCausalLM", qk_layernorm=True),
@@ -263,6 +270,9 @@ BERT_EXTRA: dict[str, dict[str, Any]] = {
 }
 
 
+# encoder-decoder models: their layers are encoder.N, decoder.N and decoder.N.cross
+# (tests/test_encoder_decoder.py)
+ENCODER_DECODER = ("bart",)
 HYBRIDS = {"jamba": [1, 3], "bamba": [1, 3], "lfm2": [1, 3], "granitemoehybrid": [1, 3],
            "lfm2_moe": [1, 3], "lara_mini": [1, 3], "minimax": [0, 2], "nemotron_h": [1, 3]}
 # the module's own weights leave the sinks out (they scale its output instead)

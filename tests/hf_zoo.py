@@ -32,8 +32,8 @@ from . import hf_reference as hf
 
 # --------------------------------------------------------------------------- the registry
 
-TEXT_TASKS = ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
-              "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES")
+TEXT_TASKS = ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
+              "MODEL_FOR_MASKED_LM_MAPPING_NAMES")
 # a task of these modalities makes a model type not a text model
 OTHER_MODALITIES = ("IMAGE", "VIDEO", "AUDIO", "SPEECH", "CTC", "VISION", "VISUAL",
                     "MULTIMODAL", "WAVEFORM", "SPECTROGRAM", "DEPTH", "OBJECT",
@@ -60,8 +60,9 @@ def text_types() -> dict[str, str]:
     another modality — in no mapping of an image, video, audio or speech task nor of a
     multimodal model, and no sub-config of its config is a vision, audio or image one
     (Gemma 3's composite ``gemma3`` is out, its ``gemma3_text`` in) — nor a wrapper of two
-    other model types (``encoder-decoder``). The class is the causal LM's where there is
-    one, else the masked LM's, else the sequence-to-sequence LM's."""
+    other model types (``encoder-decoder``). The class is the sequence-to-sequence LM's
+    where there is one (BART is shipped as its encoder and decoder, not its causal LM
+    alone), else the causal LM's, else the masked LM's."""
     other: set[str] = set()
     for mapping in _task_maps(OTHER_MODALITIES).values():
         other |= set(mapping)
@@ -247,11 +248,13 @@ def attention_module(model: torch.nn.Module, layer: int) -> tuple[str, str | Non
 
 
 def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
-                     output: str | None = None, seed: int = 0) -> dict[str, Any]:
+                     output: str | None = None, seed: int = 0,
+                     x_kv: np.ndarray | None = None) -> dict[str, Any]:
     """The attention module at ``path`` of a float64 ``model`` run on ``x`` (n × width):
     first the model's own forward pass on n random token ids, which hands the module its
     mask, rotary cos/sin and the rest (caught, the pass stopped there), then the module
-    itself on ``x`` with the same. Returns ``output``: what ``output`` (the output
+    itself on ``x`` with the same (a cross-attention's keys and values on ``x_kv``, as many
+    rows as ``x``, in place of the encoder's output). Returns ``output``: what ``output`` (the output
     projection's module path) gives in that call, else the module's own output; and
     ``weights`` when the module returns them (H × n × m)."""
     path, output = _in_memory(model, path), output and _in_memory(model, output)
@@ -293,6 +296,11 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
         args = (hidden,) + tuple(args[1:])
     else:
         kwargs["hidden_states"] = hidden
+    if x_kv is not None:
+        names = [k for k in ("key_value_states", "encoder_hidden_states") if k in kwargs]
+        if not names:
+            raise RuntimeError(f"{path} was not called as a cross-attention")
+        kwargs[names[0]] = torch.from_numpy(np.asarray(x_kv, dtype=np.float64))[None].to(dtype)
     seen: dict[str, torch.Tensor] = {}
     hooks = []
     if output is not None:
@@ -336,6 +344,29 @@ def relative(got: np.ndarray, want: np.ndarray) -> float:
     """The largest difference, relative to the largest entry of ``want``."""
     top = float(np.abs(want).max()) or 1.0
     return float(np.abs(np.asarray(got) - want).max()) / top
+
+
+def layer_addresses(folder: str | Path) -> list[int | str]:
+    """Each layer of a saved model as ``--layer`` names it: 0 … L − 1 (layer 0 where the
+    count finds none), or in an encoder-decoder model encoder.N, decoder.N and
+    decoder.N.cross."""
+    from safetensors import safe_open
+
+    from mhacli.models.parts import is_encoder_decoder
+
+    names: list[str] = []
+    for file in Path(folder).glob("*.safetensors"):
+        with safe_open(str(file), "np") as handle:
+            names += list(handle.keys())
+    if not is_encoder_decoder(tuple(names)):
+        return list(range(max(layer_count(folder), 1)))
+    top = {"encoder": -1, "decoder": -1}
+    for name in names:
+        m = re.search(r"(?:^|\.)(encoder|decoder)\.(?:layers|layer|block)\.(\d+)\.", name)
+        if m:
+            top[m[1]] = max(top[m[1]], int(m[2]))
+    return [f"encoder.{i}" for i in range(top["encoder"] + 1)] + \
+        [f"decoder.{i}{cross}" for i in range(top["decoder"] + 1) for cross in ("", ".cross")]
 
 
 def layer_count(folder: str | Path) -> int:

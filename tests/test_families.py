@@ -19,13 +19,13 @@ from mhacli.io.problem import from_mapping  # noqa: E402
 from mhacli.models.layer import NotAttention  # noqa: E402
 
 from . import hf_reference as hf  # noqa: E402
-from .hf_recipes import HYBRIDS, SINKS_OUTSIDE_WEIGHTS  # noqa: E402
+from .hf_recipes import ENCODER_DECODER, HYBRIDS, SINKS_OUTSIDE_WEIGHTS  # noqa: E402
 
 REFUSED = {"falcon-alibi": "alibi is true", "phi-qk-layernorm": "qk_layernorm is true",
            "cohere-qk-norm": "use_qk_norm is true: a LayerNorm of each head's",
            "stablelm-qk-layernorm": "qk_layernorm is true: a LayerNorm of each head's"}
 FOLLOWED = sorted(set(hf.FAMILIES) - set(REFUSED))
-LLAMA_LINE = sorted(set(hf.LLAMA_LINE) - set(HYBRIDS) - set(REFUSED))
+LLAMA_LINE = sorted(set(hf.LLAMA_LINE) - set(HYBRIDS) - set(REFUSED) - set(ENCODER_DECODER))
 
 
 def _ours(folder: Path, layer: int, x: np.ndarray) -> mhacli.Problem:

@@ -84,10 +84,9 @@ def run_type(model_type: str, model_class: str, base: Path) -> Result:
     except Exception as exc:  # the script's limit: say which and go on
         out.result, out.detail = "not built", f"{type(exc).__name__}: {_short(exc, folder)}"
         return out
-    count = max(zoo.layer_count(folder), 1)  # (a layout the count misses: layer 0 is tried)
     rng = np.random.default_rng(0)
-    kinds: dict[str, list[int]] = defaultdict(list)
-    for layer in range(count):
+    kinds: dict[str, list[int | str]] = defaultdict(list)
+    for layer in zoo.layer_addresses(folder):
         try:
             reading = read_layer(folder, layer)
         except NotAttention as exc:
@@ -103,8 +102,11 @@ def run_type(model_type: str, model_class: str, base: Path) -> Result:
                 f"at {traceback.extract_tb(exc.__traceback__)[-1].name}"
             return out
         x = rng.standard_normal((TOKENS, reading.width))
+        given = {"x": x}
+        if reading.cross:  # the encoder's output, as many rows
+            given["x_kv"] = rng.standard_normal((TOKENS, reading.weights["w_k"].shape[0]))
         try:
-            got = mhacli.attention(**from_mapping({"x": x}, "zoo", reading=reading).inputs)
+            got = mhacli.attention(**from_mapping(given, "zoo", reading=reading).inputs)
         except Exception as exc:
             out.result, out.detail = "mha failed", f"layer {layer}: {type(exc).__name__}: " \
                 f"{_short(exc, folder)}"
@@ -112,9 +114,10 @@ def run_type(model_type: str, model_class: str, base: Path) -> Result:
         path, output = reading.stem.rstrip("."), _output_module(reading.origin.get("w_o"))
         try:
             try:
-                want = zoo.module_reference(model, path, x, output)
+                want = zoo.module_reference(model, path, x, output, x_kv=given.get("x_kv"))
             except RuntimeError:  # a model whose code fails in float64 (XGLM): float32
-                want = zoo.module_reference(zoo.load(folder, torch.float32), path, x, output)
+                want = zoo.module_reference(zoo.load(folder, torch.float32), path, x, output,
+                                            x_kv=given.get("x_kv"))
                 out.notes = " (the model run in float32: its code fails in float64)"
         except Exception as exc:
             out.result, out.detail = "not built", f"layer {layer}: the reference failed: " \

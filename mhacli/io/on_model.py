@@ -43,10 +43,13 @@ def load_checkpoint(checkpoint: str | Path, layer: int | None, *, file: str | No
         raise exc.located(exc.source or str(path)) from None
     labels = tokens if isinstance(tokens, list) else None
     n = len(labels) if labels else tokens if isinstance(tokens, int) else 4
-    x = np.round(np.random.default_rng(seed).standard_normal((n, reading.width)), 2)
+    rng = np.random.default_rng(seed)
+    x = np.round(rng.standard_normal((n, reading.width)), 2)
     source = f"random tokens on {path.name}" + (f" (seed {seed})" if seed is not None else "")
-    return from_mapping({"x": x, "tokens": labels}, source, None, layout, heads=heads,
-                        reading=reading)
+    given: dict[str, Any] = {"x": x, "tokens": labels}
+    if reading.cross:  # a cross-attention: the encoder's output, as many random rows
+        given["x_kv"] = np.round(rng.standard_normal((n, reading.weights["w_k"].shape[0])), 2)
+    return from_mapping(given, source, None, layout, heads=heads, reading=reading)
 
 
 def load_text(checkpoint: str | Path, text: str, layer: int | None = 0, *,

@@ -316,14 +316,20 @@ def _named_layer(data: dict[str, Any], base: Path | None) -> Any:
     return read_layer(path, layer_number(data.get("layer")) or 0)  # its errors name it
 
 
-def layer_number(value: Any) -> int | None:
-    """A problem's ``layer:`` (None when not given)."""
+def layer_number(value: Any) -> int | str | None:
+    """A problem's ``layer:`` (None when not given): a number from 0, or in an
+    encoder-decoder model ``encoder.N``, ``decoder.N`` or ``decoder.N.cross``."""
+    from ..models.parts import FORMS, address
+
     if value is None:
         return None
     text = str(value).strip()
+    named = address(text) if isinstance(value, str) else None
+    if named is not None:
+        return named
     if isinstance(value, bool) or not re.fullmatch(r"\+?\d{1,6}", text):
-        raise MhaError(f"layer must be a whole number from 0, found {shown(value)}",
-                       key="layer")
+        raise MhaError(f"layer must be a whole number from 0 (or {FORMS} in an "
+                       f"encoder-decoder model), found {shown(value)}", key="layer")
     return int(text)
 
 

@@ -24,6 +24,10 @@ def on_layer(inputs: dict[str, Any], reading: Any, heads: int | None,
     if clash:
         raise MhaError(f"the problem gives {', '.join(clash)} and a checkpoint too: one or "
                        "the other", key=clash[0])
+    if getattr(reading, "cross", False) and inputs.get("x_kv") is None:
+        raise MhaError(f"--layer {reading.layer} is a cross-attention: its keys and values "
+                       "read the encoder's output, x_kv; give x_kv in the problem (or leave "
+                       "out the file for random tokens of both)", key="x_kv")
     own = set(inputs)
     inputs.update(reading.weights)
     if reading.dtype != np.float64:  # read in the working precision: the problem's too

@@ -22,6 +22,7 @@ from .rules import (by_layer_types as types_or, local_window, every_layer_if_use
                     sliding_from, sliding_if_set, times, theta_by_layer, rope_if,
                     dense_prefix_rope)
 from .reading import Reader, columns, fused, heads_of, linear, rope_of, window_of
+from .seq2seq import AROUND, bart
 
 # --------------------------------------------------------------------------- own layouts
 
@@ -378,6 +379,14 @@ RECORDS: tuple[Family, ...] = (
            unread=("enable_bias", "do_layer_norm_before")),
     Family("xglm", o_proj="out_proj", rope=no_rope, keys=("attention_heads", "", "d_model")),
     Family("biogpt", o_proj="out_proj", rope=no_rope, keys=HEADS_ONLY),
+    # ---- encoder-decoder models laid out as BART is (models/seq2seq.py)
+    *(Family(name, tensors="bart", read=bart, o_proj="out_proj", parts=True, unread=AROUND)
+      for name in ("bart", "mbart", "marian", "pegasus", "blenderbot", "blenderbot-small",
+                   "m2m_100", "plbart", "nllb-moe")),
+    Family("mvp", tensors="bart", read=bart, o_proj="out_proj", parts=True,
+           unread=AROUND + ("prompt_length", "prompt_mid_dim"), refused=(
+               ("use_prompt", "MVP's prompts, key and value rows of its own put before each "
+                              "layer's keys and values, which mha does not add"),)),
     # ---- encoders laid out as BERT is
     *(Family(name, tensors="bert", read=bert, unread=unread) for name, unread in BERT_LIKE.items()),
     Family("big_bird", tensors="bert", read=big_bird),

@@ -55,6 +55,7 @@ class Family:
     unread: tuple[str, ...] = ()  # config keys its attention does not use (read off)
     since: str = "0.2"  # the version of mha that first read it
     others: str = ""  # a hybrid's other layers, in words (the table of families says it)
+    parts: bool = False  # an encoder-decoder model: its read takes encoder.N, decoder.N …
 
     def layer(self, r: Reader, stem: str) -> Layer:
         """Layer ``r.layer`` (its attention module's tensors begin with ``stem``), what the

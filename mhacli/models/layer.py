@@ -23,6 +23,7 @@ from ..errors import MhaError, shown
 from . import families as fam
 from .reading import IRRELEVANT, OTHER_LAYERS, Reader, linear
 from .files import open_checkpoint
+from .parts import Part, part_of
 
 # a family: how its layer's attention tensors are named (one (\d+), the layer) and read
 LAYOUTS = (
@@ -38,6 +39,11 @@ LAYOUTS = (
     ("mixer", r"(?:^|\.)layers\.(\d+)\.mixer\.q_proj\.weight$", "q_proj.weight"),
     ("modernbert", r"(?:^|\.)layers\.(\d+)\.attn\.Wqkv\.weight$", "Wqkv.weight"),
     ("attn", r"(?:^|\.)layers\.(\d+)\.attn\.q_proj\.weight$", "q_proj.weight"),
+)
+# an encoder-decoder model's cross-attention (its decoder's tensors only)
+CROSS = (
+    ("cross", r"(?:^|\.)layers\.(\d+)\.encoder_attn\.q_proj\.weight$", "q_proj.weight"),
+    ("cross", r"(?:^|\.)layers\.(\d+)\.cross_attention\.q_proj\.weight$", "q_proj.weight"),
 )
 BUFFERS = ("attn.bias", "attn.masked_bias", "rotary_emb.inv_freq")  # not weights
 
@@ -59,13 +65,14 @@ class LayerReading:
     the layer again."""
 
     path: str
-    layer: int
+    layer: int | str  # N, or encoder.N, decoder.N, decoder.N.cross
     family: str
     stem: str  # the layer's attention module, as its tensors' names begin (with its dot)
     weights: Mapping[str, np.ndarray]
     settings: Mapping[str, Any]
     origin: Mapping[str, str]  # a weight or setting -> where it came from
     dtype: np.dtype = np.dtype(np.float64)  # the weights' working precision
+    cross: bool = False  # a cross-attention: its keys and values read x_kv
 
     @property
     def width(self) -> int:
@@ -78,12 +85,14 @@ def layers(path: str | Path) -> list[int]:
     return sorted(_attention(open_checkpoint(path).names)[1])
 
 
-def _attention(names: tuple[str, ...]) -> tuple[str | None, dict[int, str]]:
-    """The layout of the checkpoint's attention layers (``LAYOUTS``) and each attention
-    layer's tensor that layout finds it by; a layer of a kind that is not attention
-    (``NOT_ATTENTION``: a linear attention's qkv_proj is not Phi-3's) is not one."""
+def _attention(names: tuple[str, ...], cross: bool = False
+               ) -> tuple[str | None, dict[int, str]]:
+    """The layout of the checkpoint's attention layers (``LAYOUTS``; a decoder's
+    cross-attention, ``CROSS``) and each attention layer's tensor that layout finds it
+    by; a layer of a kind that is not attention (``NOT_ATTENTION``: a linear attention's
+    qkv_proj is not Phi-3's) is not one."""
     other = _kinds(names)
-    for kind, pattern, _ in LAYOUTS:
+    for kind, pattern, _ in CROSS if cross else LAYOUTS:
         rx = re.compile(pattern)
         found = {int(m[1]): n for n in names if (m := rx.search(n)) and
                  not n.startswith(other.get(int(m[1]), ("", "\0"))[1])}
@@ -92,17 +101,24 @@ def _attention(names: tuple[str, ...]) -> tuple[str | None, dict[int, str]]:
     return None, {}
 
 
-def read_layer(path: str | Path, layer: int = 0, dtype: Any = np.float64) -> LayerReading:
-    """Layer ``layer`` of a checkpoint (a model folder, index, .safetensors or .npz), its
+def read_layer(path: str | Path, layer: int | str = 0, dtype: Any = np.float64
+               ) -> LayerReading:
+    """Layer ``layer`` of a checkpoint (a model folder, index, .safetensors or .npz;
+    ``encoder.N``, ``decoder.N`` or ``decoder.N.cross`` in an encoder-decoder model), its
     config followed or refused by name; the weights read straight into their final layout
     in ``dtype`` (float64; float32 where that is exact, as bfloat16 and float16 are)."""
     ckpt = open_checkpoint(path)
-    kind, found = _attention(ckpt.names)
-    if layer not in found:
-        _not_found(ckpt, layer, found)
-    tail = dict((k, t) for k, _, t in LAYOUTS)[kind]  # type: ignore[index]
-    stem = found[layer][:-len(tail)]  # the layer's attention module, with its dot
-    r = Reader(ckpt, layer, np.dtype(dtype))
+    part = part_of(layer, ckpt.names, str(ckpt.path))  # (None: a model of one part)
+    names = ckpt.names if part is None else part.names(ckpt.names)
+    number = int(layer) if part is None else part.number
+    kind, found = _attention(names, cross=part is not None and part.cross)
+    if number not in found:
+        if part is not None:
+            _part_not_found(ckpt, part, sorted(found))
+        _not_found(ckpt, number, found)
+    tail = dict((k, t) for k, _, t in LAYOUTS + CROSS)[kind]  # type: ignore[index]
+    stem = found[number][:-len(tail)]  # the layer's attention module, with its dot
+    r = Reader(ckpt, number, np.dtype(dtype), part=part)
     model_type = r.get("model_type")
     model_type = fam.ALIASES.get(model_type, model_type)
     if ckpt.config_file is None and kind in ("decoder", "phi3"):
@@ -115,9 +131,10 @@ def read_layer(path: str | Path, layer: int = 0, dtype: Any = np.float64) -> Lay
     _refuse_the_rest(r, stem)
     weights = {k: v for k, v in out.items() if k in WEIGHTS}
     settings = {k: v for k, v in out.items() if k not in WEIGHTS}
-    return LayerReading(str(ckpt.path), layer, family, stem, MappingProxyType(weights),
-                        MappingProxyType(settings), MappingProxyType(dict(r.origin)),
-                        r.dtype)
+    return LayerReading(str(ckpt.path), layer if part is None else part.name, family, stem,
+                        MappingProxyType(weights), MappingProxyType(settings),
+                        MappingProxyType(dict(r.origin)), r.dtype,
+                        cross=part is not None and part.cross)
 
 
 # Layers that are not softmax attention, known by their tensors (the name after the
@@ -200,6 +217,14 @@ def _not_found(ckpt: Any, layer: int, found: dict[int, str]) -> None:
                    source=str(ckpt.path))
 
 
+def _part_not_found(ckpt: Any, part: Part, found: list[int]) -> None:
+    """An encoder-decoder model's layer that is not there: which are."""
+    where = f"its {part.part}'s {'cross-' if part.cross else ''}attention layers are " \
+        f"{_listed(found)}" if found else \
+        f"its {part.part} has no {'cross-' if part.cross else ''}attention layer mha finds"
+    raise MhaError(f"--layer {part.name}: {where}", source=str(ckpt.path), key="layer")
+
+
 def _record(r: Reader, kind: str, model_type: str | None) -> fam.Family:
     """The family's record: the config's model_type, laid out as the tensors are; a config
     that names no model is read as the layout's own family (Llama's for the Llama line)."""
@@ -210,9 +235,12 @@ def _record(r: Reader, kind: str, model_type: str | None) -> fam.Family:
         known = ", ".join(sorted(fam.FAMILIES))
         raise r.error("model_type", f"{shown(model_type)}: a model whose attention mha "
                       f"does not know (it reads {known})")
-    if record.tensors != kind:
+    if record.tensors != kind and not (record.parts and kind in ("decoder", "cross")):
         raise r.error("model_type", f"{shown(model_type)}, but the tensors are laid out "
                       f"as {kind}'s")
+    if r.part is not None and not record.parts:
+        raise r.error("model_type", f"{shown(model_type)}: an encoder-decoder model whose "
+                      "parts mha does not read")
     return record
 
 

@@ -83,6 +83,7 @@ class Reader:
     used: set[str] = field(default_factory=set)  # config keys read
     taken: set[str] = field(default_factory=set)  # tensors read
     origin: dict[str, str] = field(default_factory=dict)  # problem key -> its source
+    part: Any = None  # an encoder-decoder model's part (``parts.Part``), else None
 
     @property
     def cfg(self) -> dict[str, Any]:

@@ -1,0 +1,56 @@
+"""The encoder-decoder models laid out as BART is (BART, mBART, Marian, Pegasus,
+Blenderbot, M2M-100, NLLB, PLBart, MVP …): in each part, layer N's ``self_attn``, and in
+the decoder its ``encoder_attn`` too (the cross-attention: queries from the decoder's
+hidden state, keys and values from the encoder's output, ``x_kv``).
+
+Written from transformers' ``modeling_bart.py``: q/k/v/out projections with biases, the
+queries scaled by 1/√d_k (the same as dividing the scores), no position inside the
+attention (the positions are added to the tokens before the layers); the encoder sees
+every token, the decoder's self-attention is causal and its cross-attention sees every
+token of the encoder's output.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .family import Family, Layer
+from .reading import Reader, heads_of, linear
+from .rules import said
+
+# Keys of the parts around the attention (the feed-forward, the embeddings and their
+# scale, the norms' placement, dropout, the head), none inside it
+AROUND = ("encoder_layers", "decoder_layers", "encoder_ffn_dim", "decoder_ffn_dim",
+          "encoder_layerdrop", "decoder_layerdrop", "activation_dropout", "scale_embedding",
+          "normalize_before", "add_final_layer_norm", "normalize_embedding",
+          "static_position_embeddings", "add_bias_logits", "extra_pos_embeddings",
+          "num_labels", "share_encoder_decoder_embeddings", "layernorm_embedding",
+          "classif_dropout", "classifier_dropout", "forced_eos_token_id", "max_length",
+          "num_beams", "early_stopping", "no_repeat_ngram_size", "length_penalty",
+          "min_length", "encoder_no_repeat_ngram_size", "decoder_vocab_size",
+          "share_embeddings", "gradient_checkpointing", "layernorm_variant",
+          "router_bias", "router_dtype", "router_ignore_padding_tokens", "num_experts",
+          "expert_capacity", "encoder_sparse_step", "decoder_sparse_step",
+          "router_z_loss_coef", "router_aux_loss_coef", "second_expert_policy",
+          "normalize_router_prob_before_dropping", "batch_prioritized_routing",
+          "moe_eval_capacity_token_fraction", "moe_token_dropout", "output_router_logits")
+
+
+@said("encoder: no mask; decoder: causal, and its cross-attention over the encoder's "
+      "output (x_kv); no position inside the attention")
+def bart(f: Family, r: Reader, stem: str) -> Layer:
+    """A layer of a model laid out as BART is: ``encoder.N`` sees every token,
+    ``decoder.N`` is causal, ``decoder.N.cross`` reads x_kv (the encoder's output); a
+    checkpoint of the decoder alone (BART's causal LM) is read as its decoder."""
+    part = r.part.part if r.part is not None else "decoder"
+    cross = r.part is not None and r.part.cross
+    for other in ("encoder", "decoder"):  # (the other part's heads are its own)
+        r.get(f"{other}_attention_heads")
+    heads, _, _ = heads_of(r, f"{part}_attention_heads", None, r.count("d_model"))
+    out: dict[str, Any] = {"heads": heads}
+    for ours, theirs in (("q", "q_proj"), ("k", "k_proj"), ("v", "v_proj"), ("o", f.o_proj)):
+        linear(r, stem, theirs, out, ours)
+    if part == "decoder" and not cross:
+        out["mask"] = "causal"
+        r.note("mask", f"{f.model_type}: the decoder's self-attention is causal")
+    return out
