@@ -224,6 +224,17 @@ def llama_line(recipe: Callable[..., Any], decoder: Callable[..., dict[str, Any]
             eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=2),
             notes="encoder.N (4 heads, no mask), decoder.N (2 heads, causal), decoder.N.cross "
             "(x_kv: the encoder's output)"),
+        "llama4_text": r("Llama4TextConfig", "Llama4ForCausalLM", "interleaved RoPE and L2 q/k "
+                         "norms on layers 0-2; layer 3 NoPE; biases", head_dim=8,
+                         attention_chunk_size=None, attn_temperature_tuning=False,
+                         attention_bias=True, num_local_experts=4, num_experts_per_tok=1,
+                         intermediate_size_mlp=64, **four),
+        "llama4-chunked": r("Llama4TextConfig", "Llama4ForCausalLM", head_dim=8,
+                            attention_chunk_size=4, num_local_experts=4,
+                            num_experts_per_tok=1, **four),
+        "llama4-tuned": r("Llama4TextConfig", "Llama4ForCausalLM", head_dim=8,
+                          attention_chunk_size=None, no_rope_layers=[0, 1, 1, 1],
+                          num_local_experts=4, num_experts_per_tok=1, **four),
         "cohere-qk-norm": r("CohereConfig", "CohereForCausalLM", "a LayerNorm of q and k",
                             use_qk_norm=True),
         "stablelm-qk-layernorm": r("StableLmConfig", "StableLmForCausalLM", qk_layernorm=True),

@@ -140,6 +140,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
                              "hidden_size": 64}),
     "esmc": dict(num_key_value_heads=4), "dots3_note_text": dict(num_key_value_heads=4),
     "mamba2": dict(head_dim=32),
+    "llama4_text": dict(num_hidden_layers=4),  # (a NoPE layer every 4th)
     "modernbert": dict(local_attention=4, sliding_window=DROP),
     "modernbert-decoder": dict(local_attention=8, sliding_window=DROP),
     "reformer": dict(is_decoder=True, axial_pos_embds_dim=[32, 32], axial_pos_shape=[8, 8],

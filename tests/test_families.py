@@ -23,7 +23,9 @@ from .hf_recipes import ENCODER_DECODER, HYBRIDS, SINKS_OUTSIDE_WEIGHTS  # noqa:
 
 REFUSED = {"falcon-alibi": "alibi is true", "phi-qk-layernorm": "qk_layernorm is true",
            "cohere-qk-norm": "use_qk_norm is true: a LayerNorm of each head's",
-           "stablelm-qk-layernorm": "qk_layernorm is true: a LayerNorm of each head's"}
+           "stablelm-qk-layernorm": "qk_layernorm is true: a LayerNorm of each head's",
+           "llama4-chunked": "attention_chunk_size is 4: Llama 4's chunked attention on layer 0",
+           "llama4-tuned": "attn_temperature_tuning is true: Llama 4's temperature tuning"}
 FOLLOWED = sorted(set(hf.FAMILIES) - set(REFUSED))
 LLAMA_LINE = sorted(set(hf.LLAMA_LINE) - set(HYBRIDS) - set(REFUSED) - set(ENCODER_DECODER))
 

@@ -22,6 +22,7 @@ from .rules import (by_layer_types as types_or, local_window, every_layer_if_use
                     sliding_from, sliding_if_set, times, theta_by_layer, rope_if,
                     dense_prefix_rope)
 from .reading import Reader, columns, fused, heads_of, linear, rope_of, window_of
+from .llama4 import chunks, llama4
 from .seq2seq import AROUND, bart
 
 # --------------------------------------------------------------------------- own layouts
@@ -368,6 +369,11 @@ RECORDS: tuple[Family, ...] = (
     Family("minimax", others=LIGHTNING, window=every_layer, unread=(
         "block_size", "full_attn_alpha_factor", "full_attn_beta_factor",
         "linear_attn_alpha_factor", "linear_attn_beta_factor")),
+    Family("llama4_text", read=llama4, window=chunks, rope=nope_on(
+        listed_nope("no_rope_layers", "no_rope_layer_interval"),
+        "the layers no_rope_layers marks 0", rope(style="interleaved")),
+           unread=("interleave_moe_layer_step", "moe_layers", "intermediate_size_mlp",
+                   "for_llm_compressor", "attn_scale", "floor_scale")),
     # ---- ModernBERT: an encoder whose sliding layers see both ways, and its decoder
     Family("modernbert", tensors="modernbert", fused="Wqkv", o_proj="Wo", causal=False,
            keys=HEADS_ONLY, window=local_window(two_sided=True), unread=MODERNBERT_OUTSIDE),
