@@ -235,6 +235,7 @@ def llama_line(recipe: Callable[..., Any], decoder: Callable[..., dict[str, Any]
         "llama4-tuned": r("Llama4TextConfig", "Llama4ForCausalLM", head_dim=8,
                           attention_chunk_size=None, no_rope_layers=[0, 1, 1, 1],
                           num_local_experts=4, num_experts_per_tok=1, **four),
+        "hunyuan_v1_dense": r("HunYuanDenseV1Config", "HunYuanDenseV1ForCausalLM", head_dim=8),
         "cohere-qk-norm": r("CohereConfig", "CohereForCausalLM", "a LayerNorm of q and k",
                             use_qk_norm=True),
         "stablelm-qk-layernorm": r("StableLmConfig", "StableLmForCausalLM", qk_layernorm=True),

@@ -56,6 +56,7 @@ class Family:
     since: str = "0.2"  # the version of mha that first read it
     others: str = ""  # a hybrid's other layers, in words (the table of families says it)
     parts: bool = False  # an encoder-decoder model: its read takes encoder.N, decoder.N …
+    norm_after_rope: bool = False  # its q/k norm comes after RoPE (refused: see qk_norm)
 
     def layer(self, r: Reader, stem: str) -> Layer:
         """Layer ``r.layer`` (its attention module's tensors begin with ``stem``), what the
@@ -138,6 +139,11 @@ def qk_norm(f: Family, r: Reader, stem: str, d: int) -> dict[str, Any] | None:
         name = q_name if r.has(q_name) else k_name
         raise MhaError(f"{name}: a norm of the queries and keys, which mha does not follow "
                        f"for {f.model_type}", source=r.ckpt.source_of(name), key=name)
+    if f.norm_after_rope:  # (weights per dimension do not commute with the rotation)
+        raise MhaError(f"{q_name}: {f.model_type}'s RMS norm of each head's queries and keys "
+                       "comes after RoPE, with a weight per dimension, which does not commute "
+                       "with the rotation; mha computes the q/k norm before RoPE only",
+                       source=r.ckpt.source_of(q_name), key=q_name)
     q, k = r.tensor(q_name, 1), r.tensor(k_name, 1)
     if f.norm_plus_one:
         q, k = 1 + q, 1 + k
@@ -161,7 +167,9 @@ def features(f: Family) -> list[str]:
         out.append(words(scale))
     if f.softcap_key:
         out.append(f"softcap ({f.softcap_key})")
-    if f.qk_norm:
+    if f.norm_after_rope:
+        out.append("q/k RMS norms after RoPE refused by name")
+    elif f.qk_norm:
         out.append(f"q/k RMS norms over {'each head' if f.qk_norm == 'head' else 'the width'}"
                    + (" (1 + w)" if f.norm_plus_one else ""))
     if f.sinks:
