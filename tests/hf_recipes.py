@@ -236,6 +236,11 @@ def llama_line(recipe: Callable[..., Any], decoder: Callable[..., dict[str, Any]
                           attention_chunk_size=None, no_rope_layers=[0, 1, 1, 1],
                           num_local_experts=4, num_experts_per_tok=1, **four),
         "hunyuan_v1_dense": r("HunYuanDenseV1Config", "HunYuanDenseV1ForCausalLM", head_dim=8),
+        "t5": recipe("T5Config", "T5ForConditionalGeneration", dict(
+            vocab_size=100, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2,
+            num_heads=4, relative_attention_num_buckets=8, relative_attention_max_distance=16,
+            pad_token_id=0, eos_token_id=1, decoder_start_token_id=0),
+            notes="8 buckets up to 16 apart: past a few tokens the logarithmic buckets"),
         "cohere-qk-norm": r("CohereConfig", "CohereForCausalLM", "a LayerNorm of q and k",
                             use_qk_norm=True),
         "stablelm-qk-layernorm": r("StableLmConfig", "StableLmForCausalLM", qk_layernorm=True),
@@ -284,7 +289,7 @@ BERT_EXTRA: dict[str, dict[str, Any]] = {
 
 # encoder-decoder models: their layers are encoder.N, decoder.N and decoder.N.cross
 # (tests/test_encoder_decoder.py)
-ENCODER_DECODER = ("bart",)
+ENCODER_DECODER = ("bart", "t5")
 HYBRIDS = {"jamba": [1, 3], "bamba": [1, 3], "lfm2": [1, 3], "granitemoehybrid": [1, 3],
            "lfm2_moe": [1, 3], "lara_mini": [1, 3], "minimax": [0, 2], "nemotron_h": [1, 3]}
 # the module's own weights leave the sinks out (they scale its output instead)

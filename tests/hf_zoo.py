@@ -319,10 +319,11 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
         result = tuple(result)
     if out is None:
         out = result[0] if isinstance(result, tuple) else result
-    weights = None
-    if isinstance(result, tuple) and len(result) > 1 and isinstance(result[1], torch.Tensor) \
-            and result[1].ndim == 4:
-        weights = result[1][0].double().numpy().copy()
+    weights = None  # the last 4-d tensor the module returns (T5's comes after its bias)
+    found = [t for t in (result[1:] if isinstance(result, tuple) else ())
+             if isinstance(t, torch.Tensor) and t.ndim == 4]
+    if found:
+        weights = found[-1][0].double().numpy().copy()
     return {"output": out[0].double().numpy().copy(), "weights": weights}
 
 

@@ -32,11 +32,13 @@ def _problem(folder: Path, layer: str, x: np.ndarray, x_kv: np.ndarray | None) -
     return from_mapping(given, "test")
 
 
-def test_the_fixture_agrees_layer_by_layer_without_torch() -> None:
-    ref = np.load(FIXTURE / "reference.npz")
+@pytest.mark.parametrize("family", ["bart", "t5"])
+def test_the_fixture_agrees_layer_by_layer_without_torch(family: str) -> None:
+    folder = FIXTURE.parent / family
+    ref = np.load(folder / "reference.npz")
     for layer in ADDRESSES:
         x_kv = ref[f"x_kv_{layer}"] if f"x_kv_{layer}" in ref.files else None
-        prob = _problem(FIXTURE, layer, ref[f"x_{layer}"], x_kv)
+        prob = _problem(folder, layer, ref[f"x_{layer}"], x_kv)
         want = ref[f"out_{layer}"]
         np.testing.assert_allclose(mhacli.attention(**prob.inputs), want, rtol=1e-9,
                                    atol=1e-9 * np.abs(want).max(), err_msg=layer)
@@ -101,12 +103,13 @@ def test_cross_attention_takes_x_kv_from_the_file_or_draws_it(tmp_path: Path) ->
 # -- against the model itself (needs transformers) -----------------------------------------
 
 
-def test_every_layer_agrees_with_the_model(tmp_path: Path) -> None:
+@pytest.mark.parametrize("family", ["bart", "t5"])
+def test_every_layer_agrees_with_the_model(family: str, tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     from . import hf_reference as hf
     from .hf_zoo import load, module_reference
 
-    folder = hf.make_model("bart", tmp_path / "bart")
+    folder = hf.make_model(family, tmp_path / family)
     model = load(folder)
     rng = np.random.default_rng(5)
     for layer in ADDRESSES:
@@ -121,6 +124,38 @@ def test_every_layer_agrees_with_the_model(tmp_path: Path) -> None:
         tr = mhacli.trace(**prob.inputs)
         np.testing.assert_allclose(tr["weights"], want["weights"], rtol=1e-9, atol=1e-12,
                                    err_msg=layer)
+        assert ("bias" in prob.read["settings"]) == (family == "t5" and not reading.cross)
+
+
+def test_t5_buckets_are_the_models_own_far_and_near() -> None:
+    """Each (query, key)'s bucket, both ways and causal, against T5's own function, over
+    distances past max_distance."""
+    pytest.importorskip("transformers")
+    import torch
+    from transformers.models.t5.modeling_t5 import T5Attention
+
+    from mhacli.models.t5 import RelativeBias
+
+    n, m = 40, 300
+    relative = torch.arange(m)[None, :] - torch.arange(n)[:, None]
+    for both in (True, False):
+        for buckets, distance in ((32, 128), (8, 16), (6, 20)):
+            want = T5Attention._relative_position_bucket(relative, both, buckets, distance)
+            got = RelativeBias(np.zeros((buckets, 1)), both, buckets, distance).bucket(n, m)
+            np.testing.assert_array_equal(got, want.numpy(), err_msg=f"{both} {buckets}")
+    assert got.max() == 5 and got.min() == 0
+
+
+def test_t5s_bias_is_shown_and_the_first_layers_table_shared() -> None:
+    folder = FIXTURE.parent / "t5"
+    second = read_layer(folder, "decoder.1")
+    assert "decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight" in \
+        second.origin["bias"] and "shared" in second.origin["bias"]
+    r = runner.invoke(app, ["explain", "--checkpoint", str(folder), "--layer", "encoder.1",
+                            "--tokens", "5", "--format", "plain", "--stage", "biased"])
+    assert r.exit_code == 0, r.stderr
+    assert "bias" in r.stdout and "relative position buckets" in r.stdout
+    assert "scale" in r.stdout and "not scaled" in r.stdout
 
 
 def test_mvps_prompts_are_refused_by_name(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from .rules import (by_layer_types as types_or, local_window, every_layer_if_use
 from .reading import Reader, columns, fused, heads_of, linear, rope_of, window_of
 from .llama4 import chunks, llama4
 from .seq2seq import AROUND, bart
+from .t5 import AROUND as T5_AROUND, t5
 
 # --------------------------------------------------------------------------- own layouts
 
@@ -395,6 +396,8 @@ RECORDS: tuple[Family, ...] = (
            unread=AROUND + ("prompt_length", "prompt_mid_dim"), refused=(
                ("use_prompt", "MVP's prompts, key and value rows of its own put before each "
                               "layer's keys and values, which mha does not add"),)),
+    *(Family(name, tensors="t5", read=t5, parts=True, unread=T5_AROUND)
+      for name in ("t5", "mt5", "umt5", "switch_transformers")),
     # ---- encoders laid out as BERT is
     *(Family(name, tensors="bert", read=bert, unread=unread) for name, unread in BERT_LIKE.items()),
     Family("big_bird", tensors="bert", read=big_bird),

@@ -39,12 +39,16 @@ LAYOUTS = (
     ("mixer", r"(?:^|\.)layers\.(\d+)\.mixer\.q_proj\.weight$", "q_proj.weight"),
     ("modernbert", r"(?:^|\.)layers\.(\d+)\.attn\.Wqkv\.weight$", "Wqkv.weight"),
     ("attn", r"(?:^|\.)layers\.(\d+)\.attn\.q_proj\.weight$", "q_proj.weight"),
+    ("t5", r"(?:^|\.)block\.(\d+)\.layer\.0\.SelfAttention\.q\.weight$", "q.weight"),
 )
 # an encoder-decoder model's cross-attention (its decoder's tensors only)
 CROSS = (
     ("cross", r"(?:^|\.)layers\.(\d+)\.encoder_attn\.q_proj\.weight$", "q_proj.weight"),
     ("cross", r"(?:^|\.)layers\.(\d+)\.cross_attention\.q_proj\.weight$", "q_proj.weight"),
+    ("t5_cross", r"(?:^|\.)block\.(\d+)\.layer\.1\.EncDecAttention\.q\.weight$", "q.weight"),
 )
+# the layouts of an encoder-decoder family's parts: its self-attention's, its cross's
+PART_KINDS = {"bart": ("decoder", "cross"), "t5": ("t5", "t5_cross")}
 BUFFERS = ("attn.bias", "attn.masked_bias", "rotary_emb.inv_freq")  # not weights
 
 
@@ -73,6 +77,7 @@ class LayerReading:
     origin: Mapping[str, str]  # a weight or setting -> where it came from
     dtype: np.dtype = np.dtype(np.float64)  # the weights' working precision
     cross: bool = False  # a cross-attention: its keys and values read x_kv
+    position_bias: Any = None  # (n, m) -> the bias H × n × m, when it depends on them (T5)
 
     @property
     def width(self) -> int:
@@ -129,12 +134,13 @@ def read_layer(path: str | Path, layer: int | str = 0, dtype: Any = np.float64
         out = record.layer(r, stem)
         family = record.model_type if model_type is not None else kind or "unknown"
     _refuse_the_rest(r, stem)
+    bias = out.pop("position_bias", None)  # a rule of n and m (T5's): made with the problem
     weights = {k: v for k, v in out.items() if k in WEIGHTS}
     settings = {k: v for k, v in out.items() if k not in WEIGHTS}
     return LayerReading(str(ckpt.path), layer if part is None else part.name, family, stem,
                         MappingProxyType(weights), MappingProxyType(settings),
                         MappingProxyType(dict(r.origin)), r.dtype,
-                        cross=part is not None and part.cross)
+                        cross=part is not None and part.cross, position_bias=bias)
 
 
 # Layers that are not softmax attention, known by their tensors (the name after the
@@ -235,7 +241,7 @@ def _record(r: Reader, kind: str, model_type: str | None) -> fam.Family:
         known = ", ".join(sorted(fam.FAMILIES))
         raise r.error("model_type", f"{shown(model_type)}: a model whose attention mha "
                       f"does not know (it reads {known})")
-    if record.tensors != kind and not (record.parts and kind in ("decoder", "cross")):
+    if record.tensors != kind and kind not in PART_KINDS.get(record.tensors, ()):
         raise r.error("model_type", f"{shown(model_type)}, but the tensors are laid out "
                       f"as {kind}'s")
     if r.part is not None and not record.parts:

@@ -1,0 +1,116 @@
+"""T5 and its kin (mT5, UMT5, Switch Transformers): q, k, v, o without biases, scores
+not scaled, and a relative position bias added to them, written from transformers'
+``modeling_t5.py``.
+
+The bias of query i and key j is row ``bucket(j − i)`` of a learned table (buckets × H):
+the first half of the buckets count small distances one by one, the rest grow
+logarithmically up to ``relative_attention_max_distance``; the encoder's buckets tell
+before from after (bidirectional), the decoder's self-attention counts only the keys
+before. T5 learns the table in its first layer and the others use it (UMT5: one per
+layer); the cross-attention has none. The bias depends on how many queries and keys the
+problem has, so the reading holds it as a rule (``RelativeBias``) that the problem joined
+with the layer turns into its ``bias`` matrix, H × n × m.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import MhaError
+from .family import Family, Layer
+from .reading import Reader, heads_of, linear
+from .rules import said
+
+# T5's keys of the parts around the attention, none inside it
+AROUND = ("d_ff", "num_layers", "num_decoder_layers", "feed_forward_proj", "dense_act_fn",
+          "is_gated_act", "dropout_rate", "layer_norm_epsilon", "initializer_factor",
+          "scale_decoder_outputs", "classifier_dropout", "num_sparse_encoder_layers",
+          "num_sparse_decoder_layers", "num_experts", "expert_capacity", "router_bias",
+          "router_jitter_noise", "router_dtype", "router_ignore_padding_tokens",
+          "router_z_loss_coef", "router_aux_loss_coef", "encoder_sparse_step",
+          "decoder_sparse_step", "tokenizer_class", "add_router_probs")
+
+
+@dataclass(frozen=True, eq=False)
+class RelativeBias:
+    """T5's relative position bias: ``table`` (buckets × H) and its bucketing."""
+
+    table: np.ndarray  # (buckets, H)
+    bidirectional: bool
+    buckets: int
+    max_distance: int
+
+    def bucket(self, n: int, m: int) -> np.ndarray:
+        """Each (query, key)'s bucket, as T5 computes it (its logarithm in float32)."""
+        relative = np.arange(m)[None, :] - np.arange(n)[:, None]  # (n, m): j − i
+        out = np.zeros((n, m), dtype=np.int64)
+        count = self.buckets
+        if self.bidirectional:
+            count //= 2
+            out += (relative > 0) * count
+            relative = np.abs(relative)
+        else:
+            relative = -np.minimum(relative, 0)
+        exact = count // 2
+        with np.errstate(divide="ignore", invalid="ignore"):  # (log 0 where small: unused)
+            large = exact + (np.log(relative.astype(np.float32) / np.float32(exact))
+                             / np.float32(math.log(self.max_distance / exact))
+                             * np.float32(count - exact)).astype(np.int64)
+        large = np.minimum(np.where(relative < exact, 0, large), count - 1)
+        return out + np.where(relative < exact, relative, large)
+
+    def __call__(self, n: int, m: int) -> np.ndarray:
+        """The bias, H × n × m."""
+        return np.ascontiguousarray(self.table[self.bucket(n, m)].transpose(2, 0, 1))
+
+
+@said("scores not scaled; a relative position bias (buckets of j − i, bidirectional in the "
+      "encoder; the first layer's table shared); encoder: no mask; decoder: causal, and its "
+      "cross-attention over the encoder's output (x_kv)")
+def t5(f: Family, r: Reader, stem: str) -> Layer:
+    """A layer of T5 or its kin: ``encoder.N``, ``decoder.N`` or ``decoder.N.cross``
+    (a checkpoint of the encoder alone is read as its encoder)."""
+    part = r.part.part if r.part is not None else \
+        "encoder" if re.search(r"(?:^|\.)encoder\.", stem) else "decoder"
+    cross = r.part is not None and r.part.cross
+    r.get("is_decoder")  # (the part says it)
+    heads, _, _ = heads_of(r, "num_heads", None, r.count("d_model"))
+    d_kv = r.count("d_kv")
+    out: dict[str, Any] = {"heads": heads, "scale": "none"}
+    r.note("scale", f"{f.model_type}: the scores are not scaled")
+    for letter in "qkvo":
+        linear(r, stem, letter, out, letter)
+    if d_kv is not None and out["w_q"].shape[1] != heads * d_kv:
+        raise r.error("d_kv", f"{d_kv}, but {stem}q.weight has {out['w_q'].shape[1]} rows, "
+                      f"not {heads} × {d_kv}")
+    if part == "decoder" and not cross:
+        out["mask"] = "causal"
+        r.note("mask", f"{f.model_type}: the decoder's self-attention is causal")
+    buckets = r.count("relative_attention_num_buckets", 32)
+    distance = r.count("relative_attention_max_distance", 128)
+    if cross:
+        return out  # (no position bias: every key of the encoder's output alike)
+    own = stem + "relative_attention_bias.weight"
+    first = re.sub(r"(?:^|(?<=\.))block\.\d+\.", "block.0.", stem) + \
+        "relative_attention_bias.weight"
+    name = own if r.has(own) else first
+    if not r.has(name):
+        raise MhaError(f"{own}: missing, and the first layer's {first} too: T5's relative "
+                       "position bias is needed", source=r.config_file, key=own)
+    table = r.tensor(name, 2)  # (buckets, H)
+    if table.shape != (buckets, heads) or buckets < 4:  # (type: ignore below: counted)
+        raise MhaError(f"{name} is {table.shape}: expected relative_attention_num_buckets × "
+                       f"num_heads = ({buckets}, {heads})", source=r.ckpt.source_of(name),
+                       key=name)
+    out["position_bias"] = RelativeBias(table, part == "encoder", int(buckets),  # type: ignore[arg-type]
+                                        int(distance))  # type: ignore[arg-type]
+    r.note("bias", f"tensor {name} ({f.model_type}'s relative position buckets of j − i: "
+           f"{'before and after told apart' if part == 'encoder' else 'the keys before only'}, "
+           f"relative_attention_num_buckets {buckets}, relative_attention_max_distance "
+           f"{distance}{'' if name == own else '; the first layer' + chr(39) + 's table, shared'})")
+    return out
