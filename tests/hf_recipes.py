@@ -241,6 +241,15 @@ def llama_line(recipe: Callable[..., Any], decoder: Callable[..., dict[str, Any]
             num_heads=4, relative_attention_num_buckets=8, relative_attention_max_distance=16,
             pad_token_id=0, eos_token_id=1, decoder_start_token_id=0),
             notes="8 buckets up to 16 apart: past a few tokens the logarithmic buckets"),
+        "distilbert": recipe("DistilBertConfig", "DistilBertForMaskedLM", dict(
+            vocab_size=100, dim=32, hidden_dim=64, n_layers=2, n_heads=4,
+            max_position_embeddings=64, pad_token_id=0), notes="q_lin … out_lin; no mask"),
+        "gpt_bigcode": recipe("GPTBigCodeConfig", "GPTBigCodeForCausalLM", dict(
+            vocab_size=100, n_embd=32, n_layer=2, n_head=4, n_positions=64),
+            notes="multi-query: one key/value head"),
+        "gpt_bigcode-mha": recipe("GPTBigCodeConfig", "GPTBigCodeForCausalLM", dict(
+            vocab_size=100, n_embd=32, n_layer=2, n_head=4, n_positions=64, multi_query=False),
+            notes="head by head"),
         "cohere-qk-norm": r("CohereConfig", "CohereForCausalLM", "a LayerNorm of q and k",
                             use_qk_norm=True),
         "stablelm-qk-layernorm": r("StableLmConfig", "StableLmForCausalLM", qk_layernorm=True),

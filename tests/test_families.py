@@ -60,11 +60,11 @@ def test_every_layer_agrees_with_the_model(family: str, models: dict,
     is refused for good, naming what it is and the attention layers."""
     folder = _model(models, tmp_path_factory, family)
     config = hf.read_config(folder)
-    layers = next((config[k] for k in ("num_hidden_layers", "n_layer", "num_layers")
+    layers = next((config[k] for k in ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
                    if config.get(k)), None) or len(config["layers_block_type"])  # (Nemotron-H)
     rng = np.random.default_rng(1)
     n = hf.recipe(family).length
-    width = next(config[k] for k in ("hidden_size", "n_embd", "d_model") if config.get(k))
+    width = next(config[k] for k in ("hidden_size", "n_embd", "d_model", "dim") if config.get(k))
     tol = _tolerance(folder)
     attention = HYBRIDS.get(family, range(layers))
     for layer in range(layers):

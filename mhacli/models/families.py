@@ -74,6 +74,32 @@ def gpt2(f: Family, r: Reader, stem: str) -> Layer:
     return out
 
 
+@said("nn.Linear c_attn: multi-query [q … | k | v], or head by head; causal")
+def gpt_bigcode(f: Family, r: Reader, stem: str) -> Layer:
+    """GPTBigCode (StarCoder, SantaCoder): GPT-2's names, but an nn.Linear ``c_attn`` whose
+    rows are every query head then one key and one value head (multi_query), or head by
+    head [q_h | k_h | v_h]; ``c_proj``; causal; ÷ √d_k unless scale_attn_weights is off."""
+    heads, _, d = heads_of(r, "n_head", None, r.count("n_embd"))
+    d = int(d)  # type: ignore[arg-type]
+    out: dict[str, Any] = {"mask": "causal", "heads": heads}
+    r.note("mask", "GPTBigCode: causal")
+    r.get("num_key_value_heads")  # (its config class makes it anew from multi_query)
+    if r.flag("multi_query", True):
+        order = [("q", h) for h in range(heads)] + [("k", 0), ("v", 0)]
+        out["kv_heads"] = 1
+        r.note("kv_heads", "config multi_query")
+    else:
+        order = [(letter, h) for h in range(heads) for letter in "qkv"]
+    fused(r, stem, "c_attn", order, d, out)
+    linear(r, stem, "c_proj", out, "o")
+    for key in ("attention_softmax_in_fp32", "scale_attention_softmax_in_fp32"):
+        r.get(key)  # (the softmax's precision on a GPU: the same arithmetic)
+    if not r.flag("scale_attn_weights", True):
+        out["scale"] = "none"
+        r.note("scale", "config scale_attn_weights (false: not scaled)")
+    return out
+
+
 @said("query, key, value and output.dense; no mask (causal as a decoder)")
 def bert(f: Family, r: Reader, stem: str) -> Layer:
     """BERT-style encoders: ``self.query/key/value`` and ``output.dense``; no mask (each
@@ -398,6 +424,11 @@ RECORDS: tuple[Family, ...] = (
                               "layer's keys and values, which mha does not add"),)),
     *(Family(name, tensors="t5", read=t5, parts=True, unread=T5_AROUND)
       for name in ("t5", "mt5", "umt5", "switch_transformers")),
+    Family("gpt_bigcode", tensors="gpt2", read=gpt_bigcode),
+    Family("distilbert", tensors="distilbert", qkv=("q_lin", "k_lin", "v_lin"),
+           o_proj="out_lin", causal=False, rope=no_rope, keys=("n_heads", "", "dim"),
+           unread=("n_layers", "hidden_dim", "activation", "sinusoidal_pos_embds",
+                   "qa_dropout", "seq_classif_dropout")),
     # ---- encoders laid out as BERT is
     *(Family(name, tensors="bert", read=bert, unread=unread) for name, unread in BERT_LIKE.items()),
     Family("big_bird", tensors="bert", read=big_bird),

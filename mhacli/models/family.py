@@ -37,6 +37,7 @@ class Family:
     tensors: str = "decoder"  # how its layers' tensors are named (``layer.LAYOUTS``)
     read: Callable[[Family, Reader, str], Layer] | None = None  # None: ``decoder``
     o_proj: str = "o_proj"  # the output projection's name
+    qkv: tuple[str, str, str] = ("q_proj", "k_proj", "v_proj")  # the projections' names
     keys: tuple[str, str, str] = ("num_attention_heads", "num_key_value_heads", "hidden_size")
     # (the config's keys of the heads, the key/value heads and the width)
     fused: str | None = None  # one projection for q, k and v (Phi-3's qkv_proj)
@@ -75,7 +76,7 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
     sinks."""
     heads_key, groups_key, width_key = f.keys
     hidden = r.count(width_key)
-    q_name = stem + (f"{f.fused}.weight" if f.fused else "q_proj.weight")
+    q_name = stem + (f"{f.fused}.weight" if f.fused else f"{f.qkv[0]}.weight")
     if hidden is None and not f.fused and r.has(q_name):  # the widths say it
         hidden = r.ckpt.shape(q_name)[0]
     heads, groups, d = heads_of(r, heads_key, groups_key, hidden)
@@ -84,8 +85,8 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
         raise MhaError("the config gives neither head_dim nor hidden_size: the width of a "
                        "head is needed", source=r.config_file, key="head_dim")
     if not f.fused:  # the config's sizes against the tensors'
-        sides = [(stem + "q_proj.weight", heads)] + \
-            ([(stem + "k_proj.weight", g)] if groups is not None else [])  # (else: counted)
+        sides = [(f"{stem}{f.qkv[0]}.weight", heads)] + \
+            ([(f"{stem}{f.qkv[1]}.weight", g)] if groups is not None else [])  # (else: counted)
         for name, count in sides:
             if r.has(name) and r.ckpt.shape(name)[0] != count * d:
                 key = "head_dim" if r.cfg.get("head_dim") is not None else heads_key
@@ -103,8 +104,8 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
             [("v", h) for h in range(g)]
         fused(r, stem, f.fused, order, d, out)
     else:
-        for letter in "qkv":
-            linear(r, stem, f"{letter}_proj", out, letter)
+        for letter, name in zip("qkv", f.qkv):
+            linear(r, stem, name, out, letter)
     linear(r, stem, f.o_proj, out, "o")
     window, layer_type = f.window(r)
     if window is not None:

@@ -39,6 +39,7 @@ LAYOUTS = (
     ("mixer", r"(?:^|\.)layers\.(\d+)\.mixer\.q_proj\.weight$", "q_proj.weight"),
     ("modernbert", r"(?:^|\.)layers\.(\d+)\.attn\.Wqkv\.weight$", "Wqkv.weight"),
     ("attn", r"(?:^|\.)layers\.(\d+)\.attn\.q_proj\.weight$", "q_proj.weight"),
+    ("distilbert", r"(?:^|\.)layer\.(\d+)\.attention\.q_lin\.weight$", "q_lin.weight"),
     ("t5", r"(?:^|\.)block\.(\d+)\.layer\.0\.SelfAttention\.q\.weight$", "q.weight"),
 )
 # an encoder-decoder model's cross-attention (its decoder's tensors only)
