@@ -63,6 +63,15 @@ def test_a_record_may_refuse_a_key(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         read_layer(folder, 0)
 
 
+def test_a_gated_attention_is_refused_naming_its_gate(tmp_path: Path) -> None:
+    """Qwen3-Next's q_proj also gives a gate of each head's output: refused by name, not
+    read as queries."""
+    folder = _renamed(tmp_path, "qwen3", "qwen3_next")
+    with pytest.raises(MhaError, match=r"model\.layers\.0\.self_attn\.q_proj\.weight: "
+                       "qwen3_next's q_proj gives each head's queries and a gate"):
+        read_layer(folder, 0)
+
+
 def test_every_record_is_read_by_its_own_layout() -> None:
     """Each record's reading is the shared one unless its tensors are laid out another
     way; the Llama line's records name no reading of their own."""

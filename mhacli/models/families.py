@@ -398,6 +398,8 @@ RECORDS: tuple[Family, ...] = (
         "linear_attn_alpha_factor", "linear_attn_beta_factor")),
     *(Family(name, qk_norm="head", norm_names=("query_layernorm", "key_layernorm"),
              norm_after_rope=True) for name in ("hunyuan_v1_dense", "hunyuan_v1_moe")),
+    *(Family(name, gated=True, qk_norm="head", others=LINEAR) for name in (
+        "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")),
     Family("llama4_text", read=llama4, window=chunks, rope=nope_on(
         listed_nope("no_rope_layers", "no_rope_layer_interval"),
         "the layers no_rope_layers marks 0", rope(style="interleaved")),

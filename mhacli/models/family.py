@@ -58,6 +58,7 @@ class Family:
     others: str = ""  # a hybrid's other layers, in words (the table of families says it)
     parts: bool = False  # an encoder-decoder model: its read takes encoder.N, decoder.N …
     norm_after_rope: bool = False  # its q/k norm comes after RoPE (refused: see qk_norm)
+    gated: bool = False  # q_proj gives a sigmoid gate of each head's output (refused)
 
     def layer(self, r: Reader, stem: str) -> Layer:
         """Layer ``r.layer`` (its attention module's tensors begin with ``stem``), what the
@@ -74,6 +75,12 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
     """A layer of the Llama line: q/k/v/o projections (or one fused q/k/v), grouped-query
     heads, causal, RoPE, and what the record says of its window, scale, softcap, norms and
     sinks."""
+    if f.gated:  # (the gate's stage, gated, is not among mha's yet)
+        name = f"{stem}{f.qkv[0]}.weight"
+        raise MhaError(f"{name}: {f.model_type}'s {f.qkv[0]} gives each head's queries and a "
+                       "gate, whose sigmoid multiplies the head's output before the heads are "
+                       "joined (a stage gated), which mha does not compute yet",
+                       source=r.ckpt.source_of(name), key=name)
     heads_key, groups_key, width_key = f.keys
     hidden = r.count(width_key)
     q_name = stem + (f"{f.fused}.weight" if f.fused else f"{f.qkv[0]}.weight")
@@ -168,6 +175,8 @@ def features(f: Family) -> list[str]:
         out.append(words(scale))
     if f.softcap_key:
         out.append(f"softcap ({f.softcap_key})")
+    if f.gated:
+        out.append("its sigmoid output gate refused by name")
     if f.norm_after_rope:
         out.append("q/k RMS norms after RoPE refused by name")
     elif f.qk_norm:
