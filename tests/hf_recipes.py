@@ -250,6 +250,12 @@ def llama_line(recipe: Callable[..., Any], decoder: Callable[..., dict[str, Any]
         "gpt_bigcode-mha": recipe("GPTBigCodeConfig", "GPTBigCodeForCausalLM", dict(
             vocab_size=100, n_embd=32, n_layer=2, n_head=4, n_positions=64, multi_query=False),
             notes="head by head"),
+        "olmo_hybrid": recipe("OlmoHybridConfig", "OlmoHybridForCausalLM", decoder(
+            num_hidden_layers=4, layer_types=["linear_attention", "full_attention",
+                                              "linear_attention", "full_attention"],
+            rope_parameters=None, pad_token_id=0, bos_token_id=1, eos_token_id=2),
+            notes="gated delta rule on 0, 2; attention without RoPE "
+            "(as released) and q/k norms over the width on 1, 3"),
         "cohere-qk-norm": r("CohereConfig", "CohereForCausalLM", "a LayerNorm of q and k",
                             use_qk_norm=True),
         "stablelm-qk-layernorm": r("StableLmConfig", "StableLmForCausalLM", qk_layernorm=True),
@@ -300,6 +306,7 @@ BERT_EXTRA: dict[str, dict[str, Any]] = {
 # (tests/test_encoder_decoder.py)
 ENCODER_DECODER = ("bart", "t5")
 HYBRIDS = {"jamba": [1, 3], "bamba": [1, 3], "lfm2": [1, 3], "granitemoehybrid": [1, 3],
-           "lfm2_moe": [1, 3], "lara_mini": [1, 3], "minimax": [0, 2], "nemotron_h": [1, 3]}
+           "lfm2_moe": [1, 3], "lara_mini": [1, 3], "minimax": [0, 2], "nemotron_h": [1, 3],
+           "olmo_hybrid": [1, 3]}
 # the module's own weights leave the sinks out (they scale its output instead)
 SINKS_OUTSIDE_WEIGHTS = ("granite_swa", "granitemoe_swa")

@@ -19,7 +19,7 @@ from .family import (Family, Layer, by_layer_types, every_layer, gemma3_rope, pa
 from .rules import (by_layer_types as types_or, local_window, every_layer_if_used, every_nth_full,
                     full_layers_nope, full_layers_nope_with_window, keys_times, listed_nope,
                     no_rope, nope_on, nope_slide, odd_below, pattern_if_window, said,
-                    sliding_from, sliding_if_set, times, theta_by_layer, rope_if,
+                    sliding_from, sliding_if_set, times, theta_by_layer, rope_if, theta_given,
                     dense_prefix_rope)
 from .reading import Reader, columns, fused, heads_of, linear, rope_of, window_of
 from .llama4 import chunks, llama4
@@ -398,6 +398,9 @@ RECORDS: tuple[Family, ...] = (
         "linear_attn_alpha_factor", "linear_attn_beta_factor")),
     *(Family(name, qk_norm="head", norm_names=("query_layernorm", "key_layernorm"),
              norm_after_rope=True) for name in ("hunyuan_v1_dense", "hunyuan_v1_moe")),
+    Family("olmo_hybrid", others=LINEAR, qk_norm="width",
+           rope=nope_on(theta_given, "a model whose rope_parameters give no rope_theta")),
+    Family("lfm3", others=CONVOLUTIONS, qk_norm="head", window=types_or()),
     *(Family(name, gated=True, qk_norm="head", others=LINEAR) for name in (
         "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")),
     Family("llama4_text", read=llama4, window=chunks, rope=nope_on(

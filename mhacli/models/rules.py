@@ -294,6 +294,15 @@ def rope_if(key: str, value: str) -> Callable[[Reader, str | None], str | None]:
     return when
 
 
+def theta_given(r: Reader, layer_type: str | None) -> str | None:
+    """OLMo hybrid's rule: RoPE only when rope_parameters gives a rope_theta (its released
+    checkpoints set none, and turn nothing)."""
+    params = r.get("rope_parameters")
+    if isinstance(params, dict) and params.get("rope_theta") is not None:
+        return None
+    return "config rope_parameters gives no rope_theta"
+
+
 def dense_prefix_rope(r: Reader, layer_type: str | None) -> str | None:
     """Cohere 2 MoE's rule: the sliding layers turn, and so do the dense layers before the
     experts begin when prefix_dense_sliding_window_pattern is 1; the rest are NoPE."""
