@@ -256,6 +256,10 @@ def llama_line(recipe: Callable[..., Any], decoder: Callable[..., dict[str, Any]
             rope_parameters=None, pad_token_id=0, bos_token_id=1, eos_token_id=2),
             notes="gated delta rule on 0, 2; attention without RoPE "
             "(as released) and q/k norms over the width on 1, 3"),
+        "bloom": recipe("BloomConfig", "BloomForCausalLM", dict(
+            vocab_size=100, hidden_size=48, n_layer=2, n_head=6, pad_token_id=0,
+            bos_token_id=1, eos_token_id=2), notes="ALiBi over 6 heads (the reference rule "
+            "past a power of two)"),
         "cohere-qk-norm": r("CohereConfig", "CohereForCausalLM", "a LayerNorm of q and k",
                             use_qk_norm=True),
         "stablelm-qk-layernorm": r("StableLmConfig", "StableLmForCausalLM", qk_layernorm=True),

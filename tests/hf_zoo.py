@@ -238,14 +238,15 @@ def attention_module(model: torch.nn.Module, layer: int) -> tuple[str, str | Non
     """The path of layer ``layer``'s attention module in ``model`` (``…layers.N.self_attn``,
     ``…layer.N.attention`` …) and of its output projection when the module goes on past it
     (BERT's ``output.dense``, before the norm of the residual)."""
-    pattern = re.compile(rf"(^|\.)(layers|layer|h)\.{layer}\.(self_attn|attention|attn|mixer)$")
+    pattern = re.compile(rf"(^|\.)(layers|layer|h)\.{layer}\.(self_attn|attention|attn|mixer|self_attention)$")
     found = [name for name, _ in model.named_modules() if pattern.search(name)]
     if not found:
         raise LookupError(f"no attention module of layer {layer}")
     path = found[0]
-    dense = f"{path}.output.dense"
     names = dict(model.named_modules())
-    return path, dense if dense in names else None
+    # (BLOOM's module adds the residual after its dense: the output is dense's)
+    dense = next((d for d in (f"{path}.output.dense", f"{path}.dense") if d in names), None)
+    return path, dense
 
 
 def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,

@@ -100,6 +100,27 @@ def gpt_bigcode(f: Family, r: Reader, stem: str) -> Layer:
     return out
 
 
+@said("fused query_key_value, head by head; causal; ALiBi (the reference slopes)")
+def bloom(f: Family, r: Reader, stem: str) -> Layer:
+    """BLOOM: a fused ``query_key_value`` whose rows are head by head [q_h | k_h | v_h],
+    ``dense``; causal; ALiBi with the reference slopes. BLOOM adds slope · j (the key's
+    position) where ALiBi's paper adds −slope · |i − j|: under the causal mask the two
+    differ by slope · i, the same in each row, so the softmax is the same."""
+    heads, _, d = heads_of(r, "n_head", None, r.count("hidden_size"))
+    d = int(d)  # type: ignore[arg-type]
+    out: dict[str, Any] = {"mask": "causal", "heads": heads, "alibi": True}
+    r.note("mask", "BLOOM: causal")
+    r.note("alibi", "BLOOM: ALiBi, the reference slopes (its slope · j, the same softmax "
+           "under the causal mask)")
+    fused(r, stem, "query_key_value", [(letter, h) for h in range(heads) for letter in "qkv"],
+          d, out)
+    linear(r, stem, "dense", out, "o")
+    for key in ("pretraining_tp", "slow_but_exact", "masked_softmax_fusion",
+                "attention_softmax_in_fp32", "apply_residual_connection_post_layernorm"):
+        r.get(key)  # (the same sums, split or fused on a GPU; the residual is outside)
+    return out
+
+
 @said("query, key, value and output.dense; no mask (causal as a decoder)")
 def bert(f: Family, r: Reader, stem: str) -> Layer:
     """BERT-style encoders: ``self.query/key/value`` and ``output.dense``; no mask (each
@@ -430,6 +451,7 @@ RECORDS: tuple[Family, ...] = (
     *(Family(name, tensors="t5", read=t5, parts=True, unread=T5_AROUND)
       for name in ("t5", "mt5", "umt5", "switch_transformers")),
     Family("gpt_bigcode", tensors="gpt2", read=gpt_bigcode),
+    Family("bloom", tensors="falcon", read=bloom),  # (Falcon's names, BLOOM's layout)
     Family("distilbert", tensors="distilbert", qkv=("q_lin", "k_lin", "v_lin"),
            o_proj="out_lin", causal=False, rope=no_rope, keys=("n_heads", "", "dim"),
            unread=("n_layers", "hidden_dim", "activation", "sinusoidal_pos_embds",
