@@ -260,6 +260,10 @@ def llama_line(recipe: Callable[..., Any], decoder: Callable[..., dict[str, Any]
             vocab_size=100, hidden_size=48, n_layer=2, n_head=6, pad_token_id=0,
             bos_token_id=1, eos_token_id=2), notes="ALiBi over 6 heads (the reference rule "
             "past a power of two)"),
+        "gpt_neo": recipe("GPTNeoConfig", "GPTNeoForCausalLM", dict(
+            vocab_size=100, hidden_size=32, num_layers=2, num_heads=4, max_position_embeddings=64,
+            attention_types=[[["global", "local"], 1]], window_size=4, pad_token_id=0,
+            bos_token_id=1, eos_token_id=2), notes="scores not scaled; layer 1 sees 4 keys"),
         "cohere-qk-norm": r("CohereConfig", "CohereForCausalLM", "a LayerNorm of q and k",
                             use_qk_norm=True),
         "stablelm-qk-layernorm": r("StableLmConfig", "StableLmForCausalLM", qk_layernorm=True),

@@ -121,6 +121,33 @@ def bloom(f: Family, r: Reader, stem: str) -> Layer:
     return out
 
 
+@said("causal; scores not scaled; a sliding window of window_size on the local layers "
+      "(attention_layers)")
+def gpt_neo(f: Family, r: Reader, stem: str) -> Layer:
+    """GPT-Neo: q/k/v/out projections under ``attn.attention``; causal; the scores are not
+    divided by √d_k; the layers attention_layers calls local see only the window_size
+    keys up to their own."""
+    heads, _, _ = heads_of(r, "num_heads", None, r.count("hidden_size"))
+    out: dict[str, Any] = {"mask": "causal", "heads": heads, "scale": "none"}
+    r.note("mask", "GPT-Neo: causal")
+    r.note("scale", "GPT-Neo: the scores are not scaled")
+    for ours, theirs in (("q", "q_proj"), ("k", "k_proj"), ("v", "v_proj"), ("o", "out_proj")):
+        linear(r, stem, theirs, out, ours)
+    r.get("attention_types")  # (attention_layers is made from it)
+    kinds = r.get("attention_layers")
+    if not isinstance(kinds, list) or r.layer >= len(kinds) or \
+            kinds[r.layer] not in ("global", "local"):
+        raise r.error("attention_layers", f"{shown(kinds)}: expected global or local for "
+                      "each layer")
+    size = r.count("window_size")
+    if kinds[r.layer] == "local":
+        if size is None or size < 1:
+            raise r.error("window_size", f"{shown(size)}: expected a positive whole number")
+        out["window"] = size
+        r.note("window", f"config window_size (layer {r.layer}: local in attention_layers)")
+    return out
+
+
 @said("query, key, value and output.dense; no mask (causal as a decoder)")
 def bert(f: Family, r: Reader, stem: str) -> Layer:
     """BERT-style encoders: ``self.query/key/value`` and ``output.dense``; no mask (each
@@ -451,7 +478,8 @@ RECORDS: tuple[Family, ...] = (
     *(Family(name, tensors="t5", read=t5, parts=True, unread=T5_AROUND)
       for name in ("t5", "mt5", "umt5", "switch_transformers")),
     Family("gpt_bigcode", tensors="gpt2", read=gpt_bigcode),
-    Family("bloom", tensors="falcon", read=bloom),  # (Falcon's names, BLOOM's layout)
+    Family("bloom", tensors="falcon", read=bloom),
+    Family("gpt_neo", tensors="gpt_neo", read=gpt_neo),  # (Falcon's names, BLOOM's layout)
     Family("distilbert", tensors="distilbert", qkv=("q_lin", "k_lin", "v_lin"),
            o_proj="out_lin", causal=False, rope=no_rope, keys=("n_heads", "", "dim"),
            unread=("n_layers", "hidden_dim", "activation", "sinusoidal_pos_embds",
