@@ -264,6 +264,10 @@ def llama_line(recipe: Callable[..., Any], decoder: Callable[..., dict[str, Any]
             vocab_size=100, hidden_size=32, num_layers=2, num_heads=4, max_position_embeddings=64,
             attention_types=[[["global", "local"], 1]], window_size=4, pad_token_id=0,
             bos_token_id=1, eos_token_id=2), notes="scores not scaled; layer 1 sees 4 keys"),
+        "mpnet": recipe("MPNetConfig", "MPNetForMaskedLM", dict(
+            vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+            intermediate_size=64, max_position_embeddings=64),
+            notes="T5's 32 buckets both ways: past 8 apart the logarithmic ones"),
         "cohere-qk-norm": r("CohereConfig", "CohereForCausalLM", "a LayerNorm of q and k",
                             use_qk_norm=True),
         "stablelm-qk-layernorm": r("StableLmConfig", "StableLmForCausalLM", qk_layernorm=True),

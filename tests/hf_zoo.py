@@ -244,6 +244,8 @@ def attention_module(model: torch.nn.Module, layer: int) -> tuple[str, str | Non
         raise LookupError(f"no attention module of layer {layer}")
     path = found[0]
     names = dict(model.named_modules())
+    if f"{path}.attn" in names and path.endswith(".attention"):  # (MPNet's, inside its norm)
+        path = f"{path}.attn"
     # (BLOOM's module adds the residual after its dense: the output is dense's)
     dense = next((d for d in (f"{path}.output.dense", f"{path}.dense") if d in names), None)
     return path, dense

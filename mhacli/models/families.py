@@ -24,7 +24,7 @@ from .rules import (by_layer_types as types_or, local_window, every_layer_if_use
 from .reading import Reader, columns, fused, heads_of, linear, rope_of, window_of
 from .llama4 import chunks, llama4
 from .seq2seq import AROUND, bart
-from .t5 import AROUND as T5_AROUND, t5
+from .t5 import AROUND as T5_AROUND, mpnet, t5
 
 # --------------------------------------------------------------------------- own layouts
 
@@ -484,6 +484,7 @@ RECORDS: tuple[Family, ...] = (
            o_proj="out_lin", causal=False, rope=no_rope, keys=("n_heads", "", "dim"),
            unread=("n_layers", "hidden_dim", "activation", "sinusoidal_pos_embds",
                    "qa_dropout", "seq_classif_dropout")),
+    Family("mpnet", tensors="mpnet", read=mpnet),
     # ---- encoders laid out as BERT is
     *(Family(name, tensors="bert", read=bert, unread=unread) for name, unread in BERT_LIKE.items()),
     Family("big_bird", tensors="bert", read=big_bird),

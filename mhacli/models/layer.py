@@ -41,6 +41,7 @@ LAYOUTS = (
     ("modernbert", r"(?:^|\.)layers\.(\d+)\.attn\.Wqkv\.weight$", "Wqkv.weight"),
     ("attn", r"(?:^|\.)layers\.(\d+)\.attn\.q_proj\.weight$", "q_proj.weight"),
     ("distilbert", r"(?:^|\.)layer\.(\d+)\.attention\.q_lin\.weight$", "q_lin.weight"),
+    ("mpnet", r"(?:^|\.)layer\.(\d+)\.attention\.attn\.q\.weight$", "q.weight"),
     ("t5", r"(?:^|\.)block\.(\d+)\.layer\.0\.SelfAttention\.q\.weight$", "q.weight"),
 )
 # an encoder-decoder model's cross-attention (its decoder's tensors only)

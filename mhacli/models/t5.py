@@ -114,3 +114,26 @@ def t5(f: Family, r: Reader, stem: str) -> Layer:
            f"relative_attention_num_buckets {buckets}, relative_attention_max_distance "
            f"{distance}{'' if name == own else '; the first layer' + chr(39) + 's table, shared'})")
     return out
+
+
+@said("q, k, v, o; no mask; a relative position bias (T5's 32 buckets of j − i, both "
+      "ways, one table for every layer: relative_attention_bias)")
+def mpnet(f: Family, r: Reader, stem: str) -> Layer:
+    """MPNet: an encoder whose layers add T5's bidirectional relative position bias (one
+    table, kept on the encoder, up to 128 apart) to the scores, scaled by √d_k as BERT's."""
+    heads, _, _ = heads_of(r, "num_attention_heads", None, r.count("hidden_size"))
+    out: dict[str, Any] = {"heads": heads}
+    for letter in "qkvo":
+        linear(r, stem, letter, out, letter)
+    name = re.sub(r"layer\.\d+\.attention\.attn\.$", "", stem) + \
+        "relative_attention_bias.weight"
+    r.get("relative_attention_num_buckets")  # (the table's rows: the model buckets by 32)
+    table = r.tensor(name, 2)  # (rows, H)
+    if table.shape[0] < 32 or table.shape[1] != heads:
+        raise MhaError(f"{name} is {table.shape}: MPNet buckets by 32, so it needs 32 rows or "
+                       f"more, of num_attention_heads = {heads}", source=r.ckpt.source_of(name),
+                       key=name)
+    out["position_bias"] = RelativeBias(table, True, 32, 128)
+    r.note("bias", f"tensor {name} (MPNet's relative position buckets of j − i, before and "
+           "after told apart: 32 buckets up to 128 apart, as its model fixes them)")
+    return out
