@@ -268,6 +268,13 @@ def llama_line(recipe: Callable[..., Any], decoder: Callable[..., dict[str, Any]
             vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
             intermediate_size=64, max_position_embeddings=64),
             notes="T5's 32 buckets both ways: past 8 apart the logarithmic ones"),
+        "xlm": recipe("XLMConfig", "XLMWithLMHeadModel", dict(
+            vocab_size=100, emb_dim=32, n_layers=2, n_heads=4, max_position_embeddings=64,
+            causal=True, pad_token_id=0, bos_token_id=1, eos_token_id=2),
+            notes="q_lin … out_lin; causal (a CLM model)"),
+        "flaubert": recipe("FlaubertConfig", "FlaubertWithLMHeadModel", dict(
+            vocab_size=100, emb_dim=32, n_layers=2, n_heads=4, max_position_embeddings=64,
+            pad_token_id=0, bos_token_id=1, eos_token_id=2), notes="no mask"),
         "cohere-qk-norm": r("CohereConfig", "CohereForCausalLM", "a LayerNorm of q and k",
                             use_qk_norm=True),
         "stablelm-qk-layernorm": r("StableLmConfig", "StableLmForCausalLM", qk_layernorm=True),

@@ -238,7 +238,8 @@ def attention_module(model: torch.nn.Module, layer: int) -> tuple[str, str | Non
     """The path of layer ``layer``'s attention module in ``model`` (``…layers.N.self_attn``,
     ``…layer.N.attention`` …) and of its output projection when the module goes on past it
     (BERT's ``output.dense``, before the norm of the residual)."""
-    pattern = re.compile(rf"(^|\.)(layers|layer|h)\.{layer}\.(self_attn|attention|attn|mixer|self_attention)$")
+    pattern = re.compile(rf"(^|\.)((layers|layer|h)\.{layer}\.(self_attn|attention|attn|mixer|"
+                         rf"self_attention)|attentions\.{layer})$")  # (XLM's: attentions.N)
     found = [name for name, _ in model.named_modules() if pattern.search(name)]
     if not found:
         raise LookupError(f"no attention module of layer {layer}")
@@ -382,7 +383,7 @@ def layer_count(folder: str | Path) -> int:
     for file in Path(folder).glob("*.safetensors"):
         with safe_open(str(file), "np") as handle:
             for name in handle.keys():
-                m = re.search(r"(?:^|\.)(?:layers|blocks|h|layer)\.(\d+)\.", name)
+                m = re.search(r"(?:^|\.)(?:layers|blocks|h|layer|attentions)\.(\d+)\.", name)
                 top = max(top, int(m[1])) if m else top
     return top + 1
 

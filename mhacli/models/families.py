@@ -324,6 +324,11 @@ LINEAR, LIGHTNING = ("linear-attention layers between (refused for good)",
                      "lightning-attention layers between (refused for good)")
 MAMBA_AND_MLP = "Mamba, MLP and MoE layers between (refused for good)"
 MAMBA_BESIDE = "a Mamba mixer beside it in each layer (not read)"
+# XLM's and FlauBERT's keys of its embeddings, languages, heads and norms
+XLM_OUTSIDE = ("n_layers", "gelu_activation", "sinusoidal_embeddings", "asm", "n_langs",
+               "use_lang_emb", "embed_init_std", "init_std", "unk_index", "mask_index",
+               "is_encoder", "start_n_top", "end_n_top", "lang_id", "layerdrop",
+               "pre_norm", "asm_cutoffs", "asm_div_value", "lang2id", "id2lang")
 # ModernBERT's keys of its head, embeddings and kernels, none inside the attention
 MODERNBERT_OUTSIDE = ("classifier_activation", "classifier_pooling", "classifier_bias",
                       "decoder_bias", "norm_bias", "initializer_cutoff_factor", "mlp_dropout",
@@ -485,6 +490,9 @@ RECORDS: tuple[Family, ...] = (
            unread=("n_layers", "hidden_dim", "activation", "sinusoidal_pos_embds",
                    "qa_dropout", "seq_classif_dropout")),
     Family("mpnet", tensors="mpnet", read=mpnet),
+    *(Family(name, tensors="xlm", qkv=("q_lin", "k_lin", "v_lin"), o_proj="out_lin",
+             causal=False, causal_key="causal", rope=no_rope, keys=("n_heads", "", "emb_dim"),
+             unread=XLM_OUTSIDE) for name in ("xlm", "flaubert")),
     # ---- encoders laid out as BERT is
     *(Family(name, tensors="bert", read=bert, unread=unread) for name, unread in BERT_LIKE.items()),
     Family("big_bird", tensors="bert", read=big_bird),

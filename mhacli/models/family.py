@@ -52,6 +52,7 @@ class Family:
     norm_plus_one: bool = False  # the norm's stored weight w multiplies as 1 + w (Gemma)
     sinks: bool = False  # a sink logit per head (gpt-oss's sinks tensor)
     causal: bool = True  # False: an encoder, each token sees every other
+    causal_key: str | None = None  # a config flag that makes an encoder causal (XLM's)
     refused: tuple[tuple[str, str], ...] = ()  # (config key, why): refused when set true
     unread: tuple[str, ...] = ()  # config keys its attention does not use (read off)
     since: str = "0.2"  # the version of mha that first read it
@@ -103,6 +104,9 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
     if f.causal:
         out["mask"] = "causal"
         r.note("mask", f"{f.model_type}: causal")
+    elif f.causal_key and r.flag(f.causal_key):
+        out["mask"] = "causal"
+        r.note("mask", f"config {f.causal_key}")
     if groups is not None and groups != heads:
         out["kv_heads"] = groups
     r.get("attention_bias")  # the biases are the tensors the layer holds
@@ -168,7 +172,8 @@ def features(f: Family) -> list[str]:
     if f.read is not None:
         return [words(f.read)] + ([f.others] if f.others else [])
     out = ["fused q/k/v"] if f.fused else []
-    out.append("causal" if f.causal else "no mask (an encoder)")
+    out.append("causal" if f.causal else f"causal with {f.causal_key}, else no mask"
+               if f.causal_key else "no mask (an encoder)")
     out += [w for w in (words(f.window), words(f.rope)) if w]
     scale = f.scale or (root_of(f.scale_key) if f.scale_key else None)
     if scale is not None:
