@@ -148,6 +148,21 @@ def gpt_neo(f: Family, r: Reader, stem: str) -> Layer:
     return out
 
 
+@said("refused by name: its disentangled attention (relative_attention, pos_att_type)")
+def deberta(f: Family, r: Reader, stem: str) -> Layer:
+    """DeBERTa (v1, v2, v3): its scores add content-to-position and position-to-content
+    terms of relative positions, and divide by √(d_k · (1 + the terms)); refused by name
+    until mha computes them."""
+    kinds = r.get("pos_att_type")
+    if r.flag("relative_attention"):
+        raise r.error("relative_attention", f"true: DeBERTa's disentangled attention "
+                      f"(pos_att_type {shown(kinds)}: scores between contents and relative "
+                      "positions, ÷ √(d_k · (1 + their count))), which mha does not compute yet")
+    raise r.error("model_type", f"{shown(f.model_type)}: DeBERTa's attention (its "
+                  f"{'in_proj' if f.tensors == 'deberta_v1' else 'query_proj'} layout, scores "
+                  "÷ √(d_k · (1 + len(pos_att_type)))), which mha does not read yet")
+
+
 @said("query, key, value and output.dense; no mask (causal as a decoder)")
 def bert(f: Family, r: Reader, stem: str) -> Layer:
     """BERT-style encoders: ``self.query/key/value`` and ``output.dense``; no mask (each
@@ -490,6 +505,8 @@ RECORDS: tuple[Family, ...] = (
            unread=("n_layers", "hidden_dim", "activation", "sinusoidal_pos_embds",
                    "qa_dropout", "seq_classif_dropout")),
     Family("mpnet", tensors="mpnet", read=mpnet),
+    Family("deberta-v2", tensors="deberta", read=deberta),
+    Family("deberta", tensors="deberta_v1", read=deberta),
     *(Family(name, tensors="xlm", qkv=("q_lin", "k_lin", "v_lin"), o_proj="out_lin",
              causal=False, causal_key="causal", rope=no_rope, keys=("n_heads", "", "emb_dim"),
              unread=XLM_OUTSIDE) for name in ("xlm", "flaubert")),

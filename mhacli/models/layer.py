@@ -43,6 +43,10 @@ LAYOUTS = (
     ("distilbert", r"(?:^|\.)layer\.(\d+)\.attention\.q_lin\.weight$", "q_lin.weight"),
     ("mpnet", r"(?:^|\.)layer\.(\d+)\.attention\.attn\.q\.weight$", "q.weight"),
     ("xlm", r"(?:^|\.)attentions\.(\d+)\.q_lin\.weight$", "q_lin.weight"),
+    ("deberta", r"(?:^|\.)layer\.(\d+)\.attention\.self\.query_proj\.weight$",
+     "query_proj.weight"),
+    ("deberta_v1", r"(?:^|\.)layer\.(\d+)\.attention\.self\.in_proj\.weight$",
+     "in_proj.weight"),
     ("t5", r"(?:^|\.)block\.(\d+)\.layer\.0\.SelfAttention\.q\.weight$", "q.weight"),
 )
 # an encoder-decoder model's cross-attention (its decoder's tensors only)
