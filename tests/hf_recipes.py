@@ -275,6 +275,11 @@ def llama_line(recipe: Callable[..., Any], decoder: Callable[..., dict[str, Any]
         "flaubert": recipe("FlaubertConfig", "FlaubertWithLMHeadModel", dict(
             vocab_size=100, emb_dim=32, n_layers=2, n_heads=4, max_position_embeddings=64,
             pad_token_id=0, bos_token_id=1, eos_token_id=2), notes="no mask"),
+        "albert": recipe("AlbertConfig", "AlbertForMaskedLM", dict(
+            vocab_size=100, embedding_size=16, hidden_size=32, num_hidden_layers=4,
+            num_hidden_groups=2, num_attention_heads=4, intermediate_size=64,
+            max_position_embeddings=64, pad_token_id=0, bos_token_id=2, eos_token_id=3),
+            notes="layers 0, 1 run group 0's weights, layers 2, 3 group 1's"),
         "cohere-qk-norm": r("CohereConfig", "CohereForCausalLM", "a LayerNorm of q and k",
                             use_qk_norm=True),
         "stablelm-qk-layernorm": r("StableLmConfig", "StableLmForCausalLM", qk_layernorm=True),
@@ -324,6 +329,7 @@ BERT_EXTRA: dict[str, dict[str, Any]] = {
 # encoder-decoder models: their layers are encoder.N, decoder.N and decoder.N.cross
 # (tests/test_encoder_decoder.py)
 ENCODER_DECODER = ("bart", "t5")
+SHARED = ("albert",)  # layers that share weights (tests/test_shared_layers.py)
 HYBRIDS = {"jamba": [1, 3], "bamba": [1, 3], "lfm2": [1, 3], "granitemoehybrid": [1, 3],
            "lfm2_moe": [1, 3], "lara_mini": [1, 3], "minimax": [0, 2], "nemotron_h": [1, 3],
            "olmo_hybrid": [1, 3]}

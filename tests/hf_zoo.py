@@ -365,7 +365,11 @@ def layer_addresses(folder: str | Path) -> list[int | str]:
         with safe_open(str(file), "np") as handle:
             names += list(handle.keys())
     if not is_encoder_decoder(tuple(names)):
-        return list(range(max(layer_count(folder), 1)))
+        count = layer_count(folder)
+        if not count:  # (ALBERT's layers share weights: its config counts them)
+            config = json.loads((Path(folder) / "config.json").read_text())
+            count = config.get("num_hidden_layers") or 1
+        return list(range(count))
     top = {"encoder": -1, "decoder": -1}
     for name in names:
         m = re.search(r"(?:^|\.)(encoder|decoder)\.(?:layers|layer|block)\.(\d+)\.", name)

@@ -19,7 +19,8 @@ from mhacli.io.problem import from_mapping  # noqa: E402
 from mhacli.models.layer import NotAttention  # noqa: E402
 
 from . import hf_reference as hf  # noqa: E402
-from .hf_recipes import ENCODER_DECODER, HYBRIDS, SINKS_OUTSIDE_WEIGHTS  # noqa: E402
+from .hf_recipes import (ENCODER_DECODER, HYBRIDS, SHARED,  # noqa: E402
+                         SINKS_OUTSIDE_WEIGHTS)
 
 REFUSED = {"falcon-alibi": "alibi is true", "phi-qk-layernorm": "qk_layernorm is true",
            "cohere-qk-norm": "use_qk_norm is true: a LayerNorm of each head's",
@@ -29,7 +30,8 @@ REFUSED = {"falcon-alibi": "alibi is true", "phi-qk-layernorm": "qk_layernorm is
            "hunyuan_v1_dense": "query_layernorm.weight: hunyuan_v1_dense's RMS norm of each "
                                "head's queries and keys comes after RoPE"}
 FOLLOWED = sorted(set(hf.FAMILIES) - set(REFUSED))
-LLAMA_LINE = sorted(set(hf.LLAMA_LINE) - set(HYBRIDS) - set(REFUSED) - set(ENCODER_DECODER))
+LLAMA_LINE = sorted(set(hf.LLAMA_LINE) - set(HYBRIDS) - set(REFUSED) - set(ENCODER_DECODER)
+                    - set(SHARED))
 
 
 def _ours(folder: Path, layer: int, x: np.ndarray) -> mhacli.Problem:

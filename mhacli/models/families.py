@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import MhaError, shown
-from .family import (Family, Layer, by_layer_types, every_layer, gemma3_rope, pattern_of,
-                     qwen_window, rope)
+from .family import (Family, Layer, by_layer_types, decoder, every_layer, gemma3_rope,
+                     pattern_of, qwen_window, rope)
 from .rules import (by_layer_types as types_or, local_window, every_layer_if_used, every_nth_full,
                     full_layers_nope, full_layers_nope_with_window, keys_times, listed_nope,
                     no_rope, nope_on, nope_slide, odd_below, pattern_if_window, said,
@@ -145,6 +145,24 @@ def gpt_neo(f: Family, r: Reader, stem: str) -> Layer:
             raise r.error("window_size", f"{shown(size)}: expected a positive whole number")
         out["window"] = size
         r.note("window", f"config window_size (layer {r.layer}: local in attention_layers)")
+    return out
+
+
+@said("query, key, value and dense, a group's weights shared by its layers; no mask")
+def albert(f: Family, r: Reader, stem: str) -> Layer:
+    """ALBERT: BERT's attention, its layers sharing one group's weights (see
+    ``layer._shared_groups``); the LayerNorm of output + input inside its module is
+    outside the attention's arithmetic."""
+    for part in ("weight", "bias"):
+        r.outside(f"{stem}LayerNorm.{part}")
+    kind = r.get("position_embedding_type", "absolute")
+    if kind not in (None, "absolute"):
+        raise r.error("position_embedding_type", f"{shown(kind)}: relative positions inside "
+                      "the attention, a step mha does not compute")
+    r.get("num_hidden_groups"), r.get("inner_group_num")  # (the layer's group: layer.py)
+    out = decoder(f, r, stem)
+    r.note("w_q", f"tensor {stem}query.weight (transposed; layer {r.layer} runs this group's "
+           "weights)")
     return out
 
 
@@ -505,6 +523,9 @@ RECORDS: tuple[Family, ...] = (
            unread=("n_layers", "hidden_dim", "activation", "sinusoidal_pos_embds",
                    "qa_dropout", "seq_classif_dropout")),
     Family("mpnet", tensors="mpnet", read=mpnet),
+    Family("albert", tensors="albert", read=albert, qkv=("query", "key", "value"),
+           o_proj="dense", causal=False, rope=no_rope, keys=HEADS_ONLY,
+           unread=("embedding_size", "classifier_dropout_prob")),
     Family("deberta-v2", tensors="deberta", read=deberta),
     Family("deberta", tensors="deberta_v1", read=deberta),
     *(Family(name, tensors="xlm", qkv=("q_lin", "k_lin", "v_lin"), o_proj="out_lin",

@@ -47,6 +47,8 @@ LAYOUTS = (
      "query_proj.weight"),
     ("deberta_v1", r"(?:^|\.)layer\.(\d+)\.attention\.self\.in_proj\.weight$",
      "in_proj.weight"),
+    ("albert", r"(?:^|\.)albert_layer_groups\.(\d+)\.albert_layers\.0\.attention\.query\."
+     r"weight$", "query.weight"),
     ("t5", r"(?:^|\.)block\.(\d+)\.layer\.0\.SelfAttention\.q\.weight$", "q.weight"),
 )
 # an encoder-decoder model's cross-attention (its decoder's tensors only)
@@ -125,6 +127,8 @@ def read_layer(path: str | Path, layer: int | str = 0, dtype: Any = np.float64
     names = ckpt.names if part is None else part.names(ckpt.names)
     number = int(layer) if part is None else part.number
     kind, found = _attention(names, cross=part is not None and part.cross)
+    if kind == "albert":  # (its layers share the weights of their group)
+        found = _shared_groups(ckpt, found)
     if number not in found:
         if part is not None:
             _part_not_found(ckpt, part, sorted(found))
@@ -229,6 +233,24 @@ def _not_found(ckpt: Any, layer: int, found: dict[int, str]) -> None:
                        f"{_listed(attention)}", source=str(ckpt.path))
     raise MhaError(f"--layer {layer}: the checkpoint has layers {min(found)}–{max(found)}",
                    source=str(ckpt.path))
+
+
+def _shared_groups(ckpt: Any, groups: dict[int, str]) -> dict[int, str]:
+    """ALBERT's layers and the group whose weights each one runs: layer i of
+    num_hidden_layers runs group ⌊i / (num_hidden_layers / num_hidden_groups)⌋, each group
+    one layer of weights (inner_group_num 1; more are refused by name)."""
+    cfg = ckpt.config or {}
+    layers, count, inner = (cfg.get(k) for k in ("num_hidden_layers", "num_hidden_groups",
+                                                   "inner_group_num"))
+    for key, value in (("num_hidden_layers", layers), ("num_hidden_groups", count)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise MhaError(f"{key} is {shown(value)}: ALBERT's layers share their group's "
+                           "weights, so it is needed", source=str(ckpt.config_file), key=key)
+    if inner not in (None, 1):
+        raise MhaError(f"inner_group_num is {shown(inner)}: several layers of weights in a "
+                       "group, run one after another as one layer, which mha does not "
+                       "follow", source=str(ckpt.config_file), key="inner_group_num")
+    return {i: groups[g] for i in range(layers) if (g := int(i / (layers / count))) in groups}
 
 
 def _part_not_found(ckpt: Any, part: Part, found: list[int]) -> None:
