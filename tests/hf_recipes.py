@@ -316,6 +316,11 @@ BERT_LIKE = {
     "xmod": ("Xmod", "XmodForMaskedLM"),
     "bert-generation": ("BertGeneration", "BertGenerationDecoder"),
     "rembert": ("RemBert", "RemBertForMaskedLM"),
+    # with the layer's input norm inside the attention module
+    "roberta-prelayernorm": ("RobertaPreLayerNorm", "RobertaPreLayerNormForMaskedLM"),
+    "xlm-roberta-xl": ("XLMRobertaXL", "XLMRobertaXLForMaskedLM"),
+    "megatron-bert": ("MegatronBert", "MegatronBertForMaskedLM"),
+    "esm": ("Esm", "EsmForMaskedLM"),
 }
 BERT_EXTRA: dict[str, dict[str, Any]] = {
     "electra": dict(embedding_size=16), "ernie": dict(use_task_id=True),
@@ -323,6 +328,8 @@ BERT_EXTRA: dict[str, dict[str, Any]] = {
     "roc_bert": dict(pronunciation_vocab_size=20, shape_vocab_size=20,
                      pronunciation_embed_dim=8, shape_embed_dim=8),
     "bert-generation": dict(is_decoder=True),
+    "esm": dict(position_embedding_type="rotary", pad_token_id=1, mask_token_id=2,
+                rope_theta=5000.0),
 }
 
 

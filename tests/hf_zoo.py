@@ -141,6 +141,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "esmc": dict(num_key_value_heads=4), "dots3_note_text": dict(num_key_value_heads=4),
     "mamba2": dict(head_dim=32),
     "llama4_text": dict(num_hidden_layers=4),  # (a NoPE layer every 4th)
+    "esm": dict(position_embedding_type="rotary", pad_token_id=1, mask_token_id=2),
     "modernbert": dict(local_attention=4, sliding_window=DROP),
     "modernbert-decoder": dict(local_attention=8, sliding_window=DROP),
     "reformer": dict(is_decoder=True, axial_pos_embds_dim=[32, 32], axial_pos_shape=[8, 8],
@@ -263,6 +264,12 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
     projection's module path) gives in that call, else the module's own output; and
     ``weights`` when the module returns them (H × n × m)."""
     path, output = _in_memory(model, path), output and _in_memory(model, output)
+    names = dict(model.named_modules())
+    after_inner = None
+    if output == f"{path}.output.dense" and f"{path}.self" in names:
+        # BERT's layout: its self module, then output.dense on what it gives (a pre-norm
+        # inside the module, as RoBERTa-PreLayerNorm's or ESM's, is the layer's input norm)
+        path, after_inner = f"{path}.self", output
     module = model.get_submodule(path)
     n = len(x)
     caught: dict[str, Any] = {}
@@ -308,7 +315,7 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
         kwargs[names[0]] = torch.from_numpy(np.asarray(x_kv, dtype=np.float64))[None].to(dtype)
     seen: dict[str, torch.Tensor] = {}
     hooks = []
-    if output is not None:
+    if output is not None and after_inner is None:
         def after(mod: Any, a: Any, out: Any) -> None:
             seen["output"] = out
         hooks.append(model.get_submodule(output).register_forward_hook(after))
@@ -321,6 +328,10 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
     out = seen.get("output")
     if isinstance(result, list):  # (GPT-1's module returns a list)
         result = tuple(result)
+    if after_inner is not None:
+        with torch.no_grad():
+            out = model.get_submodule(after_inner)(result[0] if isinstance(result, tuple)
+                                                    else result)
     if out is None:
         out = result[0] if isinstance(result, tuple) else result
     weights = None  # the last 4-d tensor the module returns (T5's comes after its bias)

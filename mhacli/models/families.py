@@ -189,14 +189,20 @@ def bert(f: Family, r: Reader, stem: str) -> Layer:
     for ours, theirs in (("q", "self.query"), ("k", "self.key"), ("v", "self.value"),
                          ("o", "output.dense")):
         linear(r, stem, theirs, out, ours)
-    for part in ("weight", "bias"):  # the norm of output + input, after the attention
-        r.outside(f"{stem}output.LayerNorm.{part}")
+    for part in ("weight", "bias", "gamma", "beta"):  # (ESM saves a LayerNorm's old names)
+        r.outside(f"{stem}output.LayerNorm.{part}")  # the norm of output + input, after it
+        if f.input_norm:  # the layer's input norm, kept inside the module: x is after it
+            r.outside(f"{stem}{f.input_norm}.{part}")
     kind = r.get("position_embedding_type", "absolute")
-    if kind not in (None, "absolute"):
+    if kind not in (None, *f.positions):
         raise r.error("position_embedding_type", f"{shown(kind)}: relative positions inside "
                       "the attention, a step mha does not compute")
-    heads, _, _ = heads_of(r, "num_attention_heads", None, r.count("hidden_size"))
+    heads, _, d = heads_of(r, "num_attention_heads", None, r.count("hidden_size"))
     out["heads"] = heads
+    if kind == "rotary":  # (ESM's: half pairs over each head, base rope_theta)
+        out["rope"] = f.rope(r, int(d), None)  # type: ignore[arg-type]
+    elif "rotary" in f.positions:
+        r.get("rope_theta")  # (read by its rotary positions only)
     if r.flag("is_decoder"):
         out["mask"] = "causal"
         r.note("mask", "config is_decoder")
@@ -534,6 +540,13 @@ RECORDS: tuple[Family, ...] = (
     # ---- encoders laid out as BERT is
     *(Family(name, tensors="bert", read=bert, unread=unread) for name, unread in BERT_LIKE.items()),
     Family("big_bird", tensors="bert", read=big_bird),
+    Family("roberta-prelayernorm", tensors="bert", read=bert, input_norm="LayerNorm"),
+    Family("xlm-roberta-xl", tensors="bert", read=bert, input_norm="self_attn_layer_norm"),
+    Family("megatron-bert", tensors="bert", read=bert, input_norm="ln"),
+    Family("esm", tensors="bert", read=bert, input_norm="LayerNorm",
+           positions=("absolute", "rotary"), unread=(
+               "token_dropout", "emb_layer_norm_before", "vocab_list", "is_folding_model",
+               "esmfold_config", "mask_token_id")),
 )
 FAMILIES = {f.model_type: f for f in RECORDS}
 ALIASES = {"gemma3_text": "gemma3"}  # a model_type read as another's

@@ -53,6 +53,9 @@ class Family:
     sinks: bool = False  # a sink logit per head (gpt-oss's sinks tensor)
     causal: bool = True  # False: an encoder, each token sees every other
     causal_key: str | None = None  # a config flag that makes an encoder causal (XLM's)
+    input_norm: str | None = None  # a norm inside the attention module before it: the
+    # layer's input norm (x is after it), as RoBERTa-PreLayerNorm keeps it
+    positions: tuple[str, ...] = ("absolute",)  # BERT's position_embedding_type it reads
     refused: tuple[tuple[str, str], ...] = ()  # (config key, why): refused when set true
     unread: tuple[str, ...] = ()  # config keys its attention does not use (read off)
     since: str = "0.2"  # the version of mha that first read it
