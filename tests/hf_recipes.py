@@ -280,6 +280,13 @@ def llama_line(recipe: Callable[..., Any], decoder: Callable[..., dict[str, Any]
             num_hidden_groups=2, num_attention_heads=4, intermediate_size=64,
             max_position_embeddings=64, pad_token_id=0, bos_token_id=2, eos_token_id=3),
             notes="layers 0, 1 run group 0's weights, layers 2, 3 group 1's"),
+        "mpt": recipe("MptConfig", "MptForCausalLM", dict(
+            vocab_size=100, d_model=48, n_heads=6, n_layers=2, expansion_ratio=2,
+            max_seq_len=64, no_bias=False, attn_config={"softmax_scale": 0.2}),
+            notes="ALiBi over 6 heads (its slopes past a power of two); scores × 0.2; biases"),
+        "mpt-clipped": recipe("MptConfig", "MptForCausalLM", dict(
+            vocab_size=100, d_model=32, n_heads=4, n_layers=2, expansion_ratio=2,
+            max_seq_len=64, attn_config={"clip_qkv": 6.0})),
         "cohere-qk-norm": r("CohereConfig", "CohereForCausalLM", "a LayerNorm of q and k",
                             use_qk_norm=True),
         "stablelm-qk-layernorm": r("StableLmConfig", "StableLmForCausalLM", qk_layernorm=True),

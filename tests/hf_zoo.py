@@ -239,7 +239,7 @@ def attention_module(model: torch.nn.Module, layer: int) -> tuple[str, str | Non
     """The path of layer ``layer``'s attention module in ``model`` (``…layers.N.self_attn``,
     ``…layer.N.attention`` …) and of its output projection when the module goes on past it
     (BERT's ``output.dense``, before the norm of the residual)."""
-    pattern = re.compile(rf"(^|\.)((layers|layer|h)\.{layer}\.(self_attn|attention|attn|mixer|"
+    pattern = re.compile(rf"(^|\.)((layers|layer|h|blocks)\.{layer}\.(self_attn|attention|attn|mixer|"
                          rf"self_attention)|attentions\.{layer})$")  # (XLM's: attentions.N)
     found = [name for name, _ in model.named_modules() if pattern.search(name)]
     if not found:

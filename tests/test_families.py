@@ -27,6 +27,7 @@ REFUSED = {"falcon-alibi": "alibi is true", "phi-qk-layernorm": "qk_layernorm is
            "stablelm-qk-layernorm": "qk_layernorm is true: a LayerNorm of each head's",
            "llama4-chunked": "attention_chunk_size is 4: Llama 4's chunked attention on layer 0",
            "llama4-tuned": "attn_temperature_tuning is true: Llama 4's temperature tuning",
+           "mpt-clipped": "attn_config.clip_qkv is 6.0: q, k and v clamped",
            "hunyuan_v1_dense": "query_layernorm.weight: hunyuan_v1_dense's RMS norm of each "
                                "head's queries and keys comes after RoPE"}
 FOLLOWED = sorted(set(hf.FAMILIES) - set(REFUSED))
@@ -125,7 +126,8 @@ def test_both_config_layouts_and_bfloat16_agree(family: str, tmp_path: Path) -> 
 def test_what_mha_cannot_follow_is_refused_by_name(family: str, tmp_path: Path) -> None:
     folder = hf.make_model(family, tmp_path / family)
     with pytest.raises(mhacli.MhaError) as caught:
-        _ours(folder, 0, np.ones((3, hf.read_config(folder)["hidden_size"])))
+        config = hf.read_config(folder)
+        _ours(folder, 0, np.ones((3, config.get("hidden_size") or config["d_model"])))
     assert REFUSED[family] in str(caught.value)
     assert str(caught.value).startswith(str(folder))  # (config.json, or the tensor's file)
 

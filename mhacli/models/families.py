@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ..errors import MhaError, shown
 from .family import (Family, Layer, by_layer_types, decoder, every_layer, gemma3_rope,
                      pattern_of, qwen_window, rope)
@@ -179,6 +181,57 @@ def deberta(f: Family, r: Reader, stem: str) -> Layer:
     raise r.error("model_type", f"{shown(f.model_type)}: DeBERTa's attention (its "
                   f"{'in_proj' if f.tensors == 'deberta_v1' else 'query_proj'} layout, scores "
                   "÷ √(d_k · (1 + len(pos_att_type)))), which mha does not read yet")
+
+
+def _mpt_slopes(heads: int) -> list[float]:
+    """MPT's ALiBi slopes as its model makes them (in float32): 1 / 2^(8h/P) for h = 1 … P,
+    P the power of two ≥ H; past a power of two, the odd ones then the even ones."""
+    power = 1 << max(heads - 1, 0).bit_length()
+    base = np.arange(1, power + 1, dtype=np.float32) * np.float32(8 / power)
+    slopes = (np.float32(1) / np.power(np.float32(2), base)).astype(np.float32)
+    if power != heads:
+        slopes = np.concatenate([slopes[1::2], slopes[::2]])[:heads]
+    return [float(v) for v in slopes]
+
+
+@said("fused Wqkv [q | k | v]; causal; ALiBi (its slopes, bias max 8)")
+def mpt(f: Family, r: Reader, stem: str) -> Layer:
+    """MPT: a fused ``Wqkv`` (every query head, then every key head, then every value
+    head), ``out_proj``; causal; ALiBi, which transformers' model always adds, with its
+    own slopes (alibi_bias_max 8 as it fixes it); attn_config's clip_qkv, qk_ln and
+    prefix_lm refused by name."""
+    heads, _, d = heads_of(r, "n_heads", None, r.count("d_model"))
+    d = int(d)  # type: ignore[arg-type]
+    attn = r.get("attn_config") or {}
+    if not isinstance(attn, dict):
+        raise r.error("attn_config", f"{shown(attn)}: expected a mapping")
+    for key, why in (("clip_qkv", "q, k and v clamped"), ("qk_ln", "a LayerNorm of q and k"),
+                     ("prefix_lm", "a prefix that attends both ways"),
+                     ("attn_uses_sequence_id", "a mask of sequence ids")):
+        if attn.get(key) not in (None, False, 0):
+            raise r.error(f"attn_config.{key}", f"{shown(attn[key])}: {why}, which mha "
+                          "does not follow")
+    if attn.get("attn_type", "multihead_attention") != "multihead_attention":
+        raise r.error("attn_config.attn_type", f"{shown(attn['attn_type'])}: an attention "
+                      "mha does not compute")
+    out: dict[str, Any] = {"mask": "causal", "heads": heads, "alibi": _mpt_slopes(heads)}
+    r.note("mask", "MPT: causal")
+    r.note("alibi", "MPT: ALiBi with its slopes (alibi_bias_max 8, as transformers' model "
+           "fixes it; its slope · (j − n + 1) gives the same softmax under the causal mask)")
+    fused(r, stem, "Wqkv", [(letter, h) for letter in "qkv" for h in range(heads)], d, out)
+    linear(r, stem, "out_proj", out, "o")
+    scale = attn.get("softmax_scale")
+    if scale is not None:
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or scale <= 0:
+            raise r.error("attn_config.softmax_scale", f"{shown(scale)}: expected a positive "
+                          "number")
+        out["scale"] = 1.0 / float(scale)
+        r.note("scale", "config attn_config.softmax_scale (scores × it: s = 1 / it)")
+    for key in ("no_bias", "learned_pos_emb", "expansion_ratio", "max_seq_len",
+                "emb_pdrop", "logit_scale", "norm_type", "use_norm_bias", "init_device",
+                "embedding_fraction", "verbose", "init_config", "fc_type"):
+        r.get(key)  # (around the attention: its biases are the tensors it holds)
+    return out
 
 
 @said("query, key, value and output.dense; no mask (causal as a decoder)")
@@ -523,7 +576,8 @@ RECORDS: tuple[Family, ...] = (
       for name in ("t5", "mt5", "umt5", "switch_transformers")),
     Family("gpt_bigcode", tensors="gpt2", read=gpt_bigcode),
     Family("bloom", tensors="falcon", read=bloom),
-    Family("gpt_neo", tensors="gpt_neo", read=gpt_neo),  # (Falcon's names, BLOOM's layout)
+    Family("gpt_neo", tensors="gpt_neo", read=gpt_neo),
+    Family("mpt", tensors="mpt", read=mpt),  # (Falcon's names, BLOOM's layout)
     Family("distilbert", tensors="distilbert", qkv=("q_lin", "k_lin", "v_lin"),
            o_proj="out_lin", causal=False, rope=no_rope, keys=("n_heads", "", "dim"),
            unread=("n_layers", "hidden_dim", "activation", "sinusoidal_pos_embds",

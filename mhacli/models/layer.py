@@ -34,6 +34,7 @@ LAYOUTS = (
     ("falcon", r"(?:^|\.)h\.(\d+)\.self_attention\.query_key_value\.weight$",
      "query_key_value.weight"),
     ("gpt_neo", r"(?:^|\.)h\.(\d+)\.attn\.attention\.q_proj\.weight$", "q_proj.weight"),
+    ("mpt", r"(?:^|\.)blocks\.(\d+)\.attn\.Wqkv\.weight$", "Wqkv.weight"),
     ("gptj", r"(?:^|\.)h\.(\d+)\.attn\.q_proj\.weight$", "q_proj.weight"),
     ("phi3", r"(?:^|\.)layers\.(\d+)\.self_attn\.qkv_proj\.weight$", "qkv_proj.weight"),
     ("decoder", r"(?:^|\.)layers\.(\d+)\.self_attn\.q_proj\.weight$", "q_proj.weight"),
