@@ -287,6 +287,11 @@ def llama_line(recipe: Callable[..., Any], decoder: Callable[..., dict[str, Any]
         "mpt-clipped": recipe("MptConfig", "MptForCausalLM", dict(
             vocab_size=100, d_model=32, n_heads=4, n_layers=2, expansion_ratio=2,
             max_seq_len=64, attn_config={"clip_qkv": 6.0})),
+        "exaone": r("ExaoneConfig", "LlamaForCausalLM", "saved under GPT-Neo's names; biases",
+                    head_dim=8, attention_bias=True),
+        "ctrl": recipe("CTRLConfig", "CTRLLMHeadModel", dict(
+            vocab_size=100, n_embd=32, n_layer=2, n_head=4, dff=64, n_positions=64),
+            notes="Wq, Wk, Wv, dense; its module called (x, x, x)"),
         "cohere-qk-norm": r("CohereConfig", "CohereForCausalLM", "a LayerNorm of q and k",
                             use_qk_norm=True),
         "stablelm-qk-layernorm": r("StableLmConfig", "StableLmForCausalLM", qk_layernorm=True),

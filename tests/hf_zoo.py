@@ -240,7 +240,7 @@ def attention_module(model: torch.nn.Module, layer: int) -> tuple[str, str | Non
     ``…layer.N.attention`` …) and of its output projection when the module goes on past it
     (BERT's ``output.dense``, before the norm of the residual)."""
     pattern = re.compile(rf"(^|\.)((layers|layer|h|blocks)\.{layer}\.(self_attn|attention|attn|mixer|"
-                         rf"self_attention)|attentions\.{layer})$")  # (XLM's: attentions.N)
+                         rf"self_attention|multi_head_attention)|attentions\.{layer})$")  # (XLM's: attentions.N)
     found = [name for name, _ in model.named_modules() if pattern.search(name)]
     if not found:
         raise LookupError(f"no attention module of layer {layer}")
@@ -263,7 +263,11 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
     rows as ``x``, in place of the encoder's output). Returns ``output``: what ``output`` (the output
     projection's module path) gives in that call, else the module's own output; and
     ``weights`` when the module returns them (H × n × m)."""
-    path, output = _in_memory(model, path), output and _in_memory(model, output)
+    path = _in_memory(model, path)
+    try:
+        output = output and _in_memory(model, output)
+    except LookupError:  # (saved under another name: the module's own output is the same)
+        output = None
     names = dict(model.named_modules())
     after_inner = None
     if output == f"{path}.output.dense" and f"{path}.self" in names:
@@ -305,7 +309,8 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
     dtype = next(model.parameters()).dtype
     hidden = torch.from_numpy(np.asarray(x, dtype=np.float64))[None].to(dtype)
     if args:
-        args = (hidden,) + tuple(args[1:])
+        same = sum(1 for a in args[:3] if a is args[0])  # (CTRL's is called (x, x, x, …))
+        args = (hidden,) * same + tuple(args[same:])
     else:
         kwargs["hidden_states"] = hidden
     if x_kv is not None:
@@ -354,6 +359,9 @@ def _in_memory(model: torch.nn.Module, path: str) -> str:
         found = [n for n in names if n.endswith(tail)]
         if len(found) == 1:
             return found[0]
+    number = re.search(r"\.(\d+)\.", path)  # (EXAONE 3 saves GPT-Neo's names for Llama's)
+    if number and path.endswith(("attn.attention", "self_attn")):
+        return attention_module(model, int(number[1]))[0]
     raise LookupError(f"no module {path} in the model as loaded")
 
 

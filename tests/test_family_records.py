@@ -72,6 +72,15 @@ def test_a_gated_attention_is_refused_naming_its_gate(tmp_path: Path) -> None:
         read_layer(folder, 0)
 
 
+def test_an_approximation_of_softmax_attention_is_refused_for_good(tmp_path: Path) -> None:
+    from mhacli.models.layer import NotAttention
+
+    folder = _renamed(tmp_path, "bert", "nystromformer")
+    with pytest.raises(NotAttention, match="layer 1 is the Nyström approximation of softmax "
+                       "attention .*; this model has no softmax attention layer"):
+        read_layer(folder, 1)
+
+
 def test_every_record_is_read_by_its_own_layout() -> None:
     """Each record's reading is the shared one unless its tensors are laid out another
     way; the Llama line's records name no reading of their own."""
@@ -79,7 +88,7 @@ def test_every_record_is_read_by_its_own_layout() -> None:
         if record.model_type == "llama4_text":  # the Llama line's reading, then its own
             assert record.read is not None and record.tensors == "decoder"
         elif record.tensors in ("decoder", "phi3", "mixer", "modernbert", "attn", "distilbert",
-                                "xlm"):
+                                "xlm", "ctrl") or record.model_type == "exaone":
             assert record.read is None, record.model_type
             assert record.layer.__func__ is Family.layer  # type: ignore[attr-defined]
         else:

@@ -421,6 +421,19 @@ XLM_OUTSIDE = ("n_layers", "gelu_activation", "sinusoidal_embeddings", "asm", "n
                "use_lang_emb", "embed_init_std", "init_std", "unk_index", "mask_index",
                "is_encoder", "start_n_top", "end_n_top", "lang_id", "layerdrop",
                "pre_norm", "asm_cutoffs", "asm_div_value", "lang2id", "id2lang")
+@said("an approximation of softmax attention (refused for good)")
+def approximate(f: Family, r: Reader, stem: str) -> Layer:
+    """Nyströmformer, YOSO, MRA: their attention approximates softmax attention (landmarks,
+    hashing, multiresolution blocks), so no layer of theirs computes it: refused for good."""
+    from .layer import NotAttention
+
+    how = {"nystromformer": "the Nyström approximation of softmax attention (landmarks)",
+           "yoso": "YOSO's hashed approximation of softmax attention",
+           "mra": "MRA's multiresolution approximation of softmax attention"}[f.model_type]
+    raise NotAttention(f"--layer {r.layer}: layer {r.layer} is {how}, not softmax attention; "
+                       "this model has no softmax attention layer", source=r.config_file)
+
+
 # ModernBERT's keys of its head, embeddings and kernels, none inside the attention
 MODERNBERT_OUTSIDE = ("classifier_activation", "classifier_pooling", "classifier_bias",
                       "decoder_bias", "norm_bias", "initializer_cutoff_factor", "mlp_dropout",
@@ -577,7 +590,10 @@ RECORDS: tuple[Family, ...] = (
     Family("gpt_bigcode", tensors="gpt2", read=gpt_bigcode),
     Family("bloom", tensors="falcon", read=bloom),
     Family("gpt_neo", tensors="gpt_neo", read=gpt_neo),
-    Family("mpt", tensors="mpt", read=mpt),  # (Falcon's names, BLOOM's layout)
+    Family("mpt", tensors="mpt", read=mpt),
+    Family("exaone", tensors="gpt_neo", o_proj="out_proj"),  # (EXAONE 3: GPT-Neo's names)
+    Family("ctrl", tensors="ctrl", qkv=("Wq", "Wk", "Wv"), o_proj="dense", rope=no_rope,
+           keys=("n_head", "", "n_embd"), unread=("dff",)),  # (Falcon's names, BLOOM's layout)
     Family("distilbert", tensors="distilbert", qkv=("q_lin", "k_lin", "v_lin"),
            o_proj="out_lin", causal=False, rope=no_rope, keys=("n_heads", "", "dim"),
            unread=("n_layers", "hidden_dim", "activation", "sinusoidal_pos_embds",
@@ -594,6 +610,7 @@ RECORDS: tuple[Family, ...] = (
     # ---- encoders laid out as BERT is
     *(Family(name, tensors="bert", read=bert, unread=unread) for name, unread in BERT_LIKE.items()),
     Family("big_bird", tensors="bert", read=big_bird),
+    *(Family(name, tensors="bert", read=approximate) for name in ("nystromformer", "yoso", "mra")),
     Family("roberta-prelayernorm", tensors="bert", read=bert, input_norm="LayerNorm"),
     Family("xlm-roberta-xl", tensors="bert", read=bert, input_norm="self_attn_layer_norm"),
     Family("megatron-bert", tensors="bert", read=bert, input_norm="ln"),

@@ -35,6 +35,7 @@ LAYOUTS = (
      "query_key_value.weight"),
     ("gpt_neo", r"(?:^|\.)h\.(\d+)\.attn\.attention\.q_proj\.weight$", "q_proj.weight"),
     ("mpt", r"(?:^|\.)blocks\.(\d+)\.attn\.Wqkv\.weight$", "Wqkv.weight"),
+    ("ctrl", r"(?:^|\.)h\.(\d+)\.multi_head_attention\.Wq\.weight$", "Wq.weight"),
     ("gptj", r"(?:^|\.)h\.(\d+)\.attn\.q_proj\.weight$", "q_proj.weight"),
     ("phi3", r"(?:^|\.)layers\.(\d+)\.self_attn\.qkv_proj\.weight$", "qkv_proj.weight"),
     ("decoder", r"(?:^|\.)layers\.(\d+)\.self_attn\.q_proj\.weight$", "q_proj.weight"),
@@ -170,6 +171,7 @@ NOT_ATTENTION = (
     (r"^attention\.(receptance|time_decay|time_first)", "RWKV's time mixing (a linear "
      "recurrence)"),
     (r"^mlstm_layer\.", "an mLSTM (a matrix-memory recurrence)"),
+    (r"^fourier\.", "a Fourier transform of the tokens (FNet's, in place of attention)"),
     (r"^mixer\.(experts|gate|shared_experts)\.", "a mixture-of-experts feed-forward layer"),
     (r"^mixer\.(up_proj|down_proj)\.", "a feed-forward layer"),
 )
