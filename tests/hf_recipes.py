@@ -292,6 +292,10 @@ def llama_line(recipe: Callable[..., Any], decoder: Callable[..., dict[str, Any]
         "ctrl": recipe("CTRLConfig", "CTRLLMHeadModel", dict(
             vocab_size=100, n_embd=32, n_layer=2, n_head=4, dff=64, n_positions=64),
             notes="Wq, Wk, Wv, dense; its module called (x, x, x)"),
+        "codegen": recipe("CodeGenConfig", "CodeGenForCausalLM", dict(
+            vocab_size=100, n_embd=64, n_layer=2, n_head=8, rotary_dim=4, n_positions=64,
+            n_ctx=64, pad_token_id=0, bos_token_id=1, eos_token_id=2),
+            notes="8 heads in 4 blocks of [q | v | k]; RoPE over 4 of each head's 8"),
         "cohere-qk-norm": r("CohereConfig", "CohereForCausalLM", "a LayerNorm of q and k",
                             use_qk_norm=True),
         "stablelm-qk-layernorm": r("StableLmConfig", "StableLmForCausalLM", qk_layernorm=True),

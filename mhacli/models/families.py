@@ -234,6 +234,31 @@ def mpt(f: Family, r: Reader, stem: str) -> Layer:
     return out
 
 
+@said("fused qkv_proj in 4 blocks of [q | v | k]; causal; RoPE (interleaved pairs) over "
+      "rotary_dim")
+def codegen(f: Family, r: Reader, stem: str) -> Layer:
+    """CodeGen: a fused ``qkv_proj`` whose rows are 4 blocks (its model-parallel pieces),
+    each [q | v | k] of a quarter of the heads; ``out_proj``; causal; RoPE in interleaved
+    pairs over the first rotary_dim of each head, base 10000 (fixed in the model)."""
+    heads, _, d = heads_of(r, "n_head", None, r.count("n_embd"))
+    d = int(d)  # type: ignore[arg-type]
+    if heads % 4:
+        raise r.error("n_head", f"{heads}: CodeGen cuts its heads into 4 blocks")
+    per = heads // 4
+    order = [(letter, g * per + j) for g in range(4) for letter in "qvk" for j in range(per)]
+    out: dict[str, Any] = {"mask": "causal", "heads": heads}
+    r.note("mask", "CodeGen: causal")
+    fused(r, stem, "qkv_proj", order, d, out)
+    linear(r, stem, "out_proj", out, "o")
+    dims = r.count("rotary_dim")
+    if dims is None or dims > d or dims % 2 or dims < 2:
+        raise r.error("rotary_dim", f"{shown(dims)}: CodeGen turns the first rotary_dim of each "
+                      f"head's {d} dimensions, an even number")
+    out["rope"] = {"style": "interleaved", "base": 10000.0, "dims": dims}
+    r.note("rope", "config rotary_dim (interleaved pairs, base 10000 as CodeGen fixes it)")
+    return out
+
+
 @said("query, key, value and output.dense; no mask (causal as a decoder)")
 def bert(f: Family, r: Reader, stem: str) -> Layer:
     """BERT-style encoders: ``self.query/key/value`` and ``output.dense``; no mask (each
@@ -591,6 +616,7 @@ RECORDS: tuple[Family, ...] = (
     Family("bloom", tensors="falcon", read=bloom),
     Family("gpt_neo", tensors="gpt_neo", read=gpt_neo),
     Family("mpt", tensors="mpt", read=mpt),
+    Family("codegen", tensors="codegen", read=codegen),
     Family("exaone", tensors="gpt_neo", o_proj="out_proj"),  # (EXAONE 3: GPT-Neo's names)
     Family("ctrl", tensors="ctrl", qkv=("Wq", "Wk", "Wv"), o_proj="dense", rope=no_rope,
            keys=("n_head", "", "n_embd"), unread=("dff",)),  # (Falcon's names, BLOOM's layout)

@@ -36,6 +36,7 @@ LAYOUTS = (
     ("gpt_neo", r"(?:^|\.)h\.(\d+)\.attn\.attention\.q_proj\.weight$", "q_proj.weight"),
     ("mpt", r"(?:^|\.)blocks\.(\d+)\.attn\.Wqkv\.weight$", "Wqkv.weight"),
     ("ctrl", r"(?:^|\.)h\.(\d+)\.multi_head_attention\.Wq\.weight$", "Wq.weight"),
+    ("codegen", r"(?:^|\.)h\.(\d+)\.attn\.qkv_proj\.weight$", "qkv_proj.weight"),
     ("gptj", r"(?:^|\.)h\.(\d+)\.attn\.q_proj\.weight$", "q_proj.weight"),
     ("phi3", r"(?:^|\.)layers\.(\d+)\.self_attn\.qkv_proj\.weight$", "qkv_proj.weight"),
     ("decoder", r"(?:^|\.)layers\.(\d+)\.self_attn\.q_proj\.weight$", "q_proj.weight"),
