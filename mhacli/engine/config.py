@@ -88,11 +88,6 @@ class Config:
             rope_theta(self.rope_dims, self.rope_base)
 
     @property
-    def blocks(self) -> bool:
-        """Does anything block positions (mask, window or padding)?"""
-        return self.mask != "none" or self.window is not None or self.padding
-
-    @property
     def key_labels(self) -> bool:
         """Do the key rows have labels of their own (x_kv, or k and v given)?"""
         return self.cross or self.direct

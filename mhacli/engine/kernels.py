@@ -190,8 +190,7 @@ def each_block(tr: Record, br: int, bc: int | None = None,
             steps = []
             for k0 in range(0, c.m, bc):
                 keys = range(k0, min(k0 + bc, c.m))
-                allowed = p.allowed(rows.start, rows.stop, keys.start, keys.stop)  # (r, c)
-                if allowed is not None and not allowed.any():
+                if p.reach.skipped(rows, keys):  # every entry blocked
                     steps.append(TileStep(keys, True))
                     continue
                 s = masked[h, rows.start:rows.stop, keys.start:keys.stop]  # (r, c)
@@ -228,21 +227,10 @@ def block_json(b: TileBlock) -> dict[str, Any]:
 
 def why_skipped(p: Prepared, rows: range, keys: range) -> str:
     """What blocks every entry of a skipped tile, in words: the causal mask, the
-    window, key padding, the mask matrix, or several of them together."""
-    c = p.config
-    reasons = []
-    if c.mask == "causal" and keys.start > rows.stop - 1:
-        reasons.append("the causal mask (every key comes after every query)")
-    if c.window is not None and min(abs(rows.start - (keys.stop - 1)),
-                                    abs(keys.start - (rows.stop - 1))) >= c.window \
-            and (keys.start > rows.stop - 1 or rows.start > keys.stop - 1):
-        reasons.append(f"the window of {c.window} (every key is {c.window} or more away)")
-    if p.key_padding is not None and not p.key_padding[keys.start:keys.stop].any():
-        reasons.append("key padding (every key is padding)")
-    if p.mask is not None and not p.mask[rows.start:rows.stop, keys.start:keys.stop].any():
-        reasons.append("the mask (0 in every entry)")
-    return " and ".join(reasons[:1]) if reasons else \
-        "the mask, window and padding together"
+    window, key padding, the mask matrix, or several of them together. A rule of a
+    shape is named before a matrix, which says less of why."""
+    rules = sorted(p.reach.tile_rules(rows, keys), key=lambda r: r.name == "mask")
+    return rules[0].tile_said if rules else "the mask, window and padding together"
 
 
 def agreement(a: Array, b: Array) -> str:

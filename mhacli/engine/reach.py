@@ -215,17 +215,18 @@ class Reach:
     def of(cls, c: Config, matrix: npt.NDArray[np.bool_] | None = None,
            key_padding: npt.NDArray[np.bool_] | None = None) -> Reach:
         """The rules of the problem ``c``: its mask (causal, or the ``matrix``), its
-        window, its ``key_padding``. Without the arrays, the rules its Config alone
-        fixes (enough to size a decoding cache)."""
+        window, its ``key_padding``, in that order. Made from the Config alone (no
+        arrays), a matrix's and padding's rules are there to be named, not asked: the
+        rules of runs answer in full (a decoding cache's sizes)."""
         rules: list[Rule] = []
         if c.mask == "causal":
             rules.append(Causal())
-        if matrix is not None:
-            rules.append(Matrix(matrix))
+        if c.mask == "matrix":
+            rules.append(Matrix(matrix))  # type: ignore[arg-type]
         if c.window is not None:
             rules.append(Window(c.window))
-        if key_padding is not None:
-            rules.append(Padding(key_padding))
+        if c.padding:
+            rules.append(Padding(key_padding))  # type: ignore[arg-type]
         return cls(c.n, c.m, tuple(rules))
 
     @property

@@ -20,6 +20,7 @@ from ..errors import MhaError
 from . import ops
 from .gradients import GRADIENTS
 from .head_weights import OUTPUT, PROJECTIONS
+from .reach import Reach
 from .stage import KEY, NUMBERED, QUERY, Stage
 from .work import Work, normed, turned
 from .writing import Entry, Formula, sub
@@ -198,16 +199,12 @@ def _cell_scaled(e: Entry) -> list[str]:
 def _cell_masked(e: Entry) -> list[str]:
     before = _before(e)
     e.mark(before, e.head, {e.row}, {e.col})
-    allowed = e.trace.prepared.allowed(e.row, e.row + 1)
-    if allowed is None or allowed[0, e.col]:
+    reasons = e.trace.prepared.reach.why(e.row, e.col)  # the rules that block it, in order
+    if not reasons:
         return [f"{e.name} = {before}{e.hs}[{e.row_label}, {e.col_label}] = {e.result}  "
                 f"({e.row_label} may attend to {e.col_label})"]
-    c, p, i, j = e.c, e.trace.prepared, e.row, e.col
-    why = "the causal mask" if c.mask == "causal" and j > i else \
-        "the mask" if p.mask is not None and not p.mask[i, j] else \
-        f"the window ({e.col_label} is {abs(i - j)} ≥ {c.window} away)" \
-        if c.window is not None and abs(i - j) >= c.window else "key padding"
-    return [f"{e.name} = −∞  ({why} blocks {e.col_label} for the query {e.row_label})"]
+    return [f"{e.name} = −∞  ({reasons[0].said(e.col_label)} blocks {e.col_label} for the "
+            f"query {e.row_label})"]
 
 
 def _cell_softcapped(e: Entry) -> list[str]:
@@ -370,21 +367,11 @@ def _mask_text(f: Formula) -> str:
     c = f.c
     before = "biased" if c.alibi or c.bias else "softcapped" if c.softcap is not None \
         else "scaled"
-    if not c.blocks:
+    rules = Reach.of(c).rules  # named, not asked: the formula has no arrays
+    if not rules:
         return f"no mask: the same as {before}"
-    if c.window is None and not c.padding:
-        return {"causal": "causal mask: query i sees keys 1…i; blocked entries set to −∞",
-                "matrix": "mask 0 = blocked: set to −∞"}[c.mask]
-    rules = []
-    if c.mask == "causal":
-        rules.append("causal: query i sees keys 1…i")
-    elif c.mask == "matrix":
-        rules.append("mask 0 = blocked")
-    if c.window is not None:
-        rules.append(f"window {c.window}: |i − j| < {c.window}")
-    if c.padding:
-        rules.append("padding keys blocked")
-    return "; ".join(rules) + "; blocked entries set to −∞"
+    words = "; ".join(r.text(alone=len(rules) == 1) for r in rules)
+    return words if words.endswith("set to −∞") else words + "; blocked entries set to −∞"
 
 
 def _biased_text(f: Formula) -> str:

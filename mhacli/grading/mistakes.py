@@ -72,7 +72,7 @@ def _divided(name: str, value: Callable[[Prepared], float | None]) -> Mistake:
 
 
 def _inverted(p: Prepared, st: Stages) -> Stages | None:
-    allowed = p.allowed()
+    allowed = p.reach.allowed()
     if allowed is None:
         return None
     return {"masked": ops.mask_scores(_chain_before_mask(p, st), ~allowed)}
@@ -84,7 +84,7 @@ def _columns(p: Prepared, st: Stages) -> Stages | None:
 
 
 def _mask_after(p: Prepared, st: Stages) -> Stages | None:
-    allowed = p.allowed()
+    allowed = p.reach.allowed()
     if allowed is None:
         return None
     return {"weights": np.where(allowed, _softmax(_chain_before_mask(p, st), p), 0.0)}

@@ -44,7 +44,7 @@ def grade_decode(tr: Any, steps: Sequence[DecodeStep], answers: list[dict[str, A
                              f"token), found {len(answers)}")]
     cells: dict[str, list[Cell]] = {f: [] for f in FIELDS}
     problems: dict[str, list[str]] = {f: [] for f in FIELDS}
-    positions: list[Wrong | None] = []
+    positions: list[tuple[Wrong, bool] | None] = []
     for st, a in zip(steps, answers):
         step = a.get("step")
         if step is not None and not step.blank and step.value != st.step:
@@ -75,7 +75,8 @@ def grade_decode(tr: Any, steps: Sequence[DecodeStep], answers: list[dict[str, A
 
 
 def _walk(tr: Any, st: DecodeStep, a: dict[str, Any], cells: dict[str, list[Cell]],
-          problems: dict[str, list[str]], positions: list[Wrong | None]) -> None:
+          problems: dict[str, list[str]], positions: list[tuple[Wrong, bool] | None]
+          ) -> None:
     """One step's cells, the later ones also from the person's own earlier numbers."""
     c, p = tr.config, tr.prepared
     t, pos = st.step, st.positions
@@ -113,11 +114,13 @@ def _walk(tr: Any, st: DecodeStep, a: dict[str, Any], cells: dict[str, list[Cell
     if given is not None:
         wrote = [c.value for c in given.flat] if isinstance(given, np.ndarray) else None
         want = [float(i + 1) for i in pos]
-        positions.append(None if wrote == want else Wrong(
+        # the cache as it would be kept with the window left out of the rules
+        unwindowed = [float(i + 1) for i in p.reach.without("window").cache(t - 1)]
+        positions.append(None if wrote == want else (Wrong(
             None, 0, 0, "[" + (", ".join(c.text or "_" for c in given.flat)
                                if wrote is not None else str(given)) + "]", math.nan, None,
             math.nan, f"[{', '.join(str(i + 1) for i in pos)}]",
-            where=f"{place}: positions"))
+            where=f"{place}: positions"), wrote == unwindowed))
     cache = {}
     for name, true in (("k_cache", st.k_cache), ("v_cache", st.v_cache)):
         cache[name] = get(name, true.shape)
@@ -235,14 +238,13 @@ def _splits(st: DecodeStep, a: dict[str, Any], zm: np.ndarray, vh: np.ndarray, p
             no_rescale=np.array(os_).sum(axis=0))
 
 
-def _positions_report(tr: Any, positions: list[Wrong | None]) -> StageReport:
-    """The positions the cache holds at each step, where written: the whole list."""
+def _positions_report(tr: Any, positions: list[tuple[Wrong, bool] | None]) -> StageReport:
+    """The positions the cache holds at each step, where written: the whole list (each
+    wrong one with whether it is the cache kept without the window)."""
     c = tr.config
-    wrong = [w for w in positions if w is not None]
+    wrong = [w for w, _ in filter(None, positions)]
     named = None
-    if wrong and c.window is not None and all(
-            w.written == "[" + ", ".join(str(i) for i in range(1, len(
-                w.written.strip("[]").split(", ")) + 1)) + "]" for w in wrong):
+    if wrong and all(unwindowed for _, unwindowed in filter(None, positions)):
         named = (f"the window of {c.window} is left out of the cache: it keeps only the "
                  f"last {c.window} positions, dropping the oldest as each token arrives")
     return StageReport("decode.positions", "wrong" if wrong else "correct", len(positions),
