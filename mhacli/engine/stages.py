@@ -3,8 +3,8 @@
 An entry says what a stage is called (and its aliases), how it is computed from the
 stages before it, its shape, whether it has one matrix per head, whose labels its rows
 and columns take, its formula as text and as LaTeX, and how one of its entries is
-written out as arithmetic. The traced path computes the table in order; the views,
-JSON, Markdown, LaTeX, ``--cell``, ``check`` and ``generate`` all read it.
+written out as arithmetic (``cells.py``). The traced path computes the table in order;
+the views, JSON, Markdown, LaTeX, ``--cell``, ``check`` and ``generate`` all read it.
 
 A new stage is its function (``ops.py``) and its entry here.
 """
@@ -19,258 +19,20 @@ import numpy as np
 from ..errors import MhaError
 from . import ops
 from .gradients import GRADIENTS
+from .cells import (
+    cell_input, cell_projection, cell_split, cell_scores, cell_pos, cell_x_pos, cell_rot,
+    cell_normed, cell_alibi, cell_biased, cell_scaled, cell_masked, cell_softcapped,
+    cell_weights, cell_head_outputs, cell_concat, cell_output)
 from .head_weights import OUTPUT, PROJECTIONS
 from .reach import Reach
 from .stage import KEY, NUMBERED, QUERY, Stage
 from .work import Work, normed, turned
-from .writing import Entry, Formula, sub
+from .writing import Formula, sub
 
 if TYPE_CHECKING:
     from .config import Config
 
 Array = np.ndarray
-
-
-# --------------------------------------------------------------------------- cells
-
-
-def _before(e: Entry) -> str:
-    """The step of the score chain an entry's stage was computed from (scaled,
-    softcapped …): the latest chain stage before it in the trace."""
-    names = list(e.trace.stages)
-    return next(n for n in reversed(names[:names.index(e.stage)]) if BY_NAME[n].chain)
-
-
-def _cell_input(e: Entry) -> list[str]:
-    return [f"{e.name} = {e.result}, an input"]
-
-
-def _cell_projection(e: Entry) -> list[str]:
-    if e.c.direct:
-        return [f"{e.name} = {e.result}, given"]
-    src = "x_kv" if e.c.cross and e.stage != "q" else "x"
-    w = {"q": e.p.w_q, "k": e.p.w_k, "v": e.p.w_v}[e.stage]
-    b = {"q": e.p.b_q, "k": e.p.b_k, "v": e.p.b_v}[e.stage]
-    assert w is not None
-    bias = f" + b_{e.stage}[{e.col + 1}]" if b is not None else ""
-    e.mark(src, None, {e.row})
-    return [f"{e.name} = row {e.row + 1} of {'X' if src == 'x' else 'X_kv'} · "
-            f"column {e.col + 1} of W_{e.stage.upper()}{bias}",
-            f"  = {e.dot(e.row_of(src, None, e.row), list(w[:, e.col]))}"
-            + (f" + {e.factor(b[e.col])}" if b is not None else ""),
-            f"  = {e.result}"]
-
-
-def _cell_split(e: Entry) -> list[str]:
-    whole = e.stage[0]
-    d = e.c.d_v if whole == "v" else e.c.d_k
-    h = e.head or 1
-    col = (h - 1) * d + e.col
-    e.mark(whole, None, {e.row}, {col})
-    shared = ""
-    if whole != "q" and e.c.groups != e.c.heads:
-        per = e.c.heads // e.c.groups
-        shared = f"; key/value head {h} serves query heads {(h - 1) * per + 1}–{h * per}"
-    return [f"{e.name} = {whole}[{e.row_label}, {col + 1}] = {e.result}  "
-            f"(head {h} owns columns {(h - 1) * d + 1}–{h * d} of {whole}{shared})"]
-
-
-def _cell_scores(e: Entry) -> list[str]:
-    hs, h = e.hs, e.head or 1
-    g = e.c.kv_of(h - 1) + 1  # the key head this query head uses
-    gs = sub(g)
-    q, k = _used(e.c)
-    rot = q.removeprefix("q")  # RoPE: the turned queries and keys; _normed, _heads
-    e.mark(q, h, {e.row})
-    e.mark(k, g, {e.col})
-    uses = f"; query head {h} uses key head {g}" if e.c.groups != e.c.heads else ""
-    shown = "" if rot == "_heads" else rot
-    return [f"{e.name} = q{shown}{hs}[{e.row_label}] · k{shown}{gs}[{e.col_label}]  (row "
-            f"{e.row + 1} of Q{shown}{hs} times row {e.col + 1} of K{shown}{gs}{uses})",
-            f"  = {e.dot(e.row_of(q, h, e.row), e.row_of(k, g, e.col))}",
-            f"  = {e.result}"]
-
-
-def _cell_pos(e: Entry) -> list[str]:
-    c, i, j = e.c, e.row, e.col
-    if c.positional == "learned":
-        return [f"{e.name} = row {i + 1} of the learned table, column {j + 1} = {e.result}"]
-    width = c.d_model
-    two_i = j - j % 2
-    fn = "sin" if j % 2 == 0 else "cos"
-    return [f"{e.name} = {fn}(p / 10000^({two_i}/{width})) with p = {i}  (position "
-            f"{i} is row {i + 1}; even columns sin, odd cos)",
-            f"  = {fn}({e.num(i / 10000 ** (two_i / width))})", f"  = {e.result}"]
-
-
-def _cell_x_pos(e: Entry) -> list[str]:
-    src, pe = ("x_kv", "the key side's positions") if e.stage == "x_kv_pos" else ("x", "pos")
-    value = e.p.pe_kv if e.stage == "x_kv_pos" else e.p.pe
-    e.mark(src, None, {e.row}, {e.col})
-    x = e.value(src, None, e.row, e.col)
-    return [f"{e.name} = {src}[{e.row_label}, {e.col + 1}] + {pe}[{e.row + 1}, {e.col + 1}]",
-            f"  = {e.factor(x)} + {e.factor(value[e.row, e.col])}", f"  = {e.result}"]
-
-
-def _cell_rot(e: Entry) -> list[str]:
-    c = e.c
-    h, i, j = e.head or 1, e.row, e.col
-    side = e.stage[0]
-    src = f"{side}_normed" if c.qk_norm is not None else f"{side}_heads"
-    e.mark(src, h, {i})
-    if j >= c.rope_dims:
-        return [f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] = {e.result}  "
-                f"(dimensions past {c.rope_dims} are not turned)"]
-    one, two = ops.rope_pairs(c.rope, c.rope_dims)
-    pair = int(np.flatnonzero((one == j) | (two == j))[0])
-    a, b = int(one[pair]), int(two[pair])
-    theta_i = float(c.rope_theta[pair])
-    angle = i * theta_i
-    x, y = e.value(src, h, i, a), e.value(src, h, i, b)
-    cos, sin = e.factor(np.cos(angle)), e.factor(np.sin(angle))
-    theta = f"{e.num(angle)} = {i}·{c.rope_base:g}^(−{2 * pair}/{c.rope_dims})" \
-        if not c.rope_freqs else f"{e.num(angle)} = {i}·θ_{pair + 1}, θ_{pair + 1} = " \
-        f"{theta_i:.6g} ({c.rope_scaling})"
-    if j == a:
-        rule = ("x·cos − y·sin", f"{e.factor(x)}×{cos} − {e.factor(y)}×{sin}")
-    else:
-        rule = ("x·sin + y·cos", f"{e.factor(x)}×{sin} + {e.factor(y)}×{cos}")
-    if c.rope_factor != 1.0:  # cos and sin scaled by the attention factor
-        rule = tuple(f"{e.num(c.rope_factor)}·({r})" for r in rule)  # type: ignore[assignment]
-    rule = f"{rule[0]} = {rule[1]}"  # type: ignore[assignment]
-    return [f"{e.name}: dimensions {a + 1} and {b + 1} turn together (x, y) by the angle "
-            f"p·θ = {theta}  (p = {i})",
-            f"  {rule}", f"  = {e.result}"]
-
-
-def _cell_normed(e: Entry) -> list[str]:
-    c = e.c
-    h, i, j = e.head or 1, e.row, e.col
-    src = e.stage[0] + "_heads"
-    e.mark(src, h, {i})
-    r = e.trace.parts[e.stage]["rms"][h - 1, i, 0]
-    weight = e.trace.prepared.q_norm if src[0] == "q" else e.trace.prepared.k_norm
-    w = weight[(h - 1) * c.d_k + j] if c.qk_norm == "width" else weight[j]
-    over = f"the row {e.row_label} of every head" if c.qk_norm == "width" else \
-        f"the row {e.row_label} of head {h}"
-    x = e.value(src, h, i, j)
-    return [f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] / rms × w_{j + 1}, rms = "
-            f"√(mean of the squares of {over} + eps)",
-            f"  rms = √(… + {e.num(c.qk_eps)}) = {e.num(r)}",
-            f"  {e.factor(x)} / {e.num(r)} × {e.factor(w)}", f"  = {e.result}"]
-
-
-def _cell_alibi(e: Entry) -> list[str]:
-    slope = e.p.slopes[(e.head or 1) - 1]
-    i, j = e.row, e.col
-    return [f"{e.name} = −slope{e.hs}·|i − j| = −{e.num(slope)}·|{i} − {j}|  "
-            f"(positions from 0: {e.row_label} is {i}, {e.col_label} is {j})",
-            f"  = {e.result}"]
-
-
-def _cell_biased(e: Entry) -> list[str]:
-    before = _before(e)
-    h, i, j = e.head, e.row, e.col
-    e.mark(before, h, {i}, {j})
-    terms = [(f"{before}{e.hs}[{e.row_label}, {e.col_label}]", e.value(before, h, i, j))]
-    if e.c.alibi:
-        e.mark("alibi", h, {i}, {j})
-        terms.append((f"alibi{e.hs}[{e.row_label}, {e.col_label}]", e.value("alibi", h, i, j)))
-    if e.c.bias:
-        b = e.p.bias
-        value = b[(h or 1) - 1, i, j] if b.ndim == 3 else b[i, j]
-        terms.append((f"bias[{i + 1}, {j + 1}]", value))
-    return [f"{e.name} = {' + '.join(t for t, _ in terms)}",
-            f"  = {' + '.join(e.factor(v) for _, v in terms)}", f"  = {e.result}"]
-
-
-def _cell_scaled(e: Entry) -> list[str]:
-    c = e.c
-    z = e.num(e.value("scores", e.head, e.row, e.col))
-    s = {"dk": f"√{c.d_k}", "n": f"√{c.m}", "none": "1"}.get(c.scale_rule, e.num(c.scale))
-    why = ""
-    if s.startswith("√") and float(c.scale).is_integer():  # -1 / 2  (s = √4), not -1 / √4 = 2
-        s, why = str(int(c.scale)), f"  (s = {s})"
-    e.mark("scores", e.head, {e.row}, {e.col})
-    return [f"{e.name} = z{e.hs}[{e.row_label}, {e.col_label}] / s = {z} / {s}{why}",
-            f"  = {e.result}"]
-
-
-def _cell_masked(e: Entry) -> list[str]:
-    before = _before(e)
-    e.mark(before, e.head, {e.row}, {e.col})
-    reasons = e.trace.prepared.reach.why(e.row, e.col)  # the rules that block it, in order
-    if not reasons:
-        return [f"{e.name} = {before}{e.hs}[{e.row_label}, {e.col_label}] = {e.result}  "
-                f"({e.row_label} may attend to {e.col_label})"]
-    return [f"{e.name} = −∞  ({reasons[0].said(e.col_label)} blocks {e.col_label} for the "
-            f"query {e.row_label})"]
-
-
-def _cell_softcapped(e: Entry) -> list[str]:
-    c = e.c.softcap
-    before = _before(e)
-    z = e.value(before, e.head, e.row, e.col)
-    e.mark(before, e.head, {e.row}, {e.col})
-    return [f"{e.name} = c·tanh({before}{e.hs}[{e.row_label}, {e.col_label}] / c) = "
-            f"{e.num(c)}·tanh({e.num(z)} / {e.num(c)})",
-            f"  = {e.num(c)}·{e.num(np.tanh(float(z) / c))}", f"  = {e.result}"]
-
-
-def _cell_weights(e: Entry) -> list[str]:
-    h, i, j = e.head or 1, e.row, e.col
-    parts = e.trace.parts["weights"]
-    e.mark("masked", h, {i})
-    top = parts["max"][h - 1, i, 0]
-    if np.isneginf(top):
-        return [f"{e.name} = 0: every key of the query {e.row_label} is blocked"]
-    exps = [e.num(t) for t in parts["exp"][h - 1, i]]
-    total = e.num(parts["sum"][h - 1, i, 0])
-    z = e.num(e.value("masked", h, i, j))
-    sink = ""
-    if "sink" in parts:
-        s_h = e.num(e.trace.prepared.sinks[h - 1])
-        exps.append(e.num(parts["sink"][h - 1, 0, 0]))
-        sink = f" and the sink s{e.hs} = {s_h}"
-    return [f"{e.name} = exp(z − max) / Σ exp(z − max), z the row {e.row_label} "
-            f"of masked{e.hs}{sink}",
-            f"  max of the row = {e.num(top)}",
-            f"  exp({z} − {e.num(top)}) = {exps[j]}",
-            f"  row sum = {' + '.join(exps)} = {total}"
-            + ("  (the last term is the sink's)" if sink else ""),
-            f"  {exps[j]} / {total} = {e.result}"]
-
-
-def _cell_head_outputs(e: Entry) -> list[str]:
-    h, hs = e.head or 1, e.hs
-    g = e.c.kv_of(h - 1) + 1  # the value head this query head uses
-    e.mark("weights", h, {e.row})
-    e.mark("v_heads", g, None, {e.col})
-    uses = f"; query head {h} uses value head {g}" if e.c.groups != e.c.heads else ""
-    return [f"{e.name} = row {e.row + 1} of A{hs} · column {e.col + 1} of V{sub(g)}  "
-            f"(the values, weighted by attention{uses})",
-            f"  = {e.dot(e.row_of('weights', h, e.row), e.col_of('v_heads', g, e.col))}",
-            f"  = {e.result}"]
-
-
-def _cell_concat(e: Entry) -> list[str]:
-    d_v = e.c.d_v
-    hh, jj = divmod(e.col, d_v)
-    e.mark("head_outputs", hh + 1, {e.row}, {jj})
-    return [f"{e.name} = head_outputs{sub(hh + 1)}[{e.row_label}, {jj + 1}] = {e.result}  "
-            f"(head {hh + 1} fills columns {hh * d_v + 1}–{(hh + 1) * d_v})"]
-
-
-def _cell_output(e: Entry) -> list[str]:
-    p, j = e.trace.prepared, e.col
-    e.mark("concat", None, {e.row})
-    bias = f" + b_o[{j + 1}]" if p.b_o is not None else ""
-    if p.w_o is None:
-        return [f"{e.name} = concat[{e.row_label}, {j + 1}]{bias} = {e.result}  (no w_o)"]
-    b_text = f" + {e.factor(p.b_o[j])}" if p.b_o is not None else ""
-    return [f"{e.name} = row {e.row + 1} of concat · column {j + 1} of W_O{bias}",
-            f"  = {e.dot(e.row_of('concat', None, e.row), list(p.w_o[:, j]))}{b_text}",
-            f"  = {e.result}"]
 
 
 # --------------------------------------------------------------------------- compute
@@ -421,80 +183,80 @@ def _input_text(what: str) -> Callable[[Formula], str]:
 FORWARD: tuple[Stage, ...] = (
     Stage("x", "n × d_model", lambda c: (c.n, c.d_model), QUERY, NUMBERED,
           compute=lambda w: w.p.x, formula=_input_text("X, the query-side input"),
-          latex=_tex("X"), cell=_cell_input, exact=True, given=True,
+          latex=_tex("X"), cell=cell_input, exact=True, given=True,
           exists=lambda c: not c.direct),
     Stage("pos", "n × d_model", lambda c: (c.n, c.d_model), QUERY, NUMBERED,
           compute=_pos,
           formula=lambda f: "PE, the learned positions (its first n rows)"
           if f.c.positional == "learned" else
           "PE[p, 2i] = sin(p / 10000^(2i/d_model)), PE[p, 2i+1] = cos(…), p from 0",
-          latex=_tex("PE"), cell=_cell_pos, exact=True,
+          latex=_tex("PE"), cell=cell_pos, exact=True,
           exists=lambda c: c.positional is not None),
     Stage("x_pos", "n × d_model", lambda c: (c.n, c.d_model), QUERY, NUMBERED,
           compute=_x_pos, formula=lambda f: "X + PE: the input with its positions",
-          latex=_tex("X + PE"), cell=_cell_x_pos, exact=True,
+          latex=_tex("X + PE"), cell=cell_x_pos, exact=True,
           exists=lambda c: c.positional is not None),
     Stage("x_kv", "m × d_kv", lambda c: (c.m, c.d_kv), KEY, NUMBERED,
           compute=lambda w: w.p.x_kv, formula=_input_text("X_kv, the key/value-side input"),
-          latex=_tex("X_{kv}"), cell=_cell_input, exact=True, given=True,
+          latex=_tex("X_{kv}"), cell=cell_input, exact=True, given=True,
           exists=lambda c: c.cross),
     Stage("x_kv_pos", "m × d_kv", lambda c: (c.m, c.d_kv), KEY, NUMBERED,
           compute=lambda w: _x_pos(w, kv=True),
           formula=lambda f: "X_kv + PE_kv: the key/value input with its own positions "
                             "(p from 0)",
-          latex=_tex("X_{kv} + PE"), cell=_cell_x_pos, exact=True,
+          latex=_tex("X_{kv} + PE"), cell=cell_x_pos, exact=True,
           exists=lambda c: c.positional is not None and c.cross),
     *PROJECTIONS,  # w_q, w_k, w_v: each head's block, shown on request
     Stage("q", "n × H·d_k", lambda c: (c.n, c.heads * c.d_k), QUERY, NUMBERED,
           compute=lambda w: w.projections()[0], formula=_proj_text("Q", "W_Q", lambda f: "X"),
-          latex=_proj_tex("Q", "W_Q", "X"), cell=_cell_projection, exact=True),
+          latex=_proj_tex("Q", "W_Q", "X"), cell=cell_projection, exact=True),
     Stage("k", "m × H·d_k", lambda c: (c.m, c.heads * c.d_k), KEY, NUMBERED,
           compute=lambda w: w.projections()[1], formula=_proj_text("K", "W_K", lambda f: f.src),
-          latex=_proj_tex("K", "W_K", "@src"), cell=_cell_projection, exact=True),
+          latex=_proj_tex("K", "W_K", "@src"), cell=cell_projection, exact=True),
     Stage("v", "m × H·d_v", lambda c: (c.m, c.heads * c.d_v), KEY, NUMBERED,
           compute=lambda w: w.projections()[2], formula=_proj_text("V", "W_V", lambda f: f.src),
-          latex=_proj_tex("V", "W_V", "@src"), cell=_cell_projection, exact=True),
+          latex=_proj_tex("V", "W_V", "@src"), cell=cell_projection, exact=True),
     Stage("q_heads", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
           compute=lambda w: ops.split_heads(w["q"], w.c.heads),
           formula=_split_text("Q", lambda c: c.d_k, "d_k"), latex=_tex("Q_{@h}"),
-          cell=_cell_split, per_head=True, exact=True),
+          cell=cell_split, per_head=True, exact=True),
     Stage("k_heads", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
           compute=lambda w: ops.split_heads(w["k"], w.c.groups),
           formula=_split_text("K", lambda c: c.d_k, "d_k"), latex=_tex("K_{@h}"),
-          cell=_cell_split, per_head=True, exact=True),
+          cell=cell_split, per_head=True, exact=True),
     Stage("v_heads", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,
           compute=lambda w: ops.split_heads(w["v"], w.c.groups),
           formula=_split_text("V", lambda c: c.d_v, "d_v"), latex=_tex("V_{@h}"),
-          cell=_cell_split, per_head=True, exact=True),
+          cell=cell_split, per_head=True, exact=True),
     Stage("q_normed", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
           compute=lambda w: _normed(w, "q"), formula=_norm_text("Q"),
-          latex=_tex(r"\frac{Q_{@h}}{\operatorname{rms}} \odot w"), cell=_cell_normed,
+          latex=_tex(r"\frac{Q_{@h}}{\operatorname{rms}} \odot w"), cell=cell_normed,
           per_head=True, exists=lambda c: c.qk_norm is not None,
           parts=(("rms", "rms"),), parts_title="the root mean square of each row",
           parts_formula="rms = √(mean of the row's squares + eps); then x / rms × weight"),
     Stage("k_normed", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
           compute=lambda w: _normed(w, "k"), formula=_norm_text("K"),
-          latex=_tex(r"\frac{K_{@h}}{\operatorname{rms}} \odot w"), cell=_cell_normed,
+          latex=_tex(r"\frac{K_{@h}}{\operatorname{rms}} \odot w"), cell=cell_normed,
           per_head=True, exists=lambda c: c.qk_norm is not None,
           parts=(("rms", "rms"),), parts_title="the root mean square of each row",
           parts_formula="rms = √(mean of the row's squares + eps); then x / rms × weight"),
     Stage("q_rot", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
           compute=lambda w: _rot(w, "q"), formula=_rope_text("Q"),
-          latex=_tex(r"\operatorname{RoPE}(Q_{@h})"), cell=_cell_rot, per_head=True,
+          latex=_tex(r"\operatorname{RoPE}(Q_{@h})"), cell=cell_rot, per_head=True,
           exists=lambda c: c.rope is not None),
     Stage("k_rot", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
           compute=lambda w: _rot(w, "k"), formula=_rope_text("K"),
-          latex=_tex(r"\operatorname{RoPE}(K_{@h})"), cell=_cell_rot, per_head=True,
+          latex=_tex(r"\operatorname{RoPE}(K_{@h})"), cell=cell_rot, per_head=True,
           exists=lambda c: c.rope is not None),
     Stage("scores", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=lambda w: ops.scores(w[_used(w.c)[0]], ops.shared(w[_used(w.c)[1]],
                                                                    w.c.heads)),
           formula=_scores_text,
           latex=_tex("Z_{@h}", r"Q_{@h} K_{@h}^{\top}", r"K_{@h}^{\top} Q_{@h}"),
-          cell=_cell_scores, per_head=True, chain=True, exact=True, aliases=("z",)),
+          cell=cell_scores, per_head=True, chain=True, exact=True, aliases=("z",)),
     Stage("scaled", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=_scaled, formula=lambda f: f"Z{f.i} / s, {f.scale_text()}",
-          latex=_tex(r"\frac{Z_{@h}}{s}"), cell=_cell_scaled, per_head=True, chain=True,
+          latex=_tex(r"\frac{Z_{@h}}{s}"), cell=cell_scaled, per_head=True, chain=True,
           exact=True),
     Stage("softcapped", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=lambda w: ops.softcap(w.scores, w.c.softcap),
@@ -502,21 +264,21 @@ FORWARD: tuple[Stage, ...] = (
                             "squashed into (−c, c)",
           latex=_tex(r"\operatorname{softcap}(Z_{@h})", r"c \tanh\left(\frac{Z_{@h}}{s\,c}"
                      r"\right)", r"c \tanh\left(\frac{Z_{@h}}{s\,c}\right)"),
-          cell=_cell_softcapped, per_head=True, chain=True,
+          cell=cell_softcapped, per_head=True, chain=True,
           exists=lambda c: c.softcap is not None),
     Stage("alibi", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=_alibi,
           formula=lambda f: f"−slope{f.i}·|i − j|, the ALiBi bias (positions i, j from 0)",
-          latex=_tex(r"-m_{@h} \lvert i - j \rvert"), cell=_cell_alibi, per_head=True,
+          latex=_tex(r"-m_{@h} \lvert i - j \rvert"), cell=cell_alibi, per_head=True,
           exact=True, exists=lambda c: c.alibi),
     Stage("biased", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=_biased, formula=_biased_text,
-          latex=_tex(r"Z_{@h} + B_{@h}"), cell=_cell_biased, per_head=True, chain=True,
+          latex=_tex(r"Z_{@h} + B_{@h}"), cell=cell_biased, per_head=True, chain=True,
           exact=True, exists=lambda c: c.alibi or c.bias),
     Stage("masked", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=lambda w: ops.mask_scores(w.scores, w.p.allowed()), formula=_mask_text,
           latex=_tex(r"\operatorname{mask}\left(\frac{Z_{@h}}{s}\right)"),
-          cell=_cell_masked, per_head=True, chain=True, exact=True),
+          cell=cell_masked, per_head=True, chain=True, exact=True),
     Stage("weights", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=_weights,
           formula=lambda f: f"A{f.i} = softmax of each {f.pick('row', 'column')} of masked{f.i}"
@@ -524,7 +286,7 @@ FORWARD: tuple[Stage, ...] = (
              if f.c.sinks else ""),
           latex=_tex("A_{@h}", r"\operatorname{softmax}_{\text{rows}}",
                      r"\operatorname{softmax}_{\text{columns}}"),
-          cell=_cell_weights, per_head=True, heat=True, aliases=("attention", "a"),
+          cell=cell_weights, per_head=True, heat=True, aliases=("attention", "a"),
           parts=(("max", "max"), ("exp", "exp {key}"), ("sink", "exp sink"), ("sum", "sum")),
           parts_title="softmax step by step",
           parts_formula="z = masked: its row max, then exp(z − max) for each key, then "
@@ -533,19 +295,19 @@ FORWARD: tuple[Stage, ...] = (
           compute=lambda w: w["weights"] @ ops.shared(w["v_heads"], w.c.heads),  # (H, n, d_v)
           formula=lambda f: f"O{f.i} = " + f.pick(f"A{f.i}·V{f.g}", f"V{f.g}·A{f.i}"),
           latex=_tex("O_{@h}", "A_{@h} V_{@h}", "V_{@h} A_{@h}"),
-          cell=_cell_head_outputs, per_head=True),
+          cell=cell_head_outputs, per_head=True),
     Stage("concat", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,
           compute=lambda w: ops.merge_heads(w["head_outputs"]),
           formula=lambda f: f.pick(f"[{f.heads_list()}], the heads side by side",
                                    f"[{f.heads_list()}] stacked, one head below the other"),
           latex=_tex("C", r"[O_1 \mid \dots \mid O_H]", r"[O_1; \dots; O_H]"),
-          cell=_cell_concat),
+          cell=cell_concat),
     *OUTPUT,  # w_o: each head's rows, shown on request
     Stage("output", "n × d_out", lambda c: (c.n, c.d_out), QUERY, NUMBERED,
           compute=Work.output,
           formula=lambda f: f.proj("W_O", "concat", "b_o") if f.c.has_w_o
           else "concat" + f.bias("b_o") + " (no w_o)",
-          latex=_output_tex, cell=_cell_output),
+          latex=_output_tex, cell=cell_output),
 )
 
 TABLE: tuple[Stage, ...] = FORWARD + GRADIENTS
