@@ -1,6 +1,8 @@
 """How one entry of each stage is written out as arithmetic (``--cell``): the stage
 table's ``cell`` functions (``stages.py``), each reading the entry's trace through an
-``Entry`` (``writing.py``). Dimensions are named in ``ops.py``.
+``Entry`` (``writing.py``), whose ``reads`` names the stages its stage is made from as
+the table says (the queries as normed or turned, the scores as far as the chain has
+come): no cell picks a predecessor by hand. Dimensions are named in ``ops.py``.
 """
 
 from __future__ import annotations
@@ -11,13 +13,7 @@ from . import ops
 from .writing import Entry, sub
 
 
-def _before(e: Entry) -> str:
-    """The step of the score chain an entry's stage was computed from (scaled,
-    softcapped …): the latest chain stage before it in the trace."""
-    from .stages import BY_NAME
-
-    names = list(e.trace.stages)
-    return next(n for n in reversed(names[:names.index(e.stage)]) if BY_NAME[n].chain)
+INPUTS = {"x": "X", "x_pos": "(X + PE)", "x_kv": "X_kv", "x_kv_pos": "(X_kv + PE)"}
 
 
 def cell_input(e: Entry) -> list[str]:
@@ -27,13 +23,13 @@ def cell_input(e: Entry) -> list[str]:
 def cell_projection(e: Entry) -> list[str]:
     if e.c.direct:
         return [f"{e.name} = {e.result}, given"]
-    src = "x_kv" if e.c.cross and e.stage != "q" else "x"
+    src = e.reads[0]  # the input, with its positions where the problem has them
     w = {"q": e.p.w_q, "k": e.p.w_k, "v": e.p.w_v}[e.stage]
     b = {"q": e.p.b_q, "k": e.p.b_k, "v": e.p.b_v}[e.stage]
     assert w is not None
     bias = f" + b_{e.stage}[{e.col + 1}]" if b is not None else ""
     e.mark(src, None, {e.row})
-    return [f"{e.name} = row {e.row + 1} of {'X' if src == 'x' else 'X_kv'} · "
+    return [f"{e.name} = row {e.row + 1} of {INPUTS[src]} · "
             f"column {e.col + 1} of W_{e.stage.upper()}{bias}",
             f"  = {e.dot(e.row_of(src, None, e.row), list(w[:, e.col]))}"
             + (f" + {e.factor(b[e.col])}" if b is not None else ""),
@@ -41,7 +37,7 @@ def cell_projection(e: Entry) -> list[str]:
 
 
 def cell_split(e: Entry) -> list[str]:
-    whole = e.stage[0]
+    whole = e.reads[0]
     d = e.c.d_v if whole == "v" else e.c.d_k
     h = e.head or 1
     col = (h - 1) * d + e.col
@@ -58,9 +54,7 @@ def cell_scores(e: Entry) -> list[str]:
     hs, h = e.hs, e.head or 1
     g = e.c.kv_of(h - 1) + 1  # the key head this query head uses
     gs = sub(g)
-    from .stages import _used
-
-    q, k = _used(e.c)
+    q, k = e.reads  # as split, normed or turned
     rot = q.removeprefix("q")  # RoPE: the turned queries and keys; _normed, _heads
     e.mark(q, h, {e.row})
     e.mark(k, g, {e.col})
@@ -85,7 +79,8 @@ def cell_pos(e: Entry) -> list[str]:
 
 
 def cell_x_pos(e: Entry) -> list[str]:
-    src, pe = ("x_kv", "the key side's positions") if e.stage == "x_kv_pos" else ("x", "pos")
+    src = e.reads[0]
+    pe = "the key side's positions" if e.stage == "x_kv_pos" else "pos"
     value = e.p.pe_kv if e.stage == "x_kv_pos" else e.p.pe
     e.mark(src, None, {e.row}, {e.col})
     x = e.value(src, None, e.row, e.col)
@@ -96,8 +91,7 @@ def cell_x_pos(e: Entry) -> list[str]:
 def cell_rot(e: Entry) -> list[str]:
     c = e.c
     h, i, j = e.head or 1, e.row, e.col
-    side = e.stage[0]
-    src = f"{side}_normed" if c.qk_norm is not None else f"{side}_heads"
+    src = e.reads[0]  # as normed, or as split
     e.mark(src, h, {i})
     if j >= c.rope_dims:
         return [f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] = {e.result}  "
@@ -127,10 +121,10 @@ def cell_rot(e: Entry) -> list[str]:
 def cell_normed(e: Entry) -> list[str]:
     c = e.c
     h, i, j = e.head or 1, e.row, e.col
-    src = e.stage[0] + "_heads"
+    src = e.reads[0]  # the queries or keys as split
     e.mark(src, h, {i})
     r = e.trace.parts[e.stage]["rms"][h - 1, i, 0]
-    weight = e.trace.prepared.q_norm if src[0] == "q" else e.trace.prepared.k_norm
+    weight = e.trace.prepared.q_norm if e.stage[0] == "q" else e.trace.prepared.k_norm
     w = weight[(h - 1) * c.d_k + j] if c.qk_norm == "width" else weight[j]
     over = f"the row {e.row_label} of every head" if c.qk_norm == "width" else \
         f"the row {e.row_label} of head {h}"
@@ -150,13 +144,11 @@ def cell_alibi(e: Entry) -> list[str]:
 
 
 def cell_biased(e: Entry) -> list[str]:
-    before = _before(e)
     h, i, j = e.head, e.row, e.col
-    e.mark(before, h, {i}, {j})
-    terms = [(f"{before}{e.hs}[{e.row_label}, {e.col_label}]", e.value(before, h, i, j))]
-    if e.c.alibi:
-        e.mark("alibi", h, {i}, {j})
-        terms.append((f"alibi{e.hs}[{e.row_label}, {e.col_label}]", e.value("alibi", h, i, j)))
+    terms = []
+    for name in e.reads:  # the score chain as far as it has come, and ALiBi's bias
+        e.mark(name, h, {i}, {j})
+        terms.append((f"{name}{e.hs}[{e.row_label}, {e.col_label}]", e.value(name, h, i, j)))
     if e.c.bias:
         b = e.p.bias
         value = b[(h or 1) - 1, i, j] if b.ndim == 3 else b[i, j]
@@ -167,18 +159,18 @@ def cell_biased(e: Entry) -> list[str]:
 
 def cell_scaled(e: Entry) -> list[str]:
     c = e.c
-    z = e.num(e.value("scores", e.head, e.row, e.col))
+    z = e.num(e.value(e.reads[0], e.head, e.row, e.col))
     s = {"dk": f"√{c.d_k}", "n": f"√{c.m}", "none": "1"}.get(c.scale_rule, e.num(c.scale))
     why = ""
     if s.startswith("√") and float(c.scale).is_integer():  # -1 / 2  (s = √4), not -1 / √4 = 2
         s, why = str(int(c.scale)), f"  (s = {s})"
-    e.mark("scores", e.head, {e.row}, {e.col})
+    e.mark(e.reads[0], e.head, {e.row}, {e.col})
     return [f"{e.name} = z{e.hs}[{e.row_label}, {e.col_label}] / s = {z} / {s}{why}",
             f"  = {e.result}"]
 
 
 def cell_masked(e: Entry) -> list[str]:
-    before = _before(e)
+    before = e.reads[0]  # the score chain as far as it has come
     e.mark(before, e.head, {e.row}, {e.col})
     reasons = e.trace.prepared.reach.why(e.row, e.col)  # the rules that block it, in order
     if not reasons:
@@ -190,7 +182,7 @@ def cell_masked(e: Entry) -> list[str]:
 
 def cell_softcapped(e: Entry) -> list[str]:
     c = e.c.softcap
-    before = _before(e)
+    before = e.reads[0]  # the score chain as far as it has come
     z = e.value(before, e.head, e.row, e.col)
     e.mark(before, e.head, {e.row}, {e.col})
     return [f"{e.name} = c·tanh({before}{e.hs}[{e.row_label}, {e.col_label}] / c) = "
@@ -201,20 +193,21 @@ def cell_softcapped(e: Entry) -> list[str]:
 def cell_weights(e: Entry) -> list[str]:
     h, i, j = e.head or 1, e.row, e.col
     parts = e.trace.parts["weights"]
-    e.mark("masked", h, {i})
+    z_of = e.reads[0]  # the masked scores
+    e.mark(z_of, h, {i})
     top = parts["max"][h - 1, i, 0]
     if np.isneginf(top):
         return [f"{e.name} = 0: every key of the query {e.row_label} is blocked"]
     exps = [e.num(t) for t in parts["exp"][h - 1, i]]
     total = e.num(parts["sum"][h - 1, i, 0])
-    z = e.num(e.value("masked", h, i, j))
+    z = e.num(e.value(z_of, h, i, j))
     sink = ""
     if "sink" in parts:
         s_h = e.num(e.trace.prepared.sinks[h - 1])
         exps.append(e.num(parts["sink"][h - 1, 0, 0]))
         sink = f" and the sink s{e.hs} = {s_h}"
     return [f"{e.name} = exp(z − max) / Σ exp(z − max), z the row {e.row_label} "
-            f"of masked{e.hs}{sink}",
+            f"of {z_of}{e.hs}{sink}",
             f"  max of the row = {e.num(top)}",
             f"  exp({z} − {e.num(top)}) = {exps[j]}",
             f"  row sum = {' + '.join(exps)} = {total}"
@@ -225,30 +218,31 @@ def cell_weights(e: Entry) -> list[str]:
 def cell_head_outputs(e: Entry) -> list[str]:
     h, hs = e.head or 1, e.hs
     g = e.c.kv_of(h - 1) + 1  # the value head this query head uses
-    e.mark("weights", h, {e.row})
-    e.mark("v_heads", g, None, {e.col})
+    a, v = e.reads  # the weights and the values
+    e.mark(a, h, {e.row})
+    e.mark(v, g, None, {e.col})
     uses = f"; query head {h} uses value head {g}" if e.c.groups != e.c.heads else ""
     return [f"{e.name} = row {e.row + 1} of A{hs} · column {e.col + 1} of V{sub(g)}  "
             f"(the values, weighted by attention{uses})",
-            f"  = {e.dot(e.row_of('weights', h, e.row), e.col_of('v_heads', g, e.col))}",
+            f"  = {e.dot(e.row_of(a, h, e.row), e.col_of(v, g, e.col))}",
             f"  = {e.result}"]
 
 
 def cell_concat(e: Entry) -> list[str]:
     d_v = e.c.d_v
     hh, jj = divmod(e.col, d_v)
-    e.mark("head_outputs", hh + 1, {e.row}, {jj})
-    return [f"{e.name} = head_outputs{sub(hh + 1)}[{e.row_label}, {jj + 1}] = {e.result}  "
+    e.mark(e.reads[0], hh + 1, {e.row}, {jj})
+    return [f"{e.name} = {e.reads[0]}{sub(hh + 1)}[{e.row_label}, {jj + 1}] = {e.result}  "
             f"(head {hh + 1} fills columns {hh * d_v + 1}–{(hh + 1) * d_v})"]
 
 
 def cell_output(e: Entry) -> list[str]:
     p, j = e.trace.prepared, e.col
-    e.mark("concat", None, {e.row})
+    e.mark(e.reads[0], None, {e.row})
     bias = f" + b_o[{j + 1}]" if p.b_o is not None else ""
     if p.w_o is None:
         return [f"{e.name} = concat[{e.row_label}, {j + 1}]{bias} = {e.result}  (no w_o)"]
     b_text = f" + {e.factor(p.b_o[j])}" if p.b_o is not None else ""
     return [f"{e.name} = row {e.row + 1} of concat · column {j + 1} of W_O{bias}",
-            f"  = {e.dot(e.row_of('concat', None, e.row), list(p.w_o[:, j]))}{b_text}",
+            f"  = {e.dot(e.row_of(e.reads[0], None, e.row), list(p.w_o[:, j]))}{b_text}",
             f"  = {e.result}"]

@@ -80,6 +80,24 @@ class DecodeStep:
         return self.dropped.start if self.dropped else None
 
 
+# a step's field: the stage of the plain trace whose entries it holds, named by the stage
+# that reads it and where (the query the scores are made of, as split, normed or turned;
+# the scores as masked takes them, scaled, soft-capped, biased …)
+_READ_BY = {"q": ("scores", 0), "k_new": ("scores", 1), "k_cache": ("scores", 1),
+            "v_new": ("head_outputs", 1), "v_cache": ("head_outputs", 1),
+            "scores": ("masked", 0), "weights": ("head_outputs", 0),
+            "head_outputs": ("concat", 0), "output": ("output", None)}
+
+
+def field_stage(c: Config, field: str) -> str:
+    """The stage of the plain trace whose entries the decoding field ``field`` holds:
+    step t's q is row t of it, the cache its rows (``stages.reads`` says which)."""
+    from .stages import reads
+
+    reader, at = _READ_BY[field]
+    return reader if at is None else reads(c, reader)[at]
+
+
 def check_decode(c: Config) -> None:
     """Decoding is causal self-attention; MhaError saying why otherwise."""
     float_only(c, "decoding")

@@ -164,6 +164,20 @@ def dead_rows(p: Prepared) -> Array:
 # --------------------------------------------------------------------------- tiles
 
 
+# a tile's numbers: the stage of the plain trace they come from, named by the stage that
+# reads it and where (S: the scores the softmax takes; V: the values the heads weight)
+_READ_BY = {"s": ("weights", 0), "v": ("head_outputs", 1), "output": ("concat", 0)}
+
+
+def field_stage(c: Config, field: str) -> str:
+    """The stage of the plain trace a tile's ``field`` is cut from (``s``: masked; ``v``:
+    the values; ``output``: head_outputs), as ``stages.reads`` says."""
+    from .stages import reads
+
+    reader, at = _READ_BY[field]
+    return reads(c, reader)[at]
+
+
 def tiles(tr: Record, br: int, bc: int | None = None) -> list[TileBlock]:
     """The online softmax of every head, query block by query block (BR rows), each
     meeting the key blocks (BC keys, BC = BR by default) in order. The blocks come head
@@ -179,7 +193,8 @@ def each_block(tr: Record, br: int, bc: int | None = None,
     br, bc = check_tiles(br, bc)
     p, c = tr.prepared, tr.config
     float_only(c, "the tiled view")
-    masked, v_heads = tr.stages["masked"], tr.stages["v_heads"]  # (H, n, m), (G, m, d_v)
+    masked = tr.stages[field_stage(c, "s")]  # (H, n, m)
+    v_heads = tr.stages[field_stage(c, "v")]  # (G, m, d_v)
     dead = dead_rows(p)  # (n,)
     for h in range(c.heads) if heads is None else heads:
         v_h = v_heads[c.kv_of(h)]  # (m, d_v)

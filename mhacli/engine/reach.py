@@ -24,14 +24,24 @@ as people read rows. n and m are the queries and keys, as in ``ops.py``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 if TYPE_CHECKING:  # annotations only: each costs a millisecond or two of start-up
     import numpy.typing as npt
 
-    from .config import Config
+
+class Settings(Protocol):
+    """What ``Reach.of`` reads of a problem's ``Config`` (which holds its reach: the
+    config module is above this one)."""
+
+    n: int
+    m: int
+    mask: str  # "none", "causal" or "matrix"
+    window: int | None
+    padding: bool
+
 
 Bools = Any  # npt.NDArray[np.bool_], (rows, keys) or broadcast against them
 Ints = Any  # npt.NDArray[np.int64]
@@ -212,7 +222,7 @@ class Reach:
     rules: tuple[Rule, ...]
 
     @classmethod
-    def of(cls, c: Config, matrix: npt.NDArray[np.bool_] | None = None,
+    def of(cls, c: Settings, matrix: npt.NDArray[np.bool_] | None = None,
            key_padding: npt.NDArray[np.bool_] | None = None) -> Reach:
         """The rules of the problem ``c``: its mask (causal, or the ``matrix``), its
         window, its ``key_padding``, in that order. Made from the Config alone (no

@@ -27,7 +27,7 @@ from .head_weights import OUTPUT, PROJECTIONS
 from .reach import Reach
 from .stage import KEY, NUMBERED, QUERY, Stage
 from .work import Work, normed, turned
-from .writing import Formula, sub
+from .writing import Entry, Formula, Record, sub
 
 if TYPE_CHECKING:
     from .config import Config
@@ -38,13 +38,18 @@ Array = np.ndarray
 # --------------------------------------------------------------------------- compute
 
 
+def _read(w: Work, name: str) -> Array:
+    """The stage ``name`` is computed from, as the work holds it (``source``)."""
+    return w[source(w.c, name)]
+
+
 def _scaled(w: Work) -> Array | None:
     s = w.divisor
-    return None if s is None else ops.divide(w.scores, s)  # (H, n, m)
+    return None if s is None else ops.divide(_read(w, "scaled"), s)  # (H, n, m)
 
 
 def _weights(w: Work) -> Array:
-    parts = ops.softmax_parts(w["masked"], w.c.masked_row, w.p.sinks)
+    parts = ops.softmax_parts(_read(w, "weights"), w.c.masked_row, w.p.sinks)
     w.parts["weights"] = {k: v for k, v in parts.items() if k != "weights"}
     return parts["weights"]  # (H, n, m)
 
@@ -56,25 +61,35 @@ def _pos(w: Work, kv: bool = False) -> Array | None:
 
 def _x_pos(w: Work, kv: bool = False) -> Array | None:
     pe = _pos(w, kv)
-    return None if pe is None else w["x_kv" if kv else "x"] + pe
+    return None if pe is None else _read(w, "x_kv_pos" if kv else "x_pos") + pe
 
 
-def _used(c: Config) -> tuple[str, str]:
-    """The queries and keys the scores are made of: turned, normed, or as split."""
-    step = "_rot" if c.rope is not None else "_normed" if c.qk_norm is not None else "_heads"
-    return "q" + step, "k" + step
+def _projected(w: Work) -> tuple[Array, Array, Array]:
+    """Q, K and V, from the inputs they read (with their positions), or given."""
+    c = w.c
+    return w.projections(*(None if c.direct else source(c, name) for name in ("q", "k")))
+
+
+def _scores(w: Work) -> Array:
+    q, k = reads(w.c, "scores")  # as split, normed or turned
+    return ops.scores(w[q], ops.shared(w[k], w.c.heads))  # (H, n, m)
+
+
+def _head_outputs(w: Work) -> Array:
+    a, v = reads(w.c, "head_outputs")
+    return w[a] @ ops.shared(w[v], w.c.heads)  # (H, n, d_v)
 
 
 def _rot(w: Work, side: str) -> Array | None:
     if w.exact:
         return None  # cos and sin: not rational
-    return turned(w.stages.get(f"{side}_normed", w[f"{side}_heads"]), w.p)
+    return turned(_read(w, f"{side}_rot"), w.p)
 
 
 def _normed(w: Work, side: str) -> Array | None:
     if w.exact:
         return None  # a square root: not rational
-    out, r = normed(w[f"{side}_heads"], w.p, side)
+    out, r = normed(_read(w, f"{side}_normed"), w.p, side)
     w.parts[f"{side}_normed"] = {"rms": r}
     return out
 
@@ -83,7 +98,7 @@ def _scores_text(f: Formula) -> str:
     """Z = Q·Kᵀ, naming the key head a grouped query head uses, and the turned Q and K."""
     c = f.c
     g = sub(c.kv_of(f.h - 1) + 1) if f.h is not None and c.groups != c.heads else f.i
-    rot = _used(c)[0].removeprefix("q").replace("_heads", "")
+    rot = reads(c, "scores")[0].removeprefix("q").replace("_heads", "")
     q, k = f"Q{rot}{f.i}", f"K{rot}{g}"
     shared = "" if c.groups == c.heads or f.h is not None else \
         f" (query head h uses key head ⌈h·{c.groups}/{c.heads}⌉)"
@@ -117,9 +132,10 @@ def _alibi(w: Work) -> Array:
 
 
 def _biased(w: Work) -> Array:
-    out = w.scores
-    if w.c.alibi:
-        out = out + w["alibi"]
+    first, *added = reads(w.c, "biased")  # the scores so far, and ALiBi's
+    out = w[first]
+    for name in added:
+        out = out + w[name]
     if w.p.bias is not None:
         out = out + w.p.bias  # (n, m) or (H, n, m), broadcast over the heads
     return out  # (H, n, m)
@@ -127,8 +143,7 @@ def _biased(w: Work) -> Array:
 
 def _mask_text(f: Formula) -> str:
     c = f.c
-    before = "biased" if c.alibi or c.bias else "softcapped" if c.softcap is not None \
-        else "scaled"
+    before = source(c, "masked")
     rules = Reach.of(c).rules  # named, not asked: the formula has no arrays
     if not rules:
         return f"no mask: the same as {before}"
@@ -137,9 +152,7 @@ def _mask_text(f: Formula) -> str:
 
 
 def _biased_text(f: Formula) -> str:
-    before = "softcapped" if f.c.softcap is not None else "scaled"
-    terms = [before + f.i] + (["alibi" + f.i] if f.c.alibi else []) + \
-        (["bias"] if f.c.bias else [])
+    terms = [name + f.i for name in reads(f.c, "biased")] + (["bias"] if f.c.bias else [])
     return " + ".join(terms)
 
 
@@ -178,12 +191,57 @@ def _input_text(what: str) -> Callable[[Formula], str]:
     return lambda f: what + f.pick("", ", a column per token")
 
 
+# --------------------------------------------------------------------------- sources
+
+
+def latest(c: Config, chain: str, before: str) -> str:
+    """The last stage of ``chain`` the problem ``c`` has before the stage ``before``: a
+    stage reads the chain as far as it has come (the scores scaled, soft-capped, biased
+    …; the queries as split, normed, turned …)."""
+    stop = STAGES.index(before)
+    return next(s.name for s in reversed(TABLE[:stop]) if s.chain == chain and s.exists(c))
+
+
+def _after(chain: str, name: str) -> Callable[[Config], tuple[str, ...]]:
+    """``reads`` of a step of ``chain``: the chain's latest stage before it."""
+    return lambda c: (latest(c, chain, name),)
+
+
+def _key_input(c: Config, name: str) -> tuple[str, ...]:
+    """What K or V is projected from: X_kv (with its positions) in cross-attention, X
+    (with its) otherwise; nothing when given."""
+    return () if c.direct else (latest(c, "x_kv" if c.cross else "x", name),)
+
+
+def reads(c: Config, name: str) -> tuple[str, ...]:
+    """The stages the stage ``name`` is computed from in the problem ``c``, in order
+    (scores: the queries and keys as the problem makes them; biased: the scores so far
+    and ALiBi's). Every view, cell and grader asks this, never picks by hand."""
+    return BY_NAME[name].reads(c)
+
+
+def source(c: Config, name: str) -> str:
+    """The stage ``name`` is made from (the first it reads): masked's is the score
+    chain's latest step (biased, soft-capped or scaled), q_rot's the queries as normed
+    or as split."""
+    return reads(c, name)[0]
+
+
+def entry(tr: Record, exact: Record | None, stage: str, head: int | None, row: int,
+          col: int, rows: list[str], cols: list[str], queries: list[str],
+          keys: list[str], precision: int) -> Entry:
+    """One entry of ``stage`` to write out (``--cell``): the stage's ``cell`` reads it,
+    knowing the stages its stage reads."""
+    return Entry(tr, exact, stage, head, row, col, rows, cols, queries, keys, precision,
+                 reads=reads(tr.config, stage) if stage in BY_NAME else ())
+
+
 # --------------------------------------------------------------------------- the table
 
 FORWARD: tuple[Stage, ...] = (
     Stage("x", "n × d_model", lambda c: (c.n, c.d_model), QUERY, NUMBERED,
           compute=lambda w: w.p.x, formula=_input_text("X, the query-side input"),
-          latex=_tex("X"), cell=cell_input, exact=True, given=True,
+          latex=_tex("X"), cell=cell_input, exact=True, given=True, chain="x",
           exists=lambda c: not c.direct),
     Stage("pos", "n × d_model", lambda c: (c.n, c.d_model), QUERY, NUMBERED,
           compute=_pos,
@@ -194,77 +252,85 @@ FORWARD: tuple[Stage, ...] = (
           exists=lambda c: c.positional is not None),
     Stage("x_pos", "n × d_model", lambda c: (c.n, c.d_model), QUERY, NUMBERED,
           compute=_x_pos, formula=lambda f: "X + PE: the input with its positions",
-          latex=_tex("X + PE"), cell=cell_x_pos, exact=True,
+          latex=_tex("X + PE"), cell=cell_x_pos, exact=True, chain="x",
+          reads=lambda c: (latest(c, "x", "x_pos"), "pos"),
           exists=lambda c: c.positional is not None),
     Stage("x_kv", "m × d_kv", lambda c: (c.m, c.d_kv), KEY, NUMBERED,
           compute=lambda w: w.p.x_kv, formula=_input_text("X_kv, the key/value-side input"),
-          latex=_tex("X_{kv}"), cell=cell_input, exact=True, given=True,
+          latex=_tex("X_{kv}"), cell=cell_input, exact=True, given=True, chain="x_kv",
           exists=lambda c: c.cross),
     Stage("x_kv_pos", "m × d_kv", lambda c: (c.m, c.d_kv), KEY, NUMBERED,
           compute=lambda w: _x_pos(w, kv=True),
           formula=lambda f: "X_kv + PE_kv: the key/value input with its own positions "
                             "(p from 0)",
-          latex=_tex("X_{kv} + PE"), cell=cell_x_pos, exact=True,
+          latex=_tex("X_{kv} + PE"), cell=cell_x_pos, exact=True, chain="x_kv",
+          reads=_after("x_kv", "x_kv_pos"),
           exists=lambda c: c.positional is not None and c.cross),
     *PROJECTIONS,  # w_q, w_k, w_v: each head's block, shown on request
     Stage("q", "n × H·d_k", lambda c: (c.n, c.heads * c.d_k), QUERY, NUMBERED,
-          compute=lambda w: w.projections()[0], formula=_proj_text("Q", "W_Q", lambda f: "X"),
-          latex=_proj_tex("Q", "W_Q", "X"), cell=cell_projection, exact=True),
+          compute=lambda w: _projected(w)[0], formula=_proj_text("Q", "W_Q", lambda f: "X"),
+          latex=_proj_tex("Q", "W_Q", "X"), cell=cell_projection, exact=True,
+          reads=lambda c: () if c.direct else (latest(c, "x", "q"),)),
     Stage("k", "m × H·d_k", lambda c: (c.m, c.heads * c.d_k), KEY, NUMBERED,
-          compute=lambda w: w.projections()[1], formula=_proj_text("K", "W_K", lambda f: f.src),
-          latex=_proj_tex("K", "W_K", "@src"), cell=cell_projection, exact=True),
+          compute=lambda w: _projected(w)[1], formula=_proj_text("K", "W_K", lambda f: f.src),
+          latex=_proj_tex("K", "W_K", "@src"), cell=cell_projection, exact=True,
+          reads=lambda c: _key_input(c, "k")),
     Stage("v", "m × H·d_v", lambda c: (c.m, c.heads * c.d_v), KEY, NUMBERED,
-          compute=lambda w: w.projections()[2], formula=_proj_text("V", "W_V", lambda f: f.src),
-          latex=_proj_tex("V", "W_V", "@src"), cell=cell_projection, exact=True),
+          compute=lambda w: _projected(w)[2], formula=_proj_text("V", "W_V", lambda f: f.src),
+          latex=_proj_tex("V", "W_V", "@src"), cell=cell_projection, exact=True,
+          reads=lambda c: _key_input(c, "v")),
     Stage("q_heads", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
           compute=lambda w: ops.split_heads(w["q"], w.c.heads),
           formula=_split_text("Q", lambda c: c.d_k, "d_k"), latex=_tex("Q_{@h}"),
-          cell=cell_split, per_head=True, exact=True),
+          cell=cell_split, per_head=True, exact=True, chain="q", reads=lambda c: ("q",)),
     Stage("k_heads", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
           compute=lambda w: ops.split_heads(w["k"], w.c.groups),
           formula=_split_text("K", lambda c: c.d_k, "d_k"), latex=_tex("K_{@h}"),
-          cell=cell_split, per_head=True, exact=True),
+          cell=cell_split, per_head=True, exact=True, chain="k", reads=lambda c: ("k",)),
     Stage("v_heads", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,
           compute=lambda w: ops.split_heads(w["v"], w.c.groups),
           formula=_split_text("V", lambda c: c.d_v, "d_v"), latex=_tex("V_{@h}"),
-          cell=cell_split, per_head=True, exact=True),
+          cell=cell_split, per_head=True, exact=True, chain="v", reads=lambda c: ("v",)),
     Stage("q_normed", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
           compute=lambda w: _normed(w, "q"), formula=_norm_text("Q"),
+          chain="q", reads=_after("q", "q_normed"),
           latex=_tex(r"\frac{Q_{@h}}{\operatorname{rms}} \odot w"), cell=cell_normed,
           per_head=True, exists=lambda c: c.qk_norm is not None,
           parts=(("rms", "rms"),), parts_title="the root mean square of each row",
           parts_formula="rms = √(mean of the row's squares + eps); then x / rms × weight"),
     Stage("k_normed", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
           compute=lambda w: _normed(w, "k"), formula=_norm_text("K"),
+          chain="k", reads=_after("k", "k_normed"),
           latex=_tex(r"\frac{K_{@h}}{\operatorname{rms}} \odot w"), cell=cell_normed,
           per_head=True, exists=lambda c: c.qk_norm is not None,
           parts=(("rms", "rms"),), parts_title="the root mean square of each row",
           parts_formula="rms = √(mean of the row's squares + eps); then x / rms × weight"),
     Stage("q_rot", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
           compute=lambda w: _rot(w, "q"), formula=_rope_text("Q"),
+          chain="q", reads=_after("q", "q_rot"),
           latex=_tex(r"\operatorname{RoPE}(Q_{@h})"), cell=cell_rot, per_head=True,
           exists=lambda c: c.rope is not None),
     Stage("k_rot", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
           compute=lambda w: _rot(w, "k"), formula=_rope_text("K"),
+          chain="k", reads=_after("k", "k_rot"),
           latex=_tex(r"\operatorname{RoPE}(K_{@h})"), cell=cell_rot, per_head=True,
           exists=lambda c: c.rope is not None),
     Stage("scores", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
-          compute=lambda w: ops.scores(w[_used(w.c)[0]], ops.shared(w[_used(w.c)[1]],
-                                                                   w.c.heads)),
-          formula=_scores_text,
+          compute=_scores, formula=_scores_text,
           latex=_tex("Z_{@h}", r"Q_{@h} K_{@h}^{\top}", r"K_{@h}^{\top} Q_{@h}"),
-          cell=cell_scores, per_head=True, chain=True, exact=True, aliases=("z",)),
+          cell=cell_scores, per_head=True, chain="z", exact=True, aliases=("z",),
+          reads=lambda c: (latest(c, "q", "scores"), latest(c, "k", "scores"))),
     Stage("scaled", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=_scaled, formula=lambda f: f"Z{f.i} / s, {f.scale_text()}",
-          latex=_tex(r"\frac{Z_{@h}}{s}"), cell=cell_scaled, per_head=True, chain=True,
-          exact=True),
+          latex=_tex(r"\frac{Z_{@h}}{s}"), cell=cell_scaled, per_head=True, chain="z",
+          exact=True, reads=_after("z", "scaled")),
     Stage("softcapped", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
-          compute=lambda w: ops.softcap(w.scores, w.c.softcap),
+          compute=lambda w: ops.softcap(_read(w, "softcapped"), w.c.softcap),
           formula=lambda f: f"c·tanh(Z{f.i} / s / c), c = {f.c.softcap:g}: every score "
                             "squashed into (−c, c)",
           latex=_tex(r"\operatorname{softcap}(Z_{@h})", r"c \tanh\left(\frac{Z_{@h}}{s\,c}"
                      r"\right)", r"c \tanh\left(\frac{Z_{@h}}{s\,c}\right)"),
-          cell=cell_softcapped, per_head=True, chain=True,
+          cell=cell_softcapped, per_head=True, chain="z", reads=_after("z", "softcapped"),
           exists=lambda c: c.softcap is not None),
     Stage("alibi", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=_alibi,
@@ -273,12 +339,13 @@ FORWARD: tuple[Stage, ...] = (
           exact=True, exists=lambda c: c.alibi),
     Stage("biased", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=_biased, formula=_biased_text,
-          latex=_tex(r"Z_{@h} + B_{@h}"), cell=cell_biased, per_head=True, chain=True,
-          exact=True, exists=lambda c: c.alibi or c.bias),
+          latex=_tex(r"Z_{@h} + B_{@h}"), cell=cell_biased, per_head=True, chain="z",
+          exact=True, exists=lambda c: c.alibi or c.bias,
+          reads=lambda c: (latest(c, "z", "biased"),) + (("alibi",) if c.alibi else ())),
     Stage("masked", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
-          compute=lambda w: ops.mask_scores(w.scores, w.p.allowed()), formula=_mask_text,
-          latex=_tex(r"\operatorname{mask}\left(\frac{Z_{@h}}{s}\right)"),
-          cell=cell_masked, per_head=True, chain=True, exact=True),
+          compute=lambda w: ops.mask_scores(_read(w, "masked"), w.p.reach.allowed()),
+          formula=_mask_text, latex=_tex(r"\operatorname{mask}\left(\frac{Z_{@h}}{s}\right)"),
+          cell=cell_masked, per_head=True, chain="z", exact=True, reads=_after("z", "masked")),
     Stage("weights", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=_weights,
           formula=lambda f: f"A{f.i} = softmax of each {f.pick('row', 'column')} of masked{f.i}"
@@ -287,27 +354,29 @@ FORWARD: tuple[Stage, ...] = (
           latex=_tex("A_{@h}", r"\operatorname{softmax}_{\text{rows}}",
                      r"\operatorname{softmax}_{\text{columns}}"),
           cell=cell_weights, per_head=True, heat=True, aliases=("attention", "a"),
+          reads=_after("z", "weights"),
           parts=(("max", "max"), ("exp", "exp {key}"), ("sink", "exp sink"), ("sum", "sum")),
           parts_title="softmax step by step",
           parts_formula="z = masked: its row max, then exp(z − max) for each key, then "
                         "their sum; weight = exp / sum"),
     Stage("head_outputs", "H × n × d_v", lambda c: (c.heads, c.n, c.d_v), QUERY, NUMBERED,
-          compute=lambda w: w["weights"] @ ops.shared(w["v_heads"], w.c.heads),  # (H, n, d_v)
+          compute=_head_outputs,
           formula=lambda f: f"O{f.i} = " + f.pick(f"A{f.i}·V{f.g}", f"V{f.g}·A{f.i}"),
           latex=_tex("O_{@h}", "A_{@h} V_{@h}", "V_{@h} A_{@h}"),
-          cell=cell_head_outputs, per_head=True),
+          cell=cell_head_outputs, per_head=True,
+          reads=lambda c: ("weights", latest(c, "v", "head_outputs"))),
     Stage("concat", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,
           compute=lambda w: ops.merge_heads(w["head_outputs"]),
           formula=lambda f: f.pick(f"[{f.heads_list()}], the heads side by side",
                                    f"[{f.heads_list()}] stacked, one head below the other"),
           latex=_tex("C", r"[O_1 \mid \dots \mid O_H]", r"[O_1; \dots; O_H]"),
-          cell=cell_concat),
+          cell=cell_concat, reads=lambda c: ("head_outputs",)),
     *OUTPUT,  # w_o: each head's rows, shown on request
     Stage("output", "n × d_out", lambda c: (c.n, c.d_out), QUERY, NUMBERED,
           compute=Work.output,
           formula=lambda f: f.proj("W_O", "concat", "b_o") if f.c.has_w_o
           else "concat" + f.bias("b_o") + " (no w_o)",
-          latex=_output_tex, cell=cell_output),
+          latex=_output_tex, cell=cell_output, reads=lambda c: ("concat",)),
 )
 
 TABLE: tuple[Stage, ...] = FORWARD + GRADIENTS
