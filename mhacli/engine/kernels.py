@@ -92,27 +92,57 @@ def start(rows: int | tuple[int, ...], d_v: int, dtype: Any, sink: Any = None
     return m, l, np.zeros((*shape, d_v), dtype=dtype)  # (…, r), (…, r), (…, r, d_v)
 
 
+def running_max(m_prev: Array, s: Array) -> Array:
+    """m⁽ʲ⁾ = max(m⁽ʲ⁻¹⁾, rowmax S): (…, r) from (…, r) and the scores (…, r, c)."""
+    return np.maximum(m_prev, s.max(axis=-1))
+
+
+def exps(s: Array, m: Array) -> Array:
+    """P = exp(S − m) (…, r, c) for each row's m (…, r); 0 where S is −∞, even in a row
+    whose every key so far is blocked (its m still −∞)."""
+    return np.exp(s - np.where(np.isneginf(m), 0, m)[..., None])
+
+
+def running_sum(correction: Array, l_prev: Array, p: Array) -> Array:
+    """ℓ⁽ʲ⁾ = correction·ℓ⁽ʲ⁻¹⁾ + rowsum P: (…, r)."""
+    return correction * l_prev + p.sum(axis=-1)
+
+
+def running_output(correction: Array, o_prev: Array, p: Array, v: Array) -> Array:
+    """O⁽ʲ⁾ = correction·O⁽ʲ⁻¹⁾ + P·V: (…, r, d_v) from P (…, r, c) and V (…, c, d_v)."""
+    return correction[..., None] * o_prev + p @ v
+
+
 def online(s: Array, m_prev: Array, l_prev: Array, o_prev: Array, v: Array
            ) -> tuple[Array, Array, Array, Array, Array]:
     """One key block of the online softmax: (m, correction, P, ℓ, O) after the scores
     ``s`` (…, r, c) and their values ``v`` (…, c, d_v), from the state (m, ℓ, O) before
-    it, (…, r), (…, r), (…, r, d_v). P is 0 where s is −∞, even in a row whose every
-    key so far is blocked (its m still −∞)."""
-    m = np.maximum(m_prev, s.max(axis=-1))  # (…, r)
+    it, (…, r), (…, r), (…, r, d_v). Its steps are the functions above, which a grader
+    calls on a person's own numbers."""
+    m = running_max(m_prev, s)  # (…, r)
     correction = rescale(m_prev, m)  # (…, r)
-    p = np.exp(s - np.where(np.isneginf(m), 0, m)[..., None])  # (…, r, c)
-    l = correction * l_prev + p.sum(axis=-1)  # (…, r)
-    o = correction[..., None] * o_prev + p @ v  # (…, r, d_v)
-    return m, correction, p, l, o
+    p = exps(s, m)  # (…, r, c)
+    return m, correction, p, running_sum(correction, l_prev, p), \
+        running_output(correction, o_prev, p, v)
+
+
+def combine(ms: Sequence[Array], ls: Sequence[Array], os: Sequence[Array],
+            m: Array | None = None) -> tuple[Array, Array, Array]:
+    """Partial softmaxes of the same rows over different keys as one (how split-K
+    combines its chunks): each state's ℓ and O rescaled from its own maximum to ``m``
+    (the largest of theirs unless given), then summed. ``ms``, ``ls`` (…, r) and
+    ``os`` (…, r, d_v) a state each."""
+    m_all = np.stack(ms)  # (k, …, r)
+    top = m_all.max(axis=0) if m is None else m  # (…, r)
+    f = rescale(m_all, np.broadcast_to(top, m_all.shape))  # (k, …, r)
+    return top, (f * np.stack(ls)).sum(axis=0), (f[..., None] * np.stack(os)).sum(axis=0)
 
 
 def merge(m1: Array, l1: Array, o1: Array, m2: Array, l2: Array, o2: Array
           ) -> tuple[Array, Array, Array]:
-    """Two partial softmaxes of the same rows over different keys as one: each rescaled
-    to the larger maximum, then summed (how split-K combines its chunks)."""
-    m = np.maximum(m1, m2)  # (…, r)
-    a, b = rescale(m1, m), rescale(m2, m)  # (…, r)
-    return m, a * l1 + b * l2, a[..., None] * o1 + b[..., None] * o2
+    """Two partial softmaxes of the same rows over different keys as one: ``combine``
+    of the two."""
+    return combine((m1, m2), (l1, l2), (o1, o2))
 
 
 def finish(m: Array, l: Array, o: Array, dead: Array, masked_row: str
