@@ -9,8 +9,10 @@ of them, or with a window w only the last w (the cache is then a rolling buffer 
 evicts the oldest): the positions the problem's reach keeps (``reach.py``). The row's
 ALiBi and bias entries are those of (p, each cached position), its blocked keys those
 of the plain mask (key padding blocks a cached position; the causal mask and the window
-never do, the cache holding only what they allow). Each piece is made by the stage functions of ``ops.py`` that make the plain
-trace, so step t's weights, head outputs and output are row t of the plain trace's.
+never do, the cache holding only what they allow). Each piece is made by the stage
+functions of ``ops.py`` that make the plain trace, so step t's weights, head outputs and
+output are row t of the plain trace's; which stage each field is, the stage table says
+(``field_stage``).
 
 ``splits=S`` adds the split-K ("flash-decoding") view: the cached positions cut into S
 nearly equal chunks (fewer while the cache is shorter than S), each chunk's partial
