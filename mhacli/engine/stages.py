@@ -23,6 +23,8 @@ from .cells import (
     cell_input, cell_projection, cell_split, cell_scores, cell_pos, cell_x_pos, cell_rot,
     cell_normed, cell_alibi, cell_biased, cell_scaled, cell_masked, cell_softcapped,
     cell_weights, cell_head_outputs, cell_concat, cell_output)
+from .formulas import (input_text, norm_text, output_tex, proj_tex, proj_text, rope_text,
+                       split_text, tex)
 from .head_weights import OUTPUT, PROJECTIONS
 from .reach import Reach
 from .stage import KEY, NUMBERED, QUERY, Stage
@@ -105,27 +107,6 @@ def _scores_text(f: Formula) -> str:
     return f"Z{f.i} = " + f.pick(f"{q}·{k}ᵀ", f"{k}ᵀ·{q}") + shared
 
 
-def _rope_text(letter: str) -> Callable[[Formula], str]:
-    def text(f: Formula) -> str:
-        c = f.c
-        pairs = "(2i, 2i+1)" if c.rope == "interleaved" else f"(i, i + {c.rope_dims // 2})"
-        theta = f"θ_i = {c.rope_base:g}^(−2i/{c.rope_dims})" if not c.rope_freqs else \
-            f"θ_i as {c.rope_scaling} gives them (the config's rope freqs)"
-        factor = f", times {c.rope_factor:.6g}" if c.rope_factor != 1.0 else ""
-        return (f"RoPE: {letter}{f.i} with each pair {pairs} of its first {c.rope_dims} "
-                f"dimensions turned by p·θ_i, {theta}{factor}")
-    return text
-
-
-def _norm_text(letter: str) -> Callable[[Formula], str]:
-    def text(f: Formula) -> str:
-        c = f.c
-        over = "its head's d_k numbers" if c.qk_norm == "head" else "the whole row, every head"
-        return (f"{letter}{f.i} / rms × w: each row divided by its root mean square over "
-                f"{over}, √(mean(x²) + {c.qk_eps:g}), then multiplied by the weights")
-    return text
-
-
 def _alibi(w: Work) -> Array:
     c = w.c
     return ops.alibi(w.p.slopes, np.arange(c.n), np.arange(c.m))  # (H, n, m)
@@ -154,41 +135,6 @@ def _mask_text(f: Formula) -> str:
 def _biased_text(f: Formula) -> str:
     terms = [name + f.i for name in reads(f.c, "biased")] + (["bias"] if f.c.bias else [])
     return " + ".join(terms)
-
-
-def _split_text(letter: str, d: Callable[[Config], int], dname: str) -> Callable[[Formula], str]:
-    def text(f: Formula) -> str:
-        size = d(f.c)
-        if f.h is None:
-            return f"{letter} split into {f.c.heads} heads of {dname} = {size}"
-        return (f"{letter}{f.i} = {f.pick('columns', 'rows')} {(f.h - 1) * size + 1}–"
-                f"{f.h * size} of {letter}")
-    return text
-
-
-def _proj_text(letter: str, w: str, src: Callable[[Formula], str]) -> Callable[[Formula], str]:
-    b = "b_" + letter.lower()
-    return lambda f: f"{letter}, given" if f.c.direct else \
-        f"{letter} = {f.proj(w, src(f), b)}"
-
-
-def _proj_tex(letter: str, w: str, src: str) -> Callable[[Formula], str]:
-    b = "b_" + letter.lower()
-    return lambda f: letter if f.c.direct else \
-        f.tex(f"{letter} = {f.pick(f'{src} {w}', f'{w} {src}')}") + f.tex_bias(b)
-
-
-def _tex(lhs: str, rows: str = "", columns: str = "") -> Callable[[Formula], str]:
-    return lambda f: f.tex(f"{lhs} = {f.pick(rows, columns)}" if rows else lhs)
-
-
-def _output_tex(f: Formula) -> str:
-    rhs = f.pick("C W_O", "W_O C") if f.c.has_w_o else "C"
-    return f"Y = {rhs}{f.tex_bias('b_o')}"
-
-
-def _input_text(what: str) -> Callable[[Formula], str]:
-    return lambda f: what + f.pick("", ", a column per token")
 
 
 # --------------------------------------------------------------------------- sources
@@ -240,118 +186,118 @@ def entry(tr: Record, exact: Record | None, stage: str, head: int | None, row: i
 
 FORWARD: tuple[Stage, ...] = (
     Stage("x", "n × d_model", lambda c: (c.n, c.d_model), QUERY, NUMBERED,
-          compute=lambda w: w.p.x, formula=_input_text("X, the query-side input"),
-          latex=_tex("X"), cell=cell_input, exact=True, given=True, chain="x",
+          compute=lambda w: w.p.x, formula=input_text("X, the query-side input"),
+          latex=tex("X"), cell=cell_input, exact=True, given=True, chain="x",
           exists=lambda c: not c.direct),
     Stage("pos", "n × d_model", lambda c: (c.n, c.d_model), QUERY, NUMBERED,
           compute=_pos,
           formula=lambda f: "PE, the learned positions (its first n rows)"
           if f.c.positional == "learned" else
           "PE[p, 2i] = sin(p / 10000^(2i/d_model)), PE[p, 2i+1] = cos(…), p from 0",
-          latex=_tex("PE"), cell=cell_pos, exact=True,
+          latex=tex("PE"), cell=cell_pos, exact=True,
           exists=lambda c: c.positional is not None),
     Stage("x_pos", "n × d_model", lambda c: (c.n, c.d_model), QUERY, NUMBERED,
           compute=_x_pos, formula=lambda f: "X + PE: the input with its positions",
-          latex=_tex("X + PE"), cell=cell_x_pos, exact=True, chain="x",
+          latex=tex("X + PE"), cell=cell_x_pos, exact=True, chain="x",
           reads=lambda c: (latest(c, "x", "x_pos"), "pos"),
           exists=lambda c: c.positional is not None),
     Stage("x_kv", "m × d_kv", lambda c: (c.m, c.d_kv), KEY, NUMBERED,
-          compute=lambda w: w.p.x_kv, formula=_input_text("X_kv, the key/value-side input"),
-          latex=_tex("X_{kv}"), cell=cell_input, exact=True, given=True, chain="x_kv",
+          compute=lambda w: w.p.x_kv, formula=input_text("X_kv, the key/value-side input"),
+          latex=tex("X_{kv}"), cell=cell_input, exact=True, given=True, chain="x_kv",
           exists=lambda c: c.cross),
     Stage("x_kv_pos", "m × d_kv", lambda c: (c.m, c.d_kv), KEY, NUMBERED,
           compute=lambda w: _x_pos(w, kv=True),
           formula=lambda f: "X_kv + PE_kv: the key/value input with its own positions "
                             "(p from 0)",
-          latex=_tex("X_{kv} + PE"), cell=cell_x_pos, exact=True, chain="x_kv",
+          latex=tex("X_{kv} + PE"), cell=cell_x_pos, exact=True, chain="x_kv",
           reads=_after("x_kv", "x_kv_pos"),
           exists=lambda c: c.positional is not None and c.cross),
     *PROJECTIONS,  # w_q, w_k, w_v: each head's block, shown on request
     Stage("q", "n × H·d_k", lambda c: (c.n, c.heads * c.d_k), QUERY, NUMBERED,
-          compute=lambda w: _projected(w)[0], formula=_proj_text("Q", "W_Q", lambda f: "X"),
-          latex=_proj_tex("Q", "W_Q", "X"), cell=cell_projection, exact=True,
+          compute=lambda w: _projected(w)[0], formula=proj_text("Q", "W_Q", lambda f: "X"),
+          latex=proj_tex("Q", "W_Q", "X"), cell=cell_projection, exact=True,
           reads=lambda c: () if c.direct else (latest(c, "x", "q"),)),
     Stage("k", "m × H·d_k", lambda c: (c.m, c.heads * c.d_k), KEY, NUMBERED,
-          compute=lambda w: _projected(w)[1], formula=_proj_text("K", "W_K", lambda f: f.src),
-          latex=_proj_tex("K", "W_K", "@src"), cell=cell_projection, exact=True,
+          compute=lambda w: _projected(w)[1], formula=proj_text("K", "W_K", lambda f: f.src),
+          latex=proj_tex("K", "W_K", "@src"), cell=cell_projection, exact=True,
           reads=lambda c: _key_input(c, "k")),
     Stage("v", "m × H·d_v", lambda c: (c.m, c.heads * c.d_v), KEY, NUMBERED,
-          compute=lambda w: _projected(w)[2], formula=_proj_text("V", "W_V", lambda f: f.src),
-          latex=_proj_tex("V", "W_V", "@src"), cell=cell_projection, exact=True,
+          compute=lambda w: _projected(w)[2], formula=proj_text("V", "W_V", lambda f: f.src),
+          latex=proj_tex("V", "W_V", "@src"), cell=cell_projection, exact=True,
           reads=lambda c: _key_input(c, "v")),
     Stage("q_heads", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
           compute=lambda w: ops.split_heads(w["q"], w.c.heads),
-          formula=_split_text("Q", lambda c: c.d_k, "d_k"), latex=_tex("Q_{@h}"),
+          formula=split_text("Q", lambda c: c.d_k, "d_k"), latex=tex("Q_{@h}"),
           cell=cell_split, per_head=True, exact=True, chain="q", reads=lambda c: ("q",)),
     Stage("k_heads", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
           compute=lambda w: ops.split_heads(w["k"], w.c.groups),
-          formula=_split_text("K", lambda c: c.d_k, "d_k"), latex=_tex("K_{@h}"),
+          formula=split_text("K", lambda c: c.d_k, "d_k"), latex=tex("K_{@h}"),
           cell=cell_split, per_head=True, exact=True, chain="k", reads=lambda c: ("k",)),
     Stage("v_heads", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,
           compute=lambda w: ops.split_heads(w["v"], w.c.groups),
-          formula=_split_text("V", lambda c: c.d_v, "d_v"), latex=_tex("V_{@h}"),
+          formula=split_text("V", lambda c: c.d_v, "d_v"), latex=tex("V_{@h}"),
           cell=cell_split, per_head=True, exact=True, chain="v", reads=lambda c: ("v",)),
     Stage("q_normed", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
-          compute=lambda w: _normed(w, "q"), formula=_norm_text("Q"),
+          compute=lambda w: _normed(w, "q"), formula=norm_text("Q"),
           chain="q", reads=_after("q", "q_normed"),
-          latex=_tex(r"\frac{Q_{@h}}{\operatorname{rms}} \odot w"), cell=cell_normed,
+          latex=tex(r"\frac{Q_{@h}}{\operatorname{rms}} \odot w"), cell=cell_normed,
           per_head=True, exists=lambda c: c.qk_norm is not None,
           parts=(("rms", "rms"),), parts_title="the root mean square of each row",
           parts_formula="rms = √(mean of the row's squares + eps); then x / rms × weight"),
     Stage("k_normed", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
-          compute=lambda w: _normed(w, "k"), formula=_norm_text("K"),
+          compute=lambda w: _normed(w, "k"), formula=norm_text("K"),
           chain="k", reads=_after("k", "k_normed"),
-          latex=_tex(r"\frac{K_{@h}}{\operatorname{rms}} \odot w"), cell=cell_normed,
+          latex=tex(r"\frac{K_{@h}}{\operatorname{rms}} \odot w"), cell=cell_normed,
           per_head=True, exists=lambda c: c.qk_norm is not None,
           parts=(("rms", "rms"),), parts_title="the root mean square of each row",
           parts_formula="rms = √(mean of the row's squares + eps); then x / rms × weight"),
     Stage("q_rot", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
-          compute=lambda w: _rot(w, "q"), formula=_rope_text("Q"),
+          compute=lambda w: _rot(w, "q"), formula=rope_text("Q"),
           chain="q", reads=_after("q", "q_rot"),
-          latex=_tex(r"\operatorname{RoPE}(Q_{@h})"), cell=cell_rot, per_head=True,
+          latex=tex(r"\operatorname{RoPE}(Q_{@h})"), cell=cell_rot, per_head=True,
           exists=lambda c: c.rope is not None),
     Stage("k_rot", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
-          compute=lambda w: _rot(w, "k"), formula=_rope_text("K"),
+          compute=lambda w: _rot(w, "k"), formula=rope_text("K"),
           chain="k", reads=_after("k", "k_rot"),
-          latex=_tex(r"\operatorname{RoPE}(K_{@h})"), cell=cell_rot, per_head=True,
+          latex=tex(r"\operatorname{RoPE}(K_{@h})"), cell=cell_rot, per_head=True,
           exists=lambda c: c.rope is not None),
     Stage("scores", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=_scores, formula=_scores_text,
-          latex=_tex("Z_{@h}", r"Q_{@h} K_{@h}^{\top}", r"K_{@h}^{\top} Q_{@h}"),
+          latex=tex("Z_{@h}", r"Q_{@h} K_{@h}^{\top}", r"K_{@h}^{\top} Q_{@h}"),
           cell=cell_scores, per_head=True, chain="z", exact=True, aliases=("z",),
           reads=lambda c: (latest(c, "q", "scores"), latest(c, "k", "scores"))),
     Stage("scaled", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=_scaled, formula=lambda f: f"Z{f.i} / s, {f.scale_text()}",
-          latex=_tex(r"\frac{Z_{@h}}{s}"), cell=cell_scaled, per_head=True, chain="z",
+          latex=tex(r"\frac{Z_{@h}}{s}"), cell=cell_scaled, per_head=True, chain="z",
           exact=True, reads=_after("z", "scaled")),
     Stage("softcapped", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=lambda w: ops.softcap(_read(w, "softcapped"), w.c.softcap),
           formula=lambda f: f"c·tanh(Z{f.i} / s / c), c = {f.c.softcap:g}: every score "
                             "squashed into (−c, c)",
-          latex=_tex(r"\operatorname{softcap}(Z_{@h})", r"c \tanh\left(\frac{Z_{@h}}{s\,c}"
+          latex=tex(r"\operatorname{softcap}(Z_{@h})", r"c \tanh\left(\frac{Z_{@h}}{s\,c}"
                      r"\right)", r"c \tanh\left(\frac{Z_{@h}}{s\,c}\right)"),
           cell=cell_softcapped, per_head=True, chain="z", reads=_after("z", "softcapped"),
           exists=lambda c: c.softcap is not None),
     Stage("alibi", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=_alibi,
           formula=lambda f: f"−slope{f.i}·|i − j|, the ALiBi bias (positions i, j from 0)",
-          latex=_tex(r"-m_{@h} \lvert i - j \rvert"), cell=cell_alibi, per_head=True,
+          latex=tex(r"-m_{@h} \lvert i - j \rvert"), cell=cell_alibi, per_head=True,
           exact=True, exists=lambda c: c.alibi),
     Stage("biased", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=_biased, formula=_biased_text,
-          latex=_tex(r"Z_{@h} + B_{@h}"), cell=cell_biased, per_head=True, chain="z",
+          latex=tex(r"Z_{@h} + B_{@h}"), cell=cell_biased, per_head=True, chain="z",
           exact=True, exists=lambda c: c.alibi or c.bias,
           reads=lambda c: (latest(c, "z", "biased"),) + (("alibi",) if c.alibi else ())),
     Stage("masked", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=lambda w: ops.mask_scores(_read(w, "masked"), w.p.reach.allowed()),
-          formula=_mask_text, latex=_tex(r"\operatorname{mask}\left(\frac{Z_{@h}}{s}\right)"),
+          formula=_mask_text, latex=tex(r"\operatorname{mask}\left(\frac{Z_{@h}}{s}\right)"),
           cell=cell_masked, per_head=True, chain="z", exact=True, reads=_after("z", "masked")),
     Stage("weights", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=_weights,
           formula=lambda f: f"A{f.i} = softmax of each {f.pick('row', 'column')} of masked{f.i}"
           + (f" with the sink s{f.i} (its weight dropped: rows sum to less than 1)"
              if f.c.sinks else ""),
-          latex=_tex("A_{@h}", r"\operatorname{softmax}_{\text{rows}}",
+          latex=tex("A_{@h}", r"\operatorname{softmax}_{\text{rows}}",
                      r"\operatorname{softmax}_{\text{columns}}"),
           cell=cell_weights, per_head=True, heat=True, aliases=("attention", "a"),
           reads=_after("z", "weights"),
@@ -362,21 +308,21 @@ FORWARD: tuple[Stage, ...] = (
     Stage("head_outputs", "H × n × d_v", lambda c: (c.heads, c.n, c.d_v), QUERY, NUMBERED,
           compute=_head_outputs,
           formula=lambda f: f"O{f.i} = " + f.pick(f"A{f.i}·V{f.g}", f"V{f.g}·A{f.i}"),
-          latex=_tex("O_{@h}", "A_{@h} V_{@h}", "V_{@h} A_{@h}"),
+          latex=tex("O_{@h}", "A_{@h} V_{@h}", "V_{@h} A_{@h}"),
           cell=cell_head_outputs, per_head=True,
           reads=lambda c: ("weights", latest(c, "v", "head_outputs"))),
     Stage("concat", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,
           compute=lambda w: ops.merge_heads(w["head_outputs"]),
           formula=lambda f: f.pick(f"[{f.heads_list()}], the heads side by side",
                                    f"[{f.heads_list()}] stacked, one head below the other"),
-          latex=_tex("C", r"[O_1 \mid \dots \mid O_H]", r"[O_1; \dots; O_H]"),
+          latex=tex("C", r"[O_1 \mid \dots \mid O_H]", r"[O_1; \dots; O_H]"),
           cell=cell_concat, reads=lambda c: ("head_outputs",)),
     *OUTPUT,  # w_o: each head's rows, shown on request
     Stage("output", "n × d_out", lambda c: (c.n, c.d_out), QUERY, NUMBERED,
           compute=Work.output,
           formula=lambda f: f.proj("W_O", "concat", "b_o") if f.c.has_w_o
           else "concat" + f.bias("b_o") + " (no w_o)",
-          latex=_output_tex, cell=cell_output, reads=lambda c: ("concat",)),
+          latex=output_tex, cell=cell_output, reads=lambda c: ("concat",)),
 )
 
 TABLE: tuple[Stage, ...] = FORWARD + GRADIENTS
