@@ -92,27 +92,57 @@ def start(rows: int | tuple[int, ...], d_v: int, dtype: Any, sink: Any = None
     return m, l, np.zeros((*shape, d_v), dtype=dtype)  # (…, r), (…, r), (…, r, d_v)
 
 
+def running_max(m_prev: Array, s: Array) -> Array:
+    """m⁽ʲ⁾ = max(m⁽ʲ⁻¹⁾, rowmax S): (…, r) from (…, r) and the scores (…, r, c)."""
+    return np.maximum(m_prev, s.max(axis=-1))
+
+
+def exps(s: Array, m: Array) -> Array:
+    """P = exp(S − m) (…, r, c) for each row's m (…, r); 0 where S is −∞, even in a row
+    whose every key so far is blocked (its m still −∞)."""
+    return np.exp(s - np.where(np.isneginf(m), 0, m)[..., None])
+
+
+def running_sum(correction: Array, l_prev: Array, p: Array) -> Array:
+    """ℓ⁽ʲ⁾ = correction·ℓ⁽ʲ⁻¹⁾ + rowsum P: (…, r)."""
+    return correction * l_prev + p.sum(axis=-1)
+
+
+def running_output(correction: Array, o_prev: Array, p: Array, v: Array) -> Array:
+    """O⁽ʲ⁾ = correction·O⁽ʲ⁻¹⁾ + P·V: (…, r, d_v) from P (…, r, c) and V (…, c, d_v)."""
+    return correction[..., None] * o_prev + p @ v
+
+
 def online(s: Array, m_prev: Array, l_prev: Array, o_prev: Array, v: Array
            ) -> tuple[Array, Array, Array, Array, Array]:
     """One key block of the online softmax: (m, correction, P, ℓ, O) after the scores
     ``s`` (…, r, c) and their values ``v`` (…, c, d_v), from the state (m, ℓ, O) before
-    it, (…, r), (…, r), (…, r, d_v). P is 0 where s is −∞, even in a row whose every
-    key so far is blocked (its m still −∞)."""
-    m = np.maximum(m_prev, s.max(axis=-1))  # (…, r)
+    it, (…, r), (…, r), (…, r, d_v). Its steps are the functions above, which a grader
+    calls on a person's own numbers."""
+    m = running_max(m_prev, s)  # (…, r)
     correction = rescale(m_prev, m)  # (…, r)
-    p = np.exp(s - np.where(np.isneginf(m), 0, m)[..., None])  # (…, r, c)
-    l = correction * l_prev + p.sum(axis=-1)  # (…, r)
-    o = correction[..., None] * o_prev + p @ v  # (…, r, d_v)
-    return m, correction, p, l, o
+    p = exps(s, m)  # (…, r, c)
+    return m, correction, p, running_sum(correction, l_prev, p), \
+        running_output(correction, o_prev, p, v)
+
+
+def combine(ms: Sequence[Array], ls: Sequence[Array], os: Sequence[Array],
+            m: Array | None = None) -> tuple[Array, Array, Array]:
+    """Partial softmaxes of the same rows over different keys as one (how split-K
+    combines its chunks): each state's ℓ and O rescaled from its own maximum to ``m``
+    (the largest of theirs unless given), then summed. ``ms``, ``ls`` (…, r) and
+    ``os`` (…, r, d_v) a state each."""
+    m_all = np.stack(ms)  # (k, …, r)
+    top = m_all.max(axis=0) if m is None else m  # (…, r)
+    f = rescale(m_all, np.broadcast_to(top, m_all.shape))  # (k, …, r)
+    return top, (f * np.stack(ls)).sum(axis=0), (f[..., None] * np.stack(os)).sum(axis=0)
 
 
 def merge(m1: Array, l1: Array, o1: Array, m2: Array, l2: Array, o2: Array
           ) -> tuple[Array, Array, Array]:
-    """Two partial softmaxes of the same rows over different keys as one: each rescaled
-    to the larger maximum, then summed (how split-K combines its chunks)."""
-    m = np.maximum(m1, m2)  # (…, r)
-    a, b = rescale(m1, m), rescale(m2, m)  # (…, r)
-    return m, a * l1 + b * l2, a[..., None] * o1 + b[..., None] * o2
+    """Two partial softmaxes of the same rows over different keys as one: ``combine``
+    of the two."""
+    return combine((m1, m2), (l1, l2), (o1, o2))
 
 
 def finish(m: Array, l: Array, o: Array, dead: Array, masked_row: str
@@ -164,6 +194,20 @@ def dead_rows(p: Prepared) -> Array:
 # --------------------------------------------------------------------------- tiles
 
 
+# a tile's numbers: the stage of the plain trace they come from, named by the stage that
+# reads it and where (S: the scores the softmax takes; V: the values the heads weight)
+_READ_BY = {"s": ("weights", 0), "v": ("head_outputs", 1), "output": ("concat", 0)}
+
+
+def field_stage(c: Config, field: str) -> str:
+    """The stage of the plain trace a tile's ``field`` is cut from (``s``: masked; ``v``:
+    the values; ``output``: head_outputs), as ``stages.reads`` says."""
+    from .stages import reads
+
+    reader, at = _READ_BY[field]
+    return reads(c, reader)[at]
+
+
 def tiles(tr: Record, br: int, bc: int | None = None) -> list[TileBlock]:
     """The online softmax of every head, query block by query block (BR rows), each
     meeting the key blocks (BC keys, BC = BR by default) in order. The blocks come head
@@ -179,7 +223,8 @@ def each_block(tr: Record, br: int, bc: int | None = None,
     br, bc = check_tiles(br, bc)
     p, c = tr.prepared, tr.config
     float_only(c, "the tiled view")
-    masked, v_heads = tr.stages["masked"], tr.stages["v_heads"]  # (H, n, m), (G, m, d_v)
+    masked = tr.stages[field_stage(c, "s")]  # (H, n, m)
+    v_heads = tr.stages[field_stage(c, "v")]  # (G, m, d_v)
     dead = dead_rows(p)  # (n,)
     for h in range(c.heads) if heads is None else heads:
         v_h = v_heads[c.kv_of(h)]  # (m, d_v)
@@ -190,8 +235,7 @@ def each_block(tr: Record, br: int, bc: int | None = None,
             steps = []
             for k0 in range(0, c.m, bc):
                 keys = range(k0, min(k0 + bc, c.m))
-                allowed = p.allowed(rows.start, rows.stop, keys.start, keys.stop)  # (r, c)
-                if allowed is not None and not allowed.any():
+                if p.reach.skipped(rows, keys):  # every entry blocked
                     steps.append(TileStep(keys, True))
                     continue
                 s = masked[h, rows.start:rows.stop, keys.start:keys.stop]  # (r, c)
@@ -228,21 +272,10 @@ def block_json(b: TileBlock) -> dict[str, Any]:
 
 def why_skipped(p: Prepared, rows: range, keys: range) -> str:
     """What blocks every entry of a skipped tile, in words: the causal mask, the
-    window, key padding, the mask matrix, or several of them together."""
-    c = p.config
-    reasons = []
-    if c.mask == "causal" and keys.start > rows.stop - 1:
-        reasons.append("the causal mask (every key comes after every query)")
-    if c.window is not None and min(abs(rows.start - (keys.stop - 1)),
-                                    abs(keys.start - (rows.stop - 1))) >= c.window \
-            and (keys.start > rows.stop - 1 or rows.start > keys.stop - 1):
-        reasons.append(f"the window of {c.window} (every key is {c.window} or more away)")
-    if p.key_padding is not None and not p.key_padding[keys.start:keys.stop].any():
-        reasons.append("key padding (every key is padding)")
-    if p.mask is not None and not p.mask[rows.start:rows.stop, keys.start:keys.stop].any():
-        reasons.append("the mask (0 in every entry)")
-    return " and ".join(reasons[:1]) if reasons else \
-        "the mask, window and padding together"
+    window, key padding, the mask matrix, or several of them together. A rule of a
+    shape is named before a matrix, which says less of why."""
+    rules = sorted(p.reach.tile_rules(rows, keys), key=lambda r: r.name == "mask")
+    return rules[0].tile_said if rules else "the mask, window and padding together"
 
 
 def agreement(a: Array, b: Array) -> str:

@@ -141,8 +141,6 @@ def _run(p: Prepared, given: dict[str, Array] | None = None, exact: bool = False
             stopped = True
             continue
         work.stages[s.name] = given[s.name] if given and s.name in given else value
-        if s.chain:
-            work.chain = s.name
     return Trace(p, work.stages, work.parts)
 
 

@@ -102,7 +102,10 @@ class Truth:
 
     def exact_masked(self) -> Any:
         """The masked scores in exact fractions, where they are rational (else None)."""
-        return self.exact("masked").stages.get("masked")
+        from ..engine.kernels import field_stage
+
+        name = field_stage(self.problem.config, "s")  # the stage a tile's S is cut from
+        return self.exact(name).stages.get(name)
 
     def exact(self, until: str) -> Trace:
         """Exact stages up to ``until``: made once, as far as the furthest asked for."""
