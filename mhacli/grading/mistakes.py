@@ -83,9 +83,9 @@ def _inverted(p: Prepared, st: Stages) -> Stages | None:
 
 
 def _unmasked(p: Prepared, st: Stages) -> Stages | None:
-    if p.allowed() is None:
+    if p.reach.allowed() is None:
         return None
-    return {"masked": _chain_before_mask(p, st)}
+    return {"masked": _read(p, st, "masked")}  # the scores the mask would block, unblocked
 
 
 def _what_blocks(p: Prepared) -> str:
