@@ -149,9 +149,9 @@ def _parameter(o: SettingOption, command: str) -> inspect.Parameter:
     if o.metavar:
         info["metavar"] = o.metavar
     default: Any = None
-    kind: Any = Optional[str]
+    kind: Any = Optional[str]  # read by the setting's reader, where it enters (choose.py)
     if s.kind == "whole":
-        kind = Optional[int]
+        info.setdefault("metavar", "INTEGER")  # as typed: text, read as a whole number
     elif s.kind == "flag":
         kind, default = bool, False
     elif s.kind == "choice":
