@@ -43,7 +43,7 @@ def gpt2(r: Reader, stem: str) -> dict[str, Any]:
     if r.has(stem + "c_proj.bias"):
         out["b_o"] = r.tensor(stem + "c_proj.bias", 1)
         r.note("b_o", f"tensor {stem}c_proj.bias")
-    heads = r.count("n_head")
+    heads = r.setting("heads", "n_head")
     width = r.count("n_embd")
     if width is not None and width != d:
         raise r.error("n_embd", f"{width}, but {stem}c_attn.weight is {d} rows")
@@ -155,7 +155,7 @@ def decoder(r: Reader, stem: str, kind: str) -> dict[str, Any]:
         if older is not None and older != r.cfg.get("sliding_window"):
             raise r.error("sliding_window_size", f"{shown(older)}, but sliding_window is "
                           f"{shown(r.cfg.get('sliding_window'))}: which one holds is unclear")
-        cap = r.number("attn_logit_softcapping")
+        cap = r.setting("softcap", "attn_logit_softcapping")
         if cap is not None:
             out["softcap"] = cap
             r.note("softcap", "config attn_logit_softcapping")
@@ -207,7 +207,7 @@ def _qk_norm(r: Reader, stem: str, kind: str, d: int, heads: int, groups: int
     q, k = r.tensor(stem + "q_norm.weight", 1), r.tensor(stem + "k_norm.weight", 1)
     if kind == "gemma3":
         q, k = 1 + q, 1 + k
-    eps = r.number("rms_norm_eps", 1e-6)
+    eps = r.setting("qk_norm.eps", "rms_norm_eps", 1e-6)
     r.note("qk_norm", f"tensors {stem}q_norm.weight, {stem}k_norm.weight"
            + (" (1 + w, as Gemma stores it)" if kind == "gemma3" else "") + ", config rms_norm_eps")
     return {"over": "width" if kind == "olmo2" else "head", "eps": eps, "q": q, "k": k}
@@ -266,7 +266,7 @@ def falcon(r: Reader, stem: str) -> dict[str, Any]:
     out: dict[str, Any] = {"mask": "causal", "heads": heads}
     r.note("mask", "Falcon: causal")
     new, multi = r.flag("new_decoder_architecture"), r.flag("multi_query", True)
-    given = r.count("num_kv_heads")  # read by the new decoder only
+    given = r.setting("kv_heads", "num_kv_heads")  # read by the new decoder only
     groups = given if new else 1 if multi else heads
     groups = groups or heads
     if new:
