@@ -11,27 +11,17 @@ import typer
 from ..errors import MhaError
 from .core import command, guard
 from .common import about, inputs, layer_number, problem
-from .options import (
-    OUTPUT, CheckpointOpt, TextOpt, DebugOpt, DModelOpt, FileArg, IntsOpt, LayerOpt, OutputOpt,
-    RandomOpt, RunFormat, SampleOpt, SeedOpt, TokensOpt, with_settings,
-)
+from .options import OUTPUT, DebugOpt, OutputOpt, RunFormat, with_settings
+from .problem_options import Source, with_source
 from .streams import write_file
 from .terminal import fold, progress_bar
 
 
 @command
 @with_settings("run")
+@with_source("run")
 def run(
-    file: FileArg = None,
-    sample: SampleOpt = None,
-    random: RandomOpt = False,
-    seed: SeedOpt = None,
-    tokens: TokensOpt = None,
-    d_model: DModelOpt = None,
-    ints: IntsOpt = None,
-    checkpoint: CheckpointOpt = None,
-    layer: LayerOpt = None,
-    text: TextOpt = None,
+    source: Any = None,
     fmt: Annotated[Optional[RunFormat], typer.Option(
         "--format", "-f", help="Output format (default: plain, or the -o file's extension: "
                                ".json .csv .tsv .yaml .npy .txt).", show_default=False,
@@ -68,20 +58,20 @@ def run(
         from ..engine import fast
 
         if jsonl:
-            others = [o for o, v in (("--sample", sample), ("--random", random),
-                                     ("--checkpoint", checkpoint), ("--text", text),
+            s = source
+            others = [o for o, v in (("--sample", s.sample), ("--random", s.random),
+                                     ("--checkpoint", s.checkpoint), ("--text", s.text),
                                      ("-o", output),
-                                     ("--ints", ints), ("--seed", seed)) if v]
+                                     ("--ints", s.ints), ("--seed", s.seed)) if v]
             if others or fmt not in (None, RunFormat.json):
                 raise MhaError(f"--jsonl reads problems and writes JSON lines: it cannot be "
                                f"combined with {others[0] if others else '--format'}")
-            if stream(file, precision, settings):
+            if stream(source.file, precision, settings):
                 raise typer.Exit(2)
             return
 
-        prob = problem(file, sample, "run", random=random, seed=seed, tokens=tokens,
-                       d_model=d_model, ints=ints, checkpoint=checkpoint,
-                       layer=layer_number(layer), text=text, **settings)
+        prob = problem(command="run", **source.problem(), layer=layer_number(source.layer),
+                       **settings)
         context["tokens"] = prob.labels()[0] if prob.tokens else None  # as shown
         fmt = fmt or _format_of(output)
         if fmt is RunFormat.npy and output is None and sys.stdout.isatty():
@@ -97,7 +87,7 @@ def run(
             width = shutil.get_terminal_size().columns  # rows wider wrap between numbers
             data = fold(data.decode("utf-8"), max(width, 20)).encode("utf-8")
         if output is not None:
-            write_file(output, data, keep=inputs(file))
+            write_file(output, data, keep=inputs(source.file))
         else:
             sys.stdout.flush()
             sys.stdout.buffer.write(data)
