@@ -13,7 +13,7 @@ from ..errors import MhaError
 from .core import command, guard
 from .common import about, layer_number, problem
 from .options import CHECKING, OUTPUT, CheckFormat, DebugOpt, stage_help, with_settings
-from .problem_options import Source, with_source
+from .problem_options import with_source
 from .terminal import console_for_stdout, rich_stdout, say
 
 MOST_POINTS = 1_000_000  # what one stage may be worth in --points

@@ -15,7 +15,7 @@ from .options import (
     ADVANCED, OUTPUT, SHOW, DebugOpt, ExplainFormat, HeatScale, PrecisionOpt, stage_help,
     with_settings,
 )
-from .problem_options import Source, with_source
+from .problem_options import with_source
 from .streams import check_writable
 from .terminal import export, rich_stdout, show
 

@@ -12,7 +12,7 @@ from ..errors import MhaError
 from .common import layer_number
 from .core import command, guard
 from .options import CHECKING, PROBLEM, DebugOpt, OutputOpt, stage_help, with_settings
-from .problem_options import Source, with_source
+from .problem_options import with_source
 from .streams import write_file
 
 

@@ -9,7 +9,7 @@ No `from __future__ import annotations`: Typer reads these annotations at start-
 
 import functools
 import inspect
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
 
@@ -131,9 +131,6 @@ class Source:
         return {name: getattr(self, name) for name in (
             "file", "sample", "random", "seed", "tokens", "d_model", "ints", "checkpoint",
             "text")}
-
-
-assert [o.name for o in OPTIONS] == [f.name for f in fields(Source)]
 
 
 def with_source(command: str) -> Callable[[Callable], Callable]:

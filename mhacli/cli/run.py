@@ -12,7 +12,7 @@ from ..errors import MhaError
 from .core import command, guard
 from .common import about, inputs, layer_number, problem
 from .options import OUTPUT, DebugOpt, OutputOpt, RunFormat, with_settings
-from .problem_options import Source, with_source
+from .problem_options import with_source
 from .streams import write_file
 from .terminal import fold, progress_bar
 
