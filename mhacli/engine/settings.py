@@ -203,23 +203,37 @@ def unknown_setting(key: str, where: str = "setting") -> MhaError:
 def parse_all(given: dict[str, Any], s: Sizes) -> Fields:
     """Every setting with a parser, read from ``given`` (its default where absent): each
     value read by its reader (a typed value passes as it is), then parsed with the
-    problem's sizes."""
-    config: dict[str, Any] = {}
-    arrays: dict[str, Any] = {}
-    for setting in SETTINGS:
-        if setting.parse is not None and setting.engine:
-            value = given.get(setting.key, setting.default)
-            if value is not None and setting.read is not None:
-                value = setting.read(value)
-            extra_config, extra_arrays = setting.parse(value, s)
-            config.update(extra_config)
-            arrays.update(extra_arrays)
+    problem's sizes. A setting not given adds what its parser makes of None, the same
+    for every problem: made once (most problems give few settings, and prepare runs for
+    each of a stream's)."""
+    global _UNSET
+    if _UNSET is None:
+        _UNSET = ({}, {})
+        for setting in _PARSED:
+            if setting.default is None:
+                off_config, off_arrays = setting.parse(None, s)  # type: ignore[misc]
+                _UNSET[0].update(off_config)
+                _UNSET[1].update(off_arrays)
+    config, arrays = dict(_UNSET[0]), dict(_UNSET[1])
+    for setting in _PARSED:
+        value = given.get(setting.key, setting.default)
+        if value is None:
+            continue
+        if setting.read is not None:
+            value = setting.read(value)
+        extra_config, extra_arrays = setting.parse(value, s)  # type: ignore[misc]
+        config.update(extra_config)
+        arrays.update(extra_arrays)
     for setting in SETTINGS:  # a setting that goes with another, given without it
         if setting.needs and config.get(setting.key) not in (None, False) and \
                 not config.get(setting.needs):
             raise MhaError(f"{setting.key} goes with {setting.needs}: give {setting.needs} too "
                            f"({option(setting.needs)})", key=setting.key)
     return config, arrays
+
+
+_PARSED = tuple(s for s in SETTINGS if s.parse is not None and s.engine)
+_UNSET: Fields | None = None  # what the settings not given add (see parse_all)
 
 
 def counts(given: dict[str, Any]) -> tuple[int | None, int | None]:
