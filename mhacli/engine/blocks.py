@@ -335,9 +335,10 @@ def _block_rows(p: Prepared) -> int:
     return block
 
 
-def _turned_heads(p: Prepared, work: Work, spread: Spread) -> tuple[Array, Array, Array]:
+def _turned_heads(p: Prepared, work: Work, spread: Spread | None) -> tuple[Array, Array, Array]:
     """Qᵀ/s, Kᵀ and Vᵀ head by head: (H, d_k, n), (G, d_k, m), (G, d_v, m), each head's
-    numbers side by side in memory, which every product of a block reads whole.
+    numbers side by side in memory, which every product of a block reads whole (the
+    projections by the workers of ``spread``; None: a product each, here).
 
     Made as Wᵀ·Xᵀ, the transpose of X·W at the same speed, whose rows are already in
     that order: no copy of Q, K or V is needed to put them head by head (given Q, K and
@@ -350,7 +351,8 @@ def _turned_heads(p: Prepared, work: Work, spread: Spread) -> tuple[Array, Array
         x = work.stages.get("x_pos", p.x)  # with positions added
         x_kv = work.stages.get("x_kv_pos", p.x_kv)
         q, k, v = ops.projections(x, x_kv, p.w_q, p.w_k, p.w_v, p.b_q, p.b_k, p.b_v,
-                                  turned=True, matmul=_pieces(spread))
+                                  turned=True,
+                                  matmul=np.matmul if spread is None else _pieces(spread))
     q_t, k_t, v_t = (a.reshape(heads, -1, a.shape[-1])
                      for a, heads in ((q, c.heads), (k, c.groups), (v, c.groups)))
     if c.qk_norm is not None:  # each row divided by its rms, times the weights
