@@ -66,6 +66,8 @@ def run(
             if others or fmt not in (None, RunFormat.json):
                 raise MhaError(f"--jsonl reads problems and writes JSON lines: it cannot be "
                                f"combined with {others[0] if others else '--format'}")
+            from .jsonl import stream
+
             if stream(source.file, precision, settings):
                 raise typer.Exit(2)
             return
@@ -98,44 +100,3 @@ def _format_of(output: Optional[Path]) -> RunFormat:
     suffix = output.suffix.lower().lstrip(".") if output is not None else ""
     suffix = {"yml": "yaml", "txt": "plain"}.get(suffix, suffix)
     return RunFormat(suffix) if suffix in RunFormat.__members__ else RunFormat.plain
-
-
-def stream(file: Optional[str], precision: Optional[int], settings: dict[str, Any]) -> int:
-    """``run --jsonl``: each line a problem, each answer a line, flushed as it is made;
-    a line that fails is answered with its error and the rest go on; the options' settings
-    change every problem. Returns how many failed."""
-    import json
-
-    from ..engine import fast
-    from ..io.choose import option_values
-    from ..io.problem import from_mapping
-    from ..io.reader import parse_text
-    from ..present.text import write_output
-
-    if file in (None, "-") and (sys.stdin is None or sys.stdin.isatty()):
-        raise MhaError("--jsonl reads problems from standard input, which is a terminal: "
-                       "pipe them in (mha run --jsonl < problems.jsonl) or name the file")
-    changes = {k: v for k, v in option_values(settings).items() if v is not None}
-    failed = 0
-    source = sys.stdin.buffer if file in (None, "-") else open(file, "rb")  # noqa: SIM115
-    with source:
-        for number, raw in enumerate(source, start=1):
-            if not raw.strip():
-                continue
-            try:
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    raise MhaError("not UTF-8 text") from None
-                data, locate = parse_text(text, f"line {number}", "json")
-                prob = from_mapping(data, f"line {number}", None, "rows", locate)
-                if changes:
-                    prob = prob.with_overrides(**changes)
-                out = write_output(fast(prob.prepared), "json", precision)
-            except MhaError as exc:
-                failed += 1
-                doc = {"error": exc.message, "line": number}
-                out = (json.dumps(doc, ensure_ascii=False) + "\n").encode()
-            sys.stdout.buffer.write(out)
-            sys.stdout.buffer.flush()
-    return failed
