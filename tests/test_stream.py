@@ -269,3 +269,16 @@ def test_a_long_line_and_a_last_line_without_its_newline(tmp_path: Path) -> None
     assert first + "\n" == runner.invoke(app, ["run", str(tmp_path / "one.json"),
                                                "--format", "json"]).stdout
     assert json.loads(last) == {"output": [[4.0]], "shape": [1, 1]}
+
+
+def test_more_forms_than_are_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stream of more forms than are kept: each line answered, in order, the forms of a
+    run kept till it is computed."""
+    monkeypatch.setattr("mhacli.cli.jsonl.MOST_FORMS", 2)
+    lines = [f'{{"q": [[1]], "k": [[1]], "v": [[{v}]], "window": {w}}}'
+             for v, w in ((1, 1), (2, 1), (3, 2), (4, 3), (5, 3), (6, 1), (7, 4))]
+    path = tmp_path / "s.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    r = runner.invoke(app, ["run", "--jsonl", str(path)])
+    assert [json.loads(a)["output"] for a in r.stdout.splitlines()] == \
+        [[[float(v)]] for v in range(1, 8)]

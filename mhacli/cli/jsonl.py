@@ -60,7 +60,7 @@ class Answers:
 
         out: list[bytes] = []
         run: list[tuple[int, dict]] = []  # lines of one form, in a row: (number, numbers)
-        form = None
+        form, shared = None, None  # the run's form, and its problem
         for number, raw in lines:
             if not raw.strip():
                 continue
@@ -70,18 +70,18 @@ class Answers:
                 try:
                     p = self._problem(line[0], line[2], raw, number)
                 except MhaError as exc:
-                    self._many(run, form, out)  # what came before, first
+                    self._many(run, shared, out)  # what came before, first
                     out.append(self._error(exc, number))
                     continue
             if line is not None and self.route.alike(p):
                 if line[0] != form:
-                    self._many(run, form, out)
-                    form = line[0]
+                    self._many(run, shared, out)
+                    form, shared = line[0], p
                 run.append((number, line[1]))
                 continue
-            self._many(run, form, out)
+            self._many(run, shared, out)
             out.append(self._one(raw, number, p))
-        self._many(run, form, out)
+        self._many(run, shared, out)
         return b"".join(out)
 
     def _problem(self, form: tuple, data: dict, raw: bytes, number: int) -> Any:
@@ -130,9 +130,9 @@ class Answers:
         except MhaError as exc:
             return self._error(exc, number)
 
-    def _many(self, run: list[tuple[int, dict]], form: Any, out: list[bytes]) -> None:
-        """The lines of one form gathered so far, computed together and answered (the
-        run emptied)."""
+    def _many(self, run: list[tuple[int, dict]], p: Any, out: list[bytes]) -> None:
+        """The lines of one form gathered so far (``p``: its problem), computed together
+        and answered (the run emptied)."""
         if not run:
             return
         import numpy as np
@@ -140,7 +140,6 @@ class Answers:
         from ..engine.checks import check_finite, warn_dead
         from ..numbers import in_range
 
-        p = self.forms[form]
         names = run[0][1].keys()
         stacked = {name: np.array([numbers[name] for _, numbers in run], dtype=np.float64)
                    for name in names}  # (B, …): each number checked by the quick reading
