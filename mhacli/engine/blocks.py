@@ -17,7 +17,7 @@ import numpy as np
 from . import ops
 from .checks import check_finite, warn_dead
 from .config import Prepared
-from .work import Work, normed, turned
+from .work import Work, normed, started, turned
 
 Array = np.ndarray
 Progress = Callable[[int, int], None]
@@ -369,12 +369,7 @@ def fast(p: Prepared, progress: Progress | None = None) -> Array:
     """The fast path on validated inputs: the n × d_out output, nothing recorded."""
     warn_dead(p)
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused just below
-        work = Work(p, exact=False)
-        work.stages.update(x=p.x, x_kv=p.x_kv)  # type: ignore[dict-item]
-        if p.pe is not None:  # positions added to the inputs
-            work.stages["x_pos"] = p.x + p.pe  # type: ignore[operator]
-            if p.pe_kv is not None:
-                work.stages["x_kv_pos"] = p.x_kv + p.pe_kv  # type: ignore[operator]
+        work = started(p)  # the inputs, with their positions
         with _cores(_hold(p)) as spread:
             out = _attend(p, *_turned_heads(p, work, spread), progress, spread)  # Y, or C
         if p.w_o is None:

@@ -18,7 +18,7 @@ from . import ops
 from .blocks import _key_range, _turned_heads
 from .checks import check_finite, warn_dead
 from .config import Prepared
-from .work import Work
+from .work import started
 
 Array = np.ndarray
 
@@ -47,12 +47,7 @@ def small(p: Prepared) -> Array:
     c = p.config
     warn_dead(p)
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused just below
-        work = Work(p, exact=False)
-        work.stages.update(x=p.x, x_kv=p.x_kv)  # type: ignore[dict-item]
-        if p.pe is not None:  # positions added to the inputs
-            work.stages["x_pos"] = p.x + p.pe  # type: ignore[operator]
-            if p.pe_kv is not None:
-                work.stages["x_kv_pos"] = p.x_kv + p.pe_kv  # type: ignore[operator]
+        work = started(p)  # the inputs, with their positions
         q_t, k_t, v_t = _turned_heads(p, work, None)  # (H, d_k, n), (G, d_k, m), (G, d_v, m)
         work.stages["concat"] = _concat(_attend(p, q_t, k_t, v_t))  # (n, H·d_v)
         out = work.output()  # (n, d_out)
