@@ -1,5 +1,6 @@
-"""The command line's inputs: the options the commands share, and those of the settings
-table, made for the commands that offer them from its two halves: the engine's
+"""The command line's inputs: the options the commands share (those that name the problem
+are ``problem_options.py``'s), and those of the settings table, made for the commands
+that offer them from its two halves: the engine's
 (``engine/settings.py``: the kind of value, its choices and default) and the command
 line's (``setting_options.py``: commands, metavar, help, panel).
 

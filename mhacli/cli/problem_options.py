@@ -15,9 +15,7 @@ from typing import Annotated, Any, Callable, Optional
 
 import typer
 
-from .setting_options import PROBLEM, Words
-
-COMPUTING = ("explain", "run", "generate")
+from .setting_options import COMPUTING, PROBLEM, Words
 
 
 @dataclass(frozen=True)
