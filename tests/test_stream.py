@@ -282,3 +282,16 @@ def test_more_forms_than_are_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     r = runner.invoke(app, ["run", "--jsonl", str(path)])
     assert [json.loads(a)["output"] for a in r.stdout.splitlines()] == \
         [[[float(v)]] for v in range(1, 8)]
+
+
+def test_biases_written_per_head_are_joined_line_by_line(tmp_path: Path) -> None:
+    """A bias written as a list of per-head vectors (joined into one by the reading) is
+    not a matrix of the problem as written: such lines are computed one by one."""
+    line = '{"x": [[1, 0], [0, 1]], "w_q": [[1, 0], [0, 1]], "w_k": [[1, 0], [0, 1]], ' \
+           '"w_v": [[1, 2], [3, 4]], "heads": 2, "b_q": [[0.5], [-1]], "b_o": [[1, 2]]}'
+    path = tmp_path / "s.jsonl"
+    path.write_text((line + "\n") * 3)
+    (tmp_path / "one.json").write_text(line)
+    r = runner.invoke(app, ["run", "--jsonl", str(path)])
+    alone = runner.invoke(app, ["run", str(tmp_path / "one.json"), "--format", "json"])
+    assert r.exit_code == 0 and r.stdout == alone.stdout * 3, r.output

@@ -73,7 +73,7 @@ class Answers:
                     self._many(run, shared, out)  # what came before, first
                     out.append(self._error(exc, number))
                     continue
-            if line is not None and self.route.alike(p):
+            if line is not None and line[0] in self.forms:  # one of a form computed together
                 if line[0] != form:
                     self._many(run, shared, out)
                     form, shared = line[0], p
@@ -89,14 +89,18 @@ class Answers:
         the quick pass read, or if that fails from the line read in full (whose error,
         if it has one, is the line's: a quick pass reads 1 where the text says "1", and
         a 1 × 1 mask may be written "1"); kept for its form when lines of that form can
-        be computed together."""
+        be computed together: ``engine.small.alike``, and its matrices kept as the line
+        wrote them (a bias written as a list of per-head vectors is joined into one)."""
         p = self.forms.get(form)
         if p is None:
             try:
                 p = self._problem_of(data, number)
             except MhaError:
                 p = self._read(raw, number)
-            if self.route.alike(p):
+            shapes = [entry for entry in form if len(entry) == 2]  # (matrix, its shape)
+            if self.route.alike(p) and all(getattr(p, name) is not None and
+                                           getattr(p, name).shape == shape
+                                           for name, shape in shapes):
                 if len(self.forms) >= MOST_FORMS:
                     self.forms.clear()
                 self.forms[form] = p
