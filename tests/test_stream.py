@@ -51,10 +51,10 @@ def forms(draw: st.DrawFn) -> tuple[dict[str, tuple[int, ...]], dict[str, Any]]:
                   "w_v": (d, groups * d_v)}
         if m != n:
             shapes["x_kv"] = (m, d)
-        for name, width in (("b_q", heads * d_k), ("b_k", groups * d_k),
-                            ("b_v", groups * d_v)):
-            if draw(st.booleans()):
-                shapes[name] = (width,)
+        for name, count, width in (("b_q", heads, d_k), ("b_k", groups, d_k),
+                                   ("b_v", groups, d_v)):
+            if draw(st.booleans()):  # one vector, or one a head (as a list of them)
+                shapes[name] = (count * width,) if draw(st.booleans()) else (count, width)
     out = heads * d_v
     if draw(st.booleans()):
         out = draw(st.integers(1, 3))
