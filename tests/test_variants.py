@@ -262,8 +262,8 @@ def test_a_problem_file_with_each_variant(tmp_path: Path, name: str) -> None:
 
 @pytest.mark.parametrize("extra, message", [
     ({"kv_heads": 3}, "kv_heads = 3 does not divide heads = 4"),
-    ({"kv_heads": 0}, "kv_heads must be a positive integer"),
-    ({"window": 0}, "window must be a positive integer"),
+    ({"kv_heads": 0}, "kv_heads must be a whole number of 1 or more, got 0"),
+    ({"window": 0}, "window must be a whole number of 1 or more, got 0"),
     ({"key_padding": [1, 0]}, "key_padding must be a list of 6 entries"),
     ({"key_padding": [1, 0, 1, 2, 1, 1]}, "expected 1 (may attend) or 0 (blocked)"),
     ({"bias": [[1, 2], [3, 4]]}, "bias is 2 × 2 but the scores are n × m = 6 × 6"),

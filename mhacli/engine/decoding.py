@@ -33,6 +33,7 @@ import numpy as np
 from ..errors import MhaError, shown
 from . import ops
 from .kernels import data, float_only, merge, online, record, span, start, whole_number
+from .values import given
 from .work import Work, normed, turned
 
 if TYPE_CHECKING:  # a trace is read through the Protocol: paths.py imports this module
@@ -276,7 +277,7 @@ def decode_setting(value: Any) -> bool:
         return True
     if word in ("false", "no", "off", "0", ""):
         return False
-    raise MhaError(f"decode must be true or false, got {shown(value)}", key="decode")
+    raise MhaError(f"decode must be true or false, got {given(value)}", key="decode")
 
 
 def splits_setting(value: Any) -> int | None:

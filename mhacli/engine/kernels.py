@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ..errors import MhaError, shown
+from ..errors import MhaError
 from . import ops
+from .values import given
 
 if TYPE_CHECKING:  # a trace is read through the Protocol: paths.py imports this module
     from .config import Config, Prepared
@@ -166,7 +167,7 @@ def whole_number(name: str, value: Any, key: str, least: int = 1) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
             or value < least:
         raise MhaError(f"{name} must be a whole number of {least} or more, got "
-                       f"{shown(value)}", key=key)
+                       f"{given(value)}", key=key)
     return int(value)
 
 
@@ -326,7 +327,7 @@ def tiles_setting(value: Any) -> tuple[int, int] | None:
         sizes.append(int(part))
     if not 1 <= len(sizes) <= 2 or len(sizes) != len(parts):
         raise MhaError(f"tiles takes BR or BR:BC, whole numbers of 1 or more (BR query rows "
-                       f"and BC keys a tile; a file may write [BR, BC]), got {shown(value)}",
+                       f"and BC keys a tile; a file may write [BR, BC]), got {given(value)}",
                        key="tiles")
     return sizes[0], sizes[-1]
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..engine.settings import BY_KEY
+from ..engine.settings import SETTINGS, option, read_setting
 from ..errors import MhaError
 from .on_model import load_checkpoint
 from .problem import Problem, load, load_sample, read_bias
 
 BUILT_IN = "intro"
+ALL = {s.key: s for s in SETTINGS}  # the settings options give (layout too)
 
 
 def problem_from(*, file: str | None = None, sample: str | None = None,
@@ -99,12 +100,14 @@ def new_seed() -> int:
 
 
 def option_values(settings: dict[str, Any]) -> dict[str, Any]:
-    """The settings as their options give them, as a problem takes them: a flag's True
+    """The settings as their options give them, read where they enter: a flag's True
     (False: not given), an array read from the file an option names (``--bias FILE``,
-    ``--positional FILE``; a word such as sinusoidal stays a word), the rest as typed."""
+    ``--positional FILE``; a word such as sinusoidal stays a word), the rest read by the
+    setting's own reader (``--window 0`` is refused naming ``--window``), typed from
+    here on."""
     out: dict[str, Any] = {}
     for key, value in settings.items():
-        s = BY_KEY[key]
+        s = ALL[key]
         if s.kind == "flag":
             value = True if value else None
         elif s.kind == "file" and value is not None and \
@@ -112,5 +115,10 @@ def option_values(settings: dict[str, Any]) -> dict[str, Any]:
             value = read_bias(Path(value), key, s.array)
         elif s.kind == "file" and value is not None:
             value = str(value).strip().lower()
+        elif value is not None:
+            try:
+                value = read_setting(key, value)
+            except MhaError as exc:
+                raise exc.located(option(key)) from None
         out[key] = value
     return out

@@ -73,7 +73,7 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
     settings = {k: v for k, v in (settings or {}).items() if v is not None}
     if settings.get("decode") and settings.get("mask") is None:
         settings["mask"] = "causal"  # decoding is causal: a problem made for it is
-    heads, kv_heads = settings.pop("heads", None), settings.pop("kv_heads", None)
+    heads, kv_heads = (_option(key, settings.pop(key, None)) for key in ("heads", "kv_heads"))
     scale = settings.get("scale")
     labels = tokens if isinstance(tokens, list) else None
     hand = ints is not None
@@ -87,8 +87,6 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
         raise MhaError(f"--tokens must be at least 1, got {n}")
     if d < 1:
         raise MhaError(f"--d-model must be at least 1, got {d}")
-    if h < 1:
-        raise MhaError(f"--heads must be at least 1, got {h}")
     kv_labels = kv_tokens if isinstance(kv_tokens, list) else None
     cross = kv_tokens is not None or d_kv is not None
     m = len(kv_labels) if kv_labels else (kv_tokens if isinstance(kv_tokens, int) else n)
@@ -103,7 +101,7 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
     rope = settings.get("rope") is not None
     width = head_width(d, h, d_k, hand and default_scale(scale), even=rope)
     g = h if kv_heads is None else kv_heads
-    if g < 1 or h % g:
+    if h % g:
         raise MhaError(f"--kv-heads {g} must divide --heads {h} (each key/value head serves "
                        "the same number of query heads)")
     if max_score is not None and not (math.isfinite(max_score) and max_score > 0):
@@ -161,6 +159,16 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
         if strict:
             raise
         return plain()
+
+
+def _option(key: str, value: Any) -> Any:
+    """A setting as its option gives it, read by its reader (typed already: as it is)."""
+    from ..engine.settings import option, read_setting
+
+    try:
+        return read_setting(key, value)
+    except MhaError as exc:
+        raise exc.located(option(key)) from None
 
 
 # --------------------------------------------------------------------------- writing

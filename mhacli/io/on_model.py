@@ -156,12 +156,22 @@ def _refuse_changes(path: Path, text: str, found: dict[int, Any],
 
 
 def _as_typed(setting: Any, value: Any) -> str:
-    """A setting's option as a person types it: ``--mask none``, ``--alibi``."""
+    """A setting's option as a person types it: ``--mask none``, ``--alibi``, the value
+    read from the option written back as text (``--softcap 30``, ``--mask '1 0;1 1'``)."""
     import shlex
+    from fractions import Fraction
+
+    from ..numbers import written
 
     flag = "--" + setting.key.replace("_", "-")  # (every setting's option is named so)
     if value is True:
         return flag
+    if isinstance(value, np.ndarray) and value.dtype == bool and value.ndim == 2:
+        value = ";".join(" ".join("1" if b else "0" for b in row) for row in value)  # a mask
+    elif isinstance(value, dict):  # rope's or qk_norm's mapping, from its word
+        value = value.get("style", value.get("over"))
+    elif isinstance(value, (float, Fraction)):
+        value = written(value)
     if isinstance(value, (str, int, float)) and not isinstance(value, bool):
         return f"{flag} {shlex.quote(str(value))}"
     return f"{flag} VALUE"  # (read from a file: its matrix)

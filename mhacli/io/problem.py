@@ -22,12 +22,10 @@ import numpy as np
 from .. import numbers
 from ..engine import Config, Prepared, prepare
 from ..engine.config import MATRICES, PER_HEAD_MATRICES, VECTORS
-from ..engine.parsers import mask_text
-from ..engine.settings import BY_KEY, SETTINGS, Setting, unknown_setting
-from ..engine.values import mask_matrix, positive_heads
+from ..engine.settings import BY_KEY, SETTINGS, Setting, read_setting, unknown_setting
 from ..errors import MhaError, key_text, shown
 from . import torchstate
-from .matrices import LAYOUTS, read_array, read_claims, to_rows
+from .matrices import read_array, read_claims, to_rows
 from .reader import Locator, parse_text, read_bytes, read_file, read_npz
 from .labels import distinct, labels_of
 
@@ -91,9 +89,10 @@ class Problem:
     def with_overrides(self, *, tokens: Any = None, backward: bool | None = None,
                        **settings: Any) -> Problem:
         """The same problem with settings changed (as on the command line; the keys of the
-        settings table, None for unchanged): ``mask`` may be rows of 1/0 written as text,
-        ``'1 0;1 1'``; ``key_padding`` and ``sinks`` may be text, ``'1 1 0'``; ``tokens``
-        new row labels; ``backward`` the gradients too."""
+        settings table, None for unchanged), each read by its setting's reader: ``mask``
+        may be rows of 1/0 written as text, ``'1 0;1 1'``; ``key_padding`` and ``sinks``
+        may be text, ``'1 1 0'``; ``tokens`` new row labels; ``backward`` the gradients
+        too."""
         for key in settings:
             if key not in BY_KEY:
                 raise unknown_setting(key)
@@ -108,11 +107,6 @@ class Problem:
             return self
         inputs = dict(self.inputs)
         written = dict(self.written)
-        if isinstance(changes.get("mask"), str):
-            try:
-                changes["mask"] = mask_text(changes["mask"])
-            except MhaError as exc:
-                raise exc.located("--mask") from None
         for name, value in changes.items():
             inputs[name] = value
             written.pop(name, None)  # a number typed now: as typed, not as the file wrote it
@@ -158,32 +152,18 @@ class Problem:
 # --------------------------------------------------------------------------- mappings
 
 
-def _heads(value: Any, name: str = "heads") -> int:
-    if isinstance(value, np.ndarray) and value.size == 1:  # from an .npz
-        value = value.reshape(()).item()
-    if isinstance(value, str) and re.fullmatch(r"\+?[1-9]\d{0,8}", value.strip()):
-        value = int(value)
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 1:
-        return int(value)
-    what = value.strip()[:40] if isinstance(value, str) and re.fullmatch(r"[+-]?\d+", value.strip()) \
-        else shown(value)
-    raise MhaError(f"{name} must be a positive integer, found {what}", key=name)
-
-
 def _read_setting(s: Setting, value: Any, layout: str, written: dict[str, Any]) -> Any:
-    """A setting's value in a problem file as the engine takes it: a whole number, a
-    word (or a mapping such as rope's), or an array of the setting's dimensions in the row
-    layout (kept as written too, for exact arithmetic; a mask's entries as 1/0)."""
+    """A setting's value in a problem file as the engine takes it, read where it enters
+    by the setting's own reader (a whole number, a word, a mapping such as rope's), or an
+    array of the setting's dimensions in the row layout (kept as written too, for exact
+    arithmetic; a mask's entries as booleans)."""
     if isinstance(value, np.ndarray) and value.size == 1 and (not s.array or value.ndim == 0):
         value = value.reshape(()).item()  # from an .npz
-    if s.kind == "whole":
-        return _heads(value, s.key)
-    if not s.array or isinstance(value, (str, bool, dict)) or value is None:
-        return value
-    if s.key == "mask":
-        return to_rows("mask", mask_matrix(value)[0], layout)
-    written[s.key] = value
-    return to_rows(s.key, read_array(value, (s.key,), s.array), layout)
+    if s.array and s.key != "mask" and not isinstance(value, (str, bool, dict)):
+        written[s.key] = value
+        return to_rows(s.key, read_array(value, (s.key,), s.array), layout)
+    value = read_setting(s.key, value)
+    return to_rows(s.key, value, layout) if isinstance(value, np.ndarray) else value
 
 
 def _suggest(key: str) -> str:
@@ -240,12 +220,9 @@ def _from_mapping(data: dict[str, Any], source: str, base: Path | None,
             raise MhaError(f"unknown key {key!r}{_suggest(str(key))}; known keys: "
                            f"{', '.join(KNOWN_KEYS)}", key=str(key), on_key=True)
     layout = data.get("layout")
-    layout = default_layout if layout is None else layout
     if isinstance(layout, np.ndarray) and layout.ndim == 0:
         layout = layout.item()
-    if not isinstance(layout, str) or layout.strip().lower() not in LAYOUTS:
-        raise MhaError(f"layout must be rows or columns, found {shown(layout)}", key="layout")
-    layout = layout.strip().lower()
+    layout = read_setting("layout", default_layout if layout is None else layout)
     inputs: dict[str, Any] = {}
     written: dict[str, Any] = {}
     for key in MATRICES + VECTORS:
@@ -410,9 +387,8 @@ def load(path: str | Path, *, stdin: Any = None, layout: str = "rows",
     ``layout="columns"`` reads a file without a layout: key as tokens-as-columns;
     ``heads`` serves when the file gives none (a PyTorch state dict needs it).
     """
-    if layout not in LAYOUTS:
-        raise MhaError(f"layout must be rows or columns, got {shown(layout)}", key="layout")
-    heads = positive_heads(heads)
+    layout = read_setting("layout", layout)
+    heads = read_setting("heads", heads)
     from .samples import sample_path, sample_names
 
     if isinstance(path, (str, Path)) and str(path) != "-":
