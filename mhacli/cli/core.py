@@ -18,7 +18,7 @@ import typer
 from typer.core import TyperCommand
 
 from .. import __version__
-from ..errors import MaskedRowWarning, MhaError
+from ..errors import ExerciseNote, MaskedRowWarning, MhaError
 from .options import PANELS, worded
 from .streams import failed_write
 from .terminal import say
@@ -133,7 +133,8 @@ def _reflowed(doc: str, plain: bool) -> str:
 
 @contextlib.contextmanager
 def guard(debug: bool) -> Iterator[dict]:
-    """MhaError -> one line on stderr and exit 2; masked-row warnings -> stderr.
+    """MhaError -> one line on stderr and exit 2; masked-row warnings and an exercise's
+    notes -> stderr.
 
     The command may put the problem's query labels under "tokens" of what this yields,
     so that a warning names each row by its token.
@@ -142,11 +143,14 @@ def guard(debug: bool) -> Iterator[dict]:
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", MaskedRowWarning)
+            warnings.simplefilter("always", ExerciseNote)
             yield context
             sys.stdout.flush()  # a write that fails must fail here, not at exit
         for w in caught:
             if isinstance(w.message, MaskedRowWarning):
                 say("Warning: ", w.message.describe(context.get('tokens')))
+            elif isinstance(w.message, ExerciseNote):
+                say("Note: ", str(w.message))
     except MhaError as exc:
         if debug:
             raise

@@ -75,7 +75,10 @@ def generate(
     and 2 heads of d_k 4 by default, causal, with the biases b_q, b_k, b_v, b_o; √d_k
     whole; redrawn until every scaled score lies within ±--max-score and no weight rounds
     to 0 or 1 unless masked, and until each classic mistake (√d_model for √d_k, the mask
-    inverted, Zᵀ, the heads in the wrong order …) gives other numbers, so check can name it.
+    inverted, Zᵀ, the heads in the wrong order; with --tiles the correction forgotten …)
+    gives other numbers, so check can name it. Sizes that make a mistake give the right
+    numbers whatever is drawn (--tokens 4 --d-model 4 --heads 1: √n = √d_k) are said in a
+    note on stderr.
 
     Examples:
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import numbers
 from ..engine.config import MATRICES, VECTORS
-from ..errors import MhaError
+from ..errors import ExerciseNote, MhaError
 from .exercise import (
     HAND_D_MODEL, HAND_MAX_SCORE, HAND_MOST, HAND_TOKENS, default_scale, hand_sized, head_width,
 )
@@ -155,12 +155,19 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
     if not hand:
         return plain()
     try:
-        return hand_sized(rng, ints, n, m, d, dkv, h, g, width, cross, w_o,
-                          HAND_MAX_SCORE if max_score is None else max_score, build, biases)
+        prob, notes = hand_sized(rng, ints, n, m, d, dkv, h, g, width, cross, w_o,
+                                 HAND_MAX_SCORE if max_score is None else max_score, build,
+                                 biases)
     except MhaError:
         if strict:
             raise
         return plain()
+    if strict:  # an exercise: the mistakes it cannot tell from the right numbers, said
+        import warnings
+
+        for note in notes:
+            warnings.warn(ExerciseNote(note), stacklevel=2)
+    return prob
 
 
 # --------------------------------------------------------------------------- writing
