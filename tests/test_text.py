@@ -101,7 +101,35 @@ def test_without_the_extra_one_line_names_it(tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 2 and r.stdout == "", r.stdout
     assert r.stderr.startswith("Error: --text runs the model's own tokenizer") and \
-        "pip install 'mhacli[models]'" in r.stderr and r.stderr.count("\n") == 1
+        r.stderr.count("\n") == 1
+    # from the clone, as the README installs it (no package index: mhacli is not on one),
+    # with the pip of the Python that runs mha
+    pip = Path(sys.executable).with_name("pip")
+    pip_text = str(pip) if pip.is_file() else f"{sys.executable} -m pip"
+    root = Path(__file__).resolve().parent.parent
+    assert f"install the models extra, {pip_text} install '.[models]' in mha's clone " \
+        f"({root})" in r.stderr, r.stderr
+    assert "mhacli[models]" not in r.stderr
+
+
+def test_installed_from_the_clone_the_hint_names_the_clone(monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    """mha installed with pip from its clone (not editable): the folder pip recorded."""
+    import importlib.metadata
+
+    from mhacli.models import text
+
+    class Installed:
+        def read_text(self, name: str) -> str | None:
+            assert name == "direct_url.json"
+            return '{"url": "file:///home/ada/src/my%20mha", "dir_info": {}}'
+
+    monkeypatch.setattr(text, "__file__", "/venv/lib/site-packages/mhacli/models/text.py")
+    monkeypatch.setattr(importlib.metadata, "distribution", lambda name: Installed())
+    assert "install '.[models]' in mha's clone ('/home/ada/src/my mha')" in text.extra_hint()
+    monkeypatch.setattr(importlib.metadata, "distribution", lambda name: 1 / 0)
+    assert "install '.[models]' in mha's clone, and torch for your machine" in \
+        text.extra_hint()
 
 
 @pytest.mark.parametrize("args, words", [
