@@ -274,14 +274,16 @@ def _replayed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 @pytest.mark.parametrize("command", ["explain", "run", "generate"])
-@pytest.mark.parametrize("setting, typed", [
-    (["--mask", "none"], "--mask none"), (["--scale", "n"], "--scale n"),
-    (["--softcap", "30"], "--softcap 30"), (["--window", "2"], "--window 2"),
-    (["--heads", "1"], "--heads 1"), (["--alibi"], "--alibi"),
-    (["--mask", "1 0;1 1"], "--mask '1 0;1 1'"),
+@pytest.mark.parametrize("setting, typed, key", [
+    (["--mask", "none"], "--mask none", "mask: none"), (["--scale", "n"], "--scale n", "scale: n"),
+    (["--softcap", "30"], "--softcap 30", "softcap: 30"),
+    (["--window", "2"], "--window 2", "window: 2"), (["--heads", "1"], "--heads 1", "heads: 1"),
+    (["--alibi"], "--alibi", "alibi: true"),
+    (["--mask", "1 0;1 1"], "--mask '1 0;1 1'", "mask: [[1, 0], [1, 1]]"),
 ])
 def test_a_setting_that_changes_the_layer_is_refused_before_the_model_reads_the_text(
-        monkeypatch: pytest.MonkeyPatch, command: str, setting: list[str], typed: str) -> None:
+        monkeypatch: pytest.MonkeyPatch, command: str, setting: list[str], typed: str,
+        key: str) -> None:
     calls = _replayed(monkeypatch)
     text = _recorded("gpt2")[0]
     r = runner.invoke(app, [command, "--checkpoint", str(MODELS / "gpt2"), "--text", text,
@@ -289,9 +291,41 @@ def test_a_setting_that_changes_the_layer_is_refused_before_the_model_reads_the_
     assert r.exit_code == 2 and r.stdout == "" and calls == [], r.output
     assert r.stderr.startswith(f"Error: {typed} would make layer 1 another attention than the "
                                "model's") and r.stderr.count("\n") == 1, r.stderr
-    assert f"mha generate --checkpoint {MODELS / 'gpt2'} --text '{text}' --layer 1 -o " \
-           f"layer1.yaml), then change it there (mha explain layer1.yaml {typed})" in r.stderr
+    write = f"mha generate --checkpoint {MODELS / 'gpt2'} --text '{text}' --layer 1 -o " \
+            "layer1.yaml"
+    if command == "generate":  # it reads no problem file: the file's own key is changed
+        assert f"({write}), set {key} in it, then mha explain layer1.yaml;" in r.stderr
+    else:  # the command that asked, on the file
+        assert f"({write}), then change it there (mha {command} layer1.yaml {typed})" \
+            in r.stderr
     assert "no longer checked against the model" in r.stderr
+
+
+def test_generates_route_keeps_the_files_options(monkeypatch: pytest.MonkeyPatch,
+                                                 tmp_path: Path) -> None:
+    """generate --answers --stage … -o FILE on a text with a changed setting: the route
+    writes FILE with the same stages, as blanks (answers written before the change would
+    be the model's layer's), and following it gives the exercise of the changed layer."""
+    calls = _replayed(monkeypatch)
+    text = _recorded("gpt2")[0]
+    out = tmp_path / "my hw.yaml"
+    model = ["--checkpoint", str(MODELS / "gpt2"), "--text", text, "--layer", "1"]
+    r = runner.invoke(app, ["generate", *model, "--mask", "none", "--answers", "--stage",
+                            "weights", "-o", str(out)])
+    assert r.exit_code == 2 and calls == [] and not out.exists(), r.output
+    quoted = f"'{out}'"
+    assert f"--layer 1 --blank --stage weights -o {quoted}), set mask: none in it, then " \
+           f"mha explain {quoted} shows its answers, and mha check {quoted} grades them " \
+           "once filled in;" in r.stderr, r.stderr
+    # the route, followed
+    r = runner.invoke(app, ["generate", *model, "--blank", "--stage", "weights", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    out.write_text(out.read_text().replace("\nmask: causal\n", "\nmask: none\n"))
+    weights = json.loads(runner.invoke(app, ["explain", str(out), "--format", "json",
+                                             "--stage", "weights"]).stdout)["stages"]["weights"]
+    assert all(v > 0 for head in weights for row in head for v in row)  # nothing blocked
+    r = runner.invoke(app, ["check", str(out)])
+    assert r.exit_code == 1 and "left blank" in r.stdout
 
 
 def test_a_setting_that_keeps_the_layer_is_accepted_with_its_agreement(

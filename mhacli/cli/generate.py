@@ -110,8 +110,14 @@ def generate(
             if others and checkpoint is not None:
                 raise MhaError(f"--checkpoint gives the weights and their sizes: it cannot be "
                                f"combined with {others[0]}")
+            asked = ["generate", *(["--answers"] if answers else []),  # this command, as typed
+                     *(["--blank"] if blank else []),
+                     *(w for name in stage or [] for w in ("--stage", name)),
+                     *(["--backward"] if backward else []),
+                     *(["--layout", layout] if layout != "rows" else []),
+                     *(["-o", str(output)] if output is not None else [])]
             prob = _on_checkpoint(checkpoint, layer_number(layer), tokens, seed,
-                                  option_values(settings), text)
+                                  option_values(settings), text, asked)
         else:
             prob = gen.random_problem(
                 seed=seed, tokens=gen.parse_tokens(tokens) if tokens is not None else None,
@@ -162,9 +168,11 @@ def _header(prob: Any, checkpoint: Any, seed: int, what: str) -> str:
 
 
 def _on_checkpoint(checkpoint: Any, layer: Optional[int], tokens: Optional[str],
-                   seed: int, settings: dict[str, Any], text: Optional[str] = None) -> Any:
+                   seed: int, settings: dict[str, Any], text: Optional[str] = None,
+                   asked: Optional[list[str]] = None) -> Any:
     """An exercise on a real model's layer: its weights and settings, on random tokens
-    or on a text (x the model's own hidden state for it)."""
+    or on a text (x the model's own hidden state for it); ``asked``: this command as
+    typed, for the route a refused setting is given."""
     from ..io import generate as gen
     from ..io.on_model import load_checkpoint, load_text
 
@@ -175,7 +183,7 @@ def _on_checkpoint(checkpoint: Any, layer: Optional[int], tokens: Optional[str],
     if text is not None:
         if tokens is not None:
             raise MhaError("--text gives x and the tokens: it cannot be combined with --tokens")
-        return load_text(checkpoint, text, layer, **settings)
+        return load_text(checkpoint, text, layer, command=asked or ("generate",), **settings)
     spec = gen.parse_tokens(tokens) if tokens is not None else None
     prob = load_checkpoint(checkpoint, layer, tokens=spec, seed=seed)
     changes = {k: v for k, v in settings.items() if v is not None}
