@@ -401,3 +401,24 @@ def test_a_changed_setting_on_a_real_model_never_starts_torch(tmp_path: Path) ->
     r = runner.invoke(app, ["run", "--checkpoint", str(folder), "--text", "When Mary",
                             "--layer", "1", "--mask", "causal"])
     assert r.exit_code == 0, r.output
+
+
+def test_unknown_characters_are_named_in_the_rows(tmp_path: Path) -> None:
+    """The fixture models' 100 tokens know neither é nor € nor 🙂: each row says which
+    character its unknown token stands for, as the explorer and a written file do."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from mhacli.io.labels import distinct
+
+    from .test_tokens import CAFE, CAFE_LABELS
+
+    for family in ("gpt2", "llama3"):
+        r = runner.invoke(app, ["explain", "--checkpoint", str(MODELS / family), "--text", CAFE,
+                                "--stage", "x", "--format", "json"])
+        assert r.exit_code == 0, r.output
+        assert json.loads(r.stdout)["config"]["tokens"] == distinct(CAFE_LABELS), family
+    path = tmp_path / "cafe.yaml"
+    r = runner.invoke(app, ["generate", "--checkpoint", str(MODELS / "gpt2"), "--text",
+                            "café 5€", "-o", str(path)])
+    assert r.exit_code == 0, r.output
+    assert mhacli.load(str(path)).tokens[3:5] == ("<unk:é[1/2]>", "<unk:é[2/2]>")

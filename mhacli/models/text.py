@@ -92,7 +92,12 @@ def read_text(folder: str | Path, text: str, layers: dict[int, str]) -> Reading:
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     tokenizer = _tokenizer(transformers, folder)
-    ids = tokenizer(text)["input_ids"]
+    try:  # each token's characters in the text: an unknown token is labelled by them
+        encoded = tokenizer(text, return_offsets_mapping=True)
+    except (NotImplementedError, ValueError, TypeError):  # a tokenizer in Python: none
+        encoded = tokenizer(text)
+    ids = encoded["input_ids"]
+    offsets = encoded.get("offset_mapping")
     if not ids:
         raise MhaError(f"the tokenizer of {folder} makes no token of the text")
     longest = _positions(folder)  # (a dynamic RoPE is made to go past it)
@@ -123,17 +128,19 @@ def read_text(folder: str | Path, text: str, layers: dict[int, str]) -> Reading:
     finally:
         for handle in handles:
             handle.remove()
-    return Reading(list(ids), labels(tokenizer, ids),
+    return Reading(list(ids), labels(tokenizer, ids, text, offsets),
                    {k: caught[("x", k)] for k in layers}, {k: caught[("out", k)] for k in layers})
 
 
-def labels(tokenizer: Any, ids: list[int]) -> list[str]:
+def labels(tokenizer: Any, ids: list[int], text: str | None = None,
+           offsets: Any = None) -> list[str]:
     """Each token as a person reads it, from the tokenizer's own vocabulary and decoder
     (``tokens.labels``): ``ĠMary`` is ``Mary`` (``␣Mary`` where the same word occurs
-    without a space), a token of part of a character ``€[1/3]``."""
+    without a space), a token of part of a character ``€[1/3]``, an unknown token by the
+    characters of ``text`` its ``offsets`` cover (``<unk:é>``)."""
     from .tokens import labels as read
 
-    return read(tokenizer, ids)
+    return read(tokenizer, ids, text, offsets)
 
 
 class _Enough(Exception):
