@@ -371,6 +371,23 @@ def written(v: Any) -> str:
     return yaml_float(repr(v))
 
 
+SURE_DIGITS = 15  # significant digits a float64 holds for certain (DBL_DIG)
+
+
+def answer(v: Any) -> str:
+    """A computed answer as a key writes it: a rational exactly (``written``: ``5/2``,
+    ``3``), and a float past the softmax (irrational, so known only as the computation
+    rounds it) to the 15 significant digits a float64 is sure of, in the fewest that
+    read back as them: ``4`` for a weighted mean of fours computed as 4.000000000000001,
+    ``0.989013057369407``; its last digits would be the arithmetic's rounding, not the
+    value's."""
+    from fractions import Fraction
+
+    if isinstance(v, (Fraction, int, np.integer)) or not math.isfinite(float(v)):
+        return written(v)
+    return written(float(f"{float(v):.{SURE_DIGITS}g}"))
+
+
 def yaml_float(text: str) -> str:
     """YAML 1.1 readers take ``1e-05`` for a string; ``1.0e-05`` is a float everywhere."""
     if "e" in text and "." not in text and "n" not in text:

@@ -144,7 +144,7 @@ def _stale(answers: Any) -> None:
     """m kept from the first key block, and the correction, P and ℓ worked from it: a
     consistent computation with a stale maximum (O left as it truly is)."""
     for _, steps in _computed(answers):
-        m = steps[0]["m"]
+        m = [float(Fraction(v)) for v in steps[0]["m"]]  # (written exactly: "8/3")
         for before, st in zip(steps, steps[1:]):
             s = [[-math.inf if v == "-inf" else float(Fraction(v)) for v in row]
                  for row in st["s"]]

@@ -49,7 +49,10 @@ def generate(
     and 2 heads of d_k 4 by default, causal, with the biases b_q, b_k, b_v, b_o; √d_k
     whole; redrawn until every scaled score lies within ±--max-score and no weight rounds
     to 0 or 1 unless masked, and until each classic mistake (√d_model for √d_k, the mask
-    inverted, Zᵀ, the heads in the wrong order …) gives other numbers, so check can name it.
+    inverted, Zᵀ, the heads in the wrong order; with --tiles the correction forgotten …)
+    gives other numbers, so check can name it. Sizes that make a mistake give the right
+    numbers whatever is drawn (--tokens 4 --d-model 4 --heads 1: √n = √d_k) are said in a
+    note on stderr.
 
     Examples:
 
@@ -81,8 +84,14 @@ def generate(
             if others and s.checkpoint is not None:
                 raise MhaError(f"--checkpoint gives the weights and their sizes: it cannot be "
                                f"combined with {others[0]}")
+            asked = ["generate", *(["--answers"] if answers else []),  # this command, as typed
+                     *(["--blank"] if blank else []),
+                     *(w for name in stage or [] for w in ("--stage", name)),
+                     *(["--backward"] if backward else []),
+                     *(["--layout", layout] if layout != "rows" else []),
+                     *(["-o", str(output)] if output is not None else [])]
             prob = _on_checkpoint(s.checkpoint, layer_number(s.layer), s.tokens, seed,
-                                  option_values(settings), s.text)
+                                  option_values(settings), s.text, asked)
         else:
             prob = gen.random_problem(
                 seed=seed, tokens=gen.parse_tokens(s.tokens) if s.tokens is not None else None,
@@ -133,9 +142,11 @@ def _header(prob: Any, checkpoint: Any, seed: int, what: str) -> str:
 
 
 def _on_checkpoint(checkpoint: Any, layer: Optional[int], tokens: Optional[str],
-                   seed: int, settings: dict[str, Any], text: Optional[str] = None) -> Any:
+                   seed: int, settings: dict[str, Any], text: Optional[str] = None,
+                   asked: Optional[list[str]] = None) -> Any:
     """An exercise on a real model's layer: its weights and settings, on random tokens
-    or on a text (x the model's own hidden state for it)."""
+    or on a text (x the model's own hidden state for it); ``asked``: this command as
+    typed, for the route a refused setting is given."""
     from ..io import generate as gen
     from ..io.on_model import load_checkpoint, load_text
 
@@ -146,7 +157,7 @@ def _on_checkpoint(checkpoint: Any, layer: Optional[int], tokens: Optional[str],
     if text is not None:
         if tokens is not None:
             raise MhaError("--text gives x and the tokens: it cannot be combined with --tokens")
-        return load_text(checkpoint, text, layer, **settings)
+        return load_text(checkpoint, text, layer, command=asked or ("generate",), **settings)
     spec = gen.parse_tokens(tokens) if tokens is not None else None
     prob = load_checkpoint(checkpoint, layer, tokens=spec, seed=seed)
     changes = {k: v for k, v in settings.items() if v is not None}

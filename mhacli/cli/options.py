@@ -67,24 +67,33 @@ OutputOpt = Annotated[Optional[Path], typer.Option(
 def stage_help() -> Words:
     """``--stage``'s help: every stage of the table by name, with its aliases, and the
     stages that exist with the backward pass, the tiles and decoding, said as each
-    command asks for them (read from the stage table)."""
+    command asks for them (read from the stage table): explain shows the weights' blocks
+    when named, check grades them where the answers give them, and generate writes no
+    input (x, the weights) under answers: its list leaves them out."""
     from ..engine.stages import FORWARD
 
-    names = [s.name + (f" ({', '.join(s.aliases)})" if s.aliases else "") for s in FORWARD]
+    def listed(keep: Any) -> str:
+        return ", ".join(s.name + (f" ({', '.join(s.aliases)})" if s.aliases else "")
+                         for s in FORWARD if keep(s))
+
     weights = ", ".join(s.name for s in FORWARD if s.on_request)  # the weights' blocks
-    stages = f"(repeatable): {', '.join(names)} ({weights}: each head's block of the " \
-        "weights, inputs shown only when named); the variants' stages exist when their " \
-        "setting is used"
+    every = listed(lambda s: True)
+    variants = "; the variants' stages exist when their setting is used"
+    shown = f"(repeatable): {every} ({weights}: each head's block of the weights, inputs " \
+        f"shown only when named){variants}"
+    checked = f"(repeatable): {every} ({weights}: each head's block of the weights, checked " \
+        f"where the answers give them){variants}"
+    written = f"(repeatable): {listed(lambda s: not s.given)}{variants}"  # (no inputs)
     gradients = "each stage's gradient d_<stage> (d_output … d_x) and the parameters' " \
         "(d_w_q … d_b_o, d_sinks)"
-    asked = f"{stages}, and with --backward {gradients}; with --tiles the tiles (tiles), " \
-        "with --decode the decoding steps (decode)."
+    views = "; with --tiles the tiles (tiles), with --decode the decoding steps (decode)."
     return Words(
-        f"Show only this stage {asked}",
-        check=f"Check only this stage {stages}; {gradients} where the answers give them; "
+        f"Show only this stage {shown}, and with --backward {gradients}{views}",
+        check=f"Check only this stage {checked}; {gradients} where the answers give them; "
         "the tiles (tiles) and the decoding steps (decode) of a file with a tiles: or "
         "decode: key.",
-        generate=f"Only these stages under answers: {asked}")
+        generate=f"Only these stages under answers {written}, and with --backward "
+        f"{gradients}{views}")
 
 
 # --------------------------------------------------------------------------- settings

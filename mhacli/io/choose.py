@@ -20,13 +20,14 @@ def problem_from(*, file: str | None = None, sample: str | None = None,
                  d_model: int | None = None, ints: str | None = None,
                  layout: str | None = None, stdin: Any = None, checkpoint: Any = None,
                  layer: int | None = None, backward: bool = False, text: str | None = None,
-                 **settings: Any) -> Problem:
+                 command: str = "explain", **settings: Any) -> Problem:
     """The problem a command line describes, validated once with its overrides.
 
     ``tokens`` is a number of tokens (a random problem) or the labels themselves;
     ``ints`` is ``LO:HI`` for a random problem of small integers; ``layout`` is how a
     file without a layout: key was written; ``settings`` are the settings table's, as
-    their options give them (None: not given; a path for an option that names a file).
+    their options give them (None: not given; a path for an option that names a file);
+    ``command`` names the mha command asking, for the route a refusal gives.
     """
     token_spec = _generate().parse_tokens(tokens) if tokens is not None else None
     settings = option_values(settings)
@@ -50,7 +51,8 @@ def problem_from(*, file: str | None = None, sample: str | None = None,
                            f"{others[0]}")
         from .on_model import load_text
 
-        prob = load_text(checkpoint, text, layer, layout=layout or "rows", **settings)
+        prob = load_text(checkpoint, text, layer, layout=layout or "rows", command=(command,),
+                         **settings)
         settings = {}  # applied before the model's output was compared
     elif checkpoint is not None:
         if sample is not None or ints is not None or d_model is not None:
