@@ -187,6 +187,8 @@ def test_output_to_a_directory(tmp_path: Path) -> None:
     (["run", "--frobnicate"], ["No such option", "--frobnicate"]),
     (["frobnicate"], ["No such command 'frobnicate'"]),
     (["run", "--heads", "two"], ["--heads: heads must be a whole number of 1 or more, got 'two'"]),
+    (["run", "a.yaml", "b.yaml"], ["Error: one argument too many (b.yaml)"]),
+    (["run", "a.yaml", "b.yaml", "c.yaml"], ["Error: too many arguments (b.yaml c.yaml)"]),
 ])
 def test_usage_errors_are_one_line(capsys: pytest.CaptureFixture[str], args: list[str],
                                    words: list[str]) -> None:

@@ -123,13 +123,13 @@ def check(
 def _report(results: list[tuple[str, object]], fmt: CheckFormat, worth: dict[str, float]
             ) -> None:
     """The reports, in the format asked for: one, or a line each and a summary."""
-    from ..present import report
+    from ..present import batch, report
 
     single = len(results) == 1 and not isinstance(results[0][1], MhaError)
     if fmt is CheckFormat.jsonl:
-        sys.stdout.write(report.jsonl(results))
+        sys.stdout.write(batch.jsonl(results))
     elif fmt is CheckFormat.gradescope:
-        sys.stdout.write(report.batch_gradescope(results, worth))
+        sys.stdout.write(batch.batch_gradescope(results, worth))
     elif single:
         result = results[0][1]
         if fmt is CheckFormat.rich and rich_stdout():
@@ -138,13 +138,13 @@ def _report(results: list[tuple[str, object]], fmt: CheckFormat, worth: dict[str
             sys.stdout.write(report.as_text(result, "plain" if fmt is CheckFormat.rich
                                             else fmt.value))
     elif fmt is CheckFormat.rich and rich_stdout():
-        report.show_lines(report.batch_lines(results), console_for_stdout()[0],
-                          hang=report.batch_column(results))
+        report.show_lines(batch.batch_lines(results), console_for_stdout()[0],
+                          hang=batch.batch_column(results))
     else:
-        writer = {"json": report.batch_json, "markdown": report.batch_markdown,
-                  "latex": report.batch_latex}.get(fmt.value)
+        writer = {"json": batch.batch_json, "markdown": batch.batch_markdown,
+                  "latex": batch.batch_latex}.get(fmt.value)
         sys.stdout.write(writer(results) if writer else
-                         "\n".join(t for t, _ in report.batch_lines(results)) + "\n")
+                         "\n".join(t for t, _ in batch.batch_lines(results)) + "\n")
 
 
 def _check_sources(files: list[str], sample: Optional[str], key: Optional[str]) -> list[str]:

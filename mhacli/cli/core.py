@@ -295,8 +295,8 @@ def main(argv: list[str] | None = None) -> int:
         hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
         message = re.sub(r"( Did you mean [^?]*\?)\1+", r"\1", exc.format_message()) \
             .replace("Value error, ", "") \
-            .replace("Got unexpected extra argument", "one argument too many") \
-            .replace("Got unexpected extra arguments", "arguments too many")
+            .replace("Got unexpected extra arguments", "too many arguments") \
+            .replace("Got unexpected extra argument", "one argument too many")
         say("Error: ", f"{message}{hint}")
         return 2
     except typer.Abort:

@@ -245,7 +245,7 @@ def fits(c: Any, stage: Optional[list[str]], head: Optional[int], fmt: ExplainFo
 def kernel_numbers(c: Any, names: Optional[list[str]], head: Optional[int]) -> int:
     """The numbers the views of fast kernels print (tiles, decoding steps), in full."""
     from ..engine.decoding import decode_numbers
-    from ..engine.kernels import tile_numbers
+    from ..engine.tiles import tile_numbers
 
     heads = 1 if head else c.heads
     total = 0

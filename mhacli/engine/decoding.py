@@ -16,7 +16,7 @@ output are row t of the plain trace's; which stage each field is, the stage tabl
 
 ``splits=S`` adds the split-K ("flash-decoding") view: the cached positions cut into S
 nearly equal chunks (fewer while the cache is shorter than S), each chunk's partial
-softmax (m, ℓ, unnormalised O per head, as one online step of ``kernels.py`` makes it),
+softmax (m, ℓ, unnormalised O per head, as one online step of ``online.py`` makes it),
 and their combination, which a sink joins as one more partial state (s_h, 1, 0).
 
 Steps count from 1 as the contract does; positions, heads and keys from 0 inside, from
@@ -32,7 +32,7 @@ import numpy as np
 
 from ..errors import MhaError, shown
 from . import ops
-from .kernels import data, float_only, merge, online, record, span, start, whole_number
+from .online import data, float_only, merge, online, record, span, start, whole_number
 from .values import given
 from .work import Work, normed, turned
 

@@ -12,7 +12,7 @@ Dimensions, named once for the whole engine:
     d_out    width of the output: columns of w_o, or H·d_v without w_o
 
 Rows are tokens and weights multiply from the right (Q = X·W_Q), as in the textbooks.
-The fast path (``blocks.py``) and the traced path (``paths.py``) are both built from them.
+The fast path (``fastpath.py``) and the traced path (``paths.py``) are both built from them.
 They work on float arrays and, before the softmax, on object arrays of Fractions.
 """
 

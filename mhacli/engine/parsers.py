@@ -208,9 +208,9 @@ def positional(value: Any, s: Sizes) -> Fields:
 
 
 def tiles_value(value: Any) -> tuple[int, int] | None:
-    """``tiles``: BR, ``BR:BC`` or ``[BR, BC]`` as (BR, BC) (the view of kernels.py; no
+    """``tiles``: BR, ``BR:BC`` or ``[BR, BC]`` as (BR, BC) (the view of tiles.py; no
     number changes)."""
-    from .kernels import tiles_setting
+    from .tiles import tiles_setting
 
     return tiles_setting(value)
 

@@ -4,7 +4,7 @@ at once, in one block of all the query rows, with no threads.
 Below a few thousand scores the fast path's set-up (its threads and their buffers, the
 blocks, BLAS's thread count) costs more than the attention itself. This route makes the
 same products, of the same operands laid out alike, and calls the same stage functions
-of ``ops.py`` (the one softmax) as ``blocks.py`` does on its single block, only for every
+of ``ops.py`` (the one softmax) as ``fastpath.py`` does on its single block, only for every
 head in one call instead of one head after another: the same numbers, to the bit
 (tests/test_stream.py holds it so over generated problems and settings). Dimensions are
 named in ``ops.py``.
@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import ops
-from .blocks import _turned_heads
+from .fastpath import _turned_heads
 from .checks import check_finite, warn_dead
 from .config import Prepared
 from .work import started
@@ -43,7 +43,7 @@ def alike(p: Prepared) -> bool:
 
 
 def small(p: Prepared) -> Array:
-    """The n × d_out output of a small problem (``fits``), as ``blocks.fast`` makes it."""
+    """The n × d_out output of a small problem (``fits``), as ``fastpath.fast`` makes it."""
     c = p.config
     warn_dead(p)
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused just below
@@ -93,7 +93,7 @@ def _concat(o: Array) -> Array:
 
 
 def _attend(p: Prepared, q_t: Array, k_t: Array, v_t: Array) -> Array:
-    """Every head's output (…, H, n, d_v): the steps of ``blocks._attend`` for its one
+    """Every head's output (…, H, n, d_v): the steps of ``fastpath._attend`` for its one
     block, each made for every head (and every problem, the axes before) at once.
     ``q_t``, ``k_t``, ``v_t``: (…, H, d_k, n), (…, G, d_k, m), (…, G, d_v, m)."""
     c = p.config
@@ -102,7 +102,7 @@ def _attend(p: Prepared, q_t: Array, k_t: Array, v_t: Array) -> Array:
     if k1 == k0:  # no key at all: every row is fully blocked
         return np.full((*lead, c.heads, c.n, c.d_v), np.nan if c.masked_row == "nan" else 0.0)
     # the query heads that share a key/value head side by side, (…, G, H/G, …), meeting
-    # that head's own keys and values, not a copy: the very operands of blocks.py
+    # that head's own keys and values, not a copy: the very operands of fastpath.py
     shared = (*lead, c.groups, c.heads // c.groups)
     z = np.matmul(q_t.swapaxes(-1, -2).reshape(*shared, c.n, c.d_k),
                   k_t[..., None, :, k0:k1]).reshape(*lead, c.heads, c.n, k1 - k0)

@@ -330,7 +330,7 @@ BY_NAME = {s.name: s for s in TABLE}
 STAGES = tuple(BY_NAME)  # the canonical names, in order
 ALIASES = {alias: s.name for s in TABLE for alias in s.aliases}
 PER_HEAD = frozenset(s.name for s in TABLE if s.per_head)
-VIEWS = ("tiles", "decode")  # the views of fast kernels (kernels.py, decoding.py), named
+VIEWS = ("tiles", "decode")  # the views of fast kernels (tiles.py, decoding.py), named
 # wherever a stage is (--stage, --cell, answers:), though not arrays of the table
 
 

@@ -22,8 +22,7 @@ import numpy as np
 
 from ..engine import ops
 from ..engine.decoding import DecodeStep
-from ..engine.kernels import (combine, exps, rescale, running_max, running_output,
-                              running_sum, start)
+from ..engine.online import combine, exps, rescale, running_max, running_output, running_sum, start
 from .cells import Cell, Named, claims_of, half, report, shape_report, written
 from .records import StageReport, Wrong
 

@@ -11,7 +11,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import MhaError
-from .problem import Problem, _document, from_mapping, layer_number
+from .beside import layer_number
+from .problem import Problem, document, from_mapping
 
 
 def load_checkpoint(checkpoint: str | Path, layer: int | None, *, file: str | None = None,
@@ -27,7 +28,7 @@ def load_checkpoint(checkpoint: str | Path, layer: int | None, *, file: str | No
     path = Path(checkpoint)
     working = np.dtype(dtype or np.float64)
     if file is not None:
-        data, locate, source, base = _document(file, stdin)
+        data, locate, source, base = document(file, stdin)
         if not isinstance(data, dict):
             return from_mapping(data, source)  # says what a problem must be
         try:

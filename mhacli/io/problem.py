@@ -9,7 +9,6 @@ not 90 and ``1e-3`` is a number).
 from __future__ import annotations
 
 import io
-import re
 import sys
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -26,6 +25,7 @@ from ..engine.settings import BY_KEY, SETTINGS, Setting, read_setting, unknown_s
 from ..errors import MhaError, key_text, shown
 from . import torchstate
 from .matrices import read_array, read_claims, to_rows
+from .beside import external, named_layer
 from .reader import Locator, parse_text, read_bytes, read_file, read_npz
 from .labels import distinct, labels_of
 
@@ -203,7 +203,7 @@ def _from_mapping(data: dict[str, Any], source: str, base: Path | None,
                   default_layout: str, heads: int | None, reading: Any = None) -> Problem:
     read: dict[str, Any] = {}
     if reading is None and data.get("checkpoint") is not None:
-        reading = _named_layer(data, base)
+        reading = named_layer(data, base)
     elif reading is None and data.get("layer") is not None:
         raise MhaError("layer picks a layer of a checkpoint: give checkpoint too", key="layer")
     if reading is not None:
@@ -211,7 +211,7 @@ def _from_mapping(data: dict[str, Any], source: str, base: Path | None,
     found = torchstate.find(data)
     if found:
         data = torchstate.convert(data, found, lambda v, k, d: read_array(
-            _external(v, k, base), (k,), d))
+            external(v, k, base), (k,), d))
         if data.get("heads") is None and heads is None:
             raise MhaError("a PyTorch state dict does not record the number of heads: give "
                            "heads in the file (heads=mha.num_heads) or --heads H")
@@ -227,13 +227,13 @@ def _from_mapping(data: dict[str, Any], source: str, base: Path | None,
     written: dict[str, Any] = {}
     for key in MATRICES + VECTORS:
         if data.get(key) is not None:
-            written[key] = _external(data[key], key, base)
+            written[key] = external(data[key], key, base)
             dims = (2, 3) if key in PER_HEAD_MATRICES else (1, 2) if key in VECTORS else (2,)
             inputs[key] = to_rows(key, read_array(written[key], (key,), dims), layout)
     for setting in SETTINGS:
         value = data.get(setting.key) if setting.in_file and setting.engine else None
         if value is not None:
-            value = _external(value, setting.key, base) if setting.array else value
+            value = external(value, setting.key, base) if setting.array else value
             inputs[setting.key] = _read_setting(setting, value, layout, written)
     if reading is not None:  # the layer's weights as read (no copy), its settings
         from .with_layer import on_layer
@@ -278,73 +278,10 @@ def _answers(value: Any, layout: str) -> dict[str, Any]:
     return {stage: claims for stage, (claims, _) in out.items()}
 
 
-def _named_layer(data: dict[str, Any], base: Path | None) -> Any:
-    """``checkpoint: model.safetensors`` (beside the problem, or a path given on the
-    command line) and ``layer: N``: that layer, read."""
-    from ..models.layer import read_layer
-
-    value = data["checkpoint"]
-    if isinstance(value, Path):
-        path = value  # from the command line: the person's own path
-    elif isinstance(value, str):
-        path = _beside(base, value, "checkpoint", "a checkpoint")
-    else:
-        raise MhaError(f"checkpoint must name a file, found {shown(value)}", key="checkpoint")
-    return read_layer(path, layer_number(data.get("layer")) or 0)  # its errors name it
-
-
-def layer_number(value: Any) -> int | None:
-    """A problem's ``layer:`` (None when not given)."""
-    if value is None:
-        return None
-    text = str(value).strip()
-    if isinstance(value, bool) or not re.fullmatch(r"\+?\d{1,6}", text):
-        raise MhaError(f"layer must be a whole number from 0, found {shown(value)}",
-                       key="layer")
-    return int(text)
-
-
-def _beside(base: Path | None, name: str, key: str, what: str) -> Path:
-    """A file a problem names: in the problem's folder or below, never elsewhere."""
-    if base is None:
-        raise MhaError(f"{key}: a problem read from standard input cannot name other files "
-                       f"({name!r})", key=key)
-    path = base / name
-    try:
-        inside = path.resolve().is_relative_to(base.resolve())
-    except (OSError, ValueError):
-        inside = False
-    if Path(name).is_absolute() or not inside:
-        raise MhaError(f"{key}: {name} is outside the problem's folder; {what} named in a "
-                       "problem must lie beside it (or below)", key=key)
-    return path
-
-
-def _external(value: Any, key: str, base: Path | None) -> Any:
-    """A matrix key may name an array in an .npz file beside the problem (in its folder
-    or below): ``w_q: big.npz`` (the array called w_q) or ``w_q: big.npz:name``."""
-    if not isinstance(value, str) or ".npz" not in value:
-        return value
-    path_text, _, name = value.partition(".npz")
-    name = name.lstrip(":") or key
-    path = _beside(base, path_text + ".npz", key, "an .npz")
-    try:
-        arrays = read_npz(path)
-    except MhaError as exc:  # about the .npz file, at this key of the problem
-        raise MhaError(f"{exc.source}: {exc.message}", key=key) from None
-    if name not in arrays:
-        import difflib
-
-        close = difflib.get_close_matches(name, list(arrays), n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        raise MhaError(f"{key}: {path} has no array named {name!r}{hint}", key=key)
-    return arrays[name]
-
-
 # --------------------------------------------------------------------------- files
 
 
-def _document(path: str | Path, stdin: Any = None
+def document(path: str | Path, stdin: Any = None
               ) -> tuple[Any, Locator | None, str, Path | None]:
     """A problem file's parsed content, how to locate a key path in it, its name, and
     its folder (for the .npz files it names): YAML, JSON or .npz; ``-`` is standard
@@ -396,7 +333,7 @@ def load(path: str | Path, *, stdin: Any = None, layout: str = "rows",
         if "\0" not in str(p) and not p.suffix and not p.exists() \
                 and str(p) in sample_names():
             return load(sample_path(str(p)), layout=layout, heads=heads).renamed(f"sample {p}")
-    data, locate, source, base = _document(path, stdin)
+    data, locate, source, base = document(path, stdin)
     return from_mapping(data, source, base, layout, locate, heads)
 
 
@@ -418,7 +355,7 @@ def read_bias(path: str | Path, key: str = "bias", dims: tuple[int, ...] = (2, 3
         except (OSError, ValueError) as exc:
             raise MhaError(f"cannot read it as .npy ({exc})", source=str(p)) from None
         return read_array(arr, (key,), dims)
-    data, locate, source, _ = _document(p)
+    data, locate, source, _ = document(p)
     if isinstance(data, dict):
         if set(data) != {key}:
             raise MhaError(f"a {key} file holds a matrix, or one key {key}: with the matrix",

@@ -142,7 +142,7 @@ def _tiles_hidden(tr: Any, br: int, bc: int) -> dict[str, str]:
     """FlashAttention's mistakes need a running maximum that moves after a row's first
     key block (the correction < 1 rescaling a sum already made), and an ℓ other than 1
     before the last key block (O divided by it early)."""
-    from ..engine.kernels import tiles
+    from ..engine.tiles import tiles
 
     moves = early = False
     for block in tiles(tr, br, bc):

@@ -23,8 +23,9 @@ import numpy as np
 
 from ..engine import BY_NAME, Trace, ops
 from ..engine.decoding import decode, field_stage
-from ..engine.kernels import TileBlock, each_block, start
-from ..engine.kernels import field_stage as tile_stage
+from ..engine.online import start
+from ..engine.tiles import TileBlock, each_block
+from ..engine.tiles import field_stage as tile_stage
 from ..engine.stages import entry
 from ..engine.writing import sub
 from ..errors import MhaError
