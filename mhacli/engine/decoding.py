@@ -39,6 +39,7 @@ from .work import Work, normed, turned
 if TYPE_CHECKING:  # a trace is read through the Protocol: paths.py imports this module
     from .config import Config, Prepared
     from .writing import Record
+    from .reach import Reach
 
 Array = np.ndarray
 
@@ -137,9 +138,12 @@ def decode(tr: Record, splits: int | None = None,
 
 
 def each_step(tr: Record, splits: int | None = None,
-              tokens: Sequence[str] | None = None) -> Iterator[DecodeStep]:
+              tokens: Sequence[str] | None = None, reach: Reach | None = None
+              ) -> Iterator[DecodeStep]:
     """``decode`` a step at a time: a long sequence's caches are written as they are
-    made, never held all at once (the problem is checked before the first step)."""
+    made, never held all at once (the problem is checked before the first step).
+    ``reach``: another than the problem's (``reach.without("window")``: the steps of a
+    person who left the window out, which a grader follows on)."""
     p, c = tr.prepared, tr.config
     check_decode(c)
     count = None if splits is None else whole_number("splits", splits, "splits")
@@ -147,11 +151,12 @@ def each_step(tr: Record, splits: int | None = None,
     if len(labels) != c.n:
         raise MhaError(f"decoding has {c.n} tokens but {len(labels)} labels were given",
                        key="tokens")
-    return _steps(p, count, labels)
+    return _steps(p, count, labels, p.reach if reach is None else reach)
 
 
-def _steps(p: Prepared, count: int | None, labels: list[str]) -> Iterator[DecodeStep]:
-    c, reach = p.config, p.reach
+def _steps(p: Prepared, count: int | None, labels: list[str], reach: Reach
+           ) -> Iterator[DecodeStep]:
+    c = p.config
     keys: list[Array] = []  # the cache, oldest first: (G, d_k) a position
     values: list[Array] = []  # (G, d_v) a position
     for i in range(c.n):

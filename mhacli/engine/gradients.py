@@ -59,16 +59,16 @@ def _d_sinks(w: Work) -> Array:
     return -(share * rows).sum(axis=(1, 2))  # (H,), the shape of sinks
 
 
-def _before_scaled(w: Work) -> Array:
-    """The gradient arriving at the scaled scores' next stage (softcapped, biased or masked)."""
-    for name in ("d_softcapped", "d_biased", "d_masked"):
-        if name in w.stages:
-            return w[name]
-    raise KeyError("d_masked")
+def _arriving(w: Work, name: str) -> Array:
+    """The gradient arriving at the stage ``name``: that of the stage reading it (the
+    stage table's ``reader``), as the chain rule carries it back."""
+    from .stages import reader  # (the table imports this module for its gradients)
+
+    return w["d_" + reader(w.c, name)]
 
 
 def _d_scaled(w: Work) -> Array:
-    g = _before_scaled(w)
+    g = _arriving(w, "scaled")
     c = w.c
     if c.softcap is None:
         return g
@@ -76,28 +76,33 @@ def _d_scaled(w: Work) -> Array:
     return g * (1 - t * t)  # d/dz c·tanh(z/c) = 1 − tanh²(z/c)
 
 
-def _from_scores(w: Work, side: str, step: str) -> Array:
+def _from_scores(w: Work, side: str) -> Array:
     """dQ_h = dZ_h·K_h or dK_g = Σ dZ_hᵀ·Q_h over the heads sharing g, K and Q as the
-    scores were made of them (``step``: _heads, _normed or _rot)."""
+    scores read them (split, normed or turned)."""
+    from .stages import reads
+
     c = w.c
+    q, k = reads(c, "scores")
     if side == "q":
-        return w["d_scores"] @ ops.shared(w["k" + step], c.heads)
-    return ops.shared_sum(w["d_scores"].swapaxes(-1, -2) @ w["q" + step], c.groups)
+        return w["d_scores"] @ ops.shared(w[k], c.heads)
+    return ops.shared_sum(w["d_scores"].swapaxes(-1, -2) @ w[q], c.groups)
 
 
-def _d_split(w: Work, side: str) -> Array:
-    """The gradient arriving after the split (at the normed queries or keys, or at the
-    heads themselves): turned back through RoPE, or straight from the scores."""
-    if w.c.rope is not None:
-        return turned(w[f"d_{side}_rot"], w.p, back=True)
-    return _from_scores(w, side, "_normed" if w.c.qk_norm is not None else "_heads")
+def _d_split(w: Work, side: str, name: str) -> Array:
+    """The gradient arriving at ``name`` (the normed queries or keys, or the heads
+    themselves): turned back through RoPE where RoPE reads it, else from the scores."""
+    from .stages import reader
+
+    if reader(w.c, name) == "scores":
+        return _from_scores(w, side)
+    return turned(_arriving(w, name), w.p, back=True)
 
 
 def _d_heads(w: Work, side: str) -> Array:
     """d_q_heads, d_k_heads: through the norm's backward when q and k are normed."""
     c, p = w.c, w.p
     if c.qk_norm is None:
-        return _d_split(w, side)
+        return _d_split(w, side, f"{side}_heads")
     a = w[f"{side}_heads"]
     weight = p.q_norm if side == "q" else p.k_norm
     whole = c.qk_norm == "width"
@@ -109,9 +114,9 @@ def _d_heads(w: Work, side: str) -> Array:
 
 def _source(w: Work, kv: bool) -> Array:
     """The input a projection multiplied: X (with its positions), or X_kv."""
-    if kv and w.c.cross:
-        return w.stages.get("x_kv_pos", w.stages.get("x_kv"))  # type: ignore[return-value]
-    return w.stages.get("x_pos", w["x"])
+    from .stages import source
+
+    return w[source(w.c, "k" if kv else "q")]
 
 
 def _d_input(w: Work) -> Array:
@@ -155,9 +160,15 @@ def _d_output_text(f: Formula) -> str:
             "given": "dL/dY, the grad_output given"}[f.c.loss]
 
 
+def _next(f: Formula, name: str) -> str:
+    """The stage reading ``name`` in the formula's problem (the stage table's answer)."""
+    from .stages import reader
+
+    return reader(f.c, name)
+
+
 def _d_scaled_text(f: Formula) -> str:
-    nxt = "d_softcapped" if f.c.softcap is not None else \
-        "d_biased" if f.c.alibi or f.c.bias else "d_masked"
+    nxt = "d_" + _next(f, "scaled")
     if f.c.softcap is None:
         return f"d_scaled{f.i} = {nxt}{f.i}"
     return f"d_scaled{f.i} = {nxt}{f.i} ⊙ (1 − tanh²(scaled{f.i} / c)), the softcap's derivative"
@@ -309,14 +320,15 @@ GRADIENTS: tuple[Stage, ...] = (
           _text("ds_h = −Σ over the rows of a_sink·rowsum(dA ⊙ A), a_sink the sink's "
                 "weight"), "s", exists=lambda c: c.sinks),
     _grad("d_biased", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
-          lambda w: w["d_masked"],
+          lambda w: _arriving(w, "biased"),
           lambda f: f"d_biased{f.i} = d_masked{f.i}: the mask passes the gradient where it "
                     "allows (0 where it blocks)", "B", per_head=True,
           exists=lambda c: c.alibi or c.bias),
     _grad("d_softcapped", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
-          lambda w: w.stages.get("d_biased", w["d_masked"]),
+          lambda w: _arriving(w, "softcapped"),
           lambda f: f"d_softcapped{f.i} = d_biased{f.i}: ALiBi and the bias are added "
-          "constants" if f.c.alibi or f.c.bias else f"d_softcapped{f.i} = d_masked{f.i}",
+          "constants" if _next(f, "softcapped") == "biased" else
+          f"d_softcapped{f.i} = d_masked{f.i}",
           "S", per_head=True,
           exists=lambda c: c.softcap is not None),
     _grad("d_scaled", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY, _d_scaled,
@@ -335,10 +347,10 @@ GRADIENTS: tuple[Stage, ...] = (
           per_head=True,
           exists=lambda c: c.rope is not None),
     _grad("d_q_normed", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
-          lambda w: _d_split(w, "q"), lambda f: _split_back_text(f, "Q"), "Q_{normed}",
+          lambda w: _d_split(w, "q", "q_normed"), lambda f: _split_back_text(f, "Q"), "Q_{normed}",
           per_head=True, exists=lambda c: c.qk_norm is not None),
     _grad("d_k_normed", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
-          lambda w: _d_split(w, "k"), lambda f: _split_back_text(f, "K"), "K_{normed}",
+          lambda w: _d_split(w, "k", "k_normed"), lambda f: _split_back_text(f, "K"), "K_{normed}",
           per_head=True, exists=lambda c: c.qk_norm is not None),
     _grad("d_q_heads", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
           lambda w: _d_heads(w, "q"), lambda f: _heads_back_text(f, "Q"), "Q_h",

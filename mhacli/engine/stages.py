@@ -166,6 +166,14 @@ def reads(c: Config, name: str) -> tuple[str, ...]:
     return BY_NAME[name].reads(c)
 
 
+def reader(c: Config, name: str) -> str:
+    """The stage of the problem ``c`` that reads ``name`` first: the chain's next step
+    (scaled's is softcapped, biased or masked; q_heads' is q_normed, q_rot or scores),
+    whose gradient the backward pass carries back into ``name``."""
+    start = STAGES.index(name) + 1
+    return next(s.name for s in TABLE[start:] if s.exists(c) and name in s.reads(c))
+
+
 def source(c: Config, name: str) -> str:
     """The stage ``name`` is made from (the first it reads): masked's is the score
     chain's latest step (biased, soft-capped or scaled), q_rot's the queries as normed

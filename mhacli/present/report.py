@@ -90,6 +90,8 @@ def wrong_line(report: Report, stage: str, w: Wrong) -> str:
 
 def _carried_line(report: Report, stage: str, w: Wrong) -> str:
     where = w.where or _where(place(report, stage, w))
+    if w.where is not None and w.expected != w.expected:  # a view's cell with no true one
+        return f"{where}: wrote {w.written}; the true answer has no such entry"
     return f"{where}: wrote {w.written}; the true value is {expected_text(w)}"
 
 
