@@ -11,6 +11,7 @@ A new stage is its function (``ops.py``) and its entry here.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
@@ -18,7 +19,7 @@ import numpy as np
 
 from ..errors import MhaError
 from . import ops
-from .gradients import GRADIENTS
+from .gradients import gradient_stages
 from .cells import (
     cell_input, cell_projection, cell_split, cell_scores, cell_pos, cell_x_pos, cell_rot,
     cell_normed, cell_alibi, cell_biased, cell_scaled, cell_masked, cell_softcapped,
@@ -333,7 +334,7 @@ FORWARD: tuple[Stage, ...] = (
           latex=output_tex, cell=cell_output, reads=lambda c: ("concat",)),
 )
 
-TABLE: tuple[Stage, ...] = FORWARD + GRADIENTS
+TABLE: tuple[Stage, ...] = FORWARD + gradient_stages(sys.modules[__name__])  # (its chains)
 BY_NAME = {s.name: s for s in TABLE}
 STAGES = tuple(BY_NAME)  # the canonical names, in order
 ALIASES = {alias: s.name for s in TABLE for alias in s.aliases}
