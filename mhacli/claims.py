@@ -3,12 +3,13 @@ last written digit (the number rule of ``mhacli.numbers``, read for grading)."""
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .errors import KeyPath, MhaError, key_text, shown
-from .numbers import NUMBER, cleaned, exact, fixed, to_float
+from .numbers import NUMBER, cleaned, exact, fixed, parse, to_float
 
 if TYPE_CHECKING:
     from fractions import Fraction
@@ -46,6 +47,14 @@ class Claim:
         return fixed(v, places) if v != 0 else f"{0:.{places}f}"
 
 
+@functools.lru_cache(maxsize=64)
+def _half_unit(places: int) -> Fraction:
+    """Half a unit of the ``places``-th decimal: what a number written to it claims."""
+    from fractions import Fraction
+
+    return Fraction(1, 2 * 10 ** places)
+
+
 BLANKS = frozenset({"", "_", "?", "~", "null"})
 NEG_INF = frozenset({"-inf", "-∞", "-infinity"})
 
@@ -64,6 +73,10 @@ def claim(value: Any, key: KeyPath = ()) -> Claim:
         return Claim(math.nan, None, Fraction(0), "")
     if low in NEG_INF:
         return Claim(-math.inf, None, Fraction(0), "−∞")
+    m = NUMBER.fullmatch(text) if len(text) <= 30 else None
+    if m is not None and m[3] is None and (m[1] or m[2]):  # a plain decimal, the common case:
+        return Claim(parse(text, key), None, _half_unit(len(m[1] or m[2])),  # its float only
+                     repr(value) if isinstance(value, float) else str(value).strip())
     try:
         x = exact(text, key)
     except MhaError:

@@ -12,10 +12,10 @@ from ..errors import MhaError
 from .core import command, guard
 from .common import about, inputs, layer_number, problem
 from .options import (
-    ADVANCED, OUTPUT, SHOW, CheckpointOpt, TextOpt, DebugOpt, DModelOpt, ExplainFormat, FileArg,
-    HeatScale, IntsOpt, LayerOpt, PrecisionOpt, RandomOpt, SampleOpt, SeedOpt, TokensOpt,
-    stage_help, with_settings,
+    ADVANCED, OUTPUT, SHOW, DebugOpt, ExplainFormat, HeatScale, PrecisionOpt, stage_help,
+    with_settings,
 )
+from .problem_options import with_source
 from .streams import check_writable
 from .terminal import export, rich_stdout, show
 
@@ -25,17 +25,9 @@ MOST_HELD = 1 << 30  # bytes explain holds without --force
 
 @command
 @with_settings("explain")
+@with_source("explain")
 def explain(
-    file: FileArg = None,
-    sample: SampleOpt = None,
-    random: RandomOpt = False,
-    seed: SeedOpt = None,
-    tokens: TokensOpt = None,
-    d_model: DModelOpt = None,
-    ints: IntsOpt = None,
-    checkpoint: CheckpointOpt = None,
-    layer: LayerOpt = None,
-    text: TextOpt = None,
+    source: Any = None,
     stage: Annotated[Optional[list[str]], typer.Option(
         "--stage", "-s", help=stage_help(), rich_help_panel=SHOW)
     ] = None,
@@ -120,11 +112,9 @@ def explain(
         from ..engine.decoding import check_views
         from ..engine.stages import VIEWS
 
-        _saving(svg, html, fmt, file)  # before anything is computed or printed
+        _saving(svg, html, fmt, source.file)  # before anything is computed or printed
         layout = settings.pop("layout")
-        options = dict(file=file, sample=sample, random=random, seed=seed, tokens=tokens,
-                       d_model=d_model, ints=ints, checkpoint=checkpoint, text=text,
-                       layout=layout)
+        options = dict(source.problem(), layout=layout)
         if all_heads:
             from .overview import all_heads as overview
 
@@ -137,9 +127,10 @@ def explain(
                 raise MhaError(f"--all-heads shows every head at a glance: {others[0]} is for "
                                "one head's tables (leave out --all-heads)")
 
-            return overview(fmt.value, options, layer_number(layer, every=True), settings,
-                            svg, html, pager=not no_pager)
-        prob = problem(**options, layer=layer_number(layer), backward=backward, **settings)
+            return overview(fmt.value, options, layer_number(source.layer, every=True),
+                            settings, svg, html, pager=not no_pager)
+        prob = problem(**options, layer=layer_number(source.layer), backward=backward,
+                       **settings)
         context["tokens"] = prob.labels()[0] if prob.tokens else None  # as shown
         shown = layout or prob.layout
         stages = [engine.canonical(s) for s in stage] if stage else None
@@ -254,7 +245,7 @@ def fits(c: Any, stage: Optional[list[str]], head: Optional[int], fmt: ExplainFo
 def kernel_numbers(c: Any, names: Optional[list[str]], head: Optional[int]) -> int:
     """The numbers the views of fast kernels print (tiles, decoding steps), in full."""
     from ..engine.decoding import decode_numbers
-    from ..engine.kernels import tile_numbers
+    from ..engine.tiles import tile_numbers
 
     heads = 1 if head else c.heads
     total = 0

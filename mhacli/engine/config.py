@@ -6,6 +6,7 @@ in ``mhacli.engine.ops``; the settings are declared in ``settings.py``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -15,11 +16,18 @@ if TYPE_CHECKING:  # annotations only: each costs a millisecond or two of start-
 
     import numpy.typing as npt
 
+    from .reach import Reach
+
 Array = np.ndarray  # of floats (or of Fractions, for exact arithmetic)
 MATRICES = ("x", "x_kv", "w_q", "w_k", "w_v", "w_o", "q", "k", "v", "grad_output",
             "target")  # the input matrices
 PER_HEAD_MATRICES = frozenset({"w_q", "w_k", "w_v", "w_o"})  # or a list of H of them
 VECTORS = ("b_q", "b_k", "b_v", "b_o")  # the biases
+# The fields of Config and Prepared that no setting fills (each entry of the settings
+# table names those it fills): the sizes, the inputs, and what prepare works out from
+# them; a test holds the two lists to the dataclasses below
+DERIVED = ("n", "m", "d_k", "d_v", "d_out", "d_model", "d_kv", "cross", "direct", "biases",
+           "has_w_o", "backward", "loss", "config", *MATRICES, *VECTORS, "dead_rows")
 
 
 @dataclass(frozen=True)
@@ -85,11 +93,6 @@ class Config:
             rope_theta(self.rope_dims, self.rope_base)
 
     @property
-    def blocks(self) -> bool:
-        """Does anything block positions (mask, window or padding)?"""
-        return self.mask != "none" or self.window is not None or self.padding
-
-    @property
     def key_labels(self) -> bool:
         """Do the key rows have labels of their own (x_kv, or k and v given)?"""
         return self.cross or self.direct
@@ -127,31 +130,19 @@ class Prepared:
     grad_output: Array | None = None  # (n, d_out) dL/d output, when given
     target: Array | None = None  # (n, d_out), for L = ½·Σ(output − target)²
 
+    @cached_property
+    def reach(self) -> Reach:
+        """Who may attend to whom: the problem's mask, window and key padding as one
+        object (``reach.py``), asked by everything that needs the rule."""
+        from .reach import Reach
+
+        return Reach.of(self.config, self.mask, self.key_padding)
+
     def allowed(self, lo: int = 0, hi: int | None = None, k0: int = 0,
                 k1: int | None = None) -> npt.NDArray[np.bool_] | None:
         """Rows lo … hi − 1 (and key columns k0 … k1 − 1) of the n × m positions a query
-        may attend to (mask ∧ window ∧ key padding), or None when nothing is blocked.
-
-        Causal masks and windows are made block by block: whole, they would be n × m
-        booleans.
-        """
-        c = self.config
-        hi = c.n if hi is None else hi
-        k1 = c.m if k1 is None else k1
-        out = None
-        if c.mask == "causal":
-            out = np.tri(hi - lo, k1 - k0, k=lo - k0, dtype=bool)
-        elif self.mask is not None:
-            out = self.mask[lo:hi, k0:k1]
-        if c.window is not None:
-            gap = np.arange(lo, hi, dtype=np.int32)[:, None] - \
-                np.arange(k0, k1, dtype=np.int32)[None, :]
-            near = np.abs(gap, out=gap) < c.window
-            out = near if out is None else out & near
-        if self.key_padding is not None:
-            pad = self.key_padding[k0:k1]
-            out = np.broadcast_to(pad, (hi - lo, k1 - k0)) if out is None else out & pad
-        return out
+        may attend to, or None when nothing is blocked: ``reach.allowed``."""
+        return self.reach.allowed(lo, hi, k0, k1)
 
 
 @dataclass(frozen=True)

@@ -6,15 +6,17 @@ query (one per query head) and its key and value (one per key/value head), turns
 query and the key by RoPE at p where the problem uses it, appends the key and value to
 the cache, and attends with one row of scores over the positions the cache holds: all t
 of them, or with a window w only the last w (the cache is then a rolling buffer that
-evicts the oldest). The row's ALiBi and bias entries are those of (p, each cached
-position), its blocked keys those of the plain mask (key padding blocks a cached
-position; the causal mask and the window never do, the cache holding only what they
-allow). Each piece is made by the stage functions of ``ops.py`` that make the plain
-trace, so step t's weights, head outputs and output are row t of the plain trace's.
+evicts the oldest): the positions the problem's reach keeps (``reach.py``). The row's
+ALiBi and bias entries are those of (p, each cached position), its blocked keys those
+of the plain mask (key padding blocks a cached position; the causal mask and the window
+never do, the cache holding only what they allow). Each piece is made by the stage
+functions of ``ops.py`` that make the plain trace, so step t's weights, head outputs and
+output are row t of the plain trace's; which stage each field is, the stage table says
+(``field_stage``).
 
 ``splits=S`` adds the split-K ("flash-decoding") view: the cached positions cut into S
 nearly equal chunks (fewer while the cache is shorter than S), each chunk's partial
-softmax (m, ℓ, unnormalised O per head, as one online step of ``kernels.py`` makes it),
+softmax (m, ℓ, unnormalised O per head, as one online step of ``online.py`` makes it),
 and their combination, which a sink joins as one more partial state (s_h, 1, 0).
 
 Steps count from 1 as the contract does; positions, heads and keys from 0 inside, from
@@ -30,12 +32,14 @@ import numpy as np
 
 from ..errors import MhaError, shown
 from . import ops
-from .kernels import data, float_only, merge, online, record, span, start, whole_number
+from .online import data, float_only, merge, online, record, span, start, whole_number
+from .values import given
 from .work import Work, normed, turned
 
 if TYPE_CHECKING:  # a trace is read through the Protocol: paths.py imports this module
     from .config import Config, Prepared
     from .writing import Record
+    from .reach import Reach
 
 Array = np.ndarray
 
@@ -61,7 +65,7 @@ class DecodeStep:
     k_new: Array  # (G, d_k) its keys (turned), appended to the cache
     v_new: Array  # (G, d_v) its values
     positions: range  # 0-based positions the cache holds after the append
-    evicted: int | None  # 0-based position the rolling buffer dropped at this step
+    dropped: range  # 0-based positions the rolling buffer let go at this step
     k_cache: Array  # (G, t', d_k)
     v_cache: Array  # (G, t', d_v)
     scores: Array  # (H, t') scaled, soft-capped, biased (before the mask)
@@ -71,6 +75,31 @@ class DecodeStep:
     cache_bytes: int  # t'·G·(d_k + d_v)·(8 for float64, 4 for float32)
     splits: tuple[Split, ...] | None = None  # the split-K chunks, with splits=S
     combined: Split | None = None  # their log-sum-exp combination
+    masked: Array | None = None  # (H, t') the scores, −∞ where blocked (key padding)
+
+    @property
+    def evicted(self) -> int | None:
+        """The 0-based position the rolling buffer dropped at this step (the first of
+        them), or None."""
+        return self.dropped.start if self.dropped else None
+
+
+# a step's field: the stage of the plain trace whose entries it holds, named by the stage
+# that reads it and where (the query the scores are made of, as split, normed or turned;
+# the scores as masked takes them, scaled, soft-capped, biased …)
+_READ_BY = {"q": ("scores", 0), "k_new": ("scores", 1), "k_cache": ("scores", 1),
+            "v_new": ("head_outputs", 1), "v_cache": ("head_outputs", 1),
+            "scores": ("masked", 0), "weights": ("head_outputs", 0),
+            "head_outputs": ("concat", 0), "output": ("output", None)}
+
+
+def field_stage(c: Config, field: str) -> str:
+    """The stage of the plain trace whose entries the decoding field ``field`` holds:
+    step t's q is row t of it, the cache its rows (``stages.reads`` says which)."""
+    from .stages import reads
+
+    reader, at = _READ_BY[field]
+    return reader if at is None else reads(c, reader)[at]
 
 
 def check_decode(c: Config) -> None:
@@ -109,9 +138,12 @@ def decode(tr: Record, splits: int | None = None,
 
 
 def each_step(tr: Record, splits: int | None = None,
-              tokens: Sequence[str] | None = None) -> Iterator[DecodeStep]:
+              tokens: Sequence[str] | None = None, reach: Reach | None = None
+              ) -> Iterator[DecodeStep]:
     """``decode`` a step at a time: a long sequence's caches are written as they are
-    made, never held all at once (the problem is checked before the first step)."""
+    made, never held all at once (the problem is checked before the first step).
+    ``reach``: another than the problem's (``reach.without("window")``: the steps of a
+    person who left the window out, which a grader follows on)."""
     p, c = tr.prepared, tr.config
     check_decode(c)
     count = None if splits is None else whole_number("splits", splits, "splits")
@@ -119,10 +151,11 @@ def each_step(tr: Record, splits: int | None = None,
     if len(labels) != c.n:
         raise MhaError(f"decoding has {c.n} tokens but {len(labels)} labels were given",
                        key="tokens")
-    return _steps(p, count, labels)
+    return _steps(p, count, labels, p.reach if reach is None else reach)
 
 
-def _steps(p: Prepared, count: int | None, labels: list[str]) -> Iterator[DecodeStep]:
+def _steps(p: Prepared, count: int | None, labels: list[str], reach: Reach
+           ) -> Iterator[DecodeStep]:
     c = p.config
     keys: list[Array] = []  # the cache, oldest first: (G, d_k) a position
     values: list[Array] = []  # (G, d_v) a position
@@ -130,17 +163,13 @@ def _steps(p: Prepared, count: int | None, labels: list[str]) -> Iterator[Decode
         q, k, v = _new_rows(p, i)  # (H, d_k), (G, d_k), (G, d_v)
         keys.append(k)
         values.append(v)
-        evicted = None
-        if c.window is not None and len(keys) > c.window:  # the rolling buffer is full
-            keys.pop(0)
-            values.pop(0)
-            evicted = i - c.window
-        positions = range(i + 1 - len(keys), i + 1)
+        positions = reach.cache(i)  # what the rules let later queries still see
+        del keys[:len(keys) - len(positions)], values[:len(values) - len(positions)]
         k_cache = np.stack(keys, axis=1)  # (G, t', d_k)
         v_cache = np.stack(values, axis=1)  # (G, t', d_v)
         scores = _scores(p, i, positions, q, k_cache)  # (H, 1, t')
-        masked = ops.mask_scores(scores, p.allowed(i, i + 1, positions.start,
-                                                   positions.stop))  # (H, 1, t')
+        masked = ops.mask_scores(scores, reach.allowed(i, i + 1, positions.start,
+                                                       positions.stop))  # (H, 1, t')
         weights = ops.softmax_parts(masked, c.masked_row, p.sinks)["weights"]  # (H, 1, t')
         v_h = ops.shared(v_cache, c.heads)  # (H, t', d_v)
         head_outputs = weights @ v_h  # (H, 1, d_v)
@@ -152,9 +181,9 @@ def _steps(p: Prepared, count: int | None, labels: list[str]) -> Iterator[Decode
             chunks, combined = _split_k(p, positions, masked, v_h, min(count, len(positions)))
         size = len(positions) * c.groups * (c.d_k + c.d_v) * np.dtype(c.dtype).itemsize
         yield DecodeStep(
-            i + 1, labels[i], *record(q, k, v), positions, evicted,
+            i + 1, labels[i], *record(q, k, v), positions, reach.dropped(i),
             *record(k_cache, v_cache, scores[:, 0], weights[:, 0], head_outputs[:, 0],
-                   output), size, chunks, combined)
+                   output), size, chunks, combined, *record(masked[:, 0]))
 
 
 def _new_rows(p: Prepared, i: int) -> tuple[Array, Array, Array]:
@@ -253,7 +282,7 @@ def decode_setting(value: Any) -> bool:
         return True
     if word in ("false", "no", "off", "0", ""):
         return False
-    raise MhaError(f"decode must be true or false, got {shown(value)}", key="decode")
+    raise MhaError(f"decode must be true or false, got {given(value)}", key="decode")
 
 
 def splits_setting(value: Any) -> int | None:
@@ -270,9 +299,9 @@ def decode_numbers(c: Config, splits: int | None, heads: int, groups: int) -> in
     """How many numbers the decoding steps show for ``heads`` query heads and
     ``groups`` key/value heads: each step's new rows, its cache (t' positions), its row
     of scores and weights, its outputs, and with splits each chunk's m, ℓ and O."""
-    held = np.arange(1, c.n + 1, dtype=np.int64)  # (n,) t' at each step
-    if c.window is not None:
-        held = np.minimum(held, c.window)
+    from .reach import Reach
+
+    held = Reach.of(c).cache_sizes().astype(np.int64)  # (n,) t' at each step
     chunks = 0 if splits is None else int((np.minimum(held, splits) + 1).sum())
     return int(c.n * (heads * (c.d_k + c.d_v) + groups * (c.d_k + c.d_v) + c.d_out)
                + held.sum() * (groups * (c.d_k + c.d_v) + 2 * heads)

@@ -20,16 +20,17 @@ from ..errors import MhaError
 from . import ops
 from .checks import check_finite, warn_dead
 from .paths import Trace, traced
-from .stages import present
+from .stage import KEY, QUERY
+from .stages import FORWARD, present
 from .work import Work
 from .config import Prepared
 
 Array = np.ndarray
 
-# the forward stages with an n × m matrix a head, and the head's output made from them
-WIDE = ("scores", "scaled", "softcapped", "alibi", "biased", "masked", "weights")
-_QUERY_SIDE = ("q_heads", "q_normed", "q_rot")  # one a query head
-_KEY_SIDE = ("k_heads", "v_heads", "k_normed", "k_rot")  # one a key/value head
+# the forward stages with an n × m matrix a head (scores … weights), as the table has them
+WIDE = tuple(s.name for s in FORWARD if (s.rows, s.cols) == (QUERY, KEY))
+_QUERY_SIDE = tuple(s.name for s in FORWARD if s.chain == "q")  # one a query head
+_KEY_SIDE = tuple(s.name for s in FORWARD if s.chain in ("k", "v"))  # a key/value head
 
 
 class _Chain:
@@ -72,8 +73,6 @@ class _Chain:
                 value = s.compute(work)
                 assert value is not None
                 work.stages[s.name] = value
-                if s.chain:
-                    work.chain = s.name
                 if s.name == until:
                     break
         return work

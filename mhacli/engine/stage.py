@@ -33,7 +33,11 @@ class Stage:
     latex: Callable[[Formula], str]  # "LHS = RHS", or "LHS" alone
     cell: Callable[[Entry], list[str]]  # the arithmetic behind one entry
     per_head: bool = False
-    chain: bool = False  # a step of the score chain: each takes the latest scores on
+    chain: str = ""  # the chain it is a step of ("z": the scores, scaled, …, masked;
+    # "q", "k", "v": a head's queries, keys, values as split, normed, turned; "x", "x_kv":
+    # the inputs and their positions): a stage reading a chain reads its latest step
+    reads: Callable[[Config], tuple[str, ...]] = lambda c: ()  # the stages it is made
+    # from, for a problem (``stages.reads``), in order; an input reads none
     exact: bool = False  # rational when the inputs are (the stages before the softmax)
     given: bool = False  # an input: shown, but not an answer
     on_request: bool = False  # shown only when named (--stage, --cell): left out of what

@@ -10,20 +10,15 @@ are named as in ``mhacli.engine.ops``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import numpy as np
 
-if TYPE_CHECKING:  # annotations only: each costs a millisecond or two of start-up
-    import numpy.typing as npt
-
 from ..errors import MhaError, shown
 from .config import Config, Prepared, Sizes
+from .reach import Reach
 from .settings import BY_KEY, counts, parse_all, unknown_setting
 from .values import matrix, shape_text, vector
-
-MASKED_ROW_POLICIES = ("zero", "nan", "error")
-DTYPES = ("float64", "float32")
 
 
 def prepare(
@@ -40,22 +35,14 @@ def prepare(
     for key in settings:
         if key not in BY_KEY:
             raise unknown_setting(key)
-    dtype = settings.get("dtype", BY_KEY["dtype"].default)
-    masked_row = settings.get("masked_row", BY_KEY["masked_row"].default)
     if exact:
         t: Any = object
         dtype_name = "exact"
     else:
-        try:
-            dtype_name = np.dtype(dtype).name
-        except TypeError:
-            dtype_name = repr(dtype)
-        if dtype_name not in DTYPES:
-            raise MhaError(f"dtype must be float64 or float32, got {dtype_name}", key="dtype")
+        dtype_name = BY_KEY["dtype"].read(settings.get("dtype", BY_KEY["dtype"].default))
         t = np.dtype(dtype_name).type
-    if masked_row not in MASKED_ROW_POLICIES:
-        raise MhaError(f"masked_row must be zero, nan or error, got {shown(masked_row)}",
-                       key="masked_row")
+    masked_row = BY_KEY["masked_row"].read(
+        settings.get("masked_row", BY_KEY["masked_row"].default))
     heads, groups_given = counts(settings)
 
     direct = q is not None or k is not None or v is not None
@@ -168,8 +155,6 @@ def prepare(
 
     sizes = Sizes(n, m, heads, groups, d_k, d_v, d_model, t, x_a, xkv_a)
     fields, arrays = parse_all(settings, sizes)
-    dead = _dead_rows(arrays["mask"], fields["mask"] == "causal", fields["window"],
-                      arrays["key_padding"], n, m)
     upstream = {}
     for name, value in (("grad_output", grad_output), ("target", target)):
         a = matrix(name, value, t)
@@ -183,10 +168,6 @@ def prepare(
     backward = bool(backward) or any(a is not None for a in upstream.values())
     loss = "given" if upstream["grad_output"] is not None else \
         "target" if upstream["target"] is not None else "sum"
-    if dead and masked_row == "error":
-        rows = ", ".join(str(r) for r in dead)
-        raise MhaError(f"the mask blocks every key for query row(s) {rows}", key="mask")
-
     config = Config(
         n=n, m=m, heads=heads, d_k=d_k, d_v=d_v, d_out=d_out, d_model=d_model, d_kv=d_kv,
         cross=xkv_a is not None, direct=direct, dtype=dtype_name,
@@ -194,32 +175,13 @@ def prepare(
                      if b is not None),
         has_w_o=wo is not None, masked_row=masked_row,
         kv_heads=groups if groups != heads else 0, backward=backward, loss=loss, **fields)
+    dead = Reach.of(config, arrays["mask"], arrays["key_padding"]).dead_rows()
+    if dead and masked_row == "error":
+        rows = ", ".join(str(r) for r in dead)
+        raise MhaError(f"the mask blocks every key for query row(s) {rows}", key="mask")
     return Prepared(config, x_a, xkv_a, wq, wk, wv, wo, bq, bk, bv, bo, q_a, k_a, v_a,
                     dead_rows=dead, grad_output=upstream["grad_output"],
                     target=upstream["target"], **arrays)
-
-
-def _dead_rows(allowed: npt.NDArray[np.bool_] | None, causal: bool, window: int | None,
-               padding: npt.NDArray[np.bool_] | None, n: int, m: int) -> tuple[int, ...]:
-    """1-based query rows that may attend to no key, found without building n × m
-    booleans when the mask is causal or none: each row's keys are then one run
-    lo … hi, and a count of real keys before each position tells if one is in it."""
-    if allowed is None and window is None and padding is None:
-        return ()  # causal or none: every query sees key 1 at least
-    rows = np.arange(n)
-    if allowed is not None:  # a matrix: n × m exists already
-        live = allowed & (padding if padding is not None else True)
-        if window is not None:
-            live = live & (np.abs(rows[:, None] - np.arange(m)[None, :]) < window)
-        return tuple(int(i) + 1 for i in np.flatnonzero(~live.any(axis=1)))
-    lo = np.zeros(n, dtype=np.int64) if window is None else np.maximum(rows - window + 1, 0)
-    hi = np.full(n, m - 1) if not causal else np.minimum(rows, m - 1)
-    if window is not None and not causal:
-        hi = np.minimum(rows + window - 1, m - 1)
-    real = np.concatenate([[0], np.cumsum(padding if padding is not None
-                                          else np.ones(m, dtype=bool))])
-    count = np.where(hi >= lo, real[np.maximum(hi + 1, 0)] - real[np.minimum(lo, m)], 0)
-    return tuple(int(i) + 1 for i in np.flatnonzero(count == 0))
 
 
 def check_progress(progress: Any) -> Callable[[int, int], None] | None:

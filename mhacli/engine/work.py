@@ -27,27 +27,24 @@ class Work:
         self.exact = exact
         self.stages: dict[str, Array] = {}
         self.parts: dict[str, dict[str, Array]] = {}  # a stage's parts (the softmax's)
-        self.chain = ""  # the latest stage of the score chain (scores, scaled, …)
         self._qkv: tuple[Array, Array, Array] | None = None
 
     def __getitem__(self, name: str) -> Array:
         return self.stages[name]
 
-    @property
-    def scores(self) -> Array:
-        """The score matrix as far as it has come: scaled, softcapped, biased …"""
-        return self.stages[self.chain]
-
-    def projections(self) -> tuple[Array, Array, Array]:
-        """Q, K and V: projected from x (and x_kv) as computed or given, or given."""
+    def projections(self, x: str | None = None, x_kv: str | None = None
+                    ) -> tuple[Array, Array, Array]:
+        """Q, K and V: projected from the stages ``x`` and ``x_kv`` (the inputs as the
+        stage table says Q and K read them: with their positions), or given."""
         if self._qkv is None:
             p = self.p
             if self.c.direct:
                 self._qkv = (p.q, p.k, p.v)  # type: ignore[assignment]
             else:
-                x = self.stages.get("x_pos", self.stages["x"])  # with positions added
-                x_kv = self.stages.get("x_kv_pos", self.stages.get("x_kv"))
-                self._qkv = ops.projections(x, x_kv, p.w_q, p.w_k, p.w_v, p.b_q, p.b_k, p.b_v)
+                assert x is not None and x_kv is not None
+                kv = self.stages[x_kv] if x_kv != x else None  # self-attention: one product
+                self._qkv = ops.projections(self.stages[x], kv, p.w_q, p.w_k, p.w_v, p.b_q,
+                                            p.b_k, p.b_v)
         return self._qkv
 
     @property
@@ -61,6 +58,18 @@ class Work:
         if p.w_o is None:
             return concat + p.b_o if p.b_o is not None else concat
         return ops.project(concat, p.w_o, p.b_o)  # (n, d_out)
+
+
+def started(p: Prepared) -> Work:
+    """The work of a computation on the fast path, its inputs in place: x and x_kv, with
+    their positions added when the problem has them (x_pos, x_kv_pos)."""
+    work = Work(p, exact=False)
+    work.stages.update(x=p.x, x_kv=p.x_kv)  # type: ignore[dict-item]
+    if p.pe is not None:  # positions added to the inputs
+        work.stages["x_pos"] = p.x + p.pe  # type: ignore[operator]
+        if p.pe_kv is not None:
+            work.stages["x_kv_pos"] = p.x_kv + p.pe_kv  # type: ignore[operator]
+    return work
 
 
 def normed(a: Array, p: Prepared, side: str) -> tuple[Array, Array]:

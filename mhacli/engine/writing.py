@@ -120,6 +120,8 @@ class Entry:
     keys: list[str]
     precision: int
     marks: Marks = field(default_factory=dict)
+    reads: tuple[str, ...] = ()  # the stages this entry's stage is made from, in order
+    # (``stages.reads``; made by ``stages.entry``)
 
     @property
     def c(self) -> Config:

@@ -92,7 +92,7 @@ class Truth:
         """The true tiles or decoding steps, made once (``tiles``, ``decode``)."""
         if name not in self._views:
             from ..engine.decoding import check_views, decode
-            from ..engine.kernels import tiles
+            from ..engine.tiles import tiles
 
             c = self.problem.config
             check_views(c)
@@ -102,7 +102,10 @@ class Truth:
 
     def exact_masked(self) -> Any:
         """The masked scores in exact fractions, where they are rational (else None)."""
-        return self.exact("masked").stages.get("masked")
+        from ..engine.tiles import field_stage
+
+        name = field_stage(self.problem.config, "s")  # the stage a tile's S is cut from
+        return self.exact(name).stages.get(name)
 
     def exact(self, until: str) -> Trace:
         """Exact stages up to ``until``: made once, as far as the furthest asked for."""
@@ -130,10 +133,22 @@ def _judge(claims: np.ndarray, expected: np.ndarray, exact: np.ndarray | None,
            tolerance: float, allowance: np.ndarray | None = None) -> np.ndarray:
     """True where the written cell is right (blanks count as right: they are skipped);
     ``allowance`` widens each cell's slack (the rounding carried from earlier answers)."""
-    ok = np.zeros(expected.shape, dtype=bool)
-    for idx, c in np.ndenumerate(claims):
-        ok[idx] = judge_one(c, float(expected[idx]), exact[idx] if exact is not None else None,
-                            tolerance, allowance[idx] if allowance is not None else 0.0)
+    # judge_one's rule, a whole stage at a time; cells it decides otherwise (an exact
+    # claim against an exact value, or ±∞) are left to it, one by one
+    values = np.array([c.value for c in claims.flat], dtype=np.float64).reshape(claims.shape)
+    halves = np.array([float(c.half_unit) for c in claims.flat]).reshape(claims.shape)
+    e = np.asarray(expected, dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        slack = tolerance + halves + FLOAT_SLACK * np.maximum(1.0, np.abs(e)) + \
+            (0.0 if allowance is None else allowance)
+        ok = np.isnan(values) | np.isnan(e) | (np.abs(values - e) <= slack)
+    special = np.isinf(values) | np.isinf(e)
+    if exact is not None:
+        special |= np.array([c.exact is not None for c in claims.flat]).reshape(claims.shape)
+    for idx in map(tuple, np.argwhere(special)):
+        ok[idx] = judge_one(claims[idx], float(e[idx]),
+                            exact[idx] if exact is not None else None, tolerance,
+                            allowance[idx] if allowance is not None else 0.0)
     return ok
 
 

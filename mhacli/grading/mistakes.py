@@ -16,6 +16,7 @@ import numpy as np
 
 from ..engine import ops
 from ..engine.config import Prepared
+from ..engine.stages import reads
 from ..numbers import significant
 
 Array = np.ndarray
@@ -35,8 +36,10 @@ class Mistake:
         return self.says(p) if callable(self.says) else self.says
 
 
-def _chain_before_mask(p: Prepared, st: Stages) -> Array:
-    return st["softcapped"] if "softcapped" in st else st["scaled"]
+def _read(p: Prepared, st: Stages, stage: str, at: int = 0) -> Array:
+    """What ``stage`` is made from, as the stage table says (masked: the scores scaled,
+    soft-capped, biased as far as the problem takes them), from the stages so far."""
+    return st[reads(p.config, stage)[at]]
 
 
 def _softmax(z: Array, p: Prepared, axis: int = -1) -> Array:
@@ -57,7 +60,8 @@ def _divided(name: str, value: Callable[[Prepared], float | None]) -> Mistake:
         s = value(p)
         if s is None or math.isclose(s, p.config.scale, rel_tol=1e-12):
             return None
-        return {"scaled": st["scores"] / st["scores"].dtype.type(s)}
+        z = _read(p, st, "scaled")
+        return {"scaled": z / z.dtype.type(s)}
 
     def text(p: Prepared) -> str:
         s = value(p)
@@ -72,16 +76,16 @@ def _divided(name: str, value: Callable[[Prepared], float | None]) -> Mistake:
 
 
 def _inverted(p: Prepared, st: Stages) -> Stages | None:
-    allowed = p.allowed()
+    allowed = p.reach.allowed()
     if allowed is None:
         return None
-    return {"masked": ops.mask_scores(_chain_before_mask(p, st), ~allowed)}
+    return {"masked": ops.mask_scores(_read(p, st, "masked"), ~allowed)}
 
 
 def _unmasked(p: Prepared, st: Stages) -> Stages | None:
-    if p.allowed() is None:
+    if p.reach.allowed() is None:
         return None
-    return {"masked": _chain_before_mask(p, st)}
+    return {"masked": _read(p, st, "masked")}  # the scores the mask would block, unblocked
 
 
 def _what_blocks(p: Prepared) -> str:
@@ -93,21 +97,21 @@ def _what_blocks(p: Prepared) -> str:
 
 
 def _columns(p: Prepared, st: Stages) -> Stages | None:
-    z = st["masked"] if "masked" in st else _chain_before_mask(p, st)
-    return {"weights": _softmax(z, p, axis=-2)}
+    return {"weights": _softmax(_read(p, st, "weights"), p, axis=-2)}
 
 
 def _mask_after(p: Prepared, st: Stages) -> Stages | None:
-    allowed = p.allowed()
+    allowed = p.reach.allowed()
     if allowed is None:
         return None
-    return {"weights": np.where(allowed, _softmax(_chain_before_mask(p, st), p), 0.0)}
+    return {"weights": np.where(allowed, _softmax(_read(p, st, "masked"), p), 0.0)}
 
 
 def _swapped(p: Prepared, st: Stages) -> Stages | None:
     if p.config.n != p.config.m:
         return None
-    return {"scores": ops.scores(st["k_heads"], st["q_heads"])}
+    q, k = _read(p, st, "scores"), _read(p, st, "scores", 1)  # as the scores take them
+    return {"scores": ops.scores(ops.shared(k, p.config.heads), q)}
 
 
 def _interleaved(p: Prepared, st: Stages) -> Stages | None:

@@ -5,9 +5,12 @@ the positions and the cache, the row of scores and weights, the outputs and the 
 size in bytes (with splits: each chunk's m, ℓ and O, and their combination). Each field
 is a report of its own (``decode.weights`` …). Weights, head outputs, the output row and
 the split-K numbers are judged against the true ones and, where they differ, against
-what the person's own earlier numbers of the step give (a slip marked once). Named
-mistakes: the cache's size counted as if every query head had its own keys (no GQA),
-the window left out of the cache's positions, the chunks combined without rescaling.
+what the person's own earlier numbers of the step give (a slip marked once), by the
+engine's own functions (its softmax with the sinks, its online step, its split-K
+combination) on those numbers. Named mistakes: the cache's size counted as if every
+query head had its own keys (no GQA), the window left out of the cache's positions (the
+reach without its window), the chunks combined without rescaling (the combination with
+every chunk's maximum the common one).
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..engine.decoding import DecodeStep
+from ..engine import ops
+from ..engine.decoding import DecodeStep, each_step
+from ..engine.online import combine, exps, rescale, running_max, running_output, running_sum, start
 from .cells import Cell, Named, claims_of, half, report, shape_report, written
 from .records import StageReport, Wrong
 
@@ -30,7 +35,9 @@ NO_RESCALE = Named("no_rescale", "the chunks are added without rescaling: each c
                    "and O are multiplied by exp(m_chunk − m) for the common maximum m first")
 MISTAKES = {"cache_bytes": (NO_GQA,), "combined.l": (NO_RESCALE,),
             "combined.o": (NO_RESCALE,)}
-FOLLOWS = {"weights": "scores", "head_outputs": "weights and v_cache",
+FOLLOWS = {"k_cache": "positions", "v_cache": "positions", "scores": "positions",
+           "cache_bytes": "positions",
+           "weights": "scores", "head_outputs": "weights and v_cache",
            "output": "head_outputs", "splits.l": "scores and the chunk's m",
            "splits.o": "scores and the chunk's m", "combined.m": "the chunks' m",
            "combined.l": "the chunks' m and ℓ", "combined.o": "the chunks' m and O"}
@@ -44,14 +51,22 @@ def grade_decode(tr: Any, steps: Sequence[DecodeStep], answers: list[dict[str, A
                              f"token), found {len(answers)}")]
     cells: dict[str, list[Cell]] = {f: [] for f in FIELDS}
     problems: dict[str, list[str]] = {f: [] for f in FIELDS}
-    positions: list[Wrong | None] = []
+    positions: list[tuple[Wrong, bool] | None] = []
+    windowless: list[DecodeStep] = []  # the steps with the window left out, when asked
+
+    def without_window(t: int) -> DecodeStep:
+        if not windowless:  # the engine's steps under the reach without its window
+            windowless.extend(each_step(tr, tr.config.splits,
+                                        reach=tr.prepared.reach.without("window")))
+        return windowless[t - 1]
+
     for st, a in zip(steps, answers):
         step = a.get("step")
         if step is not None and not step.blank and step.value != st.step:
             return [shape_report("decode", len(steps), f"the step of token {st.step} "
                                  f"({st.token}) is written as step {step.text}")]
         with np.errstate(all="ignore"):  # a person's numbers may overflow: judged, not warned
-            _walk(tr, st, a, cells, problems, positions)
+            _walk(tr, st, a, cells, problems, positions, without_window)
     answered = set(FIELDS) if every_field else set()
     for a in answers:
         answered |= {f for f in a if f in FIELDS}
@@ -75,11 +90,15 @@ def grade_decode(tr: Any, steps: Sequence[DecodeStep], answers: list[dict[str, A
 
 
 def _walk(tr: Any, st: DecodeStep, a: dict[str, Any], cells: dict[str, list[Cell]],
-          problems: dict[str, list[str]], positions: list[Wrong | None]) -> None:
-    """One step's cells, the later ones also from the person's own earlier numbers."""
+          problems: dict[str, list[str]], positions: list[tuple[Wrong, bool] | None],
+          without_window: Any) -> None:
+    """One step's cells, the later ones also from the person's own earlier numbers. A
+    cache whose positions were written as if there were no window is followed on: its
+    keys, values, scores and weights are judged against what those positions give (the
+    mistake is marked once, at the positions), its head outputs and output as usual."""
     c, p = tr.config, tr.prepared
     t, pos = st.step, st.positions
-    n_pos, heads = len(pos), c.heads
+    heads = c.heads
     place = f"step {t} ({st.token})"
     labels = [str(i + 1) for i in pos]
 
@@ -91,7 +110,9 @@ def _walk(tr: Any, st: DecodeStep, a: dict[str, Any], cells: dict[str, list[Cell
         return claims
 
     def put(name: str, claims: np.ndarray | None, true: np.ndarray, own: np.ndarray | None,
-            allow: np.ndarray | None, where: Any, **wrong: np.ndarray) -> None:
+            allow: np.ndarray | None, where: Any, extra: np.ndarray | None = None,
+            **wrong: np.ndarray) -> None:
+        """A field's cells (``extra``: those at a position the true cache lacks)."""
         if claims is None:
             return
         for idx in np.ndindex(true.shape):
@@ -99,7 +120,8 @@ def _walk(tr: Any, st: DecodeStep, a: dict[str, Any], cells: dict[str, list[Cell
                                     float(true[idx]),
                                     math.nan if own is None else float(own[idx]),
                                     0.0 if allow is None else float(allow[idx]), None,
-                                    {k: float(v[idx]) for k, v in wrong.items()}))
+                                    {k: float(v[idx]) for k, v in wrong.items()},
+                                    extra is not None and bool(extra[idx])))
 
     def head_at(what: str) -> Any:
         return lambda idx: f"head {idx[0] + 1}, {what} {idx[1] + 1}" + \
@@ -110,62 +132,85 @@ def _walk(tr: Any, st: DecodeStep, a: dict[str, Any], cells: dict[str, list[Cell
         put(name, get(name, true.shape), true, None, None,
             lambda idx, w=g_or_h: f"{w} {idx[0] + 1}, column {idx[1] + 1}")
     given = a.get("positions")
+    own = st  # the step as the person's positions make it
+    reach = p.reach
     if given is not None:
         wrote = [c.value for c in given.flat] if isinstance(given, np.ndarray) else None
         want = [float(i + 1) for i in pos]
-        positions.append(None if wrote == want else Wrong(
+        # the cache as it would be kept with the window left out of the rules
+        unwindowed = [float(i + 1) for i in p.reach.without("window").cache(t - 1)]
+        positions.append(None if wrote == want else (Wrong(
             None, 0, 0, "[" + (", ".join(c.text or "_" for c in given.flat)
                                if wrote is not None else str(given)) + "]", math.nan, None,
             math.nan, f"[{', '.join(str(i + 1) for i in pos)}]",
-            where=f"{place}: positions"))
+            where=f"{place}: positions"), wrote == unwindowed))
+        true_shaped = any(np.shape(a.get(f)) == np.shape(getattr(st, f)) for f in
+                          ("k_cache", "v_cache", "scores", "weights") if a.get(f) is not None)
+        if wrote != want and wrote == unwindowed and not true_shaped:
+            own, reach = without_window(t), p.reach.without("window")
+            pos, labels = own.positions, [str(i + 1) for i in own.positions]
+    followed = own is not st  # the step their positions make, beside the true one
+
+    def at_theirs(true: np.ndarray, mine: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The true values laid out at the person's positions (axis 1), NaN where the
+        true cache has no such position; and where it has none."""
+        if not followed:
+            return true, np.zeros(true.shape, dtype=bool)
+        out = np.full(mine.shape, np.nan)
+        for j, i in enumerate(own.positions):
+            if i in st.positions:
+                out[:, j] = true[:, i - st.positions.start]
+        return out, np.isnan(out)
+
     cache = {}
-    for name, true in (("k_cache", st.k_cache), ("v_cache", st.v_cache)):
-        cache[name] = get(name, true.shape)
-        put(name, cache[name], true, None, None, lambda idx: (
-            f"kv head {idx[0] + 1}, position {pos.start + idx[1] + 1}, column {idx[2] + 1}"))
-    v_cache = written(cache["v_cache"], st.v_cache)  # (G, t', d_v)
-    z_claims = get("scores", st.scores.shape)
-    put("scores", z_claims, st.scores, None, None, head_at("position"))
-    z = written(z_claims, st.scores)  # (H, t')
-    hz = half(z_claims, st.scores)
-    allowed = p.allowed(t - 1, t, pos.start, pos.stop)
-    live = np.ones(n_pos, bool) if allowed is None else np.asarray(allowed)[0]
-    zm = np.where(live, z, -np.inf)  # (H, t')
+    for name, true, mine in (("k_cache", st.k_cache, own.k_cache),
+                             ("v_cache", st.v_cache, own.v_cache)):
+        cache[name] = get(name, mine.shape)
+        laid, extra = at_theirs(true, mine)
+        put(name, cache[name], laid, mine if followed else None, None,
+            lambda idx: f"kv head {idx[0] + 1}, position {pos.start + idx[1] + 1}, "
+            f"column {idx[2] + 1}", extra)
+    v_cache = written(cache["v_cache"], own.v_cache)  # (G, t', d_v)
+    z_claims = get("scores", own.scores.shape)
+    laid, extra = at_theirs(st.scores, own.scores)
+    put("scores", z_claims, laid, own.scores if followed else None, None,
+        head_at("position"), extra)
+    z = written(z_claims, own.scores)  # (H, t')
+    hz = half(z_claims, own.scores)
+    zm = ops.mask_scores(z, reach.allowed(t - 1, t, pos.start, pos.stop))  # (H, t')
     sinks = None if p.sinks is None else np.asarray(p.sinks, dtype=np.float64)
-    with np.errstate(all="ignore"):
-        top = zm.max(axis=1) if sinks is None else np.maximum(zm.max(axis=1), sinks)
-        e = np.where(live, np.exp(zm - top[:, None]), 0.0)
-        total = e.sum(axis=1) + (0.0 if sinks is None else np.exp(sinks - top))
-        w_own = np.where(total[:, None] > 0, e / total[:, None], 0.0)
+    with np.errstate(all="ignore"):  # the engine's softmax (with the sinks) on their scores
+        w_own = ops.softmax_parts(zm[:, None], c.masked_row, sinks)["weights"][:, 0]
         allow_w = w_own * (hz + hz.max(axis=1, keepdims=True))
-    w_claims = get("weights", st.weights.shape)
-    put("weights", w_claims, st.weights, w_own, allow_w, head_at("position"))
+    w_claims = get("weights", own.weights.shape)
+    put("weights", w_claims, *at_theirs(st.weights, own.weights)[:1], w_own, allow_w,
+        head_at("position"), at_theirs(st.weights, own.weights)[1])
     w = written(w_claims, w_own)
-    hw = half(w_claims, st.weights)
-    groups = [c.kv_of(h) for h in range(heads)]
-    ho_own = np.stack([w[h] @ v_cache[groups[h]] for h in range(heads)])  # (H, d_v)
-    allow_ho = np.stack([hw[h] @ np.abs(v_cache[groups[h]]) for h in range(heads)])
+    hw = half(w_claims, own.weights)
+    vh = ops.shared(v_cache, heads)  # (H, t', d_v): each query head's values
+    ho_own = (w[:, None] @ vh)[:, 0]  # (H, d_v)
+    allow_ho = (hw[:, None] @ np.abs(vh))[:, 0]
     ho_claims = get("head_outputs", st.head_outputs.shape)
     put("head_outputs", ho_claims, st.head_outputs, ho_own, allow_ho,
         lambda idx: f"head {idx[0] + 1}, column {idx[1] + 1}")
     ho = written(ho_claims, ho_own).reshape(-1)  # (H·d_v,)
     hho = half(ho_claims, st.head_outputs).reshape(-1)
     w_o = None if p.w_o is None else np.asarray(p.w_o, dtype=np.float64)
-    out_own = ho if w_o is None else ho @ w_o
+    b_o = None if p.b_o is None else np.asarray(p.b_o, dtype=np.float64)
+    out_own = (ho + b_o if b_o is not None else ho) if w_o is None else \
+        ops.project(ho[None], w_o, b_o)[0]
     allow_out = hho if w_o is None else hho @ np.abs(w_o)
-    if p.b_o is not None:
-        out_own = out_own + np.asarray(p.b_o, dtype=np.float64)
     put("output", get("output", st.output.shape), st.output, out_own, allow_out,
         lambda idx: f"column {idx[0] + 1}")
     size = np.dtype(c.dtype).itemsize
     given = a.get("cache_bytes")
     if given is not None:
         cells["cache_bytes"].append(Cell(f"{place}: cache_bytes", given, float(st.cache_bytes),
-                                         mistakes={"no_gqa": float(n_pos * heads * (
+                                         float(own.cache_bytes) if followed else math.nan,
+                                         mistakes={"no_gqa": float(len(pos) * heads * (
                                              c.d_k + c.d_v) * size)}))
-    if st.splits is not None and st.combined is not None:
-        vh = np.stack([v_cache[g] for g in groups])  # (H, t', d_v)
-        _splits(st, a, zm, vh, place, put, problems, sinks)
+    if own.splits is not None and own.combined is not None:
+        _splits(own, a, zm, vh, place, put, problems, sinks)
 
 
 def _splits(st: DecodeStep, a: dict[str, Any], zm: np.ndarray, vh: np.ndarray, place: str,
@@ -174,7 +219,7 @@ def _splits(st: DecodeStep, a: dict[str, Any], zm: np.ndarray, vh: np.ndarray, p
     blocked −∞; H × t') and values (``vh``, H × t' × d_v), each chunk's own m, and the
     chunks' own m, ℓ and O for the combination."""
     chunks = st.splits or ()
-    heads = st.q.shape[0]
+    heads, d_v = st.head_outputs.shape
     given = a.get("splits")
     if given is not None and len(given) != len(chunks):
         problems["splits.m"].append(f"{place}: {len(chunks)} chunks expected, found "
@@ -197,21 +242,23 @@ def _splits(st: DecodeStep, a: dict[str, Any], zm: np.ndarray, vh: np.ndarray, p
         m_c = field(part, "splits.m", "m", chunk.m.shape)
         l_c = field(part, "splits.l", "l", chunk.l.shape)
         o_c = field(part, "splits.o", "o", chunk.o.shape)
-        with np.errstate(all="ignore"):
-            z = zm[:, lo:hi]  # (H, c)
-            m_own = z.max(axis=1)
+        with np.errstate(all="ignore"):  # one online step from the start, on their numbers
+            z = zm[:, None, lo:hi]  # (H, 1, c): each head's one row
+            m0, l0, o0 = start((heads, 1), d_v, np.float64)
+            m_own = running_max(m0, z)[:, 0]  # (H,)
             put("splits.m", m_c, chunk.m, m_own, None,
                 lambda idx, s=span: f"{s}, head {idx[0] + 1}")
             m = written(m_c, m_own)
-            e = np.where(np.isneginf(z), 0.0,
-                         np.exp(z - np.where(np.isneginf(m), 0.0, m)[:, None]))  # (H, c)
-            put("splits.l", l_c, chunk.l, e.sum(axis=1), None,
+            p = exps(z, m[:, None])  # (H, 1, c) exp(s − their m)
+            kept = rescale(m0, m[:, None])  # (H, 1): nothing before to rescale
+            l_own = running_sum(kept, l0, p)[:, 0]  # (H,)
+            put("splits.l", l_c, chunk.l, l_own, None,
                 lambda idx, s=span: f"{s}, head {idx[0] + 1}")
-            o_own = np.einsum("hc,hcd->hd", e, vh[:, lo:hi])  # (H, d_v)
+            o_own = running_output(kept, o0, p, vh[:, lo:hi])[:, 0]  # (H, d_v)
             put("splits.o", o_c, chunk.o, o_own, None,
                 lambda idx, s=span: f"{s}, head {idx[0] + 1}, column {idx[1] + 1}")
         ms.append(m)
-        ls.append(written(l_c, e.sum(axis=1)))
+        ls.append(written(l_c, l_own))
         os_.append(written(o_c, o_own))
     comb = a.get("combined") or {}
     c_true = st.combined
@@ -219,30 +266,29 @@ def _splits(st: DecodeStep, a: dict[str, Any], zm: np.ndarray, vh: np.ndarray, p
     cm = field(comb, "combined.m", "m", c_true.m.shape)
     cl = field(comb, "combined.l", "l", c_true.l.shape)
     co = field(comb, "combined.o", "o", c_true.o.shape)
-    m_all = np.array(ms)  # (chunks, H)
-    with np.errstate(all="ignore"):
-        top = m_all.max(axis=0) if sinks is None else np.maximum(m_all.max(axis=0), sinks)
+    # the sink joins as one more partial state (s_h, 1, 0); without one, (−∞, 0, 0)
+    sink_m, sink_l, sink_o = start(heads, d_v, np.float64, sinks)
+    ms, ls, os_ = [*ms, sink_m], [*ls, sink_l], [*os_, sink_o]
+    with np.errstate(all="ignore"):  # the engine's combination of split-K, on their numbers
+        top = combine(ms, ls, os_)[0]  # (H,)
         put("combined.m", cm, c_true.m, top, None, lambda idx: f"head {idx[0] + 1}")
         big = written(cm, top)
-        f = np.where(np.isneginf(m_all), 0.0,
-                     np.exp(m_all - np.where(np.isneginf(big), 0.0, big)))  # (chunks, H)
-        sink_l = 0.0 if sinks is None else np.exp(sinks - big)
-        put("combined.l", cl, c_true.l, (f * np.array(ls)).sum(axis=0) + sink_l, None,
-            lambda idx: f"head {idx[0] + 1}",
-            no_rescale=np.array(ls).sum(axis=0) + (0.0 if sinks is None else 1.0))
-        put("combined.o", co, c_true.o, np.einsum("kh,khd->hd", f, np.array(os_)), None,
-            lambda idx: f"head {idx[0] + 1}, column {idx[1] + 1}",
-            no_rescale=np.array(os_).sum(axis=0))
+        _, l_own, o_own = combine(ms, ls, os_, m=big)  # rescaled to their common maximum
+        # added unrescaled: as if every chunk had that maximum already
+        _, l_plain, o_plain = combine([big] * len(ms), ls, os_, m=big)
+        put("combined.l", cl, c_true.l, l_own, None, lambda idx: f"head {idx[0] + 1}",
+            no_rescale=l_plain)
+        put("combined.o", co, c_true.o, o_own, None,
+            lambda idx: f"head {idx[0] + 1}, column {idx[1] + 1}", no_rescale=o_plain)
 
 
-def _positions_report(tr: Any, positions: list[Wrong | None]) -> StageReport:
-    """The positions the cache holds at each step, where written: the whole list."""
+def _positions_report(tr: Any, positions: list[tuple[Wrong, bool] | None]) -> StageReport:
+    """The positions the cache holds at each step, where written: the whole list (each
+    wrong one with whether it is the cache kept without the window)."""
     c = tr.config
-    wrong = [w for w in positions if w is not None]
+    wrong = [w for w, _ in filter(None, positions)]
     named = None
-    if wrong and c.window is not None and all(
-            w.written == "[" + ", ".join(str(i) for i in range(1, len(
-                w.written.strip("[]").split(", ")) + 1)) + "]" for w in wrong):
+    if wrong and all(unwindowed for _, unwindowed in filter(None, positions)):
         named = (f"the window of {c.window} is left out of the cache: it keeps only the "
                  f"last {c.window} positions, dropping the oldest as each token arrives")
     return StageReport("decode.positions", "wrong" if wrong else "correct", len(positions),

@@ -7,6 +7,9 @@ where they differ, against what the person's own earlier numbers give (their S, 
 m before and after, their ℓ and O of the step before; blanks worked out from those),
 so that a slip is marked once. Named mistakes: the correction factor left out (ℓ or O
 not rescaled), the maximum not updated, and O divided by ℓ before the last key block.
+Every number is the engine's online softmax (``kernels``: its start, running maximum,
+correction, P, ℓ, O and finish) on the person's numbers; a named mistake is the same
+functions given a changed input (a correction of 1, the maximum before, ℓ too soon).
 """
 
 from __future__ import annotations
@@ -15,8 +18,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..engine import ops
-from ..engine.kernels import TileBlock, rescale, span
+from ..engine.online import exps, finish, rescale, running_max, running_output, running_sum, span, start
+
+from ..engine.tiles import TileBlock, field_stage
 from .cells import Cell, Named, claims_of, half, report, shape_report, written
 from .records import StageReport, Wrong
 
@@ -107,11 +111,9 @@ def _walk(tr: Any, b: TileBlock, a: dict[str, Any], queries: list[str], keys: li
     h, rows = b.head, b.rows
     r = len(rows)
     labels = queries[rows.start:rows.stop]
-    v_h = np.asarray(tr.stages["v_heads"][c.kv_of(h)])  # (m, d_v)
+    v_h = np.asarray(tr.stages[field_stage(c, "v")][c.kv_of(h)])  # (m, d_v)
     sink = None if p.sinks is None else float(p.sinks[h])
-    m0 = np.full(r, -np.inf if sink is None else sink)  # the own state: (r,), (r,), (r, d_v)
-    l0 = np.full(r, 0.0 if sink is None else 1.0)
-    o0 = np.zeros((r, c.d_v))
+    m0, l0, o0 = start(r, c.d_v, np.float64, sink)  # the own state: (r,), (r,), (r, d_v)
     hm, hl, ho = np.zeros(r), np.zeros(r), np.zeros((r, c.d_v))  # their rounding
     first = True
     given = a.get("steps") or [{}] * len(b.steps)
@@ -149,8 +151,8 @@ def _walk(tr: Any, b: TileBlock, a: dict[str, Any], queries: list[str], keys: li
         hs = half(got["s"], st.s)
         put("s", got["s"], st.s, np.full((r, width), np.nan), np.zeros((r, width)), exact)
         with np.errstate(invalid="ignore", over="ignore"):
-            m_own = np.maximum(m0, s.max(axis=1))
-            m_stale = m_own if first else m0
+            m_own = running_max(m0, s)
+            m_stale = m_own if first else m0  # the maximum not updated after the first
             put("m", got["m"], st.m, m_own, np.maximum(hm, hs.max(axis=1)), stale=m_stale)
             m = written(got["m"], m_own)
             hmn = half(got["m"], st.m)
@@ -159,19 +161,20 @@ def _walk(tr: Any, b: TileBlock, a: dict[str, Any], queries: list[str], keys: li
                 corr_own * (hm + hmn), stale=rescale(m0, m_stale))
             corr = written(got["correction"], corr_own)
             hc = half(got["correction"], st.correction)
-            p_own = _exp(s, m)
-            put("p", got["p"], st.p, p_own, p_own * (hs + hmn[:, None]), stale=_exp(s, m_stale))
+            p_own = exps(s, m)
+            put("p", got["p"], st.p, p_own, p_own * (hs + hmn[:, None]), stale=exps(s, m_stale))
             pe = written(got["p"], p_own)
             hp = half(got["p"], st.p)
-            l_own = corr * l0 + pe.sum(axis=1)
+            kept = np.ones_like(corr)  # the correction forgotten: what was summed, kept as is
+            l_own = running_sum(corr, l0, pe)
             allow_l = corr * hl + np.abs(l0) * hc + hp.sum(axis=1)
-            put("l", got["l"], st.l, l_own, allow_l, no_rescale=l0 + pe.sum(axis=1))
+            put("l", got["l"], st.l, l_own, allow_l, no_rescale=running_sum(kept, l0, pe))
             l = written(got["l"], l_own)
             v = v_h[st.keys.start:st.keys.stop]  # (c, d_v)
-            o_own = corr[:, None] * o0 + pe @ v
+            o_own = running_output(corr, o0, pe, v)
             allow_o = corr[:, None] * ho + np.abs(o0) * hc[:, None] + hp @ np.abs(v)
-            put("o", got["o"], st.o, o_own, allow_o, no_rescale=o0 + pe @ v,
-                early=o_own / l[:, None])
+            put("o", got["o"], st.o, o_own, allow_o, no_rescale=running_output(kept, o0, pe, v),
+                early=finish(m, l, o_own, l == 0, c.masked_row)[0])  # O / ℓ too soon
             o = written(got["o"], o_own)
         m0, l0, o0 = m, l, o
         hm, hl, ho = hmn, half(got["l"], st.l), half(got["o"], st.o)
@@ -188,10 +191,9 @@ def _result(tr: Any, b: TileBlock, a: dict[str, Any], labels: list[str], m: np.n
     place = f"head {b.head + 1}, {_rows(b)}"
     dead = l == 0
     with np.errstate(invalid="ignore", divide="ignore"):
-        out_own = ops.normalise(o.copy(), l[:, None], dead[:, None], c.masked_row)
+        out_own, lse_own = finish(m, l, o, dead, c.masked_row)
         allow_out = np.where(dead[:, None], 0.0, ho / np.abs(l)[:, None] +
                              np.abs(o) * (hl / l ** 2)[:, None])
-        lse_own = m + np.log(l)
         allow_lse = np.where(dead, 0.0, hm + hl / np.abs(l))
     for name, true, own, allow, shape in (("output", b.output, out_own, allow_out,
                                            (r, c.d_v)), ("lse", b.lse, lse_own, allow_lse,
@@ -204,12 +206,6 @@ def _result(tr: Any, b: TileBlock, a: dict[str, Any], labels: list[str], m: np.n
                 (f", column {idx[1] + 1}" if len(idx) == 2 else "")
             cells[name].append(Cell(f"{place}: {name}, {at}", claims[idx], float(true[idx]),
                                     float(own[idx]), float(allow[idx])))
-
-
-def _exp(s: np.ndarray, m: np.ndarray) -> np.ndarray:
-    """exp(S − m) a row each, 0 where S is −∞ (as the online step makes P)."""
-    shift = np.where(np.isneginf(m), 0.0, m)[:, None]
-    return np.where(np.isneginf(s), 0.0, np.exp(s - shift))
 
 
 def _span(word: str, r: range) -> str:

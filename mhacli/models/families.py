@@ -23,7 +23,8 @@ from .rules import (by_layer_types as types_or, local_window, every_layer_if_use
                     no_rope, nope_on, nope_slide, odd_below, pattern_if_window, said,
                     sliding_from, sliding_if_set, times, theta_by_layer, rope_if, theta_given,
                     dense_prefix_rope)
-from .reading import Reader, columns, fused, heads_of, linear, rope_of, window_of
+from .reading import (NotAttention, Reader, columns, fused, heads_of, linear, rope_of,
+                      window_of)
 from .llama4 import chunks, llama4
 from .seq2seq import AROUND, bart
 from .t5 import AROUND as T5_AROUND, mpnet, t5
@@ -57,7 +58,7 @@ def gpt2(f: Family, r: Reader, stem: str) -> Layer:
     if r.has(stem + "c_proj.bias"):
         out["b_o"] = r.tensor(stem + "c_proj.bias", 1)
         r.note("b_o", f"tensor {stem}c_proj.bias")
-    heads = r.count("n_head")
+    heads = r.setting("heads", "n_head")
     width = r.count("n_embd")
     if width is not None and width != d:
         raise r.error("n_embd", f"{width}, but {stem}c_attn.weight is {d} rows")
@@ -343,7 +344,7 @@ def falcon(f: Family, r: Reader, stem: str) -> Layer:
     out: dict[str, Any] = {"mask": "causal", "heads": heads}
     r.note("mask", "Falcon: causal")
     new, multi = r.flag("new_decoder_architecture"), r.flag("multi_query", True)
-    given = r.count("num_kv_heads")  # read by the new decoder only
+    given = r.setting("kv_heads", "num_kv_heads")  # read by the new decoder only
     groups = given if new else 1 if multi else heads
     groups = groups or heads
     if new:
@@ -450,8 +451,6 @@ XLM_OUTSIDE = ("n_layers", "gelu_activation", "sinusoidal_embeddings", "asm", "n
 def approximate(f: Family, r: Reader, stem: str) -> Layer:
     """Nyströmformer, YOSO, MRA: their attention approximates softmax attention (landmarks,
     hashing, multiresolution blocks), so no layer of theirs computes it: refused for good."""
-    from .layer import NotAttention
-
     how = {"nystromformer": "the Nyström approximation of softmax attention (landmarks)",
            "yoso": "YOSO's hashed approximation of softmax attention",
            "mra": "MRA's multiresolution approximation of softmax attention"}[f.model_type]

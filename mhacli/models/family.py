@@ -131,7 +131,7 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
     if scale is not None:
         out["scale"] = scale(r, d)
     if f.softcap_key:
-        cap = r.number(f.softcap_key)
+        cap = r.setting("softcap", f.softcap_key)
         if cap is not None:
             out["softcap"] = cap
             r.note("softcap", f"config {f.softcap_key}")
@@ -162,7 +162,7 @@ def qk_norm(f: Family, r: Reader, stem: str, d: int) -> dict[str, Any] | None:
     q, k = r.tensor(q_name, 1), r.tensor(k_name, 1)
     if f.norm_plus_one:
         q, k = 1 + q, 1 + k
-    eps = r.number(f.norm_eps_key, 1e-6)
+    eps = r.setting("qk_norm.eps", f.norm_eps_key, 1e-6)
     r.note("qk_norm", f"tensors {q_name}, {k_name}"
            + (" (1 + w, as Gemma stores it)" if f.norm_plus_one else "")
            + f", config {f.norm_eps_key}")

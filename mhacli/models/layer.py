@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import MhaError, shown
 from . import families as fam
-from .reading import IRRELEVANT, OTHER_LAYERS, Reader, linear
+from .reading import IRRELEVANT, OTHER_LAYERS, NotAttention, Reader, linear
 from .files import open_checkpoint
 from .parts import Part, part_of
 
@@ -63,11 +63,6 @@ CROSS = (
 # the layouts of an encoder-decoder family's parts: its self-attention's, its cross's
 PART_KINDS = {"bart": ("decoder", "cross"), "t5": ("t5", "t5_cross")}
 BUFFERS = ("attn.bias", "attn.masked_bias", "rotary_emb.inv_freq")  # not weights
-
-
-class NotAttention(MhaError):
-    """A layer that is not softmax attention (a Mamba mixer, linear attention …): refused
-    for good, naming what it is and which layers of the model are attention."""
 
 
 WEIGHTS = ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o")

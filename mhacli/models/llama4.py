@@ -66,7 +66,7 @@ def llama4(f: Family, r: Reader, stem: str) -> Layer:
     if r.flag("use_qk_norm", True):
         d = out["w_q"].shape[1] // out["heads"]
         ones: Any = frozen(np.ones(d, dtype=r.dtype))
-        out["qk_norm"] = {"over": "head", "eps": r.number("rms_norm_eps", 1e-5),
+        out["qk_norm"] = {"over": "head", "eps": r.setting("qk_norm.eps", "rms_norm_eps", 1e-5),
                           "q": ones, "k": ones}
         r.note("qk_norm", "config use_qk_norm (Llama 4's L2 norm: no weight, after RoPE in "
                "the model, the same before it), rms_norm_eps")

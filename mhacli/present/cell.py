@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from ..engine import BY_NAME, STAGES, Trace, absent, canonical
-from ..engine.writing import Entry, Marks
+from ..engine.stages import entry
+from ..engine.writing import Marks
 from ..errors import MhaError
 from .views import side
 
@@ -97,7 +98,7 @@ def work_out(spec: str, tr: Trace, exact: Trace | None, queries: list[str], keys
         per = tr.config.heads // a.shape[0]
         served = tuple(range((head - 1) * per + 1, head * per + 1))
     cols = side(s.cols, queries, keys, shape[1])
-    e = Entry(tr, exact, stage, head, i, j, rows, cols, queries, keys, precision)
+    e = entry(tr, exact, stage, head, i, j, rows, cols, queries, keys, precision)
     e.mark(stage, head, {i}, {j})
     lines = s.cell(e)
     if s.given and stage in (origin or {}):

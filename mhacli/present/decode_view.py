@@ -18,9 +18,9 @@ import numpy as np
 
 from ..engine import Trace
 from ..engine.decoding import DecodeStep, each_step
-from ..engine.kernels import agreement
+from ..engine.online import agreement
 from ..engine.writing import sub
-from .tile_view import span_text
+from .tile_view import labels_text, span_text
 from .views import Note, View, transposed
 
 
@@ -58,10 +58,10 @@ def _step(tr: Trace, st: DecodeStep, labels: list[str], head: int | None,
     groups = sorted({c.kv_of(h) for h in heads})
     yield Note(f"decode · step {t} of {c.n}: {st.token} arrives (position {t}); the cache "
                f"holds {span_text('position', pos)}", "heading")
-    if st.evicted is not None:
+    if st.dropped:
         yield Note(f"the window of {c.window} keeps the last {c.window} positions: the "
-                   f"cache, a rolling buffer, drops position {st.evicted + 1} "
-                   f"({labels[st.evicted]})", "skip")
+                   f"cache, a rolling buffer, drops {span_text('position', st.dropped)} "
+                   f"({labels_text(labels, st.dropped)})", "skip")
     base = f"decode · step {t}"
     rope = f", turned by RoPE at p = {t - 1}" if c.rope is not None else ""
     heads_rows = [f"head {h + 1}" for h in heads]
@@ -103,7 +103,7 @@ def _step(tr: Trace, st: DecodeStep, labels: list[str], head: int | None,
         (", with ALiBi" if c.alibi else "") + (", biased" if c.bias else "")
     yield view("scores", "scores", f"q·k / s for each cached position ({chain})",
                st.scores[heads], heads_rows, cached, latex="z_t")
-    allowed = p.allowed(t - 1, t, pos.start, pos.stop)  # (1, t'): key padding only
+    allowed = p.reach.allowed(t - 1, t, pos.start, pos.stop)  # (1, t'): key padding only
     blocked = None if allowed is None else \
         np.broadcast_to(~np.asarray(allowed), (len(heads), len(pos)))
     yield view("weights", "weights", "softmax of each head's row" +

@@ -21,10 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from ..engine import BY_NAME, Trace
-from ..engine.decoding import decode
-from ..engine.kernels import TileBlock, each_block
-from ..engine.writing import Entry, sub
+from ..engine import BY_NAME, Trace, ops
+from ..engine.decoding import decode, field_stage
+from ..engine.online import start
+from ..engine.tiles import TileBlock, each_block
+from ..engine.tiles import field_stage as tile_stage
+from ..engine.stages import entry
+from ..engine.writing import sub
 from ..errors import MhaError
 from .cell import Worked
 from .decode_view import Focus as StepFocus
@@ -159,14 +162,12 @@ def _tile_cell(spec: str, parts: list[str], tr: Trace, exact: Trace | None,
 
 
 def _state_before(block: TileBlock, j: int, sink: Any) -> tuple[Any, Any, Any]:
-    """m, ℓ and O (all rows of the block) before key block ``j``."""
+    """m, ℓ and O (all rows of the block) before key block ``j``: the last computed
+    step's, or the online softmax's start (with the sink where there is one)."""
     for st in reversed(block.steps[:j]):
         if not st.skipped:
             return st.m, st.l, st.o
-    r = len(block.rows)
-    if sink is None:
-        return np.full(r, -np.inf), np.zeros(r), np.zeros((r, block.output.shape[1]))
-    return np.full(r, float(sink)), np.ones(r), np.zeros((r, block.output.shape[1]))
+    return start(len(block.rows), block.output.shape[1], block.output.dtype, sink)
 
 
 def _step_lines(tr: Trace, exact: Trace | None, block: TileBlock, j: int, i: int,
@@ -181,9 +182,10 @@ def _step_lines(tr: Trace, exact: Trace | None, block: TileBlock, j: int, i: int
     label = queries[i]
     tile_keys = list(st.keys)
     if field == "s":
-        e = Entry(tr, exact, "masked", h + 1, i, col, queries, keys, queries, keys, w.digits)
-        return [f"S[{label}, {keys[col]}] is masked{sub(h + 1)}[{label}, {keys[col]}]:"] + \
-            BY_NAME["masked"].cell(e)
+        stage = tile_stage(c, "s")  # the scores the softmax takes: masked
+        e = entry(tr, exact, stage, h + 1, i, col, queries, keys, queries, keys, w.digits)
+        return [f"S[{label}, {keys[col]}] is {stage}{sub(h + 1)}[{label}, {keys[col]}]:"] + \
+            BY_NAME[stage].cell(e)
     if field == "m":
         terms = [w.num(m0[a])] + [w.num(v) for v in st.s[a]]
         return [f"m{new}[{label}] = max(m{old}[{label}], rowmax S[{label}])",
@@ -208,7 +210,7 @@ def _step_lines(tr: Trace, exact: Trace | None, block: TileBlock, j: int, i: int
                 f"  = {w.num(st.correction[a])}×{w.factor(l0[a])} + ({ps})",
                 f"  = {w.num(st.l[a])}"]
     g = c.kv_of(h)
-    v = tr.stages["v_heads"][g, st.keys.start:st.keys.stop, col]  # (c,)
+    v = tr.stages[tile_stage(c, "v")][g, st.keys.start:st.keys.stop, col]  # (c,)
     terms = " + ".join(f"{w.factor(x)}×{w.factor(y)}" for x, y in zip(st.p[a], v))
     return [f"O{new}[{label}, {col + 1}] = correction·O{old}[{label}, {col + 1}] + "
             f"P[{label}]·V{sub(g + 1)}[{span_text('key', st.keys)}, {col + 1}]  (keys "
@@ -287,7 +289,7 @@ def _decode_lines(spec: str, tr: Trace, exact: Trace | None, st: Any, field: str
         a = tr.stages[stage]
         rows = side(s.rows, queries, keys, a.shape[-2])
         cols = side(s.cols, queries, keys, a.shape[-1])
-        e = Entry(tr, exact, stage, head, row, col, rows, cols, queries, keys, w.digits)
+        e = entry(tr, exact, stage, head, row, col, rows, cols, queries, keys, w.digits)
         return [lead] + s.cell(e)
 
     if field == "cache_bytes":
@@ -298,13 +300,13 @@ def _decode_lines(spec: str, tr: Trace, exact: Trace | None, st: Any, field: str
                 StepFocus(t, "", 0, 0), None)
     if field == "output":
         col = _within(spec, "column", rest[0], c.d_out)
-        return (plain("output", None, t, col, f"row {t + 1} of output:"),
+        return (plain(field_stage(c, "output"), None, t, col, f"row {t + 1} of output:"),
                 StepFocus(t, "output", 0, col), None)
     if field in ("q", "scores", "weights", "head_outputs"):
         h = _within(spec, "head", rest[0], c.heads)
         if field == "q":
             col = _within(spec, "column", rest[1], c.d_k)
-            stage = "q_rot" if c.rope is not None else "q_heads"
+            stage = field_stage(c, "q")  # the queries the scores read: split, normed, turned
             return (plain(stage, h + 1, t, col, f"q of {st.token} in head {h + 1} is row "
                           f"{t + 1} of {stage}{sub(h + 1)}:"), StepFocus(t, "q", 0, col), h + 1)
         if field == "head_outputs":
@@ -317,29 +319,33 @@ def _decode_lines(spec: str, tr: Trace, exact: Trace | None, st: Any, field: str
                     StepFocus(t, "head_outputs", 0, col), h + 1)
         k = _position(spec, rest[1], pos)
         if field == "scores":
-            chain = "biased" if c.alibi or c.bias else \
-                "softcapped" if c.softcap is not None else "scaled"
+            chain = field_stage(c, "scores")  # what masked reads: scaled, soft-capped, biased
             return (plain(chain, h + 1, t, pos.start + k, f"the score of {st.token} for "
                           f"position {pos.start + k + 1} is {chain}{sub(h + 1)}"
                           f"[{st.token}, {keys[pos.start + k]}]:"),
                     StepFocus(t, "scores", 0, k), h + 1)
-        z = st.scores[h]
-        allowed = tr.prepared.allowed(t, t + 1, pos.start, pos.stop)
+        z, p = st.scores[h], tr.prepared
+        why = p.reach.why(t, pos.start + k)  # the rules blocking the position (padding)
+        if why:
+            return ([f"weights{sub(h + 1)}[{st.token}, position {pos.start + k + 1}] = 0: "
+                     f"{why[0].said(keys[pos.start + k])} blocks it"],
+                    StepFocus(t, "weights", 0, k), h + 1)
+        assert st.masked is not None
+        allowed = p.reach.allowed(t, t + 1, pos.start, pos.stop)  # (1, t')
         live = np.ones(len(pos), bool) if allowed is None else np.asarray(allowed)[0]
-        top = max([float(v) for v, ok in zip(z, live) if ok] +
-                  ([float(tr.prepared.sinks[h])] if c.sinks else []), default=-math.inf)
+        # the row's maximum as the engine's softmax takes it (with the sink's logit)
+        top = float(ops.softmax_parts(st.masked[h][None, None], c.masked_row,
+                                      None if p.sinks is None else p.sinks[h:h + 1]
+                                      )["max"][0, 0, 0])
         exps = " + ".join(f"exp({w.num(v)} − {w.factor(top)})" for v, ok in zip(z, live) if ok)
         sink = f" + exp(s{sub(h + 1)} − max)" if c.sinks else ""
-        if not live[k]:
-            return ([f"weights{sub(h + 1)}[{st.token}, position {pos.start + k + 1}] = 0: "
-                     "key padding blocks it"], StepFocus(t, "weights", 0, k), h + 1)
         return ([f"weights{sub(h + 1)}[{st.token}, position {pos.start + k + 1}] = "
                  f"exp(z − max) / Σ exp(z − max) over the cached positions{sink}",
                  f"  = exp({w.num(z[k])} − {w.factor(top)}) / ({exps}{sink})",
                  f"  = {w.num(st.weights[h, k])}"], StepFocus(t, "weights", 0, k), h + 1)
     g = _within(spec, "key/value head", rest[0], c.groups)
     kind = field[0]
-    stage = "k_rot" if kind == "k" and c.rope is not None else f"{kind}_heads"
+    stage = field_stage(c, field)  # the keys the scores read, the values the heads weight
     width = c.d_k if kind == "k" else c.d_v
     if field in ("k_new", "v_new"):
         col = _within(spec, "column", rest[1], width)

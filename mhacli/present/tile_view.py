@@ -6,7 +6,7 @@ state (m before and after, the correction, ℓ before and after: a row each), th
 the unnormalised output O. A skipped tile is a line saying what blocks it; at the end of
 a block, O / ℓ and the log-sum-exp beside the plain computation's head outputs (their
 the largest difference), and the count of skipped tiles. The blocks are made one at a time
-(``kernels.each_block``): a large problem's tiles are never held all at once.
+(``tiles.each_block``): a large problem's tiles are never held all at once.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..engine import Trace
-from ..engine.kernels import TileBlock, agreement, each_block, why_skipped
+from ..engine.online import agreement, start
+from ..engine.tiles import TileBlock, each_block, field_stage, why_skipped
 from ..engine.writing import sub
 from .views import Note, View, transposed
 
@@ -88,13 +89,13 @@ def _block(tr: Trace, b: TileBlock, queries: list[str], keys: list[str],
     h, rows = b.head, b.rows
     hs, gs = sub(h + 1), sub(c.kv_of(h) + 1)
     q_labels = queries[rows.start:rows.stop]
+    scores = field_stage(c, "s")  # the stage S is cut from: masked
     sink = None if p.sinks is None else p.sinks[h]
-    start = "" if sink is None else \
+    entering = "" if sink is None else \
         f"; the sink s{hs} enters first: m{sup(0)} = {float(sink):g}, ℓ{sup(0)} = 1"
     yield Note(f"tiles · head {h + 1} of {c.heads} · {span_text('row', rows)} "
-               f"({labels_text(queries, rows)}){start}", "heading")
-    m = np.full(len(rows), -np.inf if sink is None else float(sink))  # (r,) before
-    l = np.full(len(rows), 0.0 if sink is None else 1.0)  # (r,)
+               f"({labels_text(queries, rows)}){entering}", "heading")
+    m, l, _ = start(len(rows), c.d_v, b.output.dtype, sink)  # (r,), (r,): before any key
     count = len(b.steps)
     last = 0
     for j, st in enumerate(b.steps, start=1):
@@ -119,9 +120,9 @@ def _block(tr: Trace, b: TileBlock, queries: list[str], keys: list[str],
                         marked_cols=cell, latex=latex)
 
         s = st.s
-        if exact is not None and "masked" in exact:  # S in fractions, where exact
-            s = exact["masked"][h, rows.start:rows.stop, st.keys.start:st.keys.stop]
-        yield view("s", "S", f"the tile of masked{hs}: the scores, −∞ where blocked", s,
+        if exact is not None and scores in exact:  # S in fractions, where exact
+            s = exact[scores][h, rows.start:rows.stop, st.keys.start:st.keys.stop]
+        yield view("s", "S", f"the tile of {scores}{hs}: the scores, −∞ where blocked", s,
                    k_labels, "S")
         before, after = sup(j - 1), sup(j)
         yield view("state", "m, correction, ℓ",
@@ -147,6 +148,7 @@ def _block(tr: Trace, b: TileBlock, queries: list[str], keys: list[str],
                np.column_stack([b.output, b.lse]), q_labels, cols,
                marked_rows=frozenset({focus.row - rows.start}) if cell and focus
                else frozenset(), marked_cols=cell, latex=r"O / \ell,\ \mathrm{lse}")
-    plain = tr.stages["head_outputs"][h, rows.start:rows.stop]  # (r, d_v)
-    yield Note(f"O / ℓ and {span_text('row', rows)} of head_outputs{hs}: "
+    outputs = field_stage(c, "output")  # head_outputs
+    plain = tr.stages[outputs][h, rows.start:rows.stop]  # (r, d_v)
+    yield Note(f"O / ℓ and {span_text('row', rows)} of {outputs}{hs}: "
                f"{agreement(b.output, plain)}", "good")

@@ -119,7 +119,7 @@ def each_view(tr: Trace, queries: list[str], keys: list[str],
                 rows = side(s.rows, queries, keys, m.shape[0])
             cols = side(s.cols, queries, keys, m.shape[1])
             rows_marked, cols_marked = (marks or {}).get((s.name, h), (frozenset(), frozenset()))
-            allowed = tr.prepared.allowed() if s.heat else None
+            allowed = tr.prepared.reach.allowed() if s.heat else None
             v = View(s.name, h, title, formula, m, rows, cols, heat=s.heat,
                      blocked=None if allowed is None else ~np.asarray(allowed),
                      sums_to_one=not c.sinks, marked_rows=rows_marked,

@@ -17,7 +17,7 @@ import numpy as np
 from . import ops
 from .checks import check_finite, warn_dead
 from .config import Prepared
-from .work import Work, normed, turned
+from .work import Work, normed, started, turned
 
 Array = np.ndarray
 Progress = Callable[[int, int], None]
@@ -56,11 +56,9 @@ def _attend(p: Prepared, q_t: Array, k_t: Array, v_t: Array,
     # Y = C·W_O (+ b_o) made block by block too, while the block's rows are fresh in the
     # cache, instead of one product after the last block (measured: 3 % in float64)
     final = None if p.w_o is None else np.empty((c.n, p.w_o.shape[1]), dtype=dtype)
-    causal = c.mask == "causal"
+    reach = p.reach  # who may attend to whom: the keys a block sees, what it blocks
     span = _span(p)
     block = _block_rows(p)
-    only_causal = causal and c.window is None and not c.padding
-    upper = np.triu(np.ones((block, block), dtype=bool), k=1) if only_causal else None
     sinks = None if p.sinks is None else p.sinks.astype(dtype)
     width = min(c.m, span + block)
     spare = c.d_v + 1 if turned else 0  # room after the scores for a turned output
@@ -70,8 +68,10 @@ def _attend(p: Prepared, q_t: Array, k_t: Array, v_t: Array,
     # is dead). The same bits whatever the threads: the choice is made per head and block.
     # A small problem skips the checks, which would cost more than the passes they save.
     q_norm = k_norm = None
+    # (a mask: the causal one alone, no row of which is dead; the shortcut is measured
+    # and checked for these, and would change a window's last bits were it let in)
     if c.softcap is None and p.slopes is None and p.bias is None and sinks is None and \
-            (not c.blocks or only_causal) and c.n * c.m >= _UNSHIFTED_FROM:
+            reach.kinds in ((), ("causal",)) and c.n * c.m >= _UNSHIFTED_FROM:
         limit = ops.exp_limit(dtype)
         with np.errstate(over="ignore", invalid="ignore"):  # too large: no shortcut
             q_norm = ops.norms(q_t.swapaxes(-1, -2))  # (H, n)
@@ -84,11 +84,13 @@ def _attend(p: Prepared, q_t: Array, k_t: Array, v_t: Array,
     def rows(lo: int, buf: Array) -> None:
         """Every head's output for the query rows lo … lo + block − 1."""
         hi = min(lo + block, c.n)
-        k0, k1 = _key_range(p, lo, hi)  # the keys these queries may see
+        k0, k1 = reach.keys(lo, hi)  # the keys these queries may see
         if k1 == k0:  # no key at all: every row of the block is fully blocked
             out[lo:hi] = np.nan if c.masked_row == "nan" else 0
             return
-        blocked = None if upper is not None or not c.blocks else ~p.allowed(lo, hi, k0, k1)
+        # the blocked entries, in strips of columns: a causal block's diagonal square, a
+        # window's two edges, not booleans over the whole block
+        strips = reach.blocked(lo, hi, k0, k1)
         distance = None if p.slopes is None else \
             ops.alibi(np.ones(1, dtype=dtype), np.arange(lo, hi), np.arange(k0, k1))[0]
         for h in range(c.heads):
@@ -108,11 +110,8 @@ def _attend(p: Prepared, q_t: Array, k_t: Array, v_t: Array,
                 z += p.slopes[h] * distance
             if p.bias is not None:
                 z += (p.bias[h] if p.bias.ndim == 3 else p.bias)[lo:hi, k0:k1]
-            if upper is not None:
-                if lo < k1:  # blocked: key j > query i, inside the diagonal square
-                    np.copyto(z[:, lo:k1], -np.inf, where=upper[:hi - lo, :k1 - lo])
-            elif blocked is not None:
-                np.copyto(z, -np.inf, where=blocked)
+            for cols, where in strips:
+                np.copyto(z[:, cols], -np.inf, where=where)
             bounded = q_norm is not None and \
                 bool(q_norm[h, lo:hi].max() * k_norm[g] <= limit)  # NaN, ∞: not bounded
             sink = None if sinks is None else sinks[h]
@@ -140,8 +139,9 @@ def _attend(p: Prepared, q_t: Array, k_t: Array, v_t: Array,
                 final[lo:hi] += p.b_o
 
     starts = list(range(0, c.n, block))
-    if causal:  # the costliest blocks (the most keys) first: no core is left with a
-        starts.reverse()  # long one at the end while the others wait
+    # the costliest blocks (the most keys) first: no core is left with a long one at the
+    # end while the others wait (causal: the last first; unmasked: in order)
+    starts.sort(key=lambda lo: -_keys_seen(reach, lo, min(lo + block, c.n)))
     local = threading.local()  # each worker's own buffer, reused by its blocks
 
     def job(lo: int) -> int:
@@ -298,27 +298,15 @@ def _one_blas_thread() -> Iterator[None]:
 _CONTROLLER: Any = None
 
 
-def _key_range(p: Prepared, lo: int, hi: int) -> tuple[int, int]:
-    """Keys k0 … k1 − 1 that query rows lo … hi − 1 may see at most (causal: none after
-    the last query; a window of w: none farther than w − 1 from a query; key padding:
-    none before the first real key or after the last)."""
-    c = p.config
-    k0, k1 = 0, c.m
-    if c.mask == "causal":
-        k1 = min(hi, c.m)
-    if c.window is not None:
-        k0 = min(max(0, lo - c.window + 1), k1)
-        k1 = min(k1, hi - 1 + c.window)
-    if p.key_padding is not None:
-        real = np.flatnonzero(p.key_padding)
-        if real.size == 0:
-            return 0, 0
-        k0, k1 = max(k0, int(real[0])), min(k1, int(real[-1]) + 1)
-    return k0, max(k0, k1)
+def _keys_seen(reach: Any, lo: int, hi: int) -> int:
+    """How many keys queries lo … hi − 1 may see at most: the cost of their block."""
+    k0, k1 = reach.keys(lo, hi)
+    return k1 - k0
 
 
 def _span(p: Prepared) -> int:
-    """The keys a block row needs at most: every key, or those of its window."""
+    """The keys a block row needs at most: every key, or those of its window (the
+    window's width read as a size, to choose the blocks; the rule is the reach's)."""
     c = p.config
     return c.m if c.window is None else min(c.m, 2 * c.window)
 
@@ -335,9 +323,10 @@ def _block_rows(p: Prepared) -> int:
     return block
 
 
-def _turned_heads(p: Prepared, work: Work, spread: Spread) -> tuple[Array, Array, Array]:
+def _turned_heads(p: Prepared, work: Work, spread: Spread | None) -> tuple[Array, Array, Array]:
     """Qᵀ/s, Kᵀ and Vᵀ head by head: (H, d_k, n), (G, d_k, m), (G, d_v, m), each head's
-    numbers side by side in memory, which every product of a block reads whole.
+    numbers side by side in memory, which every product of a block reads whole (the
+    projections by the workers of ``spread``; None: a product each, here).
 
     Made as Wᵀ·Xᵀ, the transpose of X·W at the same speed, whose rows are already in
     that order: no copy of Q, K or V is needed to put them head by head (given Q, K and
@@ -350,7 +339,8 @@ def _turned_heads(p: Prepared, work: Work, spread: Spread) -> tuple[Array, Array
         x = work.stages.get("x_pos", p.x)  # with positions added
         x_kv = work.stages.get("x_kv_pos", p.x_kv)
         q, k, v = ops.projections(x, x_kv, p.w_q, p.w_k, p.w_v, p.b_q, p.b_k, p.b_v,
-                                  turned=True, matmul=_pieces(spread))
+                                  turned=True,
+                                  matmul=np.matmul if spread is None else _pieces(spread))
     q_t, k_t, v_t = (a.reshape(heads, -1, a.shape[-1])
                      for a, heads in ((q, c.heads), (k, c.groups), (v, c.groups)))
     if c.qk_norm is not None:  # each row divided by its rms, times the weights
@@ -367,12 +357,7 @@ def fast(p: Prepared, progress: Progress | None = None) -> Array:
     """The fast path on validated inputs: the n × d_out output, nothing recorded."""
     warn_dead(p)
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused just below
-        work = Work(p, exact=False)
-        work.stages.update(x=p.x, x_kv=p.x_kv)  # type: ignore[dict-item]
-        if p.pe is not None:  # positions added to the inputs
-            work.stages["x_pos"] = p.x + p.pe  # type: ignore[operator]
-            if p.pe_kv is not None:
-                work.stages["x_kv_pos"] = p.x_kv + p.pe_kv  # type: ignore[operator]
+        work = started(p)  # the inputs, with their positions
         with _cores(_hold(p)) as spread:
             out = _attend(p, *_turned_heads(p, work, spread), progress, spread)  # Y, or C
         if p.w_o is None:

@@ -1,0 +1,70 @@
+"""The stage table's formulas that need nothing but the problem's settings: each a
+function of a ``Formula`` (one head, one layout) giving the text or LaTeX a table's
+title shows. Those that name the stage a stage reads (the scores', the mask's) are in
+``stages.py``, beside the table that answers it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from .writing import Formula
+
+if TYPE_CHECKING:
+    from .config import Config
+
+
+def rope_text(letter: str) -> Callable[[Formula], str]:
+    def text(f: Formula) -> str:
+        c = f.c
+        pairs = "(2i, 2i+1)" if c.rope == "interleaved" else f"(i, i + {c.rope_dims // 2})"
+        theta = f"θ_i = {c.rope_base:g}^(−2i/{c.rope_dims})" if not c.rope_freqs else \
+            f"θ_i as {c.rope_scaling} gives them (the config's rope freqs)"
+        factor = f", times {c.rope_factor:.6g}" if c.rope_factor != 1.0 else ""
+        return (f"RoPE: {letter}{f.i} with each pair {pairs} of its first {c.rope_dims} "
+                f"dimensions turned by p·θ_i, {theta}{factor}")
+    return text
+
+
+def norm_text(letter: str) -> Callable[[Formula], str]:
+    def text(f: Formula) -> str:
+        c = f.c
+        over = "its head's d_k numbers" if c.qk_norm == "head" else "the whole row, every head"
+        return (f"{letter}{f.i} / rms × w: each row divided by its root mean square over "
+                f"{over}, √(mean(x²) + {c.qk_eps:g}), then multiplied by the weights")
+    return text
+
+
+def split_text(letter: str, d: Callable[[Config], int], dname: str) -> Callable[[Formula], str]:
+    def text(f: Formula) -> str:
+        size = d(f.c)
+        if f.h is None:
+            return f"{letter} split into {f.c.heads} heads of {dname} = {size}"
+        return (f"{letter}{f.i} = {f.pick('columns', 'rows')} {(f.h - 1) * size + 1}–"
+                f"{f.h * size} of {letter}")
+    return text
+
+
+def proj_text(letter: str, w: str, src: Callable[[Formula], str]) -> Callable[[Formula], str]:
+    b = "b_" + letter.lower()
+    return lambda f: f"{letter}, given" if f.c.direct else \
+        f"{letter} = {f.proj(w, src(f), b)}"
+
+
+def proj_tex(letter: str, w: str, src: str) -> Callable[[Formula], str]:
+    b = "b_" + letter.lower()
+    return lambda f: letter if f.c.direct else \
+        f.tex(f"{letter} = {f.pick(f'{src} {w}', f'{w} {src}')}") + f.tex_bias(b)
+
+
+def tex(lhs: str, rows: str = "", columns: str = "") -> Callable[[Formula], str]:
+    return lambda f: f.tex(f"{lhs} = {f.pick(rows, columns)}" if rows else lhs)
+
+
+def output_tex(f: Formula) -> str:
+    rhs = f.pick("C W_O", "W_O C") if f.c.has_w_o else "C"
+    return f"Y = {rhs}{f.tex_bias('b_o')}"
+
+
+def input_text(what: str) -> Callable[[Formula], str]:
+    return lambda f: what + f.pick("", ", a column per token")

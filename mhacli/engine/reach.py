@@ -1,0 +1,381 @@
+"""Who may attend to whom: the rules that block a query from a key, as one object.
+
+A problem's ``Reach`` holds its rules (the causal mask, a mask matrix, a sliding window,
+key padding), made once from its ``Config`` and arrays, and answers every question the
+engine and its views ask of them: the allowed positions of a block of queries and keys
+(built block by block: a causal mask of a long sequence never becomes n × m booleans),
+each query's run of keys when the rules give one, the keys a block of queries may see
+at most, the queries that see no key at all, why one position is blocked, whether a
+tile is blocked whole, and which positions a decoding step's cache keeps.
+
+A rule is one of three kinds, and a new rule (chunked attention, a two-sided window of
+another width, a top-k mask) is one class of its kind and one line in ``Reach.of``:
+
+- ``Run``: each query i sees one run of consecutive keys start_i … stop_i − 1 (causal:
+  0 … i; a window of w: i − w + 1 … i + w − 1). Everything else follows from the run.
+- ``KeySet``: some keys are blocked for every query (key padding).
+- ``Rule`` itself: any other pattern, given as its allowed booleans block by block (a
+  mask matrix).
+
+Positions count from 0 inside (``range`` objects, half open); ``dead_rows`` is 1-based,
+as people read rows. n and m are the queries and keys, as in ``ops.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+if TYPE_CHECKING:  # annotations only: each costs a millisecond or two of start-up
+    import numpy.typing as npt
+
+
+class Settings(Protocol):
+    """What ``Reach.of`` reads of a problem's ``Config`` (which holds its reach: the
+    config module is above this one)."""
+
+    n: int
+    m: int
+    mask: str  # "none", "causal" or "matrix"
+    window: int | None
+    padding: bool
+
+
+Bools = Any  # npt.NDArray[np.bool_], (rows, keys) or broadcast against them
+Ints = Any  # npt.NDArray[np.int64]
+
+
+# --------------------------------------------------------------------------- rules
+
+
+class Rule:
+    """A rule that blocks some (query, key) positions. A rule of no particular shape
+    gives its allowed booleans block by block; the rest follows from them."""
+
+    name = ""  # what a reason names: "causal", "mask", "window", "padding"
+
+    def allowed(self, lo: int, hi: int, k0: int, k1: int) -> Bools:
+        """Queries lo … hi − 1 against keys k0 … k1 − 1: True where this rule allows,
+        (hi − lo, k1 − k0) or broadcast against it."""
+        raise NotImplementedError
+
+    def blocks(self, i: int, j: int) -> bool:
+        """Does this rule block query i from key j?"""
+        return not bool(np.all(self.allowed(i, i + 1, j, j + 1)))
+
+    def blocks_tile(self, rows: range, keys: range) -> bool:
+        """Does this rule alone block every entry of the tile rows × keys?"""
+        return not bool(np.any(self.allowed(rows.start, rows.stop, keys.start, keys.stop)))
+
+    def said(self, reason: Reason, key: str) -> str:
+        """Why ``reason``'s key (labelled ``key``) is blocked, as --cell says it."""
+        raise NotImplementedError
+
+    tile_said = ""  # why a tile this rule blocks whole is skipped, in words
+
+    def text(self, alone: bool) -> str:
+        """The rule in the formula of ``masked`` (``alone``: the only rule there)."""
+        raise NotImplementedError
+
+
+class Run(Rule):
+    """A rule under which each query sees one run of consecutive keys."""
+
+    def run(self, rows: Ints) -> tuple[Ints, Ints]:
+        """(start, stop) of each query of ``rows``: it sees keys start … stop − 1 (not
+        yet clipped to the keys there are)."""
+        raise NotImplementedError
+
+    def allowed(self, lo: int, hi: int, k0: int, k1: int) -> Bools:
+        return _inside(*self.run(np.arange(lo, hi)), k0, k1)
+
+    def blocks(self, i: int, j: int) -> bool:
+        start, stop = self.run(np.array([i]))
+        return not start[0] <= j < stop[0]
+
+    def blocks_tile(self, rows: range, keys: range) -> bool:
+        start, stop = self.run(np.arange(rows.start, rows.stop))
+        return bool((np.maximum(start, keys.start) >= np.minimum(stop, keys.stop)).all())
+
+
+class KeySet(Rule):
+    """A rule that blocks the same keys for every query."""
+
+    def __init__(self, keys: npt.NDArray[np.bool_]) -> None:
+        self.keys = keys  # (m,) True = a key any query may see
+
+    def allowed(self, lo: int, hi: int, k0: int, k1: int) -> Bools:
+        return self.keys[k0:k1]  # (keys,), broadcast against the rows
+
+
+class Causal(Run):
+    """Query i sees keys 0 … i (1 … i as people count)."""
+
+    name = "causal"
+    tile_said = "the causal mask (every key comes after every query)"
+
+    def run(self, rows: Ints) -> tuple[Ints, Ints]:
+        return np.zeros_like(rows), rows + 1
+
+    def said(self, reason: Reason, key: str) -> str:
+        return "the causal mask"
+
+    def text(self, alone: bool) -> str:
+        return "causal mask: query i sees keys 1…i" if alone else "causal: query i sees keys 1…i"
+
+
+class Window(Run):
+    """A sliding window of w: query i sees key j only if |i − j| < w (with the causal
+    mask, the w keys up to i)."""
+
+    name = "window"
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+
+    def run(self, rows: Ints) -> tuple[Ints, Ints]:
+        return rows - self.width + 1, rows + self.width
+
+    def said(self, reason: Reason, key: str) -> str:
+        return f"the window ({key} is {reason.distance} ≥ {self.width} away)"
+
+    @property
+    def tile_said(self) -> str:  # type: ignore[override]
+        return f"the window of {self.width} (every key is {self.width} or more away)"
+
+    def text(self, alone: bool) -> str:
+        return f"window {self.width}: |i − j| < {self.width}"
+
+
+class Matrix(Rule):
+    """A mask matrix: n × m booleans, True = may attend."""
+
+    name = "mask"
+    tile_said = "the mask (0 in every entry)"
+
+    def __init__(self, allowed: npt.NDArray[np.bool_]) -> None:
+        self.matrix = allowed  # (n, m)
+
+    def allowed(self, lo: int, hi: int, k0: int, k1: int) -> Bools:
+        return self.matrix[lo:hi, k0:k1]
+
+    def said(self, reason: Reason, key: str) -> str:
+        return "the mask"
+
+    def text(self, alone: bool) -> str:
+        return "mask 0 = blocked: set to −∞" if alone else "mask 0 = blocked"
+
+
+class Padding(KeySet):
+    """Key padding: the keys marked 0 are blocked for every query."""
+
+    name = "padding"
+    tile_said = "key padding (every key is padding)"
+
+    def said(self, reason: Reason, key: str) -> str:
+        return "key padding"
+
+    def text(self, alone: bool) -> str:
+        return "padding keys blocked"
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why query ``i`` may not attend to key ``j``: the rule that blocks it (0-based)."""
+
+    rule: Rule
+    i: int
+    j: int
+
+    @property
+    def distance(self) -> int:
+        """|i − j|, how far the key is from the query."""
+        return abs(self.i - self.j)
+
+    def said(self, key: str) -> str:
+        """In words, the key labelled ``key``: ``the window (t1 is 4 ≥ 3 away)``."""
+        return self.rule.said(self, key)
+
+
+def _inside(start: Ints, stop: Ints, k0: int, k1: int) -> Bools:
+    """(rows, k1 − k0): True where key k0 + c lies in its row's run start … stop − 1.
+    A bound every key of the block meets is not compared (a causal block: one
+    comparison an entry, as ``np.tri`` makes it)."""
+    cols = np.arange(k0, k1)
+    out = cols[None, :] < stop[:, None]
+    if start.size and start.max() > k0:
+        out &= cols[None, :] >= start[:, None]
+    return out
+
+
+# --------------------------------------------------------------------------- the reach
+
+
+@dataclass(frozen=True, eq=False, repr=False)  # arrays: no == or repr of its own
+class Reach:
+    """Who may attend to whom in one problem: n queries, m keys and the rules between."""
+
+    n: int
+    m: int
+    rules: tuple[Rule, ...]
+
+    @classmethod
+    def of(cls, c: Settings, matrix: npt.NDArray[np.bool_] | None = None,
+           key_padding: npt.NDArray[np.bool_] | None = None) -> Reach:
+        """The rules of the problem ``c``: its mask (causal, or the ``matrix``), its
+        window, its ``key_padding``, in that order. Made from the Config alone (no
+        arrays), a matrix's and padding's rules are there to be named, not asked: the
+        rules of runs answer in full (a decoding cache's sizes)."""
+        rules: list[Rule] = []
+        if c.mask == "causal":
+            rules.append(Causal())
+        if c.mask == "matrix":
+            rules.append(Matrix(matrix))  # type: ignore[arg-type]
+        if c.window is not None:
+            rules.append(Window(c.window))
+        if c.padding:
+            rules.append(Padding(key_padding))  # type: ignore[arg-type]
+        return cls(c.n, c.m, tuple(rules))
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The rules' names, in order: () when nothing is blocked."""
+        return tuple(r.name for r in self.rules)
+
+    @property
+    def contiguous(self) -> bool:
+        """Does each query see one run of consecutive keys (``runs`` is then exact)?"""
+        return all(isinstance(r, Run) for r in self.rules)
+
+    def without(self, name: str) -> Reach:
+        """The same problem with the rule ``name`` left out (what a person who forgot
+        it would compute)."""
+        return Reach(self.n, self.m, tuple(r for r in self.rules if r.name != name))
+
+    # ------------------------------------------------------------------ positions
+
+    def runs(self, lo: int = 0, hi: int | None = None) -> tuple[Ints, Ints]:
+        """(start, stop) of queries lo … hi − 1, each (hi − lo,): the run of keys the
+        rules of runs leave each (clipped to 0 … m; start ≥ stop when none). Exactly
+        the keys allowed when ``contiguous``; otherwise a bound of them."""
+        hi = self.n if hi is None else hi
+        rows = np.arange(lo, hi)
+        start, stop = np.zeros_like(rows), np.full_like(rows, self.m)
+        for r in self.rules:
+            if isinstance(r, Run):
+                a, b = r.run(rows)
+                start, stop = np.maximum(start, a), np.minimum(stop, b)
+        return np.clip(start, 0, self.m), np.clip(stop, 0, self.m)
+
+    def keys(self, lo: int, hi: int) -> tuple[int, int]:
+        """Keys k0 … k1 − 1 that queries lo … hi − 1 may see at most (k1 = k0: none):
+        the span of their runs, narrowed to the first and last key a key set leaves."""
+        start, stop = self.runs(lo, hi)
+        k0, k1 = int(start.min(initial=self.m)), int(stop.max(initial=0))
+        for r in self.rules:
+            if isinstance(r, KeySet):
+                real = np.flatnonzero(r.keys)
+                if real.size == 0:
+                    return 0, 0
+                k0, k1 = max(k0, int(real[0])), min(k1, int(real[-1]) + 1)
+        return k0, max(k0, k1)
+
+    def allowed(self, lo: int = 0, hi: int | None = None, k0: int = 0,
+                k1: int | None = None) -> npt.NDArray[np.bool_] | None:
+        """Queries lo … hi − 1 against keys k0 … k1 − 1: True where a query may attend
+        (every rule allows), or None when the problem blocks nothing."""
+        hi = self.n if hi is None else hi
+        k1 = self.m if k1 is None else k1
+        if not self.rules:
+            return None
+        out = None
+        if any(isinstance(r, Run) for r in self.rules):
+            out = _inside(*self.runs(lo, hi), k0, k1)
+        for r in self.rules:
+            if not isinstance(r, Run):
+                a = r.allowed(lo, hi, k0, k1)
+                out = a if out is None else out & a
+        assert out is not None
+        return np.broadcast_to(out, (hi - lo, k1 - k0)) if out.ndim < 2 else out
+
+    def blocked(self, lo: int, hi: int, k0: int, k1: int
+                ) -> list[tuple[slice, npt.NDArray[np.bool_]]]:
+        """The blocked entries of queries lo … hi − 1 against keys k0 … k1 − 1, as strips
+        of columns (counted from k0) and their booleans (True = blocked): only where
+        some entry is, so that a causal block fills its diagonal square and a window's
+        its two edges, not the whole block. [] when nothing is blocked."""
+        if not self.rules:
+            return []
+        if not self.contiguous:
+            return [(slice(0, k1 - k0), ~self.allowed(lo, hi, k0, k1))]  # type: ignore[operator]
+        start, stop = self.runs(lo, hi)
+        left = min(max(int(start.max(initial=0)), k0), k1)  # keys before: blocked for some
+        right = max(min(int(stop.min(initial=k1)), k1), k0)  # keys from here: for some
+        if left > right:  # the edges overlap: one strip
+            return [(slice(0, k1 - k0), ~_inside(start, stop, k0, k1))]
+        strips = []
+        if left > k0:
+            strips.append((slice(0, left - k0), ~_inside(start, stop, k0, left)))
+        if right < k1:
+            strips.append((slice(right - k0, k1 - k0), ~_inside(start, stop, right, k1)))
+        return strips
+
+    def dead_rows(self) -> tuple[int, ...]:
+        """1-based queries that may attend to no key. Found from the runs and a count of
+        the keys a key set leaves when the rules allow it (no n × m booleans for a
+        causal mask, a window or padding), else block by block."""
+        if not self.rules:
+            return ()
+        start, stop = self.runs()
+        shaped = [r for r in self.rules if not isinstance(r, Run)]
+        if all(isinstance(r, KeySet) for r in shaped):
+            real = np.ones(self.m, dtype=bool)
+            for r in shaped:
+                real = real & r.keys  # type: ignore[attr-defined]
+            count = np.concatenate([[0], np.cumsum(real)])  # (m + 1,) real keys before each
+            dead = (stop <= start) | (count[stop] - count[np.minimum(start, stop)] == 0)
+        else:
+            dead = np.zeros(self.n, dtype=bool)
+            step = max(1, (1 << 22) // max(self.m, 1))  # a few million booleans at a time
+            for lo in range(0, self.n, step):
+                hi = min(lo + step, self.n)
+                dead[lo:hi] = ~self.allowed(lo, hi).any(axis=1)  # type: ignore[union-attr]
+        return tuple(int(i) + 1 for i in np.flatnonzero(dead))
+
+    def why(self, i: int, j: int) -> tuple[Reason, ...]:
+        """The rules that block query i from key j, in order (() when it may attend)."""
+        return tuple(Reason(r, i, j) for r in self.rules if r.blocks(i, j))
+
+    def skipped(self, rows: range, keys: range) -> bool:
+        """Is every entry of the tile rows × keys blocked (a kernel skips it)?"""
+        allowed = self.allowed(rows.start, rows.stop, keys.start, keys.stop)
+        return allowed is not None and not allowed.any()
+
+    def tile_rules(self, rows: range, keys: range) -> tuple[Rule, ...]:
+        """The rules each of which alone blocks every entry of the tile (() when only
+        several together do)."""
+        return tuple(r for r in self.rules if r.blocks_tile(rows, keys))
+
+    # ------------------------------------------------------------------ decoding
+
+    def cache(self, i: int) -> range:
+        """The positions a decoding cache holds at query i's step (self-attention under
+        the causal mask): those of the run up to i, the first being the oldest any
+        later query still needs (its runs begin no earlier); a key set's keys are kept
+        and blocked when scored."""
+        start, _ = self.runs(i, i + 1)
+        return range(int(start[0]), i + 1)
+
+    def dropped(self, i: int) -> range:
+        """The positions the cache lets go at query i's step (a window's rolling buffer
+        drops the oldest)."""
+        if i == 0:
+            return range(0)
+        return range(self.cache(i - 1).start, self.cache(i).start)
+
+    def cache_sizes(self) -> Ints:
+        """(n,) how many positions the cache holds at each step."""
+        start, _ = self.runs()
+        return np.arange(1, self.n + 1) - start
