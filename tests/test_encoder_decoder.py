@@ -169,3 +169,12 @@ def test_mvps_prompts_are_refused_by_name(tmp_path: Path) -> None:
     (target / "config.json").write_text(json.dumps(config))
     with pytest.raises(MhaError, match="use_prompt is true: MVP's prompts"):
         read_layer(target, "encoder.0")
+
+
+def test_text_on_the_decoder_is_refused_by_name() -> None:
+    """--text reads an encoder-decoder model's encoder; its decoder sees the start token
+    and the text shifted, which mha does not label yet: refused before the model loads."""
+    r = runner.invoke(app, ["explain", "--checkpoint", str(FIXTURE), "--layer", "decoder.0",
+                            "--text", "the cat"])
+    assert r.exit_code == 2 and r.stdout == "", r.stdout
+    assert "--text with --layer decoder.0: an encoder-decoder model's decoder" in r.stderr

@@ -76,6 +76,12 @@ def load_text_layers(checkpoint: str | Path, text: str, layers: list[int], *,
 
     path = Path(checkpoint)
     found = {k: ckpt.read_layer(path, k) for k in layers}
+    for k in layers:  # (the decoder reads the start token and the text shifted: unlabelled)
+        if str(k).startswith("decoder."):
+            raise MhaError(f"--text with --layer {k}: an encoder-decoder model's decoder "
+                           "reads its start token and the text shifted by one, which mha "
+                           "does not label yet; --text reads its encoder.N layers",
+                           source=str(path), key="layer")
     _refuse_changes(path, text, found, settings, tuple(command))  # before the model loads
     reading = read_text(path, text, {k: f.stem for k, f in found.items()})
     return from_reading(path, text, reading, layers, layout=layout, found=found, **settings)
