@@ -89,11 +89,7 @@ def _unmasked(p: Prepared, st: Stages) -> Stages | None:
 
 
 def _what_blocks(p: Prepared) -> str:
-    c = p.config
-    parts = (["the causal mask"] if c.mask == "causal" else ["the mask"] if c.mask != "none"
-             else []) + (["the window"] if c.window is not None else []) + \
-        (["the key padding"] if c.padding else [])
-    return " and ".join(parts) or "the mask"
+    return " and ".join(r.the for r in p.reach.rules) or "the mask"
 
 
 def _columns(p: Prepared, st: Stages) -> Stages | None:
