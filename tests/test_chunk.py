@@ -119,7 +119,7 @@ def test_a_problem_file_and_generate_keep_the_chunk(tmp_path: Path) -> None:
 def test_a_mask_left_out_names_the_chunks(tmp_path: Path) -> None:
     key = tmp_path / "key.yaml"
     r = runner.invoke(app, ["generate", "--ints", "-1:1", "--tokens", "4", "--chunk", "2",
-                            "--mask", "none", "--answers", "--stage", "scaled",
+                            "--mask", "causal", "--answers", "--stage", "scaled",
                             "--stage", "masked", "--seed", "5", "-o", str(key)])
     assert r.exit_code == 0, r.output
     import yaml
@@ -130,4 +130,13 @@ def test_a_mask_left_out_names_the_chunks(tmp_path: Path) -> None:
     student.write_text(yaml.safe_dump(doc, default_flow_style=None, sort_keys=False))
     r = runner.invoke(app, ["check", str(student), "--format", "plain"])
     assert r.exit_code == 1
-    assert "chunked attention" in r.stdout, r.stdout
+    assert "Known mistake: the causal mask and chunked attention are left out: every query " \
+        "attends to every key" in r.stdout, r.stdout
+
+
+def test_a_row_with_no_key_names_the_rules_that_block() -> None:
+    r = runner.invoke(app, ["run", "--random", "--tokens", "5", "--chunk", "2", "--window",
+                            "1", "--key-padding", "1 1 0 1 1", "--format", "json"])
+    assert r.exit_code == 0
+    assert "Warning: query row 3: every key is blocked by the window, chunked attention and " \
+        "the key padding; zero weights and a zero head output" in r.stderr

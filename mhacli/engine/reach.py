@@ -292,6 +292,14 @@ class Reach:
         return tuple(r.name for r in self.rules)
 
     @property
+    def named(self) -> str:
+        """The rules in a sentence: "the causal mask, the window and the key padding"
+        ("" when nothing is blocked)."""
+        words = [r.the for r in self.rules]
+        return ", ".join(words[:-1]) + " and " + words[-1] if len(words) > 1 else \
+            "".join(words)
+
+    @property
     def contiguous(self) -> bool:
         """Does each query see one run of consecutive keys (``runs`` is then exact)?"""
         return all(isinstance(r, Run) for r in self.rules)
