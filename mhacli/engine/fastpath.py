@@ -352,6 +352,8 @@ def _turned_heads(p: Prepared, work: Work, spread: Spread | None) -> tuple[Array
     if c.rope is not None:  # turned by position: O(n·d) new numbers, not O(n·m)
         q_t, k_t = (np.ascontiguousarray(turned(a.swapaxes(-1, -2), p).swapaxes(-1, -2))
                     for a in (q_t, k_t))
+    if p.tau is not None:  # each query times its position's factor (a fresh array)
+        q_t = q_t * p.tau
     ops.divide(q_t, c.scale, out=q_t)  # in place: a fresh array of this call's
     return q_t, k_t, v_t
 
