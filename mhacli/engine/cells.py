@@ -118,6 +118,19 @@ def cell_rot(e: Entry) -> list[str]:
             f"  {rule}", f"  = {e.result}"]
 
 
+def cell_tuned(e: Entry) -> list[str]:
+    """A tuned query: the query as the chain had it, times its position's factor."""
+    c = e.c
+    h, i, j = e.head or 1, e.row, e.col
+    src = e.reads[0]  # as split, normed or turned
+    e.mark(src, h, {i}, {j})
+    f, a = c.temperature  # type: ignore[misc]
+    tau = float(np.log(np.floor((i + 1) / f) + 1) * a + 1)
+    return [f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] × τ_p, τ_p = log(⌊(p + 1) / "
+            f"{f:g}⌋ + 1)·{a:g} + 1 = {e.num(tau)}  (p = {i})",
+            f"  = {e.factor(e.value(src, h, i, j))}×{e.factor(tau)} = {e.result}"]
+
+
 def cell_normed(e: Entry) -> list[str]:
     c = e.c
     h, i, j = e.head or 1, e.row, e.col

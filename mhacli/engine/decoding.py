@@ -34,7 +34,7 @@ from ..errors import MhaError, shown
 from . import ops
 from .online import data, float_only, merge, online, record, span, start, whole_number
 from .values import given
-from .work import Work, normed, turned
+from .work import Work, normed, tuned, turned
 
 if TYPE_CHECKING:  # a trace is read through the Protocol: paths.py imports this module
     from .config import Config, Prepared
@@ -203,6 +203,8 @@ def _new_rows(p: Prepared, i: int) -> tuple[Array, Array, Array]:
         q_h, k_h = normed(q_h, p, "q")[0], normed(k_h, p, "k")[0]
     if c.rope is not None:
         q_h, k_h = turned(q_h, p, first=i), turned(k_h, p, first=i)
+    if p.tau is not None:
+        q_h = tuned(q_h, p, first=i)
     return q_h[:, 0], k_h[:, 0], v_h[:, 0]
 
 
