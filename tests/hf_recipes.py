@@ -229,12 +229,11 @@ def llama_line(recipe: Callable[..., Any], decoder: Callable[..., dict[str, Any]
                          attention_chunk_size=None, attn_temperature_tuning=False,
                          attention_bias=True, num_local_experts=4, num_experts_per_tok=1,
                          intermediate_size_mlp=64, **four),
-        "llama4-chunked": r("Llama4TextConfig", "Llama4ForCausalLM", head_dim=8,
-                            attention_chunk_size=4, num_local_experts=4,
-                            num_experts_per_tok=1, **four),
-        "llama4-tuned": r("Llama4TextConfig", "Llama4ForCausalLM", head_dim=8,
-                          attention_chunk_size=None, no_rope_layers=[0, 1, 1, 1],
-                          num_local_experts=4, num_experts_per_tok=1, **four),
+        "llama4-chunked": r("Llama4TextConfig", "Llama4ForCausalLM", "chunks of 4 on layers "
+                            "0-2; layer 3 NoPE, its queries tuned (floor_scale 4, attn_scale "
+                            "0.5)", head_dim=8, attention_chunk_size=4, floor_scale=4,
+                            attn_scale=0.5, num_local_experts=4, num_experts_per_tok=1,
+                            **four),
         "hunyuan_v1_dense": r("HunYuanDenseV1Config", "HunYuanDenseV1ForCausalLM", head_dim=8),
         "t5": recipe("T5Config", "T5ForConditionalGeneration", dict(
             vocab_size=100, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2,

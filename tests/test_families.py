@@ -25,8 +25,6 @@ from .hf_recipes import (ENCODER_DECODER, HYBRIDS, SHARED,  # noqa: E402
 REFUSED = {"falcon-alibi": "alibi is true", "phi-qk-layernorm": "qk_layernorm is true",
            "cohere-qk-norm": "use_qk_norm is true: a LayerNorm of each head's",
            "stablelm-qk-layernorm": "qk_layernorm is true: a LayerNorm of each head's",
-           "llama4-chunked": "attention_chunk_size is 4: Llama 4's chunked attention on layer 0",
-           "llama4-tuned": "attn_temperature_tuning is true: Llama 4's temperature tuning",
            "mpt-clipped": "attn_config.clip_qkv is 6.0: q, k and v clamped",
            "hunyuan_v1_dense": "query_layernorm.weight: hunyuan_v1_dense's RMS norm of each "
                                "head's queries and keys comes after RoPE"}

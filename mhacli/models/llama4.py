@@ -6,10 +6,10 @@ marks 0, and three steps of its own, written from transformers' ``modeling_llama
   x · rsqrt(mean x² + ε), after RoPE in the model; a rotation of the whole head keeps
   each row's mean square, so it is the same before RoPE, where mha computes its q/k norm,
   here with weights of 1);
-* chunked attention on the RoPE layers (``attention_chunk_size``: a token sees only the
-  keys of its own chunk) and temperature tuning of the queries on the NoPE layers
-  (``attn_temperature_tuning``): neither is a step mha computes yet, so a layer that has
-  one is refused, naming its key.
+* chunked attention on the layers layer_types calls chunked_attention (a token sees only
+  the keys of its own chunk of ``attention_chunk_size``): the problem's ``chunk``;
+* temperature tuning of the queries on the NoPE layers (``attn_temperature_tuning``, by
+  ``floor_scale`` and ``attn_scale``): the problem's ``temperature``.
 """
 
 from __future__ import annotations
@@ -24,42 +24,54 @@ from .reading import Reader, frozen
 from .rules import said
 
 
-@said("layer_types: chunked attention refused (attention_chunk_size)")
-def chunks(r: Reader) -> tuple[int | None, str | None]:
-    """Llama 4's layer_types: full_attention, or chunked_attention (refused by name)."""
+def _kind(r: Reader) -> str:
+    """This layer's type: layer_types', else its config class's rule (the RoPE layers are
+    chunked when a chunk is set)."""
     types = r.get("layer_types")
     chunk = r.get("attention_chunk_size")
     if types is not None and (not isinstance(types, list) or r.layer >= len(types)):
         raise r.error("layer_types", f"{shown(types)}: expected one type for each layer")
-    kind = types[r.layer] if types is not None else None
-    if kind is None:  # (its config class's rule: the RoPE layers, when a chunk is set)
+    if types is not None:
+        kind = types[r.layer]
+    else:
         flags = r.get("no_rope_layers")
         turns = flags[r.layer] if isinstance(flags, list) and r.layer < len(flags) else 1
         kind = "chunked_attention" if turns and chunk is not None else "full_attention"
-    if kind == "chunked_attention":
-        raise r.error("attention_chunk_size", f"{shown(chunk)}: Llama 4's chunked attention "
-                      f"on layer {r.layer} (a token sees only the keys of its own chunk of "
-                      f"{shown(chunk)} tokens), a mask mha does not build yet")
-    if kind != "full_attention":
+    if kind not in ("full_attention", "chunked_attention"):
         raise r.error("layer_types", f"{shown(kind)} at layer {r.layer}: an attention mha "
                       "does not compute")
-    return None, kind
+    return str(kind)
+
+
+@said("chunked attention by layer_types (attention_chunk_size)")
+def chunks(r: Reader) -> tuple[int | None, str | None]:
+    """Llama 4's layers slide by no window: full_attention, or chunked_attention (the
+    chunk is read by ``llama4``)."""
+    return None, _kind(r)
 
 
 @said("causal; RoPE (interleaved pairs), none on the layers no_rope_layers marks 0; "
       "weightless L2 q/k norms on the RoPE layers (use_qk_norm); chunked attention "
-      "(attention_chunk_size) and temperature tuning (attn_temperature_tuning) refused by name")
+      "(attention_chunk_size) by layer_types; temperature tuning of the queries on the NoPE "
+      "layers (attn_temperature_tuning, floor_scale, attn_scale)")
 def llama4(f: Family, r: Reader, stem: str) -> Layer:
-    """A Llama 4 text layer: the Llama line's reading, then its q/k norm or its
-    temperature tuning."""
+    """A Llama 4 text layer: the Llama line's reading, then its chunks, its q/k norm or
+    its temperature tuning."""
     out = decoder(f, r, stem)
-    r.get("floor_scale"), r.get("attn_scale")  # (temperature tuning's, below)
+    if _kind(r) == "chunked_attention":
+        chunk = r.setting("chunk", "attention_chunk_size")
+        if chunk is None:
+            raise r.error("attention_chunk_size", "missing, but layer_types makes this layer "
+                          "chunked")
+        out["chunk"] = chunk
+        r.note("chunk", f"config attention_chunk_size (layer {r.layer}: chunked_attention)")
+    floor, scale = r.number("floor_scale", 8192.0), r.number("attn_scale", 0.1)
     if "rope" not in out:  # a NoPE layer
         if r.flag("attn_temperature_tuning", True):
-            raise r.error("attn_temperature_tuning", "true: Llama 4's temperature tuning of "
-                          f"the queries on its NoPE layer {r.layer} (q × (log(⌊(p + 1) / "
-                          "floor_scale⌋ + 1) · attn_scale + 1) at position p), a step mha "
-                          "does not compute yet")
+            out["temperature"] = r.read("temperature", "floor_scale",
+                                        {"floor_scale": floor, "attn_scale": scale})
+            r.note("temperature", "config attn_temperature_tuning, floor_scale, attn_scale "
+                   f"(layer {r.layer}: NoPE)")
         r.get("use_qk_norm")  # (only the RoPE layers norm)
         return out
     r.get("attn_temperature_tuning")  # (only the NoPE layers tune)
