@@ -140,3 +140,33 @@ def test_a_row_with_no_key_names_the_rules_that_block() -> None:
     assert r.exit_code == 0
     assert "Warning: query row 3: every key is blocked by the window, chunked attention and " \
         "the key padding; zero weights and a zero head output" in r.stderr
+
+
+def _numpy_attention(kw: dict[str, Any], allowed: np.ndarray) -> np.ndarray:
+    """The output written out in NumPy: 2 query heads sharing one key/value head."""
+    x = kw["x"]
+    q, k, v = x @ kw["w_q"], x @ kw["w_k"], x @ kw["w_v"]
+    heads = []
+    for h in range(2):
+        z = q[:, 4 * h:4 * h + 4] @ k.T / 2.0
+        z = np.where(allowed, z, -np.inf)
+        e = np.exp(z - z.max(axis=1, keepdims=True))
+        heads.append(e / e.sum(axis=1, keepdims=True) @ v)
+    return np.hstack(heads) @ kw["w_o"]
+
+
+@pytest.mark.parametrize("size", [5, 6, 10, 31])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_long_problems_in_blocks_that_cross_chunks(size: int, dtype: str) -> None:
+    """The fast path's blocks (64 rows or more) need not start where a chunk does: a
+    block meets the keys of every chunk its rows lie in."""
+    n = 230
+    kw = problem(n, seed=size, chunk=size, mask="causal")
+    allowed = chunk_mask(n, size, True) == 1
+    want = _numpy_attention(kw, allowed)
+    got = mhacli.attention(**kw, dtype=dtype)
+    tol = 1e-11 if dtype == "float64" else 2e-4
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    r = runner.invoke(app, ["run", "--random", "--tokens", "1100", "--chunk", str(size),
+                            "--dtype", dtype, "--format", "json"])
+    assert r.exit_code == 0, r.output
