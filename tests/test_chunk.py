@@ -170,3 +170,27 @@ def test_long_problems_in_blocks_that_cross_chunks(size: int, dtype: str) -> Non
     r = runner.invoke(app, ["run", "--random", "--tokens", "1100", "--chunk", str(size),
                             "--dtype", dtype, "--format", "json"])
     assert r.exit_code == 0, r.output
+
+
+def test_the_chunks_alone_left_out_are_named(tmp_path: Path) -> None:
+    """A student who blocks what the causal mask blocks and nothing more: the entries
+    only the chunks block (queries 3–4 against keys 1–2, each head) are wrong, and the
+    mistake says the chunks were left out."""
+    key = tmp_path / "key.yaml"
+    r = runner.invoke(app, ["generate", "--ints", "-1:1", "--tokens", "4", "--chunk", "2",
+                            "--mask", "causal", "--answers", "--stage", "scaled",
+                            "--stage", "masked", "--seed", "5", "-o", str(key)])
+    assert r.exit_code == 0, r.output
+    import yaml
+
+    doc = yaml.safe_load(key.read_text())
+    doc["answers"]["masked"] = [[[v if j <= i else "-inf" for j, v in enumerate(row)]
+                                 for i, row in enumerate(head)]
+                                for head in doc["answers"]["scaled"]]
+    student = tmp_path / "student.yaml"
+    student.write_text(yaml.safe_dump(doc, default_flow_style=None, sort_keys=False))
+    r = runner.invoke(app, ["check", str(student), "--format", "plain"])
+    assert r.exit_code == 1
+    assert "✗ masked  8 of 32 cells wrong" in r.stdout, r.stdout
+    assert "Known mistake: chunked attention is left out: the other rules block as they " \
+        "should, it blocks nothing." in r.stdout
