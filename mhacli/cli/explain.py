@@ -12,7 +12,7 @@ from ..errors import MhaError
 from .core import command, guard
 from .common import about, inputs, layer_number, problem
 from .options import (
-    ADVANCED, OUTPUT, SHOW, CheckpointOpt, TextOpt, DebugOpt, DModelOpt, ExplainFormat, FileArg,
+    ADVANCED, OUTPUT, SHOW, OutputOpt, CheckpointOpt, TextOpt, DebugOpt, DModelOpt, ExplainFormat, FileArg,
     HeatScale, IntsOpt, LayerOpt, PrecisionOpt, RandomOpt, SampleOpt, SeedOpt, TokensOpt,
     stage_help, with_settings,
 )
@@ -72,9 +72,12 @@ def explain(
                        "blocks) instead of a summary of its first and last rows and columns.",
         rich_help_panel=SHOW)] = False,
     precision: PrecisionOpt = None,
-    fmt: Annotated[ExplainFormat, typer.Option(
-        "--format", "-f", help="Output format.", rich_help_panel=OUTPUT)
-    ] = ExplainFormat.rich,
+    fmt: Annotated[Optional[ExplainFormat], typer.Option(
+        "--format", "-f", help="Output format (default: rich, or the -o file's extension: "
+        ".html .json .txt .md .tex). html: the explorer page, one self-contained file in "
+        "which every entry opens to its arithmetic.", show_default=False,
+        rich_help_panel=OUTPUT)] = None,
+    output: OutputOpt = None,
     svg: Annotated[Optional[Path], typer.Option(
         "--svg", help="Also save what the terminal shows as an SVG image.",
         rich_help_panel=OUTPUT)] = None,
@@ -114,13 +117,20 @@ def explain(
       mha explain --sample flash --tiles 2 --stage tiles   FlashAttention's tiles
 
       mha explain --sample kv-cache --decode --splits 2 --stage decode   a KV cache
+
+      mha explain --sample cat -o cat.html      the explorer page: click any entry
     """
     with guard(debug) as context:
         from .. import engine
         from ..engine.decoding import check_views
         from ..engine.stages import VIEWS
 
+        fmt = fmt or _format_of(output)
         _saving(svg, html, fmt, file)  # before anything is computed or printed
+        if output is not None:
+            check_writable(output, inputs(file))
+        if fmt is ExplainFormat.html:
+            _page_options(cell, all_heads, svg, html)
         layout = settings.pop("layout")
         options = dict(file=file, sample=sample, random=random, seed=seed, tokens=tokens,
                        d_model=d_model, ints=ints, checkpoint=checkpoint, text=text,
@@ -145,7 +155,7 @@ def explain(
         stages = [engine.canonical(s) for s in stage] if stage else None
         lean = held(prob.config) > MOST_HELD  # too large to hold: a head at a time
         if not force:
-            fits(prob.config, stage, head, fmt, full)
+            fits(prob.config, stage, head, fmt if output is None else ExplainFormat.plain, full)
         with about(prob):
             tr = (engine.lean_trace if lean else engine.traced)(prob.prepared)
         c = tr.config
@@ -192,6 +202,21 @@ def explain(
             head = head or next(iter(worked.query_heads), None)
         kernels = shown_views(tr, stages)
         focus = getattr(worked, "focus", None)  # an entry of a tile or a step
+        from ..present.explain import read_lines
+
+        header = read_lines(prob.read, c)  # what a checkpoint gave, and from where
+        sink = Sink(output, inputs(file))
+        if fmt is ExplainFormat.html:
+            from ..present.page import explain_page
+
+            if lean:
+                raise MhaError("the page holds every stage: this problem is too large for it "
+                               "(narrow it with --stage or --head, or use mha run)")
+            sink.write(explain_page(tr, exact, queries, keys, digits, shown, stages, head,
+                                    heat.value, read_lines(prob.read, c),
+                                    prob.read.get("settings"), kernels))
+            sink.close()
+            return
         if fmt is ExplainFormat.json:
             from ..present.text import json_pieces
 
@@ -203,13 +228,12 @@ def explain(
                     tr, queries, keys, stages, head, exact.stages if exact else None,
                     None if worked is None else {"title": worked.title, "lines": worked.lines},
                     shown, json_views(tr, queries, kernels, head), exact_tile, prob.read):
-                sys.stdout.write(piece)  # a stage (a tile block, a decoding step) at a time
+                sink.write(piece)  # a stage (a tile block, a decoding step) at a time
+            sink.close()
             return
-        from ..present.explain import read_lines
         from ..present.kernel_views import Chained, KernelViews
         from ..present.views import EachView, views
 
-        header = read_lines(prob.read, c)  # what a checkpoint gave, and from where
 
         vs = Chained((EachView if lean else views)(
             tr, queries, keys, stages, head, exact.stages if exact else None, shown,
@@ -217,14 +241,15 @@ def explain(
             tr, queries, keys, kernels, head, exact.stages if exact else None, shown,
             focus))  # lean: each view made as it is shown; the kernels' a block at a time
 
-        if fmt is ExplainFormat.rich and rich_stdout():
+        if fmt is ExplainFormat.rich and rich_stdout() and output is None:
             show(vs, worked, digits, full, svg, html, pager=not no_pager, heat=heat.value,
                  header=header)
             return
         from ..present.explain import text_pieces
 
         for piece in text_pieces(fmt.value, vs, worked, digits, header):
-            sys.stdout.write(piece)  # a stage at a time: never the whole text at once
+            sink.write(piece)  # a stage at a time: never the whole text at once
+        sink.close()
         if svg or html:  # piped: the same text as without them, the picture aside
             export(vs, worked, digits, full, svg, html, heat.value, header)
 
@@ -290,3 +315,41 @@ def _saving(svg: Optional[Path], html: Optional[Path], fmt: ExplainFormat,
         if saved is not None:
             check_writable(saved, inputs(file))
 
+
+
+def _format_of(output: Optional[Path]) -> ExplainFormat:
+    """The format an -o file's extension names (.html .json .txt .md .tex), else rich
+    (the rich view as text)."""
+    suffix = output.suffix.lower().lstrip(".") if output is not None else ""
+    suffix = {"htm": "html", "txt": "plain", "md": "markdown", "tex": "latex"}.get(suffix, suffix)
+    return ExplainFormat(suffix) if suffix in ExplainFormat.__members__ else ExplainFormat.rich
+
+
+def _page_options(cell: Optional[str], all_heads: bool, svg: Optional[Path],
+                  html: Optional[Path]) -> None:
+    """What the page does not take, said before anything is computed."""
+    if cell is not None:
+        raise MhaError("--cell: the page writes out every entry when it is clicked; leave out "
+                       "--cell with --format html")
+    if all_heads:
+        raise MhaError("--all-heads has no page: leave out --format html")
+
+
+class Sink:
+    """Standard output, or the -o file, written whole when complete (a refused or failed
+    command leaves no file)."""
+
+    def __init__(self, output: Optional[Path], keep: tuple[Path, ...]) -> None:
+        self.output, self.keep, self.pieces = output, keep, []
+
+    def write(self, text: str) -> None:
+        if self.output is None:
+            sys.stdout.write(text)
+        else:
+            self.pieces.append(text)
+
+    def close(self) -> None:
+        if self.output is not None:
+            from .streams import write_file
+
+            write_file(self.output, "".join(self.pieces).encode("utf-8"), keep=self.keep)

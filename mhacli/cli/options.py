@@ -37,6 +37,7 @@ class ExplainFormat(str, Enum):
     markdown = "markdown"
     latex = "latex"
     json = "json"
+    html = "html"
 
 
 class CheckFormat(str, Enum):

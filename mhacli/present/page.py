@@ -1,0 +1,81 @@
+"""The explorer page (``explain --format html``): one self-contained HTML file in which
+every entry of every table opens to its arithmetic.
+
+The page holds the trace's numbers once, as JSON data (``page_data``), and its own small
+script and style sheet (``page_assets/``), inline: nothing beside it, nothing fetched.
+The script draws every table from that data, writes each number as ``--format plain``
+does, and on a click runs the entry's recipe (``engine/recipe.py``) as ``--cell`` does:
+both read the same recipes, so the page and the terminal cannot disagree.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from importlib import resources
+from typing import Any, Iterable, Mapping
+
+from .page_data import PageData
+
+TITLE = "mha explain"
+
+
+def _asset(name: str) -> str:
+    return resources.files(__package__).joinpath("page_assets", name).read_text("utf-8")
+
+
+def script_json(data: dict[str, Any]) -> str:
+    """The data as JSON safe inside a ``<script>`` element: every ``<`` (which JSON has
+    only inside strings) as ``\\u003c``, so no ``</script>`` or ``<!--`` can end it."""
+    import orjson
+
+    return orjson.dumps(data, option=orjson.OPT_SERIALIZE_NUMPY).decode().replace("<", "\\u003c")
+
+
+def page_html(data: PageData, header: Iterable[str] = (), title: str = TITLE,
+              head: int | None = None, extra: Mapping[str, Any] | None = None) -> str:
+    """The whole page: the data, the script and the style sheet, and the frame the
+    script draws the tables into."""
+    made = data.as_json()
+    made["initialHead"] = head
+    made.update(extra or {})
+    heads = made["heads"]
+    options = "".join(f'<option value="{h}"{" selected" if h == head else ""}>{h}</option>'
+                      for h in range(1, heads + 1))
+    select = "" if heads < 2 else (
+        '<label class="control">head <select name="head"><option value="all"'
+        f'{"" if head else " selected"}>all</option>{options}</select></label>')
+    about = "".join(f"<p>{escape(line)}</p>" for line in header)
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+        "<meta name=\"color-scheme\" content=\"light dark\">"
+        f"<title>{escape(title)}</title><style>{_asset('page.css')}</style></head>"
+        f"<body><header><h1>{escape(title)}</h1>"
+        f"<div class=\"about\">{about}</div>"
+        f"<div class=\"controls\">{select}<div id=\"legend\" hidden></div></div>"
+        "<p class=\"hint\">Click an entry (or Tab to a table, move with the arrow keys and "
+        "press Enter) to see its arithmetic.</p></header>"
+        "<main id=\"tables\"></main>"
+        "<aside id=\"panel\" aria-live=\"polite\"><div id=\"arithmetic-title\">"
+        "No entry chosen yet.</div><pre id=\"arithmetic\"></pre></aside>"
+        f"<script type=\"application/json\" id=\"data\">{script_json(made)}</script>"
+        f"<script>{_asset('page.js')}</script></body></html>\n")
+
+
+def explain_page(tr: Any, exact: Any, queries: list[str], keys: list[str], digits: int,
+                 layout: str = "rows", stages: Iterable[str] | None = None,
+                 head: int | None = None, heat: str = "global",
+                 header: Iterable[str] = (), origin: Mapping[str, str] | None = None,
+                 kernels: Iterable[str] = ()) -> str:
+    """``explain --format html``: every table explain would print, in its order, every
+    head's (``head`` only chooses the one shown first)."""
+    from ..engine.writing import Reading
+    from .kernel_views import KernelViews
+    from .views import views
+
+    exact_stages = exact.stages if exact is not None else None
+    reading = Reading(tr, exact, queries, keys, digits)
+    data = PageData(tr, reading, digits, layout, origin, heat)
+    data.add(views(tr, queries, keys, stages, None, exact_stages, layout))
+    data.add(KernelViews(tr, queries, keys, list(kernels), None, exact_stages, layout))
+    return page_html(data, header, head=head)

@@ -1,0 +1,424 @@
+// mha's explorer page: draws every table from the embedded data, writes each number as
+// `explain --format plain` does, and on a click (or Enter) runs the entry's recipe as
+// `explain --cell` does (mhacli/engine/recipe.py is the other interpreter of the same
+// recipes; both do no arithmetic of their own beyond counting places).
+"use strict";
+(function () {
+  const D = JSON.parse(document.getElementById("data").textContent);
+  const P = D.precision;
+
+  // ------------------------------------------------------------------ numbers as text
+  // Python's format(v, ".Pf"): the exact binary value rounded half to even. toFixed is
+  // exact too but breaks ties away from zero, so a possible tie is decided exactly.
+  const VIEW = new DataView(new ArrayBuffer(8));
+  function exactFixed(v, p) {
+    VIEW.setFloat64(0, v);
+    const hi = VIEW.getUint32(0), lo = VIEW.getUint32(4);
+    const neg = hi >>> 31, expBits = (hi >>> 20) & 0x7ff;
+    let mant = (BigInt(hi & 0xfffff) << 32n) | BigInt(lo);
+    let e;
+    if (expBits === 0) { e = -1074; } else { mant |= 1n << 52n; e = expBits - 1075; }
+    let digits;
+    if (e >= 0) {
+      digits = (mant << BigInt(e)) * 10n ** BigInt(p);
+    } else {
+      const num = mant * 10n ** BigInt(p), den = 1n << BigInt(-e);
+      let q = num / den;
+      const r2 = (num % den) * 2n;
+      if (r2 > den || (r2 === den && (q & 1n) === 1n)) q += 1n;
+      digits = q;
+    }
+    let s = digits.toString();
+    if (p > 0) {
+      s = s.padStart(p + 1, "0");
+      s = s.slice(0, s.length - p) + "." + s.slice(s.length - p);
+    }
+    return (neg ? "-" : "") + s;
+  }
+  function pyFixed(v, p) {
+    const a = Math.abs(v);
+    if (a < 1e21) {
+      const y = a * Math.pow(10, p);
+      if (y < 4e15 && Math.abs(y - Math.floor(y) - 0.5) > 1e-6) return v.toFixed(p);
+    }
+    return exactFixed(v, p);
+  }
+  // numbers.fixed: a fraction as written, whole numbers plain, never "-0.0000"
+  function fixed(v, p, whole, unicode) {
+    if (typeof v === "string") return v;
+    if (Number.isNaN(v)) return "nan";
+    if (!Number.isFinite(v)) return (v < 0 ? "-" : "") + (unicode ? "∞" : "inf");
+    if (whole || v === 0) return String(Math.trunc(v) || 0);
+    let t = pyFixed(v, p);
+    if (t.replace(/^-+/, "").replace(/^[0.]+|[0.]+$/g, "") === "") t = t.replace(/^-+/, "");
+    return t;
+  }
+  function textOf(v) { // recipe.text_of
+    if (typeof v === "string") return v;
+    return fixed(v, P, Number.isInteger(v) && Math.abs(v) < 1e12, true);
+  }
+  function factorOf(v) {
+    const t = textOf(v);
+    return t.startsWith("-") || t.startsWith("\u2212") || t.includes("/") ? "(" + t + ")" : t;
+  }
+
+  // ------------------------------------------------------------------ the arrays
+  const A = {};
+  for (const [name, a] of Object.entries(D.arrays)) {
+    if (a.of) continue;
+    const data = a.data;
+    if (a.special) {
+      a.special.k.forEach((k, n) => {
+        const w = a.special.v[n];
+        data[k] = w === "nan" ? NaN : w === "inf" ? Infinity : -Infinity;
+      });
+    }
+    const strides = [];
+    let s = 1;
+    for (let d = a.shape.length - 1; d >= 0; d--) { strides[d] = s; s *= a.shape[d]; }
+    A[name] = { data, shape: a.shape, strides, offset: 0 };
+  }
+  for (const [name, a] of Object.entries(D.arrays)) {
+    if (a.of) A[name] = { data: A[a.of].data, shape: a.shape, strides: a.strides, offset: a.offset };
+  }
+  function flat(arr, idx) {
+    let k = arr.offset;
+    for (let d = 0; d < idx.length; d++) {
+      let i = idx[d];
+      if (i < 0) i += arr.shape[d];
+      k += i * arr.strides[d];
+    }
+    return k;
+  }
+  function at(name, idx) { const a = A[name]; return a.data[flat(a, idx)]; }
+  function block(name, idx) { // a[idx] whole: the remaining axes in C order
+    const a = A[name], out = [];
+    const rest = a.shape.slice(idx.length), rs = a.strides.slice(idx.length);
+    const base = flat(a, idx);
+    (function walk(d, k) {
+      if (d === rest.length) { out.push(a.data[k]); return; }
+      for (let i = 0; i < rest[d]; i++) walk(d + 1, k + i * rs[d]);
+    })(0, base);
+    return out;
+  }
+  function column(name, idx) { // a[(*lead, :, k)]
+    const a = A[name], lead = idx.slice(0, -1), k = idx[idx.length - 1], d = lead.length;
+    const out = [];
+    for (let i = 0; i < a.shape[d]; i++) out.push(a.data[flat(a, lead.concat([i, k]))]);
+    return out;
+  }
+
+  // ------------------------------------------------------------------ recipes
+  const SUB = "₀₁₂₃₄₅₆₇₈₉", SUP = "⁰¹²³⁴⁵⁶⁷⁸⁹";
+  const digitsIn = (s, set) => String(s).replace(/[0-9]/g, (c) => set[+c]);
+  function text(v) {
+    if (v === null || v === undefined) return "";
+    return typeof v === "string" ? v : String(v);
+  }
+  function truthy(v) {
+    if (Array.isArray(v)) return v.length > 0;
+    return !(v === null || v === undefined || v === false || v === 0 || v === "");
+  }
+  function pyIndex(v, k) { return v[k < 0 ? v.length + k : k]; }
+  function run(node, env) {
+    let items = [], index = 0;
+    function ev(n) {
+      if (!Array.isArray(n)) return n;
+      const op = n[0], a = n.slice(1);
+      switch (op) {
+        case "v": return env[a[0]];
+        case "it": return items[a[0]];
+        case "k": return index;
+        case "+": return ev(a[0]) + ev(a[1]);
+        case "-": return ev(a[0]) - ev(a[1]);
+        case "*": return ev(a[0]) * ev(a[1]);
+        case "//": return Math.floor(ev(a[0]) / ev(a[1]));
+        case "%": { const x = ev(a[0]), y = ev(a[1]); return ((x % y) + y) % y; }
+        case "abs": return Math.abs(ev(a[0]));
+        case "min": return Math.min(ev(a[0]), ev(a[1]));
+        case "max": return Math.max(ev(a[0]), ev(a[1]));
+        case "==": return ev(a[0]) === ev(a[1]);
+        case "!=": return ev(a[0]) !== ev(a[1]);
+        case "<": return ev(a[0]) < ev(a[1]);
+        case "<=": return ev(a[0]) <= ev(a[1]);
+        case ">": return ev(a[0]) > ev(a[1]);
+        case ">=": return ev(a[0]) >= ev(a[1]);
+        case "and": return truthy(ev(a[0])) && truthy(ev(a[1]));
+        case "or": return truthy(ev(a[0])) || truthy(ev(a[1]));
+        case "not": return !truthy(ev(a[0]));
+        case "if": return truthy(ev(a[0])) ? ev(a[1]) : ev(a[2]);
+        case "pick": return ev(a[1 + ev(a[0])]);
+        case "cat": return a.map((p) => text(ev(p))).join("");
+        case "sub": return digitsIn(ev(a[0]), SUB);
+        case "sup": return "⁽" + digitsIn(ev(a[0]), SUP) + "⁾";
+        case "str": return text(ev(a[0]));
+        case "lines": {
+          const out = [];
+          for (const p of a) {
+            const v = ev(p);
+            if (Array.isArray(v)) out.push(...v);
+            else if (v !== null && v !== undefined) out.push(text(v));
+          }
+          return out;
+        }
+        case "label": {
+          const k = ev(a[1]);
+          return a[0] ? D.labels[a[0]][k] : String(k + 1);
+        }
+        case "at": return at(a[0], a.slice(1).map(ev));
+        case "row": return block(a[0], a.slice(1).map(ev));
+        case "col": return column(a[0], a.slice(1).map(ev));
+        case "slice": return ev(a[0]).slice(ev(a[1]), ev(a[2]));
+        case "range": { const out = []; for (let i = ev(a[0]); i < ev(a[1]); i++) out.push(i); return out; }
+        case "len": return ev(a[0]).length;
+        case "item": return pyIndex(ev(a[0]), ev(a[1]));
+        case "num": return textOf(ev(a[0]));
+        case "factor": return factorOf(ev(a[0]));
+        case "isinf": { const v = ev(a[0]); return typeof v === "number" && !Number.isFinite(v) && !Number.isNaN(v); }
+        case "isneginf": { const v = ev(a[0]); return typeof v === "number" && v === -Infinity; }
+        case "each": {
+          const [sep, most, body] = a;
+          const vectors = a.slice(3).map(ev);
+          const count = Math.min(...vectors.map((v) => v.length));
+          const saved = [items, index];
+          let texts = [];
+          for (let k = 0; k < count; k++) {
+            items = vectors.map((v) => v[k]); index = k;
+            const t = ev(body);
+            if (t !== null && t !== undefined) texts.push(text(t));
+          }
+          [items, index] = saved;
+          if (most && texts.length > most) {
+            const hidden = texts.length - most, half = Math.floor(most / 2);
+            texts = texts.slice(0, half).concat(["… (" + hidden + " more terms) …"], texts.slice(texts.length - half));
+          }
+          return texts.join(sep);
+        }
+        default: throw new Error("unknown op " + op);
+      }
+    }
+    return ev(node);
+  }
+
+  // ------------------------------------------------------------------ the tables
+  const place = (p, r, c) => (Array.isArray(p) ? (p[0] === "r" ? r : c) + p[1] : p);
+  const esc = (s) => String(s).replace(/[&<>"]/g, (ch) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[ch]);
+  function labels(side) {
+    if (typeof side === "number") return Array.from({ length: side }, (_, k) => String(k + 1));
+    return typeof side === "string" ? D.labels[side] : side;
+  }
+  // the source holding a table's displayed entry (r, c), and the place within it
+  function locate(t, r, c) {
+    let sr = r, sc = c;
+    if (t.turned) { sr = c; sc = r; }
+    for (const s of t.sources) {
+      if (sc < s.cols) return [s, sr, sc];
+      sc -= s.cols;
+    }
+    return [null, 0, 0];
+  }
+  function heatRGB(w) {
+    const R = D.ramp, x = Math.min(Math.max(w, 0), 1) * (R.length - 1);
+    const i = Math.min(Math.floor(x), R.length - 2), f = x - i;
+    const rgb = [0, 1, 2].map((k) => Math.round(R[i][k] + (R[i + 1][k] - R[i][k]) * f));
+    const light = 0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2] > 140;
+    return [rgb, light ? "black" : "white"];
+  }
+  function shadeStyle(w) {
+    const [rgb, ink] = heatRGB(w);
+    return "background:rgb(" + rgb.join(",") + ");color:" + ink;
+  }
+  function kvOf(h) { return Math.ceil((h * D.groups) / D.heads); }
+
+  function tableHTML(t, ti) {
+    const rows = labels(t.rows), cols = labels(t.cols);
+    const out = ['<table data-t="', ti, '" data-stage="', esc(t.stage), '"'];
+    if (t.head !== null && t.head !== undefined) out.push(' data-head="', t.head, '"');
+    if (t.part) out.push(' data-part="', t.part, '"');
+    out.push(' aria-labelledby="cap', ti, '"><thead><tr><th></th>');
+    for (const c of cols) out.push('<th scope="col">', esc(c), "</th>");
+    out.push("</tr></thead><tbody>");
+    let first = true;
+    for (let r = 0; r < rows.length; r++) {
+      out.push('<tr><th scope="row">', esc(rows[r]), "</th>");
+      let values = null, lo = 0, span = 1;
+      if (t.heat) {
+        values = [];
+        for (let c = 0; c < cols.length; c++) {
+          const [s, sr, sc] = locate(t, r, c);
+          values.push(at(s.array, s.index.map((p) => place(p, sr, sc))));
+        }
+        if (D.heat === "row") {
+          const open = values.filter((v, c) => !(t.blocked && t.blocked[r * cols.length + c] === "1"));
+          lo = Math.min(...open); span = Math.max(...open) - lo;
+        }
+      }
+      for (let c = 0; c < cols.length; c++) {
+        const [s, sr, sc] = locate(t, r, c);
+        const v = values ? values[c] : at(s.array, s.index.map((p) => place(p, sr, sc)));
+        out.push("<td");
+        if (first) { out.push(' tabindex="0"'); first = false; }
+        if (s.spec.length) {
+          out.push(' data-cell="', s.spec.map((p) => (typeof p === "string" ? p : place(p, sr, sc))).join(""), '"');
+        }
+        if (values) {
+          if (t.blocked && t.blocked[r * cols.length + c] === "1") out.push(' class="blocked"');
+          else out.push(' style="', shadeStyle(D.heat === "row" ? (span > 0 ? (v - lo) / span : 1) : v), '"');
+        }
+        out.push(">", esc(fixed(v, P, t.whole, false)), "</td>");
+      }
+      out.push("</tr>");
+    }
+    out.push("</tbody></table>");
+    return out.join("");
+  }
+
+  function draw() {
+    const main = document.getElementById("tables");
+    const parts = [];
+    let stage = null, open = false, heat = false;
+    D.tables.forEach((t, ti) => {
+      const name = t.stage || stage;
+      if (name !== stage || !open) {
+        if (open) parts.push("</div></section>");
+        parts.push('<section class="stage" data-section="', esc(name || ""), '"><div class="heads">');
+        stage = name; open = true;
+      }
+      if (t.note !== undefined) {
+        parts.push('<p class="note ', esc(t.kind || ""), '">', esc(t.note), "</p>");
+        return;
+      }
+      heat = heat || t.heat;
+      const perHead = t.head !== null && t.head !== undefined;
+      parts.push('<figure class="tbl"', perHead ? ' data-ph="' + t.head + '"' + (t.kv ? ' data-kv="1"' : "") : "", ">");
+      parts.push('<figcaption id="cap', ti, '"><b>', esc(t.title), "</b>: ", esc(t.formula),
+        ' <span class="shape">(', esc(t.shape), ")</span></figcaption>");
+      parts.push('<div class="scroll">', tableHTML(t, ti), "</div></figure>");
+    });
+    if (open) parts.push("</div></section>");
+    main.innerHTML = parts.join("");
+    if (heat) legend();
+  }
+
+  function legend() {
+    const el = document.getElementById("legend");
+    const stops = [];
+    for (let k = 0; k <= 10; k++) stops.push("rgb(" + heatRGB(k / 10)[0].join(",") + ")");
+    const [lo, hi] = D.heat === "row" ? ["each row's least", "its greatest"] : ["0", "1"];
+    const swatch = (w, label) => '<span class="swatch" data-value="' + w + '" style="background:rgb(' +
+      heatRGB(w)[0].join(",") + ')"></span><span class="value">' + esc(label) + "</span>";
+    el.innerHTML = "heat map: " + swatch(0, lo) + '<span class="ramp" style="background:linear-gradient(to right,' +
+      stops.join(",") + ')"></span>' + swatch(1, hi) +
+      ' <span class="note">' + (D.heat === "row" ? "each row shaded from its least to its greatest weight" :
+        "the weight of each key for the query row") + "; blocked entries unshaded</span>";
+    el.hidden = false;
+  }
+
+  // ------------------------------------------------------------------ an entry's arithmetic
+  let marked = [];
+  function clearMarks() { for (const el of marked) el.classList.remove("mk", "sel"); marked = []; }
+  function markTables(stage, head, rows, cols) {
+    const sel = 'table[data-stage="' + stage + '"]:not([data-part])' + (head === null || head === undefined ? ":not([data-head])" : '[data-head="' + head + '"]');
+    for (const table of document.querySelectorAll(sel)) {
+      const t = D.tables[+table.dataset.t];
+      if (t.step !== null && t.step !== undefined) continue;
+      const body = table.tBodies[0];
+      for (let r = 0; r < body.rows.length; r++) {
+        const tr = body.rows[r];
+        for (let c = 1; c < tr.cells.length; c++) {
+          const sr = t.turned ? c - 1 : r, sc = t.turned ? r : c - 1;
+          const hit = rows.size && cols.size ? rows.has(sr) && cols.has(sc) : rows.has(sr) || cols.has(sc);
+          if (hit) { tr.cells[c].classList.add("mk"); marked.push(tr.cells[c]); }
+        }
+      }
+    }
+  }
+  // the entry's recipe run at its place: its title, lines and marks
+  function arithmetic(td) {
+    const table = td.closest("table");
+    if (!table || !td.dataset.cell) return null;
+    const t = D.tables[+table.dataset.t];
+    const r = td.parentNode.rowIndex - 1, c = td.cellIndex - 1;
+    const [s, sr, sc] = locate(t, r, c);
+    if (!s || !s.recipe) return null;
+    const recipe = D.recipes[s.recipe];
+    const env = {};
+    for (const [k, p] of s.env) env[k] = p === null ? null : place(p, sr, sc);
+    const marks = recipe.marks.map(([stage, h, rs, cs]) => [stage, run(h, env),
+      new Set((rs || []).map((x) => run(x, env))), new Set((cs || []).map((x) => run(x, env)))]);
+    return { title: run(recipe.title, env), lines: run(recipe.lines, env), marks };
+  }
+  function show(td) {
+    const made = arithmetic(td);
+    if (!made) return;
+    document.getElementById("arithmetic-title").textContent = made.title;
+    document.getElementById("arithmetic").textContent = made.lines.join("\n");
+    clearMarks();
+    for (const [stage, h, rows, cols] of made.marks) markTables(stage, h, rows, cols);
+    td.classList.add("sel"); marked.push(td);
+  }
+
+  // ------------------------------------------------------------------ pointer and keys
+  function labelsOf(td) {
+    const table = td.closest("table");
+    return [td.parentNode.cells[0], table.tHead.rows[0].cells[td.cellIndex]];
+  }
+  function focusCell(td) {
+    const table = td.closest("table");
+    const old = table.querySelector('td[tabindex="0"]');
+    if (old && old !== td) old.setAttribute("tabindex", "-1");
+    td.setAttribute("tabindex", "0");
+    td.focus();
+  }
+  document.addEventListener("mouseover", (ev) => {
+    const td = ev.target.closest && ev.target.closest("#tables td");
+    if (td) for (const th of labelsOf(td)) th && th.classList.add("hl");
+  });
+  document.addEventListener("mouseout", (ev) => {
+    const td = ev.target.closest && ev.target.closest("#tables td");
+    if (td) for (const th of labelsOf(td)) th && th.classList.remove("hl");
+  });
+  document.addEventListener("click", (ev) => {
+    const td = ev.target.closest && ev.target.closest("#tables td");
+    if (td) { focusCell(td); show(td); }
+  });
+  document.addEventListener("keydown", (ev) => {
+    const td = ev.target.closest && ev.target.closest("#tables td");
+    if (!td) return;
+    const tr = td.parentNode, body = tr.parentNode;
+    let next = null;
+    if (ev.key === "Enter" || ev.key === " ") { show(td); ev.preventDefault(); return; }
+    if (ev.key === "ArrowRight") next = tr.cells[td.cellIndex + 1];
+    else if (ev.key === "ArrowLeft") next = td.cellIndex > 1 ? tr.cells[td.cellIndex - 1] : null;
+    else if (ev.key === "ArrowDown") next = body.rows[tr.sectionRowIndex + 1] && body.rows[tr.sectionRowIndex + 1].cells[td.cellIndex];
+    else if (ev.key === "ArrowUp") next = tr.sectionRowIndex > 0 ? body.rows[tr.sectionRowIndex - 1].cells[td.cellIndex] : null;
+    else if (ev.key === "Home") next = tr.cells[1];
+    else if (ev.key === "End") next = tr.cells[tr.cells.length - 1];
+    else return;
+    ev.preventDefault();
+    if (next) focusCell(next);
+  });
+
+  // ------------------------------------------------------------------ heads
+  function chooseHead(value) {
+    for (const fig of document.querySelectorAll("figure[data-ph]")) {
+      const h = +fig.dataset.ph;
+      fig.hidden = !(value === "all" || (fig.dataset.kv ? h === kvOf(+value) : h === +value));
+    }
+  }
+  const select = document.querySelector('select[name="head"]');
+  if (select) select.addEventListener("change", () => chooseHead(select.value));
+
+  draw();
+  if (select && select.value !== "all") chooseHead(select.value);
+  // for tests: every entry's arithmetic at once, by its address
+  function everyEntry() {
+    const out = {};
+    for (const td of document.querySelectorAll("#tables td[data-cell]")) {
+      const made = arithmetic(td);
+      if (made) out[td.dataset.cell] = [made.title, made.lines];
+    }
+    return out;
+  }
+  window.mha = { fixed, textOf, factorOf, run, everyEntry, data: D };
+})();

@@ -1,0 +1,323 @@
+"""The explorer page (``explain --format html``) in a real headless Chromium: every entry's
+arithmetic equals ``explain --cell``'s, every table's numbers ``--format plain``'s; hover,
+keyboard, the head chooser, the legend, light and dark, 390 px, no console error, the size.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from mhacli.cli import app
+from tests.browser import Opened, browser  # noqa: F401  (a fixture)
+from tests.cell_cases import CASES, make, stage_specs, view_specs, worked
+
+runner = CliRunner()
+
+
+def mha(*args: str) -> Any:
+    return runner.invoke(app, list(args))
+
+
+def cell_plain(*args: str) -> tuple[str, list[str]]:
+    """What ``explain --cell SPEC --format plain`` writes under its ``# …`` heading."""
+    r = mha("explain", *args, "--format", "plain")
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.rstrip("\n").split("\n")
+    k = max(i for i, line in enumerate(lines) if line.startswith("# "))
+    return lines[k][2:], lines[k + 1:]
+
+
+def plain_tables(text: str) -> list[tuple[str, list[list[str]]]]:
+    """``--format plain``'s tables: each title line and its rows' numbers as written."""
+    out = []
+    for block in text.strip("\n").split("\n\n"):
+        lines = block.split("\n")
+        assert lines[0].startswith("# ")
+        out.append((lines[0][2:], [line.split()[1:] for line in lines[2:]]))
+    return out
+
+
+@pytest.fixture(scope="module")
+def default_page(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("page") / "example.html"
+    r = mha("explain", "-o", str(path))
+    assert r.exit_code == 0 and r.stdout == "", r.output
+    return path
+
+
+def test_the_default_page_is_small_self_contained_and_quiet(browser: Any,
+                                                           default_page: Path) -> None:
+    html = default_page.read_text("utf-8")
+    assert len(html.encode()) <= 150 * 1024
+    assert html.count("<script") == 2 and 'src="' not in html and "<link" not in html
+    with Opened(browser, default_page) as o:
+        o.page.locator("td[data-cell]").first.click()
+        assert o.errors == []
+        assert o.requests == [default_page.resolve().as_uri()]  # nothing but the file
+
+
+def test_format_html_on_stdout_is_the_same_page(default_page: Path) -> None:
+    r = mha("explain", "--format", "html")
+    assert r.exit_code == 0
+    assert r.stdout == default_page.read_text("utf-8")
+
+
+def test_every_table_in_order_with_the_plain_numbers(browser: Any, default_page: Path) -> None:
+    r = mha("explain", "--format", "plain")
+    expected = plain_tables(r.stdout)
+    with Opened(browser, default_page) as o:
+        shown = o.page.evaluate("""() => [...document.querySelectorAll('#tables table')].map(t =>
+            [document.getElementById(t.getAttribute('aria-labelledby')).textContent,
+             t.dataset.stage, t.dataset.head || null, t.dataset.part || null,
+             [...t.tBodies[0].rows].map(r => [...r.cells].slice(1).map(c => c.textContent))])""")
+    assert len(shown) == len(expected)
+    for (caption, stage, head, part, rows), (title, numbers) in zip(shown, expected):
+        assert _same_title(caption, title), (caption, title)
+        assert title.split(" ")[0].rstrip(":") == stage
+        assert rows == numbers, title
+        assert (part == "softmax") == ("softmax step by step" in title)
+        assert (head is None) == (" · head " not in title)
+
+
+def _same_title(caption: str, title: str) -> bool:
+    """The page's caption says what plain's title line says (its spacing aside)."""
+    return re.sub(r"\s+", " ", caption) == re.sub(r"\s+", " ", title)
+
+
+def test_clicking_entries_of_every_stage_shows_what_cell_writes(browser: Any,
+                                                               default_page: Path) -> None:
+    with Opened(browser, default_page) as o:
+        specs = o.page.evaluate("""() => [...document.querySelectorAll('#tables table')].map(t =>
+            [...t.querySelectorAll('td[data-cell]')].map(c => c.dataset.cell))""")
+        stages = set()
+        for table in specs:
+            if not table:
+                continue
+            for spec in {table[0], table[len(table) // 2], table[-1]}:
+                o.page.locator(f'td[data-cell="{spec}"]').first.click()
+                title, lines = cell_plain("--cell", spec)
+                assert o.page.locator("#arithmetic-title").text_content() == title, spec
+                assert o.page.locator("#arithmetic").text_content() == "\n".join(lines), spec
+                stages.add(spec.split(":")[0])
+        assert o.errors == []
+    assert stages == {"x", "q", "k", "v", "q_heads", "k_heads", "v_heads", "scores", "scaled",
+                      "masked", "weights", "head_outputs", "concat", "output"}
+
+
+def _page_for(case: Any, path: Path) -> Path:
+    from mhacli.present.page import explain_page
+    from mhacli.present.kernel_views import shown_views
+
+    html = explain_page(case.tr, case.exact, case.queries, case.keys, case.digits,
+                        case.prob.layout, None, None, "global", (),
+                        case.prob.read.get("settings"), shown_views(case.tr))
+    path.write_text(html, "utf-8")
+    return path
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_every_entry_of_every_case_is_the_cell_arithmetic(browser: Any, tmp_path: Path,
+                                                          name: str) -> None:
+    """Every entry of every table (the tiles' and decoding steps' too), in samples and
+    variants of every setting that changes a cell's arithmetic: the page's script, run
+    on the page's data, writes the title and lines ``--cell`` writes."""
+    from mhacli.engine import BY_NAME
+
+    case = make(name)
+    with Opened(browser, _page_for(case, tmp_path / f"{name}.html")) as o:
+        got = o.page.evaluate("() => mha.everyEntry()")
+        assert o.errors == []
+    shown = [s for s in case.tr.stages if not BY_NAME[s].on_request]
+    expected = set(stage_specs(case.tr, shown)) | {
+        s for s in view_specs(case.tr, case.queries)
+        if not s.endswith(":cache_bytes")}  # a line between the tables, not an entry
+    assert expected <= set(got)
+    for spec, (title, lines) in got.items():
+        w = worked(case, spec)
+        assert (title, lines) == (w.title, w.lines), spec
+
+
+def test_hover_marks_the_query_and_the_key_labels_only(browser: Any, default_page: Path) -> None:
+    with Opened(browser, default_page) as o:
+        o.page.hover('td[data-cell="scores:2:3:1"]')
+        hl = o.page.evaluate("""() => [...document.querySelectorAll('.hl')].map(e =>
+            [e.closest('table').dataset.stage, e.closest('thead') ? 'col' : 'row', e.textContent])""")
+        assert sorted(hl) == [["scores", "col", "the"], ["scores", "row", "sat"]]
+        o.page.mouse.move(1, 1)
+        assert o.page.locator(".hl").count() == 0
+        assert o.errors == []
+
+
+def test_the_keyboard_reaches_and_opens_every_entry(browser: Any, default_page: Path) -> None:
+    with Opened(browser, default_page) as o:
+        p = o.page
+        for _ in range(6):  # from the start of the page: the head chooser, then the tables
+            p.keyboard.press("Tab")
+            if p.evaluate("() => document.activeElement.tagName") == "TD":
+                break
+        assert p.evaluate("() => document.activeElement.dataset.cell") == "x:1:1"
+        p.keyboard.press("ArrowRight")
+        p.keyboard.press("ArrowDown")
+        p.keyboard.press("ArrowDown")
+        p.keyboard.press("ArrowLeft")
+        p.keyboard.press("ArrowRight")
+        assert p.evaluate("() => document.activeElement.dataset.cell") == "x:3:2"
+        p.keyboard.press("Enter")
+        title, lines = cell_plain("--cell", "x:3:2")
+        assert p.locator("#arithmetic-title").text_content() == title
+        assert p.locator("#arithmetic").text_content() == "\n".join(lines)
+        p.keyboard.press("Tab")  # on to the next table, its first entry
+        assert p.evaluate("() => document.activeElement.dataset.cell") == "q:1:1"
+        assert o.errors == []
+
+
+def test_the_head_chooser_shows_one_head_or_all(browser: Any, tmp_path: Path) -> None:
+    path = tmp_path / "gqa.html"
+    assert mha("explain", "--sample", "gqa", "-o", str(path)).exit_code == 0
+    with Opened(browser, path) as o:
+        p = o.page
+        heads = p.evaluate("() => [...document.querySelector('select[name=head]').options]"
+                           ".map(x => x.value)")
+        H = p.evaluate("() => mha.data.heads")
+        G = p.evaluate("() => mha.data.groups")
+        assert heads == ["all"] + [str(h) for h in range(1, H + 1)] and G < H
+        assert p.locator("select[name=head]").input_value() == "all"
+
+        def visible() -> list[tuple[str, str | None]]:
+            return p.evaluate("""() => [...document.querySelectorAll('#tables table')]
+                .filter(t => t.offsetParent !== null)
+                .map(t => [t.dataset.stage, t.dataset.head || null])""")
+
+        everything = visible()
+        for h in range(1, H + 1):
+            p.select_option("select[name=head]", str(h))
+            shown = visible()
+            kv = str(math.ceil(h * G / H))
+            for stage, head in shown:
+                if stage in ("k_heads", "v_heads"):
+                    assert head == kv
+                elif head is not None:
+                    assert head == str(h), stage
+            assert {s for s, hd in shown if hd is None} == {s for s, hd in everything
+                                                            if hd is None}
+            assert ["scores", str(h)] in shown and ["k_heads", kv] in shown
+        p.select_option("select[name=head]", "all")
+        assert visible() == everything
+        kv_heads = {hd for s, hd in everything if s == "k_heads"}
+        assert kv_heads == {str(g) for g in range(1, G + 1)}
+        assert o.errors == []
+
+
+def test_the_heat_map_and_its_legend(browser: Any, default_page: Path) -> None:
+    from mhacli.present.tables import heat_rgb
+
+    with Opened(browser, default_page) as o:
+        p = o.page
+        legend = p.locator("#legend")
+        assert legend.is_visible()
+        swatches = p.evaluate("""() => [...document.querySelectorAll('#legend .swatch')].map(s =>
+            [s.dataset.value, getComputedStyle(s).backgroundColor, s.nextElementSibling.textContent])""")
+        assert [(v, label) for v, _, label in swatches] == [("0", "0"), ("1", "1")]
+        for value, colour, _ in swatches:
+            r, g, b, _ = heat_rgb(float(value))
+            assert colour == f"rgb({r}, {g}, {b})"
+        cells = p.evaluate("""() => [...document.querySelectorAll(
+            'table[data-stage=weights]:not([data-part]) td')].map(c =>
+            [c.dataset.cell, getComputedStyle(c).backgroundColor, c.classList.contains('blocked')])""")
+    from mhacli import engine
+    from mhacli.io.choose import problem_from
+
+    tr = engine.traced(problem_from().prepared)
+    for spec, colour, blocked in cells:
+        _, h, i, j = (int(x) if x.isdigit() else x for x in spec.split(":"))
+        assert blocked == (j > i)  # the example is causal
+        if not blocked:
+            r, g, b, _ = heat_rgb(float(tr.stages["weights"][h - 1, i - 1, j - 1]))
+            assert colour == f"rgb({r}, {g}, {b})"
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+@pytest.mark.parametrize("width", [390, 1280])
+def test_it_reads_at_every_width_in_either_scheme(browser: Any, tmp_path: Path, scheme: str,
+                                                  width: int) -> None:
+    """Nothing but a table's own box scrolls sideways (a wide problem's too); the scheme
+    is the system's. Screenshots go to /tmp/page-shots/ to be looked at."""
+    path = tmp_path / "wide.html"
+    assert mha("explain", "--random", "--seed", "2", "--tokens", "10", "--d-model", "12",
+               "--heads", "2", "--mask", "causal", "-o", str(path)).exit_code == 0
+    with Opened(browser, path, width=width, scheme=scheme) as o:
+        p = o.page
+        p.locator('td[data-cell="weights:1:4:2"]').click()
+        assert p.evaluate("() => document.documentElement.scrollWidth") <= width
+        wide = p.evaluate("""() => [...document.querySelectorAll('.scroll')]
+            .filter(s => s.scrollWidth > s.clientWidth).length""")
+        assert (wide > 0) == (width < 1000)
+        background = p.evaluate("() => getComputedStyle(document.body).backgroundColor")
+        dark = sum(int(x) for x in re.findall(r"\d+", background)[:3]) < 150
+        assert dark == (scheme == "dark")
+        shots = Path("/tmp/page-shots")
+        shots.mkdir(exist_ok=True)
+        p.screenshot(path=str(shots / f"page-{width}-{scheme}.png"), full_page=False)
+        assert o.errors == []
+
+
+def test_numbers_are_rounded_as_python_rounds_them(browser: Any, default_page: Path) -> None:
+    """The page's formatter against Python's format (half to even on the exact binary
+    value): ties, near-ties, tiny and huge values, negatives that round to zero."""
+    from mhacli import numbers
+    from mhacli.engine.recipe import text_of
+
+    rng = random.Random(5)
+    values: list[float] = [0.125, 0.375, 2.5, 3.5, -2.5, 0.5, 1.5, 1e-5, -1e-5, -0.00005,
+                           0.00005, 1e21, 1.5e22, -3e25, 123456789.125, 2 ** -30, 0.0,
+                           -0.0, 1e12, 999999999999.0, 5e-324, 1.7976931348623157e308,
+                           0.045, 1.005, 2.675]
+    values += [k / 2 ** e for k in range(-40, 41, 3) for e in (1, 3, 5, 8)]
+    values += [rng.uniform(-10, 10) for _ in range(400)]
+    values += [rng.uniform(-1, 1) * 10 ** rng.randint(-12, 24) for _ in range(400)]
+    values += [round(rng.uniform(-50, 50), 4) + 0.00005 for _ in range(200)]
+    values += [float(np.nextafter(0.125, 1)), float(np.nextafter(0.125, 0))]
+    cases = [(v, p) for v in values for p in (0, 1, 2, 4, 6)]
+    want = [[numbers.fixed(v, p, False, False), numbers.fixed(v, p, True, False)
+             if v.is_integer() and abs(v) < 1e12 else None] for v, p in cases]
+    with Opened(browser, default_page) as o:
+        got = o.page.evaluate("""(cases) => cases.map(([v, p]) => [mha.fixed(v, p, false, false),
+            Number.isInteger(v) && Math.abs(v) < 1e12 ? mha.fixed(v, p, true, false) : null])""",
+                              cases)
+        texts = o.page.evaluate("(vs) => vs.map(v => mha.textOf(v))", values)
+    for (v, p), a, b in zip(cases, got, want):
+        assert a == b, (v, p)
+    assert texts == [text_of(v, 4) for v in values]
+
+
+def test_refused_problems_and_the_size_rule_write_no_file(tmp_path: Path) -> None:
+    page = tmp_path / "big.html"
+    r = mha("explain", "--random", "--tokens", "2000", "--d-model", "64", "-o", str(page))
+    assert r.exit_code == 2 and "Error: explain would print" in r.output
+    assert not page.exists()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("x: [[1, 2]]\nheads: 1\nw_q: [[1], [2]]\nw_k: [[1], [2]]\nw_v: [[1, 2]]\n")
+    r = mha("explain", str(bad), "-o", str(page))
+    assert r.exit_code == 2 and r.output.startswith("Error:")
+    assert not page.exists() and list(tmp_path.iterdir()) == [bad]
+    r = mha("explain", "--cell", "scores:1:1:1", "--format", "html")
+    assert r.exit_code == 2 and "--cell" in r.output and r.stdout == ""
+
+
+def test_the_format_follows_the_extension(tmp_path: Path) -> None:
+    for name, start in (("a.html", "<!DOCTYPE html>"), ("a.json", '{"config"'),
+                        ("a.txt", "# x: X")):
+        r = mha("explain", "-o", str(tmp_path / name))
+        assert r.exit_code == 0 and r.stdout == ""
+        assert (tmp_path / name).read_text("utf-8").startswith(start)
+    data = json.loads((tmp_path / "a.json").read_text())
+    assert set(data) == {"config", "stages"}
