@@ -187,8 +187,8 @@ def test_the_head_chooser_shows_one_head_or_all(browser: Any, tmp_path: Path) ->
         p = o.page
         heads = p.evaluate("() => [...document.querySelector('select[name=head]').options]"
                            ".map(x => x.value)")
-        H = p.evaluate("() => mha.data.heads")
-        G = p.evaluate("() => mha.data.groups")
+        H = p.evaluate("() => mha.data.sets[0].heads")
+        G = p.evaluate("() => mha.data.sets[0].groups")
         assert heads == ["all"] + [str(h) for h in range(1, H + 1)] and G < H
         assert p.locator("select[name=head]").input_value() == "all"
 

@@ -31,14 +31,19 @@ def script_json(data: dict[str, Any]) -> str:
     return orjson.dumps(data, option=orjson.OPT_SERIALIZE_NUMPY).decode().replace("<", "\\u003c")
 
 
-def page_html(data: PageData, header: Iterable[str] = (), title: str = TITLE,
+def page_html(sets: list[PageData], header: Iterable[str] = (), title: str = TITLE,
               head: int | None = None, extra: Mapping[str, Any] | None = None) -> str:
-    """The whole page: the data, the script and the style sheet, and the frame the
-    script draws the tables into."""
-    made = data.as_json()
-    made["initialHead"] = head
-    made.update(extra or {})
-    heads = made["heads"]
+    """The whole page: the data (each set's numbers, and every table in order, each
+    naming its set), the script and the style sheet, and the frame the script draws the
+    tables into."""
+    from .tables import _RAMP
+
+    tables = []
+    for k, data in enumerate(sets):
+        tables += [dict(t, set=k) if k else t for t in data.tables]
+    made: dict[str, Any] = {"sets": [data.set_json() for data in sets], "tables": tables,
+                            "heat": sets[0].heat, "ramp": _RAMP, **(extra or {})}
+    heads = max(data.tr.config.heads for data in sets)
     options = "".join(f'<option value="{h}"{" selected" if h == head else ""}>{h}</option>'
                       for h in range(1, heads + 1))
     select = "" if heads < 2 else (
@@ -78,4 +83,4 @@ def explain_page(tr: Any, exact: Any, queries: list[str], keys: list[str], digit
     data = PageData(tr, reading, digits, layout, origin, heat)
     data.add(views(tr, queries, keys, stages, None, exact_stages, layout))
     data.add(KernelViews(tr, queries, keys, list(kernels), None, exact_stages, layout))
-    return page_html(data, header, head=head)
+    return page_html([data], header, head=head)

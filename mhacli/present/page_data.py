@@ -174,13 +174,11 @@ class PageData:
                 held.append((name, a))
         return out
 
-    def as_json(self) -> dict[str, Any]:
+    def set_json(self) -> dict[str, Any]:
+        """The numbers, labels and recipes this data's tables read (a page's set)."""
         c = self.tr.config
-        from .tables import _RAMP
-
         return {"precision": self.precision, "heads": c.heads, "groups": c.groups,
                 "labels": {"query": self.reading.queries, "key": self.reading.keys},
-                "heat": self.heat, "ramp": _RAMP, "tables": self.tables,
                 "recipes": {k: r.data() for k, r in self.recipes.items()},
                 "arrays": self.arrays()}
 

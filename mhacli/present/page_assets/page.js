@@ -5,7 +5,9 @@
 "use strict";
 (function () {
   const D = JSON.parse(document.getElementById("data").textContent);
-  const P = D.precision;
+  // the numbers a table reads are its set's (one problem's: a check page of several
+  // submissions has one a problem); `use` makes a set the current one
+  let P, A, LABELS, RECIPES, HEADS, GROUPS;
 
   // ------------------------------------------------------------------ numbers as text
   // Python's format(v, ".Pf"): the exact binary value rounded half to even. toFixed is
@@ -35,10 +37,12 @@
     }
     return (neg ? "-" : "") + s;
   }
+  const TENS = [];
+  for (let k = 0; k <= 20; k++) TENS.push(Math.pow(10, k));
   function pyFixed(v, p) {
     const a = Math.abs(v);
     if (a < 1e21) {
-      const y = a * Math.pow(10, p);
+      const y = a * (p <= 20 ? TENS[p] : Math.pow(10, p));
       if (y < 4e15 && Math.abs(y - Math.floor(y) - 0.5) > 1e-6) return v.toFixed(p);
     }
     return exactFixed(v, p);
@@ -49,9 +53,8 @@
     if (Number.isNaN(v)) return "nan";
     if (!Number.isFinite(v)) return (v < 0 ? "-" : "") + (unicode ? "∞" : "inf");
     if (whole || v === 0) return String(Math.trunc(v) || 0);
-    let t = pyFixed(v, p);
-    if (t.replace(/^-+/, "").replace(/^[0.]+|[0.]+$/g, "") === "") t = t.replace(/^-+/, "");
-    return t;
+    const t = pyFixed(v, p);
+    return v < 0 && /^-[0.]*$/.test(t) ? t.slice(1) : t; // no "-0.0000"
   }
   function textOf(v) { // recipe.text_of
     if (typeof v === "string") return v;
@@ -63,24 +66,34 @@
   }
 
   // ------------------------------------------------------------------ the arrays
-  const A = {};
-  for (const [name, a] of Object.entries(D.arrays)) {
-    if (a.of) continue;
-    const data = a.data;
-    if (a.special) {
-      a.special.k.forEach((k, n) => {
-        const w = a.special.v[n];
-        data[k] = w === "nan" ? NaN : w === "inf" ? Infinity : -Infinity;
-      });
+  function arrays(all) {
+    const A = {};
+    for (const [name, a] of Object.entries(all)) {
+      if (a.of) continue;
+      const data = a.data;
+      if (a.special) {
+        a.special.k.forEach((k, n) => {
+          const w = a.special.v[n];
+          data[k] = w === "nan" ? NaN : w === "inf" ? Infinity : -Infinity;
+        });
     }
-    const strides = [];
-    let s = 1;
-    for (let d = a.shape.length - 1; d >= 0; d--) { strides[d] = s; s *= a.shape[d]; }
-    A[name] = { data, shape: a.shape, strides, offset: 0 };
+      const strides = [];
+      let s = 1;
+      for (let d = a.shape.length - 1; d >= 0; d--) { strides[d] = s; s *= a.shape[d]; }
+      A[name] = { data, shape: a.shape, strides, offset: 0 };
+    }
+    for (const [name, a] of Object.entries(all)) {
+      if (a.of) A[name] = { data: A[a.of].data, shape: a.shape, strides: a.strides, offset: a.offset };
+    }
+    return A;
   }
-  for (const [name, a] of Object.entries(D.arrays)) {
-    if (a.of) A[name] = { data: A[a.of].data, shape: a.shape, strides: a.strides, offset: a.offset };
+  const SETS = D.sets.map((d) => ({ A: arrays(d.arrays), d }));
+  function use(k) {
+    const s = SETS[k || 0];
+    A = s.A; P = s.d.precision; LABELS = s.d.labels; RECIPES = s.d.recipes;
+    HEADS = s.d.heads; GROUPS = s.d.groups;
   }
+  use(0);
   function flat(arr, idx) {
     let k = arr.offset;
     for (let d = 0; d < idx.length; d++) {
@@ -163,7 +176,7 @@
         }
         case "label": {
           const k = ev(a[1]);
-          return a[0] ? D.labels[a[0]][k] : String(k + 1);
+          return a[0] ? LABELS[a[0]][k] : String(k + 1);
         }
         case "at": return at(a[0], a.slice(1).map(ev));
         case "row": return block(a[0], a.slice(1).map(ev));
@@ -205,7 +218,7 @@
   const esc = (s) => String(s).replace(/[&<>"]/g, (ch) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[ch]);
   function labels(side) {
     if (typeof side === "number") return Array.from({ length: side }, (_, k) => String(k + 1));
-    return typeof side === "string" ? D.labels[side] : side;
+    return typeof side === "string" ? LABELS[side] : side;
   }
   // the source holding a table's displayed entry (r, c), and the place within it
   function locate(t, r, c) {
@@ -224,48 +237,76 @@
     const light = 0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2] > 140;
     return [rgb, light ? "black" : "white"];
   }
+  const hex2 = (x) => (x < 16 ? "0" : "") + x.toString(16);
   function shadeStyle(w) {
     const [rgb, ink] = heatRGB(w);
-    return "background:rgb(" + rgb.join(",") + ");color:" + ink;
+    return "background:#" + hex2(rgb[0]) + hex2(rgb[1]) + hex2(rgb[2]) + (ink === "white" ? ";color:#fff" : ";color:#000");
   }
-  function kvOf(h) { return Math.ceil((h * D.groups) / D.heads); }
+  function kvOf(h, set) { use(set); return Math.ceil((h * GROUPS) / HEADS); }
+
+  // a source's entry (r, c) as a flat index: base + r·kr + c·kc (its places are linear)
+  function linear(s) {
+    const a = A[s.array];
+    let base = a.offset, kr = 0, kc = 0;
+    s.index.forEach((p, d) => {
+      const st = a.strides[d];
+      if (Array.isArray(p)) {
+        base += p[1] * st;
+        if (p[0] === "r") kr += st; else kc += st;
+      } else {
+        base += (p < 0 ? p + a.shape[d] : p) * st;
+      }
+    });
+    return { data: a.data, base, kr, kc };
+  }
+  function specOf(s, r, c) {
+    let out = "";
+    for (const p of s.spec) out += typeof p === "string" ? p : place(p, r, c);
+    return out;
+  }
 
   function tableHTML(t, ti) {
+    use(t.set);
     const rows = labels(t.rows), cols = labels(t.cols);
     const out = ['<table data-t="', ti, '" data-stage="', esc(t.stage), '"'];
     if (t.head !== null && t.head !== undefined) out.push(' data-head="', t.head, '"');
     if (t.part) out.push(' data-part="', t.part, '"');
     out.push(' aria-labelledby="cap', ti, '"><thead><tr><th></th>');
-    for (const c of cols) out.push('<th scope="col">', esc(c), "</th>");
+    for (const c of cols) out.push("<th>", esc(c), "</th>");
     out.push("</tr></thead><tbody>");
+    // each displayed column: its source, its place there, and how to read it
+    const colInfo = [];
+    for (const s of t.sources) {
+      const lin = linear(s);
+      for (let sc = 0; sc < s.cols; sc++) colInfo.push({ s, lin, sc });
+    }
+    const turned = t.turned, whole = t.whole, blocked = t.blocked, ncols = cols.length;
     let first = true;
+    const values = new Array(ncols);
     for (let r = 0; r < rows.length; r++) {
-      out.push('<tr><th scope="row">', esc(rows[r]), "</th>");
-      let values = null, lo = 0, span = 1;
-      if (t.heat) {
-        values = [];
-        for (let c = 0; c < cols.length; c++) {
-          const [s, sr, sc] = locate(t, r, c);
-          values.push(at(s.array, s.index.map((p) => place(p, sr, sc))));
-        }
-        if (D.heat === "row") {
-          const open = values.filter((v, c) => !(t.blocked && t.blocked[r * cols.length + c] === "1"));
-          lo = Math.min(...open); span = Math.max(...open) - lo;
-        }
+      out.push("<tr><th>", esc(rows[r]), "</th>");
+      for (let c = 0; c < ncols; c++) {
+        // displayed (r, c) is the source's (r, c), or (c, r) when shown turned
+        const info = turned ? colInfo[r] : colInfo[c];
+        const lin = info.lin;
+        values[c] = lin.data[lin.base + (turned ? c : r) * lin.kr + info.sc * lin.kc];
       }
-      for (let c = 0; c < cols.length; c++) {
-        const [s, sr, sc] = locate(t, r, c);
-        const v = values ? values[c] : at(s.array, s.index.map((p) => place(p, sr, sc)));
+      let lo = 0, span = 1;
+      if (t.heat && D.heat === "row") {
+        const open = values.filter((v, c) => !(blocked && blocked[r * ncols + c] === "1"));
+        lo = Math.min(...open); span = Math.max(...open) - lo;
+      }
+      for (let c = 0; c < ncols; c++) {
+        const info = turned ? colInfo[r] : colInfo[c];
+        const v = values[c];
         out.push("<td");
         if (first) { out.push(' tabindex="0"'); first = false; }
-        if (s.spec.length) {
-          out.push(' data-cell="', s.spec.map((p) => (typeof p === "string" ? p : place(p, sr, sc))).join(""), '"');
-        }
-        if (values) {
-          if (t.blocked && t.blocked[r * cols.length + c] === "1") out.push(' class="blocked"');
+        if (info.s.spec.length) out.push(' data-cell="', specOf(info.s, turned ? c : r, info.sc), '"');
+        if (t.heat) {
+          if (blocked && blocked[r * ncols + c] === "1") out.push(' class="blocked"');
           else out.push(' style="', shadeStyle(D.heat === "row" ? (span > 0 ? (v - lo) / span : 1) : v), '"');
         }
-        out.push(">", esc(fixed(v, P, t.whole, false)), "</td>");
+        out.push(">", fixed(v, P, whole, false), "</td>");
       }
       out.push("</tr>");
     }
@@ -290,7 +331,8 @@
       }
       heat = heat || t.heat;
       const perHead = t.head !== null && t.head !== undefined;
-      parts.push('<figure class="tbl"', perHead ? ' data-ph="' + t.head + '"' + (t.kv ? ' data-kv="1"' : "") : "", ">");
+      parts.push('<figure class="tbl"', perHead ? ' data-ph="' + t.head + '"' + (t.kv ? ' data-kv="1"' : "") : "",
+        t.set ? ' data-set="' + t.set + '"' : "", ">");
       parts.push('<figcaption id="cap', ti, '"><b>', esc(t.title), "</b>: ", esc(t.formula),
         ' <span class="shape">(', esc(t.shape), ")</span></figcaption>");
       parts.push('<div class="scroll">', tableHTML(t, ti), "</div></figure>");
@@ -298,6 +340,7 @@
     if (open) parts.push("</div></section>");
     main.innerHTML = parts.join("");
     if (heat) legend();
+    document.documentElement.dataset.drawn = "1"; // every table is in the document
   }
 
   function legend() {
@@ -338,10 +381,11 @@
     const table = td.closest("table");
     if (!table || !td.dataset.cell) return null;
     const t = D.tables[+table.dataset.t];
+    use(t.set);
     const r = td.parentNode.rowIndex - 1, c = td.cellIndex - 1;
     const [s, sr, sc] = locate(t, r, c);
     if (!s || !s.recipe) return null;
-    const recipe = D.recipes[s.recipe];
+    const recipe = RECIPES[s.recipe];
     const env = {};
     for (const [k, p] of s.env) env[k] = p === null ? null : place(p, sr, sc);
     const marks = recipe.marks.map(([stage, h, rs, cs]) => [stage, run(h, env),
@@ -403,7 +447,7 @@
   function chooseHead(value) {
     for (const fig of document.querySelectorAll("figure[data-ph]")) {
       const h = +fig.dataset.ph;
-      fig.hidden = !(value === "all" || (fig.dataset.kv ? h === kvOf(+value) : h === +value));
+      fig.hidden = !(value === "all" || (fig.dataset.kv ? h === kvOf(+value, +(fig.dataset.set || 0)) : h === +value));
     }
   }
   const select = document.querySelector('select[name="head"]');
