@@ -48,6 +48,7 @@ class CheckFormat(str, Enum):
     latex = "latex"
     jsonl = "jsonl"
     gradescope = "gradescope"
+    html = "html"
 
 
 class HeatScale(str, Enum):

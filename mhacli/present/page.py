@@ -32,15 +32,17 @@ def script_json(data: dict[str, Any]) -> str:
 
 
 def page_html(sets: list[PageData], header: Iterable[str] = (), title: str = TITLE,
-              head: int | None = None, extra: Mapping[str, Any] | None = None) -> str:
+              head: int | None = None, extra: Mapping[str, Any] | None = None,
+              tables: list[dict[str, Any]] | None = None) -> str:
     """The whole page: the data (each set's numbers, and every table in order, each
     naming its set), the script and the style sheet, and the frame the script draws the
     tables into."""
     from .tables import _RAMP
 
-    tables = []
-    for k, data in enumerate(sets):
-        tables += [dict(t, set=k) if k else t for t in data.tables]
+    if tables is None:  # each set's tables in turn (else: in the order given)
+        tables = []
+        for k, data in enumerate(sets):
+            tables += [dict(t, set=k) if k else t for t in data.tables]
     made: dict[str, Any] = {"sets": [data.set_json() for data in sets], "tables": tables,
                             "heat": sets[0].heat, "ramp": _RAMP, **(extra or {})}
     heads = max(data.tr.config.heads for data in sets)

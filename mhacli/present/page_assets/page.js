@@ -265,6 +265,7 @@
     return out;
   }
 
+  const VERDICTS = { r: "right", w: "wrong", c: "carried", b: "blank" };
   function tableHTML(t, ti) {
     use(t.set);
     const rows = labels(t.rows), cols = labels(t.cols);
@@ -306,7 +307,12 @@
           if (blocked && blocked[r * ncols + c] === "1") out.push(' class="blocked"');
           else out.push(' style="', shadeStyle(D.heat === "row" ? (span > 0 ? (v - lo) / span : 1) : v), '"');
         }
-        out.push(">", fixed(v, P, whole, false), "</td>");
+        if (t.verdicts) {
+          const k = r * ncols + c;
+          out.push(' data-verdict="', VERDICTS[t.verdicts[k]], '">', esc(t.written[k]), "</td>");
+        } else {
+          out.push(">", fixed(v, P, whole, false), "</td>");
+        }
       }
       out.push("</tr>");
     }
@@ -319,6 +325,12 @@
     const parts = [];
     let stage = null, open = false, heat = false;
     D.tables.forEach((t, ti) => {
+      if (t.kind === "submission") { // a check page: a section a submission
+        if (open) parts.push("</div></section>");
+        parts.push('<h2 class="submission">', esc(t.note), "</h2>");
+        open = false; stage = null;
+        return;
+      }
       const name = t.stage || stage;
       if (name !== stage || !open) {
         if (open) parts.push("</div></section>");
@@ -385,6 +397,11 @@
     const r = td.parentNode.rowIndex - 1, c = td.cellIndex - 1;
     const [s, sr, sc] = locate(t, r, c);
     if (!s || !s.recipe) return null;
+    if (t.verdicts) { // a check page: what the grader says of the entry
+      const k = r * (labels(t.cols).length) + c, v = VERDICTS[t.verdicts[k]];
+      if (v === "wrong" || v === "carried") return { title: td.dataset.cell + ": " + v, lines: t.notes[k], marks: [] };
+      if (v === "blank") return { title: td.dataset.cell + ": blank", lines: ["left blank: work not done"], marks: [] };
+    }
     const recipe = RECIPES[s.recipe];
     const env = {};
     for (const [k, p] of s.env) env[k] = p === null ? null : place(p, sr, sc);
