@@ -321,3 +321,71 @@ def test_the_format_follows_the_extension(tmp_path: Path) -> None:
         assert (tmp_path / name).read_text("utf-8").startswith(start)
     data = json.loads((tmp_path / "a.json").read_text())
     assert set(data) == {"config", "stages"}
+
+
+def _visible_cells(p: Any) -> list[str]:
+    return p.evaluate("""() => [...document.querySelectorAll('[data-walk] td[data-cell]')]
+        .filter(c => c.offsetParent !== null).map(c => c.dataset.cell)""")
+
+
+def test_the_tiles_are_walked_a_step_at_a_time_in_the_jsons_order(browser: Any,
+                                                                   tmp_path: Path) -> None:
+    args = ("--sample", "flash", "--tiles", "1:2", "--mask", "causal")
+    path = tmp_path / "tiles.html"
+    assert mha("explain", *args, "-o", str(path)).exit_code == 0
+    blocks = json.loads(mha("explain", *args, "--format", "json").stdout)["stages"]["tiles"]
+    steps = [(b["head"], b["rows"], k, s) for b in blocks for k, s in enumerate(b["steps"], 1)]
+    assert any(s["skipped"] for *_, s in steps) and len(steps) > 4
+    with Opened(browser, path) as o:
+        p = o.page
+        prev, nxt = p.locator('[data-step="prev"]'), p.locator('[data-step="next"]')
+        for n, (head, rows, k, step) in enumerate(steps):
+            if n:
+                nxt.click()
+            assert prev.is_disabled() == (n == 0)
+            assert nxt.is_disabled() == (n == len(steps) - 1)
+            notes = p.evaluate("""() => [...document.querySelectorAll('p[data-walk]')]
+                .filter(e => e.offsetParent !== null).map(e => e.textContent)""")
+            assert any(f"head {head} of" in t and f"row{'s' if rows[0] != rows[1] else ''} "
+                       f"{rows[0]}" in t for t in notes), notes
+            assert any(t.startswith(f"key block {k} of") for t in notes)
+            cells = [c.split(":") for c in _visible_cells(p)]
+            if step["skipped"]:
+                assert any("skipped" in t for t in notes)
+                assert all(c[3] in ("output", "lse") for c in cells)
+                continue
+            fields = {c[4] for c in cells if c[3] not in ("output", "lse")}
+            assert fields == {"s", "m", "correction", "l", "p", "o"}  # shown together
+            assert {(int(c[1]), int(c[3])) for c in cells if c[3] not in ("output", "lse")
+                    and c[4] not in ("m", "l")} == {(head, k)}  # (m and ℓ before: k − 1's)
+            assert {int(c[2]) for c in cells} <= set(range(rows[0], rows[1] + 1))
+        for _ in range(3):
+            prev.click()
+        p.locator("h1").click()  # the focus outside any table: the arrow keys walk
+        p.keyboard.press("ArrowRight")
+        assert p.locator(".walk .where").text_content() == \
+            f"step {len(steps) - 2} of {len(steps)}"
+        p.locator('[data-walk] td[data-cell]:visible').first.click()
+        p.keyboard.press("ArrowRight")  # within a table: the entry beside it
+        assert p.locator(".walk .where").text_content() == \
+            f"step {len(steps) - 2} of {len(steps)}"
+        assert o.errors == []
+
+
+def test_decoding_is_walked_a_token_at_a_time(browser: Any, tmp_path: Path) -> None:
+    path = tmp_path / "decode.html"
+    assert mha("explain", "--sample", "kv-cache", "--decode", "--splits", "2", "-o",
+               str(path)).exit_code == 0
+    n = len(json.loads(mha("explain", "--sample", "kv-cache", "--decode", "--format",
+                           "json").stdout)["stages"]["decode"])
+    with Opened(browser, path) as o:
+        p = o.page
+        for t in range(1, n + 1):
+            if t > 1:
+                p.locator('[data-step="next"]').click()
+            cells = _visible_cells(p)
+            assert {c.split(":")[1] for c in cells} == {str(t)}
+            assert {c.split(":")[2] for c in cells} >= {"q", "k_new", "v_new", "k_cache",
+                                                        "scores", "weights", "head_outputs"}
+        assert p.locator('[data-step="next"]').is_disabled()
+        assert o.errors == []

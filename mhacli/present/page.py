@@ -84,5 +84,7 @@ def explain_page(tr: Any, exact: Any, queries: list[str], keys: list[str], digit
     reading = Reading(tr, exact, queries, keys, digits)
     data = PageData(tr, reading, digits, layout, origin, heat)
     data.add(views(tr, queries, keys, stages, None, exact_stages, layout))
-    data.add(KernelViews(tr, queries, keys, list(kernels), None, exact_stages, layout))
+    for name in kernels:  # walked a step at a time
+        data.add_walk(name, KernelViews(tr, queries, keys, [name], None, exact_stages,
+                                        layout))
     return page_html([data], header, head=head)

@@ -80,6 +80,42 @@ class PageData:
 
     # ---------------------------------------------------------------- tables
 
+    def add_walk(self, name: str, items: Iterable[View | Note]) -> None:
+        """A view of fast kernels walked a step at a time (``tiles``: a key block of a
+        query block of a head, in the JSON's order, a skipped tile a step too;
+        ``decode``: a decoding step): each item its step, a block's heading the span of
+        its steps, the closing count of skipped tiles always shown."""
+        step, heading = -1, None
+
+        def close() -> None:
+            if heading is not None:
+                heading["to"] = step
+
+        for item in items:
+            at = len(self.tables)
+            if isinstance(item, Note):
+                starts = item.kind == "heading"
+                if starts and name == "tiles":
+                    close()
+                    heading = None
+                if (starts and name == "decode") or (name == "tiles" and
+                                                     item.kind in ("step", "skip")):
+                    step += 1
+                self.add([item])
+                note = self.tables[at]
+                note["stage"] = name
+                if name == "tiles" and item.kind == "good" and "tiles skipped" in item.text:
+                    continue  # the count of skipped tiles: of every step
+                if starts and name == "tiles":
+                    heading = note
+                    note["walk"], note["from"], note["to"] = name, step + 1, step + 1
+                    continue
+                note["walk"], note["from"], note["to"] = name, step, step
+                continue
+            self.add([item])
+            self.tables[at].update(walk=name, **{"from": step, "to": step})
+        close()
+
     def add(self, items: Iterable[View | Note], step: int | None = None) -> None:
         """Views (and the notes between them) in the order shown."""
         for v in items:

@@ -334,16 +334,20 @@
       const name = t.stage || stage;
       if (name !== stage || !open) {
         if (open) parts.push("</div></section>");
-        parts.push('<section class="stage" data-section="', esc(name || ""), '"><div class="heads">');
+        parts.push('<section class="stage" data-section="', esc(name || ""), '">');
+        if (t.walk) parts.push(walkBar(t.walk));
+        parts.push('<div class="heads">');
         stage = name; open = true;
       }
+      const walk = t.walk ? ' data-walk="' + t.walk + '" data-from="' + t.from + '" data-to="' + t.to + '"' : "";
+      const off = t.walk && !(t.from <= 0 && 0 <= t.to) ? " off" : "";
       if (t.note !== undefined) {
-        parts.push('<p class="note ', esc(t.kind || ""), '">', esc(t.note), "</p>");
+        parts.push('<p class="note ', esc(t.kind || ""), off, '"', walk, ">", esc(t.note), "</p>");
         return;
       }
       heat = heat || t.heat;
       const perHead = t.head !== null && t.head !== undefined;
-      parts.push('<figure class="tbl"', perHead ? ' data-ph="' + t.head + '"' + (t.kv ? ' data-kv="1"' : "") : "",
+      parts.push('<figure class="tbl', off, '"', walk, perHead ? ' data-ph="' + t.head + '"' + (t.kv ? ' data-kv="1"' : "") : "",
         t.set ? ' data-set="' + t.set + '"' : "", ">");
       parts.push('<figcaption id="cap', ti, '"><b>', esc(t.title), "</b>: ", esc(t.formula),
         ' <span class="shape">(', esc(t.shape), ")</span></figcaption>");
@@ -354,6 +358,44 @@
     if (heat) legend();
     document.documentElement.dataset.drawn = "1"; // every table is in the document
   }
+
+  // ------------------------------------------------------------------ walking the steps
+  const WALKS = {};
+  for (const t of D.tables) if (t.walk) WALKS[t.walk] = Math.max(WALKS[t.walk] || 0, t.to + 1);
+  const AT = {};
+  let lastWalk = Object.keys(WALKS)[0] || null;
+  function walkBar(name) {
+    AT[name] = 0;
+    return '<div class="walk" data-walk-bar="' + name + '"><button type="button" data-step="prev" disabled>◀ previous</button>' +
+      '<span class="where">step 1 of ' + WALKS[name] + "</span>" +
+      '<button type="button" data-step="next"' + (WALKS[name] > 1 ? "" : " disabled") + ">next ▶</button></div>";
+  }
+  function setStep(name, k) {
+    if (k < 0 || k >= WALKS[name]) return;
+    AT[name] = k; lastWalk = name;
+    for (const el of document.querySelectorAll('[data-walk="' + name + '"]')) {
+      el.classList.toggle("off", !(+el.dataset.from <= k && k <= +el.dataset.to));
+    }
+    const bar = document.querySelector('[data-walk-bar="' + name + '"]');
+    bar.querySelector('[data-step="prev"]').disabled = k === 0;
+    bar.querySelector('[data-step="next"]').disabled = k === WALKS[name] - 1;
+    bar.querySelector(".where").textContent = "step " + (k + 1) + " of " + WALKS[name];
+  }
+  document.addEventListener("click", (ev) => {
+    const b = ev.target.closest && ev.target.closest("[data-step]");
+    if (!b) return;
+    const name = b.closest("[data-walk-bar]").dataset.walkBar;
+    setStep(name, AT[name] + (b.dataset.step === "next" ? 1 : -1));
+  });
+  document.addEventListener("keydown", (ev) => {
+    if (!lastWalk || (ev.key !== "ArrowRight" && ev.key !== "ArrowLeft")) return;
+    const el = document.activeElement;
+    if (el && el.closest && el.closest("table, input, select, textarea")) return;
+    const b = el && el.closest && el.closest("[data-walk-bar]");
+    const name = b ? b.dataset.walkBar : lastWalk;
+    setStep(name, AT[name] + (ev.key === "ArrowRight" ? 1 : -1));
+    ev.preventDefault();
+  });
 
   function legend() {
     const el = document.getElementById("legend");
