@@ -2,14 +2,15 @@
 never the numbers themselves), every array those and the recipes read, once, and the
 recipes.
 
-An array is written flat in C order (``shape`` beside it); −∞, ∞ and NaN, which JSON
-has not, are listed by their flat index; an exact (Fraction) array's entries are texts
-("5/2"). An array that is another's numbers seen through other strides (``masked`` where
+An array is written flat in C order (``shape`` beside it): floats as their float64
+bytes in base64, whole numbers as JSON numbers, an exact (Fraction) array's entries as
+texts ("5/2", −∞ listed by its flat index). An array that is another's numbers seen through other strides (``masked`` where
 nothing is masked is ``scaled``) is written as that other's offset and strides.
 """
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -265,13 +266,10 @@ def _array_json(a: np.ndarray) -> dict[str, Any]:
     if a.dtype.kind in "iub":
         out["data"] = a.ravel().astype(np.int64).tolist()
         return out
-    f = np.ascontiguousarray(a, dtype=np.float64).ravel()
-    bad = np.flatnonzero(~np.isfinite(f))
-    out["data"] = f  # written by orjson (each float in its shortest exact digits)
-    if bad.size:
-        v = f[bad]
-        out["special"] = {"k": bad.tolist(),
-                          "v": ["nan" if x != x else "inf" if x > 0 else "-inf"
-                                for x in v.tolist()]}
+    # floats as the bytes of their float64s (little-endian), in base64: every number
+    # exactly, −∞ and NaN included, in 11 characters instead of about 19 digits, read by
+    # the page as one Float64Array without parsing a number
+    f = np.ascontiguousarray(a, dtype="<f8").ravel()
+    out["f64"] = base64.b64encode(f.tobytes()).decode("ascii")
     return out
 

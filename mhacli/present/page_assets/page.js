@@ -66,11 +66,18 @@
   }
 
   // ------------------------------------------------------------------ the arrays
+  function float64s(text) { // base64 of little-endian float64s
+    const bytes = atob(text), n = bytes.length, buf = new Uint8Array(n);
+    for (let i = 0; i < n; i++) buf[i] = bytes.charCodeAt(i);
+    const view = new DataView(buf.buffer), out = new Float64Array(n / 8);
+    for (let i = 0; i < out.length; i++) out[i] = view.getFloat64(8 * i, true);
+    return out;
+  }
   function arrays(all) {
     const A = {};
     for (const [name, a] of Object.entries(all)) {
       if (a.of) continue;
-      const data = a.data;
+      const data = a.f64 !== undefined ? float64s(a.f64) : a.data;
       if (a.special) {
         a.special.k.forEach((k, n) => {
           const w = a.special.v[n];
@@ -237,10 +244,25 @@
     const light = 0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2] > 140;
     return [rgb, light ? "black" : "white"];
   }
+  // each shade a class (a rule each, made once): a large heat map's entries are not
+  // each a style attribute for the browser to parse
   const hex2 = (x) => (x < 16 ? "0" : "") + x.toString(16);
-  function shadeStyle(w) {
+  const SHADES = new Map();
+  function shadeClass(w) {
     const [rgb, ink] = heatRGB(w);
-    return "background:#" + hex2(rgb[0]) + hex2(rgb[1]) + hex2(rgb[2]) + (ink === "white" ? ";color:#fff" : ";color:#000");
+    const key = hex2(rgb[0]) + hex2(rgb[1]) + hex2(rgb[2]) + (ink === "white" ? "f" : "0");
+    let name = SHADES.get(key);
+    if (name === undefined) { name = "h" + SHADES.size; SHADES.set(key, name); }
+    return name;
+  }
+  function shadeRules() {
+    let css = "";
+    for (const [key, name] of SHADES) {
+      css += "td." + name + "{background:#" + key.slice(0, 6) + ";color:" + (key[6] === "f" ? "#fff" : "#000") + "}";
+    }
+    const style = document.createElement("style");
+    style.textContent = css;
+    document.head.appendChild(style);
   }
   function kvOf(h, set) { use(set); return Math.ceil((h * GROUPS) / HEADS); }
 
@@ -302,19 +324,20 @@
         const v = values[c];
         out.push("<td");
         if (first) { out.push(' tabindex="0"'); first = false; }
-        if (info.s.spec.length) out.push(' data-cell="', specOf(info.s, turned ? c : r, info.sc), '"');
+        // (an address has no space or quote: unquoted, as the end tags left out, it is
+        // fewer bytes for the browser to read in a large page)
+        if (info.s.spec.length) out.push(" data-cell=", specOf(info.s, turned ? c : r, info.sc));
         if (t.heat) {
           if (blocked && blocked[r * ncols + c] === "1") out.push(' class="blocked"');
-          else out.push(' style="', shadeStyle(D.heat === "row" ? (span > 0 ? (v - lo) / span : 1) : v), '"');
+          else out.push(" class=", shadeClass(D.heat === "row" ? (span > 0 ? (v - lo) / span : 1) : v));
         }
         if (t.verdicts) {
           const k = r * ncols + c;
-          out.push(' data-verdict="', VERDICTS[t.verdicts[k]], '">', esc(t.written[k]), "</td>");
+          out.push(" data-verdict=", VERDICTS[t.verdicts[k]], ">", esc(t.written[k]));
         } else {
-          out.push(">", fixed(v, P, whole, false), "</td>");
+          out.push(">", fixed(v, P, whole, false));
         }
       }
-      out.push("</tr>");
     }
     out.push("</tbody></table>");
     return out.join("");
@@ -354,8 +377,10 @@
       parts.push('<div class="scroll">', tableHTML(t, ti), "</div></figure>");
     });
     if (open) parts.push("</div></section>");
-    main.innerHTML = parts.join("");
-    if (heat) legend();
+    const made = document.createElement("template"); // parsed inert, then put in at once
+    made.innerHTML = parts.join("");
+    main.replaceChildren(made.content);
+    if (heat) { shadeRules(); legend(); }
     document.documentElement.dataset.drawn = "1"; // every table is in the document
   }
 
