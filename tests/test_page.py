@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from fractions import Fraction
 import random
 import re
 from pathlib import Path
@@ -388,4 +389,86 @@ def test_decoding_is_walked_a_token_at_a_time(browser: Any, tmp_path: Path) -> N
             assert {c.split(":")[2] for c in cells} >= {"q", "k_new", "v_new", "k_cache",
                                                         "scores", "weights", "head_outputs"}
         assert p.locator('[data-step="next"]').is_disabled()
+        assert o.errors == []
+
+
+def test_a_quiz_needs_its_stages_and_the_page(tmp_path: Path) -> None:
+    r = mha("explain", "--quiz", "-o", str(tmp_path / "q.html"))
+    assert r.exit_code == 2 and "--stage" in r.output and not (tmp_path / "q.html").exists()
+    r = mha("explain", "--quiz", "--stage", "scores", "--format", "json")
+    assert r.exit_code == 2 and r.stdout == ""
+
+
+def _check_says(tmp_path: Path, stage: str, spec: str, written: str, heads: int) -> str:
+    """What ``check`` says of one answer written into the causal sample: the words after
+    "expected", or "" when it is right."""
+    from mhacli.io.samples import sample_path
+
+    import yaml
+
+    doc = yaml.safe_load(Path(sample_path("causal")).read_text())
+    _, h, i, j = (int(x) if x.isdigit() else x for x in spec.split(":"))
+    n = len(doc["tokens"])
+    blank = [[["_"] * n for _ in range(n)] for _ in range(heads)]
+    blank[h - 1][i - 1][j - 1] = written
+    doc["answers"] = {stage: blank}
+    path = tmp_path / "answer.yaml"
+    path.write_text(yaml.safe_dump(doc, allow_unicode=True), "utf-8")
+    r = mha("check", str(path), "--partial", "--format", "plain")
+    found = [line.split(", expected ", 1)[1] for line in r.stdout.splitlines()
+             if ", expected " in line]
+    return "expected " + found[0] if found else ""
+
+
+def test_a_quiz_judges_each_entry_as_check_does(browser: Any, tmp_path: Path) -> None:
+    from mhacli import engine
+    from mhacli.io.choose import problem_from
+
+    path = tmp_path / "quiz.html"
+    assert mha("explain", "--sample", "causal", "--quiz", "--stage", "scaled", "--stage",
+               "weights", "-o", str(path)).exit_code == 0
+    tr = engine.traced(problem_from(sample="causal").prepared)
+    with Opened(browser, path) as o:
+        p = o.page
+        inputs = p.evaluate("""() => [...document.querySelectorAll('td[data-cell]')].filter(
+            c => c.querySelector('input')).map(c => c.dataset.cell)""")
+        stages = p.evaluate("() => [...document.querySelectorAll('#tables table')]"
+                            ".map(t => t.dataset.stage + (t.dataset.part ? '.part' : ''))")
+        assert "weights.part" not in stages and "scores" in stages and "output" in stages
+        want = {f"weights:{h}:{i}:{j}" for h in (1, 2) for i in range(1, 5)
+                for j in range(1, i + 1)}  # causal: the rest blocked, not blanks
+        want |= {f"scaled:{h}:{i}:{j}" for h in (1, 2) for i in range(1, 5)
+                 for j in range(1, 5)}  # (the mask comes after scaled)
+        assert set(inputs) == want
+        cases = [("weights:1:3:2", None, 2), ("weights:2:4:1", None, 4),
+                 ("scaled:1:2:1", None, 3), ("weights:1:2:2", "0.5", None),
+                 ("scaled:2:4:4", "1/3", None), ("weights:1:1:1", "1", None),
+                 ("scaled:1:3:3", "\u22120.1", None), ("weights:2:3:1", "2.5e-1", None),
+                 ("scaled:2:3:2", "exact", None)]
+        for spec, written, places in cases:
+            stage, h, i, j = (int(x) if x.isdigit() else x for x in spec.split(":"))
+            true = float(tr.stages[stage][h - 1, i - 1, j - 1])
+            text = written if written is not None else f"{true:.{places}f}"
+            if written == "exact":  # the inputs have one decimal: scaled is in hundredths
+                text = str(Fraction(true).limit_denominator(10_000))
+                assert "/" in text
+            box = p.locator(f'td[data-cell="{spec}"]')
+            box.locator("input").click()
+            shown = p.locator("#arithmetic").text_content()
+            assert f"{true:.4f}" not in shown and "outlined" in shown  # operands only
+            box.locator("input").fill(text)
+            box.locator("input").press("Enter")
+            says = _check_says(tmp_path, stage, spec, text, 2)
+            verdict = box.get_attribute("data-verdict")
+            assert verdict == ("wrong" if says else "right"), (spec, text, says)
+            assert box.locator(".expected").text_content() == says
+            if verdict == "right":  # then its arithmetic, as --cell writes it
+                box.locator("input").click()
+                title, lines = cell_plain("--sample", "causal", "--cell", spec)
+                assert p.locator("#arithmetic").text_content() == "\n".join(lines)
+        box = p.locator('td[data-cell="weights:1:2:2"] input')  # put right after all
+        box.fill(f"{float(tr.stages['weights'][0, 1, 1]):.3f}")
+        box.blur()
+        assert p.locator('td[data-cell="weights:1:2:2"]').get_attribute("data-verdict") == \
+            "right"
         assert o.errors == []

@@ -78,6 +78,10 @@ def explain(
         "which every entry opens to its arithmetic.", show_default=False,
         rich_help_panel=OUTPUT)] = None,
     output: OutputOpt = None,
+    quiz: Annotated[bool, typer.Option(
+        "--quiz", help="With --format html and --stage: the page with the chosen stages' "
+        "entries blank, to fill in, each judged as check judges it when it is entered.",
+        rich_help_panel=OUTPUT)] = False,
     svg: Annotated[Optional[Path], typer.Option(
         "--svg", help="Also save what the terminal shows as an SVG image.",
         rich_help_panel=OUTPUT)] = None,
@@ -125,7 +129,9 @@ def explain(
         from ..engine.decoding import check_views
         from ..engine.stages import VIEWS
 
-        fmt = fmt or _format_of(output)
+        if quiz:
+            _quiz_options(stage, fmt, output)
+        fmt = fmt or (ExplainFormat.html if quiz else _format_of(output))
         _saving(svg, html, fmt, file)  # before anything is computed or printed
         if output is not None:
             check_writable(output, inputs(file))
@@ -212,9 +218,12 @@ def explain(
             if lean:
                 raise MhaError("the page holds every stage: this problem is too large for it "
                                "(narrow it with --stage or --head, or use mha run)")
-            sink.write(explain_page(tr, exact, queries, keys, digits, shown, stages, head,
-                                    heat.value, read_lines(prob.read, c),
-                                    prob.read.get("settings"), kernels))
+            sink.write(explain_page(tr, exact, queries, keys, digits, shown,
+                                    None if quiz else stages, head, heat.value,
+                                    read_lines(prob.read, c), prob.read.get("settings"),
+                                    shown_views(tr) if quiz else kernels,
+                                    quiz=stages if quiz else (),
+                                    quiz_exact=_quiz_exact(prob, stages) if quiz else None))
             sink.close()
             return
         if fmt is ExplainFormat.json:
@@ -323,6 +332,38 @@ def _format_of(output: Optional[Path]) -> ExplainFormat:
     suffix = output.suffix.lower().lstrip(".") if output is not None else ""
     suffix = {"htm": "html", "txt": "plain", "md": "markdown", "tex": "latex"}.get(suffix, suffix)
     return ExplainFormat(suffix) if suffix in ExplainFormat.__members__ else ExplainFormat.rich
+
+
+def _quiz_exact(prob: Any, stages: list[str]) -> Optional[dict[str, Any]]:
+    """The quizzed stages' exact values, where check has them (rational stages of a
+    problem small enough): a wrong entry is told its exact value, as check tells it."""
+    from .. import engine
+    from ..engine import BY_NAME, STAGES
+    from ..grading.judge import EXACT_SIZE
+
+    rational = [s for s in stages if BY_NAME[s].exact]
+    if not rational or prob.size > EXACT_SIZE:
+        return None
+    last = max(rational, key=STAGES.index)
+    return engine.exact_trace(prob.exact, until=last).stages
+
+
+def _quiz_options(stage: Optional[list[str]], fmt: Optional[ExplainFormat],
+                  output: Optional[Path]) -> None:
+    """--quiz: the stages to fill in, on the page."""
+    from .. import engine
+    from ..engine.stages import VIEWS
+
+    if not stage:
+        raise MhaError("--quiz leaves the chosen stages' entries blank to fill in: choose "
+                       "them with --stage NAME (e.g. --quiz --stage scores)")
+    if (fmt or (_format_of(output) if output else ExplainFormat.html)) \
+            is not ExplainFormat.html:
+        raise MhaError("--quiz makes the explorer page: give --format html (or -o FILE.html)")
+    for name in stage:
+        if engine.canonical(name) in VIEWS:
+            raise MhaError(f"--quiz --stage {name}: the quiz takes the stages' own tables, "
+                           "not the tiles or decoding steps")
 
 
 def _page_options(cell: Optional[str], all_heads: bool, svg: Optional[Path],

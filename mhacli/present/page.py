@@ -73,9 +73,11 @@ def explain_page(tr: Any, exact: Any, queries: list[str], keys: list[str], digit
                  layout: str = "rows", stages: Iterable[str] | None = None,
                  head: int | None = None, heat: str = "global",
                  header: Iterable[str] = (), origin: Mapping[str, str] | None = None,
-                 kernels: Iterable[str] = ()) -> str:
+                 kernels: Iterable[str] = (), quiz: Iterable[str] = (),
+                 quiz_exact: Mapping[str, Any] | None = None) -> str:
     """``explain --format html``: every table explain would print, in its order, every
-    head's (``head`` only chooses the one shown first)."""
+    head's (``head`` only chooses the one shown first); with ``quiz``, those stages'
+    entries (blocked ones aside) are blanks to fill in."""
     from ..engine.writing import Reading
     from .kernel_views import KernelViews
     from .views import views
@@ -84,7 +86,43 @@ def explain_page(tr: Any, exact: Any, queries: list[str], keys: list[str], digit
     reading = Reading(tr, exact, queries, keys, digits)
     data = PageData(tr, reading, digits, layout, origin, heat)
     data.add(views(tr, queries, keys, stages, None, exact_stages, layout))
+    chosen = set(quiz)
+    # the quiz: the chosen stages' entries blank (not shaded), and their parts (the
+    # softmax's exponentials and sums, a step from the answer) left out
+    data.tables = [t for t in data.tables if not (t.get("stage") in chosen and t.get("part"))]
+    for t in data.tables:
+        if t.get("stage") in chosen:
+            t["quiz"], t["heat"] = True, False
+            t.update(_quiz_truth(tr, t, (quiz_exact or {}).get(t["stage"])))
     for name in kernels:  # walked a step at a time
         data.add_walk(name, KernelViews(tr, queries, keys, [name], None, exact_stages,
                                         layout))
     return page_html([data], header, head=head)
+
+
+def _quiz_truth(tr: Any, t: dict[str, Any], exact: Any) -> dict[str, Any]:
+    """What the page needs to judge a quiz's table as check does, in the order shown:
+    each true value as check words it in full (``0.235004``, ``-151/100 = -1.51``) and,
+    where the stage is rational, its exact value ("-151/100"), against which a whole
+    number or a fraction is an exact claim."""
+    from fractions import Fraction
+
+    import numpy as np
+
+    from .report import number
+
+    a = tr.stages[t["stage"]]
+    m = a[t["head"] - 1] if t["head"] is not None else a
+    x = None if exact is None else (exact[t["head"] - 1] if t["head"] is not None else exact)
+    if t["turned"]:
+        m = m.T
+        x = None if x is None else x.T
+    m = np.atleast_2d(m)
+    words, exacts = [], []
+    for i in range(m.shape[0]):
+        for j in range(m.shape[1]):
+            v = x[i][j] if x is not None else None
+            v = v if isinstance(v, Fraction) else None
+            words.append(number(float(m[i, j]), v))
+            exacts.append(None if v is None else f"{v.numerator}/{v.denominator}")
+    return {"expected": words, "exact": exacts if any(exacts) else None}
