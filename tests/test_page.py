@@ -472,3 +472,19 @@ def test_a_quiz_judges_each_entry_as_check_does(browser: Any, tmp_path: Path) ->
         assert p.locator('td[data-cell="weights:1:2:2"]').get_attribute("data-verdict") == \
             "right"
         assert o.errors == []
+
+
+def test_an_opened_entry_outlines_what_it_is_made_of(browser: Any, default_page: Path) -> None:
+    """As the terminal marks them: the masked row the weight's softmax reads, and in the
+    softmax's parts the row's max, the key's exponential and the row's sum."""
+    with Opened(browser, default_page) as o:
+        o.page.locator('td[data-cell="weights:1:2:1"]').click()
+        marked = o.page.evaluate("""() => [...document.querySelectorAll('td.mk')].map(c => {
+            const t = c.closest('table');
+            return [t.dataset.stage + (t.dataset.part ? '.part' : ''), t.dataset.head,
+                    c.parentNode.rowIndex, c.cellIndex]; })""")
+        assert sorted(m for m in marked if m[0] == "weights.part") == \
+            [["weights.part", "1", 2, 1], ["weights.part", "1", 2, 2], ["weights.part", "1", 2, 5]]
+        assert sorted(m for m in marked if m[0] == "masked") == \
+            [["masked", "1", 2, c] for c in (1, 2, 3)]
+        assert o.page.locator("td.sel").get_attribute("data-cell") == "weights:1:2:1"

@@ -443,11 +443,22 @@
   let marked = [];
   function clearMarks() { for (const el of marked) el.classList.remove("mk", "sel"); marked = []; }
   function markTables(stage, head, rows, cols) {
-    const sel = 'table[data-stage="' + stage + '"]:not([data-part])' + (head === null || head === undefined ? ":not([data-head])" : '[data-head="' + head + '"]');
+    const sel = 'table[data-stage="' + stage + '"]' + (head === null || head === undefined ? ":not([data-head])" : '[data-head="' + head + '"]');
     for (const table of document.querySelectorAll(sel)) {
       const t = D.tables[+table.dataset.t];
-      if (t.step !== null && t.step !== undefined) continue;
+      if (t.walk) continue;
       const body = table.tBodies[0];
+      if (t.part) { // the softmax's parts: the row's max, the key's exp, the row's sum
+        const width = body.rows.length ? body.rows[0].cells.length - 1 : 0;
+        if (!cols.size) continue;
+        const keep = new Set([0, width - 1, ...[...cols].map((j) => j + 1)]);
+        for (const r of rows) {
+          const tr = body.rows[r];
+          if (!tr) continue;
+          for (const c of keep) { const td = tr.cells[c + 1]; if (td) { td.classList.add("mk"); marked.push(td); } }
+        }
+        continue;
+      }
       for (let r = 0; r < body.rows.length; r++) {
         const tr = body.rows[r];
         for (let c = 1; c < tr.cells.length; c++) {
