@@ -496,3 +496,14 @@ def test_an_opened_entry_outlines_what_it_is_made_of(browser: Any, default_page:
         assert sorted(m for m in marked if m[0] == "masked") == \
             [["masked", "1", 2, c] for c in (1, 2, 3)]
         assert o.page.locator("td.sel").get_attribute("data-cell") == "weights:1:2:1"
+
+
+def test_labels_are_text_never_markup(browser: Any, tmp_path: Path) -> None:
+    path = tmp_path / "labels.html"
+    assert mha("explain", "--random", "--seed", "3", "--tokens", '</script><b>x "y" & z',
+               "--d-model", "4", "-o", str(path)).exit_code == 0
+    with Opened(browser, path) as o:
+        labels = o.page.evaluate("""() => [...document.querySelector(
+            'table[data-stage=scores] thead').querySelectorAll('th')].map(t => t.textContent)""")
+        assert labels == ["", "</script><b>x", '"y"', "&", "z"]
+        assert o.page.locator("#tables table b").count() == 0 and o.errors == []
