@@ -23,6 +23,20 @@ def _asset(name: str) -> str:
     return resources.files(__package__).joinpath("page_assets", name).read_text("utf-8")
 
 
+PARTS = ("numbers.js", "recipes.js", "tables.js", "events.js")  # the script, in order
+
+
+def script() -> str:
+    """The page's own script: its parts joined, in order, inside one function (they
+    share its names), strict."""
+    return ('// mha\'s explorer page: draws every table from the embedded data, writes each '
+            "number as\n// `explain --format plain` does, and on a click (or Enter) runs the "
+            "entry's recipe as\n// `explain --cell` does (mhacli/engine/recipe.py is the "
+            "other interpreter of the same\n// recipes; both do no arithmetic of their own "
+            'beyond counting places).\n"use strict";\n(function () {\n'
+            + "\n".join(_asset(name) for name in PARTS) + "})();\n")
+
+
 def script_json(data: dict[str, Any]) -> str:
     """The data as JSON safe inside a ``<script>`` element: every ``<`` (which JSON has
     only inside strings) as ``\\u003c``, so no ``</script>`` or ``<!--`` can end it."""
@@ -66,7 +80,7 @@ def page_html(sets: list[PageData], header: Iterable[str] = (), title: str = TIT
         "<aside id=\"panel\" aria-live=\"polite\"><div id=\"arithmetic-title\">"
         "No entry chosen yet.</div><pre id=\"arithmetic\"></pre></aside>"
         f"<script type=\"application/json\" id=\"data\">{script_json(made)}</script>"
-        f"<script>{_asset('page.js')}</script></body></html>\n")
+        f"<script>{script()}</script></body></html>\n")
 
 
 def explain_page(tr: Any, exact: Any, queries: list[str], keys: list[str], digits: int,
