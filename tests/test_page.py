@@ -507,3 +507,13 @@ def test_labels_are_text_never_markup(browser: Any, tmp_path: Path) -> None:
             'table[data-stage=scores] thead').querySelectorAll('th')].map(t => t.textContent)""")
         assert labels == ["", "</script><b>x", '"y"', "&", "z"]
         assert o.page.locator("#tables table b").count() == 0 and o.errors == []
+
+
+def test_what_the_page_does_not_take(tmp_path: Path) -> None:
+    for args in (("--all-heads", "-o", str(tmp_path / "a.txt")),
+                 ("--all-heads", "--format", "html"),
+                 ("--quiz", "--stage", "tiles", "--sample", "flash", "--tiles", "2",
+                  "--format", "html")):
+        r = mha("explain", *args)
+        assert r.exit_code == 2 and r.output.startswith("Error: ") and r.stdout == "", args
+    assert list(tmp_path.iterdir()) == []

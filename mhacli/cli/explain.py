@@ -144,6 +144,9 @@ def explain(
         if all_heads:
             from .overview import all_heads as overview
 
+            if output is not None:
+                raise MhaError("--all-heads writes to standard output: leave out -o (and "
+                               "redirect it)")
             others = [o for o, v in (("--stage", stage), ("--head", head), ("--cell", cell),
                                      ("--fractions", fractions), ("--backward", backward),
                                      ("--full", full), ("--precision", precision),
