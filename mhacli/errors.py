@@ -107,3 +107,8 @@ class MaskedRowWarning(UserWarning):
                           for r in self.rows)
         plural = "rows" if len(self.rows) > 1 else "row"
         return f"query {plural} {which}: every key is blocked by the mask; {outcome}"
+
+
+class ExerciseNote(UserWarning):
+    """A mistake `check` names gives the right numbers in an exercise being made (its
+    sizes, or every draw tried, hide it): the message says which, and why."""

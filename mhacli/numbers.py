@@ -157,15 +157,32 @@ def in_range(a: np.ndarray) -> bool:
     """Whether ``out_of_range`` holds nowhere in ``a`` (a few passes instead of seven;
     the mask only to say where), a piece at a time: a large weight is checked without
     a temporary of its own size."""
+    if a.size <= 32:  # a few numbers: one look at each (0.6 µs for 4, against 8 µs for
+        tiny, big = _limits(a.dtype)  # the mask: a NumPy call costs a µs or two)
+        for v in a.ravel().tolist():
+            if not (v == 0 or tiny <= abs(v) <= big):  # NaN: neither
+                return False
+        return True
     if a.size < 4096:  # small: the mask itself is quicker than the sizes' passes
         return not out_of_range(a).any()
     if not a.flags.c_contiguous and a.ndim > 1:  # (a head's block: no flat view of it)
         return all(in_range(part) for part in a)
-    info = np.finfo(a.dtype)
     flat = a.reshape(-1)  # a view
     step = 1 << 20
-    return all(bool(sizes_within(flat[i:i + step], float(info.tiny), float(info.max)))
+    return all(bool(sizes_within(flat[i:i + step], *_limits(a.dtype)))
                for i in range(0, flat.size, step))
+
+
+def _limits(dtype: Any) -> tuple[float, float]:
+    """A float dtype's smallest normal number and its largest (np.finfo, asked once)."""
+    limits = _LIMITS.get(dtype)
+    if limits is None:
+        info = np.finfo(dtype)
+        limits = _LIMITS[dtype] = (float(info.tiny), float(info.max))
+    return limits
+
+
+_LIMITS: dict[Any, tuple[float, float]] = {}
 
 
 def exact_array(values: Any) -> np.ndarray:
@@ -352,6 +369,23 @@ def written(v: Any) -> str:
     if v == int(v) and abs(v) < 1e15:
         return str(int(v))
     return yaml_float(repr(v))
+
+
+SURE_DIGITS = 15  # significant digits a float64 holds for certain (DBL_DIG)
+
+
+def answer(v: Any) -> str:
+    """A computed answer as a key writes it: a rational exactly (``written``: ``5/2``,
+    ``3``), and a float past the softmax (irrational, so known only as the computation
+    rounds it) to the 15 significant digits a float64 is sure of, in the fewest that
+    read back as them: ``4`` for a weighted mean of fours computed as 4.000000000000001,
+    ``0.989013057369407``; its last digits would be the arithmetic's rounding, not the
+    value's."""
+    from fractions import Fraction
+
+    if isinstance(v, (Fraction, int, np.integer)) or not math.isfinite(float(v)):
+        return written(v)
+    return written(float(f"{float(v):.{SURE_DIGITS}g}"))
 
 
 def yaml_float(text: str) -> str:

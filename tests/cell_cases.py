@@ -98,7 +98,7 @@ def view_specs(tr: Any, queries: list[str]) -> Iterator[str]:
     """Every entry of the tiles' and decoding steps' views, as --cell addresses."""
     c = tr.config
     if c.tiles is not None:
-        from mhacli.engine.kernels import each_block
+        from mhacli.engine.tiles import each_block
 
         for b in each_block(tr, *c.tiles):
             h = b.head + 1

@@ -67,9 +67,10 @@ FILES = [
     ("w_q vs w_k width", OK.replace("w_k: [[1, 0], [0, 1]]", "w_k: [[1], [0]]"), [],
      ["w_q has 2 columns but w_k has 1"]),
     ("heads divide", with_("heads: 3\n"), [], ["heads = 3 does not divide the 2 columns"]),
-    ("heads zero", with_("heads: 0\n"), [], ["heads must be a positive integer", "found 0"]),
-    ("heads word", with_("heads: two\n"), [], ["heads must be a positive integer", "'two'"]),
-    ("heads list", with_("heads: [2]\n"), [], ["heads must be a positive integer"]),
+    ("heads zero", with_("heads: 0\n"), [], ["heads must be a whole number of 1 or more, got 0"]),
+    ("heads word", with_("heads: two\n"), [],
+     ["heads must be a whole number of 1 or more, got 'two'"]),
+    ("heads list", with_("heads: [2]\n"), [], ["heads must be a whole number of 1 or more"]),
     ("b_q length", with_("b_q: [1, 2, 3]\n"), [], ["b_q has 3 entries but w_q has 2 columns"]),
     ("b_o length", with_("b_o: [1]\n"), [], ["b_o has 1 entries", "without w_o"]),
     ("w_o rows", with_("w_o: [[1, 0]]\n"), [], ["w_o has 1 rows", "H·d_v = 2"]),
@@ -147,7 +148,7 @@ def test_unreadable_things(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("args, words", [
-    (["run", "--heads", "0", "--random"], ["--heads must be at least 1"]),
+    (["run", "--heads", "0", "--random"], ["--heads: heads must be a whole number of 1 or more"]),
     (["run", "--heads", "3"], ["heads = 3 does not divide"]),
     (["run", "--ints", "a:b"], ["--ints takes LO:HI"]),
     (["run", "--ints", "3:1"], ["LO must not exceed HI"]),
@@ -159,7 +160,8 @@ def test_unreadable_things(tmp_path: Path) -> None:
     (["explain", "--head", "0"], ["--head 0", "heads 1 to 2"]),
     (["explain", "--cell", "z:1"], ["--cell", "STAGE:HEAD:ROW:COL"]),
     (["run", "--mask", "1 0;1"], ["--mask", "rows of equal length"]),
-    (["run", "--mask", "maybe"], ["--mask: 'maybe' is not a mask"]),
+    (["run", "--mask", "maybe"],
+     ["--mask: mask must be none, causal or an n × m matrix of 1/0, got 'maybe'"]),
     (["run", "--scale", "nope"], ["scale must be dk, n, none"]),
     (["run", "--scale", "-2"], ["scale must be a positive"]),
     (["run", "--sample", "nope"], ["no sample named 'nope'"]),
@@ -184,7 +186,9 @@ def test_output_to_a_directory(tmp_path: Path) -> None:
     (["run", "--dtype", "float16"], ["'float16'"]),
     (["run", "--frobnicate"], ["No such option", "--frobnicate"]),
     (["frobnicate"], ["No such command 'frobnicate'"]),
-    (["run", "--heads", "two"], ["--heads", "integer"]),
+    (["run", "--heads", "two"], ["--heads: heads must be a whole number of 1 or more, got 'two'"]),
+    (["run", "a.yaml", "b.yaml"], ["Error: one argument too many (b.yaml)"]),
+    (["run", "a.yaml", "b.yaml", "c.yaml"], ["Error: too many arguments (b.yaml c.yaml)"]),
 ])
 def test_usage_errors_are_one_line(capsys: pytest.CaptureFixture[str], args: list[str],
                                    words: list[str]) -> None:

@@ -171,8 +171,9 @@ def test_a_file_that_is_no_checkpoint(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("config, message", [
-    ({"num_attention_heads": "x"}, "num_attention_heads is 'x': expected a positive whole"),
-    ({"num_attention_heads": 0}, "num_attention_heads is 0"),
+    ({"num_attention_heads": "x"},
+     "num_attention_heads: heads must be a whole number of 1 or more, got 'x'"),
+    ({"num_attention_heads": 0}, "num_attention_heads: heads must be a whole number of 1 or"),
     ({"num_attention_heads": 4, "partial_rotary_factor": "x"}, "partial_rotary_factor is"),
     ({"num_attention_heads": 4, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}},
      "rope_scaling is not followed: rope scaling llama3 needs low_freq_factor"),

@@ -40,12 +40,12 @@ def test_fast_path_equals_traced_path(name: str) -> None:
 
 def test_fast_path_in_query_blocks_matches(monkeypatch: pytest.MonkeyPatch) -> None:
     """Small blocks (a few query rows at a time) give the same output as one block."""
-    from mhacli.engine import blocks, paths
+    from mhacli.engine import fastpath, paths
 
     kw = case("cross", 3)
     kw["mask"] = np.tri(6, 4, dtype=int)
     whole = paths.attention(**kw)
-    monkeypatch.setattr(blocks, "_BLOCK_BYTES", 4 * 8)  # one query row of 4 keys per block
+    monkeypatch.setattr(fastpath, "_BLOCK_BYTES", 4 * 8)  # one query row of 4 keys per block
     close(paths.attention(**kw), whole, rel=1e-12)
     close(paths.attention(**kw), reference(**kw)["output"])
 
@@ -222,17 +222,17 @@ def test_a_trace_shows_its_stages_as_html_in_a_notebook() -> None:
 
 def test_the_fast_path_gives_the_same_bits_on_any_number_of_threads(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from mhacli.engine import blocks
+    from mhacli.engine import fastpath
 
     rng = np.random.default_rng(8)
     p = dict(x=rng.standard_normal((300, 16)), w_q=rng.standard_normal((16, 16)),
              w_k=rng.standard_normal((16, 16)), w_v=rng.standard_normal((16, 16)), heads=4,
              mask="causal")
-    monkeypatch.setattr(blocks, "_BLOCK_BYTES", 2048)  # many blocks
-    monkeypatch.setattr(blocks, "_SHARED_FROM", 1000)  # projections in pieces
+    monkeypatch.setattr(fastpath, "_BLOCK_BYTES", 2048)  # many blocks
+    monkeypatch.setattr(fastpath, "_SHARED_FROM", 1000)  # projections in pieces
     few = dict(p, x=p["x"][:40], x_kv=p["x"][:30] * 2)  # cross-attention, a few tokens:
     for problem, tokens in ((p, 7), (few, 64)):  # (then the projections in pieces of
-        monkeypatch.setattr(blocks, "_TOKENS", tokens)  # rows of Wᵀ)
+        monkeypatch.setattr(fastpath, "_TOKENS", tokens)  # rows of Wᵀ)
         results = []
         for threads in ("1", "2", "3"):
             monkeypatch.setenv("MHA_THREADS", threads)
@@ -246,12 +246,12 @@ def test_the_fast_path_keeps_the_callers_numpy_error_settings_on_any_number_of_t
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Workers run under the caller's np.errstate (a thread starts with NumPy's own):
     an underflow the caller asked to raise on raises whatever the number of threads."""
-    from mhacli.engine import blocks
+    from mhacli.engine import fastpath
 
     rng = np.random.default_rng(4)
     x = rng.standard_normal((200, 8)) * 30  # scores far apart: exp underflows
     p = dict(x=x, w_q=np.eye(8), w_k=np.eye(8), w_v=np.eye(8), heads=2)
-    monkeypatch.setattr(blocks, "_BLOCK_BYTES", 2048)  # many blocks, shared out
+    monkeypatch.setattr(fastpath, "_BLOCK_BYTES", 2048)  # many blocks, shared out
     for threads in ("1", "2"):
         monkeypatch.setenv("MHA_THREADS", threads)
         with np.errstate(under="raise"), pytest.raises(FloatingPointError):
@@ -272,7 +272,7 @@ def test_the_fast_softmax_needs_no_shift_only_when_the_scores_are_bounded(
     the middle of the float's range (and no variant shifts or blocks scores): its output
     agrees with the traced path and the plain-loop reference whether or not it did, and
     it does so exactly when those hold."""
-    from mhacli.engine import blocks, ops, paths
+    from mhacli.engine import fastpath, ops, paths
 
     taken: list[bool] = []
     shifted = ops.exp_shifted
@@ -282,7 +282,7 @@ def test_the_fast_softmax_needs_no_shift_only_when_the_scores_are_bounded(
         return shifted(z, sink, bounded)
 
     monkeypatch.setattr(ops, "exp_shifted", spy)
-    monkeypatch.setattr(blocks, "_UNSHIFTED_FROM", 0)  # (a problem this small skips it)
+    monkeypatch.setattr(fastpath, "_UNSHIFTED_FROM", 0)  # (a problem this small skips it)
     rng = np.random.default_rng(3)
     n, d, heads = 9, 4, 2
     limit = ops.exp_limit(np.dtype(dtype))

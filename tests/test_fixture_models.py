@@ -130,9 +130,9 @@ def test_a_window_the_model_never_applies_is_not_applied(tmp_path: Path) -> None
     ("gpt2", {"n_head": 5}, "n_head is 5, which does not divide the width"),
     ("qwen3", {"rope_scaling": "linear"}, "rope_scaling is 'linear': expected a mapping"),
     ("llama3", {"rope_parameters": {"rope_type": "default", "rope_theta": "abc"}},
-     "rope_parameters.rope_theta is 'abc': expected a positive number"),
+     "rope_parameters.rope_theta: rope.base is 'abc': expected a number"),
     ("llama3", {"rope_parameters": {"rope_type": "default", "rope_theta": -5}},
-     "rope_parameters.rope_theta is -5"),
+     "rope_parameters.rope_theta: rope.base must be a positive number, got -5"),
     ("gpt_neox", {"hidden_size": None}, "neither head_dim nor the model's width"),
     ("gemma2", {"sliding_window_size": 3}, "sliding_window_size is 3, but sliding_window"),
 ])

@@ -156,3 +156,67 @@ def test_each_command_words_a_shared_option_for_what_it_does() -> None:
     explain = " ".join(plain_help("explain", columns=120).split())
     assert "with --all-heads, all for every layer" in explain
     assert "all for every layer" not in " ".join(plain_help("run", columns=120).split())
+
+
+@pytest.mark.parametrize("command", ["explain", "run", "check", "samples"])
+def test_the_arguments_are_listed_once(command: str) -> None:
+    """In a pipe, one "Arguments" section (Click 8.5 would add "Positional arguments")."""
+    text = plain_help(command)
+    assert "Positional arguments" not in text
+    assert len(re.findall(r"^Arguments:$", text, flags=re.M)) == 1, text
+
+
+def _examples(text: str) -> list[str]:
+    """The lines of a help's Examples section, as shown."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip() == "Examples:")
+    out = []
+    for line in lines[start + 1:]:
+        if re.fullmatch(r"[A-Z][\w ]*:?", line.strip()) or line.strip() and \
+                not line.startswith("   "):
+            break  # the next section's heading (a panel's title, its box taken off)
+        out.append(line)
+    return out
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("columns", [60, 80])
+def test_an_example_is_never_broken(command: str, columns: int) -> None:
+    """In a terminal (with colour or without) and in a pipe, an example too long for the
+    window goes on after `` \\`` on an indented line, so that it can still be copied
+    whole: never wider than the window, never cut into a line that begins a new
+    command."""
+    doc = inspect.getdoc(getattr(__import__(f"mhacli.cli.{command}", fromlist=[command]),
+                                 command)) or ""
+    written = [re.split(r"\s{2,}", line.strip())[0]  # (what it does is set above it)
+               for line in doc.split("Examples:", 1)[1].splitlines()
+               if re.match(r"\s*(mha|cat) ", line)]
+    no_colour = in_terminal([command, "--help"], columns, rows=60, NO_COLOR="1")
+    for text, width in ((rich_help(command, columns=columns), columns),
+                        (no_colour.replace("\r\n", "\n"), columns),  # Click's plain help
+                        (plain_help(command), 80)):  # in a pipe: Click's width
+        shown = [line.rstrip() for line in _examples(text)]
+        assert all(len(line) <= width for line in shown), shown
+        for line, after in zip(shown, shown[1:]):  # a continuation: indented further
+            if line.endswith(" \\"):
+                indent = len(line) - len(line.lstrip())
+                assert len(after) - len(after.lstrip()) > indent, (line, after)
+        joined = re.sub(r" \\\n\s+", " ", "\n".join(shown))
+        commands = [line.strip() for line in joined.splitlines()
+                    if line.strip() and not line.strip().startswith("#")]
+        assert commands == written, shown
+
+
+def test_the_stage_option_is_worded_for_each_command() -> None:
+    """The weights' blocks (w_q … w_o) are shown by explain when named, graded by check
+    where the answers give them, and never written by generate (an input is no answer)."""
+    explain = " ".join(plain_help("explain", columns=120).split())
+    check = " ".join(plain_help("check", columns=120).split())
+    generate = " ".join(plain_help("generate", columns=120).split())
+    assert "w_o: each head's block of the weights, inputs shown only when named" in explain
+    assert "w_o: each head's block of the weights, checked where the answers give them" in check
+    assert "shown only when named" not in check + generate
+    stages = generate.split("Only these stages under answers (repeatable): ", 1)[1]
+    stages = stages.split(";", 1)[0].split(", ")
+    assert stages[:3] == ["pos", "x_pos", "x_kv_pos"] and stages[-1] == "output"
+    assert not {"x", "x_kv", "w_q", "w_k", "w_v", "w_o"} & set(stages)

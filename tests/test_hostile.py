@@ -292,7 +292,7 @@ def test_errors_after_a_fast_matrix_name_the_right_line(tmp_path: Path, fast_fro
     path.write_text(text)
     with pytest.raises(mhacli.MhaError) as err:
         mhacli.load(path)
-    assert err.value.line == 205 and "heads must be a positive integer" in str(err.value)
+    assert err.value.line == 205 and "heads must be a whole number of 1 or more" in str(err.value)
 
 
 def test_blank_and_comment_lines_inside_a_fast_matrix(tmp_path: Path, fast_from_1k: None) -> None:
@@ -445,7 +445,7 @@ def test_huge_integers_in_json_and_heads(tmp_path: Path) -> None:
     path.write_text('{"x": [[1, 0], [0, 1]], "w_q": [[1, 0], [0, 1]], '
                     '"w_k": [[1, 0], [0, 1]], "w_v": [[1, 0], [0, 1]], "heads": ' +
                     "9" * 5000 + "}")
-    err = cli_error(["run", str(path)], "heads must be a positive integer")
+    err = cli_error(["run", str(path)], "heads must be a whole number of 1 or more")
     assert len(err) < 300
     cli_error(["run", "--scale", "9" * 400], "scale", "too large")
     cli_error(["run", "--scale", "1e-400"], "scale", "too small")

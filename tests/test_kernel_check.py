@@ -144,7 +144,7 @@ def _stale(answers: Any) -> None:
     """m kept from the first key block, and the correction, P and ℓ worked from it: a
     consistent computation with a stale maximum (O left as it truly is)."""
     for _, steps in _computed(answers):
-        m = steps[0]["m"]
+        m = [float(Fraction(v)) for v in steps[0]["m"]]  # (written exactly: "8/3")
         for before, st in zip(steps, steps[1:]):
             s = [[-math.inf if v == "-inf" else float(Fraction(v)) for v in row]
                  for row in st["s"]]
@@ -270,6 +270,53 @@ def test_decoding_weights_from_a_wrong_score_are_carried(tmp_path: Path) -> None
     code, text, report = check(planted(tmp_path, doc, slip))
     assert report["wrong"] == ["decode.scores"], text
     assert report["stages"]["decode.weights"]["carried"] == 3
+
+
+def _windowless(tmp_path: Path, slip: bool = False) -> tuple[int, str, dict[str, Any]]:
+    """A student who kept every position in the cache (the window of 3 left out) and
+    worked each step on from there, to 4 decimals: the plain-loop reference's decoding
+    without the window, written as the key is (``slip``: one weight of step 5 off by 0.1,
+    its outputs left out)."""
+    path, doc = _decode_key(tmp_path)
+    p = mhacli.load(path)
+    steps = ref_decode(Ref({k: v for k, v in p.inputs.items() if k != "window"}), None, 2, 8)
+    rounded = lambda v, name="": v if name in WHOLE or isinstance(v, str) else (  # noqa: E731
+        [rounded(x, name) for x in v] if isinstance(v, list) else
+        {k: rounded(x, k) for k, x in v.items()} if isinstance(v, dict) else r4(v))
+    answers = [{k: rounded(v, k) for k, v in s.items()} for s in steps]
+    for a, s in zip(answers, doc["answers"]["decode"]):
+        a["token"] = s["token"]
+    if slip:
+        answers[4]["weights"][1][0] = r4(answers[4]["weights"][1][0] + 0.1)
+        for k in ("head_outputs", "output"):
+            answers[4].pop(k)
+    return check(planted(tmp_path, doc, lambda a: a.update(decode=answers)))
+
+
+def test_a_cache_kept_without_its_window_is_marked_once(tmp_path: Path) -> None:
+    """The window left out changes the cache's positions from step 4 on, and with them
+    the cache, scores, weights, outputs and its size: the positions are wrong (the
+    mistake named), everything worked on from them is counted right and said to follow
+    from them; an entry the true cache lacks says so."""
+    code, text, report = _windowless(tmp_path)
+    assert code == 1, text
+    assert report["wrong"] == ["decode.positions"], text
+    assert "the window of 3 is left out" in report["stages"]["decode.positions"]["mistake"]
+    stages = report["stages"]
+    for name in ("k_cache", "v_cache", "scores", "cache_bytes"):
+        assert stages[f"decode.{name}"]["carried_from"] == ["positions"], name
+    assert stages["decode.weights"]["carried"] > 0
+    assert stages["decode.head_outputs"]["carried"] > 0
+    assert "step 4 (t4): scores, head 1, position 1 (1): wrote" in text
+    assert "the true answer has no such entry" in text
+    assert "wrong shape" not in text
+
+
+def test_a_slip_after_the_window_left_out_is_still_found(tmp_path: Path) -> None:
+    code, text, report = _windowless(tmp_path, slip=True)
+    assert report["wrong"] == ["decode.positions", "decode.weights"], text
+    assert len(report["stages"]["decode.weights"]["wrong"]) == 1
+    assert "step 5 (t5): weights, head 2, position 1 (1): wrote" in text
 
 
 # --------------------------------------------------------------------------- structure

@@ -298,18 +298,18 @@ def test_views_are_written_a_block_and_a_step_at_a_time(monkeypatch: pytest.Monk
                                                        ) -> None:
     """Before the first block's JSON is written, one block has been computed (its key
     blocks), not all of them; the text views likewise; decoding a step at a time."""
-    from mhacli.engine import decoding, kernels
+    from mhacli.engine import decoding, tiles
     from mhacli.present import kernel_views
     from mhacli.present.text import json_pieces
 
     calls = {"online": 0, "step": 0}
-    online = kernels.online
+    online = tiles.online
 
     def counted(*args):  # type: ignore[no-untyped-def]
         calls["online"] += 1
         return online(*args)
 
-    monkeypatch.setattr(kernels, "online", counted)
+    monkeypatch.setattr(tiles, "online", counted)
     rng = np.random.default_rng(1)
     tr = mhacli.trace(x=rng.standard_normal((40, 4)), w_q=rng.standard_normal((4, 4)),
                       w_k=rng.standard_normal((4, 4)), w_v=rng.standard_normal((4, 4)),
@@ -358,7 +358,7 @@ def test_trace_carries_the_views() -> None:
         tr = mhacli.trace(**kw, tiles=(3, 2), decode=True, splits=2)
         plain = mhacli.trace(**kw)
     from mhacli.engine.decoding import decode_json
-    from mhacli.engine.kernels import tiles_json
+    from mhacli.engine.tiles import tiles_json
 
     same(tiles_json(tr.tiles), ref_tiles(Ref(kw), 3, 2), 1e-10)
     same(decode_json(tr["decode"]), ref_decode(Ref(kw), kw["window"], 2, 8), 1e-10)
@@ -373,7 +373,7 @@ def test_trace_carries_the_views() -> None:
 
 
 def test_the_agreement_says_when_rows_differ() -> None:
-    from mhacli.engine.kernels import agreement
+    from mhacli.engine.online import agreement
 
     assert agreement(np.array([[1.0, 2.0]]), np.array([[1.0, 2.0 + 1e-15]])) == \
         "equal to within 1e-12"
@@ -387,7 +387,7 @@ def test_tiles_of_a_trace_made_a_head_at_a_time_are_the_same() -> None:
     """A problem too large to hold is traced a head at a time (explain --force): its
     tiles, each head's score chain made on request, are the held trace's to the bit."""
     from mhacli.engine import lean_trace, prepare, traced
-    from mhacli.engine.kernels import tiles
+    from mhacli.engine.tiles import tiles
 
     kw = problem("everything", causal=True)
     with warnings.catch_warnings():

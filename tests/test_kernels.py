@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import mhacli
 from mhacli.engine import exact_trace, prepare
 from mhacli.engine.decoding import decode, decode_json
-from mhacli.engine.kernels import skipped_tiles, tiles, tiles_json
+from mhacli.engine.tiles import skipped_tiles, tiles, tiles_json
 
 NEG = -math.inf
 

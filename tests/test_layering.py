@@ -89,7 +89,7 @@ def test_run_does_not_import_the_stage_table() -> None:
     mods = _modules_after("import mhacli; from mhacli.engine import BY_NAME; "
                           "assert mhacli.STAGES[0] == 'x' and 'output' in BY_NAME; "
                           "assert 'STAGES' in dir(mhacli) and 'canonical' in dir(mhacli.engine); "
-                          "assert mhacli.engine.gradients.GRADIENTS")
+                          "assert mhacli.engine.gradients.gradient_stages")
     assert "mhacli.engine.stages" in mods
 
 

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 import mhacli
 from mhacli.cli import app
 from mhacli.engine import prepare, traced
-from mhacli.engine.stages import reads, source
+from mhacli.engine.stages import reader, reads, source
 from mhacli.present.kernel_cell import work_out_view
 
 runner = CliRunner()
@@ -82,6 +82,43 @@ def test_the_table_says_what_the_scores_and_the_mask_read(name: str) -> None:
     assert reads(c, "biased") == (("softcapped" if "softcap" in SETTINGS[name] else "scaled"),
                                   *(("alibi",) if SETTINGS[name].get("alibi") else ())) \
         if "biased" in [s.name for s in mhacli.engine.present(c)] else True
+
+
+@pytest.mark.parametrize("name", list(SETTINGS))
+def test_the_table_says_which_stage_reads_each_one(name: str) -> None:
+    """``reader``, the next step of each chain, as the contract orders it: the backward
+    pass carries each gradient back from it (d_scaled from d_softcapped, d_biased or
+    d_masked; d_q_heads from d_q_normed, d_q_rot or the scores)."""
+    s = SETTINGS[name]
+    c = prepare(**inputs(s)).config
+    z = ["scaled"] + ["softcapped"] * ("softcap" in s) + \
+        ["biased"] * bool(s.get("alibi") or "bias" in s) + ["masked"]
+    for before, after in zip(z, z[1:]):
+        assert reader(c, before) == after, (before, after)
+    q = ["q_heads"] + ["q_normed"] * ("qk_norm" in s) + ["q_rot"] * ("rope" in s)
+    for before, after in zip(q, q[1:] + ["scores"]):
+        assert reader(c, before) == after, (before, after)
+    assert reader(c, "x") == ("x_pos" if "positional" in s else "q")
+
+
+@pytest.mark.parametrize("name", ["softcap, alibi, bias", "everything", "rope and qk_norm"])
+def test_the_backward_pass_follows_the_table_s_chain(name: str) -> None:
+    """Every gradient of a problem with the chains at their longest against central
+    differences of the loss (L = Σ output): the pass goes back through the very stages
+    the forward pass went."""
+    kw = inputs({k: v for k, v in SETTINGS[name].items() if k != "sinks"})
+    tr = mhacli.trace(**kw, backward=True)
+    eps = 1e-6
+    for key in ("w_q", "w_k", "x"):
+        grad = np.asarray(tr["d_" + key])
+        for idx in [(0, 1), (2, 3), (4, 0)]:
+            up, down = dict(kw), dict(kw)
+            up[key] = np.array(kw[key], dtype=float)
+            down[key] = np.array(kw[key], dtype=float)
+            up[key][idx] += eps
+            down[key][idx] -= eps
+            numeric = (mhacli.attention(**up).sum() - mhacli.attention(**down).sum()) / (2 * eps)
+            assert math.isclose(grad[idx], numeric, rel_tol=1e-5, abs_tol=1e-7), (key, idx)
 
 
 @pytest.mark.parametrize("name", list(SETTINGS))

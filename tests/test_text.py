@@ -101,7 +101,35 @@ def test_without_the_extra_one_line_names_it(tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 2 and r.stdout == "", r.stdout
     assert r.stderr.startswith("Error: --text runs the model's own tokenizer") and \
-        "pip install 'mhacli[models]'" in r.stderr and r.stderr.count("\n") == 1
+        r.stderr.count("\n") == 1
+    # from the clone, as the README installs it (no package index: mhacli is not on one),
+    # with the pip of the Python that runs mha
+    pip = Path(sys.executable).with_name("pip")
+    pip_text = str(pip) if pip.is_file() else f"{sys.executable} -m pip"
+    root = Path(__file__).resolve().parent.parent
+    assert f"install the models extra, {pip_text} install '.[models]' in mha's clone " \
+        f"({root})" in r.stderr, r.stderr
+    assert "mhacli[models]" not in r.stderr
+
+
+def test_installed_from_the_clone_the_hint_names_the_clone(monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    """mha installed with pip from its clone (not editable): the folder pip recorded."""
+    import importlib.metadata
+
+    from mhacli.models import text
+
+    class Installed:
+        def read_text(self, name: str) -> str | None:
+            assert name == "direct_url.json"
+            return '{"url": "file:///home/ada/src/my%20mha", "dir_info": {}}'
+
+    monkeypatch.setattr(text, "__file__", "/venv/lib/site-packages/mhacli/models/text.py")
+    monkeypatch.setattr(importlib.metadata, "distribution", lambda name: Installed())
+    assert "install '.[models]' in mha's clone ('/home/ada/src/my mha')" in text.extra_hint()
+    monkeypatch.setattr(importlib.metadata, "distribution", lambda name: 1 / 0)
+    assert "install '.[models]' in mha's clone, and torch for your machine" in \
+        text.extra_hint()
 
 
 @pytest.mark.parametrize("args, words", [
@@ -246,14 +274,16 @@ def _replayed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 @pytest.mark.parametrize("command", ["explain", "run", "generate"])
-@pytest.mark.parametrize("setting, typed", [
-    (["--mask", "none"], "--mask none"), (["--scale", "n"], "--scale n"),
-    (["--softcap", "30"], "--softcap 30"), (["--window", "2"], "--window 2"),
-    (["--heads", "1"], "--heads 1"), (["--alibi"], "--alibi"),
-    (["--mask", "1 0;1 1"], "--mask '1 0;1 1'"),
+@pytest.mark.parametrize("setting, typed, key", [
+    (["--mask", "none"], "--mask none", "mask: none"), (["--scale", "n"], "--scale n", "scale: n"),
+    (["--softcap", "30"], "--softcap 30", "softcap: 30"),
+    (["--window", "2"], "--window 2", "window: 2"), (["--heads", "1"], "--heads 1", "heads: 1"),
+    (["--alibi"], "--alibi", "alibi: true"),
+    (["--mask", "1 0;1 1"], "--mask '1 0;1 1'", "mask: [[1, 0], [1, 1]]"),
 ])
 def test_a_setting_that_changes_the_layer_is_refused_before_the_model_reads_the_text(
-        monkeypatch: pytest.MonkeyPatch, command: str, setting: list[str], typed: str) -> None:
+        monkeypatch: pytest.MonkeyPatch, command: str, setting: list[str], typed: str,
+        key: str) -> None:
     calls = _replayed(monkeypatch)
     text = _recorded("gpt2")[0]
     r = runner.invoke(app, [command, "--checkpoint", str(MODELS / "gpt2"), "--text", text,
@@ -261,9 +291,41 @@ def test_a_setting_that_changes_the_layer_is_refused_before_the_model_reads_the_
     assert r.exit_code == 2 and r.stdout == "" and calls == [], r.output
     assert r.stderr.startswith(f"Error: {typed} would make layer 1 another attention than the "
                                "model's") and r.stderr.count("\n") == 1, r.stderr
-    assert f"mha generate --checkpoint {MODELS / 'gpt2'} --text '{text}' --layer 1 -o " \
-           f"layer1.yaml), then change it there (mha explain layer1.yaml {typed})" in r.stderr
+    write = f"mha generate --checkpoint {MODELS / 'gpt2'} --text '{text}' --layer 1 -o " \
+            "layer1.yaml"
+    if command == "generate":  # it reads no problem file: the file's own key is changed
+        assert f"({write}), set {key} in it, then mha explain layer1.yaml;" in r.stderr
+    else:  # the command that asked, on the file
+        assert f"({write}), then change it there (mha {command} layer1.yaml {typed})" \
+            in r.stderr
     assert "no longer checked against the model" in r.stderr
+
+
+def test_generates_route_keeps_the_files_options(monkeypatch: pytest.MonkeyPatch,
+                                                 tmp_path: Path) -> None:
+    """generate --answers --stage … -o FILE on a text with a changed setting: the route
+    writes FILE with the same stages, as blanks (answers written before the change would
+    be the model's layer's), and following it gives the exercise of the changed layer."""
+    calls = _replayed(monkeypatch)
+    text = _recorded("gpt2")[0]
+    out = tmp_path / "my hw.yaml"
+    model = ["--checkpoint", str(MODELS / "gpt2"), "--text", text, "--layer", "1"]
+    r = runner.invoke(app, ["generate", *model, "--mask", "none", "--answers", "--stage",
+                            "weights", "-o", str(out)])
+    assert r.exit_code == 2 and calls == [] and not out.exists(), r.output
+    quoted = f"'{out}'"
+    assert f"--layer 1 --blank --stage weights -o {quoted}), set mask: none in it, then " \
+           f"mha explain {quoted} shows its answers, and mha check {quoted} grades them " \
+           "once filled in;" in r.stderr, r.stderr
+    # the route, followed
+    r = runner.invoke(app, ["generate", *model, "--blank", "--stage", "weights", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    out.write_text(out.read_text().replace("\nmask: causal\n", "\nmask: none\n"))
+    weights = json.loads(runner.invoke(app, ["explain", str(out), "--format", "json",
+                                             "--stage", "weights"]).stdout)["stages"]["weights"]
+    assert all(v > 0 for head in weights for row in head for v in row)  # nothing blocked
+    r = runner.invoke(app, ["check", str(out)])
+    assert r.exit_code == 1 and "left blank" in r.stdout
 
 
 def test_a_setting_that_keeps_the_layer_is_accepted_with_its_agreement(
@@ -339,3 +401,24 @@ def test_a_changed_setting_on_a_real_model_never_starts_torch(tmp_path: Path) ->
     r = runner.invoke(app, ["run", "--checkpoint", str(folder), "--text", "When Mary",
                             "--layer", "1", "--mask", "causal"])
     assert r.exit_code == 0, r.output
+
+
+def test_unknown_characters_are_named_in_the_rows(tmp_path: Path) -> None:
+    """The fixture models' 100 tokens know neither é nor € nor 🙂: each row says which
+    character its unknown token stands for, as the explorer and a written file do."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from mhacli.io.labels import distinct
+
+    from .test_tokens import CAFE, CAFE_LABELS
+
+    for family in ("gpt2", "llama3"):
+        r = runner.invoke(app, ["explain", "--checkpoint", str(MODELS / family), "--text", CAFE,
+                                "--stage", "x", "--format", "json"])
+        assert r.exit_code == 0, r.output
+        assert json.loads(r.stdout)["config"]["tokens"] == distinct(CAFE_LABELS), family
+    path = tmp_path / "cafe.yaml"
+    r = runner.invoke(app, ["generate", "--checkpoint", str(MODELS / "gpt2"), "--text",
+                            "café 5€", "-o", str(path)])
+    assert r.exit_code == 0, r.output
+    assert mhacli.load(str(path)).tokens[3:5] == ("<unk:é[1/2]>", "<unk:é[2/2]>")

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from mhacli.io.labels import distinct
-from mhacli.models.tokens import labels, readable
+from mhacli.models.tokens import labels, readable, unknown
 
 MODELS = Path(__file__).parent / "fixtures" / "models"
 TEXT = "Ça coûte 5€ 😀"
@@ -111,6 +111,54 @@ def test_the_fixtures_labels_are_the_vocabularys(family: str) -> None:
     data = np.load(MODELS / family / "text.npz")
     tok = tokenizers.Tokenizer.from_file(str(MODELS / family / "tokenizer.json"))
     assert labels(tok, [int(i) for i in data["ids"]]) == json.loads(str(data["labels"]))
+
+
+CAFE = "The café costs 5€ 🙂 and the café is nice"
+# the gpt2 fixture's 100 tokens know none of é, 5, €, 🙂: each of their bytes is <unk>
+CAFE_LABELS = ["The", "␣", "c", "a", "f", "<unk:é[1/2]>", "<unk:é[2/2]>", "␣", "c", "o", "s",
+               "t", "s", "␣", "<unk:5>", "<unk:€[1/3]>", "<unk:€[2/3]>", "<unk:€[3/3]>", "␣",
+               "<unk:🙂[1/4]>", "<unk:🙂[2/4]>", "<unk:🙂[3/4]>", "<unk:🙂[4/4]>", "and", "the",
+               "␣", "c", "a", "f", "<unk:é[1/2]>", "<unk:é[2/2]>", "␣", "is", "␣", "n", "i",
+               "c", "e"]
+
+
+def test_an_unknown_token_says_which_characters_it_stands_for() -> None:
+    """Through the tokenizers library (its Encoding's offsets) and transformers (its
+    offset mapping) alike; from the ids alone (no offsets) the token stays <unk>."""
+    tokenizers = pytest.importorskip("tokenizers")
+    tok = tokenizers.Tokenizer.from_file(str(MODELS / "gpt2" / "tokenizer.json"))
+    encoding = tok.encode(CAFE)
+    assert encoding.tokens.count("<unk>") == 12  # the tokenizer as meant: 12 unknown bytes
+    assert labels(tok, encoding.ids, CAFE, encoding.offsets) == CAFE_LABELS
+    assert labels(tok, encoding.ids).count("<unk>") == 12
+    transformers = pytest.importorskip("transformers")
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>")
+    got = fast(CAFE, return_offsets_mapping=True)
+    assert labels(fast, got["input_ids"], CAFE, got["offset_mapping"]) == CAFE_LABELS
+
+
+def test_an_unknown_word_is_named_in_the_models_own_spelling() -> None:
+    """WordPiece's [UNK] stands for a whole word: [UNK:naïve]."""
+    pytest.importorskip("tokenizers")
+    tok = _wordpiece()
+    encoding = tok.encode("Ça naïve")
+    assert encoding.tokens == ["[CLS]", "Ça", "[UNK]", "[SEP]"]
+    assert labels(tok, encoding.ids, "Ça naïve", encoding.offsets) == \
+        ["[CLS]", "Ça", "[UNK:naïve]", "[SEP]"]
+
+
+def test_unknown_tokens_from_offsets() -> None:
+    """Without any tokenizer: each unknown token by the characters its offsets cover; those
+    over the same characters as their parts; spaces and controls shown as labels show
+    them; an empty span (no offsets known) leaves the token as it is."""
+    text = "a b\x07€"
+    shown = ["a", "<unk>", "<unk>", "<unk>", "<unk>", "<unk>", "<|unk|>"]
+    ids = [5, 0, 0, 0, 0, 0, 0]
+    spans = [(0, 1), (1, 3), (3, 4), (4, 5), (4, 5), (4, 5), (0, 0)]
+    assert unknown(shown, ids, 0, text, spans) == \
+        ["a", "<unk:␣b>", "<unk:\\x07>", "<unk:€[1/3]>", "<unk:€[2/3]>", "<unk:€[3/3]>",
+         "<|unk|>"]
+    assert unknown(["<|unk|>"], [0], 0, "é", [(0, 1)]) == ["<|unk:é|>"]
 
 
 def test_bytes_to_labels() -> None:

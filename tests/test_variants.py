@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 import mhacli
 from mhacli.cli import app
-from mhacli.engine import blocks
+from mhacli.engine import fastpath
 
 from .reference import reference
 
@@ -123,9 +123,9 @@ def test_the_fast_path_in_many_small_blocks(name: str, monkeypatch: pytest.Monke
                   "hnm": rng.standard_normal((heads, n, n))}.get(value, value) \
             if isinstance(value, str) and value in ("pad", "nm", "hnm", "table") else value
     want = mhacli.trace(**p)["output"]
-    monkeypatch.setattr(blocks, "_BLOCK_BYTES", 8 * 2 * n // 8)  # about two rows a block
-    monkeypatch.setattr(blocks, "_TOKENS", 5)  # projections in pieces of 5 tokens
-    monkeypatch.setattr(blocks, "_SHARED_FROM", 100)
+    monkeypatch.setattr(fastpath, "_BLOCK_BYTES", 8 * 2 * n // 8)  # about two rows a block
+    monkeypatch.setattr(fastpath, "_TOKENS", 5)  # projections in pieces of 5 tokens
+    monkeypatch.setattr(fastpath, "_SHARED_FROM", 100)
     outs = []
     for threads in ("1", "3"):  # the same bits whatever the number of threads
         monkeypatch.setenv("MHA_THREADS", threads)
@@ -262,8 +262,8 @@ def test_a_problem_file_with_each_variant(tmp_path: Path, name: str) -> None:
 
 @pytest.mark.parametrize("extra, message", [
     ({"kv_heads": 3}, "kv_heads = 3 does not divide heads = 4"),
-    ({"kv_heads": 0}, "kv_heads must be a positive integer"),
-    ({"window": 0}, "window must be a positive integer"),
+    ({"kv_heads": 0}, "kv_heads must be a whole number of 1 or more, got 0"),
+    ({"window": 0}, "window must be a whole number of 1 or more, got 0"),
     ({"key_padding": [1, 0]}, "key_padding must be a list of 6 entries"),
     ({"key_padding": [1, 0, 1, 2, 1, 1]}, "expected 1 (may attend) or 0 (blocked)"),
     ({"bias": [[1, 2], [3, 4]]}, "bias is 2 × 2 but the scores are n × m = 6 × 6"),
@@ -376,7 +376,7 @@ def test_query_blocks_that_see_no_key_at_all(policy: str, monkeypatch: pytest.Mo
          "w_v": rng.standard_normal((4, 4)), "heads": 2, "window": 2, "masked_row": policy}
     with pytest.warns(mhacli.MaskedRowWarning):
         want = mhacli.trace(**p)["concat"]
-    monkeypatch.setattr(blocks, "_BLOCK_BYTES", 64)
+    monkeypatch.setattr(fastpath, "_BLOCK_BYTES", 64)
     with pytest.warns(mhacli.MaskedRowWarning):
         got = mhacli.attention(**{**p, "w_o": None})
     np.testing.assert_allclose(got, want, rtol=1e-12, equal_nan=True)

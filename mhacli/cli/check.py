@@ -12,10 +12,8 @@ import typer
 from ..errors import MhaError
 from .core import command, guard
 from .common import about, layer_number, problem
-from .options import (
-    CHECKING, OUTPUT, CheckFormat, CheckpointOpt, DebugOpt, LayerOpt, SampleOpt, stage_help,
-    with_settings,
-)
+from .options import CHECKING, OUTPUT, CheckFormat, DebugOpt, stage_help, with_settings
+from .problem_options import with_source
 from .terminal import console_for_stdout, rich_stdout, say
 
 MOST_POINTS = 1_000_000  # what one stage may be worth in --points
@@ -23,13 +21,12 @@ MOST_POINTS = 1_000_000  # what one stage may be worth in --points
 
 @command
 @with_settings("check")
+@with_source("check")
 def check(
     files: Annotated[Optional[list[str]], typer.Argument(
         help="Problem files with an answers: section (- for standard input); several are "
              "graded a line each, then a summary.", show_default=False)] = None,
-    sample: SampleOpt = None,
-    checkpoint: CheckpointOpt = None,
-    layer: LayerOpt = None,
+    source: Any = None,
     key: Annotated[Optional[str], typer.Option(
         "--key", metavar="KEY", help="The teacher's file: the problem every submission is "
         "graded on (a submission may then hold only answers:), and with answers: the "
@@ -75,6 +72,7 @@ def check(
       mha check --key key.yaml answers.yaml --format gradescope
     """
     with guard(debug) as context:
+        sample = source.sample
         files = _check_sources(list(files or []), sample, key)
         if not math.isfinite(tolerance):
             raise MhaError(f"--tolerance must be a number of 0 or more, got {tolerance}")
@@ -105,8 +103,8 @@ def check(
                                            stdin=sys.stdin.buffer if file == "-" else None)
                 else:
                     prob = problem(file, sample, "check", masked_row=masked_row,
-                                   layout=layout, checkpoint=checkpoint,
-                                   layer=layer_number(layer))
+                                   layout=layout, checkpoint=source.checkpoint,
+                                   layer=layer_number(source.layer))
                 context["tokens"] = prob.labels()[0] if prob.tokens else None  # as shown
                 with about(prob):
                     results.append((prob.source, judge(prob, tolerance, partial=partial,
@@ -127,7 +125,7 @@ def check(
 def _report(results: list[tuple[str, object]], fmt: CheckFormat, worth: dict[str, float]
             ) -> None:
     """The reports, in the format asked for: one, or a line each and a summary."""
-    from ..present import report
+    from ..present import batch, report
 
     single = len(results) == 1 and not isinstance(results[0][1], MhaError)
     if fmt is CheckFormat.html:  # the explorer page, each entry marked as judged
@@ -135,9 +133,9 @@ def _report(results: list[tuple[str, object]], fmt: CheckFormat, worth: dict[str
 
         sys.stdout.write(check_page(results))
     elif fmt is CheckFormat.jsonl:
-        sys.stdout.write(report.jsonl(results))
+        sys.stdout.write(batch.jsonl(results))
     elif fmt is CheckFormat.gradescope:
-        sys.stdout.write(report.batch_gradescope(results, worth))
+        sys.stdout.write(batch.batch_gradescope(results, worth))
     elif single:
         result = results[0][1]
         if fmt is CheckFormat.rich and rich_stdout():
@@ -146,13 +144,13 @@ def _report(results: list[tuple[str, object]], fmt: CheckFormat, worth: dict[str
             sys.stdout.write(report.as_text(result, "plain" if fmt is CheckFormat.rich
                                             else fmt.value))
     elif fmt is CheckFormat.rich and rich_stdout():
-        report.show_lines(report.batch_lines(results), console_for_stdout()[0],
-                          hang=report.batch_column(results))
+        report.show_lines(batch.batch_lines(results), console_for_stdout()[0],
+                          hang=batch.batch_column(results))
     else:
-        writer = {"json": report.batch_json, "markdown": report.batch_markdown,
-                  "latex": report.batch_latex}.get(fmt.value)
+        writer = {"json": batch.batch_json, "markdown": batch.batch_markdown,
+                  "latex": batch.batch_latex}.get(fmt.value)
         sys.stdout.write(writer(results) if writer else
-                         "\n".join(t for t, _ in report.batch_lines(results)) + "\n")
+                         "\n".join(t for t, _ in batch.batch_lines(results)) + "\n")
 
 
 def _check_sources(files: list[str], sample: Optional[str], key: Optional[str]) -> list[str]:

@@ -24,7 +24,7 @@ def problem(file: Optional[str], sample: Optional[str], command: str = "explain"
         raise MhaError("reading the problem from standard input, which is a terminal: "
                        f"pipe a file in (mha {command} - < problem.yaml) or name the file")
     return problem_from(file=file, sample=sample, stdin=sys.stdin.buffer if file == "-"
-                        else None, **options)  # type: ignore[arg-type]
+                        else None, command=command, **options)  # type: ignore[arg-type]
 
 
 @contextlib.contextmanager

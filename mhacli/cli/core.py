@@ -18,7 +18,7 @@ import typer
 from typer.core import TyperCommand
 
 from .. import __version__
-from ..errors import MaskedRowWarning, MhaError
+from ..errors import ExerciseNote, MaskedRowWarning, MhaError
 from .options import PANELS, worded
 from .streams import failed_write
 from .terminal import say
@@ -77,6 +77,23 @@ class Grouped(TyperCommand):
             param.help = next((getattr(e, "help", None) for e in extras
                                if getattr(e, "help", None)), None)
 
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        # the examples fitted to the width the help is shown at: in a pipe, Click's
+        # formatter's, which indents the help text by 2; in a terminal, Rich's window,
+        # less its margins
+        plain = not getattr(self, "rich_markup_mode", None)
+        limit = formatter.width - 2 if plain else _window() - 2
+        written = self.help
+        self.help = _fitted(written or "", limit)
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self.help = written
+
+    def format_arguments(self, ctx: Any, formatter: Any) -> None:
+        """None here: the arguments head ``format_options``'s sections (Click 8.5 would
+        list them a second time, under "Positional arguments")."""
+
     def format_options(self, ctx: Any, formatter: Any) -> None:
         groups: dict[str, list[tuple[str, str]]] = {}
         args = []
@@ -131,9 +148,75 @@ def _reflowed(doc: str, plain: bool) -> str:
     return "\n\n".join(out)
 
 
+def _window() -> int:
+    """The terminal's width as Rich (and so Typer's help) takes it."""
+    import shutil
+
+    forced = os.environ.get("TERMINAL_WIDTH", "")
+    return int(forced) if forced.isdigit() else shutil.get_terminal_size().columns
+
+
+_WORD = re.compile(r"(?:'[^']*'|\"[^\"]*\"|[^\s'\"])+|['\"]\S*")  # a shell word, quotes kept
+
+
+def _fitted(help_text: str, limit: int) -> str:
+    """The help with each example line (of an indented paragraph) no wider than
+    ``limit``: a command continued on the next line after `` \\`` and indented, as a
+    shell reads it, so that it can still be copied; a comment continued as a comment.
+    A word longer than the line is left whole."""
+    out = []
+    for para in help_text.split("\n\n"):
+        lines = para.split("\n")
+        body = lines[1:] if lines[0] == "\b" else lines
+        if not body or not all(line.startswith(" ") for line in body):
+            out.append(para)
+            continue
+        fitted = []
+        for line in body:
+            indent = line[:len(line) - len(line.lstrip())]
+            text = line.strip()
+            comment = text.startswith("#")
+            words = text.split() if comment else _units(_WORD.findall(text))
+            more = indent + ("# " if comment else "    ")
+            end = "" if comment else " \\"
+            current = indent + words[0] if words else line
+            for word in words[1:]:
+                if len(current) + 1 + len(word) + len(end) <= limit or \
+                        current.strip() in ("", "#"):
+                    current += " " + word
+                else:
+                    fitted.append(current + end)
+                    current = more + word
+            fitted.append(current)
+        out.append("\n".join((["\b"] if lines[0] == "\b" else []) + fitted))
+    return "\n\n".join(out)
+
+
+def _units(words: list[str]) -> list[str]:
+    """A command's words in the pieces a line should not split: an option beside its
+    value (``-o key.yaml``), a program beside its quoted argument and the pipe before it
+    (``| jq '.shape'``)."""
+    out: list[str] = []
+    for word in words:
+        last = out[-1] if out else ""
+        if last and " " not in last and word != "|" and (
+                last.startswith("-") and not word.startswith("-") or word[0] in "'\""):
+            out[-1] += " " + word
+        else:
+            out.append(word)
+    piped: list[str] = []
+    for unit in out:
+        if piped and piped[-1] == "|":
+            piped[-1] += " " + unit
+        else:
+            piped.append(unit)
+    return piped
+
+
 @contextlib.contextmanager
 def guard(debug: bool) -> Iterator[dict]:
-    """MhaError -> one line on stderr and exit 2; masked-row warnings -> stderr.
+    """MhaError -> one line on stderr and exit 2; masked-row warnings and an exercise's
+    notes -> stderr.
 
     The command may put the problem's query labels under "tokens" of what this yields,
     so that a warning names each row by its token.
@@ -142,11 +225,14 @@ def guard(debug: bool) -> Iterator[dict]:
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", MaskedRowWarning)
+            warnings.simplefilter("always", ExerciseNote)
             yield context
             sys.stdout.flush()  # a write that fails must fail here, not at exit
         for w in caught:
             if isinstance(w.message, MaskedRowWarning):
                 say("Warning: ", w.message.describe(context.get('tokens')))
+            elif isinstance(w.message, ExerciseNote):
+                say("Note: ", str(w.message))
     except MhaError as exc:
         if debug:
             raise
@@ -209,8 +295,8 @@ def main(argv: list[str] | None = None) -> int:
         hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
         message = re.sub(r"( Did you mean [^?]*\?)\1+", r"\1", exc.format_message()) \
             .replace("Value error, ", "") \
-            .replace("Got unexpected extra argument", "one argument too many") \
-            .replace("Got unexpected extra arguments", "arguments too many")
+            .replace("Got unexpected extra arguments", "too many arguments") \
+            .replace("Got unexpected extra argument", "one argument too many")
         say("Error: ", f"{message}{hint}")
         return 2
     except typer.Abort:

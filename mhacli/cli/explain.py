@@ -12,10 +12,10 @@ from ..errors import MhaError
 from .core import command, guard
 from .common import about, inputs, layer_number, problem
 from .options import (
-    ADVANCED, OUTPUT, SHOW, OutputOpt, CheckpointOpt, TextOpt, DebugOpt, DModelOpt, ExplainFormat, FileArg,
-    HeatScale, IntsOpt, LayerOpt, PrecisionOpt, RandomOpt, SampleOpt, SeedOpt, TokensOpt,
+    ADVANCED, OUTPUT, SHOW, DebugOpt, ExplainFormat, HeatScale, OutputOpt, PrecisionOpt,
     stage_help, with_settings,
 )
+from .problem_options import with_source
 from .streams import check_writable
 from .terminal import export, rich_stdout, show
 
@@ -25,17 +25,9 @@ MOST_HELD = 1 << 30  # bytes explain holds without --force
 
 @command
 @with_settings("explain")
+@with_source("explain")
 def explain(
-    file: FileArg = None,
-    sample: SampleOpt = None,
-    random: RandomOpt = False,
-    seed: SeedOpt = None,
-    tokens: TokensOpt = None,
-    d_model: DModelOpt = None,
-    ints: IntsOpt = None,
-    checkpoint: CheckpointOpt = None,
-    layer: LayerOpt = None,
-    text: TextOpt = None,
+    source: Any = None,
     stage: Annotated[Optional[list[str]], typer.Option(
         "--stage", "-s", help=stage_help(), rich_help_panel=SHOW)
     ] = None,
@@ -132,15 +124,13 @@ def explain(
         if quiz:
             _quiz_options(stage, fmt, output)
         fmt = fmt or (ExplainFormat.html if quiz else _format_of(output))
-        _saving(svg, html, fmt, file)  # before anything is computed or printed
+        _saving(svg, html, fmt, source.file)  # before anything is computed or printed
         if output is not None:
-            check_writable(output, inputs(file))
+            check_writable(output, inputs(source.file))
         if fmt is ExplainFormat.html:
             _page_options(cell, all_heads, svg, html)
         layout = settings.pop("layout")
-        options = dict(file=file, sample=sample, random=random, seed=seed, tokens=tokens,
-                       d_model=d_model, ints=ints, checkpoint=checkpoint, text=text,
-                       layout=layout)
+        options = dict(source.problem(), layout=layout)
         if all_heads:
             from .overview import all_heads as overview
 
@@ -156,9 +146,10 @@ def explain(
                 raise MhaError(f"--all-heads shows every head at a glance: {others[0]} is for "
                                "one head's tables (leave out --all-heads)")
 
-            return overview(fmt.value, options, layer_number(layer, every=True), settings,
-                            svg, html, pager=not no_pager)
-        prob = problem(**options, layer=layer_number(layer), backward=backward, **settings)
+            return overview(fmt.value, options, layer_number(source.layer, every=True),
+                            settings, svg, html, pager=not no_pager)
+        prob = problem(**options, layer=layer_number(source.layer), backward=backward,
+                       **settings)
         context["tokens"] = prob.labels()[0] if prob.tokens else None  # as shown
         shown = layout or prob.layout
         stages = [engine.canonical(s) for s in stage] if stage else None
@@ -214,7 +205,7 @@ def explain(
         from ..present.explain import read_lines
 
         header = read_lines(prob.read, c)  # what a checkpoint gave, and from where
-        sink = Sink(output, inputs(file))
+        sink = Sink(output, inputs(source.file))
         if fmt is ExplainFormat.html:
             from ..present.page import explain_page
 
@@ -291,7 +282,7 @@ def fits(c: Any, stage: Optional[list[str]], head: Optional[int], fmt: ExplainFo
 def kernel_numbers(c: Any, names: Optional[list[str]], head: Optional[int]) -> int:
     """The numbers the views of fast kernels print (tiles, decoding steps), in full."""
     from ..engine.decoding import decode_numbers
-    from ..engine.kernels import tile_numbers
+    from ..engine.tiles import tile_numbers
 
     heads = 1 if head else c.heads
     total = 0

@@ -11,42 +11,16 @@ import typer
 from ..errors import MhaError
 from .common import layer_number
 from .core import command, guard
-from .options import (
-    CHECKING, PROBLEM, CheckpointOpt, TextOpt, DebugOpt, DModelOpt, IntsOpt, LayerOpt, OutputOpt,
-    stage_help, with_settings,
-)
+from .options import CHECKING, PROBLEM, DebugOpt, OutputOpt, stage_help, with_settings
+from .problem_options import with_source
 from .streams import write_file
 
 
 @command
 @with_settings("generate")
+@with_source("generate")
 def generate(
-    seed: Annotated[Optional[int], typer.Option(
-        "--seed", help="Seed (same seed, same problem); without it one is drawn and written "
-        "in the file's first line.", rich_help_panel=PROBLEM)] = None,
-    tokens: Annotated[Optional[str], typer.Option(
-        "--tokens", help="A number of tokens, or the tokens themselves ('the cat sat').",
-        rich_help_panel=PROBLEM)] = None,
-    d_model: DModelOpt = None,
-    ints: IntsOpt = None,
-    kv_tokens: Annotated[Optional[str], typer.Option(
-        "--kv-tokens", help="Cross-attention: the number of key/value tokens, or the tokens "
-                            "themselves.", rich_help_panel=PROBLEM)] = None,
-    d_kv: Annotated[Optional[int], typer.Option(
-        "--d-kv", help="Cross-attention: the width of the key/value tokens.",
-        rich_help_panel=PROBLEM)] = None,
-    d_k: Annotated[Optional[int], typer.Option(
-        "--d-k", help="Width of each head (default d_model / heads; under --ints a perfect "
-                      "square, so that √d_k is whole).", rich_help_panel=PROBLEM)] = None,
-    no_w_o: Annotated[bool, typer.Option(
-        "--no-w-o", help="Leave out the output projection (the output is the concatenation).",
-        rich_help_panel=PROBLEM)] = False,
-    no_biases: Annotated[bool, typer.Option(
-        "--no-biases", help="--ints: leave out the biases b_q, b_k, b_v, b_o (an --ints "
-        "exercise has them, so that one left out shows).", rich_help_panel=PROBLEM)] = False,
-    checkpoint: CheckpointOpt = None,
-    layer: LayerOpt = None,
-    text: TextOpt = None,
+    source: Any = None,
     max_score: Annotated[Optional[float], typer.Option(
         "--max-score", help="--ints: every scaled score within ± this (default 4), so each "
                             "exp is one a calculator handles.", rich_help_panel=PROBLEM)] = None,
@@ -75,7 +49,10 @@ def generate(
     and 2 heads of d_k 4 by default, causal, with the biases b_q, b_k, b_v, b_o; √d_k
     whole; redrawn until every scaled score lies within ±--max-score and no weight rounds
     to 0 or 1 unless masked, and until each classic mistake (√d_model for √d_k, the mask
-    inverted, Zᵀ, the heads in the wrong order …) gives other numbers, so check can name it.
+    inverted, Zᵀ, the heads in the wrong order; with --tiles the correction forgotten …)
+    gives other numbers, so check can name it. Sizes that make a mistake give the right
+    numbers whatever is drawn (--tokens 4 --d-model 4 --heads 1: √n = √d_k) are said in a
+    note on stderr.
 
     Examples:
 
@@ -95,29 +72,35 @@ def generate(
         if answers and blank:
             raise MhaError("--answers fills the answers in and --blank leaves them empty: "
                            "choose one")
-        if seed is None:  # record the seed drawn, so that the file can be made again
-            seed = new_seed()
+        s = source
+        seed = new_seed() if s.seed is None else s.seed  # drawn: recorded, to make it again
         layout = settings.pop("layout") or "rows"
-        if checkpoint is not None or layer is not None or text is not None:
-            others = [o for o, v in (("--ints", ints), ("--d-model", d_model),
-                                     ("--kv-tokens", kv_tokens), ("--d-kv", d_kv),
-                                     ("--d-k", d_k), ("--no-w-o", no_w_o),
-                                     ("--no-biases", no_biases),
+        if s.checkpoint is not None or s.layer is not None or s.text is not None:
+            others = [o for o, v in (("--ints", s.ints), ("--d-model", s.d_model),
+                                     ("--kv-tokens", s.kv_tokens), ("--d-kv", s.d_kv),
+                                     ("--d-k", s.d_k), ("--no-w-o", s.no_w_o),
+                                     ("--no-biases", s.no_biases),
                                      ("--max-score", max_score)) if v]
-            if others and checkpoint is not None:
+            if others and s.checkpoint is not None:
                 raise MhaError(f"--checkpoint gives the weights and their sizes: it cannot be "
                                f"combined with {others[0]}")
-            prob = _on_checkpoint(checkpoint, layer_number(layer), tokens, seed,
-                                  option_values(settings), text)
+            asked = ["generate", *(["--answers"] if answers else []),  # this command, as typed
+                     *(["--blank"] if blank else []),
+                     *(w for name in stage or [] for w in ("--stage", name)),
+                     *(["--backward"] if backward else []),
+                     *(["--layout", layout] if layout != "rows" else []),
+                     *(["-o", str(output)] if output is not None else [])]
+            prob = _on_checkpoint(s.checkpoint, layer_number(s.layer), s.tokens, seed,
+                                  option_values(settings), s.text, asked)
         else:
             prob = gen.random_problem(
-                seed=seed, tokens=gen.parse_tokens(tokens) if tokens is not None else None,
-                d_model=d_model, ints=gen.parse_ints(ints) if ints is not None else None,
-                kv_tokens=gen.parse_tokens(kv_tokens, "--kv-tokens") if kv_tokens is not None
-                else None,
-                d_kv=d_kv, w_o=not no_w_o, most=gen.MOST_WRITTEN, d_k=d_k,
+                seed=seed, tokens=gen.parse_tokens(s.tokens) if s.tokens is not None else None,
+                d_model=s.d_model, ints=gen.parse_ints(s.ints) if s.ints is not None else None,
+                kv_tokens=gen.parse_tokens(s.kv_tokens, "--kv-tokens")
+                if s.kv_tokens is not None else None,
+                d_kv=s.d_kv, w_o=not s.no_w_o, most=gen.MOST_WRITTEN, d_k=s.d_k,
                 max_score=max_score, settings=option_values(settings), backward=backward,
-                biases=False if no_biases else None)
+                biases=False if s.no_biases else None)
         if backward:
             prob = prob.with_overrides(backward=True)
         chosen = [engine.canonical(s) for s in stage] if stage else None
@@ -128,7 +111,7 @@ def generate(
         if chosen is None and views:
             chosen = views  # an exercise of tiles or decoding: those are its answers
         filled = gen.answer_key(prob, chosen) if answers or blank else None
-        comment = _header(prob, checkpoint, seed, "small integers" if ints else
+        comment = _header(prob, s.checkpoint, seed, "small integers" if s.ints else
                           "random decimals")
         text = gen.problem_yaml(prob, comment, filled, blank, layout)
         if output is not None:
@@ -159,9 +142,11 @@ def _header(prob: Any, checkpoint: Any, seed: int, what: str) -> str:
 
 
 def _on_checkpoint(checkpoint: Any, layer: Optional[int], tokens: Optional[str],
-                   seed: int, settings: dict[str, Any], text: Optional[str] = None) -> Any:
+                   seed: int, settings: dict[str, Any], text: Optional[str] = None,
+                   asked: Optional[list[str]] = None) -> Any:
     """An exercise on a real model's layer: its weights and settings, on random tokens
-    or on a text (x the model's own hidden state for it)."""
+    or on a text (x the model's own hidden state for it); ``asked``: this command as
+    typed, for the route a refused setting is given."""
     from ..io import generate as gen
     from ..io.on_model import load_checkpoint, load_text
 
@@ -172,7 +157,7 @@ def _on_checkpoint(checkpoint: Any, layer: Optional[int], tokens: Optional[str],
     if text is not None:
         if tokens is not None:
             raise MhaError("--text gives x and the tokens: it cannot be combined with --tokens")
-        return load_text(checkpoint, text, layer, **settings)
+        return load_text(checkpoint, text, layer, command=asked or ("generate",), **settings)
     spec = gen.parse_tokens(tokens) if tokens is not None else None
     prob = load_checkpoint(checkpoint, layer, tokens=spec, seed=seed)
     changes = {k: v for k, v in settings.items() if v is not None}

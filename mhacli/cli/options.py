@@ -1,5 +1,6 @@
-"""The command line's inputs: the options the commands share, and those of the settings
-table, made for the commands that offer them from its two halves: the engine's
+"""The command line's inputs: the options the commands share (those that name the problem
+are ``problem_options.py``'s), and those of the settings table, made for the commands
+that offer them from its two halves: the engine's
 (``engine/settings.py``: the kind of value, its choices and default) and the command
 line's (``setting_options.py``: commands, metavar, help, panel).
 
@@ -56,51 +57,6 @@ class HeatScale(str, Enum):
     row = "row"
 
 
-FileArg = Annotated[Optional[str], typer.Argument(help=Words(
-    "Problem file (.yaml, .json or .npz), or - for standard input. Without it: the "
-    "built-in example.", run="Problem file (.yaml, .json or .npz), or - for standard input. "
-    "Without it: the built-in example. With --jsonl: a file of problems, one JSON object a "
-    "line (no FILE: standard input)."), show_default=False)]
-SampleOpt = Annotated[Optional[str], typer.Option(
-    "--sample", help="Use a bundled sample (see `mha samples`).", rich_help_panel=PROBLEM)]
-RandomOpt = Annotated[bool, typer.Option(
-    "--random", help="Generate a random problem.", rich_help_panel=PROBLEM)]
-SeedOpt = Annotated[Optional[int], typer.Option(
-    "--seed", help="Seed for --random / --ints (same seed, same problem).",
-    rich_help_panel=PROBLEM)]
-TokensOpt = Annotated[Optional[str], typer.Option(
-    "--tokens", help="Random problem: a number of tokens, or the tokens themselves "
-                     "('the cat sat'). With a file: new row labels.", rich_help_panel=PROBLEM)]
-DModelOpt = Annotated[Optional[int], typer.Option(
-    "--d-model", help="Random problem: width of each token vector.", rich_help_panel=PROBLEM)]
-IntsOpt = Annotated[Optional[str], typer.Option(
-    "--ints", metavar="LO:HI", help="Random problem of small integers from LO to HI, "
-                                    "for hand calculation.", rich_help_panel=PROBLEM)]
-_MODEL = ("Take one attention layer of a Hugging Face model as it ships: its folder "
-          "(config.json beside model.safetensors or a sharded set), a .safetensors file, its "
-          "index, or an .npz; float32, float16 or bfloat16; GPT-2, BERT, Llama 1–3, Mistral, "
-          "Mixtral, Qwen 2/3, OLMo 2, Phi, Phi-3, GPT-NeoX, GPT-J, Falcon, Gemma 2/3, "
-          "gpt-oss.")
-CheckpointOpt = Annotated[Optional[Path], typer.Option(
-    "--checkpoint", metavar="MODEL", help=Words(
-        f"{_MODEL} On the problem file's x, or on random tokens (--random, --tokens N, "
-        "--seed).",
-        check=f"{_MODEL} On the problem file's x: its answers are checked against that "
-        "layer.",
-        generate=f"{_MODEL} On random tokens (--tokens, --seed), or on a text (--text)."),
-    rich_help_panel=PROBLEM)]
-TextOpt = Annotated[Optional[str], typer.Option(
-    "--text", help="With --checkpoint MODEL (a model folder with its tokenizer): x is the "
-    "model's own hidden state entering the layer's attention for this text, its rows the "
-    "tokens; mha's output is checked against the model's (needs transformers and torch). "
-    "Each run loads the model (seconds): write the layer once with mha generate … -o FILE, then "
-    "explain FILE as often as wanted (settings changed there freely).",
-    rich_help_panel=PROBLEM)]
-LayerOpt = Annotated[Optional[str], typer.Option(
-    "--layer", metavar="N", help=Words(
-        "--checkpoint: the layer (from 0, as the checkpoint numbers them).",
-        explain="--checkpoint: the layer (from 0, as the checkpoint numbers them); with "
-        "--all-heads, all for every layer."), rich_help_panel=PROBLEM)]
 PrecisionOpt = Annotated[Optional[int], typer.Option(
     "--precision", "-p", min=0, max=17, help="Decimals to show.", rich_help_panel=OUTPUT)]
 DebugOpt = Annotated[bool, typer.Option(
@@ -113,24 +69,33 @@ OutputOpt = Annotated[Optional[Path], typer.Option(
 def stage_help() -> Words:
     """``--stage``'s help: every stage of the table by name, with its aliases, and the
     stages that exist with the backward pass, the tiles and decoding, said as each
-    command asks for them (read from the stage table)."""
+    command asks for them (read from the stage table): explain shows the weights' blocks
+    when named, check grades them where the answers give them, and generate writes no
+    input (x, the weights) under answers: its list leaves them out."""
     from ..engine.stages import FORWARD
 
-    names = [s.name + (f" ({', '.join(s.aliases)})" if s.aliases else "") for s in FORWARD]
+    def listed(keep: Any) -> str:
+        return ", ".join(s.name + (f" ({', '.join(s.aliases)})" if s.aliases else "")
+                         for s in FORWARD if keep(s))
+
     weights = ", ".join(s.name for s in FORWARD if s.on_request)  # the weights' blocks
-    stages = f"(repeatable): {', '.join(names)} ({weights}: each head's block of the " \
-        "weights, inputs shown only when named); the variants' stages exist when their " \
-        "setting is used"
+    every = listed(lambda s: True)
+    variants = "; the variants' stages exist when their setting is used"
+    shown = f"(repeatable): {every} ({weights}: each head's block of the weights, inputs " \
+        f"shown only when named){variants}"
+    checked = f"(repeatable): {every} ({weights}: each head's block of the weights, checked " \
+        f"where the answers give them){variants}"
+    written = f"(repeatable): {listed(lambda s: not s.given)}{variants}"  # (no inputs)
     gradients = "each stage's gradient d_<stage> (d_output … d_x) and the parameters' " \
         "(d_w_q … d_b_o, d_sinks)"
-    asked = f"{stages}, and with --backward {gradients}; with --tiles the tiles (tiles), " \
-        "with --decode the decoding steps (decode)."
+    views = "; with --tiles the tiles (tiles), with --decode the decoding steps (decode)."
     return Words(
-        f"Show only this stage {asked}",
-        check=f"Check only this stage {stages}; {gradients} where the answers give them; "
+        f"Show only this stage {shown}, and with --backward {gradients}{views}",
+        check=f"Check only this stage {checked}; {gradients} where the answers give them; "
         "the tiles (tiles) and the decoding steps (decode) of a file with a tiles: or "
         "decode: key.",
-        generate=f"Only these stages under answers: {asked}")
+        generate=f"Only these stages under answers {written}, and with --backward "
+        f"{gradients}{views}")
 
 
 # --------------------------------------------------------------------------- settings
@@ -151,9 +116,9 @@ def _parameter(o: SettingOption, command: str) -> inspect.Parameter:
     if o.metavar:
         info["metavar"] = o.metavar
     default: Any = None
-    kind: Any = Optional[str]
+    kind: Any = Optional[str]  # read by the setting's reader, where it enters (choose.py)
     if s.kind == "whole":
-        kind = Optional[int]
+        info.setdefault("metavar", "INTEGER")  # as typed: text, read as a whole number
     elif s.kind == "flag":
         kind, default = bool, False
     elif s.kind == "choice":

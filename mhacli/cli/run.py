@@ -11,27 +11,17 @@ import typer
 from ..errors import MhaError
 from .core import command, guard
 from .common import about, inputs, layer_number, problem
-from .options import (
-    OUTPUT, CheckpointOpt, TextOpt, DebugOpt, DModelOpt, FileArg, IntsOpt, LayerOpt, OutputOpt,
-    RandomOpt, RunFormat, SampleOpt, SeedOpt, TokensOpt, with_settings,
-)
+from .options import OUTPUT, DebugOpt, OutputOpt, RunFormat, with_settings
+from .problem_options import with_source
 from .streams import write_file
 from .terminal import fold, progress_bar
 
 
 @command
 @with_settings("run")
+@with_source("run")
 def run(
-    file: FileArg = None,
-    sample: SampleOpt = None,
-    random: RandomOpt = False,
-    seed: SeedOpt = None,
-    tokens: TokensOpt = None,
-    d_model: DModelOpt = None,
-    ints: IntsOpt = None,
-    checkpoint: CheckpointOpt = None,
-    layer: LayerOpt = None,
-    text: TextOpt = None,
+    source: Any = None,
     fmt: Annotated[Optional[RunFormat], typer.Option(
         "--format", "-f", help="Output format (default: plain, or the -o file's extension: "
                                ".json .csv .tsv .yaml .npy .txt).", show_default=False,
@@ -68,20 +58,22 @@ def run(
         from ..engine import fast
 
         if jsonl:
-            others = [o for o, v in (("--sample", sample), ("--random", random),
-                                     ("--checkpoint", checkpoint), ("--text", text),
+            s = source
+            others = [o for o, v in (("--sample", s.sample), ("--random", s.random),
+                                     ("--checkpoint", s.checkpoint), ("--text", s.text),
                                      ("-o", output),
-                                     ("--ints", ints), ("--seed", seed)) if v]
+                                     ("--ints", s.ints), ("--seed", s.seed)) if v]
             if others or fmt not in (None, RunFormat.json):
                 raise MhaError(f"--jsonl reads problems and writes JSON lines: it cannot be "
                                f"combined with {others[0] if others else '--format'}")
-            if stream(file, precision, settings):
+            from .jsonl import stream
+
+            if stream(source.file, precision, settings):
                 raise typer.Exit(2)
             return
 
-        prob = problem(file, sample, "run", random=random, seed=seed, tokens=tokens,
-                       d_model=d_model, ints=ints, checkpoint=checkpoint,
-                       layer=layer_number(layer), text=text, **settings)
+        prob = problem(command="run", **source.problem(), layer=layer_number(source.layer),
+                       **settings)
         context["tokens"] = prob.labels()[0] if prob.tokens else None  # as shown
         fmt = fmt or _format_of(output)
         if fmt is RunFormat.npy and output is None and sys.stdout.isatty():
@@ -97,7 +89,7 @@ def run(
             width = shutil.get_terminal_size().columns  # rows wider wrap between numbers
             data = fold(data.decode("utf-8"), max(width, 20)).encode("utf-8")
         if output is not None:
-            write_file(output, data, keep=inputs(file))
+            write_file(output, data, keep=inputs(source.file))
         else:
             sys.stdout.flush()
             sys.stdout.buffer.write(data)
@@ -108,44 +100,3 @@ def _format_of(output: Optional[Path]) -> RunFormat:
     suffix = output.suffix.lower().lstrip(".") if output is not None else ""
     suffix = {"yml": "yaml", "txt": "plain"}.get(suffix, suffix)
     return RunFormat(suffix) if suffix in RunFormat.__members__ else RunFormat.plain
-
-
-def stream(file: Optional[str], precision: Optional[int], settings: dict[str, Any]) -> int:
-    """``run --jsonl``: each line a problem, each answer a line, flushed as it is made;
-    a line that fails is answered with its error and the rest go on; the options' settings
-    change every problem. Returns how many failed."""
-    import json
-
-    from ..engine import fast
-    from ..io.choose import option_values
-    from ..io.problem import from_mapping
-    from ..io.reader import parse_text
-    from ..present.text import write_output
-
-    if file in (None, "-") and (sys.stdin is None or sys.stdin.isatty()):
-        raise MhaError("--jsonl reads problems from standard input, which is a terminal: "
-                       "pipe them in (mha run --jsonl < problems.jsonl) or name the file")
-    changes = {k: v for k, v in option_values(settings).items() if v is not None}
-    failed = 0
-    source = sys.stdin.buffer if file in (None, "-") else open(file, "rb")  # noqa: SIM115
-    with source:
-        for number, raw in enumerate(source, start=1):
-            if not raw.strip():
-                continue
-            try:
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    raise MhaError("not UTF-8 text") from None
-                data, locate = parse_text(text, f"line {number}", "json")
-                prob = from_mapping(data, f"line {number}", None, "rows", locate)
-                if changes:
-                    prob = prob.with_overrides(**changes)
-                out = write_output(fast(prob.prepared), "json", precision)
-            except MhaError as exc:
-                failed += 1
-                doc = {"error": exc.message, "line": number}
-                out = (json.dumps(doc, ensure_ascii=False) + "\n").encode()
-            sys.stdout.buffer.write(out)
-            sys.stdout.buffer.flush()
-    return failed

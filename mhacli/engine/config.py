@@ -23,6 +23,11 @@ MATRICES = ("x", "x_kv", "w_q", "w_k", "w_v", "w_o", "q", "k", "v", "grad_output
             "target")  # the input matrices
 PER_HEAD_MATRICES = frozenset({"w_q", "w_k", "w_v", "w_o"})  # or a list of H of them
 VECTORS = ("b_q", "b_k", "b_v", "b_o")  # the biases
+# The fields of Config and Prepared that no setting fills (each entry of the settings
+# table names those it fills): the sizes, the inputs, and what prepare works out from
+# them; a test holds the two lists to the dataclasses below
+DERIVED = ("n", "m", "d_k", "d_v", "d_out", "d_model", "d_kv", "cross", "direct", "biases",
+           "has_w_o", "backward", "loss", "config", *MATRICES, *VECTORS, "dead_rows")
 
 
 @dataclass(frozen=True)

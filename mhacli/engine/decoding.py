@@ -16,7 +16,7 @@ output are row t of the plain trace's; which stage each field is, the stage tabl
 
 ``splits=S`` adds the split-K ("flash-decoding") view: the cached positions cut into S
 nearly equal chunks (fewer while the cache is shorter than S), each chunk's partial
-softmax (m, ℓ, unnormalised O per head, as one online step of ``kernels.py`` makes it),
+softmax (m, ℓ, unnormalised O per head, as one online step of ``online.py`` makes it),
 and their combination, which a sink joins as one more partial state (s_h, 1, 0).
 
 Steps count from 1 as the contract does; positions, heads and keys from 0 inside, from
@@ -32,12 +32,14 @@ import numpy as np
 
 from ..errors import MhaError, shown
 from . import ops
-from .kernels import data, float_only, merge, online, record, span, start, whole_number
+from .online import data, float_only, merge, online, record, span, start, whole_number
+from .values import given
 from .work import Work, normed, turned
 
 if TYPE_CHECKING:  # a trace is read through the Protocol: paths.py imports this module
     from .config import Config, Prepared
     from .writing import Record
+    from .reach import Reach
 
 Array = np.ndarray
 
@@ -136,9 +138,12 @@ def decode(tr: Record, splits: int | None = None,
 
 
 def each_step(tr: Record, splits: int | None = None,
-              tokens: Sequence[str] | None = None) -> Iterator[DecodeStep]:
+              tokens: Sequence[str] | None = None, reach: Reach | None = None
+              ) -> Iterator[DecodeStep]:
     """``decode`` a step at a time: a long sequence's caches are written as they are
-    made, never held all at once (the problem is checked before the first step)."""
+    made, never held all at once (the problem is checked before the first step).
+    ``reach``: another than the problem's (``reach.without("window")``: the steps of a
+    person who left the window out, which a grader follows on)."""
     p, c = tr.prepared, tr.config
     check_decode(c)
     count = None if splits is None else whole_number("splits", splits, "splits")
@@ -146,11 +151,12 @@ def each_step(tr: Record, splits: int | None = None,
     if len(labels) != c.n:
         raise MhaError(f"decoding has {c.n} tokens but {len(labels)} labels were given",
                        key="tokens")
-    return _steps(p, count, labels)
+    return _steps(p, count, labels, p.reach if reach is None else reach)
 
 
-def _steps(p: Prepared, count: int | None, labels: list[str]) -> Iterator[DecodeStep]:
-    c, reach = p.config, p.reach
+def _steps(p: Prepared, count: int | None, labels: list[str], reach: Reach
+           ) -> Iterator[DecodeStep]:
+    c = p.config
     keys: list[Array] = []  # the cache, oldest first: (G, d_k) a position
     values: list[Array] = []  # (G, d_v) a position
     for i in range(c.n):
@@ -276,7 +282,7 @@ def decode_setting(value: Any) -> bool:
         return True
     if word in ("false", "no", "off", "0", ""):
         return False
-    raise MhaError(f"decode must be true or false, got {shown(value)}", key="decode")
+    raise MhaError(f"decode must be true or false, got {given(value)}", key="decode")
 
 
 def splits_setting(value: Any) -> int | None:

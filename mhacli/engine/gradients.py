@@ -9,7 +9,7 @@ before it (``w["d_…"]``) and the forward stages, as the forward stages take th
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import numpy as np
 
@@ -60,16 +60,23 @@ def _d_sinks(w: Work) -> Array:
     return -(share * rows).sum(axis=(1, 2))  # (H,), the shape of sinks
 
 
-def _before_scaled(w: Work) -> Array:
-    """The gradient arriving at the scaled scores' next stage (softcapped, biased or masked)."""
-    for name in ("d_softcapped", "d_biased", "d_masked"):
-        if name in w.stages:
-            return w[name]
-    raise KeyError("d_masked")
+class Chains(Protocol):
+    """What the stage table answers of its chains (``stages.reader``, ``reads`` and
+    ``source``): given to ``gradient_stages`` by the table, which imports this module."""
+
+    def reader(self, c: Config, name: str) -> str: ...
+    def reads(self, c: Config, name: str) -> tuple[str, ...]: ...
+    def source(self, c: Config, name: str) -> str: ...
 
 
-def _d_scaled(w: Work) -> Array:
-    g = _before_scaled(w)
+def _arriving(t: Chains, w: Work, name: str) -> Array:
+    """The gradient arriving at the stage ``name``: that of the stage reading it (the
+    stage table's ``reader``), as the chain rule carries it back."""
+    return w["d_" + t.reader(w.c, name)]
+
+
+def _d_scaled(t: Chains, w: Work) -> Array:
+    g = _arriving(t, w, "scaled")
     c = w.c
     if c.softcap is None:
         return g
@@ -77,28 +84,29 @@ def _d_scaled(w: Work) -> Array:
     return g * (1 - t * t)  # d/dz c·tanh(z/c) = 1 − tanh²(z/c)
 
 
-def _from_scores(w: Work, side: str, step: str) -> Array:
+def _from_scores(t: Chains, w: Work, side: str) -> Array:
     """dQ_h = dZ_h·K_h or dK_g = Σ dZ_hᵀ·Q_h over the heads sharing g, K and Q as the
-    scores were made of them (``step``: _heads, _normed or _rot)."""
+    scores read them (split, normed or turned)."""
     c = w.c
+    q, k = t.reads(c, "scores")
     if side == "q":
-        return w["d_scores"] @ ops.shared(w["k" + step], c.heads)
-    return ops.shared_sum(w["d_scores"].swapaxes(-1, -2) @ w["q" + step], c.groups)
+        return w["d_scores"] @ ops.shared(w[k], c.heads)
+    return ops.shared_sum(w["d_scores"].swapaxes(-1, -2) @ w[q], c.groups)
 
 
-def _d_split(w: Work, side: str) -> Array:
-    """The gradient arriving after the split (at the normed queries or keys, or at the
-    heads themselves): turned back through RoPE, or straight from the scores."""
-    if w.c.rope is not None:
-        return turned(w[f"d_{side}_rot"], w.p, back=True)
-    return _from_scores(w, side, "_normed" if w.c.qk_norm is not None else "_heads")
+def _d_split(t: Chains, w: Work, side: str, name: str) -> Array:
+    """The gradient arriving at ``name`` (the normed queries or keys, or the heads
+    themselves): turned back through RoPE where RoPE reads it, else from the scores."""
+    if t.reader(w.c, name) == "scores":
+        return _from_scores(t, w, side)
+    return turned(_arriving(t, w, name), w.p, back=True)
 
 
-def _d_heads(w: Work, side: str) -> Array:
+def _d_heads(t: Chains, w: Work, side: str) -> Array:
     """d_q_heads, d_k_heads: through the norm's backward when q and k are normed."""
     c, p = w.c, w.p
     if c.qk_norm is None:
-        return _d_split(w, side)
+        return _d_split(t, w, side, f"{side}_heads")
     a = w[f"{side}_heads"]
     weight = p.q_norm if side == "q" else p.k_norm
     whole = c.qk_norm == "width"
@@ -108,11 +116,9 @@ def _d_heads(w: Work, side: str) -> Array:
                         w[f"d_{side}_normed"], whole)
 
 
-def _source(w: Work, kv: bool) -> Array:
+def _source(t: Chains, w: Work, kv: bool) -> Array:
     """The input a projection multiplied: X (with its positions), or X_kv."""
-    if kv and w.c.cross:
-        return w.stages.get("x_kv_pos", w.stages.get("x_kv"))  # type: ignore[return-value]
-    return w.stages.get("x_pos", w["x"])
+    return w[t.source(w.c, "k" if kv else "q")]
 
 
 def _d_input(w: Work) -> Array:
@@ -156,9 +162,8 @@ def _d_output_text(f: Formula) -> str:
             "given": "dL/dY, the grad_output given"}[f.c.loss]
 
 
-def _d_scaled_text(f: Formula) -> str:
-    nxt = "d_softcapped" if f.c.softcap is not None else \
-        "d_biased" if f.c.alibi or f.c.bias else "d_masked"
+def _d_scaled_text(t: Chains, f: Formula) -> str:
+    nxt = "d_" + t.reader(f.c, "scaled")
     if f.c.softcap is None:
         return f"d_scaled{f.i} = {nxt}{f.i}"
     return f"d_scaled{f.i} = {nxt}{f.i} ⊙ (1 − tanh²(scaled{f.i} / c)), the softcap's derivative"
@@ -229,7 +234,8 @@ def _grad(name: str, shape: str, dims: Callable[[Config], tuple[int, ...]], rows
     before the softmax's backward from d_output and the weights alone). A gradient has
     its parameter's shape: a vector's (one dimension) is a vector."""
     return Stage(name, shape, dims, rows, cols, compute=compute, formula=formula,
-                 latex=_tex(symbol), cell=cell or cell_with_formula(formula), per_head=per_head, exact=exact,
+                 latex=_tex(symbol), cell=cell or cell_with_formula(formula), per_head=per_head,
+                 exact=exact,
                  exists=lambda c: c.backward and exists(c), vector="×" not in shape)
 
 
@@ -237,115 +243,121 @@ def _sums(v: Array) -> Array:
     return v.sum(axis=0)  # a bias's gradient: the column sums, a vector as the bias is
 
 
-GRADIENTS: tuple[Stage, ...] = (
-    _grad("d_output", "n × d_out", lambda c: (c.n, c.d_out), QUERY, NUMBERED, _d_output,
-          _d_output_text, "Y", exact=True),
-    _grad("d_concat", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,
-          lambda w: w["d_output"] @ w.p.w_o.T if w.p.w_o is not None else w["d_output"],
-          lambda f: "dC = dY·W_Oᵀ" if f.c.has_w_o else "dC = dY (no w_o)", "C", exact=True),
-    _grad("d_w_o", "H·d_v × d_out", lambda c: (c.heads * c.d_v, c.d_out), NUMBERED,
-          NUMBERED, lambda w: w["concat"].T @ w["d_output"], _text("dW_O = Cᵀ·dY"), "W_O",
-          exists=lambda c: c.has_w_o),
-    _grad("d_b_o", "d_out", lambda c: (c.d_out,), NUMBERED, NUMBERED,
-          lambda w: _sums(w["d_output"]), _text("db_o = the column sums of dY"), "b_o",
-          exists=lambda c: "b_o" in c.biases, exact=True),
-    _grad("d_head_outputs", "H × n × d_v", lambda c: (c.heads, c.n, c.d_v), QUERY, NUMBERED,
-          lambda w: ops.split_heads(w["d_concat"], w.c.heads),
-          lambda f: f"dO{f.i} = head {f.h or 'h'}'s columns of dC", "O", per_head=True,
-          exact=True),
-    _grad("d_weights", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
-          lambda w: w["d_head_outputs"] @ ops.shared(w["v_heads"], w.c.heads).swapaxes(-1, -2),
-          lambda f: f"dA{f.i} = dO{f.i}·V{f.g}ᵀ (every cell, blocked ones too)", "A",
-          per_head=True, exact=True),
-    _grad("d_v_heads", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,
-          lambda w: ops.shared_sum(w["weights"].swapaxes(-1, -2) @ w["d_head_outputs"],
-                                   w.c.groups),
-          lambda f: f"dV{f.i} = A{f.i}ᵀ·dO{f.i}" if f.c.groups == f.c.heads
-          else "dV_g = Σ A_hᵀ·dO_h over the query heads h that share value head g",
-          "V", per_head=True),
-    _grad("d_masked", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
-          lambda w: ops.softmax_backward(w["weights"], w["d_weights"]),
-          lambda f: f"d_masked{f.i} = A{f.i} ⊙ (dA{f.i} − rowsum(dA{f.i} ⊙ A{f.i})), the "
-                    "softmax's backward; 0 where blocked", "Z", per_head=True,
-          cell=cell_d_masked),
-    _grad("d_sinks", "H", lambda c: (c.heads,), NUMBERED, NUMBERED, _d_sinks,
-          _text("ds_h = −Σ over the rows of a_sink·rowsum(dA ⊙ A), a_sink the sink's "
-                "weight"), "s", exists=lambda c: c.sinks),
-    _grad("d_biased", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
-          lambda w: w["d_masked"],
-          lambda f: f"d_biased{f.i} = d_masked{f.i}: the mask passes the gradient where it "
-                    "allows (0 where it blocks)", "B", per_head=True,
-          exists=lambda c: c.alibi or c.bias),
-    _grad("d_softcapped", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
-          lambda w: w.stages.get("d_biased", w["d_masked"]),
-          lambda f: f"d_softcapped{f.i} = d_biased{f.i}: ALiBi and the bias are added "
-          "constants" if f.c.alibi or f.c.bias else f"d_softcapped{f.i} = d_masked{f.i}",
-          "S", per_head=True,
-          exists=lambda c: c.softcap is not None),
-    _grad("d_scaled", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY, _d_scaled,
-          _d_scaled_text, "(Z/s)", per_head=True),
-    _grad("d_scores", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
-          lambda w: w["d_scaled"] / w.c.scale, lambda f: f"dZ{f.i} = d_scaled{f.i} / s", "Z",
-          per_head=True, cell=cell_d_scores),
-    _grad("d_q_rot", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
-          lambda w: w["d_scores"] @ ops.shared(w["k_rot"], w.c.heads),
-          lambda f: f"dQ_rot{f.i} = dZ{f.i}·K_rot{f.g}", "Q_{rot}", per_head=True,
-          exists=lambda c: c.rope is not None),
-    _grad("d_k_rot", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
-          lambda w: ops.shared_sum(w["d_scores"].swapaxes(-1, -2) @ w["q_rot"], w.c.groups),
-          lambda f: f"dK_rot{f.i} = dZ{f.i}ᵀ·Q_rot{f.i}" if f.c.groups == f.c.heads
-          else "dK_rot_g = Σ dZ_hᵀ·Q_rot_h over the heads that share it", "K_{rot}",
-          per_head=True,
-          exists=lambda c: c.rope is not None),
-    _grad("d_q_normed", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
-          lambda w: _d_split(w, "q"), lambda f: _split_back_text(f, "Q"), "Q_{normed}",
-          per_head=True, exists=lambda c: c.qk_norm is not None),
-    _grad("d_k_normed", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
-          lambda w: _d_split(w, "k"), lambda f: _split_back_text(f, "K"), "K_{normed}",
-          per_head=True, exists=lambda c: c.qk_norm is not None),
-    _grad("d_q_heads", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
-          lambda w: _d_heads(w, "q"), lambda f: _heads_back_text(f, "Q"), "Q_h",
-          per_head=True),
-    _grad("d_k_heads", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
-          lambda w: _d_heads(w, "k"), lambda f: _heads_back_text(f, "K"), "K_h",
-          per_head=True),
-    _grad("d_q", "n × H·d_k", lambda c: (c.n, c.heads * c.d_k), QUERY, NUMBERED,
-          lambda w: ops.merge_heads(w["d_q_heads"]), _text("the heads' dQ side by side"), "Q"),
-    _grad("d_k", "m × G·d_k", lambda c: (c.m, c.groups * c.d_k), KEY, NUMBERED,
-          lambda w: ops.merge_heads(w["d_k_heads"]), _text("the heads' dK side by side"), "K"),
-    _grad("d_v", "m × G·d_v", lambda c: (c.m, c.groups * c.d_v), KEY, NUMBERED,
-          lambda w: ops.merge_heads(w["d_v_heads"]), _text("the heads' dV side by side"), "V"),
-    _grad("d_w_q", "d_model × H·d_k", lambda c: (c.d_model, c.heads * c.d_k), NUMBERED,
-          NUMBERED, lambda w: _source(w, False).T @ w["d_q"],
-          lambda f: f"dW_Q = {_src(f, False)}ᵀ·dQ", "W_Q", exists=lambda c: not c.direct),
-    _grad("d_w_k", "d_kv × G·d_k", lambda c: (c.d_kv, c.groups * c.d_k), NUMBERED,
-          NUMBERED, lambda w: _source(w, True).T @ w["d_k"],
-          lambda f: f"dW_K = {_src(f, True)}ᵀ·dK", "W_K", exists=lambda c: not c.direct),
-    _grad("d_w_v", "d_kv × G·d_v", lambda c: (c.d_kv, c.groups * c.d_v), NUMBERED,
-          NUMBERED, lambda w: _source(w, True).T @ w["d_v"],
-          lambda f: f"dW_V = {_src(f, True)}ᵀ·dV", "W_V", exists=lambda c: not c.direct),
-    _grad("d_b_q", "H·d_k", lambda c: (c.heads * c.d_k,), NUMBERED, NUMBERED,
-          lambda w: _sums(w["d_q"]), _text("db_q = the column sums of dQ"), "b_q",
-          exists=lambda c: "b_q" in c.biases),
-    _grad("d_b_k", "G·d_k", lambda c: (c.groups * c.d_k,), NUMBERED, NUMBERED,
-          lambda w: _sums(w["d_k"]), _text("db_k = the column sums of dK"), "b_k",
-          exists=lambda c: "b_k" in c.biases),
-    _grad("d_b_v", "G·d_v", lambda c: (c.groups * c.d_v,), NUMBERED, NUMBERED,
-          lambda w: _sums(w["d_v"]), _text("db_v = the column sums of dV"), "b_v",
-          exists=lambda c: "b_v" in c.biases),
-    _grad("d_x_pos", "n × d_model", lambda c: (c.n, c.d_model), QUERY, NUMBERED, _d_input,
-          _d_input_text, "(X + PE)", exists=lambda c: c.positional is not None and not c.direct),
-    _grad("d_x", "n × d_model", lambda c: (c.n, c.d_model), QUERY, NUMBERED,
-          lambda w: w["d_x_pos"] if w.c.positional else _d_input(w),
-          _d_x_text, "X", exists=lambda c: not c.direct),
-    _grad("d_x_kv_pos", "m × d_kv", lambda c: (c.m, c.d_kv), KEY, NUMBERED, _d_kv_input,
-          lambda f: "d(X_kv + PE) = dK·W_Kᵀ + dV·W_Vᵀ", "(X_{kv} + PE)",
-          exists=lambda c: c.positional is not None and c.cross and not c.direct),
-    _grad("d_x_kv", "m × d_kv", lambda c: (c.m, c.d_kv), KEY, NUMBERED,
-          lambda w: w["d_x_kv_pos"] if w.c.positional else _d_kv_input(w),
-          _d_x_kv_text, "X_{kv}", exists=lambda c: c.cross and not c.direct),
-    _grad("d_positional", "rows × d_model", lambda c: (c.table_rows, c.d_model), NUMBERED,
-          NUMBERED, _d_positional, lambda f: "the learned table's rows: d(X + PE)"
-          + (" + d(X_kv + PE)" if f.c.cross else "") + ", position by position (0 in the rows "
-          "no position used)", "PE", exists=lambda c: c.positional == "learned"),
-)
+def gradient_stages(t: Chains) -> tuple[Stage, ...]:
+    """The gradient stages, in the order the chain rule computes them; each that takes the
+    gradient of a chain's next step asks ``t`` which step that is."""
+    return (
+        _grad("d_output", "n × d_out", lambda c: (c.n, c.d_out), QUERY, NUMBERED, _d_output,
+              _d_output_text, "Y", exact=True),
+        _grad("d_concat", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,
+              lambda w: w["d_output"] @ w.p.w_o.T if w.p.w_o is not None else w["d_output"],
+              lambda f: "dC = dY·W_Oᵀ" if f.c.has_w_o else "dC = dY (no w_o)", "C", exact=True),
+        _grad("d_w_o", "H·d_v × d_out", lambda c: (c.heads * c.d_v, c.d_out), NUMBERED,
+              NUMBERED, lambda w: w["concat"].T @ w["d_output"], _text("dW_O = Cᵀ·dY"), "W_O",
+              exists=lambda c: c.has_w_o),
+        _grad("d_b_o", "d_out", lambda c: (c.d_out,), NUMBERED, NUMBERED,
+              lambda w: _sums(w["d_output"]), _text("db_o = the column sums of dY"), "b_o",
+              exists=lambda c: "b_o" in c.biases, exact=True),
+        _grad("d_head_outputs", "H × n × d_v", lambda c: (c.heads, c.n, c.d_v), QUERY, NUMBERED,
+              lambda w: ops.split_heads(w["d_concat"], w.c.heads),
+              lambda f: f"dO{f.i} = head {f.h or 'h'}'s columns of dC", "O", per_head=True,
+              exact=True),
+        _grad("d_weights", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
+              lambda w: w["d_head_outputs"] @ ops.shared(w["v_heads"], w.c.heads).swapaxes(-1, -2),
+              lambda f: f"dA{f.i} = dO{f.i}·V{f.g}ᵀ (every cell, blocked ones too)", "A",
+              per_head=True, exact=True),
+        _grad("d_v_heads", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,
+              lambda w: ops.shared_sum(w["weights"].swapaxes(-1, -2) @ w["d_head_outputs"],
+                                       w.c.groups),
+              lambda f: f"dV{f.i} = A{f.i}ᵀ·dO{f.i}" if f.c.groups == f.c.heads
+              else "dV_g = Σ A_hᵀ·dO_h over the query heads h that share value head g",
+              "V", per_head=True),
+        _grad("d_masked", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
+              lambda w: ops.softmax_backward(w["weights"], w["d_weights"]),
+              lambda f: f"d_masked{f.i} = A{f.i} ⊙ (dA{f.i} − rowsum(dA{f.i} ⊙ A{f.i})), the "
+                        "softmax's backward; 0 where blocked", "Z", per_head=True,
+              cell=cell_d_masked),
+        _grad("d_sinks", "H", lambda c: (c.heads,), NUMBERED, NUMBERED, _d_sinks,
+              _text("ds_h = −Σ over the rows of a_sink·rowsum(dA ⊙ A), a_sink the sink's "
+                    "weight"), "s", exists=lambda c: c.sinks),
+        _grad("d_biased", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
+              lambda w: _arriving(t, w, "biased"),
+              lambda f: f"d_biased{f.i} = d_masked{f.i}: the mask passes the gradient where it "
+                        "allows (0 where it blocks)", "B", per_head=True,
+              exists=lambda c: c.alibi or c.bias),
+        _grad("d_softcapped", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
+              lambda w: _arriving(t, w, "softcapped"),
+              lambda f: f"d_softcapped{f.i} = d_biased{f.i}: ALiBi and the bias are added "
+              "constants" if t.reader(f.c, "softcapped") == "biased" else
+              f"d_softcapped{f.i} = d_masked{f.i}",
+              "S", per_head=True,
+              exists=lambda c: c.softcap is not None),
+        _grad("d_scaled", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
+              lambda w: _d_scaled(t, w), lambda f: _d_scaled_text(t, f), "(Z/s)", per_head=True),
+        _grad("d_scores", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
+              lambda w: w["d_scaled"] / w.c.scale, lambda f: f"dZ{f.i} = d_scaled{f.i} / s", "Z",
+              per_head=True, cell=cell_d_scores),
+        _grad("d_q_rot", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
+              lambda w: w["d_scores"] @ ops.shared(w["k_rot"], w.c.heads),
+              lambda f: f"dQ_rot{f.i} = dZ{f.i}·K_rot{f.g}", "Q_{rot}", per_head=True,
+              exists=lambda c: c.rope is not None),
+        _grad("d_k_rot", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
+              lambda w: ops.shared_sum(w["d_scores"].swapaxes(-1, -2) @ w["q_rot"], w.c.groups),
+              lambda f: f"dK_rot{f.i} = dZ{f.i}ᵀ·Q_rot{f.i}" if f.c.groups == f.c.heads
+              else "dK_rot_g = Σ dZ_hᵀ·Q_rot_h over the heads that share it", "K_{rot}",
+              per_head=True,
+              exists=lambda c: c.rope is not None),
+        _grad("d_q_normed", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
+              lambda w: _d_split(t, w, "q", "q_normed"), lambda f: _split_back_text(f, "Q"),
+              "Q_{normed}",
+              per_head=True, exists=lambda c: c.qk_norm is not None),
+        _grad("d_k_normed", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
+              lambda w: _d_split(t, w, "k", "k_normed"), lambda f: _split_back_text(f, "K"),
+              "K_{normed}",
+              per_head=True, exists=lambda c: c.qk_norm is not None),
+        _grad("d_q_heads", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
+              lambda w: _d_heads(t, w, "q"), lambda f: _heads_back_text(f, "Q"), "Q_h",
+              per_head=True),
+        _grad("d_k_heads", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
+              lambda w: _d_heads(t, w, "k"), lambda f: _heads_back_text(f, "K"), "K_h",
+              per_head=True),
+        _grad("d_q", "n × H·d_k", lambda c: (c.n, c.heads * c.d_k), QUERY, NUMBERED,
+              lambda w: ops.merge_heads(w["d_q_heads"]), _text("the heads' dQ side by side"), "Q"),
+        _grad("d_k", "m × G·d_k", lambda c: (c.m, c.groups * c.d_k), KEY, NUMBERED,
+              lambda w: ops.merge_heads(w["d_k_heads"]), _text("the heads' dK side by side"), "K"),
+        _grad("d_v", "m × G·d_v", lambda c: (c.m, c.groups * c.d_v), KEY, NUMBERED,
+              lambda w: ops.merge_heads(w["d_v_heads"]), _text("the heads' dV side by side"), "V"),
+        _grad("d_w_q", "d_model × H·d_k", lambda c: (c.d_model, c.heads * c.d_k), NUMBERED,
+              NUMBERED, lambda w: _source(t, w, False).T @ w["d_q"],
+              lambda f: f"dW_Q = {_src(f, False)}ᵀ·dQ", "W_Q", exists=lambda c: not c.direct),
+        _grad("d_w_k", "d_kv × G·d_k", lambda c: (c.d_kv, c.groups * c.d_k), NUMBERED,
+              NUMBERED, lambda w: _source(t, w, True).T @ w["d_k"],
+              lambda f: f"dW_K = {_src(f, True)}ᵀ·dK", "W_K", exists=lambda c: not c.direct),
+        _grad("d_w_v", "d_kv × G·d_v", lambda c: (c.d_kv, c.groups * c.d_v), NUMBERED,
+              NUMBERED, lambda w: _source(t, w, True).T @ w["d_v"],
+              lambda f: f"dW_V = {_src(f, True)}ᵀ·dV", "W_V", exists=lambda c: not c.direct),
+        _grad("d_b_q", "H·d_k", lambda c: (c.heads * c.d_k,), NUMBERED, NUMBERED,
+              lambda w: _sums(w["d_q"]), _text("db_q = the column sums of dQ"), "b_q",
+              exists=lambda c: "b_q" in c.biases),
+        _grad("d_b_k", "G·d_k", lambda c: (c.groups * c.d_k,), NUMBERED, NUMBERED,
+              lambda w: _sums(w["d_k"]), _text("db_k = the column sums of dK"), "b_k",
+              exists=lambda c: "b_k" in c.biases),
+        _grad("d_b_v", "G·d_v", lambda c: (c.groups * c.d_v,), NUMBERED, NUMBERED,
+              lambda w: _sums(w["d_v"]), _text("db_v = the column sums of dV"), "b_v",
+              exists=lambda c: "b_v" in c.biases),
+        _grad("d_x_pos", "n × d_model", lambda c: (c.n, c.d_model), QUERY, NUMBERED, _d_input,
+              _d_input_text, "(X + PE)", exists=lambda c: c.positional is not None and not c.direct),
+        _grad("d_x", "n × d_model", lambda c: (c.n, c.d_model), QUERY, NUMBERED,
+              lambda w: w["d_x_pos"] if w.c.positional else _d_input(w),
+              _d_x_text, "X", exists=lambda c: not c.direct),
+        _grad("d_x_kv_pos", "m × d_kv", lambda c: (c.m, c.d_kv), KEY, NUMBERED, _d_kv_input,
+              lambda f: "d(X_kv + PE) = dK·W_Kᵀ + dV·W_Vᵀ", "(X_{kv} + PE)",
+              exists=lambda c: c.positional is not None and c.cross and not c.direct),
+        _grad("d_x_kv", "m × d_kv", lambda c: (c.m, c.d_kv), KEY, NUMBERED,
+              lambda w: w["d_x_kv_pos"] if w.c.positional else _d_kv_input(w),
+              _d_x_kv_text, "X_{kv}", exists=lambda c: c.cross and not c.direct),
+        _grad("d_positional", "rows × d_model", lambda c: (c.table_rows, c.d_model), NUMBERED,
+              NUMBERED, _d_positional, lambda f: "the learned table's rows: d(X + PE)"
+              + (" + d(X_kv + PE)" if f.c.cross else "") + ", position by position (0 in the rows "
+              "no position used)", "PE", exists=lambda c: c.positional == "learned"),
+    )

@@ -12,7 +12,7 @@ Dimensions, named once for the whole engine:
     d_out    width of the output: columns of w_o, or H·d_v without w_o
 
 Rows are tokens and weights multiply from the right (Q = X·W_Q), as in the textbooks.
-The fast path (``blocks.py``) and the traced path (``paths.py``) are both built from them.
+The fast path (``fastpath.py``) and the traced path (``paths.py``) are both built from them.
 They work on float arrays and, before the softmax, on object arrays of Fractions.
 """
 
@@ -32,15 +32,16 @@ def project(x: Array, w: Array, b: Array | None = None, turned: bool = False,
             matmul: Callable[[Array, Array], Array] = np.matmul) -> Array:
     """One linear map with weights on the right: x·w (+ b); ``turned``: its transpose,
     made as wᵀ·xᵀ (+ b as a column) by ``matmul`` (the fast path's spreads it over
-    the cores)."""
+    the cores). Axes before the last two (of x, w and b alike) are problems side by
+    side, each mapped as on its own."""
     if turned:
-        out = matmul(w.T, x.T)  # (cols, rows)
+        out = matmul(w.swapaxes(-1, -2), x.swapaxes(-1, -2))  # (…, cols, rows)
         if b is not None:
-            out += b[:, None]
+            out += b[..., :, None]
         return out
-    out = x @ w  # (rows, cols)
+    out = x @ w  # (…, rows, cols)
     if b is not None:
-        out += b
+        out += b[..., None, :]
     return out
 
 
@@ -51,10 +52,11 @@ def joined_bias(*parts: Any) -> Array | None:
     """
     half = len(parts) // 2
     biases, weights = parts[:half], parts[half:]
-    if all(b is None for b in biases):
+    given = next((b for b in biases if b is not None), None)
+    if given is None:
         return None
-    return np.concatenate([np.zeros(w.shape[1], dtype=w.dtype) if b is None else b
-                           for b, w in zip(biases, weights)])
+    return np.concatenate([np.zeros((*given.shape[:-1], w.shape[-1]), dtype=w.dtype)
+                           if b is None else b for b, w in zip(biases, weights)], axis=-1)
 
 
 def split_heads(a: Array, heads: int) -> Array:
@@ -109,14 +111,15 @@ def exp_shifted(z: Array, sink: Array | None = None, bounded: bool = False
         shape = (*z.shape[:-1], 1)  # (…, rows, 1)
         return np.zeros(shape, dtype=z.dtype), np.zeros(shape, dtype=bool)
     row_max = z.max(axis=-1, keepdims=True)  # (…, rows, 1)
-    dead = np.isneginf(row_max)  # every key blocked (a sink still gets its logit)
+    dead = row_max == -np.inf  # every key blocked (a sink still gets its logit)
+    any_dead = sink is None and bool(dead.any())
     if sink is not None:
         row_max = np.maximum(row_max, sink)
-    elif dead.any():
+    elif any_dead:
         row_max[dead] = 0  # exp(−∞ − 0) = 0 for the whole row
     np.subtract(z, row_max, out=z)
     np.exp(z, out=z)
-    if sink is None and dead.any():
+    if any_dead:
         row_max[dead] = -np.inf  # as it was: the row's maximum is −∞
     return row_max, dead
 
@@ -201,9 +204,9 @@ def shared(kv: Array, heads: int) -> Array:
 
 
 def merge_heads(o: Array) -> Array:
-    """(H, n, d_v) -> (n, H·d_v): the heads side by side."""
-    heads, n, d_v = o.shape
-    return o.transpose(1, 0, 2).reshape(n, heads * d_v)  # (n, H·d_v)
+    """(…, H, n, d_v) -> (…, n, H·d_v): the heads side by side."""
+    *lead, heads, n, d_v = o.shape
+    return o.swapaxes(-3, -2).reshape(*lead, n, heads * d_v)  # (…, n, H·d_v)
 
 
 FUSE_MOST = 1 << 20  # weights joined for one product up to this many numbers (8 MiB):
@@ -218,21 +221,25 @@ def projections(x: Array, x_kv: Array | None, w_q: Array, w_k: Array, w_v: Array
     self-attention, X·W_Q and X_kv·[W_K | W_V] in cross-attention (one each, for weights
     past ``FUSE_MOST``). ``turned``: Qᵀ, Kᵀ
     and Vᵀ, each head's numbers then side by side in memory (rows h·d … (h+1)·d − 1),
-    made by ``matmul``."""
-    axis = 0 if turned else 1
+    made by ``matmul``. Axes before the last two are problems side by side."""
+    def cut(a: Array, at: int) -> tuple[Array, Array]:  # its columns (rows, turned) at
+        return (a[..., :at, :], a[..., at:, :]) if turned else (a[..., :at], a[..., at:])
+
     if w_q.size + w_k.size + w_v.size > FUSE_MOST:  # a large layer: no joined copy of it
         return (project(x, w_q, b_q, turned, matmul),
                 project(x if x_kv is None else x_kv, w_k, b_k, turned, matmul),
                 project(x if x_kv is None else x_kv, w_v, b_v, turned, matmul))
     if x_kv is not None:
         q = project(x, w_q, b_q, turned, matmul)  # (n, H·d_k), or turned
-        kv = project(x_kv, np.hstack([w_k, w_v]), joined_bias(b_k, b_v, w_k, w_v), turned,
-                     matmul)
-        k, v = np.split(kv, [w_k.shape[1]], axis=axis)
+        kv = project(x_kv, np.concatenate([w_k, w_v], axis=-1),
+                     joined_bias(b_k, b_v, w_k, w_v), turned, matmul)
+        k, v = cut(kv, w_k.shape[-1])
         return q, k, v
-    qkv = project(x, np.hstack([w_q, w_k, w_v]), joined_bias(b_q, b_k, b_v, w_q, w_k, w_v),
+    qkv = project(x, np.concatenate([w_q, w_k, w_v], axis=-1),
+                  joined_bias(b_q, b_k, b_v, w_q, w_k, w_v),
                   turned, matmul)  # (n, H·d_k + G·d_k + G·d_v), or turned
-    q, k, v = np.split(qkv, [w_q.shape[1], w_q.shape[1] + w_k.shape[1]], axis=axis)
+    q, kv = cut(qkv, w_q.shape[-1])
+    k, v = cut(kv, w_k.shape[-1])
     return q, k, v
 
 

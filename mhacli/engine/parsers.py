@@ -12,11 +12,13 @@ import numpy as np
 from ..errors import MhaError, key_text, shown
 from . import rope as rope_setting
 from .config import Sizes
-from .values import (MASKS, as_array, mask_matrix, matrix, positive, scale_divisor,
-                     scale_rule, shape_text)
+from .values import (as_array, given, mask_matrix, mask_value, matrix, positive, scale_divisor,
+                     shape_text)
 
 if TYPE_CHECKING:
     from fractions import Fraction
+
+    import numpy.typing as npt
 
     from .config import Config, Prepared
 
@@ -25,9 +27,8 @@ Fields = tuple[dict[str, Any], dict[str, Any]]  # what a setting adds: Config's,
 
 
 def scale(value: Any, s: Sizes) -> Fields:
-    rule = scale_rule(value)
-    divisor, exact = scale_divisor(rule, s.d_k, s.m)
-    return ({"scale": divisor, "scale_rule": rule if isinstance(rule, str) else "number"},
+    divisor, exact = scale_divisor(value, s.d_k, s.m)  # value: a rule or a Fraction, read
+    return ({"scale": divisor, "scale_rule": value if isinstance(value, str) else "number"},
             {"exact_scale": exact})
 
 
@@ -36,73 +37,65 @@ def mask(value: Any, s: Sizes) -> Fields:
     return {"mask": kind}, {"mask": allowed}
 
 
-def mask_text(text: str) -> Any:
-    """A mask as typed on a command line: none, causal, or rows of 1/0 such as '1 0;1 1'."""
-    import re
-
-    word = text.strip().lower()
-    if word in MASKS:
-        return word
-    if re.fullmatch(r"[a-z_]+", word):
-        import difflib
-
-        close = difflib.get_close_matches(word, list(MASKS), n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        raise MhaError(f"{text!r} is not a mask{hint}: give none, causal, or rows of 1/0 "
-                       "such as '1 0;1 1'")
-    rows = [r.replace(",", " ").split() for r in re.split(r"[;\n]", text) if r.strip()]
-    if not rows or len({len(r) for r in rows}) != 1:
-        raise MhaError(f"{text!r}: expected none, causal, or rows of equal length "
-                       "separated by ';' such as '1 0;1 1'")
-    return mask_matrix(rows)[0]
-
-
 def softcap(value: Any, s: Sizes) -> Fields:
-    return {"softcap": positive("softcap", value)}, {}
+    return {"softcap": value}, {}
 
 
 def window(value: Any, s: Sizes) -> Fields:
     if value is None:
         return {"window": None}, {}
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value)
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
-            or value < 1:
-        raise MhaError(f"window must be a whole number of 1 or more, got {shown(value)}",
-                       key="window")
-    return {"window": min(int(value), s.n + s.m)}, {}  # wider: the same, and a safe size
+    return {"window": min(value, s.n + s.m)}, {}  # wider: the same, and a safe size
+
+
+def key_padding_value(value: Any) -> npt.NDArray[np.bool_]:
+    """Key padding as given — entries of 1/0 (a list, or text such as '1 1 0') — as
+    booleans, True for a real key; its length is checked against the keys' when the
+    problem is prepared."""
+    if isinstance(value, np.ndarray) and value.dtype == bool and value.ndim == 1 \
+            and not value.flags.writeable:
+        return value  # read already
+    entries = value.replace(",", " ").split() if isinstance(value, str) else value
+    if np.asarray(entries, dtype=object).ndim != 1 or not len(entries):
+        raise MhaError(f"key_padding must be a list of entries of 1/0, one per key, got "
+                       f"{given(value)}", key="key_padding")
+    try:
+        rows = mask_value([list(entries)])
+    except MhaError as exc:  # the mask's reader names mask[1][j]: this is key_padding[j]
+        j = exc.path[-1]
+        key = ("key_padding", j)
+        raise MhaError(exc.message.replace(f"mask[1][{j + 1}]", key_text(key)),
+                       key=key) from None
+    assert not isinstance(rows, str)
+    out = rows[0].copy()
+    out.flags.writeable = False
+    return out
 
 
 def key_padding(value: Any, s: Sizes) -> Fields:
-    """``[1, 1, 0]``: length m, 0 marks a padding key (blocked for every query)."""
+    """``[1, 1, 0]`` (read): length m, 0 marks a padding key (blocked for every query)."""
     if value is None:
         return {"padding": False}, {"key_padding": None}
-    if isinstance(value, str):
-        value = value.replace(",", " ").split()
-    try:
-        rows, _ = mask_matrix([list(np.atleast_1d(np.asarray(value, dtype=object)))])
-    except MhaError as exc:  # the mask's reader names mask[1][j]: this is key_padding[j]
-        j = exc.path[-1] if exc.path and isinstance(exc.path[-1], int) else None
-        key = ("key_padding",) if j is None else ("key_padding", j)
-        raise MhaError(exc.message.replace(f"mask[1][{(j or 0) + 1}]", key_text(key)),
-                       key=key) from None
-    assert rows is not None
-    if np.asarray(value, dtype=object).ndim != 1 or rows.shape[1] != s.m:
+    if value.shape != (s.m,):
         raise MhaError(f"key_padding must be a list of {s.m} entries of 1/0, one per key, "
-                       f"got {shown(value)}", key="key_padding")
-    out = rows[0].copy()
-    out.flags.writeable = False
-    return {"padding": True}, {"key_padding": out}
+                       f"got {value.shape[0]}", key="key_padding")
+    return {"padding": True}, {"key_padding": value}
+
+
+def numbers_value(name: str, value: Any) -> Any:
+    """Numbers written as text ('0.5 0.25', or with commas) as a list of floats, by the
+    number rule; anything else as given (read in the working type when the problem is
+    prepared)."""
+    if not isinstance(value, str):
+        return value
+    from ..numbers import parse
+
+    return [parse(t, (name, i)) for i, t in enumerate(value.replace(",", " ").split())]
 
 
 def per_head(name: str, value: Any, heads: int, dtype: Any) -> Array | None:
     """One number per head (ALiBi slopes, sinks)."""
     if value is None:
         return None
-    if isinstance(value, str):
-        from ..numbers import parse
-
-        value = [parse(t, (name, i)) for i, t in enumerate(value.replace(",", " ").split())]
     arr = as_array(name, np.atleast_1d(value) if np.ndim(value) == 0 else value, dtype)
     if arr.shape != (heads,):
         raise MhaError(f"{name} needs one number per head ({heads}), got shape "
@@ -129,12 +122,23 @@ def alibi_slopes(heads: int) -> list[Fraction | float]:
     return power_of_two(p) + power_of_two(2 * p)[0::2][:heads - p]
 
 
+FLAG_WORDS = {"true": True, "yes": True, "on": True, "false": False, "no": False,
+              "off": False}
+
+
+def alibi_value(value: Any) -> Any:
+    """ALiBi as given: a word (true, yes, on; false, no, off) as True or False; slopes as
+    they are (read as numbers of the working type when the problem is prepared)."""
+    if isinstance(value, str) and value.strip().lower() in FLAG_WORDS:
+        return FLAG_WORDS[value.strip().lower()]
+    if isinstance(value, np.bool_):
+        return bool(value)
+    return numbers_value("alibi", value)
+
+
 def alibi(value: Any, s: Sizes) -> Fields:
     """ALiBi: ``True`` for the reference slopes, or H slopes given."""
     slopes = None
-    if isinstance(value, str) and value.strip().lower() in ("true", "yes", "on", "false",
-                                                            "no", "off"):
-        value = value.strip().lower() in ("true", "yes", "on")
     if value is True or isinstance(value, np.bool_) and bool(value):
         reference = alibi_slopes(s.heads)
         if s.t is object:
@@ -144,7 +148,7 @@ def alibi(value: Any, s: Sizes) -> Fields:
                               dtype=object)
         else:
             slopes = as_array("alibi", [float(v) for v in reference], s.t)
-    elif value is not None and value is not False and not isinstance(value, np.bool_):
+    elif value is not None and value is not False:
         slopes = per_head("alibi", value, s.heads, s.t)
     return {"alibi": slopes is not None}, {"slopes": slopes}
 
@@ -203,29 +207,30 @@ def positional(value: Any, s: Sizes) -> Fields:
         {"pe": table[:n], "pe_kv": None if x_kv is None else table[:m]}
 
 
-def tiles(value: Any, s: Sizes) -> Fields:
-    """``tiles``: BR, ``BR:BC`` or ``[BR, BC]`` (the view of kernels.py; no number changes)."""
-    if value is None:
-        return {"tiles": None}, {}
-    from .kernels import tiles_setting
+def tiles_value(value: Any) -> tuple[int, int] | None:
+    """``tiles``: BR, ``BR:BC`` or ``[BR, BC]`` as (BR, BC) (the view of tiles.py; no
+    number changes)."""
+    from .tiles import tiles_setting
 
-    return {"tiles": tiles_setting(value)}, {}
+    return tiles_setting(value)
+
+
+def tiles(value: Any, s: Sizes) -> Fields:
+    return {"tiles": value}, {}
+
+
+def decode_value(value: Any) -> bool:
+    from .decoding import decode_setting
+
+    return decode_setting(value)
 
 
 def decode(value: Any, s: Sizes) -> Fields:
-    if value is None:
-        return {"decode": False}, {}
-    from .decoding import decode_setting
-
-    return {"decode": decode_setting(value)}, {}
+    return {"decode": bool(value)}, {}
 
 
 def splits(value: Any, s: Sizes) -> Fields:
-    if value is None:
-        return {"splits": None}, {}
-    from .decoding import splits_setting
-
-    return {"splits": splits_setting(value)}, {}
+    return {"splits": value}, {}
 
 
 # --------------------------------------------------------------------------- written
@@ -272,18 +277,17 @@ def rope(value: Any, s: Sizes) -> Fields:
 QK_NORM_KEYS = ("over", "eps", "q", "k")
 
 
-def qk_norm(value: Any, s: Sizes) -> Fields:
-    """``{over: head | width, eps, q: [weights], k: [weights]}``: each query and key
-    divided by its root mean square (over its head, or over the row's full width, every
-    head), then multiplied by its weights (ones if not given), before RoPE."""
-    off = ({"qk_norm": None, "qk_eps": 0.0}, {"q_norm": None, "k_norm": None})
+def qk_norm_value(value: Any) -> dict[str, Any] | None:
+    """qk_norm as given — head, width, or a mapping {over, eps, q, k} (q, k: the weights,
+    a list of numbers or text) — as a mapping of the four, read (None: off); the
+    weights' lengths are checked against the heads when the problem is prepared."""
     if value is None or value is False:
-        return off
+        return None
     if isinstance(value, str):
         value = {"over": value}
     if not isinstance(value, dict):
         raise MhaError(f"qk_norm must be head, width, or a mapping {{over, eps, q, k}}, got "
-                       f"{shown(value)}", key="qk_norm")
+                       f"{given(value)}", key="qk_norm")
     unknown = sorted(set(value) - set(QK_NORM_KEYS))
     if unknown:
         raise MhaError(f"qk_norm takes {', '.join(QK_NORM_KEYS)}, not {', '.join(unknown)}",
@@ -291,36 +295,56 @@ def qk_norm(value: Any, s: Sizes) -> Fields:
     over = value.get("over", "head")
     if not isinstance(over, str) or over.strip().lower() not in ("head", "width"):
         raise MhaError(f"qk_norm over must be head (each head's d_k numbers) or width (the "
-                       f"whole row, every head), got {shown(over)}", key=("qk_norm", "over"))
-    over = over.strip().lower()
-    eps = value.get("eps", 1e-6)
-    eps = 0.0 if str(eps).strip() in ("0", "0.0", "0e0") and not isinstance(eps, bool) \
-        else positive("qk_norm.eps", eps)  # 0 is a valid eps (text, as a file writes it)
+                       f"whole row, every head), got {given(over)}", key=("qk_norm", "over"))
+    out = {"over": over.strip().lower(), "eps": qk_eps(value.get("eps", 1e-6))}
+    for side in ("q", "k"):
+        weights = value.get(side)
+        if isinstance(weights, str):
+            weights = weights.replace(",", " ").split()
+        if isinstance(weights, list) and any(isinstance(t, (list, dict)) for t in weights):
+            raise MhaError(f"qk_norm {side} must be a list of numbers (weights), got a list of "
+                           "lists", key=("qk_norm", side))
+        if isinstance(weights, list) and any(isinstance(t, str) for t in weights):
+            from ..numbers import parse  # as a file writes them: text, by the number rule
+
+            weights = [parse(t, ("qk_norm", side, i)) if isinstance(t, str) else t
+                       for i, t in enumerate(weights)]
+        out[side] = weights
+    return out
+
+
+def qk_norm(value: Any, s: Sizes) -> Fields:
+    """``{over: head | width, eps, q: [weights], k: [weights]}`` (read): each query and
+    key divided by its root mean square (over its head, or over the row's full width,
+    every head), then multiplied by its weights (ones if not given), before RoPE."""
+    if value is None:
+        return {"qk_norm": None, "qk_eps": 0.0}, {"q_norm": None, "k_norm": None}
+    over = value["over"]
     weights = {}
     for side, count in (("q", s.heads), ("k", s.groups)):
         width = s.d_k * (count if over == "width" else 1)
-        given = value.get(side)
-        if given is None:
-            weights[side] = as_array(f"qk_norm.{side}", np.ones(width), s.t)
-            continue
-        if isinstance(given, str):
-            given = given.replace(",", " ").split()
-        if isinstance(given, list) and any(isinstance(t, (list, dict)) for t in given):
-            raise MhaError(f"qk_norm {side} must be a list of numbers (weights), got a list of "
-                           "lists", key=("qk_norm", side))
-        if isinstance(given, list) and any(isinstance(t, str) for t in given):
-            from ..numbers import parse  # as a file writes them: text, by the number rule
-
-            given = [parse(t, ("qk_norm", side, i)) if isinstance(t, str) else t
-                     for i, t in enumerate(given)]
-        arr = as_array(f"qk_norm.{side}", given, s.t)
+        arr = as_array(f"qk_norm.{side}", np.ones(width) if value[side] is None
+                       else value[side], s.t)
         if arr.shape != (width,):
             what = "d_k" if over == "head" else ("H·d_k" if side == "q" else "G·d_k")
             raise MhaError(f"qk_norm {side} needs {what} = {width} weights, got shape "
                            f"{shape_text(arr)}", key=("qk_norm", side))
         weights[side] = arr
-    return {"qk_norm": over, "qk_eps": float(eps)}, {"q_norm": weights["q"],
-                                                     "k_norm": weights["k"]}
+    return {"qk_norm": over, "qk_eps": float(value["eps"])}, {"q_norm": weights["q"],
+                                                              "k_norm": weights["k"]}
+
+
+def qk_eps(value: Any) -> float:
+    """qk_norm's eps: 0 or a positive number (text by the number rule, or a number)."""
+    if type(value) is float and 0 <= value < np.inf:  # typed already: trusted
+        return value
+    if not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, float, str)):
+        from ..numbers import parse
+
+        number = parse(value, ("qk_norm", "eps")) if isinstance(value, str) else value
+        if number == 0:
+            return 0.0
+    return positive("qk_norm.eps", value, "0 or a positive number")  # type: ignore[return-value]
 
 
 def write_qk_norm(c: Config, p: Prepared, given: Any) -> Any:

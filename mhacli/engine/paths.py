@@ -1,9 +1,9 @@
 """The traced path (every stage kept), and the public functions over it and over the
-fast path (``blocks.py``: the output only).
+fast path (``fastpath.py``: the output only).
 
 Both paths are built from the functions of ``ops.py``: the fused projections, the head
 split, one softmax (``exp_shifted``, ``row_sums``, ``normalise``). They differ in what they keep
-and in where two divisions happen (see ``blocks.py``); both orders agree to 1e-12 in
+and in where two divisions happen (see ``fastpath.py``); both orders agree to 1e-12 in
 float64 (tests/test_engine.py). Dimensions are named in ``ops.py``.
 """
 
@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from ..errors import MhaError
-from .blocks import fast
+from .fastpath import fast
 from .checks import check_finite, warn_dead
 from .config import Config, Prepared
 from .validate import check_progress, prepare
@@ -34,7 +34,7 @@ class Trace:
     ``parts`` holds the parts of a stage computed in parts (the softmax's row maximum,
     exponentials and row sum, each H × n × ·); ``softmax`` names them as
     ``row_max``, ``exp``, ``row_sum``. ``kernels`` holds the views of fast kernels the
-    problem asks for (``tr.tiles``: a list of ``kernels.TileBlock``; ``tr.decode``: a
+    problem asks for (``tr.tiles``: a list of ``tiles.TileBlock``; ``tr.decode``: a
     list of ``decoding.DecodeStep``), made by ``trace`` (see ``with_kernels``).
     """
 
@@ -216,7 +216,7 @@ def with_kernels(tr: Trace, tokens: list[str] | None = None) -> Trace:
     ``tiles`` (FlashAttention's online softmax, ``tiles=(BR, BC)``) and ``decode`` (a KV
     cache, a token a step, ``decode=True``, ``splits=S``; rows labelled ``tokens``)."""
     from .decoding import check_views, decode
-    from .kernels import tiles
+    from .tiles import tiles
 
     c = tr.config
     check_views(c)

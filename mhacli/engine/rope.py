@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import MhaError, shown
-from .values import positive
+from .values import given, positive
 
 STYLES = ("half", "interleaved")
 RULES = ("linear", "dynamic", "llama3", "yarn", "longrope")
@@ -52,13 +52,12 @@ REQUIRED = {"linear": ("factor",), "dynamic": ("factor", "original_max_position_
             "longrope": ("short_factor", "long_factor", "original_max_position_embeddings")}
 
 
-def parse(value: Any, d_k: int, n: int) -> dict[str, Any]:
-    """The Config fields of a rope setting (see the module), for a problem whose heads
-    are d_k wide and whose positions are 0 … n − 1 (dynamic and longrope depend on it)."""
-    off = {"rope": None, "rope_base": 10000.0, "rope_dims": 0, "rope_freqs": (),
-           "rope_factor": 1.0, "rope_scaling": None}
+def read(value: Any) -> dict[str, Any] | None:
+    """A rope setting as given (a style, or the mapping of the module's docstring) as a
+    mapping, its keys and the values that need no sizes read: the style a word, base
+    and attention_factor positive numbers, dims a whole number (None: off)."""
     if value is None or value is False:
-        return off
+        return None
     spec = dict(value) if isinstance(value, dict) else {"style": value}
     unknown = sorted(set(spec) - set(KEYS))
     if unknown:
@@ -66,25 +65,41 @@ def parse(value: Any, d_k: int, n: int) -> dict[str, Any]:
                        key=("rope", unknown[0]), on_key=True)
     style = spec.get("style", "half")
     if not isinstance(style, str) or style.strip().lower() not in STYLES:
-        raise MhaError(f"rope style must be half or interleaved, got {shown(style)}",
+        raise MhaError(f"rope style must be half or interleaved, got {given(style)}",
                        key="rope")
-    base = positive("rope.base", spec.get("base", 10000)) or 10000.0
+    spec["style"] = style.strip().lower()
+    for key in ("base", "attention_factor"):
+        if spec.get(key) is not None:
+            spec[key] = positive(f"rope.{key}", spec[key])
+    dims = spec.get("dims")
+    if isinstance(dims, str) and dims.strip().isdigit():
+        spec["dims"] = int(dims)
+    if spec.get("freqs") is not None and spec.get("scaling") is not None:
+        raise MhaError("rope gives freqs and scaling: the frequencies themselves, or the rule "
+                       "that scales them, not both", key=("rope", "freqs"))
+    return spec
+
+
+def parse(value: Any, d_k: int, n: int) -> dict[str, Any]:
+    """The Config fields of a rope setting (see the module; read by ``read`` or not),
+    for a problem whose heads are d_k wide and whose positions are 0 … n − 1 (dynamic
+    and longrope depend on it)."""
+    spec = read(value)
+    if spec is None:
+        return {"rope": None, "rope_base": 10000.0, "rope_dims": 0, "rope_freqs": (),
+                "rope_factor": 1.0, "rope_scaling": None}
+    base = spec.get("base") or 10000.0
     if "dims" not in spec and (d_k < 2 or d_k % 2):
         raise MhaError(f"rope turns the dimensions of each head in pairs: it needs an even "
                        f"d_k, and this problem's is {d_k} (or give rope dims)", key="rope")
     dims = spec.get("dims", d_k)
-    if isinstance(dims, str) and dims.strip().isdigit():
-        dims = int(dims)
     if isinstance(dims, (bool, np.bool_)) or not isinstance(dims, (int, np.integer)) \
             or not 2 <= dims <= d_k or dims % 2:
         raise MhaError(f"rope dims must be an even number from 2 to d_k = {d_k}, got "
-                       f"{shown(dims)}", key=("rope", "dims"))
+                       f"{given(dims)}", key=("rope", "dims"))
     dims = int(dims)
-    factor = positive("rope.attention_factor", spec.get("attention_factor", 1.0)) or 1.0
+    factor = spec.get("attention_factor") or 1.0
     rule = None
-    if spec.get("freqs") is not None and spec.get("scaling") is not None:
-        raise MhaError("rope gives freqs and scaling: the frequencies themselves, or the rule "
-                       "that scales them, not both", key=("rope", "freqs"))
     if spec.get("freqs") is not None:
         theta = _numbers("rope.freqs", spec["freqs"], dims // 2)
         rule = "given"
@@ -97,7 +112,7 @@ def parse(value: Any, d_k: int, n: int) -> dict[str, Any]:
             factor = scaled
     else:
         theta = None
-    return {"rope": style.strip().lower(), "rope_base": float(base), "rope_dims": dims,
+    return {"rope": spec["style"], "rope_base": float(base), "rope_dims": dims,
             "rope_freqs": () if theta is None else tuple(float(t) for t in theta),
             "rope_factor": float(factor), "rope_scaling": rule}
 

@@ -3,8 +3,10 @@
 A setting is what a problem chooses besides its matrices: the heads, the mask, the
 scale, a variant of attention (a softcap, a window, RoPE …), the working dtype. Its
 entry says what a problem file and the API call it (and what the API takes, for its
-docstring), how a value is read and checked (the words of its errors), what it adds to a
-problem's ``Config`` and ``Prepared``, how a problem file writes it, how the config JSON
+docstring), how a value is read and checked (its reader: the one wording of each mistake,
+wherever the value was given: a problem file, an option, the API or a model's config;
+the one who knows where adds it around), what it adds to a problem's ``Config`` and
+``Prepared``, how a problem file writes it, how the config JSON
 shows it, and so whether two problems that differ in it are the same problem
 (``check --key``). ``Problem``'s overrides, ``prepare``, ``generate``, the config JSON and
 a course read this table; the numerics (ops, the fast path, the stage table, the
@@ -12,8 +14,10 @@ gradients) read the Config it fills. The command line's half of each setting (wh
 commands offer it, its option's metavar, help and panel) is ``cli/setting_options.py``,
 keyed by the same key; each option is named after its key (``kv_heads``: ``--kv-heads``).
 
-A new setting is its entry here (with its parser), its option there, its fields in
-``config.py``, its math and its tests.
+A value is read once, where it enters (``read``), and is typed from then on: the
+parsers take what the readers give, and check only what needs the problem's sizes.
+A new setting is its entry here (with its reader and parser), its option there, its
+fields in ``config.py``, its math and its tests.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ from ..errors import MhaError
 from . import parsers as read
 from . import rope
 from .parsers import Fields
-from .values import MASKS, positive_heads
+from .values import (DTYPES, MASKS, choice, dtype_name, mask_value, positive, scale_rule,
+                     whole)
 
 if TYPE_CHECKING:
     from .config import Config, Prepared, Sizes
@@ -44,7 +49,7 @@ class Setting:
     choices: tuple[str, ...] = ()  # kind "choice": the words, the first the default
     words: tuple[str, ...] = ()  # a file's (or option's) value may be one of these words
     array: tuple[int, ...] = ()  # else it is an array of these dimensions (row layout)
-    text: Callable[[str], Any] | None = None  # the option's text -> the setting's value
+    read: Callable[[Any], Any] | None = None  # a value as given -> typed (None: as given)
     parse: Callable[[Any, Sizes], Fields] | None = None  # None: prepare reads it itself
     fields: tuple[str, ...] = ()  # the Config and Prepared fields it fills
     shown: Callable[[Config], dict[str, Any]] | None = None  # in the config JSON
@@ -59,51 +64,58 @@ class Setting:
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("heads", "the number of heads H: w_q's columns are split into H heads.",
-            kind="whole", fields=("heads",), write=lambda c, p, given: c.heads),
+            kind="whole", read=lambda v: whole("heads", v), fields=("heads",),
+            write=lambda c, p, given: c.heads),
     Setting("scale", 'the divisor of the scores: "dk" (√d_k, the paper), "n" (√ the number '
-            'of keys), "none" (1), or a positive number.', default="dk", parse=read.scale,
-            fields=("scale", "scale_rule"),
+            'of keys), "none" (1), or a positive number.', default="dk", read=scale_rule,
+            parse=read.scale,
+            fields=("scale", "scale_rule", "exact_scale"),
             shown=lambda c: {"scale": c.scale, "scale_rule": c.scale_rule},
             write=read.write_scale),
     Setting("mask", 'None, "causal", or an n × m array of 1/0 or booleans (1 = may '
-            "attend).", words=MASKS, array=(2,), text=read.mask_text, parse=read.mask,
+            "attend).", words=MASKS, array=(2,), read=mask_value, parse=read.mask,
             fields=("mask",), shown=lambda c: {"mask": c.mask}, write=read.write_mask),
     Setting("dtype", "the working precision: np.float64 or np.float32.", kind="choice",
-            choices=("float64", "float32"), default=np.float64, fields=("dtype",),
+            choices=DTYPES, default=np.float64, read=dtype_name, fields=("dtype",),
             shown=lambda c: {"dtype": c.dtype}, in_file=False),
     Setting("softcap", "C: each scaled score z becomes C·tanh(z / C) (Gemma 2).",
-            parse=read.softcap, fields=("softcap",), shown=lambda c: {"softcap": c.softcap},
+            read=lambda v: positive("softcap", v), parse=read.softcap, fields=("softcap",),
+            shown=lambda c: {"softcap": c.softcap},
             write=lambda c, p, given: None if c.softcap is None else read.written(c.softcap)),
     Setting("kv_heads", "G key/value heads (grouped-query attention), each shared by H/G "
-            "consecutive query heads (1: multi-query).", kind="whole", fields=("kv_heads",),
+            "consecutive query heads (1: multi-query).", kind="whole",
+            read=lambda v: whole("kv_heads", v), fields=("kv_heads",),
             shown=lambda c: {"kv_heads": c.groups},
             write=lambda c, p, given: c.groups if c.groups != c.heads else None),
     Setting("window", "W, a sliding window: query i sees key j only if |i − j| < W (with "
-            "causal: the W keys up to i).", kind="whole", parse=read.window,
+            "causal: the W keys up to i).", kind="whole", read=lambda v: whole("window", v),
+            parse=read.window,
             fields=("window",), shown=lambda c: {"window": c.window},
             write=lambda c, p, given: c.window),
     Setting("alibi", "True for ALiBi (−slope_h·|i − j| added to the scores, slopes "
             "2^(−8h/H) for H a power of two, else ALiBi's own rule), or the H slopes.",
             kind="flag", words=("true", "false", "yes", "no", "on", "off"),
-            array=(1,), parse=read.alibi, fields=("alibi", "slopes"),
+            array=(1,), read=read.alibi_value, parse=read.alibi, fields=("alibi", "slopes"),
             shown=lambda c: {"alibi": c.alibi}, write=read.write_alibi),
     Setting("bias", "an n × m or H × n × m array added to the scores.", kind="file",
             array=(2, 3), parse=read.bias, fields=("bias",),
             shown=lambda c: {"bias": c.bias}, write=lambda c, p, given: p.bias),
     Setting("key_padding", "m entries of 1/0: 0 marks a padding key, blocked for every "
-            "query.", parse=read.key_padding,
+            "query.", read=read.key_padding_value, parse=read.key_padding,
             fields=("padding", "key_padding"), shown=lambda c: {"key_padding": c.padding},
             write=lambda c, p, given: None if p.key_padding is None
             else p.key_padding.astype(np.int8)),
     Setting("sinks", "H attention sinks: one extra logit per head in the softmax, its "
-            "weight dropped (gpt-oss).", array=(1,), parse=read.sinks,
+            "weight dropped (gpt-oss).", array=(1,),
+            read=lambda v: read.numbers_value("sinks", v), parse=read.sinks,
             fields=("sinks",), shown=lambda c: {"sinks": c.sinks},
             write=lambda c, p, given: p.sinks),
     Setting("rope", 'rotary embedding of each head\'s queries and keys: "half" (pairs '
             '(i, i + d/2), as Llama) or "interleaved" (pairs (2i, 2i+1), as GPT-J), or a '
             "mapping {style, base, dims, scaling, freqs, attention_factor}.",
-            parse=read.rope,
-            fields=("rope", "rope_base", "rope_dims", "rope_freqs", "rope_factor"),
+            read=rope.read, parse=read.rope,
+            fields=("rope", "rope_base", "rope_dims", "rope_freqs", "rope_factor",
+                    "rope_scaling"),
             shown=lambda c: {"rope": rope.shown_json(c)},
             write=lambda c, p, given: None if c.rope is None else rope.written(c)),
     Setting("positional", '"sinusoidal" (the paper\'s) or a learned table, an (≥ n) × '
@@ -114,34 +126,69 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("qk_norm", "each query and key divided by its root mean square before RoPE "
             '(Qwen 3, OLMo 2, Gemma 3): "head" (over its head\'s d_k numbers), "width" (the '
             "whole row), or a mapping {over, eps, q, k} (q, k: the weights).",
-            parse=read.qk_norm, fields=("qk_norm", "qk_eps", "q_norm", "k_norm"),
+            read=read.qk_norm_value, parse=read.qk_norm,
+            fields=("qk_norm", "qk_eps", "q_norm", "k_norm"),
             shown=lambda c: {"qk_norm": None if c.qk_norm is None else
                              {"over": c.qk_norm, "eps": c.qk_eps}},
             write=read.write_qk_norm),
     Setting("masked_row", 'a query row whose every key is blocked: "zero" (zero weights, '
             'with a warning), "nan", or "error".', kind="choice",
-            choices=("zero", "nan", "error"), default="zero", fields=("masked_row",),
-            in_file=False),
+            choices=("zero", "nan", "error"), default="zero",
+            read=lambda v: choice("masked_row", v, ("zero", "nan", "error")),
+            fields=("masked_row",), in_file=False),
     Setting("layout", "how a problem file's matrices are written: rows (tokens are rows) "
-            "or columns.", kind="choice", choices=("rows", "columns"), engine=False),
+            "or columns.", kind="choice", choices=("rows", "columns"),
+            read=lambda v: choice("layout", v, ("rows", "columns")), engine=False),
     Setting("tiles", "BR or (BR, BC): the trace walks FlashAttention's online softmax, "
             "each head's queries in blocks of BR meeting its keys in blocks of BC "
-            "(tr.kernels['tiles']).", parse=read.tiles, fields=("tiles",),
+            "(tr.kernels['tiles']).", read=read.tiles_value, parse=read.tiles,
+            fields=("tiles",),
             shown=lambda c: {"tiles": None if c.tiles is None else list(c.tiles)},
             write=lambda c, p, given: None if c.tiles is None
             else f"[{c.tiles[0]}, {c.tiles[1]}]"),
     Setting("decode", "True: the trace walks decoding with a KV cache, a token a step "
             "(causal self-attention; tr.kernels['decode']).", kind="flag",
-            words=("true", "false", "yes", "no", "on", "off"), parse=read.decode,
+            words=("true", "false", "yes", "no", "on", "off"), read=read.decode_value,
+            parse=read.decode,
             fields=("decode",), shown=lambda c: {"decode": c.decode},
             write=lambda c, p, given: "true" if c.decode else None),
     Setting("splits", "S, with decode: each step's cache cut into S chunks, their partial "
             "softmaxes combined by their log-sum-exp (split-K, flash-decoding).",
-            kind="whole", parse=read.splits, fields=("splits",), needs="decode",
+            kind="whole", read=lambda v: whole("splits", v), parse=read.splits,
+            fields=("splits",), needs="decode",
             shown=lambda c: {"splits": c.splits}, write=lambda c, p, given: c.splits),
 )
 BY_KEY = {s.key: s for s in SETTINGS if s.engine}  # what prepare and the API take
 KEYS = tuple(BY_KEY)  # in the table's order
+_ALL = {s.key: s for s in SETTINGS}  # layout too
+PARTS: dict[str, Callable[[Any], Any]] = {  # the readers of a setting's parts (a mapping's)
+    "rope.base": lambda v: positive("rope.base", v),
+    "rope.attention_factor": lambda v: positive("rope.attention_factor", v),
+    "qk_norm.eps": read.qk_eps,
+}
+
+
+def read_setting(key: str, value: Any) -> Any:
+    """A setting's value as it was given — a problem file's text, an option's, the API's
+    argument, a model config's entry — read and checked by its entry's reader: the typed
+    value, or MhaError(key=...) in the setting's one wording of the mistake (whoever
+    knows where the value was given adds it: the file and line, ``--window``, the config
+    key). ``key`` is a setting's key, or one of its parts (``rope.base``,
+    ``qk_norm.eps``); None is None (not given)."""
+    if value is None:
+        return None
+    part = PARTS.get(key)
+    if part is not None:
+        return part(value)
+    setting = _ALL.get(key)
+    if setting is None:
+        raise unknown_setting(key)
+    return value if setting.read is None else setting.read(value)
+
+
+def option(key: str) -> str:
+    """The command-line option that gives a setting: named after its key (``--kv-heads``)."""
+    return "--" + key.replace("_", "-")
 
 
 def unknown_setting(key: str, where: str = "setting") -> MhaError:
@@ -154,26 +201,45 @@ def unknown_setting(key: str, where: str = "setting") -> MhaError:
 
 
 def parse_all(given: dict[str, Any], s: Sizes) -> Fields:
-    """Every setting with a parser, read from ``given`` (its default where absent)."""
-    config: dict[str, Any] = {}
-    arrays: dict[str, Any] = {}
-    for setting in SETTINGS:
-        if setting.parse is not None and setting.engine:
-            extra_config, extra_arrays = setting.parse(given.get(setting.key, setting.default), s)
-            config.update(extra_config)
-            arrays.update(extra_arrays)
+    """Every setting with a parser, read from ``given`` (its default where absent): each
+    value read by its reader (a typed value passes as it is), then parsed with the
+    problem's sizes. A setting not given adds what its parser makes of None, the same
+    for every problem: made once (most problems give few settings, and prepare runs for
+    each of a stream's)."""
+    global _UNSET
+    if _UNSET is None:
+        _UNSET = ({}, {})
+        for setting in _PARSED:
+            if setting.default is None:
+                off_config, off_arrays = setting.parse(None, s)  # type: ignore[misc]
+                _UNSET[0].update(off_config)
+                _UNSET[1].update(off_arrays)
+    config, arrays = dict(_UNSET[0]), dict(_UNSET[1])
+    for setting in _PARSED:
+        value = given.get(setting.key, setting.default)
+        if value is None:
+            continue
+        if setting.read is not None:
+            value = setting.read(value)
+        extra_config, extra_arrays = setting.parse(value, s)  # type: ignore[misc]
+        config.update(extra_config)
+        arrays.update(extra_arrays)
     for setting in SETTINGS:  # a setting that goes with another, given without it
         if setting.needs and config.get(setting.key) not in (None, False) and \
                 not config.get(setting.needs):
-            flag = "--" + setting.needs.replace("_", "-")  # its option, named after it
             raise MhaError(f"{setting.key} goes with {setting.needs}: give {setting.needs} too "
-                           f"({flag})", key=setting.key)
+                           f"({option(setting.needs)})", key=setting.key)
     return config, arrays
 
 
+_PARSED = tuple(s for s in SETTINGS if s.parse is not None and s.engine)
+_UNSET: Fields | None = None  # what the settings not given add (see parse_all)
+
+
 def counts(given: dict[str, Any]) -> tuple[int | None, int | None]:
-    """heads and kv_heads as given (checked), which the shapes are checked against."""
-    return positive_heads(given.get("heads")), positive_heads(given.get("kv_heads"), "kv_heads")
+    """heads and kv_heads as given (read), which the shapes are checked against."""
+    return read_setting("heads", given.get("heads")), \
+        read_setting("kv_heads", given.get("kv_heads"))
 
 
 def config_shown(c: Config) -> dict[str, Any]:

@@ -11,6 +11,7 @@ A new stage is its function (``ops.py``) and its entry here.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
@@ -18,7 +19,7 @@ import numpy as np
 
 from ..errors import MhaError
 from . import ops
-from .gradients import GRADIENTS
+from .gradients import gradient_stages
 from .cells import (
     cell_input, cell_projection, cell_split, cell_scores, cell_pos, cell_x_pos, cell_rot,
     cell_normed, cell_alibi, cell_biased, cell_scaled, cell_masked, cell_softcapped,
@@ -165,6 +166,14 @@ def reads(c: Config, name: str) -> tuple[str, ...]:
     (scores: the queries and keys as the problem makes them; biased: the scores so far
     and ALiBi's). Every view, cell and grader asks this, never picks by hand."""
     return BY_NAME[name].reads(c)
+
+
+def reader(c: Config, name: str) -> str:
+    """The stage of the problem ``c`` that reads ``name`` first: the chain's next step
+    (scaled's is softcapped, biased or masked; q_heads' is q_normed, q_rot or scores),
+    whose gradient the backward pass carries back into ``name``."""
+    start = STAGES.index(name) + 1
+    return next(s.name for s in TABLE[start:] if s.exists(c) and name in s.reads(c))
 
 
 def source(c: Config, name: str) -> str:
@@ -334,12 +343,12 @@ FORWARD: tuple[Stage, ...] = (
           latex=output_tex, cell=cell_output, reads=lambda c: ("concat",)),
 )
 
-TABLE: tuple[Stage, ...] = FORWARD + GRADIENTS
+TABLE: tuple[Stage, ...] = FORWARD + gradient_stages(sys.modules[__name__])  # (its chains)
 BY_NAME = {s.name: s for s in TABLE}
 STAGES = tuple(BY_NAME)  # the canonical names, in order
 ALIASES = {alias: s.name for s in TABLE for alias in s.aliases}
 PER_HEAD = frozenset(s.name for s in TABLE if s.per_head)
-VIEWS = ("tiles", "decode")  # the views of fast kernels (kernels.py, decoding.py), named
+VIEWS = ("tiles", "decode")  # the views of fast kernels (tiles.py, decoding.py), named
 # wherever a stage is (--stage, --cell, answers:), though not arrays of the table
 
 

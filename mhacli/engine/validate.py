@@ -20,9 +20,6 @@ from .reach import Reach
 from .settings import BY_KEY, counts, parse_all, unknown_setting
 from .values import matrix, shape_text, vector
 
-MASKED_ROW_POLICIES = ("zero", "nan", "error")
-DTYPES = ("float64", "float32")
-
 
 def prepare(
     x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, *,
@@ -38,22 +35,14 @@ def prepare(
     for key in settings:
         if key not in BY_KEY:
             raise unknown_setting(key)
-    dtype = settings.get("dtype", BY_KEY["dtype"].default)
-    masked_row = settings.get("masked_row", BY_KEY["masked_row"].default)
     if exact:
         t: Any = object
         dtype_name = "exact"
     else:
-        try:
-            dtype_name = np.dtype(dtype).name
-        except TypeError:
-            dtype_name = repr(dtype)
-        if dtype_name not in DTYPES:
-            raise MhaError(f"dtype must be float64 or float32, got {dtype_name}", key="dtype")
+        dtype_name = BY_KEY["dtype"].read(settings.get("dtype", BY_KEY["dtype"].default))
         t = np.dtype(dtype_name).type
-    if masked_row not in MASKED_ROW_POLICIES:
-        raise MhaError(f"masked_row must be zero, nan or error, got {shown(masked_row)}",
-                       key="masked_row")
+    masked_row = BY_KEY["masked_row"].read(
+        settings.get("masked_row", BY_KEY["masked_row"].default))
     heads, groups_given = counts(settings)
 
     direct = q is not None or k is not None or v is not None

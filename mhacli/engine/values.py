@@ -1,11 +1,15 @@
 """Reading one value of a problem as the engine takes it: an array in the working dtype
-(every entry checked), a positive number, a count of heads, a scale, a mask. Each error
-names the key and the entry (``w_q[2][3]``) and what was expected.
+(every entry checked), a positive number, a whole number, one of a few words, a dtype, a
+scale, a mask. Each error names the key and the entry (``w_q[2][3]``) and what was
+expected, in the same words however the value came (a file's text, an option's, the
+API's, a model config's: ``given`` quotes it alike); the settings' readers
+(``settings.py``) are made of these.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -16,7 +20,7 @@ if TYPE_CHECKING:  # annotations only: each costs a millisecond or two of start-
     import numpy.typing as npt
 
 from ..errors import MhaError, key_text, shown
-from ..numbers import in_range, out_of_range
+from ..numbers import FRACTION, MINUS, NUMBER, in_range, out_of_range
 
 SCALE_RULES = ("dk", "n", "none")
 MASKS = ("none", "causal")
@@ -45,8 +49,11 @@ def as_array(name: str, value: Any, dtype: Any) -> np.ndarray:
         if arr.dtype.kind not in "iuf":
             raise MhaError(f"{name} must hold numbers, got an array of {arr.dtype}", key=name)
         if arr.dtype == dtype:  # no cast (and np.array made a copy): nothing became 0
+            if in_range(arr):  # the common case, found without a mask
+                arr.flags.writeable = False
+                return arr
             given, tiny = arr, None
-            bad = np.zeros(1, dtype=bool) if in_range(arr) else out_of_range(arr)
+            bad = out_of_range(arr)
         else:
             with np.errstate(over="ignore", under="ignore"):
                 given, arr = arr, arr.astype(dtype)
@@ -103,19 +110,18 @@ def scale_rule(scale: Any) -> str | Fraction:
         try:
             value = exact(scale, ("scale",))
         except MhaError:
-            raise MhaError(f"scale must be {SCALE_EXPECTED}, got {shown(scale)}",
+            raise MhaError(f"scale must be {SCALE_EXPECTED}, got {given(scale)}",
                            key="scale") from None
     elif isinstance(scale, (int, float, np.integer, np.floating, Fraction)) \
             and not isinstance(scale, (bool, np.bool_)):
         if isinstance(scale, (float, np.floating)) and not math.isfinite(scale):
-            raise MhaError(f"scale must be a positive finite number, got {shown(scale)}",
-                           key="scale")
+            raise MhaError(f"scale must be {SCALE_EXPECTED}, got {given(scale)}", key="scale")
         value = Fraction(scale) if not isinstance(scale, (float, np.floating)) \
             else Fraction(repr(float(scale)))
     else:
-        raise MhaError(f"scale must be {SCALE_EXPECTED}, got {shown(scale)}", key="scale")
+        raise MhaError(f"scale must be {SCALE_EXPECTED}, got {given(scale)}", key="scale")
     if value <= 0:
-        raise MhaError(f"scale must be a positive number, got {shown(scale)}", key="scale")
+        raise MhaError(f"scale must be a positive number, got {given(scale)}", key="scale")
     return value
 
 
@@ -135,29 +141,39 @@ def scale_divisor(rule: str | Fraction, d_k: int, m: int
     return math.sqrt(k), root if root * root == k else None
 
 
-def mask_matrix(mask: Any, n: int | None = None, m: int | None = None
-                ) -> tuple[npt.NDArray[np.bool_] | None, str]:
-    """A mask as (allowed n × m booleans or None, its kind "none"/"causal"/"matrix").
+MASK_EXPECTED = "none, causal or an n × m matrix of 1/0"
 
-    Takes None, "none", "causal", or rows of booleans or 1/0 (numbers, or the words
-    "1", "0", "true", "false" as a file writes them); True/1 = may attend. Without
-    ``n`` and ``m`` only the entries are checked, not the shape.
+
+def mask_value(mask: Any) -> str | npt.NDArray[np.bool_]:
+    """A mask as given, read: "none", "causal", or its matrix of booleans (True = may
+    attend), its shape not yet checked against the scores.
+
+    Takes None, a word, rows of 1/0 as text (``'1 0;1 1'``, rows separated by ``;`` or
+    lines, entries by spaces or commas), or rows of booleans or 1/0 (numbers, or the
+    words "1", "0", "true", "false" as a file writes them).
     """
     if mask is None:
-        return None, "none"
+        return "none"
+    as_given = mask
     if isinstance(mask, str):
-        kind = mask.strip().lower()
-        if kind in MASKS:
-            return None, kind  # causal is made block by block: Prepared.allowed
-        raise MhaError(f"mask must be none, causal or an n × m matrix of 1/0, got {shown(mask)}",
-                       key="mask")
+        word = mask.strip().lower()
+        if word in MASKS:
+            return word  # causal is made block by block: Prepared.allowed
+        if re.fullmatch(r"[a-z_]+", word):  # a word, not rows of 1/0
+            import difflib
+
+            close = difflib.get_close_matches(word, list(MASKS), n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise MhaError(f"mask must be {MASK_EXPECTED}, got {given(mask)}{hint}",
+                           key="mask")
+        mask = [r.replace(",", " ").split() for r in re.split(r"[;\n]", mask) if r.strip()]
     try:
         arr = np.array(mask)
     except (ValueError, TypeError):
         arr = np.array(None)
-    if arr.ndim != 2 or arr.dtype == object:
-        raise MhaError("mask must be none, causal or an n × m matrix of 1/0 (a list of rows)",
-                       key="mask")
+    if arr.ndim != 2 or arr.dtype == object or 0 in arr.shape:
+        raise MhaError(f"mask must be {MASK_EXPECTED} in rows of equal length (such as "
+                       f"'1 0;1 1'), got {given(as_given)}", key="mask")
     if arr.dtype.kind == "b":
         allowed = arr.copy()
     else:
@@ -170,34 +186,95 @@ def mask_matrix(mask: Any, n: int | None = None, m: int | None = None
             raise MhaError(f"{key_text(entry)} is {str(arr[where])!r}: expected 1 (may "
                            "attend) or 0 (blocked)", key=entry)
         allowed = ones
-    if n is not None and allowed.shape != (n, m):
-        raise MhaError(f"mask is {shape_text(allowed)} but the scores are n × m = {n} × {m} "
-                       "(one row per query, one column per key)", key="mask")
     allowed.flags.writeable = False
-    return allowed, "matrix"
+    return allowed
 
 
-def positive(name: str, value: Any) -> float | None:
+def mask_matrix(mask: Any, n: int | None = None, m: int | None = None
+                ) -> tuple[npt.NDArray[np.bool_] | None, str]:
+    """A mask (as ``mask_value`` reads it) as (allowed n × m booleans or None, its kind
+    "none"/"causal"/"matrix"), its shape checked against n × m when they are given."""
+    read = mask if isinstance(mask, np.ndarray) and mask.dtype == bool \
+        and not mask.flags.writeable else mask_value(mask)  # read once already: trusted
+    if isinstance(read, str):
+        return None, read
+    if n is not None and read.shape != (n, m):
+        raise MhaError(f"mask is {shape_text(read)} but the scores are n × m = {n} × {m} "
+                       "(one row per query, one column per key)", key="mask")
+    return read, "matrix"
+
+
+def given(value: Any) -> str:
+    """A value as an error quotes it, the same however it came: a number written as text
+    (a file's ``0``, an option's ``-1``) bare, as the number given (``0``, ``-1``);
+    anything else as its repr, cut short when long."""
+    if isinstance(value, str):
+        text = value.strip()
+        if 0 < len(text) <= 40 and (NUMBER.fullmatch(text.replace(MINUS, "-")) or
+                                    FRACTION.fullmatch(text.replace(MINUS, "-"))):
+            return text
+    return shown(value)
+
+
+def whole(name: str, value: Any) -> int:
+    """A setting that is a whole number of 1 or more (heads, a window …): an int, or its
+    digits as text (a file's, an option's); ``name`` is its key."""
+    if isinstance(value, str) and _DIGITS.fullmatch(value.strip()):
+        value = int(value)
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
+            or value < 1:
+        raise MhaError(f"{name} must be a whole number of 1 or more, got {given(value)}",
+                       key=tuple(name.split(".")))
+    return int(value)
+
+
+def positive(name: str, value: Any, what: str = "a positive number") -> float | None:
     """A setting that is a positive number (text by the number rule, or a number);
-    ``name`` is its key path written with dots (``rope.base``)."""
+    ``name`` is its key path written with dots (``rope.base``); ``what`` is what is
+    expected, as its error says it."""
     if value is None:
         return None
+    if type(value) is float and 0 < value < math.inf:  # typed already: trusted
+        return value
     from ..numbers import parse
 
     key = tuple(name.split("."))
     if isinstance(value, (bool, np.bool_)) or not isinstance(
             value, (str, int, float, np.integer, np.floating)):
-        raise MhaError(f"{name} must be a positive number, got {shown(value)}", key=key)
+        raise MhaError(f"{name} must be {what}, got {given(value)}", key=key)
     number = parse(value, key) if isinstance(value, str) else float(value)
     if not (np.isfinite(number) and number > 0):
-        raise MhaError(f"{name} must be a positive number, got {shown(value)}", key=key)
+        raise MhaError(f"{name} must be {what}, got {given(value)}", key=key)
     return number
 
 
-def positive_heads(heads: Any, name: str = "heads") -> int | None:
-    if heads is None:
-        return None
-    if isinstance(heads, (bool, np.bool_)) or not isinstance(heads, (int, np.integer)) \
-            or heads < 1:
-        raise MhaError(f"{name} must be a positive integer, got {shown(heads)}", key=name)
-    return int(heads)
+def choice(name: str, value: Any, words: tuple[str, ...]) -> str:
+    """A setting that is one of a few words (``masked_row``: zero, nan or error)."""
+    word = value.strip().lower() if isinstance(value, str) else None
+    if word not in words:
+        listed = ", ".join(words[:-1]) + f" or {words[-1]}"
+        raise MhaError(f"{name} must be {listed}, got {given(value)}", key=name)
+    return word
+
+
+DTYPES = ("float64", "float32")
+_DTYPE_NAMES = {**{t: np.dtype(t).name for t in (np.float64, np.float32)},
+                **{name: name for name in DTYPES}}
+
+
+def dtype_name(value: Any) -> str:
+    """The working precision, as ``np.float32``, ``"float32"`` or a NumPy dtype gives it."""
+    try:
+        return _DTYPE_NAMES[value]  # the usual ways to say it (np.dtype(…).name: 3 µs)
+    except (KeyError, TypeError):
+        pass
+    try:
+        name = np.dtype(value).name  # (None: NumPy's default, float64)
+    except TypeError:
+        name = repr(value)
+    if name not in DTYPES:
+        raise MhaError(f"dtype must be float64 or float32, got {name}", key="dtype")
+    return name
+
+
+_DIGITS = re.compile(r"\+?[0-9]{1,9}")  # a whole number as text (nine digits at most)

@@ -60,6 +60,18 @@ class Work:
         return ops.project(concat, p.w_o, p.b_o)  # (n, d_out)
 
 
+def started(p: Prepared) -> Work:
+    """The work of a computation on the fast path, its inputs in place: x and x_kv, with
+    their positions added when the problem has them (x_pos, x_kv_pos)."""
+    work = Work(p, exact=False)
+    work.stages.update(x=p.x, x_kv=p.x_kv)  # type: ignore[dict-item]
+    if p.pe is not None:  # positions added to the inputs
+        work.stages["x_pos"] = p.x + p.pe  # type: ignore[operator]
+        if p.pe_kv is not None:
+            work.stages["x_kv_pos"] = p.x_kv + p.pe_kv  # type: ignore[operator]
+    return work
+
+
 def normed(a: Array, p: Prepared, side: str) -> tuple[Array, Array]:
     """Queries (``side`` "q") or keys ("k"), (heads, rows, d_k), divided by their root
     mean square (each head's, or each row's over every head) and multiplied by qk_norm's

@@ -33,6 +33,9 @@ class Cell:
     allowance: float = 0.0  # how far their earlier rounding may move it
     exact: Fraction | None = None  # the true value exactly, where rational
     mistakes: dict[str, float] = field(default_factory=dict)  # its value under each
+    # the field's shape follows from the person's own earlier numbers, not the true one
+    # (a cache kept without its window): judged against ``own`` alone, carried when right
+    shaped: bool = False
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,14 @@ def report(name: str, cells: list[Cell], tolerance: float, mistakes: tuple[Named
     for cell in cells:
         c = cell.claim
         blank += c.blank
+        if cell.shaped:  # no true cell to compare: what their own numbers give
+            if not judge_one(c, cell.own, None, tolerance, cell.allowance):
+                wrong.append(Wrong(None, 0, 0, c.text, cell.own, None, c.value - cell.own,
+                                   c.rounded(cell.own), where=cell.where))
+            elif not c.blank:
+                carried.append(Wrong(None, 0, 0, c.text, math.nan, None, math.nan,
+                                     where=cell.where))
+            continue
         if judge_one(c, cell.true, cell.exact, tolerance):
             continue
         found = Wrong(None, 0, 0, c.text, cell.true, cell.exact,

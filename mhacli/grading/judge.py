@@ -92,7 +92,7 @@ class Truth:
         """The true tiles or decoding steps, made once (``tiles``, ``decode``)."""
         if name not in self._views:
             from ..engine.decoding import check_views, decode
-            from ..engine.kernels import tiles
+            from ..engine.tiles import tiles
 
             c = self.problem.config
             check_views(c)
@@ -102,7 +102,7 @@ class Truth:
 
     def exact_masked(self) -> Any:
         """The masked scores in exact fractions, where they are rational (else None)."""
-        from ..engine.kernels import field_stage
+        from ..engine.tiles import field_stage
 
         name = field_stage(self.problem.config, "s")  # the stage a tile's S is cut from
         return self.exact(name).stages.get(name)

@@ -21,9 +21,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..engine import ops
-from ..engine.decoding import DecodeStep
-from ..engine.kernels import (combine, exps, rescale, running_max, running_output,
-                              running_sum, start)
+from ..engine.decoding import DecodeStep, each_step
+from ..engine.online import combine, exps, rescale, running_max, running_output, running_sum, start
 from .cells import Cell, Named, claims_of, half, report, shape_report, written
 from .records import StageReport, Wrong
 
@@ -36,7 +35,9 @@ NO_RESCALE = Named("no_rescale", "the chunks are added without rescaling: each c
                    "and O are multiplied by exp(m_chunk − m) for the common maximum m first")
 MISTAKES = {"cache_bytes": (NO_GQA,), "combined.l": (NO_RESCALE,),
             "combined.o": (NO_RESCALE,)}
-FOLLOWS = {"weights": "scores", "head_outputs": "weights and v_cache",
+FOLLOWS = {"k_cache": "positions", "v_cache": "positions", "scores": "positions",
+           "cache_bytes": "positions",
+           "weights": "scores", "head_outputs": "weights and v_cache",
            "output": "head_outputs", "splits.l": "scores and the chunk's m",
            "splits.o": "scores and the chunk's m", "combined.m": "the chunks' m",
            "combined.l": "the chunks' m and ℓ", "combined.o": "the chunks' m and O"}
@@ -51,13 +52,21 @@ def grade_decode(tr: Any, steps: Sequence[DecodeStep], answers: list[dict[str, A
     cells: dict[str, list[Cell]] = {f: [] for f in FIELDS}
     problems: dict[str, list[str]] = {f: [] for f in FIELDS}
     positions: list[tuple[Wrong, bool] | None] = []
+    windowless: list[DecodeStep] = []  # the steps with the window left out, when asked
+
+    def without_window(t: int) -> DecodeStep:
+        if not windowless:  # the engine's steps under the reach without its window
+            windowless.extend(each_step(tr, tr.config.splits,
+                                        reach=tr.prepared.reach.without("window")))
+        return windowless[t - 1]
+
     for st, a in zip(steps, answers):
         step = a.get("step")
         if step is not None and not step.blank and step.value != st.step:
             return [shape_report("decode", len(steps), f"the step of token {st.step} "
                                  f"({st.token}) is written as step {step.text}")]
         with np.errstate(all="ignore"):  # a person's numbers may overflow: judged, not warned
-            _walk(tr, st, a, cells, problems, positions)
+            _walk(tr, st, a, cells, problems, positions, without_window)
     answered = set(FIELDS) if every_field else set()
     for a in answers:
         answered |= {f for f in a if f in FIELDS}
@@ -81,12 +90,15 @@ def grade_decode(tr: Any, steps: Sequence[DecodeStep], answers: list[dict[str, A
 
 
 def _walk(tr: Any, st: DecodeStep, a: dict[str, Any], cells: dict[str, list[Cell]],
-          problems: dict[str, list[str]], positions: list[tuple[Wrong, bool] | None]
-          ) -> None:
-    """One step's cells, the later ones also from the person's own earlier numbers."""
+          problems: dict[str, list[str]], positions: list[tuple[Wrong, bool] | None],
+          without_window: Any) -> None:
+    """One step's cells, the later ones also from the person's own earlier numbers. A
+    cache whose positions were written as if there were no window is followed on: its
+    keys, values, scores and weights are judged against what those positions give (the
+    mistake is marked once, at the positions), its head outputs and output as usual."""
     c, p = tr.config, tr.prepared
     t, pos = st.step, st.positions
-    n_pos, heads = len(pos), c.heads
+    heads = c.heads
     place = f"step {t} ({st.token})"
     labels = [str(i + 1) for i in pos]
 
@@ -98,7 +110,9 @@ def _walk(tr: Any, st: DecodeStep, a: dict[str, Any], cells: dict[str, list[Cell
         return claims
 
     def put(name: str, claims: np.ndarray | None, true: np.ndarray, own: np.ndarray | None,
-            allow: np.ndarray | None, where: Any, **wrong: np.ndarray) -> None:
+            allow: np.ndarray | None, where: Any, extra: np.ndarray | None = None,
+            **wrong: np.ndarray) -> None:
+        """A field's cells (``extra``: those at a position the true cache lacks)."""
         if claims is None:
             return
         for idx in np.ndindex(true.shape):
@@ -106,7 +120,8 @@ def _walk(tr: Any, st: DecodeStep, a: dict[str, Any], cells: dict[str, list[Cell
                                     float(true[idx]),
                                     math.nan if own is None else float(own[idx]),
                                     0.0 if allow is None else float(allow[idx]), None,
-                                    {k: float(v[idx]) for k, v in wrong.items()}))
+                                    {k: float(v[idx]) for k, v in wrong.items()},
+                                    extra is not None and bool(extra[idx])))
 
     def head_at(what: str) -> Any:
         return lambda idx: f"head {idx[0] + 1}, {what} {idx[1] + 1}" + \
@@ -117,6 +132,8 @@ def _walk(tr: Any, st: DecodeStep, a: dict[str, Any], cells: dict[str, list[Cell
         put(name, get(name, true.shape), true, None, None,
             lambda idx, w=g_or_h: f"{w} {idx[0] + 1}, column {idx[1] + 1}")
     given = a.get("positions")
+    own = st  # the step as the person's positions make it
+    reach = p.reach
     if given is not None:
         wrote = [c.value for c in given.flat] if isinstance(given, np.ndarray) else None
         want = [float(i + 1) for i in pos]
@@ -127,25 +144,49 @@ def _walk(tr: Any, st: DecodeStep, a: dict[str, Any], cells: dict[str, list[Cell
                                if wrote is not None else str(given)) + "]", math.nan, None,
             math.nan, f"[{', '.join(str(i + 1) for i in pos)}]",
             where=f"{place}: positions"), wrote == unwindowed))
+        true_shaped = any(np.shape(a.get(f)) == np.shape(getattr(st, f)) for f in
+                          ("k_cache", "v_cache", "scores", "weights") if a.get(f) is not None)
+        if wrote != want and wrote == unwindowed and not true_shaped:
+            own, reach = without_window(t), p.reach.without("window")
+            pos, labels = own.positions, [str(i + 1) for i in own.positions]
+    followed = own is not st  # the step their positions make, beside the true one
+
+    def at_theirs(true: np.ndarray, mine: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The true values laid out at the person's positions (axis 1), NaN where the
+        true cache has no such position; and where it has none."""
+        if not followed:
+            return true, np.zeros(true.shape, dtype=bool)
+        out = np.full(mine.shape, np.nan)
+        for j, i in enumerate(own.positions):
+            if i in st.positions:
+                out[:, j] = true[:, i - st.positions.start]
+        return out, np.isnan(out)
+
     cache = {}
-    for name, true in (("k_cache", st.k_cache), ("v_cache", st.v_cache)):
-        cache[name] = get(name, true.shape)
-        put(name, cache[name], true, None, None, lambda idx: (
-            f"kv head {idx[0] + 1}, position {pos.start + idx[1] + 1}, column {idx[2] + 1}"))
-    v_cache = written(cache["v_cache"], st.v_cache)  # (G, t', d_v)
-    z_claims = get("scores", st.scores.shape)
-    put("scores", z_claims, st.scores, None, None, head_at("position"))
-    z = written(z_claims, st.scores)  # (H, t')
-    hz = half(z_claims, st.scores)
-    zm = ops.mask_scores(z, p.reach.allowed(t - 1, t, pos.start, pos.stop))  # (H, t')
+    for name, true, mine in (("k_cache", st.k_cache, own.k_cache),
+                             ("v_cache", st.v_cache, own.v_cache)):
+        cache[name] = get(name, mine.shape)
+        laid, extra = at_theirs(true, mine)
+        put(name, cache[name], laid, mine if followed else None, None,
+            lambda idx: f"kv head {idx[0] + 1}, position {pos.start + idx[1] + 1}, "
+            f"column {idx[2] + 1}", extra)
+    v_cache = written(cache["v_cache"], own.v_cache)  # (G, t', d_v)
+    z_claims = get("scores", own.scores.shape)
+    laid, extra = at_theirs(st.scores, own.scores)
+    put("scores", z_claims, laid, own.scores if followed else None, None,
+        head_at("position"), extra)
+    z = written(z_claims, own.scores)  # (H, t')
+    hz = half(z_claims, own.scores)
+    zm = ops.mask_scores(z, reach.allowed(t - 1, t, pos.start, pos.stop))  # (H, t')
     sinks = None if p.sinks is None else np.asarray(p.sinks, dtype=np.float64)
     with np.errstate(all="ignore"):  # the engine's softmax (with the sinks) on their scores
         w_own = ops.softmax_parts(zm[:, None], c.masked_row, sinks)["weights"][:, 0]
         allow_w = w_own * (hz + hz.max(axis=1, keepdims=True))
-    w_claims = get("weights", st.weights.shape)
-    put("weights", w_claims, st.weights, w_own, allow_w, head_at("position"))
+    w_claims = get("weights", own.weights.shape)
+    put("weights", w_claims, *at_theirs(st.weights, own.weights)[:1], w_own, allow_w,
+        head_at("position"), at_theirs(st.weights, own.weights)[1])
     w = written(w_claims, w_own)
-    hw = half(w_claims, st.weights)
+    hw = half(w_claims, own.weights)
     vh = ops.shared(v_cache, heads)  # (H, t', d_v): each query head's values
     ho_own = (w[:, None] @ vh)[:, 0]  # (H, d_v)
     allow_ho = (hw[:, None] @ np.abs(vh))[:, 0]
@@ -165,10 +206,11 @@ def _walk(tr: Any, st: DecodeStep, a: dict[str, Any], cells: dict[str, list[Cell
     given = a.get("cache_bytes")
     if given is not None:
         cells["cache_bytes"].append(Cell(f"{place}: cache_bytes", given, float(st.cache_bytes),
-                                         mistakes={"no_gqa": float(n_pos * heads * (
+                                         float(own.cache_bytes) if followed else math.nan,
+                                         mistakes={"no_gqa": float(len(pos) * heads * (
                                              c.d_k + c.d_v) * size)}))
-    if st.splits is not None and st.combined is not None:
-        _splits(st, a, zm, vh, place, put, problems, sinks)
+    if own.splits is not None and own.combined is not None:
+        _splits(own, a, zm, vh, place, put, problems, sinks)
 
 
 def _splits(st: DecodeStep, a: dict[str, Any], zm: np.ndarray, vh: np.ndarray, place: str,

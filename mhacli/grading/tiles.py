@@ -18,8 +18,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..engine.kernels import (TileBlock, exps, field_stage, finish, rescale, running_max,
-                              running_output, running_sum, span, start)
+from ..engine.online import exps, finish, rescale, running_max, running_output, running_sum, span, start
+
+from ..engine.tiles import TileBlock, field_stage
 from .cells import Cell, Named, claims_of, half, report, shape_report, written
 from .records import StageReport, Wrong
 

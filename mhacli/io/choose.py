@@ -6,12 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..engine.settings import BY_KEY
+from ..engine.settings import SETTINGS, option, read_setting
 from ..errors import MhaError
 from .on_model import load_checkpoint
 from .problem import Problem, load, load_sample, read_bias
 
 BUILT_IN = "intro"
+ALL = {s.key: s for s in SETTINGS}  # the settings options give (layout too)
 
 
 def problem_from(*, file: str | None = None, sample: str | None = None,
@@ -19,13 +20,14 @@ def problem_from(*, file: str | None = None, sample: str | None = None,
                  d_model: int | None = None, ints: str | None = None,
                  layout: str | None = None, stdin: Any = None, checkpoint: Any = None,
                  layer: int | None = None, backward: bool = False, text: str | None = None,
-                 **settings: Any) -> Problem:
+                 command: str = "explain", **settings: Any) -> Problem:
     """The problem a command line describes, validated once with its overrides.
 
     ``tokens`` is a number of tokens (a random problem) or the labels themselves;
     ``ints`` is ``LO:HI`` for a random problem of small integers; ``layout`` is how a
     file without a layout: key was written; ``settings`` are the settings table's, as
-    their options give them (None: not given; a path for an option that names a file).
+    their options give them (None: not given; a path for an option that names a file);
+    ``command`` names the mha command asking, for the route a refusal gives.
     """
     token_spec = _generate().parse_tokens(tokens) if tokens is not None else None
     settings = option_values(settings)
@@ -49,7 +51,8 @@ def problem_from(*, file: str | None = None, sample: str | None = None,
                            f"{others[0]}")
         from .on_model import load_text
 
-        prob = load_text(checkpoint, text, layer, layout=layout or "rows", **settings)
+        prob = load_text(checkpoint, text, layer, layout=layout or "rows", command=(command,),
+                         **settings)
         settings = {}  # applied before the model's output was compared
     elif checkpoint is not None:
         if sample is not None or ints is not None or d_model is not None:
@@ -99,12 +102,14 @@ def new_seed() -> int:
 
 
 def option_values(settings: dict[str, Any]) -> dict[str, Any]:
-    """The settings as their options give them, as a problem takes them: a flag's True
+    """The settings as their options give them, read where they enter: a flag's True
     (False: not given), an array read from the file an option names (``--bias FILE``,
-    ``--positional FILE``; a word such as sinusoidal stays a word), the rest as typed."""
+    ``--positional FILE``; a word such as sinusoidal stays a word), the rest read by the
+    setting's own reader (``--window 0`` is refused naming ``--window``), typed from
+    here on."""
     out: dict[str, Any] = {}
     for key, value in settings.items():
-        s = BY_KEY[key]
+        s = ALL[key]
         if s.kind == "flag":
             value = True if value else None
         elif s.kind == "file" and value is not None and \
@@ -112,5 +117,10 @@ def option_values(settings: dict[str, Any]) -> dict[str, Any]:
             value = read_bias(Path(value), key, s.array)
         elif s.kind == "file" and value is not None:
             value = str(value).strip().lower()
+        elif value is not None:
+            try:
+                value = read_setting(key, value)
+            except MhaError as exc:
+                raise exc.located(option(key)) from None
         out[key] = value
     return out

@@ -16,7 +16,8 @@ from .. import numbers
 from ..engine.config import MATRICES, VECTORS
 from ..engine.settings import same
 from ..errors import MhaError, key_text
-from .problem import KNOWN_KEYS, Problem, _document, _external, from_mapping
+from .beside import external
+from .problem import KNOWN_KEYS, Problem, document, from_mapping
 
 PROBLEM_KEYS = tuple(k for k in KNOWN_KEYS if k != "answers")
 
@@ -38,7 +39,7 @@ def load_key(path: str | Path, *, layout: str = "rows") -> Key:
     p = Path(path)
     if not p.suffix and not p.exists() and str(p) in sample_names():
         path = sample_path(str(p))
-    data, locate, source, base = _document(path)
+    data, locate, source, base = document(path)
     problem = from_mapping(data, source, base, layout, locate)
     return Key(problem, MappingProxyType(dict(data)), base)
 
@@ -47,14 +48,14 @@ def load_submission(path: str | Path, key: Key, *, stdin: Any = None) -> Problem
     """A student's file graded on the key's problem. It may hold only ``answers:``; a
     problem key it does hold must say what the key says (else the answers belong to
     another problem, and that is an error naming the key and the entry)."""
-    data, locate, source, base = _document(path, stdin)
+    data, locate, source, base = document(path, stdin)
     if not isinstance(data, dict):
         return from_mapping(data, source)  # says what a problem must be
     own = [k for k in data if k in PROBLEM_KEYS]
-    merged = {k: _external(v, k, key.base) for k, v in key.data.items()
+    merged = {k: external(v, k, key.base) for k, v in key.data.items()
               if k != "answers" and k in KNOWN_KEYS}
     try:
-        merged.update({k: _external(v, k, base) for k, v in data.items()})
+        merged.update({k: external(v, k, base) for k, v in data.items()})
     except MhaError as exc:
         raise exc.located(source, *((locate(list(exc.path), exc.on_key) or ())
                                     if locate and exc.path else ())) from None

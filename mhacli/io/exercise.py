@@ -11,6 +11,7 @@ import numpy as np
 
 from ..errors import MhaError
 from .problem import Problem
+from .telling import hidden, size_notes
 
 # An --ints exercise by default: 3 tokens of width 8, 2 heads of d_k 4, causal, with biases.
 # The sizes keep every divisor a person might use apart: √d_k = 2, √d_model ≈ 2.83, √n ≈ 1.73,
@@ -25,7 +26,6 @@ KEY_DRAWS = 12  # key weights tried for one key/value head, for each problem dra
 QUERY_DRAWS = 8  # query weights tried for one query head, for each key weights drawn
 HAND_MOST = 4096  # scores in all heads of an --ints exercise
 TELLING_DRAWS = 60  # draws tried past the first hand-sized one, for one that shows every mistake
-VISIBLE = 1e-3  # a difference a person writing three decimals shows
 
 
 def default_scale(scale: Any) -> bool:
@@ -64,9 +64,12 @@ def head_width(d: int, h: int, d_k: int | None, whole_root: bool, even: bool = F
 
 def hand_sized(rng: np.random.Generator, ints: tuple[int, int], n: int, m: int, d: int,
                dkv: int, h: int, g: int, width: int, cross: bool, w_o: bool, bound: float,
-               build: Callable[[dict], Problem], biases: bool = False) -> Problem:
+               build: Callable[[dict], Problem], biases: bool = False
+               ) -> tuple[Problem, list[str]]:
     """Small integers, redrawn until the exercise is one a person can do by hand, and one
-    in which the classic mistakes show (``_tells_mistakes_apart``) where they can.
+    in which each mistake `check` names gives other numbers than the right ones, where
+    the sizes let it (`io.telling`); with the lines that say which mistakes the sizes,
+    or every draw tried, leave indistinguishable.
 
     Scores grow with the width of the sums, so entries are drawn sparser (more of the
     range's smallest value, 0 where the range holds it) the longer no draw has fitted;
@@ -92,12 +95,14 @@ def hand_sized(rng: np.random.Generator, ints: tuple[int, int], n: int, m: int, 
     def bias(shape: tuple[int, ...], density: float) -> np.ndarray:  # not all 0
         return draw(shape, density, every_row=True) if biases else np.zeros(shape)
 
-    fallback: tuple[int, Problem] | None = None  # hand-sized, though a mistake hides in it
+    # hand-sized, though a mistake hides in it: the first draw that hides the fewest
+    fallback: tuple[int, Problem, dict[str, str]] | None = None
     share = h // g  # query heads a key head serves
     trial = build({"x": np.ones((n, d)), **({"x_kv": np.ones((m, dkv))} if cross else {}),
                    "w_q": np.ones((d, h * width)), "w_k": np.ones((dkv, g * width)),
                    "w_v": np.ones((dkv, g * width))})
     s, allowed = trial.config.scale, trial.prepared.allowed()  # the sizes' and settings'
+    sizes = size_notes(trial)  # mistakes no draw of these sizes can show
     for attempt in range(DRAWS):
         if fallback is not None and attempt - fallback[0] > TELLING_DRAWS:
             break
@@ -138,11 +143,13 @@ def hand_sized(rng: np.random.Generator, ints: tuple[int, int], n: int, m: int, 
             with np.errstate(all="ignore"):
                 tr = traced(prob.prepared, checked=False)
             if _hand_sized_weights(prob, tr.stages, bound):
-                if _tells_mistakes_apart(prob, tr.stages):
-                    return prob
-                fallback = fallback or (attempt, prob)
-    if fallback is not None:  # no draw shows them all (one-wide heads, say): the first
-        return fallback[1]
+                hides = hidden(prob, tr, set(sizes))
+                if not hides:
+                    return prob, list(sizes.values())
+                if fallback is None or len(hides) < len(fallback[2]):
+                    fallback = (fallback[0] if fallback else attempt, prob, hides)
+    if fallback is not None:  # no draw shows them all: the one that hides the fewest
+        return fallback[1], [*sizes.values(), *fallback[2].values()]
     if lo == hi or (lo == 0 and hi == 0):
         raise MhaError(f"--ints {lo}:{hi} draws one value only: every score of a row would "
                        "be the same; give a range such as -1:1")
@@ -172,41 +179,3 @@ def _hand_sized_weights(prob: Problem, st: dict[str, np.ndarray], bound: float) 
     several = live.sum(axis=1) > 1
     w = st["weights"][:, several][:, live[several]]
     return bool(np.all((w >= 0.00005) & (w <= 0.99995)))
-
-
-def _tells_mistakes_apart(prob: Problem, st: dict[str, np.ndarray]) -> bool:
-    """Each classic mistake that ``check`` names, where this problem lets a person make
-    it, gives numbers other than the right ones (by more than a person writing three
-    decimals would miss), so that a student who makes it is told so, and which it was.
-
-    The sizes keep the divisors apart (√d_k, √d_model, √n, 1); a mask blocks a key the
-    softmax would give weight to; what the draw may hide is checked here: a head whose
-    scores are symmetric (Zᵀ = Z), heads whose outputs are the same in reverse order
-    (the concatenation's order unseen), a split into interleaved columns that takes the
-    same numbers, a W_O for which concat·W_Oᵀ = concat·W_O, a softmax down the columns
-    that equals the one along the rows, and a bias of zeros."""
-    p, c = prob.prepared, prob.config
-
-    def seen(a: np.ndarray, b: np.ndarray) -> bool:
-        return bool(np.nanmax(np.abs(a - b), initial=0.0) > VISIBLE)
-
-    if any(b is not None and not b.any() for b in (p.b_q, p.b_k, p.b_v, p.b_o)):
-        return False
-    z = st["scores"]  # (H, n, m)
-    if c.n == c.m and c.n > 1 and not all(seen(zh, zh.T) for zh in z):
-        return False
-    if c.heads > 1:
-        o = st["head_outputs"]  # (H, n, d_v)
-        if not seen(o, o[::-1]):
-            return False
-        q = st["q"]  # (n, H·d_k): head h's columns h, h + H, … against its block
-        if not seen(q.reshape(c.n, -1, c.heads).transpose(2, 0, 1), st["q_heads"]):
-            return False
-    if p.w_o is not None and p.w_o.shape[0] == p.w_o.shape[1]:
-        if not seen(st["concat"] @ p.w_o.T, st["concat"] @ p.w_o):
-            return False
-    masked = st["masked"]  # (H, n, m), −∞ where blocked
-    with np.errstate(all="ignore"):
-        e = np.exp(masked - masked.max(axis=-2, keepdims=True))
-        down = e / e.sum(axis=-2, keepdims=True)  # the softmax down each column
-    return seen(np.nan_to_num(down), st["weights"])

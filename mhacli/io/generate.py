@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import numbers
 from ..engine.config import MATRICES, VECTORS
-from ..errors import MhaError
+from ..errors import ExerciseNote, MhaError
 from .exercise import (
     HAND_D_MODEL, HAND_MAX_SCORE, HAND_MOST, HAND_TOKENS, default_scale, hand_sized, head_width,
 )
@@ -73,7 +73,7 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
     settings = {k: v for k, v in (settings or {}).items() if v is not None}
     if settings.get("decode") and settings.get("mask") is None:
         settings["mask"] = "causal"  # decoding is causal: a problem made for it is
-    heads, kv_heads = settings.pop("heads", None), settings.pop("kv_heads", None)
+    heads, kv_heads = (_option(key, settings.pop(key, None)) for key in ("heads", "kv_heads"))
     scale = settings.get("scale")
     labels = tokens if isinstance(tokens, list) else None
     hand = ints is not None
@@ -87,8 +87,6 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
         raise MhaError(f"--tokens must be at least 1, got {n}")
     if d < 1:
         raise MhaError(f"--d-model must be at least 1, got {d}")
-    if h < 1:
-        raise MhaError(f"--heads must be at least 1, got {h}")
     kv_labels = kv_tokens if isinstance(kv_tokens, list) else None
     cross = kv_tokens is not None or d_kv is not None
     m = len(kv_labels) if kv_labels else (kv_tokens if isinstance(kv_tokens, int) else n)
@@ -103,7 +101,7 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
     rope = settings.get("rope") is not None
     width = head_width(d, h, d_k, hand and default_scale(scale), even=rope)
     g = h if kv_heads is None else kv_heads
-    if g < 1 or h % g:
+    if h % g:
         raise MhaError(f"--kv-heads {g} must divide --heads {h} (each key/value head serves "
                        "the same number of query heads)")
     if max_score is not None and not (math.isfinite(max_score) and max_score > 0):
@@ -155,12 +153,29 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
     if not hand:
         return plain()
     try:
-        return hand_sized(rng, ints, n, m, d, dkv, h, g, width, cross, w_o,
-                          HAND_MAX_SCORE if max_score is None else max_score, build, biases)
+        prob, notes = hand_sized(rng, ints, n, m, d, dkv, h, g, width, cross, w_o,
+                                 HAND_MAX_SCORE if max_score is None else max_score, build,
+                                 biases)
     except MhaError:
         if strict:
             raise
         return plain()
+    if strict:  # an exercise: the mistakes it cannot tell from the right numbers, said
+        import warnings
+
+        for note in notes:
+            warnings.warn(ExerciseNote(note), stacklevel=2)
+    return prob
+
+
+def _option(key: str, value: Any) -> Any:
+    """A setting as its option gives it, read by its reader (typed already: as it is)."""
+    from ..engine.settings import option, read_setting
+
+    try:
+        return read_setting(key, value)
+    except MhaError as exc:
+        raise exc.located(option(key)) from None
 
 
 # --------------------------------------------------------------------------- writing
@@ -189,9 +204,19 @@ def _texts(a: np.ndarray) -> list[list[str]]:
     return [[_number(v) for v in row] for row in a]
 
 
+def _answers(a: np.ndarray) -> list[list[str]]:
+    """A computed stage's rows: exact where rational, a float to the digits it is sure
+    of (``numbers.answer``)."""
+    def text(v: object) -> str:
+        t = numbers.answer(v)
+        return f'"{t}"' if "/" in t else t  # a fraction is text to YAML
+    return [[text(v) for v in row] for row in a]
+
+
 def answer_key(problem: Problem, stages: list[str] | None = None) -> dict[str, np.ndarray]:
     """Every stage a person could answer (or those named), exactly where the arithmetic is
-    rational (5/2, not 2.5000000001), as floats after the softmax."""
+    rational (5/2, not 2.5000000001), as floats after the softmax (written to the digits
+    they are sure of: ``numbers.answer``)."""
     from ..engine import BY_NAME, exact_trace, traced
 
     tr = traced(problem.prepared)
@@ -273,20 +298,20 @@ def problem_yaml(problem: Problem, comment: str, answers: dict[str, np.ndarray] 
                 from ..engine import exact_trace
                 from .view_yaml import view_lines
 
-                masked = None if blank else exact_trace(problem.exact).stages.get("masked")
-                out += view_lines(stage, a, blank, masked)
+                exact = None if blank else exact_trace(problem.exact).stages
+                out += view_lines(stage, a, blank, exact, problem.config)
                 continue
             a = orient(a)
             if a.ndim == 3:
                 out.append(f"  {stage}:")
                 for h, m in enumerate(a, start=1):
-                    rows = [["_"] * m.shape[1]] * m.shape[0] if blank else _texts(m)
+                    rows = [["_"] * m.shape[1]] * m.shape[0] if blank else _answers(m)
                     out.append(f"    - # head {h}")
                     out += [f"      - [{', '.join(r)}]" for r in rows]
             elif a.ndim == 1:  # a vector, as its parameter (a bias) is written
-                entries = ["_"] * a.shape[0] if blank else _texts(a[None])[0]
+                entries = ["_"] * a.shape[0] if blank else _answers(a[None])[0]
                 out.append(f"  {stage}: [{', '.join(entries)}]")
             else:
-                rows = [["_"] * a.shape[1]] * a.shape[0] if blank else _texts(a)
+                rows = [["_"] * a.shape[1]] * a.shape[0] if blank else _answers(a)
                 out += _matrix_lines(stage, rows, indent="  ")
     return "\n".join(out) + "\n"

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
 from ..errors import MhaError
-from .problem import Problem, _document, from_mapping, layer_number
+from .beside import layer_number
+from .problem import Problem, document, from_mapping
 
 
 def load_checkpoint(checkpoint: str | Path, layer: int | None, *, file: str | None = None,
@@ -27,7 +28,7 @@ def load_checkpoint(checkpoint: str | Path, layer: int | None, *, file: str | No
     path = Path(checkpoint)
     working = np.dtype(dtype or np.float64)
     if file is not None:
-        data, locate, source, base = _document(file, stdin)
+        data, locate, source, base = document(file, stdin)
         if not isinstance(data, dict):
             return from_mapping(data, source)  # says what a problem must be
         try:
@@ -50,24 +51,29 @@ def load_checkpoint(checkpoint: str | Path, layer: int | None, *, file: str | No
 
 
 def load_text(checkpoint: str | Path, text: str, layer: int | None = 0, *,
-              layout: str = "rows", **settings: Any) -> Problem:
+              layout: str = "rows", command: Sequence[str] = ("explain",),
+              **settings: Any) -> Problem:
     """One layer of a model (its folder, with its tokenizer) on a real text: x is the
     hidden state entering that layer's attention in the model's own forward pass, the rows
     labelled by its tokens. ``settings`` change the layer (``dtype`` …) before mha's output
     is compared with the model's own attention output, refused past 1e-5 relative: a
-    setting that changes the numbers is refused; the difference is ``read["agreement"]``."""
-    return load_text_layers(checkpoint, text, [layer or 0], layout=layout, **settings)[0]
+    setting that changes the numbers is refused; the difference is ``read["agreement"]``.
+    ``command``: the mha command that asks, as typed (its name; for generate, then the
+    options that shape the file it writes), for the route a refusal gives."""
+    return load_text_layers(checkpoint, text, [layer or 0], layout=layout, command=command,
+                            **settings)[0]
 
 
 def load_text_layers(checkpoint: str | Path, text: str, layers: list[int], *,
-                     layout: str = "rows", **settings: Any) -> list[Problem]:
+                     layout: str = "rows", command: Sequence[str] = ("explain",),
+                     **settings: Any) -> list[Problem]:
     """``load_text`` for several layers, from one forward pass of the model."""
     from ..models import layer as ckpt
     from ..models.text import read_text
 
     path = Path(checkpoint)
     found = {k: ckpt.read_layer(path, k) for k in layers}
-    _refuse_changes(path, text, found, settings)  # before the model is loaded (seconds)
+    _refuse_changes(path, text, found, settings, tuple(command))  # before the model loads
     reading = read_text(path, text, {k: f.stem for k, f in found.items()})
     return from_reading(path, text, reading, layers, layout=layout, found=found, **settings)
 
@@ -117,12 +123,14 @@ def from_reading(checkpoint: str | Path, text: str, reading: Any, layers: list[i
 SAME_NUMBERS = ("dtype", "masked_row", "layout", "tiles", "decode", "splits")
 
 
-def _refuse_changes(path: Path, text: str, found: dict[int, Any],
-                    settings: dict[str, Any]) -> None:
+def _refuse_changes(path: Path, text: str, found: dict[int, Any], settings: dict[str, Any],
+                    command: tuple[str, ...] = ("explain",)) -> None:
     """A setting that would make a layer other than the model's is refused here, before the
     model reads the text: --text shows the model's own numbers. A setting equal to the
     layer's own (--mask causal on a causal model) is no change; the route to a changed
-    layer is a problem file, which is the person's own to change."""
+    layer is a problem file, which is the person's own to change: with the command that
+    asked (``explain``, ``run``), or for ``generate`` (which reads no problem file) by the
+    file's own keys."""
     import shlex
 
     from ..engine.settings import BY_KEY, same
@@ -146,22 +154,82 @@ def _refuse_changes(path: Path, text: str, found: dict[int, Any],
             continue
         typed = " ".join(_as_typed(BY_KEY[key], given[key]) for key in changed)
         quoted = shlex.quote(text) if len(text) <= 60 and text.isprintable() else "TEXT"
-        out = f"layer{k}.yaml"
+        name, kept, out = _asked(command, k)
+        write = (f"mha generate --checkpoint {shlex.quote(str(path))} --text {quoted} "
+                 f"--layer {k}{''.join(' ' + shlex.quote(w) for w in kept)} -o "
+                 f"{shlex.quote(out)}")
+        if name == "generate":
+            keys = " and ".join(_as_key(BY_KEY[key], given[key]) for key in changed)
+            then = (f"mha explain {shlex.quote(out)} shows its answers, and mha check "
+                    f"{shlex.quote(out)} grades them once filled in" if "--blank" in kept
+                    else f"mha explain {shlex.quote(out)}")
+            route = f"write the layer's problem once ({write}), set {keys} in it, then {then}"
+        else:
+            route = (f"write the layer's problem once ({write}), then change it there "
+                     f"(mha {name} {shlex.quote(out)} {typed})")
         raise MhaError(f"{typed} would make layer {k} another attention than the model's, and "
-                       f"--text shows the model's own numbers: write the layer's problem once "
-                       f"(mha generate --checkpoint {shlex.quote(str(path))} --text {quoted} "
-                       f"--layer {k} -o {out}), then change it there (mha explain {out} "
-                       f"{typed}); a problem file may be changed freely: it is then mha's own "
-                       "problem, no longer checked against the model")
+                       f"--text shows the model's own numbers: {route}; a problem file may be "
+                       "changed freely: it is then mha's own problem, no longer checked "
+                       "against the model")
+
+
+def _asked(command: tuple[str, ...], layer: int) -> tuple[str, list[str], str]:
+    """The command's name; generate's options that shape the file, kept for writing the
+    layer (--answers becomes --blank: answers written before the change would be the
+    model's layer's, not the changed one's); and the file to write (-o, where given)."""
+    name, rest = (command[0] if command else "explain"), list(command[1:])
+    out = f"layer{layer}.yaml"
+    kept: list[str] = []
+    while rest:
+        word = rest.pop(0)
+        if word in ("-o", "--output") and rest:
+            out = rest.pop(0)
+        elif word in ("--answers", "--blank"):
+            kept += [] if "--blank" in kept else ["--blank"]
+        else:
+            kept.append(word)
+    return name, kept, out
+
+
+def _as_key(setting: Any, value: Any) -> str:
+    """A setting as its problem file's key writes it: ``mask: none``, ``alibi: true``,
+    ``mask: [[1, 0], [1, 1]]`` for a mask typed as '1 0;1 1'."""
+    import json
+
+    if isinstance(value, str) and setting.read is not None:
+        try:
+            value = setting.read(value)  # as the option reads it: a word, or an array
+        except MhaError:
+            pass
+    if value is True:
+        return f"{setting.key}: true"
+    if isinstance(value, np.ndarray):
+        a = value.astype(int) if value.dtype == bool else value
+        return f"{setting.key}: {json.dumps(a.tolist())}"
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # as typed: softcap: 30, not 30.0
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        return f"{setting.key}: {value}"
+    return f"{setting.key}: your matrix"  # (read from a file)
 
 
 def _as_typed(setting: Any, value: Any) -> str:
-    """A setting's option as a person types it: ``--mask none``, ``--alibi``."""
+    """A setting's option as a person types it: ``--mask none``, ``--alibi``, the value
+    read from the option written back as text (``--softcap 30``, ``--mask '1 0;1 1'``)."""
     import shlex
+    from fractions import Fraction
+
+    from ..numbers import written
 
     flag = "--" + setting.key.replace("_", "-")  # (every setting's option is named so)
     if value is True:
         return flag
+    if isinstance(value, np.ndarray) and value.dtype == bool and value.ndim == 2:
+        value = ";".join(" ".join("1" if b else "0" for b in row) for row in value)  # a mask
+    elif isinstance(value, dict):  # rope's or qk_norm's mapping, from its word
+        value = value.get("style", value.get("over"))
+    elif isinstance(value, (float, Fraction)):
+        value = written(value)
     if isinstance(value, (str, int, float)) and not isinstance(value, bool):
         return f"{flag} {shlex.quote(str(value))}"
     return f"{flag} VALUE"  # (read from a file: its matrix)

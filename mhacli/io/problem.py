@@ -9,7 +9,6 @@ not 90 and ``1e-3`` is a number).
 from __future__ import annotations
 
 import io
-import re
 import sys
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -22,12 +21,11 @@ import numpy as np
 from .. import numbers
 from ..engine import Config, Prepared, prepare
 from ..engine.config import MATRICES, PER_HEAD_MATRICES, VECTORS
-from ..engine.parsers import mask_text
-from ..engine.settings import BY_KEY, SETTINGS, Setting, unknown_setting
-from ..engine.values import mask_matrix, positive_heads
+from ..engine.settings import BY_KEY, SETTINGS, Setting, read_setting, unknown_setting
 from ..errors import MhaError, key_text, shown
 from . import torchstate
-from .matrices import LAYOUTS, read_array, read_claims, to_rows
+from .matrices import read_array, read_claims, to_rows
+from .beside import external, named_layer
 from .reader import Locator, parse_text, read_bytes, read_file, read_npz
 from .labels import distinct, labels_of
 
@@ -91,9 +89,10 @@ class Problem:
     def with_overrides(self, *, tokens: Any = None, backward: bool | None = None,
                        **settings: Any) -> Problem:
         """The same problem with settings changed (as on the command line; the keys of the
-        settings table, None for unchanged): ``mask`` may be rows of 1/0 written as text,
-        ``'1 0;1 1'``; ``key_padding`` and ``sinks`` may be text, ``'1 1 0'``; ``tokens``
-        new row labels; ``backward`` the gradients too."""
+        settings table, None for unchanged), each read by its setting's reader: ``mask``
+        may be rows of 1/0 written as text, ``'1 0;1 1'``; ``key_padding`` and ``sinks``
+        may be text, ``'1 1 0'``; ``tokens`` new row labels; ``backward`` the gradients
+        too."""
         for key in settings:
             if key not in BY_KEY:
                 raise unknown_setting(key)
@@ -108,11 +107,6 @@ class Problem:
             return self
         inputs = dict(self.inputs)
         written = dict(self.written)
-        if isinstance(changes.get("mask"), str):
-            try:
-                changes["mask"] = mask_text(changes["mask"])
-            except MhaError as exc:
-                raise exc.located("--mask") from None
         for name, value in changes.items():
             inputs[name] = value
             written.pop(name, None)  # a number typed now: as typed, not as the file wrote it
@@ -158,32 +152,18 @@ class Problem:
 # --------------------------------------------------------------------------- mappings
 
 
-def _heads(value: Any, name: str = "heads") -> int:
-    if isinstance(value, np.ndarray) and value.size == 1:  # from an .npz
-        value = value.reshape(()).item()
-    if isinstance(value, str) and re.fullmatch(r"\+?[1-9]\d{0,8}", value.strip()):
-        value = int(value)
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 1:
-        return int(value)
-    what = value.strip()[:40] if isinstance(value, str) and re.fullmatch(r"[+-]?\d+", value.strip()) \
-        else shown(value)
-    raise MhaError(f"{name} must be a positive integer, found {what}", key=name)
-
-
 def _read_setting(s: Setting, value: Any, layout: str, written: dict[str, Any]) -> Any:
-    """A setting's value in a problem file as the engine takes it: a whole number, a
-    word (or a mapping such as rope's), or an array of the setting's dimensions in the row
-    layout (kept as written too, for exact arithmetic; a mask's entries as 1/0)."""
+    """A setting's value in a problem file as the engine takes it, read where it enters
+    by the setting's own reader (a whole number, a word, a mapping such as rope's), or an
+    array of the setting's dimensions in the row layout (kept as written too, for exact
+    arithmetic; a mask's entries as booleans)."""
     if isinstance(value, np.ndarray) and value.size == 1 and (not s.array or value.ndim == 0):
         value = value.reshape(()).item()  # from an .npz
-    if s.kind == "whole":
-        return _heads(value, s.key)
-    if not s.array or isinstance(value, (str, bool, dict)) or value is None:
-        return value
-    if s.key == "mask":
-        return to_rows("mask", mask_matrix(value)[0], layout)
-    written[s.key] = value
-    return to_rows(s.key, read_array(value, (s.key,), s.array), layout)
+    if s.array and s.key != "mask" and not isinstance(value, (str, bool, dict)):
+        written[s.key] = value
+        return to_rows(s.key, read_array(value, (s.key,), s.array), layout)
+    value = read_setting(s.key, value)
+    return to_rows(s.key, value, layout) if isinstance(value, np.ndarray) else value
 
 
 def _suggest(key: str) -> str:
@@ -223,7 +203,7 @@ def _from_mapping(data: dict[str, Any], source: str, base: Path | None,
                   default_layout: str, heads: int | None, reading: Any = None) -> Problem:
     read: dict[str, Any] = {}
     if reading is None and data.get("checkpoint") is not None:
-        reading = _named_layer(data, base)
+        reading = named_layer(data, base)
     elif reading is None and data.get("layer") is not None:
         raise MhaError("layer picks a layer of a checkpoint: give checkpoint too", key="layer")
     if reading is not None:
@@ -231,7 +211,7 @@ def _from_mapping(data: dict[str, Any], source: str, base: Path | None,
     found = torchstate.find(data)
     if found:
         data = torchstate.convert(data, found, lambda v, k, d: read_array(
-            _external(v, k, base), (k,), d))
+            external(v, k, base), (k,), d))
         if data.get("heads") is None and heads is None:
             raise MhaError("a PyTorch state dict does not record the number of heads: give "
                            "heads in the file (heads=mha.num_heads) or --heads H")
@@ -240,23 +220,20 @@ def _from_mapping(data: dict[str, Any], source: str, base: Path | None,
             raise MhaError(f"unknown key {key!r}{_suggest(str(key))}; known keys: "
                            f"{', '.join(KNOWN_KEYS)}", key=str(key), on_key=True)
     layout = data.get("layout")
-    layout = default_layout if layout is None else layout
     if isinstance(layout, np.ndarray) and layout.ndim == 0:
         layout = layout.item()
-    if not isinstance(layout, str) or layout.strip().lower() not in LAYOUTS:
-        raise MhaError(f"layout must be rows or columns, found {shown(layout)}", key="layout")
-    layout = layout.strip().lower()
+    layout = read_setting("layout", default_layout if layout is None else layout)
     inputs: dict[str, Any] = {}
     written: dict[str, Any] = {}
     for key in MATRICES + VECTORS:
         if data.get(key) is not None:
-            written[key] = _external(data[key], key, base)
+            written[key] = external(data[key], key, base)
             dims = (2, 3) if key in PER_HEAD_MATRICES else (1, 2) if key in VECTORS else (2,)
             inputs[key] = to_rows(key, read_array(written[key], (key,), dims), layout)
     for setting in SETTINGS:
         value = data.get(setting.key) if setting.in_file and setting.engine else None
         if value is not None:
-            value = _external(value, setting.key, base) if setting.array else value
+            value = external(value, setting.key, base) if setting.array else value
             inputs[setting.key] = _read_setting(setting, value, layout, written)
     if reading is not None:  # the layer's weights as read (no copy), its settings
         from .with_layer import on_layer
@@ -301,73 +278,10 @@ def _answers(value: Any, layout: str) -> dict[str, Any]:
     return {stage: claims for stage, (claims, _) in out.items()}
 
 
-def _named_layer(data: dict[str, Any], base: Path | None) -> Any:
-    """``checkpoint: model.safetensors`` (beside the problem, or a path given on the
-    command line) and ``layer: N``: that layer, read."""
-    from ..models.layer import read_layer
-
-    value = data["checkpoint"]
-    if isinstance(value, Path):
-        path = value  # from the command line: the person's own path
-    elif isinstance(value, str):
-        path = _beside(base, value, "checkpoint", "a checkpoint")
-    else:
-        raise MhaError(f"checkpoint must name a file, found {shown(value)}", key="checkpoint")
-    return read_layer(path, layer_number(data.get("layer")) or 0)  # its errors name it
-
-
-def layer_number(value: Any) -> int | None:
-    """A problem's ``layer:`` (None when not given)."""
-    if value is None:
-        return None
-    text = str(value).strip()
-    if isinstance(value, bool) or not re.fullmatch(r"\+?\d{1,6}", text):
-        raise MhaError(f"layer must be a whole number from 0, found {shown(value)}",
-                       key="layer")
-    return int(text)
-
-
-def _beside(base: Path | None, name: str, key: str, what: str) -> Path:
-    """A file a problem names: in the problem's folder or below, never elsewhere."""
-    if base is None:
-        raise MhaError(f"{key}: a problem read from standard input cannot name other files "
-                       f"({name!r})", key=key)
-    path = base / name
-    try:
-        inside = path.resolve().is_relative_to(base.resolve())
-    except (OSError, ValueError):
-        inside = False
-    if Path(name).is_absolute() or not inside:
-        raise MhaError(f"{key}: {name} is outside the problem's folder; {what} named in a "
-                       "problem must lie beside it (or below)", key=key)
-    return path
-
-
-def _external(value: Any, key: str, base: Path | None) -> Any:
-    """A matrix key may name an array in an .npz file beside the problem (in its folder
-    or below): ``w_q: big.npz`` (the array called w_q) or ``w_q: big.npz:name``."""
-    if not isinstance(value, str) or ".npz" not in value:
-        return value
-    path_text, _, name = value.partition(".npz")
-    name = name.lstrip(":") or key
-    path = _beside(base, path_text + ".npz", key, "an .npz")
-    try:
-        arrays = read_npz(path)
-    except MhaError as exc:  # about the .npz file, at this key of the problem
-        raise MhaError(f"{exc.source}: {exc.message}", key=key) from None
-    if name not in arrays:
-        import difflib
-
-        close = difflib.get_close_matches(name, list(arrays), n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        raise MhaError(f"{key}: {path} has no array named {name!r}{hint}", key=key)
-    return arrays[name]
-
-
 # --------------------------------------------------------------------------- files
 
 
-def _document(path: str | Path, stdin: Any = None
+def document(path: str | Path, stdin: Any = None
               ) -> tuple[Any, Locator | None, str, Path | None]:
     """A problem file's parsed content, how to locate a key path in it, its name, and
     its folder (for the .npz files it names): YAML, JSON or .npz; ``-`` is standard
@@ -410,9 +324,8 @@ def load(path: str | Path, *, stdin: Any = None, layout: str = "rows",
     ``layout="columns"`` reads a file without a layout: key as tokens-as-columns;
     ``heads`` serves when the file gives none (a PyTorch state dict needs it).
     """
-    if layout not in LAYOUTS:
-        raise MhaError(f"layout must be rows or columns, got {shown(layout)}", key="layout")
-    heads = positive_heads(heads)
+    layout = read_setting("layout", layout)
+    heads = read_setting("heads", heads)
     from .samples import sample_path, sample_names
 
     if isinstance(path, (str, Path)) and str(path) != "-":
@@ -420,7 +333,7 @@ def load(path: str | Path, *, stdin: Any = None, layout: str = "rows",
         if "\0" not in str(p) and not p.suffix and not p.exists() \
                 and str(p) in sample_names():
             return load(sample_path(str(p)), layout=layout, heads=heads).renamed(f"sample {p}")
-    data, locate, source, base = _document(path, stdin)
+    data, locate, source, base = document(path, stdin)
     return from_mapping(data, source, base, layout, locate, heads)
 
 
@@ -442,7 +355,7 @@ def read_bias(path: str | Path, key: str = "bias", dims: tuple[int, ...] = (2, 3
         except (OSError, ValueError) as exc:
             raise MhaError(f"cannot read it as .npy ({exc})", source=str(p)) from None
         return read_array(arr, (key,), dims)
-    data, locate, source, _ = _document(p)
+    data, locate, source, _ = document(p)
     if isinstance(data, dict):
         if set(data) != {key}:
             raise MhaError(f"a {key} file holds a matrix, or one key {key}: with the matrix",

@@ -45,7 +45,7 @@ def gpt2(f: Family, r: Reader, stem: str) -> Layer:
     if r.has(stem + "c_proj.bias"):
         out["b_o"] = r.tensor(stem + "c_proj.bias", 1)
         r.note("b_o", f"tensor {stem}c_proj.bias")
-    heads = r.count("n_head")
+    heads = r.setting("heads", "n_head")
     width = r.count("n_embd")
     if width is not None and width != d:
         raise r.error("n_embd", f"{width}, but {stem}c_attn.weight is {d} rows")
@@ -138,7 +138,7 @@ def falcon(f: Family, r: Reader, stem: str) -> Layer:
     out: dict[str, Any] = {"mask": "causal", "heads": heads}
     r.note("mask", "Falcon: causal")
     new, multi = r.flag("new_decoder_architecture"), r.flag("multi_query", True)
-    given = r.count("num_kv_heads")  # read by the new decoder only
+    given = r.setting("kv_heads", "num_kv_heads")  # read by the new decoder only
     groups = given if new else 1 if multi else heads
     groups = groups or heads
     if new:

@@ -171,7 +171,7 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
         out["scale"] = float(r.number(f.scale_key, float(d))) ** 0.5
         r.note("scale", f"config {f.scale_key} (s = its square root)")
     if f.softcap_key:
-        cap = r.number(f.softcap_key)
+        cap = r.setting("softcap", f.softcap_key)
         if cap is not None:
             out["softcap"] = cap
             r.note("softcap", f"config {f.softcap_key}")
@@ -197,7 +197,7 @@ def qk_norm(f: Family, r: Reader, stem: str, d: int) -> dict[str, Any] | None:
     q, k = r.tensor(stem + "q_norm.weight", 1), r.tensor(stem + "k_norm.weight", 1)
     if f.norm_plus_one:
         q, k = 1 + q, 1 + k
-    eps = r.number("rms_norm_eps", 1e-6)
+    eps = r.setting("qk_norm.eps", "rms_norm_eps", 1e-6)
     r.note("qk_norm", f"tensors {stem}q_norm.weight, {stem}k_norm.weight"
            + (" (1 + w, as Gemma stores it)" if f.norm_plus_one else "")
            + ", config rms_norm_eps")

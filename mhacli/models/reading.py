@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..engine.settings import read_setting
 from ..errors import MhaError, shown
 from .files import Checkpoint
 
@@ -90,6 +91,21 @@ class Reader:
             raise self.error(key, f"{shown(value)}: expected a positive number")
         return float(value)
 
+    def setting(self, name: str, key: str, default: Any = None) -> Any:
+        """Setting ``name`` (``window``, ``rope.base`` …) from config key ``key``, or
+        ``default`` when the config gives none (see ``read``)."""
+        value = self.get(key)
+        return default if value is None else self.read(name, key, value)
+
+    def read(self, name: str, key: str, value: Any) -> Any:
+        """``value``, given by config key ``key``, read by setting ``name``'s own reader
+        (the wording of each mistake that a problem file, an option or the API gets), the
+        config file and key said before it."""
+        try:
+            return read_setting(name, value)
+        except MhaError as exc:
+            raise MhaError(f"{key}: {exc.message}", source=self.config_file, key=key) from None
+
     def flag(self, key: str, default: bool = False) -> bool:
         value = self.get(key, default)
         if value is None:
@@ -154,7 +170,7 @@ Family = Callable[[Reader, str], dict[str, Any]]  # (reader, the layer's prefix)
 def heads_of(r: Reader, heads_key: str, groups_key: str | None = None,
              width: int | None = None) -> tuple[int, int | None, int | None]:
     """The query heads, key/value heads and head width a config gives."""
-    heads = r.count(heads_key)
+    heads = r.setting("heads", heads_key)
     if heads is None:
         raise MhaError(f"the config gives no {heads_key}: the number of heads is needed",
                        source=r.config_file, key=heads_key)
@@ -162,7 +178,7 @@ def heads_of(r: Reader, heads_key: str, groups_key: str | None = None,
         raise MhaError("the config gives neither head_dim nor the model's width: the width "
                        "of a head is needed", source=r.config_file, key=heads_key)
     r.note("heads", f"config {heads_key}")
-    groups = r.count(groups_key) if groups_key else None
+    groups = r.setting("kv_heads", groups_key) if groups_key else None
     if groups is not None:
         if heads % groups:
             raise r.error(groups_key, f"{groups}, which does not divide "  # type: ignore[arg-type]
@@ -230,8 +246,8 @@ def rope_of(r: Reader, head_dim: int, *, style: str = "half", dims: int | None =
     if not isinstance(kind, str):
         raise r.error(f"{where}.rope_type", f"{shown(kind)}: expected a name")
     base = params.pop("rope_theta", None)
-    base = r.number(base_key, default_base) if base is None else \
-        _positive(r, f"{where}.rope_theta", base)
+    base = r.setting("rope.base", base_key, default_base) if base is None else \
+        r.read("rope.base", f"{where}.rope_theta", base)
     partial = params.pop("partial_rotary_factor", None)
     if partial is not None:
         partial = _positive(r, f"{where}.partial_rotary_factor", partial)
@@ -329,8 +345,7 @@ def window_of(r: Reader, default_types: Callable[[int], str] | None = None,
 
 
 def _window_size(r: Reader, size: Any) -> int:
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise r.error("sliding_window", f"{shown(size)}: expected a positive whole number")
+    size = r.read("window", "sliding_window", size)
     r.note("window", "config sliding_window")
     return size
 

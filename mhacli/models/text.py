@@ -18,11 +18,48 @@ import numpy as np
 
 from ..errors import MhaError
 
-EXTRA = ("--text runs the model's own tokenizer and forward pass, with Hugging Face "
-         "transformers and torch: pip install 'mhacli[models]' (and torch, e.g. pip install "
-         "torch --index-url https://download.pytorch.org/whl/cpu)")
+TORCH_CPU = "https://download.pytorch.org/whl/cpu"  # torch's index for the CPU alone
 MAX_TEXT = 100_000  # characters: a text longer is surely not meant for one layer's view
 AGREEMENT = 1e-5  # mha's output against the model's: relative, the largest difference
+
+
+def extra_hint() -> str:
+    """What --text needs, and how to install it where this mha came from: the models
+    extra from mha's clone (mha is installed from its clone, not from a package index,
+    where a package of that name might be anyone's), with the pip of the Python that
+    runs mha, and torch for the machine."""
+    import shlex
+    import sys
+
+    beside = Path(sys.executable).with_name("pip")
+    pip = shlex.quote(str(beside)) if beside.is_file() else \
+        f"{shlex.quote(sys.executable)} -m pip"
+    clone = _clone()
+    where = f"mha's clone ({shlex.quote(str(clone))})" if clone else "mha's clone"
+    return ("--text runs the model's own tokenizer and forward pass, with Hugging Face "
+            f"transformers and torch: install the models extra, {pip} install '.[models]' "
+            f"in {where}, and torch for your machine (for the CPU alone: {pip} install torch "
+            f"--index-url {TORCH_CPU})")
+
+
+def _clone() -> Path | None:
+    """The folder mha was installed from: the source tree it runs from (an editable
+    install, or PYTHONPATH), else the folder pip recorded (direct_url.json), if any."""
+    root = Path(__file__).resolve().parents[2]
+    if (root / "pyproject.toml").is_file() and (root / "mhacli").is_dir():
+        return root
+    try:
+        import json
+        from importlib.metadata import distribution
+        from urllib.parse import unquote, urlparse
+
+        url = json.loads(distribution("mhacli").read_text("direct_url.json") or "{}")
+        parsed = urlparse(url.get("url", ""))
+        if parsed.scheme == "file" and "dir_info" in url:
+            return Path(unquote(parsed.path))
+    except Exception:  # no record, or one not as PEP 610 writes it: the clone unnamed
+        pass
+    return None
 
 
 @dataclass(frozen=True)
@@ -51,11 +88,16 @@ def read_text(folder: str | Path, text: str, layers: dict[int, str]) -> Reading:
         import torch
         import transformers
     except ImportError:
-        raise MhaError(EXTRA) from None
+        raise MhaError(extra_hint()) from None
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     tokenizer = _tokenizer(transformers, folder)
-    ids = tokenizer(text)["input_ids"]
+    try:  # each token's characters in the text: an unknown token is labelled by them
+        encoded = tokenizer(text, return_offsets_mapping=True)
+    except (NotImplementedError, ValueError, TypeError):  # a tokenizer in Python: none
+        encoded = tokenizer(text)
+    ids = encoded["input_ids"]
+    offsets = encoded.get("offset_mapping")
     if not ids:
         raise MhaError(f"the tokenizer of {folder} makes no token of the text")
     longest = _positions(folder)  # (a dynamic RoPE is made to go past it)
@@ -86,17 +128,19 @@ def read_text(folder: str | Path, text: str, layers: dict[int, str]) -> Reading:
     finally:
         for handle in handles:
             handle.remove()
-    return Reading(list(ids), labels(tokenizer, ids),
+    return Reading(list(ids), labels(tokenizer, ids, text, offsets),
                    {k: caught[("x", k)] for k in layers}, {k: caught[("out", k)] for k in layers})
 
 
-def labels(tokenizer: Any, ids: list[int]) -> list[str]:
+def labels(tokenizer: Any, ids: list[int], text: str | None = None,
+           offsets: Any = None) -> list[str]:
     """Each token as a person reads it, from the tokenizer's own vocabulary and decoder
     (``tokens.labels``): ``ĠMary`` is ``Mary`` (``␣Mary`` where the same word occurs
-    without a space), a token of part of a character ``€[1/3]``."""
+    without a space), a token of part of a character ``€[1/3]``, an unknown token by the
+    characters of ``text`` its ``offsets`` cover (``<unk:é>``)."""
     from .tokens import labels as read
 
-    return read(tokenizer, ids)
+    return read(tokenizer, ids, text, offsets)
 
 
 class _Enough(Exception):

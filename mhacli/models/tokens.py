@@ -19,10 +19,57 @@ _SHOWN = {" ": "␣", "\n": "↵", "\t": "⇥"}
 _BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
 
-def labels(tokenizer: Any, ids: Sequence[int]) -> list[str]:
+def labels(tokenizer: Any, ids: Sequence[int], text: str | None = None,
+           offsets: Sequence[tuple[int, int]] | None = None) -> list[str]:
     """Each token of ``ids`` as a person reads it (see ``readable``), from ``tokenizer``:
-    a transformers tokenizer, or a ``tokenizers.Tokenizer``."""
-    return readable(pieces(tokenizer, ids))
+    a transformers tokenizer, or a ``tokenizers.Tokenizer``. Given the ``text`` and each
+    token's character ``offsets`` in it, a token the vocabulary does not know says what
+    it stands for (``unknown``)."""
+    out = readable(pieces(tokenizer, ids))
+    unk = _unknown_id(tokenizer)
+    if text is not None and offsets is not None and unk is not None:
+        out = unknown(out, [int(i) for i in ids], unk, text, offsets)
+    return out
+
+
+def unknown(shown: list[str], ids: list[int], unk: int, text: str,
+            offsets: Sequence[tuple[int, int]]) -> list[str]:
+    """The unknown token (``<unk>``, ``[UNK]``) labelled by the text it stands for, inside
+    its own spelling so that it reads as the model's unknown token and never as a token
+    of the vocabulary: ``<unk:é>``, ``[UNK:café]``; several unknown tokens over the same
+    characters (the bytes of one, in byte-level BPE) as their parts, ``<unk:€[1/3]>``.
+    Where the offsets say nothing (an empty span) it stays as it is."""
+    out = list(shown)
+    spans = [tuple(int(v) for v in o) for o in offsets]
+    k = 0
+    while k < len(ids):
+        if ids[k] != unk or k >= len(spans) or spans[k][1] <= spans[k][0]:
+            k += 1
+            continue
+        end = k
+        while end < len(ids) and ids[end] == unk and end < len(spans) and \
+                spans[end] == spans[k]:
+            end += 1
+        a, b = spans[k]
+        covered = "".join(_SHOWN.get(c, _printable(c)) for c in text[a:b])
+        head, tail = re.fullmatch(r"(.*?)([\]>|)}]*)", shown[k], flags=re.S).groups()
+        for j in range(k, end):
+            part = f"[{j - k + 1}/{end - k}]" if end - k > 1 else ""
+            out[j] = f"{head}:{covered}{part}{tail}"
+        k = end
+    return out
+
+
+def _unknown_id(tokenizer: Any) -> int | None:
+    """The id of the tokenizer's unknown token, if it has one."""
+    known = getattr(tokenizer, "unk_token_id", None)  # transformers
+    if isinstance(known, int):
+        return known
+    model = getattr(tokenizer, "model", None)  # a tokenizers.Tokenizer
+    spelled = getattr(model, "unk_token", None)
+    if isinstance(spelled, str) and hasattr(tokenizer, "token_to_id"):
+        return tokenizer.token_to_id(spelled)
+    return None
 
 
 # --------------------------------------------------------------------------- bytes

@@ -16,7 +16,7 @@ from ..errors import MhaError
 from ..grading.judge import Report, StageReport, _shaped
 from .page import page_html
 from .page_data import PageData
-from .report import _carried, _carried_line, _wrong_line, lines, mistake_note
+from .report import _carried, _carried_line, lines, mistake_note, wrong_line
 
 VERDICT = {"right": "r", "wrong": "w", "carried": "c", "blank": "b"}
 
@@ -86,7 +86,7 @@ def _stage(data: PageData, r: Report, s: StageReport) -> None:
                     verdict = "blank"
                 elif at in wrong:
                     verdict = "wrong"
-                    notes[str(len(texts))] = [_wrong_line(r, s.stage, wrong[at])] + \
+                    notes[str(len(texts))] = [wrong_line(r, s.stage, wrong[at])] + \
                         ([named] if named else [])
                 elif at in carried:
                     verdict = "carried"

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..engine import Trace
 from ..engine.decoding import DecodeStep, each_step
-from ..engine.kernels import agreement
+from ..engine.online import agreement
 from ..engine.writing import sub
 from .tile_view import labels_text, span_text
 from .views import Note, Source, View, transposed

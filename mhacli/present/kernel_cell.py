@@ -21,7 +21,7 @@ from typing import Any
 
 from ..engine import Trace
 from ..engine.decoding import decode
-from ..engine.kernels import each_block
+from ..engine.tiles import each_block
 from ..engine.recipe import Recipe, Run
 from ..engine.writing import Reading, write
 from ..errors import MhaError

@@ -20,8 +20,9 @@ from typing import Any, Callable
 import numpy as np
 
 from ..engine.decoding import each_step, field_stage
-from ..engine.kernels import each_block, start
-from ..engine.kernels import field_stage as tile_stage
+from ..engine.online import start
+from ..engine.tiles import each_block
+from ..engine.tiles import field_stage as tile_stage
 from ..engine.recipe import Recipe, each, factor, node, num, op, sub, sup, var, when
 from ..engine.stages import BY_NAME, entry
 from ..engine.cells import blocked_by, kv, why_table

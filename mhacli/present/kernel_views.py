@@ -66,7 +66,7 @@ def json_views(tr: Trace, queries: list[str], names: list[str], head: int | None
     structures), made one at a time when written: a head's (``head``) only, where
     per head (grouped: its key/value head's cache)."""
     from ..engine.decoding import each_step, step_json
-    from ..engine.kernels import block_json, each_block
+    from ..engine.tiles import block_json, each_block
 
     c = tr.config
     heads = None if head is None else [head - 1]
@@ -100,7 +100,9 @@ def exact_tiles(tr: Trace, masked: Any, head: int | None = None) -> list[dict[st
     the ``tiles`` JSON: a block's head, rows, and each step's keys and s."""
     from fractions import Fraction
 
-    from ..engine.kernels import each_block, span
+    from ..engine.online import span
+
+    from ..engine.tiles import each_block
 
     c = tr.config
     assert c.tiles is not None

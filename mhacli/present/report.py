@@ -14,7 +14,6 @@ from typing import Any
 
 from .. import numbers
 from ..engine import BY_NAME
-from ..errors import MhaError
 from ..grading.judge import Report, StageReport, Wrong
 from .views import side
 
@@ -84,13 +83,15 @@ def minus_as_written(text: str, written: str) -> str:
     return text.replace(numbers.MINUS, "-")
 
 
-def _wrong_line(report: Report, stage: str, w: Wrong) -> str:
+def wrong_line(report: Report, stage: str, w: Wrong) -> str:
     where = w.where or _where(place(report, stage, w))  # a view's cell says where it is
     return f"{where}: wrote {w.written or 'blank'}, expected {expected_text(w)}"
 
 
 def _carried_line(report: Report, stage: str, w: Wrong) -> str:
     where = w.where or _where(place(report, stage, w))
+    if w.where is not None and w.expected != w.expected:  # a view's cell with no true one
+        return f"{where}: wrote {w.written}; the true answer has no such entry"
     return f"{where}: wrote {w.written}; the true value is {expected_text(w)}"
 
 
@@ -173,7 +174,7 @@ def lines(report: Report, limit: int = 20) -> list[tuple[str, str]]:
         out.append((f"{mark} {name}  {summary(report, s)}",
                     "bad" if s.status == "wrong" else "good" if good else "note"))
         for w in s.wrong[:limit]:
-            out.append((f"    {_wrong_line(report, s.stage, w)}", ""))
+            out.append((f"    {wrong_line(report, s.stage, w)}", ""))
         if len(s.wrong) > limit:
             out.append((f"    … and {len(s.wrong) - limit} more (--format json lists all)",
                          "note"))
@@ -220,7 +221,7 @@ def markdown(report: Report) -> str:
         said = notes(report, s)
         if s.wrong or said:
             out += ["", f"### `{s.stage}`" + (": wrong cells" if s.wrong else ""), ""]
-            out += [f"- {_wrong_line(report, s.stage, w)}" for w in s.wrong]
+            out += [f"- {wrong_line(report, s.stage, w)}" for w in s.wrong]
             if said:
                 out += [""] * bool(s.wrong) + [
                     ("  - " + n[2:]) if n.startswith("  ") else n for n in said]
@@ -250,7 +251,7 @@ def latex(report: Report) -> str:
         elif s.status == "wrong" or notes(report, s):
             out.append(rf"  \item \texttt{{{esc(s.stage)}}}: {esc(summary(report, s))}")
             out.append(r"  \begin{itemize}")
-            out += [rf"    \item {esc(_wrong_line(report, s.stage, w))}" for w in s.wrong]
+            out += [rf"    \item {esc(wrong_line(report, s.stage, w))}" for w in s.wrong]
             out += [rf"    \item {esc(note.strip())}" for note in notes(report, s)]
             out.append(r"  \end{itemize}")
         else:
@@ -325,111 +326,6 @@ def brief(report: Report) -> str:
     if not report.ok:
         return f"not done: {report.blank} cell(s) left blank; {tally_}"
     return f"right: {tally_}"
-
-
-VERDICTS = ("right", "wrong", "not done", "unreadable")
-
-
-def _verdict_of(r: Any) -> str:
-    return "unreadable" if isinstance(r, MhaError) else r.verdict
-
-
-def _unreadable(r: MhaError) -> str:
-    return f"unreadable: {r.message}"
-
-
-def tally(results: list[tuple[str, Any]]) -> str:
-    """``3 submissions: 1 right, 1 wrong, 1 not done``."""
-    words = [_verdict_of(r) for _, r in results]
-    parts = [f"{words.count(w)} {w}" for w in VERDICTS if words.count(w)]
-    return f"{len(results)} submission(s): {', '.join(parts)}"
-
-
-def _brief_of(r: Any) -> str:
-    return _unreadable(r) if isinstance(r, MhaError) else brief(r)
-
-
-def batch_lines(results: list[tuple[str, Any]]) -> list[tuple[str, str]]:
-    """One line a submission, then the summary, as (text, style) lines (the verdicts
-    start at column ``batch_column(results)``)."""
-    from rich.cells import cell_len  # (a name in wide characters takes two cells each)
-
-    width = batch_column(results) - 2
-    out = [(f"{src}{' ' * (width - cell_len(src))}  {_brief_of(r)}",
-            "good" if not isinstance(r, MhaError) and r.ok else "bad") for src, r in results]
-    return out + [(tally(results), "note")]
-
-
-def batch_column(results: list[tuple[str, Any]]) -> int:
-    """Where ``batch_lines`` puts the verdicts: past the longest file name."""
-    from rich.cells import cell_len
-
-    return max(cell_len(src) for src, _ in results) + 2
-
-
-def _error_doc(src: str, e: MhaError) -> dict[str, Any]:
-    return {"source": src, "error": str(e), "line": e.line}
-
-
-def as_dict(report: Report) -> dict[str, Any]:
-    return json.loads(as_json(report))
-
-
-def _doc(src: str, r: Any) -> dict[str, Any]:
-    return _error_doc(src, r) if isinstance(r, MhaError) else as_dict(r)
-
-
-def jsonl(results: list[tuple[str, Any]]) -> str:
-    """One JSON object a submission, a line each, and nothing else."""
-    return "".join(json.dumps(_doc(src, r), allow_nan=False, ensure_ascii=False) + "\n"
-                   for src, r in results)
-
-
-def batch_json(results: list[tuple[str, Any]]) -> str:
-    words = [_verdict_of(r) for _, r in results]
-    doc = {"submissions": [_doc(src, r) for src, r in results],
-           "summary": {w: words.count(w) for w in VERDICTS}}
-    return json.dumps(doc, allow_nan=False, ensure_ascii=False) + "\n"
-
-
-def batch_markdown(results: list[tuple[str, Any]]) -> str:
-    out = ["| submission | result |", "|---|---|"]
-    out += [f"| `{src}` | {_brief_of(r).replace('|', '∣')} |" for src, r in results]
-    return "\n".join(out + ["", tally(results)]) + "\n"
-
-
-def batch_latex(results: list[tuple[str, Any]]) -> str:
-    from .markup import latex_text as esc
-
-    out = [r"\begin{itemize}"]
-    out += [rf"  \item \texttt{{{esc(src)}}}: {esc(_brief_of(r))}" for src, r in results]
-    return "\n".join(out + [r"\end{itemize}", esc(tally(results))]) + "\n"
-
-
-def gradescope(src: str, r: Any, points: dict[str, float]) -> dict[str, Any]:
-    """The ``results.json`` object of Gradescope's autograder specification: one test a
-    stage, scored by the share of its cells right (a blank earns nothing; cells that
-    follow from the student's own earlier answers count) times its points."""
-    if isinstance(r, MhaError):
-        return {"score": 0, "output": f"Could not be graded: {r}", "tests": []}
-    tests = []
-    for s in r.stages:
-        worth = points.get(s.stage, points.get(s.stage.split(".")[0], 1.0))  # tiles.m
-        detail = [summary(r, s)] + [_wrong_line(r, s.stage, w) for w in s.wrong]
-        detail += notes(r, s)
-        tests.append({"name": s.stage, "score": round(s.score(worth), 6), "max_score": worth,
-                      "status": "passed" if s.status == "correct" else "failed",
-                      "output": "\n".join(detail)})
-    return {"score": round(sum(t["score"] for t in tests), 6),
-            "output": f"{src}: {brief(r)}", "tests": tests}
-
-
-def batch_gradescope(results: list[tuple[str, Any]], points: dict[str, float]) -> str:
-    """One results object for one submission; for several, one a line."""
-    docs = [gradescope(src, r, points) for src, r in results]
-    if len(docs) == 1:
-        return json.dumps(docs[0], indent=2, allow_nan=False, ensure_ascii=False) + "\n"
-    return "".join(json.dumps(d, allow_nan=False, ensure_ascii=False) + "\n" for d in docs)
 
 
 def show_lines(rows: list[tuple[str, str]], console: Any, hang: int | None = None) -> None:

@@ -6,7 +6,7 @@ state (m before and after, the correction, ℓ before and after: a row each), th
 the unnormalised output O. A skipped tile is a line saying what blocks it; at the end of
 a block, O / ℓ and the log-sum-exp beside the plain computation's head outputs (their
 the largest difference), and the count of skipped tiles. The blocks are made one at a time
-(``kernels.each_block``): a large problem's tiles are never held all at once.
+(``tiles.each_block``): a large problem's tiles are never held all at once.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..engine import Trace
-from ..engine.kernels import TileBlock, agreement, each_block, field_stage, start, why_skipped
+from ..engine.online import agreement, start
+from ..engine.tiles import TileBlock, each_block, field_stage, why_skipped
 from ..engine.writing import sub
 from .views import Note, Source, View, transposed
 

@@ -17,7 +17,7 @@ import numpy as np
 from . import ops
 from .checks import check_finite, warn_dead
 from .config import Prepared
-from .work import Work, normed, turned
+from .work import Work, normed, started, turned
 
 Array = np.ndarray
 Progress = Callable[[int, int], None]
@@ -323,9 +323,10 @@ def _block_rows(p: Prepared) -> int:
     return block
 
 
-def _turned_heads(p: Prepared, work: Work, spread: Spread) -> tuple[Array, Array, Array]:
+def _turned_heads(p: Prepared, work: Work, spread: Spread | None) -> tuple[Array, Array, Array]:
     """Qᵀ/s, Kᵀ and Vᵀ head by head: (H, d_k, n), (G, d_k, m), (G, d_v, m), each head's
-    numbers side by side in memory, which every product of a block reads whole.
+    numbers side by side in memory, which every product of a block reads whole (the
+    projections by the workers of ``spread``; None: a product each, here).
 
     Made as Wᵀ·Xᵀ, the transpose of X·W at the same speed, whose rows are already in
     that order: no copy of Q, K or V is needed to put them head by head (given Q, K and
@@ -338,7 +339,8 @@ def _turned_heads(p: Prepared, work: Work, spread: Spread) -> tuple[Array, Array
         x = work.stages.get("x_pos", p.x)  # with positions added
         x_kv = work.stages.get("x_kv_pos", p.x_kv)
         q, k, v = ops.projections(x, x_kv, p.w_q, p.w_k, p.w_v, p.b_q, p.b_k, p.b_v,
-                                  turned=True, matmul=_pieces(spread))
+                                  turned=True,
+                                  matmul=np.matmul if spread is None else _pieces(spread))
     q_t, k_t, v_t = (a.reshape(heads, -1, a.shape[-1])
                      for a, heads in ((q, c.heads), (k, c.groups), (v, c.groups)))
     if c.qk_norm is not None:  # each row divided by its rms, times the weights
@@ -355,12 +357,7 @@ def fast(p: Prepared, progress: Progress | None = None) -> Array:
     """The fast path on validated inputs: the n × d_out output, nothing recorded."""
     warn_dead(p)
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused just below
-        work = Work(p, exact=False)
-        work.stages.update(x=p.x, x_kv=p.x_kv)  # type: ignore[dict-item]
-        if p.pe is not None:  # positions added to the inputs
-            work.stages["x_pos"] = p.x + p.pe  # type: ignore[operator]
-            if p.pe_kv is not None:
-                work.stages["x_kv_pos"] = p.x_kv + p.pe_kv  # type: ignore[operator]
+        work = started(p)  # the inputs, with their positions
         with _cores(_hold(p)) as spread:
             out = _attend(p, *_turned_heads(p, work, spread), progress, spread)  # Y, or C
         if p.w_o is None:
