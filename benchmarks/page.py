@@ -69,7 +69,9 @@ def main() -> int:
     rounds = parser.parse_args().rounds
     chromium = "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else \
         shutil.which("chromium")
-    print(f"{cpu()}, {os.cpu_count()} cores; Python {platform.python_version()}")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())  # the machine is shared
+    print(f"{cpu()}, {os.cpu_count()} cores (load average {load}); Python "
+          f"{platform.python_version()}")
     if chromium is None:
         print("no Chromium installed (/usr/bin/chromium): nothing measured")
         return 1
