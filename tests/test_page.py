@@ -61,6 +61,10 @@ def test_the_default_page_is_small_self_contained_and_quiet(browser: Any,
     html = default_page.read_text("utf-8")
     assert len(html.encode()) <= 150 * 1024
     assert html.count("<script") == 2 and 'src="' not in html and "<link" not in html
+    # the numbers once, as data: no table is written out in the file, no number as text
+    frame = html.split("<script", 1)[0]  # what the file holds besides data and script
+    assert "<td" not in frame and "<table" not in frame
+    assert "5.6569" not in html and "0.0558" not in html
     with Opened(browser, default_page) as o:
         o.page.locator("td[data-cell]").first.click()
         assert o.errors == []
