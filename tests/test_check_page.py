@@ -117,3 +117,28 @@ def test_several_submissions_make_one_page_and_check_exits_as_check(browser: Any
             .map(c => c.dataset.cell)""")
         assert per == ["scaled:2:1:1"]
         assert o.errors == []
+
+
+def test_a_course_graded_with_a_key_names_the_mistake_and_the_carried(
+        browser: Any, tmp_path: Path) -> None:
+    course = Path(__file__).resolve().parent.parent / "samples" / "course"
+    args = ["--key", str(course / "key.yaml")] + [str(course / f"{name}.yaml")
+                                                   for name in ("alice", "bob", "carol")]
+    page, code = _page(tmp_path, "course.html", *args)
+    plain = mha("check", *args, "--format", "plain")
+    assert code == plain.exit_code == 1
+    with Opened(browser, page) as o:
+        p = o.page
+        names = p.evaluate("() => [...document.querySelectorAll('h2.submission')]"
+                           ".map(h => h.textContent)")
+        assert [Path(n).name for n in names] == ["alice.yaml", "bob.yaml", "carol.yaml"]
+        verdicts = p.evaluate("""() => [...document.querySelectorAll('td[data-verdict]')]
+            .map(c => c.dataset.verdict)""")
+        assert {"right", "wrong", "carried", "blank"} <= set(verdicts)
+        p.locator("td[data-verdict=wrong]").first.click()
+        line, named = p.locator("#arithmetic").text_content().split("\n")
+        assert named.startswith("Known mistake: ") and "wrote" in line
+        p.locator("td[data-verdict=carried]").first.click()
+        note, line = p.locator("#arithmetic").text_content().split("\n")
+        assert "follow from your own" in note and "the true value is" in line
+        assert o.errors == []
