@@ -2,6 +2,7 @@
 
     python benchmarks/bench.py            # all figures (a few minutes on 2 cores)
     python benchmarks/bench.py --quick    # fewer repeats
+    python benchmarks/bench.py --against OTHER_CHECKOUT   # each part run on both, in turn
 
 The reference is PyTorch's torch.nn.functional.multi_head_attention_forward on the CPU
 when torch is importable, else a plain NumPy implementation (one einsum per stage).
@@ -312,9 +313,30 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repeats")
     ap.add_argument("--only", choices=["speed", "memory", "startup", "reading"])
+    ap.add_argument("--against", type=Path, help="another checkout of mha: each part is "
+                    "run on this one and on that one in turn, in one run of the script")
+    ap.add_argument("--quiet-machine", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     reps = 3 if args.quick else 7
-    print(machine())
+    if args.against is not None:
+        print(machine())
+        here = Path(__file__).resolve().parent.parent
+        for part in ("speed", "memory", "startup", "reading"):
+            if args.only not in (None, part):
+                continue
+            for where in (here, args.against.resolve()):  # side by side, the same minute
+                env = dict(os.environ, PYTHONPATH=str(where))
+                cmd = [sys.executable, __file__, "--only", part, "--quiet-machine",
+                       *(["--quick"] if args.quick else [])]
+                out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True,
+                                     cwd=tempfile.gettempdir()).stdout  # not "" = a checkout
+                print(f"[{part}, mha from {where}]")
+                print(out.rstrip())
+        sys.exit(0)
+    if not args.quiet_machine:
+        print(machine())
+    elif Path(mhacli.__file__).resolve().parent.parent != Path(os.environ["PYTHONPATH"]):
+        sys.exit(f"mha was imported from {mhacli.__file__}, not from $PYTHONPATH")
     for part, fn in (("speed", lambda: speed(reps)), ("memory", memory),
                      ("startup", lambda: startup(reps * 2)), ("reading", lambda: reading(reps))):
         if args.only in (None, part):

@@ -88,16 +88,18 @@ def _rebuild(message: str, path: KeyPath, source: str | None, line: int | None,
 class MaskedRowWarning(UserWarning):
     """Some query rows may attend to no key at all.
 
-    ``rows`` holds their 1-based indices; ``policy`` says what was done with them.
+    ``rows`` holds their 1-based indices; ``policy`` says what was done with them; ``by``
+    names the problem's rules that block ("the window and the key padding").
     """
 
-    def __init__(self, rows: list[int], policy: str) -> None:
+    def __init__(self, rows: list[int], policy: str, by: str = "the mask") -> None:
         self.rows = rows
         self.policy = policy
+        self.by = by
         super().__init__(self.describe())
 
     def __reduce__(self):  # type: ignore[no-untyped-def]
-        return MaskedRowWarning, (self.rows, self.policy)
+        return MaskedRowWarning, (self.rows, self.policy, self.by)
 
     def describe(self, labels: list[str] | tuple[str, ...] | None = None) -> str:
         """The message, naming each row by its token label when ``labels`` are given."""
@@ -106,7 +108,7 @@ class MaskedRowWarning(UserWarning):
         which = ", ".join(f"{r} ({labels[r - 1]})" if labels and r <= len(labels) else str(r)
                           for r in self.rows)
         plural = "rows" if len(self.rows) > 1 else "row"
-        return f"query {plural} {which}: every key is blocked by the mask; {outcome}"
+        return f"query {plural} {which}: every key is blocked by {self.by}; {outcome}"
 
 
 class ExerciseNote(UserWarning):

@@ -73,6 +73,9 @@ OPTIONS: tuple[SettingOption, ...] = (
                   "H/G consecutive query heads (1: multi-query).", metavar="G"),
     SettingOption("window", "Sliding window: query i sees key j only if |i − j| < W (with "
                   "causal: the W keys up to i).", metavar="W"),
+    SettingOption("chunk", "Chunked attention (Llama 4): the tokens in chunks of C, query i "
+                  "sees only the keys of its own chunk (with causal: those up to i).",
+                  metavar="C"),
     SettingOption("alibi", "ALiBi: add −slope_h·|i − j| to the scores, slopes 2^(−8h/H) for "
                   "H a power of two, else ALiBi's own rule (the key alibi: in a file may "
                   "give H slopes)."),

@@ -55,4 +55,6 @@ def after_softmax(name: str) -> bool:
 
 def warn_dead(p: Prepared) -> None:
     if p.dead_rows:
-        warnings.warn(MaskedRowWarning(list(p.dead_rows), p.config.masked_row), stacklevel=4)
+        by = p.reach.named or "the mask"  # the problem's rules, named
+        warnings.warn(MaskedRowWarning(list(p.dead_rows), p.config.masked_row, by),
+                      stacklevel=4)

@@ -54,6 +54,7 @@ class Config:
     softcap: float | None = None  # c of c·tanh(z / c), or None
     kv_heads: int = 0  # G key/value heads (grouped-query); 0 is read as H
     window: int | None = None  # sliding window: query i sees key j only if |i − j| < w
+    chunk: int | None = None  # chunked attention: query i sees the keys of its chunk of C
     alibi: bool = False  # ALiBi: −slope_h·|i − j| added to the scores
     bias: bool = False  # an additive bias on the scores (PyTorch's float attn_mask)
     padding: bool = False  # key_padding: some keys blocked for every query

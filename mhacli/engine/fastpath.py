@@ -308,7 +308,8 @@ def _span(p: Prepared) -> int:
     """The keys a block row needs at most: every key, or those of its window (the
     window's width read as a size, to choose the blocks; the rule is the reach's)."""
     c = p.config
-    return c.m if c.window is None else min(c.m, 2 * c.window)
+    span = c.m if c.window is None else min(c.m, 2 * c.window)
+    return span if c.chunk is None else min(span, c.chunk)
 
 
 def _block_rows(p: Prepared) -> int:
@@ -318,6 +319,8 @@ def _block_rows(p: Prepared) -> int:
     block = max(1, min(c.n, _BLOCK_BYTES // (_span(p) * np.dtype(c.dtype).itemsize)))
     if c.window is not None:  # a block of b rows spans b + w − 1 keys: keep b near w / 4
         block = min(block, max(64, c.window // 4))
+    if c.chunk is not None:  # a block within a chunk sees that chunk's keys alone
+        block = min(block, max(64, c.chunk // 4))
     if c.n * c.m * c.heads * (c.d_k + c.d_v) >= _SHARED_FROM:  # work enough for every
         block = min(block, max(64, -(-c.n // 4)))  # core: four blocks at least, if 64 rows
     return block

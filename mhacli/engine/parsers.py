@@ -47,6 +47,12 @@ def window(value: Any, s: Sizes) -> Fields:
     return {"window": min(value, s.n + s.m)}, {}  # wider: the same, and a safe size
 
 
+def chunk(value: Any, s: Sizes) -> Fields:
+    if value is None:
+        return {"chunk": None}, {}
+    return {"chunk": min(value, s.n + s.m)}, {}  # longer: the same, and a safe size
+
+
 def key_padding_value(value: Any) -> npt.NDArray[np.bool_]:
     """Key padding as given — entries of 1/0 (a list, or text such as '1 1 0') — as
     booleans, True for a real key; its length is checked against the keys' when the

@@ -40,6 +40,7 @@ class Settings(Protocol):
     m: int
     mask: str  # "none", "causal" or "matrix"
     window: int | None
+    chunk: int | None
     padding: bool
 
 
@@ -54,7 +55,8 @@ class Rule:
     """A rule that blocks some (query, key) positions. A rule of no particular shape
     gives its allowed booleans block by block; the rest follows from them."""
 
-    name = ""  # what a reason names: "causal", "mask", "window", "padding"
+    name = ""  # what a reason names: "causal", "mask", "window", "chunk", "padding"
+    the = ""  # the rule in a sentence: "the causal mask", "the window" …
 
     def allowed(self, lo: int, hi: int, k0: int, k1: int) -> Bools:
         """Queries lo … hi − 1 against keys k0 … k1 − 1: True where this rule allows,
@@ -74,6 +76,11 @@ class Rule:
         raise NotImplementedError
 
     tile_said = ""  # why a tile this rule blocks whole is skipped, in words
+
+    def drops(self, i: int) -> str:
+        """Why a decoding cache lets positions go at query i's step, where this rule's
+        run is what moves its first position: the words before "drops positions …"."""
+        return f"{self.the}: the cache"
 
     def text(self, alone: bool) -> str:
         """The rule in the formula of ``masked`` (``alone``: the only rule there)."""
@@ -114,6 +121,7 @@ class Causal(Run):
     """Query i sees keys 0 … i (1 … i as people count)."""
 
     name = "causal"
+    the = "the causal mask"
     tile_said = "the causal mask (every key comes after every query)"
 
     def run(self, rows: Ints) -> tuple[Ints, Ints]:
@@ -131,6 +139,7 @@ class Window(Run):
     mask, the w keys up to i)."""
 
     name = "window"
+    the = "the window"
 
     def __init__(self, width: int) -> None:
         self.width = width
@@ -141,6 +150,10 @@ class Window(Run):
     def said(self, reason: Reason, key: str) -> str:
         return f"the window ({key} is {reason.distance} ≥ {self.width} away)"
 
+    def drops(self, i: int) -> str:
+        return (f"the window of {self.width} keeps the last {self.width} positions: the "
+                "cache, a rolling buffer,")
+
     @property
     def tile_said(self) -> str:  # type: ignore[override]
         return f"the window of {self.width} (every key is {self.width} or more away)"
@@ -149,10 +162,41 @@ class Window(Run):
         return f"window {self.width}: |i − j| < {self.width}"
 
 
+class Chunk(Run):
+    """Chunked attention (Llama 4's local layers): the tokens in chunks of C, and query i
+    sees only the keys of its own chunk (with the causal mask, those up to i)."""
+
+    name = "chunk"
+    the = "chunked attention"
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def run(self, rows: Ints) -> tuple[Ints, Ints]:
+        first = rows // self.size * self.size
+        return first, first + self.size
+
+    def drops(self, i: int) -> str:
+        return (f"chunk {i // self.size + 1} begins (chunks of {self.size} tokens), and no "
+                "later query sees an earlier one: the cache")
+
+    def said(self, reason: Reason, key: str) -> str:
+        return (f"chunked attention ({key} is in chunk {reason.j // self.size + 1} of "
+                f"{self.size} tokens, the query in chunk {reason.i // self.size + 1})")
+
+    @property
+    def tile_said(self) -> str:  # type: ignore[override]
+        return f"chunked attention (chunks of {self.size}: every key in another chunk)"
+
+    def text(self, alone: bool) -> str:
+        return f"chunks of {self.size}: query i sees the keys of its own chunk"
+
+
 class Matrix(Rule):
     """A mask matrix: n × m booleans, True = may attend."""
 
     name = "mask"
+    the = "the mask"
     tile_said = "the mask (0 in every entry)"
 
     def __init__(self, allowed: npt.NDArray[np.bool_]) -> None:
@@ -172,6 +216,7 @@ class Padding(KeySet):
     """Key padding: the keys marked 0 are blocked for every query."""
 
     name = "padding"
+    the = "the key padding"
     tile_said = "key padding (every key is padding)"
 
     def said(self, reason: Reason, key: str) -> str:
@@ -225,7 +270,7 @@ class Reach:
     def of(cls, c: Settings, matrix: npt.NDArray[np.bool_] | None = None,
            key_padding: npt.NDArray[np.bool_] | None = None) -> Reach:
         """The rules of the problem ``c``: its mask (causal, or the ``matrix``), its
-        window, its ``key_padding``, in that order. Made from the Config alone (no
+        window, its chunks, its ``key_padding``, in that order. Made from the Config alone (no
         arrays), a matrix's and padding's rules are there to be named, not asked: the
         rules of runs answer in full (a decoding cache's sizes)."""
         rules: list[Rule] = []
@@ -235,6 +280,8 @@ class Reach:
             rules.append(Matrix(matrix))  # type: ignore[arg-type]
         if c.window is not None:
             rules.append(Window(c.window))
+        if c.chunk is not None:
+            rules.append(Chunk(c.chunk))
         if c.padding:
             rules.append(Padding(key_padding))  # type: ignore[arg-type]
         return cls(c.n, c.m, tuple(rules))
@@ -243,6 +290,14 @@ class Reach:
     def kinds(self) -> tuple[str, ...]:
         """The rules' names, in order: () when nothing is blocked."""
         return tuple(r.name for r in self.rules)
+
+    @property
+    def named(self) -> str:
+        """The rules in a sentence: "the causal mask, the window and the key padding"
+        ("" when nothing is blocked)."""
+        words = [r.the for r in self.rules]
+        return ", ".join(words[:-1]) + " and " + words[-1] if len(words) > 1 else \
+            "".join(words)
 
     @property
     def contiguous(self) -> bool:
@@ -374,6 +429,13 @@ class Reach:
         if i == 0:
             return range(0)
         return range(self.cache(i - 1).start, self.cache(i).start)
+
+    def why_dropped(self, i: int) -> str:
+        """In words, why the cache lets positions go at query i's step: the rule whose
+        run now begins latest (the window's rolling buffer, a new chunk)."""
+        rows = np.array([i])
+        runs = [(int(r.run(rows)[0][0]), r) for r in self.rules if isinstance(r, Run)]
+        return max(runs, key=lambda a: a[0])[1].drops(i) if runs else "the rules"
 
     def cache_sizes(self) -> Ints:
         """(n,) how many positions the cache holds at each step."""

@@ -92,6 +92,11 @@ SETTINGS: tuple[Setting, ...] = (
             parse=read.window,
             fields=("window",), shown=lambda c: {"window": c.window},
             write=lambda c, p, given: c.window),
+    Setting("chunk", "C, chunked attention (Llama 4): the tokens in chunks of C, query i "
+            "sees only the keys of its own chunk (with causal: those up to i).", kind="whole",
+            read=lambda v: whole("chunk", v), parse=read.chunk,
+            fields=("chunk",), shown=lambda c: {"chunk": c.chunk},
+            write=lambda c, p, given: c.chunk),
     Setting("alibi", "True for ALiBi (−slope_h·|i − j| added to the scores, slopes "
             "2^(−8h/H) for H a power of two, else ALiBi's own rule), or the H slopes.",
             kind="flag", words=("true", "false", "yes", "no", "on", "off"),

@@ -244,7 +244,7 @@ def check(problem: Problem, tolerance: float = 0.0, *, partial: bool = False,
     the person's own earlier answers give (their blanks worked out from those): a cell
     that follows from them is right, so an early mistake is marked once.
     """
-    from .views import made, refuse_unmade, view_reports
+    from .kernel_views import made, refuse_unmade, view_reports
 
     p = problem.prepared
     have = [s.name for s in present(p.config)]

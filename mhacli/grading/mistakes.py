@@ -89,11 +89,7 @@ def _unmasked(p: Prepared, st: Stages) -> Stages | None:
 
 
 def _what_blocks(p: Prepared) -> str:
-    c = p.config
-    parts = (["the causal mask"] if c.mask == "causal" else ["the mask"] if c.mask != "none"
-             else []) + (["the window"] if c.window is not None else []) + \
-        (["the key padding"] if c.padding else [])
-    return " and ".join(parts) or "the mask"
+    return p.reach.named or "the mask"
 
 
 def _columns(p: Prepared, st: Stages) -> Stages | None:
@@ -162,7 +158,8 @@ MISTAKES: tuple[Mistake, ...] = (
     _divided("1", lambda p: 1.0),
     Mistake("masked", "the mask is inverted (1 means may attend, 0 means blocked)",
             _inverted),
-    Mistake("masked", lambda p: f"{_what_blocks(p)} is left out: every query attends to "
+    Mistake("masked", lambda p: f"{_what_blocks(p)} "
+            f"{'are' if len(p.reach.rules) > 1 else 'is'} left out: every query attends to "
             "every key, the blocked ones too", _unmasked),
     Mistake("weights", "the softmax is taken down each column instead of along each row",
             _columns),

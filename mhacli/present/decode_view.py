@@ -59,9 +59,9 @@ def _step(tr: Trace, st: DecodeStep, labels: list[str], head: int | None,
     yield Note(f"decode · step {t} of {c.n}: {st.token} arrives (position {t}); the cache "
                f"holds {span_text('position', pos)}", "heading")
     if st.dropped:
-        yield Note(f"the window of {c.window} keeps the last {c.window} positions: the "
-                   f"cache, a rolling buffer, drops {span_text('position', st.dropped)} "
-                   f"({labels_text(labels, st.dropped)})", "skip")
+        yield Note(f"{p.reach.why_dropped(t - 1)} drops "
+                   f"{span_text('position', st.dropped)} ({labels_text(labels, st.dropped)})",
+                   "skip")
     base = f"decode · step {t}"
     rope = f", turned by RoPE at p = {t - 1}" if c.rope is not None else ""
     heads_rows = [f"head {h + 1}" for h in heads]
