@@ -188,6 +188,10 @@ def test_output_to_a_directory(tmp_path: Path) -> None:
     (["frobnicate"], ["No such command 'frobnicate'"]),
     (["run", "--heads", "two"], ["--heads: heads must be a whole number of 1 or more, got 'two'"]),
     (["run", "a.yaml", "b.yaml"], ["Error: one argument too many (b.yaml)"]),
+    (["run", "--random", "--heads", "1234567890"],
+     ["--heads: heads must be a whole number from 1 to 999,999,999, got 1234567890"]),
+    (["run", "--random", "--chunk", "99999999999999999999"],
+     ["--chunk: chunk must be a whole number from 1 to 999,999,999, got 99999999999999999999"]),
     (["run", "a.yaml", "b.yaml", "c.yaml"], ["Error: too many arguments (b.yaml c.yaml)"]),
 ])
 def test_usage_errors_are_one_line(capsys: pytest.CaptureFixture[str], args: list[str],

@@ -140,3 +140,57 @@ def test_a_row_with_no_key_names_the_rules_that_block() -> None:
     assert r.exit_code == 0
     assert "Warning: query row 3: every key is blocked by the window, chunked attention and " \
         "the key padding; zero weights and a zero head output" in r.stderr
+
+
+def _numpy_attention(kw: dict[str, Any], allowed: np.ndarray) -> np.ndarray:
+    """The output written out in NumPy: 2 query heads sharing one key/value head."""
+    x = kw["x"]
+    q, k, v = x @ kw["w_q"], x @ kw["w_k"], x @ kw["w_v"]
+    heads = []
+    for h in range(2):
+        z = q[:, 4 * h:4 * h + 4] @ k.T / 2.0
+        z = np.where(allowed, z, -np.inf)
+        e = np.exp(z - z.max(axis=1, keepdims=True))
+        heads.append(e / e.sum(axis=1, keepdims=True) @ v)
+    return np.hstack(heads) @ kw["w_o"]
+
+
+@pytest.mark.parametrize("size", [5, 6, 10, 31])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_long_problems_in_blocks_that_cross_chunks(size: int, dtype: str) -> None:
+    """The fast path's blocks (64 rows or more) need not start where a chunk does: a
+    block meets the keys of every chunk its rows lie in."""
+    n = 230
+    kw = problem(n, seed=size, chunk=size, mask="causal")
+    allowed = chunk_mask(n, size, True) == 1
+    want = _numpy_attention(kw, allowed)
+    got = mhacli.attention(**kw, dtype=dtype)
+    tol = 1e-11 if dtype == "float64" else 2e-4
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    r = runner.invoke(app, ["run", "--random", "--tokens", "1100", "--chunk", str(size),
+                            "--dtype", dtype, "--format", "json"])
+    assert r.exit_code == 0, r.output
+
+
+def test_the_chunks_alone_left_out_are_named(tmp_path: Path) -> None:
+    """A student who blocks what the causal mask blocks and nothing more: the entries
+    only the chunks block (queries 3–4 against keys 1–2, each head) are wrong, and the
+    mistake says the chunks were left out."""
+    key = tmp_path / "key.yaml"
+    r = runner.invoke(app, ["generate", "--ints", "-1:1", "--tokens", "4", "--chunk", "2",
+                            "--mask", "causal", "--answers", "--stage", "scaled",
+                            "--stage", "masked", "--seed", "5", "-o", str(key)])
+    assert r.exit_code == 0, r.output
+    import yaml
+
+    doc = yaml.safe_load(key.read_text())
+    doc["answers"]["masked"] = [[[v if j <= i else "-inf" for j, v in enumerate(row)]
+                                 for i, row in enumerate(head)]
+                                for head in doc["answers"]["scaled"]]
+    student = tmp_path / "student.yaml"
+    student.write_text(yaml.safe_dump(doc, default_flow_style=None, sort_keys=False))
+    r = runner.invoke(app, ["check", str(student), "--format", "plain"])
+    assert r.exit_code == 1
+    assert "✗ masked  8 of 32 cells wrong" in r.stdout, r.stdout
+    assert "Known mistake: chunked attention is left out: the other rules block as they " \
+        "should, it blocks nothing." in r.stdout

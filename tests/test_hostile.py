@@ -445,7 +445,7 @@ def test_huge_integers_in_json_and_heads(tmp_path: Path) -> None:
     path.write_text('{"x": [[1, 0], [0, 1]], "w_q": [[1, 0], [0, 1]], '
                     '"w_k": [[1, 0], [0, 1]], "w_v": [[1, 0], [0, 1]], "heads": ' +
                     "9" * 5000 + "}")
-    err = cli_error(["run", str(path)], "heads must be a whole number of 1 or more")
+    err = cli_error(["run", str(path)], "heads must be a whole number from 1 to 999,999,999")
     assert len(err) < 300
     cli_error(["run", "--scale", "9" * 400], "scale", "too large")
     cli_error(["run", "--scale", "1e-400"], "scale", "too small")

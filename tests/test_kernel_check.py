@@ -272,6 +272,18 @@ def test_decoding_weights_from_a_wrong_score_are_carried(tmp_path: Path) -> None
     assert report["stages"]["decode.weights"]["carried"] == 3
 
 
+def _to_4(v: Any, name: str = "") -> Any:
+    """A reference's field as a student writes it: to 4 decimals (counts and labels as
+    they are)."""
+    if name in WHOLE or isinstance(v, str):
+        return v
+    if isinstance(v, list):
+        return [_to_4(x, name) for x in v]
+    if isinstance(v, dict):
+        return {k: _to_4(x, k) for k, x in v.items()}
+    return r4(v)
+
+
 def _windowless(tmp_path: Path, slip: bool = False) -> tuple[int, str, dict[str, Any]]:
     """A student who kept every position in the cache (the window of 3 left out) and
     worked each step on from there, to 4 decimals: the plain-loop reference's decoding
@@ -280,10 +292,7 @@ def _windowless(tmp_path: Path, slip: bool = False) -> tuple[int, str, dict[str,
     path, doc = _decode_key(tmp_path)
     p = mhacli.load(path)
     steps = ref_decode(Ref({k: v for k, v in p.inputs.items() if k != "window"}), None, 2, 8)
-    rounded = lambda v, name="": v if name in WHOLE or isinstance(v, str) else (  # noqa: E731
-        [rounded(x, name) for x in v] if isinstance(v, list) else
-        {k: rounded(x, k) for k, x in v.items()} if isinstance(v, dict) else r4(v))
-    answers = [{k: rounded(v, k) for k, v in s.items()} for s in steps]
+    answers = [{k: _to_4(v, k) for k, v in s.items()} for s in steps]
     for a, s in zip(answers, doc["answers"]["decode"]):
         a["token"] = s["token"]
     if slip:
@@ -317,6 +326,43 @@ def test_a_slip_after_the_window_left_out_is_still_found(tmp_path: Path) -> None
     assert report["wrong"] == ["decode.positions", "decode.weights"], text
     assert len(report["stages"]["decode.weights"]["wrong"]) == 1
     assert "step 5 (t5): weights, head 2, position 1 (1): wrote" in text
+
+
+def test_a_cache_kept_across_chunks_is_marked_once(tmp_path: Path) -> None:
+    """Chunked attention left out of the cache (it never starts again): the positions
+    wrong with the mistake named, what follows from them counted right."""
+    path, doc = key(tmp_path, "--decode", "--chunk", "2", "--tokens", "5", "--heads", "2",
+                    "--kv-heads", "1", "--seed", "1")
+    p = mhacli.load(path)
+    steps = ref_decode(Ref({k: v for k, v in p.inputs.items() if k != "chunk"}), None, None, 8)
+    answers = [{k: _to_4(v, k) for k, v in s.items()} for s in steps]
+    for a, s in zip(answers, doc["answers"]["decode"]):
+        a["token"] = s["token"]
+    for a in answers:  # (no split-K in this key)
+        a.pop("splits", None), a.pop("combined", None)
+    code, text, report = check(planted(tmp_path, doc, lambda a: a.update(decode=answers)))
+    assert report["wrong"] == ["decode.positions"], text
+    assert report["stages"]["decode.positions"]["mistake"].startswith(
+        "chunked attention is left out of the cache: it starts again at each chunk of 2 "
+        "tokens"), text
+    assert report["stages"]["decode.scores"]["carried_from"] == ["positions"]
+
+
+def test_decoding_fields_left_out_are_work_not_done(tmp_path: Path) -> None:
+    """Against a key that asks every field, a submission of the positions alone is not
+    done (exit 1, each field's numbers counted blank: 5 steps of q for 2 heads of 4 are
+    40); with --partial it is graded on what it gives (exit 0)."""
+    path, doc = _decode_key(tmp_path)
+    student = tmp_path / "positions.yaml"
+    student.write_text(yaml.safe_dump({"answers": {"decode": [
+        {"step": s["step"], "positions": s["positions"]} for s in doc["answers"]["decode"]]}},
+        default_flow_style=None))
+    r = mha("check", str(student), "--key", str(path), "--format", "plain")
+    assert r.exit_code == 1, r.stdout
+    assert "decode.q             every cell left blank (40)" in r.stdout, r.stdout
+    assert "✓ decode.positions" in r.stdout
+    r = mha("check", str(student), "--key", str(path), "--partial", "--format", "plain")
+    assert r.exit_code == 0, r.stdout
 
 
 # --------------------------------------------------------------------------- structure

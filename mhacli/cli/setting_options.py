@@ -76,6 +76,9 @@ OPTIONS: tuple[SettingOption, ...] = (
     SettingOption("chunk", "Chunked attention (Llama 4): the tokens in chunks of C, query i "
                   "sees only the keys of its own chunk (with causal: those up to i).",
                   metavar="C"),
+    SettingOption("temperature", "Llama 4's temperature tuning: each query at position p "
+                  "multiplied by log(⌊(p + 1) / F⌋ + 1)·A + 1 (F floor_scale, A "
+                  "attn_scale).", metavar="F:A"),
     SettingOption("alibi", "ALiBi: add −slope_h·|i − j| to the scores, slopes 2^(−8h/H) for "
                   "H a power of two, else ALiBi's own rule (the key alibi: in a file may "
                   "give H slopes)."),

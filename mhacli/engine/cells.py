@@ -162,6 +162,27 @@ def cell_rot(e: Entry) -> list[Any]:
                   f"angle p·θ = {theta}  (p = {i})", f"  {rule}", f"  = {e.result}"])]
 
 
+def _tau(tr: Any) -> np.ndarray:
+    """Each query position's temperature factor, τ_p = log(⌊(p + 1) / F⌋ + 1)·A + 1,
+    as the cell writes it: (n,)."""
+    f, a = tr.config.temperature
+    p = np.arange(tr.config.n)
+    return np.log(np.floor((p + 1) / f) + 1) * a + 1
+
+
+def cell_tuned(e: Entry) -> list[Any]:
+    """A tuned query: the query as the chain had it, times its position's factor."""
+    c = e.c
+    h, i, j = e.head, e.row, e.col
+    src = e.reads[0]  # as split, normed or turned
+    e.mark(src, h, {i}, {j})
+    f, a = c.temperature  # type: ignore[misc]
+    tau = e.derive("tuned_tau", _tau).at(i)
+    return [f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] × τ_p, τ_p = log(⌊(p + 1) / "
+            f"{f:g}⌋ + 1)·{a:g} + 1 = {e.num(tau)}  (p = {i})",
+            f"  = {e.factor(e.value(src, h, i, j))}×{e.factor(tau)} = {e.result}"]
+
+
 def cell_normed(e: Entry) -> list[Any]:
     c = e.c
     h, i, j = e.head, e.row, e.col

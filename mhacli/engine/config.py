@@ -55,6 +55,7 @@ class Config:
     kv_heads: int = 0  # G key/value heads (grouped-query); 0 is read as H
     window: int | None = None  # sliding window: query i sees key j only if |i − j| < w
     chunk: int | None = None  # chunked attention: query i sees the keys of its chunk of C
+    temperature: tuple[float, float] | None = None  # (F, A): Llama 4's tuning of the queries
     alibi: bool = False  # ALiBi: −slope_h·|i − j| added to the scores
     bias: bool = False  # an additive bias on the scores (PyTorch's float attn_mask)
     padding: bool = False  # key_padding: some keys blocked for every query
@@ -128,6 +129,7 @@ class Prepared:
     pe_kv: Array | None = None  # (m, d_kv) of the key/value-side input (cross-attention)
     q_norm: Array | None = None  # (d_k,), or (H·d_k,) over the width: qk_norm's weights
     k_norm: Array | None = None  # (d_k,), or (G·d_k,)
+    tau: Array | None = None  # (n,) temperature tuning's factor of each query position
     grad_output: Array | None = None  # (n, d_out) dL/d output, when given
     target: Array | None = None  # (n, d_out), for L = ½·Σ(output − target)²
 

@@ -34,7 +34,7 @@ from ..errors import MhaError, shown
 from . import ops
 from .online import data, float_only, merge, online, record, span, start, whole_number
 from .values import given
-from .work import Work, normed, turned
+from .work import Work
 
 if TYPE_CHECKING:  # a trace is read through the Protocol: paths.py imports this module
     from .config import Config, Prepared
@@ -151,16 +151,16 @@ def each_step(tr: Record, splits: int | None = None,
     if len(labels) != c.n:
         raise MhaError(f"decoding has {c.n} tokens but {len(labels)} labels were given",
                        key="tokens")
-    return _steps(p, count, labels, p.reach if reach is None else reach)
+    return _steps(tr, count, labels, p.reach if reach is None else reach)
 
 
-def _steps(p: Prepared, count: int | None, labels: list[str], reach: Reach
+def _steps(tr: Record, count: int | None, labels: list[str], reach: Reach
            ) -> Iterator[DecodeStep]:
-    c = p.config
+    p, c = tr.prepared, tr.config
     keys: list[Array] = []  # the cache, oldest first: (G, d_k) a position
     values: list[Array] = []  # (G, d_v) a position
     for i in range(c.n):
-        q, k, v = _new_rows(p, i)  # (H, d_k), (G, d_k), (G, d_v)
+        q, k, v = _new_rows(tr, i)  # (H, d_k), (G, d_k), (G, d_v)
         keys.append(k)
         values.append(v)
         positions = reach.cache(i)  # what the rules let later queries still see
@@ -186,24 +186,16 @@ def _steps(p: Prepared, count: int | None, labels: list[str], reach: Reach
                    output), size, chunks, combined, *record(masked[:, 0]))
 
 
-def _new_rows(p: Prepared, i: int) -> tuple[Array, Array, Array]:
-    """Token i's query (per query head), key and value (per key/value head), from its
-    own row of x plus its row of positions, or the given rows of q, k, v; q and k turned
-    by RoPE at position i."""
-    c = p.config
-    if c.direct:
-        q, k, v = p.q[i:i + 1], p.k[i:i + 1], p.v[i:i + 1]  # (1, H·d_k), (1, G·d_k), …
-    else:
-        x = p.x[i:i + 1] if p.pe is None else p.x[i:i + 1] + p.pe[i:i + 1]  # (1, d_model)
-        q, k, v = ops.projections(x, None, p.w_q, p.w_k, p.w_v, p.b_q, p.b_k, p.b_v)
-    q_h = ops.split_heads(q, c.heads)  # (H, 1, d_k)
-    k_h = ops.split_heads(k, c.groups)  # (G, 1, d_k)
-    v_h = ops.split_heads(v, c.groups)  # (G, 1, d_v)
-    if c.qk_norm is not None:
-        q_h, k_h = normed(q_h, p, "q")[0], normed(k_h, p, "k")[0]
-    if c.rope is not None:
-        q_h, k_h = turned(q_h, p, first=i), turned(k_h, p, first=i)
-    return q_h[:, 0], k_h[:, 0], v_h[:, 0]
+def _new_rows(tr: Record, i: int) -> tuple[Array, Array, Array]:
+    """Token i's query (per query head), key and value (per key/value head), as the
+    scores and the weighted sum read them (the stage table's ``reads``: split, normed,
+    turned, tuned …): a token's own row of each, the same whether it is decoded or not,
+    so read from the trace."""
+    from .stages import reads
+
+    q, k = reads(tr.config, "scores")
+    v = reads(tr.config, "head_outputs")[1]
+    return tr.stages[q][:, i], tr.stages[k][:, i], tr.stages[v][:, i]
 
 
 def _scores(p: Prepared, i: int, positions: range, q: Array, k_cache: Array) -> Array:

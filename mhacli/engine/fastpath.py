@@ -60,7 +60,11 @@ def _attend(p: Prepared, q_t: Array, k_t: Array, v_t: Array,
     span = _span(p)
     block = _block_rows(p)
     sinks = None if p.sinks is None else p.sinks.astype(dtype)
-    width = min(c.m, span + block)
+    # the widest block's keys, as the reach says (a block of b rows meets b + 2w − 2 keys
+    # of a window, and the keys of every chunk its rows lie in, whose edges need not be
+    # its own)
+    width = max(_keys_seen(reach, lo, min(lo + block, c.n)) for lo in range(0, c.n, block))
+    width = max(1, min(c.m, width, span + block))
     spare = c.d_v + 1 if turned else 0  # room after the scores for a turned output
     # When |q_i|·max_j |k_j| (Cauchy–Schwarz: at least every |score|) is small enough
     # that exp cannot overflow or lose digits, nor its products with V, a block's
@@ -305,11 +309,11 @@ def _keys_seen(reach: Any, lo: int, hi: int) -> int:
 
 
 def _span(p: Prepared) -> int:
-    """The keys a block row needs at most: every key, or those of its window (the
-    window's width read as a size, to choose the blocks; the rule is the reach's)."""
+    """The keys a block row needs at most: every key, or about those of its window or
+    chunk (read as a size, to choose the blocks; the rule is the reach's)."""
     c = p.config
     span = c.m if c.window is None else min(c.m, 2 * c.window)
-    return span if c.chunk is None else min(span, c.chunk)
+    return span if c.chunk is None else min(span, 2 * c.chunk)
 
 
 def _block_rows(p: Prepared) -> int:
@@ -319,7 +323,7 @@ def _block_rows(p: Prepared) -> int:
     block = max(1, min(c.n, _BLOCK_BYTES // (_span(p) * np.dtype(c.dtype).itemsize)))
     if c.window is not None:  # a block of b rows spans b + w − 1 keys: keep b near w / 4
         block = min(block, max(64, c.window // 4))
-    if c.chunk is not None:  # a block within a chunk sees that chunk's keys alone
+    if c.chunk is not None:  # a block meets the keys of every chunk its rows lie in
         block = min(block, max(64, c.chunk // 4))
     if c.n * c.m * c.heads * (c.d_k + c.d_v) >= _SHARED_FROM:  # work enough for every
         block = min(block, max(64, -(-c.n // 4)))  # core: four blocks at least, if 64 rows
@@ -352,6 +356,8 @@ def _turned_heads(p: Prepared, work: Work, spread: Spread | None) -> tuple[Array
     if c.rope is not None:  # turned by position: O(n·d) new numbers, not O(n·m)
         q_t, k_t = (np.ascontiguousarray(turned(a.swapaxes(-1, -2), p).swapaxes(-1, -2))
                     for a in (q_t, k_t))
+    if p.tau is not None:  # each query times its position's factor (a fresh array)
+        q_t = q_t * p.tau
     ops.divide(q_t, c.scale, out=q_t)  # in place: a fresh array of this call's
     return q_t, k_t, v_t
 

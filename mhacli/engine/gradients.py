@@ -15,7 +15,7 @@ import numpy as np
 
 from . import ops
 from .stage import KEY, NUMBERED, QUERY, Stage
-from .work import Work, turned
+from .work import Work, tuned, turned
 from .gradient_cells import cell_d_masked, cell_d_scores, cell_with_formula
 from .writing import Entry, Formula
 
@@ -94,19 +94,46 @@ def _from_scores(t: Chains, w: Work, side: str) -> Array:
     return ops.shared_sum(w["d_scores"].swapaxes(-1, -2) @ w[q], c.groups)
 
 
-def _d_split(t: Chains, w: Work, side: str, name: str) -> Array:
-    """The gradient arriving at ``name`` (the normed queries or keys, or the heads
-    themselves): turned back through RoPE where RoPE reads it, else from the scores."""
-    if t.reader(w.c, name) == "scores":
+def _back(t: Chains, w: Work, side: str, name: str) -> Array:
+    """The gradient arriving at ``name``, a step of the query or key chain, from the
+    stage that reads it: the scores, RoPE (turned back) or temperature tuning (each row
+    times its factor again). The norm's backward is ``_d_heads``'s."""
+    r = t.reader(w.c, name)
+    if r == "scores":
         return _from_scores(t, w, side)
-    return turned(_arriving(t, w, name), w.p, back=True)
+    g = _arriving(t, w, name)
+    if r.endswith("_rot"):
+        return turned(g, w.p, back=True)
+    assert r == "q_tuned", r
+    return tuned(g, w.p)
+
+
+def _symbol(name: str) -> str:
+    """A step of the query or key chain as a formula names it: Q, Q_normed, K_rot …"""
+    letter, part = name.split("_", 1)
+    return letter.upper() + ("" if part == "heads" else "_" + part)
+
+
+def _back_text(t: Chains, f: Formula, name: str) -> str:
+    """``_back``'s formula for the step ``name``."""
+    c, me = f.c, "d" + _symbol(name)
+    r = t.reader(c, name)
+    if r == "scores":
+        q, k = t.reads(c, "scores")
+        if name.startswith("q"):
+            return f"{me}{f.i} = dZ{f.i}·{_symbol(k)}{f.g}"
+        return f"{me}{f.i} = dZ{f.i}ᵀ·{_symbol(q)}{f.i}" if c.groups == c.heads else \
+            f"{me}_g = Σ dZ_hᵀ·{_symbol(q)}_h over the query heads that share key head g"
+    if r.endswith("_rot"):
+        return f"{me}{f.i} = d{_symbol(r)}{f.i} turned back: each pair by −p·θ_i"
+    return f"{me}{f.i} = dQ_tuned{f.i} × τ_p: each row by its position's factor"
 
 
 def _d_heads(t: Chains, w: Work, side: str) -> Array:
     """d_q_heads, d_k_heads: through the norm's backward when q and k are normed."""
     c, p = w.c, w.p
     if c.qk_norm is None:
-        return _d_split(t, w, side, f"{side}_heads")
+        return _back(t, w, side, f"{side}_heads")
     a = w[f"{side}_heads"]
     weight = p.q_norm if side == "q" else p.k_norm
     whole = c.qk_norm == "width"
@@ -176,28 +203,11 @@ def _d_input_text(f: Formula) -> str:
     return f"d{src} = dQ·W_Qᵀ + dK·W_Kᵀ + dV·W_Vᵀ ({src.strip('()')} feeds all three)"
 
 
-def _split_back_text(f: Formula, letter: str) -> str:
-    """d of the normed queries or keys: from RoPE turned back, or from the scores."""
-    c = f.c
-    if c.rope is not None:
-        return f"d{letter}_normed{f.i} = d{letter}_rot{f.i} turned back: each pair by −p·θ_i"
-    if letter == "Q":
-        return f"dQ_normed{f.i} = dZ{f.i}·K_normed{f.g}"
-    return f"dK_normed{f.i} = dZ{f.i}ᵀ·Q_normed{f.i}" if c.groups == c.heads else \
-        "dK_normed_g = Σ dZ_hᵀ·Q_normed_h over the query heads that share key head g"
-
-
-def _heads_back_text(f: Formula, letter: str) -> str:
-    c = f.c
-    if c.qk_norm is not None:
+def _heads_back_text(t: Chains, f: Formula, letter: str) -> str:
+    if f.c.qk_norm is not None:
         return (f"d{letter}{f.i} = the norm's backward: (w⊙g)/rms − x·Σ(w⊙g⊙x)/(D·rms³), "
                 f"g = d{letter}_normed{f.i}, D the numbers the rms is over")
-    if c.rope is not None:
-        return f"d{letter}{f.i} = d{letter}_rot{f.i} turned back: each pair by −p·θ_i"
-    if letter == "Q":
-        return f"dQ{f.i} = dZ{f.i}·K{f.g}"
-    return f"dK{f.i} = dZ{f.i}ᵀ·Q{f.i}" if c.groups == c.heads else \
-        "dK_g = Σ dZ_hᵀ·Q_h over the query heads that share key head g"
+    return _back_text(t, f, f"{letter.lower()}_heads")
 
 
 def _d_x_text(f: Formula) -> str:
@@ -297,29 +307,28 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
         _grad("d_scores", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
               lambda w: w["d_scaled"] / w.c.scale, lambda f: f"dZ{f.i} = d_scaled{f.i} / s", "Z",
               per_head=True, cell=cell_d_scores),
+        _grad("d_q_tuned", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
+              lambda w: _back(t, w, "q", "q_tuned"), lambda f: _back_text(t, f, "q_tuned"),
+              "Q_{tuned}", per_head=True, exists=lambda c: c.temperature is not None),
         _grad("d_q_rot", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
-              lambda w: w["d_scores"] @ ops.shared(w["k_rot"], w.c.heads),
-              lambda f: f"dQ_rot{f.i} = dZ{f.i}·K_rot{f.g}", "Q_{rot}", per_head=True,
-              exists=lambda c: c.rope is not None),
+              lambda w: _back(t, w, "q", "q_rot"), lambda f: _back_text(t, f, "q_rot"),
+              "Q_{rot}", per_head=True, exists=lambda c: c.rope is not None),
         _grad("d_k_rot", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
-              lambda w: ops.shared_sum(w["d_scores"].swapaxes(-1, -2) @ w["q_rot"], w.c.groups),
-              lambda f: f"dK_rot{f.i} = dZ{f.i}ᵀ·Q_rot{f.i}" if f.c.groups == f.c.heads
-              else "dK_rot_g = Σ dZ_hᵀ·Q_rot_h over the heads that share it", "K_{rot}",
-              per_head=True,
-              exists=lambda c: c.rope is not None),
+              lambda w: _back(t, w, "k", "k_rot"), lambda f: _back_text(t, f, "k_rot"),
+              "K_{rot}", per_head=True, exists=lambda c: c.rope is not None),
         _grad("d_q_normed", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
-              lambda w: _d_split(t, w, "q", "q_normed"), lambda f: _split_back_text(f, "Q"),
+              lambda w: _back(t, w, "q", "q_normed"), lambda f: _back_text(t, f, "q_normed"),
               "Q_{normed}",
               per_head=True, exists=lambda c: c.qk_norm is not None),
         _grad("d_k_normed", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
-              lambda w: _d_split(t, w, "k", "k_normed"), lambda f: _split_back_text(f, "K"),
+              lambda w: _back(t, w, "k", "k_normed"), lambda f: _back_text(t, f, "k_normed"),
               "K_{normed}",
               per_head=True, exists=lambda c: c.qk_norm is not None),
         _grad("d_q_heads", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
-              lambda w: _d_heads(t, w, "q"), lambda f: _heads_back_text(f, "Q"), "Q_h",
+              lambda w: _d_heads(t, w, "q"), lambda f: _heads_back_text(t, f, "Q"), "Q_h",
               per_head=True),
         _grad("d_k_heads", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
-              lambda w: _d_heads(t, w, "k"), lambda f: _heads_back_text(f, "K"), "K_h",
+              lambda w: _d_heads(t, w, "k"), lambda f: _heads_back_text(t, f, "K"), "K_h",
               per_head=True),
         _grad("d_q", "n × H·d_k", lambda c: (c.n, c.heads * c.d_k), QUERY, NUMBERED,
               lambda w: ops.merge_heads(w["d_q_heads"]), _text("the heads' dQ side by side"), "Q"),

@@ -44,13 +44,56 @@ def softcap(value: Any, s: Sizes) -> Fields:
 def window(value: Any, s: Sizes) -> Fields:
     if value is None:
         return {"window": None}, {}
-    return {"window": min(value, s.n + s.m)}, {}  # wider: the same, and a safe size
+    return {"window": value}, {}  # as given (at most 999,999,999: safe in int64)
 
 
 def chunk(value: Any, s: Sizes) -> Fields:
     if value is None:
         return {"chunk": None}, {}
-    return {"chunk": min(value, s.n + s.m)}, {}  # longer: the same, and a safe size
+    return {"chunk": value}, {}  # as given (at most 999,999,999: safe in int64)
+
+
+def temperature_value(value: Any) -> tuple[float, float] | None:
+    """``temperature``: Llama 4's tuning of the queries, its floor_scale F and attn_scale
+    A, as {floor_scale: F, attn_scale: A}, [F, A] or ``F:A``; None or false: none."""
+    import re
+
+    if value is None or value is False or isinstance(value, str) and \
+            value.strip().lower() in ("", "none", "false", "no", "off"):
+        return None
+    if isinstance(value, tuple) and len(value) == 2 and all(type(v) is float for v in value):
+        return value  # typed already
+    if isinstance(value, dict):
+        unknown = sorted(set(value) - {"floor_scale", "attn_scale"})
+        if unknown or len(value) != 2:
+            raise MhaError(f"temperature takes floor_scale and attn_scale, got "
+                           f"{', '.join(map(str, unknown or sorted(value))) or 'neither'}",
+                           key="temperature")
+        parts = [value["floor_scale"], value["attn_scale"]]
+    elif isinstance(value, str):
+        parts = re.split(r"\s*[:,]\s*", value.strip())
+    elif isinstance(value, (list, tuple, np.ndarray)):
+        parts = list(np.asarray(value, dtype=object).reshape(-1))
+    else:
+        parts = [value]
+    if len(parts) != 2:
+        raise MhaError(f"temperature takes F:A (floor_scale and attn_scale, positive "
+                       f"numbers), got {given(value)}", key="temperature")
+    f = positive("temperature.floor_scale", parts[0])
+    a = positive("temperature.attn_scale", parts[1])
+    return float(f), float(a)  # type: ignore[arg-type]
+
+
+def temperature(value: Any, s: Sizes) -> Fields:
+    """The factor of each query position p: τ_p = log(⌊(p + 1) / F⌋ + 1)·A + 1."""
+    if value is None:
+        return {"temperature": None}, {"tau": None}
+    f, a = value
+    p = np.arange(s.n, dtype=np.float64)
+    tau = np.log(np.floor((p + 1) / f) + 1) * a + 1
+    # a logarithm is never rational: the exact path leaves q_tuned, and what follows it,
+    # to the floats (as it does RoPE's), so its factors are floats there too
+    return {"temperature": (f, a)}, {"tau": tau.astype(np.float64 if s.t is object else s.t)}
 
 
 def key_padding_value(value: Any) -> npt.NDArray[np.bool_]:

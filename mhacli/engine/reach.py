@@ -77,6 +77,9 @@ class Rule:
 
     tile_said = ""  # why a tile this rule blocks whole is skipped, in words
 
+    forgotten = ""  # a decoding cache kept as if this rule were not there, in words (a
+    # rule that lets the cache drop positions: the window, the chunks)
+
     def drops(self, i: int) -> str:
         """Why a decoding cache lets positions go at query i's step, where this rule's
         run is what moves its first position: the words before "drops positions …"."""
@@ -150,6 +153,11 @@ class Window(Run):
     def said(self, reason: Reason, key: str) -> str:
         return f"the window ({key} is {reason.distance} ≥ {self.width} away)"
 
+    @property
+    def forgotten(self) -> str:  # type: ignore[override]
+        return (f"the window of {self.width} is left out of the cache: it keeps only the "
+                f"last {self.width} positions, dropping the oldest as each token arrives")
+
     def drops(self, i: int) -> str:
         return (f"the window of {self.width} keeps the last {self.width} positions: the "
                 "cache, a rolling buffer,")
@@ -175,6 +183,11 @@ class Chunk(Run):
     def run(self, rows: Ints) -> tuple[Ints, Ints]:
         first = rows // self.size * self.size
         return first, first + self.size
+
+    @property
+    def forgotten(self) -> str:  # type: ignore[override]
+        return (f"chunked attention is left out of the cache: it starts again at each chunk "
+                f"of {self.size} tokens, dropping the chunk before")
 
     def drops(self, i: int) -> str:
         return (f"chunk {i // self.size + 1} begins (chunks of {self.size} tokens), and no "

@@ -22,14 +22,14 @@ from . import ops
 from .gradients import gradient_stages
 from .cells import (
     cell_input, cell_projection, cell_split, cell_scores, cell_pos, cell_x_pos, cell_rot,
-    cell_normed, cell_alibi, cell_biased, cell_scaled, cell_masked, cell_softcapped,
+    cell_normed, cell_tuned, cell_alibi, cell_biased, cell_scaled, cell_masked, cell_softcapped,
     cell_weights, cell_head_outputs, cell_concat, cell_output)
 from .formulas import (input_text, norm_text, output_tex, proj_tex, proj_text, rope_text,
                        split_text, tex)
 from .head_weights import OUTPUT, PROJECTIONS
 from .reach import Reach
 from .stage import KEY, NUMBERED, QUERY, Stage
-from .work import Work, normed, turned
+from .work import Work, normed, tuned, turned
 from .recipe import Recipe, var
 from .writing import Entry, Formula, Record, sub
 
@@ -88,6 +88,12 @@ def _rot(w: Work, side: str) -> Array | None:
     if w.exact:
         return None  # cos and sin: not rational
     return turned(_read(w, f"{side}_rot"), w.p)
+
+
+def _tuned(w: Work) -> Array | None:
+    if w.exact:
+        return None  # a logarithm: not rational
+    return tuned(_read(w, "q_tuned"), w.p)
 
 
 def _normed(w: Work, side: str) -> Array | None:
@@ -279,6 +285,13 @@ FORWARD: tuple[Stage, ...] = (
           chain="k", reads=_after("k", "k_rot"),
           latex=tex(r"\operatorname{RoPE}(K_{@h})"), cell=cell_rot, per_head=True,
           exists=lambda c: c.rope is not None),
+    Stage("q_tuned", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
+          compute=_tuned, chain="q", reads=_after("q", "q_tuned"),
+          formula=lambda f: f"Q{f.i}'s row p times τ_p = log(⌊(p + 1) / "
+          f"{f.c.temperature[0]:g}⌋ + 1)·{f.c.temperature[1]:g} + 1, Llama 4's temperature "
+          "tuning",
+          latex=tex(r"\tau_p \, Q_{@h}"), cell=cell_tuned, per_head=True,
+          exists=lambda c: c.temperature is not None),
     Stage("scores", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=_scores, formula=_scores_text,
           latex=tex("Z_{@h}", r"Q_{@h} K_{@h}^{\top}", r"K_{@h}^{\top} Q_{@h}"),

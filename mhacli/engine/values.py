@@ -221,6 +221,12 @@ def whole(name: str, value: Any) -> int:
     digits as text (a file's, an option's); ``name`` is its key."""
     if isinstance(value, str) and _DIGITS.fullmatch(value.strip()):
         value = int(value)
+    elif isinstance(value, str) and value.strip().lstrip("+").isdigit() or \
+            isinstance(value, (int, np.integer)) and not isinstance(value, bool) and \
+            value >= 10 ** 9:
+        raise MhaError(f"{name} must be a whole number from 1 to 999,999,999, got "
+                       f"{given(value.strip() if isinstance(value, str) else value)}",
+                       key=tuple(name.split(".")))
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
             or value < 1:
         raise MhaError(f"{name} must be a whole number of 1 or more, got {given(value)}",

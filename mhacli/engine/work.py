@@ -84,6 +84,13 @@ def normed(a: Array, p: Prepared, side: str) -> tuple[Array, Array]:
     return a / r * w, r
 
 
+def tuned(a: Array, p: Prepared, first: int = 0) -> Array:
+    """Queries (heads, rows, d_k) multiplied by temperature tuning's factor of each
+    position from ``first`` (``p.tau``)."""
+    tau = p.tau[first:first + a.shape[-2]]  # type: ignore[index]
+    return a * tau[:, None]
+
+
 def turned(a: Array, p: Prepared, first: int = 0, back: bool = False) -> Array:
     """Queries or keys (heads, rows, d_k) turned by RoPE from position ``first``, as the
     problem's rope says (style, dims, frequencies, attention factor)."""

@@ -88,6 +88,22 @@ def _unmasked(p: Prepared, st: Stages) -> Stages | None:
     return {"masked": _read(p, st, "masked")}  # the scores the mask would block, unblocked
 
 
+def _one_left_out(rule: str) -> Mistake:
+    """One rule of several left out (the chunks forgotten, the causal mask kept): the
+    mask of the reach without it. (Every rule left out is ``_unmasked``.)"""
+    def redo(p: Prepared, st: Stages) -> Stages | None:
+        if rule not in p.reach.kinds or len(p.reach.rules) < 2:
+            return None
+        allowed = p.reach.without(rule).allowed()
+        return {"masked": ops.mask_scores(_read(p, st, "masked"), allowed)}
+
+    def text(p: Prepared) -> str:
+        the = next(r.the for r in p.reach.rules if r.name == rule)
+        return f"{the} is left out: the other rules block as they should, it blocks nothing"
+
+    return Mistake("masked", text, redo)
+
+
 def _what_blocks(p: Prepared) -> str:
     return p.reach.named or "the mask"
 
@@ -161,6 +177,7 @@ MISTAKES: tuple[Mistake, ...] = (
     Mistake("masked", lambda p: f"{_what_blocks(p)} "
             f"{'are' if len(p.reach.rules) > 1 else 'is'} left out: every query attends to "
             "every key, the blocked ones too", _unmasked),
+    *(_one_left_out(rule) for rule in ("causal", "mask", "window", "chunk", "padding")),
     Mistake("weights", "the softmax is taken down each column instead of along each row",
             _columns),
     Mistake("weights", "the mask is applied after the softmax (blocked weights set to 0, "

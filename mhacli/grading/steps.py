@@ -8,8 +8,9 @@ the split-K numbers are judged against the true ones and, where they differ, aga
 what the person's own earlier numbers of the step give (a slip marked once), by the
 engine's own functions (its softmax with the sinks, its online step, its split-K
 combination) on those numbers. Named mistakes: the cache's size counted as if every
-query head had its own keys (no GQA), the window left out of the cache's positions (the
-reach without its window), the chunks combined without rescaling (the combination with
+query head had its own keys (no GQA), the window or the chunks of chunked attention left
+out of the cache's positions (the reach without that rule: the steps worked on from those
+positions are then followed, marked once), the split-K chunks combined without rescaling (the combination with
 every chunk's maximum the common one).
 """
 
@@ -52,13 +53,13 @@ def grade_decode(tr: Any, steps: Sequence[DecodeStep], answers: list[dict[str, A
     cells: dict[str, list[Cell]] = {f: [] for f in FIELDS}
     problems: dict[str, list[str]] = {f: [] for f in FIELDS}
     positions: list[tuple[Wrong, bool] | None] = []
-    windowless: list[DecodeStep] = []  # the steps with the window left out, when asked
+    forgot: dict[str, list[DecodeStep]] = {}  # the steps with a rule left out, when asked
 
-    def without_window(t: int) -> DecodeStep:
-        if not windowless:  # the engine's steps under the reach without its window
-            windowless.extend(each_step(tr, tr.config.splits,
-                                        reach=tr.prepared.reach.without("window")))
-        return windowless[t - 1]
+    def without(rule: str, t: int) -> DecodeStep:
+        if rule not in forgot:  # the engine's steps under the reach without that rule
+            forgot[rule] = list(each_step(tr, tr.config.splits,
+                                          reach=tr.prepared.reach.without(rule)))
+        return forgot[rule][t - 1]
 
     for st, a in zip(steps, answers):
         step = a.get("step")
@@ -66,7 +67,7 @@ def grade_decode(tr: Any, steps: Sequence[DecodeStep], answers: list[dict[str, A
             return [shape_report("decode", len(steps), f"the step of token {st.step} "
                                  f"({st.token}) is written as step {step.text}")]
         with np.errstate(all="ignore"):  # a person's numbers may overflow: judged, not warned
-            _walk(tr, st, a, cells, problems, positions, without_window)
+            _walk(tr, st, a, cells, problems, positions, without)
     answered = set(FIELDS) if every_field else set()
     for a in answers:
         answered |= {f for f in a if f in FIELDS}
@@ -81,6 +82,10 @@ def grade_decode(tr: Any, steps: Sequence[DecodeStep], answers: list[dict[str, A
             continue
         if problems[name]:
             out.append(shape_report(f"decode.{name}", len(steps), problems[name][0]))
+        elif not (positions if name == "positions" else cells[name]):
+            # asked for and left out at every step: each of its numbers is work not done
+            count = _count(steps, name)
+            out.append(StageReport(f"decode.{name}", "blank", count, count))
         elif name == "positions":
             out.append(_positions_report(tr, positions))
         else:
@@ -90,10 +95,11 @@ def grade_decode(tr: Any, steps: Sequence[DecodeStep], answers: list[dict[str, A
 
 
 def _walk(tr: Any, st: DecodeStep, a: dict[str, Any], cells: dict[str, list[Cell]],
-          problems: dict[str, list[str]], positions: list[tuple[Wrong, bool] | None],
-          without_window: Any) -> None:
+          problems: dict[str, list[str]], positions: list[tuple[Wrong, str] | None],
+          without: Any) -> None:
     """One step's cells, the later ones also from the person's own earlier numbers. A
-    cache whose positions were written as if there were no window is followed on: its
+    cache whose positions were written as if there were no window (or no chunks) is
+    followed on: its
     keys, values, scores and weights are judged against what those positions give (the
     mistake is marked once, at the positions), its head outputs and output as usual."""
     c, p = tr.config, tr.prepared
@@ -137,17 +143,18 @@ def _walk(tr: Any, st: DecodeStep, a: dict[str, Any], cells: dict[str, list[Cell
     if given is not None:
         wrote = [c.value for c in given.flat] if isinstance(given, np.ndarray) else None
         want = [float(i + 1) for i in pos]
-        # the cache as it would be kept with the window left out of the rules
-        unwindowed = [float(i + 1) for i in p.reach.without("window").cache(t - 1)]
+        # the rule whose leaving out keeps the cache as written (the window, the chunks)
+        left = next((r.name for r in p.reach.rules if r.forgotten and wrote == [
+            float(i + 1) for i in p.reach.without(r.name).cache(t - 1)]), "")
         positions.append(None if wrote == want else (Wrong(
             None, 0, 0, "[" + (", ".join(c.text or "_" for c in given.flat)
                                if wrote is not None else str(given)) + "]", math.nan, None,
             math.nan, f"[{', '.join(str(i + 1) for i in pos)}]",
-            where=f"{place}: positions"), wrote == unwindowed))
+            where=f"{place}: positions"), left))
         true_shaped = any(np.shape(a.get(f)) == np.shape(getattr(st, f)) for f in
                           ("k_cache", "v_cache", "scores", "weights") if a.get(f) is not None)
-        if wrote != want and wrote == unwindowed and not true_shaped:
-            own, reach = without_window(t), p.reach.without("window")
+        if wrote != want and left and not true_shaped:
+            own, reach = without(left, t), p.reach.without(left)
             pos, labels = own.positions, [str(i + 1) for i in own.positions]
     followed = own is not st  # the step their positions make, beside the true one
 
@@ -282,15 +289,28 @@ def _splits(st: DecodeStep, a: dict[str, Any], zm: np.ndarray, vh: np.ndarray, p
             lambda idx: f"head {idx[0] + 1}, column {idx[1] + 1}", no_rescale=o_plain)
 
 
-def _positions_report(tr: Any, positions: list[tuple[Wrong, bool] | None]) -> StageReport:
+def _count(steps: Sequence[DecodeStep], name: str) -> int:
+    """How many numbers the field ``name`` has over every step (a list of positions,
+    a byte count: one each)."""
+    if name in ("positions", "cache_bytes"):
+        return len(steps)
+    part, _, field = name.partition(".")
+    if field:
+        held = [getattr(s, field) for st in steps for s in (
+            st.splits or () if part == "splits" else [st.combined] if st.combined else [])]
+        return sum(int(np.size(a)) for a in held)
+    return sum(int(np.size(getattr(st, name))) for st in steps)
+
+
+def _positions_report(tr: Any, positions: list[tuple[Wrong, str] | None]) -> StageReport:
     """The positions the cache holds at each step, where written: the whole list (each
-    wrong one with whether it is the cache kept without the window)."""
-    c = tr.config
+    wrong one with the rule whose leaving out keeps the cache so, or "")."""
     wrong = [w for w, _ in filter(None, positions)]
+    left = {rule for _, rule in filter(None, positions)}
     named = None
-    if wrong and all(unwindowed for _, unwindowed in filter(None, positions)):
-        named = (f"the window of {c.window} is left out of the cache: it keeps only the "
-                 f"last {c.window} positions, dropping the oldest as each token arrives")
+    if wrong and len(left) == 1 and "" not in left:  # the same rule left out at each
+        (rule,) = left
+        named = next(r.forgotten for r in tr.prepared.reach.rules if r.name == rule)
     return StageReport("decode.positions", "wrong" if wrong else "correct", len(positions),
                        0, wrong, mistake=named, mistake_stage="decode.positions" if named
                        else None)

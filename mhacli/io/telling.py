@@ -69,11 +69,15 @@ def size_notes(prob: Problem) -> dict[str, str]:
                           "than one key block, so the running maximum never moves: leaving "
                           "out the correction, not updating the maximum, or dividing O by ℓ "
                           "early gives the right numbers")
-    if c.decode and c.window is not None and c.window >= c.n:
-        notes["window"] = (f"the window of {c.window} is not smaller than the {c.n} tokens: "
-                           "the cache never drops a position, so leaving the window out of "
-                           "the cache gives the right positions")
-    longest = c.n if c.window is None else min(c.window, c.n)
+    reach = p.reach
+    for rule in (r for r in reach.rules if c.decode and r.forgotten):
+        if (reach.without(rule.name).cache_sizes() == reach.cache_sizes()).all():
+            why = f"the window of {c.window} is not smaller than the {c.n} tokens" \
+                if rule.name == "window" and c.window >= c.n else \
+                f"{rule.the} lets no position go at these sizes ({c.n} tokens)"
+            notes[rule.name] = (f"{why}: the cache never drops a position, so leaving "
+                                f"{rule.the} out of the cache gives the right positions")
+    longest = int(reach.cache_sizes().max()) if c.decode else c.n  # the most a step caches
     if c.decode and c.splits is not None and min(c.splits, longest) < 2:
         notes["splits"] = ("no step's cache is cut into two chunks or more (--splits "
                            f"{c.splits}, at most {longest} position(s) cached): adding the "
