@@ -328,8 +328,11 @@ if __name__ == "__main__":
                 env = dict(os.environ, PYTHONPATH=str(where))
                 cmd = [sys.executable, __file__, "--only", part, "--quiet-machine",
                        *(["--quick"] if args.quick else [])]
-                out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True,
-                                     cwd=tempfile.gettempdir()).stdout  # not "" = a checkout
+                done = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                                      cwd=tempfile.gettempdir())  # not "" = a checkout
+                if done.returncode:
+                    sys.exit(f"{part} with mha from {where} failed:\n{done.stderr[-3000:]}")
+                out = done.stdout
                 print(f"[{part}, mha from {where}]")
                 print(out.rstrip())
         sys.exit(0)

@@ -348,6 +348,23 @@ def test_a_cache_kept_across_chunks_is_marked_once(tmp_path: Path) -> None:
     assert report["stages"]["decode.scores"]["carried_from"] == ["positions"]
 
 
+def test_decoding_fields_left_out_are_work_not_done(tmp_path: Path) -> None:
+    """Against a key that asks every field, a submission of the positions alone is not
+    done (exit 1, each field's numbers counted blank: 5 steps of q for 2 heads of 4 are
+    40); with --partial it is graded on what it gives (exit 0)."""
+    path, doc = _decode_key(tmp_path)
+    student = tmp_path / "positions.yaml"
+    student.write_text(yaml.safe_dump({"answers": {"decode": [
+        {"step": s["step"], "positions": s["positions"]} for s in doc["answers"]["decode"]]}},
+        default_flow_style=None))
+    r = mha("check", str(student), "--key", str(path), "--format", "plain")
+    assert r.exit_code == 1, r.stdout
+    assert "decode.q             every cell left blank (40)" in r.stdout, r.stdout
+    assert "✓ decode.positions" in r.stdout
+    r = mha("check", str(student), "--key", str(path), "--partial", "--format", "plain")
+    assert r.exit_code == 0, r.stdout
+
+
 # --------------------------------------------------------------------------- structure
 
 

@@ -44,7 +44,9 @@ def check(
         "--points", metavar="STAGE=N", help="--format gradescope: what a stage is worth "
         "(repeatable; default 1 a stage).", rich_help_panel=CHECKING)] = None,
     fmt: Annotated[CheckFormat, typer.Option(
-        "--format", "-f", help="Report format.", rich_help_panel=OUTPUT)] = CheckFormat.rich,
+        "--format", "-f", help="Report format (html: the explorer page, each entry marked "
+        "right, wrong, carried or blank, opening to what check says of it).",
+        rich_help_panel=OUTPUT)] = CheckFormat.rich,
     debug: DebugOpt = False,
     settings: Any = None,
 ) -> None:
@@ -126,7 +128,11 @@ def _report(results: list[tuple[str, object]], fmt: CheckFormat, worth: dict[str
     from ..present import batch, report
 
     single = len(results) == 1 and not isinstance(results[0][1], MhaError)
-    if fmt is CheckFormat.jsonl:
+    if fmt is CheckFormat.html:  # the explorer page, each entry marked as judged
+        from ..present.check_page import check_page
+
+        sys.stdout.write(check_page(results))
+    elif fmt is CheckFormat.jsonl:
         sys.stdout.write(batch.jsonl(results))
     elif fmt is CheckFormat.gradescope:
         sys.stdout.write(batch.batch_gradescope(results, worth))

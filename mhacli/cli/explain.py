@@ -12,8 +12,8 @@ from ..errors import MhaError
 from .core import command, guard
 from .common import about, inputs, layer_number, problem
 from .options import (
-    ADVANCED, OUTPUT, SHOW, DebugOpt, ExplainFormat, HeatScale, PrecisionOpt, stage_help,
-    with_settings,
+    ADVANCED, OUTPUT, SHOW, DebugOpt, ExplainFormat, HeatScale, OutputOpt, PrecisionOpt,
+    stage_help, with_settings,
 )
 from .problem_options import with_source
 from .streams import check_writable
@@ -64,9 +64,16 @@ def explain(
                        "blocks) instead of a summary of its first and last rows and columns.",
         rich_help_panel=SHOW)] = False,
     precision: PrecisionOpt = None,
-    fmt: Annotated[ExplainFormat, typer.Option(
-        "--format", "-f", help="Output format.", rich_help_panel=OUTPUT)
-    ] = ExplainFormat.rich,
+    fmt: Annotated[Optional[ExplainFormat], typer.Option(
+        "--format", "-f", help="Output format (default: rich, or the -o file's extension: "
+        ".html .json .txt .md .tex). html: the explorer page, one self-contained file in "
+        "which every entry opens to its arithmetic.", show_default=False,
+        rich_help_panel=OUTPUT)] = None,
+    output: OutputOpt = None,
+    quiz: Annotated[bool, typer.Option(
+        "--quiz", help="With --format html and --stage: the page with the chosen stages' "
+        "entries blank, to fill in, each judged as check judges it when it is entered.",
+        rich_help_panel=OUTPUT)] = False,
     svg: Annotated[Optional[Path], typer.Option(
         "--svg", help="Also save what the terminal shows as an SVG image.",
         rich_help_panel=OUTPUT)] = None,
@@ -106,18 +113,30 @@ def explain(
       mha explain --sample flash --tiles 2 --stage tiles   FlashAttention's tiles
 
       mha explain --sample kv-cache --decode --splits 2 --stage decode   a KV cache
+
+      mha explain --sample cat -o cat.html      the explorer page: click any entry
     """
     with guard(debug) as context:
         from .. import engine
         from ..engine.decoding import check_views
         from ..engine.stages import VIEWS
 
+        if quiz:
+            _quiz_options(stage, fmt, output)
+        fmt = fmt or (ExplainFormat.html if quiz else _format_of(output))
         _saving(svg, html, fmt, source.file)  # before anything is computed or printed
+        if output is not None:
+            check_writable(output, inputs(source.file))
+        if fmt is ExplainFormat.html:
+            _page_options(cell, all_heads, svg, html)
         layout = settings.pop("layout")
         options = dict(source.problem(), layout=layout)
         if all_heads:
             from .overview import all_heads as overview
 
+            if output is not None:
+                raise MhaError("--all-heads writes to standard output: leave out -o (and "
+                               "redirect it)")
             others = [o for o, v in (("--stage", stage), ("--head", head), ("--cell", cell),
                                      ("--fractions", fractions), ("--backward", backward),
                                      ("--full", full), ("--precision", precision),
@@ -136,7 +155,7 @@ def explain(
         stages = [engine.canonical(s) for s in stage] if stage else None
         lean = held(prob.config) > MOST_HELD  # too large to hold: a head at a time
         if not force:
-            fits(prob.config, stage, head, fmt, full)
+            fits(prob.config, stage, head, fmt if output is None else ExplainFormat.plain, full)
         with about(prob):
             tr = (engine.lean_trace if lean else engine.traced)(prob.prepared)
         c = tr.config
@@ -183,6 +202,24 @@ def explain(
             head = head or next(iter(worked.query_heads), None)
         kernels = shown_views(tr, stages)
         focus = getattr(worked, "focus", None)  # an entry of a tile or a step
+        from ..present.explain import read_lines
+
+        header = read_lines(prob.read, c)  # what a checkpoint gave, and from where
+        sink = Sink(output, inputs(source.file))
+        if fmt is ExplainFormat.html:
+            from ..present.page import explain_page
+
+            if lean:
+                raise MhaError("the page holds every stage: this problem is too large for it "
+                               "(narrow it with --stage or --head, or use mha run)")
+            sink.write(explain_page(tr, exact, queries, keys, digits, shown,
+                                    None if quiz else stages, head, heat.value,
+                                    read_lines(prob.read, c), prob.read.get("settings"),
+                                    shown_views(tr) if quiz else kernels,
+                                    quiz=stages if quiz else (),
+                                    quiz_exact=_quiz_exact(prob, stages) if quiz else None))
+            sink.close()
+            return
         if fmt is ExplainFormat.json:
             from ..present.text import json_pieces
 
@@ -194,13 +231,12 @@ def explain(
                     tr, queries, keys, stages, head, exact.stages if exact else None,
                     None if worked is None else {"title": worked.title, "lines": worked.lines},
                     shown, json_views(tr, queries, kernels, head), exact_tile, prob.read):
-                sys.stdout.write(piece)  # a stage (a tile block, a decoding step) at a time
+                sink.write(piece)  # a stage (a tile block, a decoding step) at a time
+            sink.close()
             return
-        from ..present.explain import read_lines
         from ..present.kernel_views import Chained, KernelViews
         from ..present.views import EachView, views
 
-        header = read_lines(prob.read, c)  # what a checkpoint gave, and from where
 
         vs = Chained((EachView if lean else views)(
             tr, queries, keys, stages, head, exact.stages if exact else None, shown,
@@ -208,14 +244,15 @@ def explain(
             tr, queries, keys, kernels, head, exact.stages if exact else None, shown,
             focus))  # lean: each view made as it is shown; the kernels' a block at a time
 
-        if fmt is ExplainFormat.rich and rich_stdout():
+        if fmt is ExplainFormat.rich and rich_stdout() and output is None:
             show(vs, worked, digits, full, svg, html, pager=not no_pager, heat=heat.value,
                  header=header)
             return
         from ..present.explain import text_pieces
 
         for piece in text_pieces(fmt.value, vs, worked, digits, header):
-            sys.stdout.write(piece)  # a stage at a time: never the whole text at once
+            sink.write(piece)  # a stage at a time: never the whole text at once
+        sink.close()
         if svg or html:  # piped: the same text as without them, the picture aside
             export(vs, worked, digits, full, svg, html, heat.value, header)
 
@@ -281,3 +318,73 @@ def _saving(svg: Optional[Path], html: Optional[Path], fmt: ExplainFormat,
         if saved is not None:
             check_writable(saved, inputs(file))
 
+
+
+def _format_of(output: Optional[Path]) -> ExplainFormat:
+    """The format an -o file's extension names (.html .json .txt .md .tex), else rich
+    (the rich view as text)."""
+    suffix = output.suffix.lower().lstrip(".") if output is not None else ""
+    suffix = {"htm": "html", "txt": "plain", "md": "markdown", "tex": "latex"}.get(suffix, suffix)
+    return ExplainFormat(suffix) if suffix in ExplainFormat.__members__ else ExplainFormat.rich
+
+
+def _quiz_exact(prob: Any, stages: list[str]) -> Optional[dict[str, Any]]:
+    """The quizzed stages' exact values, where check has them (rational stages of a
+    problem small enough): a wrong entry is told its exact value, as check tells it."""
+    from .. import engine
+    from ..engine import BY_NAME, STAGES
+    from ..grading.judge import EXACT_SIZE
+
+    rational = [s for s in stages if BY_NAME[s].exact]
+    if not rational or prob.size > EXACT_SIZE:
+        return None
+    last = max(rational, key=STAGES.index)
+    return engine.exact_trace(prob.exact, until=last).stages
+
+
+def _quiz_options(stage: Optional[list[str]], fmt: Optional[ExplainFormat],
+                  output: Optional[Path]) -> None:
+    """--quiz: the stages to fill in, on the page."""
+    from .. import engine
+    from ..engine.stages import VIEWS
+
+    if not stage:
+        raise MhaError("--quiz leaves the chosen stages' entries blank to fill in: choose "
+                       "them with --stage NAME (e.g. --quiz --stage scores)")
+    if (fmt or (_format_of(output) if output else ExplainFormat.html)) \
+            is not ExplainFormat.html:
+        raise MhaError("--quiz makes the explorer page: give --format html (or -o FILE.html)")
+    for name in stage:
+        if engine.canonical(name) in VIEWS:
+            raise MhaError(f"--quiz --stage {name}: the quiz takes the stages' own tables, "
+                           "not the tiles or decoding steps")
+
+
+def _page_options(cell: Optional[str], all_heads: bool, svg: Optional[Path],
+                  html: Optional[Path]) -> None:
+    """What the page does not take, said before anything is computed."""
+    if cell is not None:
+        raise MhaError("--cell: the page writes out every entry when it is clicked; leave out "
+                       "--cell with --format html")
+    if all_heads:
+        raise MhaError("--all-heads has no page: leave out --format html")
+
+
+class Sink:
+    """Standard output, or the -o file, written whole when complete (a refused or failed
+    command leaves no file)."""
+
+    def __init__(self, output: Optional[Path], keep: tuple[Path, ...]) -> None:
+        self.output, self.keep, self.pieces = output, keep, []
+
+    def write(self, text: str) -> None:
+        if self.output is None:
+            sys.stdout.write(text)
+        else:
+            self.pieces.append(text)
+
+    def close(self) -> None:
+        if self.output is not None:
+            from .streams import write_file
+
+            write_file(self.output, "".join(self.pieces).encode("utf-8"), keep=self.keep)

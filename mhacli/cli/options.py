@@ -38,6 +38,7 @@ class ExplainFormat(str, Enum):
     markdown = "markdown"
     latex = "latex"
     json = "json"
+    html = "html"
 
 
 class CheckFormat(str, Enum):
@@ -48,6 +49,7 @@ class CheckFormat(str, Enum):
     latex = "latex"
     jsonl = "jsonl"
     gradescope = "gradescope"
+    html = "html"
 
 
 class HeatScale(str, Enum):

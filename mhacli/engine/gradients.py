@@ -9,13 +9,14 @@ before it (``w["d_…"]``) and the forward stages, as the forward stages take th
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import numpy as np
 
 from . import ops
 from .stage import KEY, NUMBERED, QUERY, Stage
 from .work import Work, tuned, turned
+from .gradient_cells import cell_d_masked, cell_d_scores, cell_with_formula
 from .writing import Entry, Formula
 
 if TYPE_CHECKING:
@@ -231,44 +232,6 @@ def _tex(symbol: str) -> Callable[[Formula], str]:
     return lambda f: f.tex(rf"\frac{{\partial L}}{{\partial {symbol}}}")
 
 
-# --------------------------------------------------------------------------- cells
-
-
-def _cell(formula: Callable[[Formula], str]) -> Callable[[Entry], list[str]]:
-    """An entry written as its value, with the formula that made it."""
-    return lambda e: [f"{e.name} = {e.result}  ({formula(Formula(e.c, e.head))})"]
-
-
-def _cell_d_masked(e: Entry) -> list[str]:
-    h, i, j = e.head or 1, e.row, e.col
-    a = e.row_of("weights", h, i)
-    da = e.row_of("d_weights", h, i)
-    e.mark("weights", h, {i})
-    e.mark("d_weights", h, {i})
-    r = float(np.dot(np.asarray(a, dtype=float), np.asarray(da, dtype=float)))
-    terms = " + ".join(f"{e.factor(x)}×{e.factor(y)}" for x, y in zip(da, a))
-    return [f"{e.name} = A·(dA − Σ dA⊙A) along the row {e.row_label} (the softmax's "
-            "backward)",
-            f"  Σ dA⊙A over the row = {terms} = {e.num(r)}",
-            f"  A = {e.num(a[j])}, dA = {e.num(da[j])}",
-            f"  {e.factor(a[j])}×({e.num(da[j])} − {e.factor(r)}) = {e.result}"]
-
-
-def _cell_d_scores(e: Entry) -> list[str]:
-    """dZ = d_scaled / s; when d_scaled is the softmax's backward itself (no softcap),
-    that is written out first."""
-    h, i, j = e.head, e.row, e.col
-    e.mark("d_scaled", h, {i}, {j})
-    first: list[str] = []
-    if e.c.softcap is None:
-        steps = _cell_d_masked(e)
-        first = [f"d_scaled{e.hs}[{e.row_label}, {e.col_label}] = d_masked, "
-                 + steps[0].split(" = ", 1)[1]] + steps[1:]
-    return first + [f"{e.name} = d_scaled{e.hs}[{e.row_label}, {e.col_label}] / s = "
-                    f"{e.num(e.value('d_scaled', h, i, j))} / {e.num(e.c.scale)}",
-                    f"  = {e.result}"]
-
-
 # --------------------------------------------------------------------------- the table
 
 
@@ -276,12 +239,13 @@ def _grad(name: str, shape: str, dims: Callable[[Config], tuple[int, ...]], rows
           cols: str, compute: Callable[[Work], Array | None],
           formula: Callable[[Formula], str], symbol: str, per_head: bool = False,
           exists: Callable[[Config], bool] = lambda c: True,
-          cell: Callable[[Entry], list[str]] | None = None, exact: bool = False) -> Stage:
+          cell: Callable[[Entry], list[Any]] | None = None, exact: bool = False) -> Stage:
     """A gradient stage; ``exact``: rational when the upstream gradient is (those made
     before the softmax's backward from d_output and the weights alone). A gradient has
     its parameter's shape: a vector's (one dimension) is a vector."""
     return Stage(name, shape, dims, rows, cols, compute=compute, formula=formula,
-                 latex=_tex(symbol), cell=cell or _cell(formula), per_head=per_head, exact=exact,
+                 latex=_tex(symbol), cell=cell or cell_with_formula(formula), per_head=per_head,
+                 exact=exact,
                  exists=lambda c: c.backward and exists(c), vector="×" not in shape)
 
 
@@ -322,7 +286,7 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
               lambda w: ops.softmax_backward(w["weights"], w["d_weights"]),
               lambda f: f"d_masked{f.i} = A{f.i} ⊙ (dA{f.i} − rowsum(dA{f.i} ⊙ A{f.i})), the "
                         "softmax's backward; 0 where blocked", "Z", per_head=True,
-              cell=_cell_d_masked),
+              cell=cell_d_masked),
         _grad("d_sinks", "H", lambda c: (c.heads,), NUMBERED, NUMBERED, _d_sinks,
               _text("ds_h = −Σ over the rows of a_sink·rowsum(dA ⊙ A), a_sink the sink's "
                     "weight"), "s", exists=lambda c: c.sinks),
@@ -342,7 +306,7 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
               lambda w: _d_scaled(t, w), lambda f: _d_scaled_text(t, f), "(Z/s)", per_head=True),
         _grad("d_scores", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
               lambda w: w["d_scaled"] / w.c.scale, lambda f: f"dZ{f.i} = d_scaled{f.i} / s", "Z",
-              per_head=True, cell=_cell_d_scores),
+              per_head=True, cell=cell_d_scores),
         _grad("d_q_tuned", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
               lambda w: _back(t, w, "q", "q_tuned"), lambda f: _back_text(t, f, "q_tuned"),
               "Q_{tuned}", per_head=True, exists=lambda c: c.temperature is not None),

@@ -12,7 +12,7 @@ inputs and their positions), W_O just before the output. Dimensions as in ``ops.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -36,7 +36,7 @@ def _symbol(stage: str) -> str:
     return "W_" + stage[-1].upper()  # w_q -> W_Q
 
 
-def _shared(stage: str, c: Config, h: int) -> str:
+def _shared(stage: str, c: Config, h: Any) -> str:
     """For a key/value head under grouped-query attention: the query heads it serves."""
     if stage not in ("w_k", "w_v") or c.groups == c.heads:
         return ""
@@ -44,9 +44,9 @@ def _shared(stage: str, c: Config, h: int) -> str:
     return f" (for query heads {(h - 1) * per + 1}–{h * per})"
 
 
-def _cell(e: Entry) -> list[str]:
+def _cell(e: Entry) -> list[Any]:
     """The entry is W's own number: which of W's columns (W_O: rows) it is."""
-    c, h, w = e.c, e.head or 1, _symbol(e.stage)
+    c, h, w = e.c, e.head, _symbol(e.stage)
     d = _width(e.stage, c)
     rows = e.stage == "w_o"  # W_O is split by rows, the others by columns
     local = e.row if rows else e.col

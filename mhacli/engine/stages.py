@@ -30,6 +30,7 @@ from .head_weights import OUTPUT, PROJECTIONS
 from .reach import Reach
 from .stage import KEY, NUMBERED, QUERY, Stage
 from .work import Work, normed, tuned, turned
+from .recipe import Recipe, var
 from .writing import Entry, Formula, Record, sub
 
 if TYPE_CHECKING:
@@ -188,13 +189,21 @@ def source(c: Config, name: str) -> str:
     return reads(c, name)[0]
 
 
-def entry(tr: Record, exact: Record | None, stage: str, head: int | None, row: int,
-          col: int, rows: list[str], cols: list[str], queries: list[str],
-          keys: list[str], precision: int) -> Entry:
-    """One entry of ``stage`` to write out (``--cell``): the stage's ``cell`` reads it,
-    knowing the stages its stage reads."""
-    return Entry(tr, exact, stage, head, row, col, rows, cols, queries, keys, precision,
-                 reads=reads(tr.config, stage) if stage in BY_NAME else ())
+def entry(tr: Record, stage: str, head: Any = "h", row: Any = "i", col: Any = "j") -> Entry:
+    """Any entry of ``stage`` as its recipe is written (``--cell``, the page): its head,
+    row and column the variables h, i, j, or the expressions given (a view of fast
+    kernels puts its own), knowing the stages its stage reads."""
+    s = BY_NAME[stage]
+    place = [var(v) if isinstance(v, str) else v for v in (head, row, col)]
+    return Entry(tr, stage, place[0] if s.per_head else None, place[1], place[2],
+                 reads=reads(tr.config, stage), rows_side=s.rows, cols_side=s.cols)
+
+
+def recipe(tr: Record, stage: str, head: Any = "h", row: Any = "i", col: Any = "j"
+           ) -> Recipe:
+    """The arithmetic of any entry of ``stage`` (``entry``), as its ``cell`` writes it."""
+    e = entry(tr, stage, head, row, col)
+    return e.recipe(BY_NAME[stage].cell(e))
 
 
 # --------------------------------------------------------------------------- the table

@@ -1,5 +1,7 @@
 """What the stage table's entries write with: a stage's formula for one head and layout,
-and one entry of a stage written out as the arithmetic a person would do (``--cell``).
+and any entry of a stage written out as the arithmetic a person would do (``--cell``),
+as a recipe (``recipe.py``) over the entry's place: the same for every entry, read by
+``--cell`` and by the explorer page alike.
 
 Plain text only; the terminal, Markdown and LaTeX views take these strings as they are.
 """
@@ -7,10 +9,10 @@ Plain text only; the terminal, Markdown and LaTeX views take these strings as th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from .. import numbers
+from .recipe import MAX_TERMS, Arr, Recipe, Run, X, dot, factor, lines, marks_of, node, num, \
+    op, sub, var
 
 if TYPE_CHECKING:
     from .config import Config, Prepared
@@ -26,13 +28,7 @@ class Record(Protocol):
     @property
     def config(self) -> Config: ...
 
-SUB = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
-MAX_TERMS = 24  # a longer sum shows its first and last 12 terms
-
-
-def sub(h: int) -> str:
-    """A head number as a subscript: 12 -> ₁₂."""
-    return str(h).translate(SUB)
+__all__ = ["MAX_TERMS", "Entry", "Formula", "Marks", "Reading", "Record", "sub"]
 
 
 @dataclass(frozen=True)
@@ -98,30 +94,30 @@ class Formula:
 
 Marks = dict[tuple[str, "int | None"], tuple[frozenset[int], frozenset[int]]]
 
+PARAMETERS = ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o", "bias", "pe",
+              "pe_kv", "slopes", "sinks", "q_norm", "k_norm")  # the inputs a recipe reads
+
 
 @dataclass
 class Entry:
-    """One entry of a stage, and what its arithmetic is written with.
-
-    ``value`` reads any stage of the trace, or of its exact twin (Fractions) where that
-    has the stage; ``num`` writes a number as the tables do. ``mark`` records which rows
-    and columns of which stages the entry is made of, for highlighting.
-    """
+    """Any entry of a stage, as its recipe is written: its head, row and column are
+    expressions (by default the variables h, i, j; the views of fast kernels put their
+    own), and every number is a reference to the trace's (``value``, ``row_of``,
+    ``col_of``, ``inp``, ``derive``), written by ``num``, ``factor`` and ``dot``.
+    ``mark`` records which rows and columns of which stages the entry is made of, for
+    highlighting."""
 
     trace: Record
-    exact: Record | None
     stage: str
-    head: int | None  # 1-based
-    row: int  # 0-based, row layout
-    col: int
-    rows: list[str]  # the row labels of this stage
-    cols: list[str]  # its column labels
-    queries: list[str]  # query-side and key-side token labels
-    keys: list[str]
-    precision: int
-    marks: Marks = field(default_factory=dict)
+    head: X | None  # 1-based (None: the stage is not per head)
+    row: X  # 0-based, row layout
+    col: X
     reads: tuple[str, ...] = ()  # the stages this entry's stage is made from, in order
     # (``stages.reads``; made by ``stages.entry``)
+    rows_side: str = ""  # whose labels its rows and columns take (QUERY, KEY, NUMBERED)
+    cols_side: str = ""
+    marks: list[Any] = field(default_factory=list)
+    derived: dict[str, Callable[[Any], Any]] = field(default_factory=dict)
 
     @property
     def c(self) -> Config:
@@ -129,72 +125,125 @@ class Entry:
 
     @property
     def p(self) -> Prepared:
-        """The inputs: exact ones when the entry is written in fractions."""
-        return self.exact.prepared if self.exact is not None else self.trace.prepared
+        """The inputs, to ask what the problem has (``p.w_o is None``): a recipe reads
+        their numbers by ``inp``."""
+        return self.trace.prepared
 
     @property
-    def hs(self) -> str:
+    def vector(self) -> bool:
+        return self.trace.stages[self.stage].ndim == 1
+
+    @property
+    def hs(self) -> Any:
         return sub(self.head) if self.head is not None else ""
 
     @property
-    def row_label(self) -> str:
-        return self.rows[self.row]
+    def row_label(self) -> Any:
+        return self.stage.removeprefix("d_") if self.vector else self.label(self.rows_side,
+                                                                             self.row)
 
     @property
-    def col_label(self) -> str:
-        return self.cols[self.col]
+    def col_label(self) -> Any:
+        return self.label(self.cols_side, self.col)
+
+    @staticmethod
+    def label(side: str, k: Any) -> X:
+        """The label of place ``k`` on a side: a query's or key's token, or k + 1."""
+        return op("label", side, k)
 
     @property
     def name(self) -> str:
         """``scores₂[like, I]``; a vector's ``d_b_q[3]``."""
-        if self.trace.stages[self.stage].ndim == 1:
+        if self.vector:
             return f"{self.stage}[{self.col_label}]"
         return f"{self.stage}{self.hs}[{self.row_label}, {self.col_label}]"
 
-    def value(self, stage: str, h: int | None, r: int, k: int) -> Any:
-        src = self.exact if self.exact is not None and stage in self.exact.stages \
-            else self.trace
-        a = src.stages[stage]
-        if a.ndim == 1:  # a vector: its one row
-            return a[k]
-        return a[h - 1, r, k] if h is not None else a[r, k]
+    def _at(self, stage: str, h: Any, *rest: Any) -> tuple[Any, ...]:
+        a = self.trace.stages[stage]
+        if a.ndim == 1:
+            return rest[-1:]
+        return (h - 1, *rest) if h is not None else rest
 
-    def row_of(self, stage: str, h: int | None, r: int) -> list[Any]:
-        src = self.exact if self.exact is not None and stage in self.exact.stages \
-            else self.trace
-        a = src.stages[stage]
-        return list(a[h - 1, r] if h is not None else a[r])
+    def value(self, stage: str, h: Any, r: Any, k: Any) -> X:
+        return op("at", stage, *self._at(stage, h, r, k))
 
-    def col_of(self, stage: str, h: int | None, k: int) -> list[Any]:
-        src = self.exact if self.exact is not None and stage in self.exact.stages \
-            else self.trace
-        a = src.stages[stage]
-        return list(a[h - 1, :, k] if h is not None else a[:, k])
+    def row_of(self, stage: str, h: Any, r: Any) -> X:
+        return op("row", stage, *((h - 1, r) if h is not None else (r,)))
+
+    def col_of(self, stage: str, h: Any, k: Any) -> X:
+        return op("col", stage, *((h - 1, k) if h is not None else (k,)))
+
+    def inp(self, name: str, exact: bool = True) -> Arr:
+        """An input's numbers (``w_q``, ``b_o``, ``bias`` …: ``PARAMETERS``): as given
+        (``@``: Fractions where the entry is written in fractions), or as the float
+        arithmetic took them (``#``, where the stage is made only in floats)."""
+        assert name in PARAMETERS, name
+        return Arr(("@" if exact else "#") + name)
+
+    def derive(self, name: str, make: Callable[[Any], Any]) -> Arr:
+        """Numbers a cell writes that no stage holds (RoPE's cos and sin of an angle),
+        made by ``make(trace)`` once and read as ``$name`` (the page embeds them)."""
+        self.derived[name] = make
+        return Arr("$" + name)
 
     @property
-    def result(self) -> str:
-        return self.num(self.value(self.stage, self.head, self.row, self.col))
+    def result(self) -> X:
+        return num(self.value(self.stage, self.head, self.row, self.col))
 
-    def num(self, v: Any) -> str:
-        if isinstance(v, Fraction):
-            return str(v)
-        v = float(v)
-        return numbers.fixed(v, self.precision, v.is_integer() and abs(v) < 1e12)
+    num = staticmethod(num)
+    factor = staticmethod(factor)
+    dot = staticmethod(dot)
 
-    def factor(self, v: Any) -> str:
-        """A number inside a product: in brackets when negative or a fraction."""
-        text = self.num(v)
-        return f"({text})" if text.startswith(("-", numbers.MINUS)) or "/" in text else text
+    def mark(self, stage: str, h: Any, rows: set[Any] | None = None,
+             cols: set[Any] | None = None) -> None:
+        self.marks.append([stage, node(h), [node(r) for r in rows or ()] or None,
+                           [node(c) for c in cols or ()] or None])
 
-    def dot(self, left: list[Any], right: list[Any]) -> str:
-        """``a×b + c×d + …``, the middle terms left out of a very long sum."""
-        terms = [f"{self.factor(x)}×{self.factor(y)}" for x, y in zip(left, right)]
-        if len(terms) > MAX_TERMS:
-            hidden, half = len(terms) - MAX_TERMS, MAX_TERMS // 2
-            terms = terms[:half] + [f"… ({hidden} more terms) …"] + terms[-half:]
-        return " + ".join(terms)
+    def recipe(self, written: list[Any]) -> Recipe:
+        """The stage's lines (as its ``cell`` wrote them) with this entry's marks."""
+        return Recipe(lines(written), self.marks, self.derived)
 
-    def mark(self, stage: str, h: int | None, rows: set[int] | None = None,
-             cols: set[int] | None = None) -> None:
-        self.marks[(stage, h)] = (frozenset(rows or ()), frozenset(cols or ()))
 
+def place(head: bool = True) -> tuple[X | None, X, X]:
+    """The variables of a stage's entry: its head (None when not per head), row, column."""
+    return (var("h") if head else None), var("i"), var("j")
+
+
+class Reading:
+    """The numbers a recipe reads, by name: the trace's stages (those of its exact twin,
+    Fractions, where it has them), the inputs (``@w_q``), the stages' parts
+    (``weights.max``) and the numbers made beside them (``$name``); and the labels."""
+
+    def __init__(self, trace: Record, exact: Record | None, queries: list[str],
+                 keys: list[str], precision: int,
+                 derived: dict[str, Callable[[Any], Any]] | None = None) -> None:
+        self.trace, self.exact = trace, exact
+        self.queries, self.keys, self.precision = queries, keys, precision
+        self.derived = dict(derived or {})
+        self.made: dict[str, Any] = {}
+
+    def labels(self, side: str) -> list[str]:
+        return self.queries if side == "query" else self.keys
+
+    def array(self, name: str) -> Any:
+        if name[0] in "@#":
+            p = self.exact.prepared if self.exact is not None and name[0] == "@" \
+                else self.trace.prepared
+            return getattr(p, name[1:])
+        if name.startswith("$"):
+            if name not in self.made:
+                self.made[name] = self.derived[name[1:]](self.trace)
+            return self.made[name]
+        if "." in name:
+            stage, part = name.split(".", 1)
+            return self.trace.parts[stage][part]
+        if self.exact is not None and name in self.exact.stages:
+            return self.exact.stages[name]
+        return self.trace.stages[name]
+
+
+def write(recipe: Recipe, reading: Reading, env: dict[str, Any]) -> tuple[list[str], Marks]:
+    """One entry's lines and marks: the recipe run at the place ``env``."""
+    reading.derived.update(recipe.derived)
+    run = Run(reading, env)
+    return run(recipe.lines), marks_of(recipe, run)

@@ -82,6 +82,10 @@ def grade_decode(tr: Any, steps: Sequence[DecodeStep], answers: list[dict[str, A
             continue
         if problems[name]:
             out.append(shape_report(f"decode.{name}", len(steps), problems[name][0]))
+        elif not (positions if name == "positions" else cells[name]):
+            # asked for and left out at every step: each of its numbers is work not done
+            count = _count(steps, name)
+            out.append(StageReport(f"decode.{name}", "blank", count, count))
         elif name == "positions":
             out.append(_positions_report(tr, positions))
         else:
@@ -283,6 +287,19 @@ def _splits(st: DecodeStep, a: dict[str, Any], zm: np.ndarray, vh: np.ndarray, p
             no_rescale=l_plain)
         put("combined.o", co, c_true.o, o_own, None,
             lambda idx: f"head {idx[0] + 1}, column {idx[1] + 1}", no_rescale=o_plain)
+
+
+def _count(steps: Sequence[DecodeStep], name: str) -> int:
+    """How many numbers the field ``name`` has over every step (a list of positions,
+    a byte count: one each)."""
+    if name in ("positions", "cache_bytes"):
+        return len(steps)
+    part, _, field = name.partition(".")
+    if field:
+        held = [getattr(s, field) for st in steps for s in (
+            st.splits or () if part == "splits" else [st.combined] if st.combined else [])]
+        return sum(int(np.size(a)) for a in held)
+    return sum(int(np.size(getattr(st, name))) for st in steps)
 
 
 def _positions_report(tr: Any, positions: list[tuple[Wrong, str] | None]) -> StageReport:

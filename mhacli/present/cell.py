@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from ..engine import BY_NAME, STAGES, Trace, absent, canonical
+from ..engine.recipe import Recipe, Run, node, op, when
 from ..engine.stages import entry
-from ..engine.writing import Marks
+from ..engine.writing import Marks, Reading, write
 from ..errors import MhaError
-from .views import side
 
 
 BACKWARD = "add --backward (or backward: true in the problem file)"  # explain's gradients
@@ -82,31 +82,45 @@ def parse_cell(spec: str, tr: Trace, layout: str = "rows") -> tuple[str, int | N
     return stage, head, row - 1, col - 1
 
 
+def stage_recipe(tr: Trace, stage: str, origin: Mapping[str, str] | None = None) -> Recipe:
+    """The arithmetic of any entry of ``stage`` (variables h, i, j), with the title
+    ``--cell`` gives it and the entry itself marked first. ``origin`` says where an
+    input came from (a checkpoint's tensor, by the problem's key): an entry of an input
+    stage (w_q …) names it."""
+    s = BY_NAME[stage]
+    a = tr.stages[stage]
+    e = entry(tr, stage)
+    head, i, j = e.head, e.row, e.col
+    e.mark(stage, head, {i}, {j})
+    written = s.cell(e)
+    if s.given and stage in (origin or {}):
+        written.append(f"  read from {origin[stage]}")  # type: ignore[index]
+    made = e.recipe(written)
+    vector = a.ndim == 1
+    numbered = [side == "" for side in (s.rows, s.cols)]
+    col_part = f"entry {j + 1}" if vector else f"column {j + 1}" + (
+        "" if numbered[1] else when(e.col_label != op("str", j + 1), f" ({e.col_label})"))
+    row_part = "" if vector else f", row {i + 1}" + (
+        "" if numbered[0] else when(e.row_label != op("str", i + 1), f" ({e.row_label})"))
+    which = "key/value head" if s.per_head and a.shape[0] != tr.config.heads else "head"
+    made.title = node(f"{stage}{f' · {which} {head}' if s.per_head else ''}{row_part}, "
+                      f"{col_part}")
+    return made
+
+
 def work_out(spec: str, tr: Trace, exact: Trace | None, queries: list[str], keys: list[str],
              precision: int, layout: str = "rows",
              origin: Mapping[str, str] | None = None) -> Worked:
     """The arithmetic behind one entry; ``exact`` (Fractions) is used where it has the
-    stage. ``origin`` says where an input came from (a checkpoint's tensor, by the
-    problem's key): an entry of an input stage (w_q …) names it."""
+    stage."""
     stage, head, i, j = parse_cell(spec, tr, layout)
-    s = BY_NAME[stage]
     a = tr.stages[stage]
-    shape = (1,) + a.shape if a.ndim == 1 else a.shape[-2:]
-    rows = [stage.removeprefix("d_")] if a.ndim == 1 else side(s.rows, queries, keys, shape[0])
     served: tuple[int, ...] = ()
     if head is not None and a.shape[0] != tr.config.heads:  # a key/value head (grouped)
         per = tr.config.heads // a.shape[0]
         served = tuple(range((head - 1) * per + 1, head * per + 1))
-    cols = side(s.cols, queries, keys, shape[1])
-    e = entry(tr, exact, stage, head, i, j, rows, cols, queries, keys, precision)
-    e.mark(stage, head, {i}, {j})
-    lines = s.cell(e)
-    if s.given and stage in (origin or {}):
-        lines.append(f"  read from {origin[stage]}")  # type: ignore[index]
-    col_part = f"entry {j + 1}" if a.ndim == 1 else \
-        f"column {j + 1}" + (f" ({cols[j]})" if cols[j] != str(j + 1) else "")
-    row_part = "" if a.ndim == 1 else \
-        f", row {i + 1}" + (f" ({rows[i]})" if rows[i] != str(i + 1) else "")
-    which = "key/value head" if served else "head"
-    title = f"{stage}{f' · {which} {head}' if head else ''}{row_part}, {col_part}"
-    return Worked(title, lines, dict(e.marks), head, served=served)
+    made = stage_recipe(tr, stage, origin)
+    reading = Reading(tr, exact, queries, keys, precision)
+    lines, marks = write(made, reading, {"h": head, "i": i, "j": j})
+    title = Run(reading, {"h": head, "i": i, "j": j})(made.title)
+    return Worked(title, lines, marks, head, served=served)

@@ -21,7 +21,7 @@ from ..engine.decoding import DecodeStep, each_step
 from ..engine.online import agreement
 from ..engine.writing import sub
 from .tile_view import labels_text, span_text
-from .views import Note, View, transposed
+from .views import Note, Source, View, transposed
 
 
 @dataclass(frozen=True)
@@ -78,12 +78,32 @@ def _step(tr: Trace, st: DecodeStep, labels: list[str], head: int | None,
                     marked_cols=frozenset({focus.col}) if mine and focus else frozenset(),
                     **extra)  # type: ignore[arg-type]
 
+    h0, g0, first = heads[0], groups[0], pos.start
+
+    def field(array: str, index: tuple[Any, ...], cols: int, name: str,
+              **place: Any) -> Source:
+        """Where a step's table takes its numbers, and how each is addressed."""
+        spec: list[Any] = [f"decode:{t}:{name}"]  # a position, a column: from 1
+        for var in ("h", "p", "k"):
+            if var in place:
+                at = place[var]
+                spec += [":", (at[0], at[1] + (var != "h")) if isinstance(at, tuple)
+                         else at + (var != "h")]
+        return Source(f"$decode_{array}", index, cols, f"decode.{name}",
+                      (("t", t - 1), *place.items()), tuple(spec))
+
     yield view("q", f"q of {st.token}", f"its query in each head{rope}", st.q[heads],
-               heads_rows, numbered, latex="q_t")
+               heads_rows, numbered, latex="q_t",
+               sources=(field("q", (t - 1, ("r", h0), ("c", 0)), c.d_k, "q",
+                              h=("r", h0 + 1), k=("c", 0)),))
     yield view("new", f"k_new and v_new of {st.token}", f"its key{rope} and value in each "
                "key/value head, appended to the cache",
                np.hstack([st.k_new[groups], st.v_new[groups]]), group_rows, kv_cols,
-               latex=r"[k_t \mid v_t]")
+               latex=r"[k_t \mid v_t]",
+               sources=(field("k_new", (("r", g0), t - 1, ("c", 0)), c.d_k, "k_new",
+                              h=("r", g0 + 1), k=("c", 0)),
+                        field("v_new", (("r", g0), t - 1, ("c", 0)), c.d_v, "v_new",
+                              h=("r", g0 + 1), k=("c", 0))))
     for g in groups:
         share = "" if c.groups == c.heads else \
             f", shared by query heads {g * (c.heads // c.groups) + 1}–" \
@@ -91,7 +111,11 @@ def _step(tr: Trace, st: DecodeStep, labels: list[str], head: int | None,
         yield view(f"cache{g}", f"the cache of kv head {g + 1}",
                    f"k_cache | v_cache: a row a cached position ({span_text('position', pos)}"
                    f"{share})", np.hstack([st.k_cache[g], st.v_cache[g]]), cached, kv_cols,
-                   latex=rf"[K_{{{g + 1}}} \mid V_{{{g + 1}}}]")
+                   latex=rf"[K_{{{g + 1}}} \mid V_{{{g + 1}}}]",
+                   sources=(field("k_new", (g, ("r", first), ("c", 0)), c.d_k, "k_cache",
+                                  h=g + 1, p=("r", first), k=("c", 0)),
+                            field("v_new", (g, ("r", first), ("c", 0)), c.d_v, "v_cache",
+                                  h=g + 1, p=("r", first), k=("c", 0))))
     size = np.dtype(c.dtype).itemsize
     note = (f"the cache: {len(pos)} position(s) × {c.groups} key/value head(s) × (d_k "
             f"{c.d_k} + d_v {c.d_v}) × {size} bytes = {st.cache_bytes} bytes")
@@ -102,23 +126,30 @@ def _step(tr: Trace, st: DecodeStep, labels: list[str], head: int | None,
     chain = "scaled" + (", soft-capped" if c.softcap is not None else "") + \
         (", with ALiBi" if c.alibi else "") + (", biased" if c.bias else "")
     yield view("scores", "scores", f"q·k / s for each cached position ({chain})",
-               st.scores[heads], heads_rows, cached, latex="z_t")
+               st.scores[heads], heads_rows, cached, latex="z_t",
+               sources=(field("scores", (t - 1, ("r", h0), ("c", first)), len(pos), "scores",
+                              h=("r", h0 + 1), p=("c", first)),))
     allowed = p.reach.allowed(t - 1, t, pos.start, pos.stop)  # (1, t'): key padding only
     blocked = None if allowed is None else \
         np.broadcast_to(~np.asarray(allowed), (len(heads), len(pos)))
     yield view("weights", "weights", "softmax of each head's row" +
                (" with its sink (the sink's weight dropped)" if c.sinks else ""),
                st.weights[heads], heads_rows, cached, heat=True, blocked=blocked,
-               sums_to_one=not c.sinks, latex=r"a_t = \operatorname{softmax}(z_t)")
+               sums_to_one=not c.sinks, latex=r"a_t = \operatorname{softmax}(z_t)",
+               sources=(field("weights", (t - 1, ("r", h0), ("c", first)), len(pos),
+                              "weights", h=("r", h0 + 1), p=("c", first)),))
     of = f"v_cache{sub(c.kv_of(heads[0]) + 1)}" if len(heads) == 1 or c.groups == 1 else \
         "the v_cache of each head's key/value head"
     yield view("head_outputs", "head_outputs", f"weights · {of}: row {t} of head_outputs",
                st.head_outputs[heads], heads_rows,
-               [str(d) for d in range(1, c.d_v + 1)], latex="o_t = a_t V")
+               [str(d) for d in range(1, c.d_v + 1)], latex="o_t = a_t V",
+               sources=(field("head_outputs", (t - 1, ("r", h0), ("c", 0)), c.d_v,
+                              "head_outputs", h=("r", h0 + 1), k=("c", 0)),))
     yield view("output", "output", f"the heads side by side{' · W_O' if c.has_w_o else ''}"
                f"{' + b_o' if 'b_o' in c.biases else ''}: row {t} of output",
                st.output[None, :], [st.token], [str(d) for d in range(1, c.d_out + 1)],
-               latex="y_t")
+               latex="y_t", sources=(field("output", (t - 1, ("c", 0)), c.d_out, "output",
+                                           k=("c", 0)),))
     if st.splits is not None and st.combined is not None:
         yield from _splits(st, heads, view, c.d_v, c.sinks)
 

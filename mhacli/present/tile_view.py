@@ -11,7 +11,7 @@ the largest difference), and the count of skipped tiles. The blocks are made one
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterator
 
 import numpy as np
@@ -20,7 +20,7 @@ from ..engine import Trace
 from ..engine.online import agreement, start
 from ..engine.tiles import TileBlock, each_block, field_stage, why_skipped
 from ..engine.writing import sub
-from .views import Note, View, transposed
+from .views import Note, Source, View, transposed
 
 SUP = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
 STATE = ("m before", "m", "correction", "ℓ before", "ℓ")  # the state table's columns
@@ -104,26 +104,42 @@ def _block(tr: Trace, b: TileBlock, queries: list[str], keys: list[str],
             yield Note(f"key block {j} of {count}: {where}: skipped, blocked by "
                        f"{why_skipped(p, rows, st.keys)}", "skip")
             continue
-        last = j
         yield Note(f"key block {j} of {count}: {where}", "step")
         base = f"tiles · head {h + 1}, {span_text('row', rows)}, {span_text('key', st.keys)}"
         k_labels = keys[st.keys.start:st.keys.stop]
         mark = focus is not None and focus.step == j - 1
 
         def view(table: str, title: str, formula: str, matrix: Any, cols: list[str],
-                 latex: str) -> View:
+                 latex: str, sources: tuple[Source, ...]) -> View:
             marked = frozenset({focus.row - rows.start}) if mark and focus else frozenset()
             cell = frozenset({focus.col}) if mark and focus and focus.table == table \
                 else frozenset()
             return View("tiles", h + 1, f"{base} · {title}", formula, matrix, q_labels, cols,
                         marked_rows=marked if cell or table == "state" else frozenset(),
-                        marked_cols=cell, latex=latex)
+                        marked_cols=cell, latex=latex, sources=sources)
+
+        def field(array: str, at: Any, name: str, step: int | None = None,
+                  col: Any = None, count: int = 1) -> Source:
+            """Where a tile's table takes its numbers, and how each is addressed."""
+            k = ("c", 0) if col is None else col
+            where = () if step is None else (f"{step + 1}:",)
+            spec = ("tiles:", h + 1, ":", ("r", rows.start + 1), ":", *where, name) + \
+                ((":", ("c", (k[1] if isinstance(k, tuple) else k) + 1)) if col is not None
+                 else ())
+            return Source(f"$tiles_{array}", (h, ("r", rows.start), *at), count,
+                          "" if name == "" else f"tiles.{name}",
+                          (("h", h + 1), ("i", ("r", rows.start)), ("s", step), ("k", k)),
+                          spec if name else ())
+
+        prior = last - 1 if last else None  # the step the state before this one is of
 
         s = st.s
         if exact is not None and scores in exact:  # S in fractions, where exact
             s = exact[scores][h, rows.start:rows.stop, st.keys.start:st.keys.stop]
+        tile = ("c", st.keys.start)
+        cut = field("", (tile,), "s", j - 1, tile, len(st.keys))
         yield view("s", "S", f"the tile of {scores}{hs}: the scores, −∞ where blocked", s,
-                   k_labels, "S")
+                   k_labels, "S", (replace(cut, array=scores),))
         before, after = sup(j - 1), sup(j)
         yield view("state", "m, correction, ℓ",
                    f"m{after} = max(m{before}, rowmax S); correction = exp(m{before} − "
@@ -131,23 +147,39 @@ def _block(tr: Trace, b: TileBlock, queries: list[str], keys: list[str],
                    np.column_stack([m, st.m, st.correction, l, st.l]),
                    [f"m{before}", f"m{after}", "correction", f"ℓ{before}", f"ℓ{after}"],
                    rf"\left[m^{{({j - 1})}}, m^{{({j})}}, c, \ell^{{({j - 1})}}, "
-                   rf"\ell^{{({j})}}\right]")
+                   rf"\ell^{{({j})}}\right]",
+                   (field("m", (j - 1,), "m" if prior is not None else "", prior),
+                    field("m", (j,), "m", j - 1), field("correction", (j - 1,), "correction",
+                                                        j - 1),
+                    field("l", (j - 1,), "l" if prior is not None else "", prior),
+                    field("l", (j,), "l", j - 1)))
         yield view("p", "P", f"P = exp(S − m{after}), 0 where blocked", st.p, k_labels,
-                   rf"P = e^{{S - m^{{({j})}}}}")
+                   rf"P = e^{{S - m^{{({j})}}}}",
+                   (field("p", (tile,), "p", j - 1, tile, len(st.keys)),))
         yield view("o", "O", f"O{after} = correction·O{before} + P·V{gs}["
                    f"{span_text('key', st.keys)}]", st.o,
                    [str(d) for d in range(1, c.d_v + 1)],
-                   rf"O^{{({j})}} = c\,O^{{({j - 1})}} + P V_{{{c.kv_of(h) + 1}}}")
+                   rf"O^{{({j})}} = c\,O^{{({j - 1})}} + P V_{{{c.kv_of(h) + 1}}}",
+                   (field("o", (j, ("c", 0)), "o", j - 1, ("c", 0), c.d_v),))
         m, l = np.asarray(st.m), np.asarray(st.l)
+        last = j
     final = f"tiles · head {h + 1}, {span_text('row', rows)} · O / ℓ"
     cols = [str(d) for d in range(1, c.d_v + 1)] + ["lse"]
     end = sup(last) if last else sup(0)
     cell = frozenset({focus.col}) if focus is not None and focus.step is None \
         else frozenset()
+    at = (h, ("r", rows.start))
     yield View("tiles", h + 1, final, f"O{end} / ℓ{end}, and lse = m{end} + log ℓ{end}",
                np.column_stack([b.output, b.lse]), q_labels, cols,
                marked_rows=frozenset({focus.row - rows.start}) if cell and focus
-               else frozenset(), marked_cols=cell, latex=r"O / \ell,\ \mathrm{lse}")
+               else frozenset(), marked_cols=cell, latex=r"O / \ell,\ \mathrm{lse}",
+               sources=(Source("$tiles_output", (*at, ("c", 0)), c.d_v, "tiles.output",
+                               (("h", h + 1), ("i", ("r", rows.start)), ("k", ("c", 0))),
+                               ("tiles:", h + 1, ":", ("r", rows.start + 1), ":output:",
+                                ("c", 1))),
+                        Source("$tiles_lse", at, 1, "tiles.lse",
+                               (("h", h + 1), ("i", ("r", rows.start)), ("k", 0)),
+                               ("tiles:", h + 1, ":", ("r", rows.start + 1), ":lse"))))
     outputs = field_stage(c, "output")  # head_outputs
     plain = tr.stages[outputs][h, rows.start:rows.stop]  # (r, d_v)
     yield Note(f"O / ℓ and {span_text('row', rows)} of {outputs}{hs}: "

@@ -8,13 +8,35 @@ matrix is shown transposed and the formulas are written to match.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 
 from ..engine import TABLE, Trace
 from ..engine.stage import KEY, QUERY, Stage
 from ..engine.writing import Formula, Marks
+
+
+Place = Any  # a number, or ("r" | "c", k): a view's row or column (from 0) plus k
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where some of a view's columns come from, for a reader that draws them from the
+    trace's numbers instead of a copy (the explorer page): ``cols`` columns of the array
+    ``array`` (a name ``writing.Reading`` resolves: a stage, ``@w_q``, ``weights.exp``,
+    ``$tiles_m`` …), the entry at the view's row r and column c (counted within these
+    columns; before any transposing) being the array's at ``index``, each a number or a
+    place. Each entry is written out by the recipe ``recipe`` ("" for none) at ``env``
+    (variable -> number or place), and addressed by ``spec`` (``--cell``'s address:
+    texts and places)."""
+
+    array: str
+    index: tuple[Place, ...]
+    cols: int
+    recipe: str = ""
+    env: tuple[tuple[str, Place], ...] = ()
+    spec: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -36,6 +58,10 @@ class View:
     blocked: np.ndarray | None = None  # heat maps: True where the mask blocks the cell
     sums_to_one: bool = True  # heat maps: each row's weights sum to 1 (not with sinks)
     vector: bool = False  # a vector (a bias's gradient), shown as one row
+    sources: tuple[Source, ...] = ()  # where its columns come from (see Source), when
+    # the view says so; the stages' views are placed by the explorer page itself
+    turned: bool = False  # shown transposed (the column layout): rows are the sources'
+    # columns
 
 
 def shape_text(v: View) -> str:
@@ -131,7 +157,7 @@ def transposed(v: View) -> View:
     """The same view with tokens as columns."""
     return replace(v, matrix=v.matrix.T, rows=v.cols, cols=v.rows, marked_rows=v.marked_cols,
                    marked_cols=v.marked_rows,
-                   blocked=None if v.blocked is None else v.blocked.T)
+                   blocked=None if v.blocked is None else v.blocked.T, turned=not v.turned)
 
 
 def _parts_view(s: Stage, tr: Trace, h: int, queries: list[str], keys: list[str],

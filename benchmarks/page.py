@@ -1,0 +1,117 @@
+"""The explorer page's size and opening time, in a real headless Chromium.
+
+    python benchmarks/page.py [--rounds 3]
+
+Writes the default example's page and a 64-token problem's (d_model 64, 4 heads, a
+causal mask), prints each one's size against its limit (150 KiB, 3 MiB), and opens
+each page ``--rounds`` times (a fresh tab each): the time from asking for the file
+until every table is in the document with every entry's text (the page marks
+``<html data-drawn>`` when its script has drawn them, looked for every 10 ms; the count
+of entries is checked against explain's plain text), best of the rounds against the
+limit of 2 s. Prints the machine
+first. Needs Debian's chromium (/usr/bin/chromium) and the playwright package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBLEMS = {
+    "the default example": [],
+    "64 tokens, d_model 64, 4 heads": ["--random", "--seed", "1", "--tokens", "64",
+                                       "--d-model", "64", "--heads", "4", "--mask", "causal"],
+}
+LIMITS = {"the default example": 150 * 1024, "64 tokens, d_model 64, 4 heads": 3 * 2**20}
+OPEN_LIMIT = 2.0
+
+
+def cpu() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def make(args: list[str], path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    subprocess.run([sys.executable, "-m", "mhacli", "explain", *args, "-o", str(path)],
+                   check=True, env=env)
+
+
+def entries(args: list[str]) -> int:
+    """Every entry of every table explain prints, counted from its plain text."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    text = subprocess.run([sys.executable, "-m", "mhacli", "explain", *args, "--format",
+                           "plain"], check=True, env=env, capture_output=True,
+                          text=True).stdout
+    count = 0
+    for block in text.strip("\n").split("\n\n"):
+        lines = block.split("\n")
+        count += sum(len(line.split()) - 1 for line in lines[2:])
+    return count
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    rounds = parser.parse_args().rounds
+    chromium = "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else \
+        shutil.which("chromium")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())  # the machine is shared
+    print(f"{cpu()}, {os.cpu_count()} cores (load average {load}); Python "
+          f"{platform.python_version()}")
+    if chromium is None:
+        print("no Chromium installed (/usr/bin/chromium): nothing measured")
+        return 1
+    from playwright.sync_api import sync_playwright
+
+    ok = True
+    with tempfile.TemporaryDirectory() as folder, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium,
+                                    args=["--no-sandbox", "--headless=new", "--disable-gpu"])
+        print(f"Chromium {browser.version}")
+        for name, args in PROBLEMS.items():
+            path = Path(folder) / "page.html"
+            make(args, path)
+            size = path.stat().st_size
+            want = entries(args)
+            times = []
+            for _ in range(rounds):
+                page = browser.new_page()
+                start = time.perf_counter()
+                page.goto(path.as_uri(), wait_until="commit")
+                page.wait_for_function("() => document.documentElement.dataset.drawn === '1'",
+                                       polling=10, timeout=60_000)
+                times.append(time.perf_counter() - start)
+                cells = page.evaluate("""() => [...document.querySelectorAll('#tables td')]
+                    .filter(c => c.textContent !== '').length""")
+                if cells != want:
+                    print(f"  {name}: {cells} entries with text, expected {want}")
+                    ok = False
+                page.close()
+            best = min(times)
+            size_ok, time_ok = size <= LIMITS[name], best <= OPEN_LIMIT
+            ok = ok and size_ok and time_ok
+            print(f"{name}: {size / 1024:,.1f} KiB (limit {LIMITS[name] / 1024:,.0f} KiB: "
+                  f"{'met' if size_ok else 'NOT met'}); {want:,} entries, every table's "
+                  f"text in {best:.2f} s, best of {rounds} (each: "
+                  f"{', '.join(f'{t:.2f}' for t in times)}; limit {OPEN_LIMIT:g} s: "
+                  f"{'met' if time_ok else 'NOT met'})")
+        browser.close()
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
