@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -20,17 +19,10 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent))
+from bench import machine  # noqa: E402  (the CPU, its SIMD, cores and libraries)
+
 import numpy as np
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def _block(name: str, a: np.ndarray) -> str:
@@ -83,7 +75,7 @@ def main() -> None:
     parser.add_argument("--mha", default=shutil.which("mha") or "mha")
     mha = os.path.abspath(parser.parse_args().mha) if os.sep in parser.parse_args().mha \
         else parser.parse_args().mha
-    print(f"CPU: {_cpu()}; {os.cpu_count()} cores; Python {platform.python_version()}")
+    print(machine())
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         cases = _cases(folder)

@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench import machine  # noqa: E402  (the CPU, its SIMD, cores and libraries)
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEMS = {
@@ -32,16 +34,6 @@ PROBLEMS = {
 }
 LIMITS = {"the default example": 150 * 1024, "64 tokens, d_model 64, 4 heads": 3 * 2**20}
 OPEN_LIMIT = 2.0
-
-
-def cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def make(args: list[str], path: Path) -> None:
@@ -70,8 +62,7 @@ def main() -> int:
     chromium = "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else \
         shutil.which("chromium")
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())  # the machine is shared
-    print(f"{cpu()}, {os.cpu_count()} cores (load average {load}); Python "
-          f"{platform.python_version()}")
+    print(f"{machine()} (load average {load})")
     if chromium is None:
         print("no Chromium installed (/usr/bin/chromium): nothing measured")
         return 1

@@ -116,18 +116,25 @@ def test_a_problem_file_and_generate_keep_the_chunk(tmp_path: Path) -> None:
     assert r.stderr.count("\n") == 1
 
 
-def test_a_mask_left_out_names_the_chunks(tmp_path: Path) -> None:
+def _masked_as(tmp_path: Path, masked: Any) -> Path:
+    """A key of an exercise with chunks of 2 and the causal mask (4 tokens, 2 heads),
+    and a student's file of it whose masked stage is ``masked(scaled)``."""
+    import yaml
+
     key = tmp_path / "key.yaml"
     r = runner.invoke(app, ["generate", "--ints", "-1:1", "--tokens", "4", "--chunk", "2",
                             "--mask", "causal", "--answers", "--stage", "scaled",
                             "--stage", "masked", "--seed", "5", "-o", str(key)])
     assert r.exit_code == 0, r.output
-    import yaml
-
     doc = yaml.safe_load(key.read_text())
-    doc["answers"]["masked"] = copy.deepcopy(doc["answers"]["scaled"])  # nothing blocked
+    doc["answers"]["masked"] = masked(doc["answers"]["scaled"])
     student = tmp_path / "student.yaml"
     student.write_text(yaml.safe_dump(doc, default_flow_style=None, sort_keys=False))
+    return student
+
+
+def test_a_mask_left_out_names_the_chunks(tmp_path: Path) -> None:
+    student = _masked_as(tmp_path, copy.deepcopy)  # nothing blocked
     r = runner.invoke(app, ["check", str(student), "--format", "plain"])
     assert r.exit_code == 1
     assert "Known mistake: the causal mask and chunked attention are left out: every query " \
@@ -176,19 +183,9 @@ def test_the_chunks_alone_left_out_are_named(tmp_path: Path) -> None:
     """A student who blocks what the causal mask blocks and nothing more: the entries
     only the chunks block (queries 3–4 against keys 1–2, each head) are wrong, and the
     mistake says the chunks were left out."""
-    key = tmp_path / "key.yaml"
-    r = runner.invoke(app, ["generate", "--ints", "-1:1", "--tokens", "4", "--chunk", "2",
-                            "--mask", "causal", "--answers", "--stage", "scaled",
-                            "--stage", "masked", "--seed", "5", "-o", str(key)])
-    assert r.exit_code == 0, r.output
-    import yaml
-
-    doc = yaml.safe_load(key.read_text())
-    doc["answers"]["masked"] = [[[v if j <= i else "-inf" for j, v in enumerate(row)]
-                                 for i, row in enumerate(head)]
-                                for head in doc["answers"]["scaled"]]
-    student = tmp_path / "student.yaml"
-    student.write_text(yaml.safe_dump(doc, default_flow_style=None, sort_keys=False))
+    student = _masked_as(tmp_path, lambda scaled: [
+        [[v if j <= i else "-inf" for j, v in enumerate(row)] for i, row in enumerate(head)]
+        for head in scaled])  # the causal mask alone
     r = runner.invoke(app, ["check", str(student), "--format", "plain"])
     assert r.exit_code == 1
     assert "✗ masked  8 of 32 cells wrong" in r.stdout, r.stdout

@@ -240,12 +240,7 @@ def codegen(f: Family, r: Reader, stem: str) -> Layer:
     r.note("mask", "CodeGen: causal")
     fused(r, stem, "qkv_proj", order, d, out)
     linear(r, stem, "out_proj", out, "o")
-    dims = r.count("rotary_dim")
-    if dims is None or dims > d or dims % 2 or dims < 2:
-        raise r.error("rotary_dim", f"{shown(dims)}: CodeGen turns the first rotary_dim of each "
-                      f"head's {d} dimensions, an even number")
-    out["rope"] = {"style": "interleaved", "base": 10000.0, "dims": dims}
-    r.note("rope", "config rotary_dim (interleaved pairs, base 10000 as CodeGen fixes it)")
+    _rotary_dim(r, d, "CodeGen", out, least=2)
     return out
 
 
@@ -310,13 +305,20 @@ def gptj(f: Family, r: Reader, stem: str) -> Layer:
     r.note("mask", "GPT-J: causal")
     for ours, theirs in (("q", "q_proj"), ("k", "k_proj"), ("v", "v_proj"), ("o", "out_proj")):
         linear(r, stem, theirs, out, ours)
-    dims = r.count("rotary_dim")
-    if dims is None or dims > d or dims % 2:
-        raise r.error("rotary_dim", f"{shown(dims)}: GPT-J turns the first rotary_dim of each "
-                      f"head's {d} dimensions, an even number")
-    out["rope"] = {"style": "interleaved", "base": 10000.0, "dims": dims}
-    r.note("rope", "config rotary_dim (interleaved pairs, base 10000 as GPT-J fixes it)")
+    _rotary_dim(r, d, "GPT-J", out)
     return out
+
+
+def _rotary_dim(r: Reader, d: int, family: str, out: dict[str, Any], least: int = 0) -> None:
+    """RoPE as GPT-J and CodeGen turn their heads: interleaved pairs over the first
+    ``rotary_dim`` of each head's d dimensions (an even number, ``least`` or more), base
+    10000 (fixed in their models)."""
+    dims = r.count("rotary_dim")
+    if dims is None or dims > d or dims % 2 or dims < least:
+        raise r.error("rotary_dim", f"{shown(dims)}: {family} turns the first rotary_dim of "
+                      f"each head's {d} dimensions, an even number")
+    out["rope"] = {"style": "interleaved", "base": 10000.0, "dims": dims}
+    r.note("rope", f"config rotary_dim (interleaved pairs, base 10000 as {family} fixes it)")
 
 
 @said("fused query_key_value in three layouts; causal; RoPE")
