@@ -7,10 +7,12 @@ page's arithmetic for every entry equals ``--cell``'s)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterator
 
 from mhacli.io.choose import problem_from
 
+FIXTURES = Path(__file__).parent / "fixtures"
 RANDOM = dict(random=True, seed=3, tokens="5", d_model=8)
 
 # name -> (problem_from's options, --precision, --fractions)
@@ -46,6 +48,9 @@ CASES: dict[str, tuple[dict[str, Any], int, bool]] = {
                            rope="half", decode=True, splits=2,
                            key_padding="1 0 1 1 1"), 4, False),
     "precision-2": (dict(**RANDOM, heads=2, mask="causal", scale="n"), 2, False),
+    "relative-bias": (dict(file=str(FIXTURES / "relative-bias.yaml")), 4, False),
+    "relative-bias-causal": (dict(file=str(FIXTURES / "relative-bias.yaml"), mask="causal",
+                                  backward=True), 4, True),
 }
 
 

@@ -124,7 +124,7 @@ def test_every_layer_agrees_with_the_model(family: str, tmp_path: Path) -> None:
         tr = mhacli.trace(**prob.inputs)
         np.testing.assert_allclose(tr["weights"], want["weights"], rtol=1e-9, atol=1e-12,
                                    err_msg=layer)
-        assert ("bias" in prob.read["settings"]) == (family == "t5" and not reading.cross)
+        assert ("relative_bias" in prob.read["settings"]) == (family == "t5" and not reading.cross)
 
 
 def test_t5_buckets_are_the_models_own_far_and_near() -> None:
@@ -134,14 +134,14 @@ def test_t5_buckets_are_the_models_own_far_and_near() -> None:
     import torch
     from transformers.models.t5.modeling_t5 import T5Attention
 
-    from mhacli.models.t5 import RelativeBias
+    from mhacli.engine.relative import buckets as bucket_of
 
     n, m = 40, 300
     relative = torch.arange(m)[None, :] - torch.arange(n)[:, None]
     for both in (True, False):
         for buckets, distance in ((32, 128), (8, 16), (6, 20)):
             want = T5Attention._relative_position_bucket(relative, both, buckets, distance)
-            got = RelativeBias(np.zeros((buckets, 1)), both, buckets, distance).bucket(n, m)
+            got = bucket_of(n, m, buckets, both, distance)
             np.testing.assert_array_equal(got, want.numpy(), err_msg=f"{both} {buckets}")
     assert got.max() == 5 and got.min() == 0
 
@@ -150,7 +150,7 @@ def test_t5s_bias_is_shown_and_the_first_layers_table_shared() -> None:
     folder = FIXTURE.parent / "t5"
     second = read_layer(folder, "decoder.1")
     assert "decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight" in \
-        second.origin["bias"] and "shared" in second.origin["bias"]
+        second.origin["relative_bias"] and "shared" in second.origin["relative_bias"]
     r = runner.invoke(app, ["explain", "--checkpoint", str(folder), "--layer", "encoder.1",
                             "--tokens", "5", "--format", "plain", "--stage", "biased"])
     assert r.exit_code == 0, r.stderr

@@ -84,6 +84,9 @@ OPTIONS: tuple[SettingOption, ...] = (
                   "give H slopes)."),
     SettingOption("bias", "Add a matrix to the scores: n × m or H × n × m, from .npy, or "
                   "YAML/JSON holding the matrix (or a bias: key).", metavar="FILE"),
+    SettingOption("relative_bias", "T5's relative position bias: a YAML/JSON file with "
+                  "table (B buckets × H), bidirectional and max_distance; the bias of query "
+                  "i and key j is the table's row of the bucket of j − i.", metavar="FILE"),
     SettingOption("key_padding", "One 1/0 per key: 0 marks a padding key, blocked for every "
                   "query.", metavar="'1 1 0'"),
     SettingOption("sinks", "Attention sinks: one extra logit per head in the softmax, its "

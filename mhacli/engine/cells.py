@@ -214,12 +214,35 @@ def cell_biased(e: Entry) -> list[Any]:
     for name in e.reads:  # the score chain as far as it has come, and ALiBi's bias
         e.mark(name, h, {i}, {j})
         terms.append((f"{name}{e.hs}[{e.row_label}, {e.col_label}]", e.value(name, h, i, j)))
+    origin = []
     if e.c.bias:
         b = e.inp("bias")
         value = b.at(h - 1, i, j) if e.p.bias.ndim == 3 else b.at(i, j)
         terms.append((f"bias[{i + 1}, {j + 1}]", value))
-    return [f"{e.name} = {' + '.join(t for t, _ in terms)}",
+    if e.c.relative is not None:  # T5's: the table's row of the entry's bucket
+        side, count, distance = e.c.relative
+        bucket = e.derive("rel_bucket", lambda t: t.prepared.rel_bucket).at(i, j)
+        d = j - i
+        origin = [f"  bias[{i + 1}, {j + 1}] = relative_bias.table[{bucket + 1}, {h}]: the row "
+                  f"of bucket {bucket} (from 0, of {count}) for j − i = {j} − {i} = {d}  "
+                  f"(positions from 0; {_bucket_rule(d, count, side, distance)})"]
+    return [f"{e.name} = {' + '.join(t for t, _ in terms)}", *origin,
             f"  = {' + '.join(str(e.factor(v)) for _, v in terms)}", f"  = {e.result}"]
+
+
+def _bucket_rule(d: Any, count: int, bidirectional: bool, distance: int) -> Any:
+    """How distance d = j − i (a recipe's value) falls in its bucket (``relative.py``)."""
+    half = count // 2 if bidirectional else count
+    exact = half // 2
+    size = abs(d) if bidirectional else op("max", 0 - d, 0)
+    side = when(d > 0, f"after the query: buckets {half}–{count - 1}",
+                f"at or before the query: buckets 0–{half - 1}") if bidirectional else \
+        when(d > 0, "after the query: counted as 0", "before the query")
+    rule = when(size < exact, f"|j − i| < {exact}: a bucket per distance",
+                when(size >= distance, f"|j − i| ≥ max_distance {distance}: the last bucket",
+                     f"{exact} ≤ |j − i| < {distance}: {exact} + ⌊log(|j − i| / {exact}) / "
+                     f"log({distance} / {exact}) · {half - exact}⌋"))
+    return f"{side}; {rule}"
 
 
 def cell_scaled(e: Entry) -> list[Any]:

@@ -58,6 +58,7 @@ class Config:
     temperature: tuple[float, float] | None = None  # (F, A): Llama 4's tuning of the queries
     alibi: bool = False  # ALiBi: −slope_h·|i − j| added to the scores
     bias: bool = False  # an additive bias on the scores (PyTorch's float attn_mask)
+    relative: tuple[bool, int, int] | None = None  # T5's bias: (bidirectional, B, distance)
     padding: bool = False  # key_padding: some keys blocked for every query
     sinks: bool = False  # an extra logit per head in the softmax, its weight dropped
     rope: str | None = None  # "half" or "interleaved": rotary embedding of q and k
@@ -123,6 +124,8 @@ class Prepared:
     exact_scale: Fraction | int | None  # s as a rational, when it is one
     slopes: Array | None = None  # (H,) ALiBi slopes
     bias: Array | None = None  # (n, m) or (H, n, m), added to the scores
+    rel_table: Array | None = None  # (B, H) relative_bias's table, B buckets
+    rel_bucket: npt.NDArray[np.int64] | None = None  # (n, m) each entry's bucket
     key_padding: npt.NDArray[np.bool_] | None = None  # (m,) True = a real key
     sinks: Array | None = None  # (H,) one extra logit per head
     pe: Array | None = None  # (n, d_model) positional encoding of the query-side input

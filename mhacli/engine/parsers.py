@@ -406,3 +406,85 @@ def write_qk_norm(c: Config, p: Prepared, given: Any) -> Any:
     return (f"{{over: {c.qk_norm}, eps: {written(c.qk_eps)}, q: {listed(p.q_norm)}, "
             f"k: {listed(p.k_norm)}}}")
 
+
+
+RELATIVE_KEYS = ("table", "bidirectional", "max_distance")
+
+
+def relative_bias_value(value: Any) -> dict[str, Any] | None:
+    """relative_bias as given: a mapping {table, bidirectional, max_distance} (T5's
+    relative position bias; bidirectional true and max_distance 128 unless given), read;
+    the table's shape is checked against the heads when the problem is prepared."""
+    if value is None or value is False:
+        return None
+    if not isinstance(value, dict):
+        raise MhaError("relative_bias must be a mapping {table, bidirectional, max_distance} "
+                       f"(table: buckets × H), got {given(value)}", key="relative_bias")
+    unknown = sorted(set(map(str, value)) - set(RELATIVE_KEYS))
+    if unknown:
+        raise MhaError(f"relative_bias takes {', '.join(RELATIVE_KEYS)}, not "
+                       f"{', '.join(unknown)}", key=("relative_bias", unknown[0]), on_key=True)
+    if value.get("table") is None:
+        raise MhaError("relative_bias needs its table (buckets × H: each bucket's bias for "
+                       "each head)", key=("relative_bias", "table"))
+    table = value["table"]
+    if isinstance(table, list) and (not all(isinstance(r, list) for r in table) or
+                                    len({len(r) for r in table}) != 1):
+        raise MhaError("relative_bias table must be rows of one length (buckets × H: a row "
+                       "per bucket, a number per head)", key=("relative_bias", "table"))
+    if isinstance(table, list):
+        from ..numbers import parse  # as a file writes them: text, by the number rule
+
+        table = [[parse(t, ("relative_bias", "table", i, j)) if isinstance(t, str) else t
+                  for j, t in enumerate(row)] if isinstance(row, list) else row
+                 for i, row in enumerate(table)]
+    side = value.get("bidirectional", True)
+    if isinstance(side, str) and side.strip().lower() in ("true", "yes", "on", "false", "no",
+                                                          "off"):
+        side = side.strip().lower() in ("true", "yes", "on")
+    if not isinstance(side, (bool, np.bool_)):
+        raise MhaError(f"relative_bias bidirectional must be true (the keys after a query "
+                       f"have buckets of their own, as T5's encoder) or false (as its "
+                       f"decoder), got {given(side)}", key=("relative_bias", "bidirectional"))
+    from .values import whole
+
+    distance = whole("relative_bias.max_distance", value.get("max_distance", 128))
+    return {"table": table, "bidirectional": bool(side), "max_distance": distance}
+
+
+def relative_bias(value: Any, s: Sizes) -> Fields:
+    """T5's relative position bias (read): the problem's bias is the table's row of each
+    (query, key)'s bucket (``relative.py``), for each head."""
+    from . import relative
+
+    if value is None:
+        return {"relative": None}, {"rel_table": None, "rel_bucket": None}
+    table = as_array("relative_bias.table", value["table"], s.t)
+    if table.ndim != 2 or table.shape[1] != s.heads:
+        raise MhaError(f"relative_bias table is {shape_text(table)}: expected buckets × H "
+                       f"(H = {s.heads}), a row per bucket", key=("relative_bias", "table"))
+    count = table.shape[0]
+    side, distance = value["bidirectional"], value["max_distance"]
+    exact = (count // 2 if side else count) // 2
+    if exact < 1:
+        raise MhaError(f"relative_bias needs {4 if side else 2} or more buckets (table rows) "
+                       f"{'both ways' if side else 'for the keys before'}, got {count}",
+                       key=("relative_bias", "table"))
+    if distance <= exact:
+        raise MhaError(f"relative_bias max_distance must be above {exact}, the distances "
+                       f"its {count} buckets count one by one, got {distance}",
+                       key=("relative_bias", "max_distance"))
+    bucket = relative.buckets(s.n, s.m, count, side, distance)  # (n, m)
+    bias = relative.bias(table, bucket)  # (H, n, m)
+    bucket.flags.writeable = bias.flags.writeable = False
+    return ({"relative": (side, count, distance), "bias": True},
+            {"rel_table": table, "rel_bucket": bucket, "bias": bias})
+
+
+def write_relative_bias(c: Config, p: Prepared, given: Any) -> Any:
+    if c.relative is None:
+        return None
+    side, _, distance = c.relative
+    rows = ", ".join("[" + ", ".join(written(v) for v in row) + "]" for row in p.rel_table)
+    return (f"{{bidirectional: {str(side).lower()}, max_distance: {distance}, "
+            f"table: [{rows}]}}")

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..errors import MhaError
 from . import parsers as read
-from . import rope
+from . import relative, rope
 from .parsers import Fields
 from .values import (DTYPES, MASKS, choice, dtype_name, mask_value, positive, scale_rule,
                      whole)
@@ -58,6 +58,7 @@ class Setting:
     in_file: bool = True  # a problem file may give it (dtype and masked_row: not)
     engine: bool = True  # the API and prepare take it (layout: how a file is written)
     needs: str | None = None  # another setting it goes with (splits: decode), or None
+    excludes: str | None = None  # another setting it cannot go with, or None
 
 
 # --------------------------------------------------------------------------- the table
@@ -113,7 +114,15 @@ SETTINGS: tuple[Setting, ...] = (
             shown=lambda c: {"alibi": c.alibi}, write=read.write_alibi),
     Setting("bias", "an n × m or H × n × m array added to the scores.", kind="file",
             array=(2, 3), parse=read.bias, fields=("bias",),
-            shown=lambda c: {"bias": c.bias}, write=lambda c, p, given: p.bias),
+            shown=lambda c: {"bias": c.bias},
+            write=lambda c, p, given: None if c.relative else p.bias),
+    Setting("relative_bias", "T5's relative position bias: {table, bidirectional, "
+            "max_distance}, the table B buckets × H; the bias of query i and key j is the "
+            "table's row of the bucket of j − i (relative.py), added to the scores.",
+            kind="file", read=read.relative_bias_value, parse=read.relative_bias,
+            fields=("relative", "rel_table", "rel_bucket"), excludes="bias",
+            shown=lambda c: {} if c.relative is None else
+            {"relative_bias": relative.shown(c.relative)}, write=read.write_relative_bias),
     Setting("key_padding", "m entries of 1/0: 0 marks a padding key, blocked for every "
             "query.", read=read.key_padding_value, parse=read.key_padding,
             fields=("padding", "key_padding"), shown=lambda c: {"key_padding": c.padding},
@@ -229,6 +238,11 @@ def parse_all(given: dict[str, Any], s: Sizes) -> Fields:
                 _UNSET[0].update(off_config)
                 _UNSET[1].update(off_arrays)
     config, arrays = dict(_UNSET[0]), dict(_UNSET[1])
+    for setting in _PARSED:
+        if setting.excludes and given.get(setting.key) is not None and \
+                given.get(setting.excludes) is not None:
+            raise MhaError(f"{setting.key} and {setting.excludes} both add to the scores: "
+                           "give one or the other", key=setting.key)
     for setting in _PARSED:
         value = given.get(setting.key, setting.default)
         if value is None:

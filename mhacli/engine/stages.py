@@ -142,6 +142,9 @@ def _mask_text(f: Formula) -> str:
 
 def _biased_text(f: Formula) -> str:
     terms = [name + f.i for name in reads(f.c, "biased")] + (["bias"] if f.c.bias else [])
+    if f.c.relative is not None:  # T5's: the table's row of each entry's bucket
+        terms[-1] = f"bias, bias[i, j] = table[bucket(j − i), h] ({f.c.relative[1]} buckets" \
+            f"{', both ways' if f.c.relative[0] else ', keys before'})"
     return " + ".join(terms)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from ..engine.settings import SETTINGS, option, read_setting
 from ..errors import MhaError
 from .on_model import load_checkpoint
-from .problem import Problem, load, load_sample, read_bias
+from .problem import Problem, load, load_sample, read_bias, read_mapping
 
 BUILT_IN = "intro"
 ALL = {s.key: s for s in SETTINGS}  # the settings options give (layout too)
@@ -112,6 +112,11 @@ def option_values(settings: dict[str, Any]) -> dict[str, Any]:
         s = ALL[key]
         if s.kind == "flag":
             value = True if value else None
+        elif s.kind == "file" and value is not None and not s.array:  # a mapping
+            try:
+                value = read_setting(key, read_mapping(Path(value), key))
+            except MhaError as exc:
+                raise exc.located(str(value)) from None
         elif s.kind == "file" and value is not None and \
                 str(value).strip().lower() not in s.words:
             value = read_bias(Path(value), key, s.array)

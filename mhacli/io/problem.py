@@ -344,6 +344,18 @@ def load_sample(name: str) -> Problem:
     return load(sample_path(name)).renamed(f"sample {name}")
 
 
+def read_mapping(path: str | Path, key: str) -> dict[str, Any]:
+    """``--relative-bias FILE``: YAML or JSON holding a setting's mapping, itself or under
+    the key's name."""
+    data, _, source, _ = document(Path(path))
+    if isinstance(data, dict) and set(data) == {key}:
+        data = data[key]
+    if not isinstance(data, dict):
+        raise MhaError(f"a {key} file holds a mapping ({key}: with one, or the mapping itself)",
+                       source=source)
+    return data
+
+
 def read_bias(path: str | Path, key: str = "bias", dims: tuple[int, ...] = (2, 3)
               ) -> np.ndarray:
     """``--bias FILE`` (or ``--positional FILE``): a matrix from .npy, or from YAML/JSON

@@ -29,11 +29,8 @@ def on_layer(inputs: dict[str, Any], reading: Any, heads: int | None,
                        "read the encoder's output, x_kv; give x_kv in the problem (or leave "
                        "out the file for random tokens of both)", key="x_kv")
     own = set(inputs)
-    if getattr(reading, "position_bias", None) is not None and inputs.get("bias") is None:
-        # (T5's relative position bias: its rule made into the bias of these n and m)
-        n = np.shape(inputs["x"])[0] if inputs.get("x") is not None else 0
-        m = np.shape(inputs["x_kv"])[0] if inputs.get("x_kv") is not None else n
-        inputs["bias"] = reading.position_bias(n, m)
+    if inputs.get("bias") is not None:  # the problem's own bias, in place of T5's
+        own.add("relative_bias")
     inputs.update(reading.weights)
     if reading.dtype != np.float64:  # read in the working precision: the problem's too
         inputs.setdefault("dtype", reading.dtype.name)

@@ -85,7 +85,6 @@ class LayerReading:
     origin: Mapping[str, str]  # a weight or setting -> where it came from
     dtype: np.dtype = np.dtype(np.float64)  # the weights' working precision
     cross: bool = False  # a cross-attention: its keys and values read x_kv
-    position_bias: Any = None  # (n, m) -> the bias H × n × m, when it depends on them (T5)
 
     @property
     def width(self) -> int:
@@ -144,13 +143,12 @@ def read_layer(path: str | Path, layer: int | str = 0, dtype: Any = np.float64
         out = record.layer(r, stem)
         family = record.model_type if model_type is not None else kind or "unknown"
     _refuse_the_rest(r, stem)
-    bias = out.pop("position_bias", None)  # a rule of n and m (T5's): made with the problem
     weights = {k: v for k, v in out.items() if k in WEIGHTS}
     settings = {k: v for k, v in out.items() if k not in WEIGHTS}
     return LayerReading(str(ckpt.path), layer if part is None else part.name, family, stem,
                         MappingProxyType(weights), MappingProxyType(settings),
                         MappingProxyType(dict(r.origin)), r.dtype,
-                        cross=part is not None and part.cross, position_bias=bias)
+                        cross=part is not None and part.cross)
 
 
 # Layers that are not softmax attention, known by their tensors (the name after the

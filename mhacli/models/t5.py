@@ -8,15 +8,13 @@ logarithmically up to ``relative_attention_max_distance``; the encoder's buckets
 before from after (bidirectional), the decoder's self-attention counts only the keys
 before. T5 learns the table in its first layer and the others use it (UMT5: one per
 layer); the cross-attention has none. The bias depends on how many queries and keys the
-problem has, so the reading holds it as a rule (``RelativeBias``) that the problem joined
-with the layer turns into its ``bias`` matrix, H × n × m.
+problem has, so the reading gives the setting ``relative_bias`` (the table and its rule,
+``engine/relative.py``), which the problem turns into its bias, H × n × m.
 """
 
 from __future__ import annotations
 
-import math
 import re
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,37 +34,10 @@ AROUND = ("d_ff", "num_layers", "num_decoder_layers", "feed_forward_proj", "dens
           "decoder_sparse_step", "tokenizer_class", "add_router_probs")
 
 
-@dataclass(frozen=True, eq=False)
-class RelativeBias:
-    """T5's relative position bias: ``table`` (buckets × H) and its bucketing."""
-
-    table: np.ndarray  # (buckets, H)
-    bidirectional: bool
-    buckets: int
-    max_distance: int
-
-    def bucket(self, n: int, m: int) -> np.ndarray:
-        """Each (query, key)'s bucket, as T5 computes it (its logarithm in float32)."""
-        relative = np.arange(m)[None, :] - np.arange(n)[:, None]  # (n, m): j − i
-        out = np.zeros((n, m), dtype=np.int64)
-        count = self.buckets
-        if self.bidirectional:
-            count //= 2
-            out += (relative > 0) * count
-            relative = np.abs(relative)
-        else:
-            relative = -np.minimum(relative, 0)
-        exact = count // 2
-        with np.errstate(divide="ignore", invalid="ignore"):  # (log 0 where small: unused)
-            large = exact + (np.log(relative.astype(np.float32) / np.float32(exact))
-                             / np.float32(math.log(self.max_distance / exact))
-                             * np.float32(count - exact)).astype(np.int64)
-        large = np.minimum(np.where(relative < exact, 0, large), count - 1)
-        return out + np.where(relative < exact, relative, large)
-
-    def __call__(self, n: int, m: int) -> np.ndarray:
-        """The bias, H × n × m."""
-        return np.ascontiguousarray(self.table[self.bucket(n, m)].transpose(2, 0, 1))
+def relative_bias(table: np.ndarray, bidirectional: bool, distance: int) -> dict[str, Any]:
+    """The setting ``relative_bias`` (``engine/relative.py``): the table (buckets × H),
+    its buckets both ways or the keys before only, and the distance the last one starts."""
+    return {"table": table, "bidirectional": bidirectional, "max_distance": distance}
 
 
 @said("scores not scaled; a relative position bias (buckets of j − i, bidirectional in the "
@@ -107,9 +78,8 @@ def t5(f: Family, r: Reader, stem: str) -> Layer:
         raise MhaError(f"{name} is {table.shape}: expected relative_attention_num_buckets × "
                        f"num_heads = ({buckets}, {heads})", source=r.ckpt.source_of(name),
                        key=name)
-    out["position_bias"] = RelativeBias(table, part == "encoder", int(buckets),  # type: ignore[arg-type]
-                                        int(distance))  # type: ignore[arg-type]
-    r.note("bias", f"tensor {name} ({f.model_type}'s relative position buckets of j − i: "
+    out["relative_bias"] = relative_bias(table, part == "encoder", int(distance))  # type: ignore[arg-type]
+    r.note("relative_bias", f"tensor {name} ({f.model_type}'s relative position buckets of j − i: "
            f"{'before and after told apart' if part == 'encoder' else 'the keys before only'}, "
            f"relative_attention_num_buckets {buckets}, relative_attention_max_distance "
            f"{distance}{'' if name == own else '; the first layer' + chr(39) + 's table, shared'})")
@@ -133,7 +103,7 @@ def mpnet(f: Family, r: Reader, stem: str) -> Layer:
         raise MhaError(f"{name} is {table.shape}: MPNet buckets by 32, so it needs 32 rows or "
                        f"more, of num_attention_heads = {heads}", source=r.ckpt.source_of(name),
                        key=name)
-    out["position_bias"] = RelativeBias(table, True, 32, 128)
-    r.note("bias", f"tensor {name} (MPNet's relative position buckets of j − i, before and "
+    out["relative_bias"] = relative_bias(table[:32], True, 128)  # (its rows past 32: unused)
+    r.note("relative_bias", f"tensor {name} (MPNet's relative position buckets of j − i, before and "
            "after told apart: 32 buckets up to 128 apart, as its model fixes them)")
     return out
