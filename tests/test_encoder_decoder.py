@@ -171,10 +171,38 @@ def test_mvps_prompts_are_refused_by_name(tmp_path: Path) -> None:
         read_layer(target, "encoder.0")
 
 
-def test_text_on_the_decoder_is_refused_by_name() -> None:
-    """--text reads an encoder-decoder model's encoder; its decoder sees the start token
-    and the text shifted, which mha does not label yet: refused before the model loads."""
-    r = runner.invoke(app, ["explain", "--checkpoint", str(FIXTURE), "--layer", "decoder.0",
-                            "--text", "the cat"])
-    assert r.exit_code == 2 and r.stdout == "", r.stdout
-    assert "--text with --layer decoder.0: an encoder-decoder model's decoder" in r.stderr
+@pytest.mark.parametrize("family", ["bart", "t5"])
+def test_a_text_runs_the_encoder_and_the_decoder_on_its_start_token(family: str,
+                                                                      tmp_path: Path) -> None:
+    """--text on a decoder layer: the decoder reads its start token (decoder_start_token_id)
+    and its cross-attention the encoder's output on the text; the weights equal those the
+    model itself returns (output_attentions) for the same two inputs."""
+    pytest.importorskip("transformers")
+    import torch
+
+    from . import hf_reference as hf
+
+    folder = hf.make_model(family, tmp_path / family, tokenizer=True)
+    model = hf.load_model(folder)
+    text = "the cat sat on the mat"
+    from transformers import AutoTokenizer
+
+    ids = AutoTokenizer.from_pretrained(str(folder))(text)["input_ids"]
+    start = model.config.decoder_start_token_id
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([ids]), decoder_input_ids=torch.tensor([[start]]),
+                    output_attentions=True)
+    for layer, theirs in (("decoder.0", out.decoder_attentions[0]),
+                          ("decoder.1.cross", out.cross_attentions[1])):
+        prob = mhacli.load_text(folder, text, layer)  # type: ignore[arg-type]
+        ours = mhacli.trace(**prob.inputs)["weights"]  # (H, 1, m)
+        assert ours.shape == (theirs.shape[1], 1, len(ids) if "cross" in layer else 1)
+        np.testing.assert_allclose(ours, theirs[0].double().numpy(), rtol=1e-9, atol=1e-12)
+        assert "start token" in prob.read["decoder_input"]
+        assert prob.read["decoder_input"].endswith("the encoder's output on the text") == \
+            layer.endswith("cross")
+    r = runner.invoke(app, ["explain", "--checkpoint", str(folder), "--layer", "decoder.1.cross",
+                            "--text", text, "--format", "plain", "--stage", "weights"])
+    assert r.exit_code == 0, r.stderr
+    assert f"(id {start}, config decoder_start_token_id); keys and values: the encoder's " \
+        f"output on the text ({len(ids)} tokens)" in r.stdout

@@ -76,12 +76,6 @@ def load_text_layers(checkpoint: str | Path, text: str, layers: list[int], *,
 
     path = Path(checkpoint)
     found = {k: ckpt.read_layer(path, k) for k in layers}
-    for k in layers:  # (the decoder reads the start token and the text shifted: unlabelled)
-        if str(k).startswith("decoder."):
-            raise MhaError(f"--text with --layer {k}: an encoder-decoder model's decoder "
-                           "reads its start token and the text shifted by one, which mha "
-                           "does not label yet; --text reads its encoder.N layers",
-                           source=str(path), key="layer")
     _refuse_changes(path, text, found, settings, tuple(command))  # before the model loads
     reading = read_text(path, text, {k: f.stem for k, f in found.items()})
     return from_reading(path, text, reading, layers, layout=layout, found=found, **settings)
@@ -103,8 +97,10 @@ def from_reading(checkpoint: str | Path, text: str, reading: Any, layers: list[i
     out = []
     for k in layers:
         layer = found[k] if found is not None else read_layer(path, k)
-        prob = from_mapping({"x": reading.x[k], "tokens": reading.labels},
-                            f"the text on {path}", None, layout, reading=layer)
+        given = {"x": reading.x[k], "tokens": reading.rows(k)}
+        if k in reading.x_kv:  # a cross-attention: the encoder's output on the text
+            given.update(x_kv=reading.x_kv[k], kv_tokens=reading.labels)
+        prob = from_mapping(given, f"the text on {path}", None, layout, reading=layer)
         changes = {key: v for key, v in settings.items() if v is not None and not (
             key in ("dtype", "masked_row") and v == getattr(prob.config, key))}
         if changes:  # checked below as the layer is then: the model's, or refused
@@ -122,6 +118,11 @@ def from_reading(checkpoint: str | Path, text: str, reading: Any, layers: list[i
                            f"to its largest entry; at most {AGREEMENT:g} is accepted): these "
                            "numbers would not be the model's", source=str(path))
         read = {**prob.read, "text": text, "ids": reading.ids, "agreement": diff}
+        if str(k).startswith("decoder."):  # what the decoder read: said, as it is not the text
+            read["decoder_input"] = (f"the decoder's start token {reading.start_labels[0]} "
+                                     f"(id {reading.start[0]}, config decoder_start_token_id)"
+                                     + ("; keys and values: the encoder's output on the text"
+                                        if k in reading.x_kv else ""))
         out.append(replaced(prob, read=MappingProxyType(read)))
     return out
 
@@ -148,8 +149,10 @@ def _refuse_changes(path: Path, text: str, found: dict[int, Any], settings: dict
     if not given:
         return
     for k, layer in found.items():  # the layer on two tokens of zeros: its settings
-        base = from_mapping({"x": np.zeros((2, layer.width))}, f"layer {k} of {path}", None,
-                            reading=layer)
+        zeros = {"x": np.zeros((2, layer.width))}
+        if layer.cross:
+            zeros["x_kv"] = np.zeros((2, layer.weights["w_k"].shape[0]))
+        base = from_mapping(zeros, f"layer {k} of {path}", None, reading=layer)
         changed = []
         for key, value in given.items():
             try:

@@ -10,7 +10,7 @@ so that its numbers and mha's can agree to the last few digits.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -69,11 +69,19 @@ class Reading:
 
     ids: list[int]
     labels: list[str]
-    x: dict[int, np.ndarray]  # layer -> (n, d_model), float64
-    output: dict[int, np.ndarray]  # layer -> (n, d_out): the model's own attention output
+    x: dict[Any, np.ndarray]  # layer -> (n, d_model), float64
+    output: dict[Any, np.ndarray]  # layer -> (n, d_out): the model's own attention output
+    x_kv: dict[Any, np.ndarray] = field(default_factory=dict)  # a cross-attention's: (m, d)
+    start: list[int] = field(default_factory=list)  # the decoder's ids (its start token)
+    start_labels: list[str] = field(default_factory=list)
+
+    def rows(self, layer: Any) -> list[str]:
+        """The labels of a layer's query rows: the text's tokens, or in an encoder-decoder
+        model's decoder its start token."""
+        return self.start_labels if str(layer).startswith("decoder.") else self.labels
 
 
-def read_text(folder: str | Path, text: str, layers: dict[int, str]) -> Reading:
+def read_text(folder: str | Path, text: str, layers: dict[Any, str]) -> Reading:
     """``text`` through the model in ``folder``: ``layers`` maps each layer to read to
     its attention module's tensor prefix (as the checkpoint names it, with its dot)."""
     folder = Path(folder)
@@ -108,7 +116,6 @@ def read_text(folder: str | Path, text: str, layers: dict[int, str]) -> Reading:
     model = _model(transformers, torch, folder)
     caught: dict[tuple[str, int], Any] = {}
     handles = []
-    last = max(layers)
     for layer, stem in layers.items():
         inside = stem + ("self" if stem.endswith(".attention.") and
                          _has(model, stem + "self") else "")
@@ -116,10 +123,18 @@ def read_text(folder: str | Path, text: str, layers: dict[int, str]) -> Reading:
         handles.append(before.register_forward_pre_hook(_catch(caught, "x", layer),
                                                         with_kwargs=True))
         handles.append(after.register_forward_hook(_catch(caught, "out", layer,
-                                                          stop=layer == last)))
+                                                          stop=set(layers))))
+    start = _start(model, folder) if any(str(k).startswith("decoder.") for k in layers) else []
+    for layer, stem in layers.items():
+        if str(layer).endswith(".cross"):  # its keys and values: the encoder's output
+            handles.append(_module(model, stem).register_forward_pre_hook(
+                _catch(caught, "x_kv", layer), with_kwargs=True))
+    inputs = {"input_ids": torch.tensor([ids], dtype=torch.long)}
+    if start:
+        inputs["decoder_input_ids"] = torch.tensor([start], dtype=torch.long)
     try:
         with torch.no_grad():
-            model(input_ids=torch.tensor([ids], dtype=torch.long))
+            model(**inputs)
     except _Enough:  # every layer asked for is read: the rest of the model need not run
         pass
     except Exception as exc:  # the model's own refusal (a text too long for a table …)
@@ -129,7 +144,23 @@ def read_text(folder: str | Path, text: str, layers: dict[int, str]) -> Reading:
         for handle in handles:
             handle.remove()
     return Reading(list(ids), labels(tokenizer, ids, text, offsets),
-                   {k: caught[("x", k)] for k in layers}, {k: caught[("out", k)] for k in layers})
+                   {k: caught[("x", k)] for k in layers}, {k: caught[("out", k)] for k in layers},
+                   {k: caught[("x_kv", k)] for k in layers if ("x_kv", k) in caught},
+                   start, labels(tokenizer, start) if start else [])
+
+
+def _start(model: Any, folder: Path) -> list[int]:
+    """What an encoder-decoder model's decoder reads with a text: its start token
+    (``decoder_start_token_id``), as it begins every output."""
+    config = model.config
+    token = getattr(config, "decoder_start_token_id", None)
+    if token is None:
+        token = getattr(getattr(model, "generation_config", None), "decoder_start_token_id",
+                        None)
+    if not isinstance(token, int) or isinstance(token, bool):
+        raise MhaError("config.json gives no decoder_start_token_id: the token the decoder "
+                       "starts from, which --text gives it", source=str(folder / "config.json"))
+    return [token]
 
 
 def labels(tokenizer: Any, ids: list[int], text: str | None = None,
@@ -147,18 +178,25 @@ class _Enough(Exception):
     """Raised by the last layer's hook: what was asked for has been read."""
 
 
-def _catch(caught: dict, what: str, layer: int, stop: bool = False) -> Any:
+def _catch(caught: dict, what: str, layer: Any, stop: set[Any] | None = None) -> Any:
+    """A hook keeping a layer's input (``x``, or a cross-attention's ``x_kv``) or output
+    (``out``); once every layer of ``stop`` has its output, the model need not go on."""
     def before(module: Any, args: tuple, kwargs: dict) -> None:
-        value = args[0] if args else kwargs["hidden_states"]
+        if what == "x_kv":  # a cross-attention's keys and values: the encoder's output
+            value = kwargs.get("key_value_states")
+            if value is None:
+                value = kwargs.get("encoder_hidden_states", args[1] if len(args) > 1 else None)
+        else:
+            value = args[0] if args else kwargs["hidden_states"]
         caught[(what, layer)] = value[0].detach().double().numpy().copy()
 
     def after(module: Any, args: tuple, output: Any) -> None:
         value = output[0] if isinstance(output, tuple) else output
         caught[(what, layer)] = value[0].detach().double().numpy().copy()
-        if stop:
+        if stop and all(("out", k) in caught for k in stop):
             raise _Enough
 
-    return before if what == "x" else after
+    return after if what == "out" else before
 
 
 def _has_tokenizer(folder: Path) -> None:

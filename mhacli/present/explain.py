@@ -23,10 +23,15 @@ def read_lines(read: Mapping[str, Any], c: Any) -> list[str]:
     settings = read.get("settings", {})
     width = max((len(k) for k in settings), default=0)
     lines += [f"  {key.ljust(width)}  {where}" for key, where in settings.items()]
-    if "agreement" in read:
+    agrees = (f"mha's output agrees with the model's attention output to "
+              f"{read.get('agreement', 0):.1e} (the largest difference, relative)")
+    if "decoder_input" in read:  # an encoder-decoder model's decoder: not the text itself
+        cross = c.cross
+        lines.append(f"  x: the model's own hidden state for {read['decoder_input']}"
+                     + (f" ({len(read['ids'])} tokens)" if cross else "") + f"; {agrees}")
+    elif "agreement" in read:
         lines.append(f"  x: the model's own hidden state for the text ({len(read['ids'])} "
-                     f"tokens); mha's output agrees with the model's attention output to "
-                     f"{read['agreement']:.1e} (the largest difference, relative)")
+                     f"tokens); {agrees}")
     if c.rope is not None and c.rope_freqs:
         freqs = ", ".join(f"{t:.6g}" for t in c.rope_freqs)
         factor = f"; cos and sin × {c.rope_factor:.6g}" if c.rope_factor != 1.0 else ""
