@@ -117,6 +117,8 @@ def llama_line(recipe: Callable[..., Any], decoder: Callable[..., dict[str, Any]
         "eurobert": recipe("EuroBertConfig", "EuroBertForMaskedLM", decoder(
             **_rope(), pad_token_id=0, bos_token_id=1, eos_token_id=2, mask_token_id=3),
                            notes="an encoder with RoPE: no mask"),
+        "diffllama": r("DiffLlamaConfig", "DiffLlamaForCausalLM", "differential attention: "
+                       "heads 1-2 with 3-4, value heads 1 with 2; λ_init by layer", **four),
         "smollm3": r("SmolLM3Config", "SmolLM3ForCausalLM", "NoPE layers 1 and 3, which "
                      "slide", no_rope_layer_interval=2, use_sliding_window=True,
                      sliding_window=4, **four),

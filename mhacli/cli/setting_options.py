@@ -87,6 +87,10 @@ OPTIONS: tuple[SettingOption, ...] = (
     SettingOption("relative_bias", "T5's relative position bias: a YAML/JSON file with "
                   "table (B buckets × H), bidirectional and max_distance; the bias of query "
                   "i and key j is the table's row of the bucket of j − i.", metavar="FILE"),
+    SettingOption("differential", "Differential attention (DiffLlama): a YAML/JSON file "
+                  "with lambda_q1, lambda_k1, lambda_q2, lambda_k2 (d_k numbers each), "
+                  "lambda_init and eps; heads h and h + H/2 make one, A_h − λ·A_{h+H/2}.",
+                  metavar="FILE"),
     SettingOption("key_padding", "One 1/0 per key: 0 marks a padding key, blocked for every "
                   "query.", metavar="'1 1 0'"),
     SettingOption("sinks", "Attention sinks: one extra logit per head in the softmax, its "

@@ -354,8 +354,75 @@ def cell_head_outputs(e: Entry) -> list[Any]:
             f"  = {e.result}"]
 
 
+def cell_lambda(e: Entry) -> list[Any]:
+    """λ of differential attention, from its four vectors."""
+    lam = e.inp("lambdas", exact=False)
+    dots = e.derive("diff_dots", lambda t: np.array([t.prepared.lambdas[0] @ t.prepared.lambdas[1],
+                                                     t.prepared.lambdas[2] @ t.prepared.lambdas[3]]))
+    return ["λ = exp(λ_q1·λ_k1) − exp(λ_q2·λ_k2) + λ_init",
+            f"  λ_q1·λ_k1 = {e.dot(lam.row(0), lam.row(1))} = {e.num(dots.at(0))}",
+            f"  λ_q2·λ_k2 = {e.dot(lam.row(2), lam.row(3))} = {e.num(dots.at(1))}",
+            f"  = exp({e.num(dots.at(0))}) − exp({e.num(dots.at(1))}) + "
+            f"{e.num(e.c.differential)}", f"  = {e.result}"]
+
+
+def cell_diff_weights(e: Entry) -> list[Any]:
+    """A differential head's map: query head h's weights less λ times head h + H/2's."""
+    h, i, j = e.head, e.row, e.col
+    a, lam_stage = e.reads
+    other = h + e.c.heads // 2
+    e.mark(a, h, {i}, {j})
+    e.mark(a, other, {i}, {j})
+    e.mark(lam_stage, None, None, {0})
+    lam = e.value(lam_stage, None, 0, 0)
+    return [f"{e.name} = A{e.hs}[{e.row_label}, {e.col_label}] − λ × A{sub(other)}"
+            f"[{e.row_label}, {e.col_label}]  (query heads {h} and {other} make head {h})",
+            f"  = {e.factor(e.value(a, h, i, j))} − {e.factor(lam)} × "
+            f"{e.factor(e.value(a, other, i, j))}", f"  = {e.result}"]
+
+
+def cell_diff_outputs(e: Entry) -> list[Any]:
+    """A differential head's output: its map times the values of its two key/value
+    heads side by side, [V_g | V_{g+G/2}]."""
+    c, h = e.c, e.head
+    a, v = e.reads  # the differential map and the values
+    d_v, half = c.d_v, c.groups // 2
+    g = kv(c, h)
+    gg = when(e.col < d_v, g, g + half)  # the value head of this column
+    col = e.col % d_v
+    e.mark(a, h, {e.row})
+    e.mark(v, gg, None, {col})
+    return [f"{e.name} = row {e.row + 1} of {a}{e.hs} · column {col + 1} of V{sub(gg)}  "
+            f"(head {h}'s values: V{sub(g)} | V{sub(g + half)} side by side)",
+            f"  = {e.dot(e.row_of(a, h, e.row), e.col_of(v, gg, col))}",
+            f"  = {e.result}"]
+
+
+def cell_head_normed(e: Entry) -> list[Any]:
+    """A differential head's output divided by its row's root mean square."""
+    h, i, j = e.head, e.row, e.col
+    src = e.reads[0]
+    e.mark(src, h, {i})
+    r = op("at", f"{e.stage}.rms", h - 1, i, 0)
+    return [f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] / rms, rms = √(mean of the "
+            f"squares of the row {e.row_label} of head {h} + eps)",
+            f"  rms = √(… + {e.c.diff_eps:g}) = {e.num(r)}",
+            f"  {e.factor(e.value(src, h, i, j))} / {e.num(r)}", f"  = {e.result}"]
+
+
+def cell_head_scaled(e: Entry) -> list[Any]:
+    """A differential head's normed output times 1 − λ_init."""
+    h, i, j = e.head, e.row, e.col
+    src = e.reads[0]
+    e.mark(src, h, {i}, {j})
+    init = e.c.differential
+    return [f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] × (1 − λ_init), λ_init = "
+            f"{e.num(init)}",
+            f"  = {e.factor(e.value(src, h, i, j))} × {e.num(1 - init)}", f"  = {e.result}"]
+
+
 def cell_concat(e: Entry) -> list[Any]:
-    d_v = e.c.d_v
+    d_v = e.c.out_width
     hh, jj = e.col // d_v, e.col % d_v
     e.mark(e.reads[0], hh + 1, {e.row}, {jj})
     return [f"{e.name} = {e.reads[0]}{sub(hh + 1)}[{e.row_label}, {jj + 1}] = {e.result}  "

@@ -69,6 +69,8 @@ class Config:
     rope_scaling: str | None = None  # the rule that scaled the frequencies, or "given"
     qk_norm: str | None = None  # q and k divided by their rms over each "head" or "width"
     qk_eps: float = 0.0  # inside the root: √(mean(x²) + eps)
+    differential: float | None = None  # λ_init of differential attention (DiffLlama), or None
+    diff_eps: float = 0.0  # the eps of its norm of each head's output
     positional: str | None = None  # "sinusoidal" or "learned": added to the inputs
     table_rows: int = 0  # a learned positional table's rows (its gradient has them all)
     backward: bool = False  # the gradients too
@@ -86,6 +88,18 @@ class Config:
         """The key/value head (0-based) that query head ``h`` (0-based) uses:
         consecutive query heads share one, ⌈(h+1)·G/H⌉ − 1."""
         return h // (self.heads // self.groups)
+
+    @property
+    def out_heads(self) -> int:
+        """The heads whose outputs are joined: H, or H/2 under differential attention
+        (query heads h and h + H/2 make one)."""
+        return self.heads // 2 if self.differential is not None else self.heads
+
+    @property
+    def out_width(self) -> int:
+        """Each joined head's width: d_v, or 2·d_v under differential attention (its
+        value heads g and g + G/2 side by side)."""
+        return 2 * self.d_v if self.differential is not None else self.d_v
 
     @property
     def rope_theta(self) -> np.ndarray:
@@ -133,6 +147,7 @@ class Prepared:
     q_norm: Array | None = None  # (d_k,), or (H·d_k,) over the width: qk_norm's weights
     k_norm: Array | None = None  # (d_k,), or (G·d_k,)
     tau: Array | None = None  # (n,) temperature tuning's factor of each query position
+    lambdas: Array | None = None  # (4, d_k) differential attention's λ_q1, λ_k1, λ_q2, λ_k2
     grad_output: Array | None = None  # (n, d_out) dL/d output, when given
     target: Array | None = None  # (n, d_out), for L = ½·Σ(output − target)²
 

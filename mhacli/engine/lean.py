@@ -121,9 +121,10 @@ class Heads:
 def lean_trace(p: Prepared) -> Trace:
     """``traced(p)`` with the score chain made a head at a time (see the module). The
     overflow checks are the same: every head's chain is made once here and checked.
-    The backward pass needs every head's weights at once: with it, this is ``traced``."""
+    The backward pass needs every head's weights at once, and a differential head two
+    query heads' weights: with either, this is ``traced``."""
     c = p.config
-    if c.backward:
+    if c.backward or c.differential is not None:
         return traced(p)
     warn_dead(p)
     work = Work(p, exact=False)

@@ -320,3 +320,27 @@ def shared_sum(a: Array, groups: int) -> Array:
 def softmax_backward(a: Array, d_a: Array) -> Array:
     """The softmax's gradient, row by row: A ⊙ (dA − rowsum(dA ⊙ A)); 0 where A is 0."""
     return a * (d_a - (d_a * a).sum(axis=-1, keepdims=True))
+
+
+# --------------------------------------------------------------------------- differential
+
+
+def diff_lambda(lambdas: Array, init: float) -> Array:
+    """Differential attention's λ = exp(λ_q1·λ_k1) − exp(λ_q2·λ_k2) + λ_init, from its
+    four vectors (4, d_k): (1,)."""
+    return np.array([np.exp(lambdas[0] @ lambdas[1]) - np.exp(lambdas[2] @ lambdas[3]) + init])
+
+
+def differential(a: Array, lam: Array) -> Array:
+    """The two softmax maps of each differential head, A_h − λ·A_{h+H/2}: (H, n, m) ->
+    (H/2, n, m)."""
+    half = a.shape[0] // 2
+    return a[:half] - lam[0] * a[half:]
+
+
+def paired_values(v: Array, heads: int) -> Array:
+    """The values of each differential head h < H/2: [V_g | V_{g + G/2}], g the key/value
+    head of query head h, side by side: (G, m, d_v) -> (H/2, m, 2·d_v)."""
+    groups = v.shape[0]
+    both = np.concatenate((v[:groups // 2], v[groups // 2:]), axis=-1)  # (G/2, m, 2·d_v)
+    return shared(both, heads // 2)

@@ -488,3 +488,89 @@ def write_relative_bias(c: Config, p: Prepared, given: Any) -> Any:
     rows = ", ".join("[" + ", ".join(written(v) for v in row) + "]" for row in p.rel_table)
     return (f"{{bidirectional: {str(side).lower()}, max_distance: {distance}, "
             f"table: [{rows}]}}")
+
+
+DIFF_VECTORS = ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2")
+DIFF_KEYS = (*DIFF_VECTORS, "lambda_init", "eps")
+
+
+def differential_value(value: Any) -> dict[str, Any] | None:
+    """differential as given: a mapping {lambda_q1, lambda_k1, lambda_q2, lambda_k2 (d_k
+    numbers each), lambda_init, eps} (DiffLlama's), read; the vectors' lengths are
+    checked against d_k when the problem is prepared."""
+    if value is None or value is False:
+        return None
+    if not isinstance(value, dict):
+        raise MhaError("differential must be a mapping {lambda_q1, lambda_k1, lambda_q2, "
+                       f"lambda_k2, lambda_init, eps}}, got {given(value)}", key="differential")
+    unknown = sorted(set(map(str, value)) - set(DIFF_KEYS))
+    if unknown:
+        raise MhaError(f"differential takes {', '.join(DIFF_KEYS)}, not {', '.join(unknown)}",
+                       key=("differential", unknown[0]), on_key=True)
+    missing = [k for k in (*DIFF_VECTORS, "lambda_init") if value.get(k) is None]
+    if missing:
+        raise MhaError(f"differential needs {', '.join(missing)} (λ = exp(λ_q1·λ_k1) − "
+                       "exp(λ_q2·λ_k2) + λ_init)", key=("differential", missing[0]))
+    from ..numbers import parse
+
+    out: dict[str, Any] = {}
+    for name in DIFF_VECTORS:
+        vector = value[name]
+        if isinstance(vector, str):
+            vector = vector.replace(",", " ").split()
+        if not isinstance(vector, (list, tuple, np.ndarray)) or \
+                any(isinstance(t, (list, dict)) for t in vector):
+            raise MhaError(f"differential {name} must be a list of numbers (d_k of them)",
+                           key=("differential", name))
+        out[name] = [parse(t, ("differential", name, i)) if isinstance(t, str) else t
+                     for i, t in enumerate(vector)]
+    init = value["lambda_init"]
+    init = parse(init, ("differential", "lambda_init")) if isinstance(init, str) else init
+    if isinstance(init, (bool, np.bool_)) or not isinstance(init, (int, float, np.integer,
+                                                                    np.floating)) \
+            or not np.isfinite(init):
+        raise MhaError(f"differential lambda_init must be a number, got {given(init)}",
+                       key=("differential", "lambda_init"))
+    out["lambda_init"] = float(init)
+    eps = value.get("eps", 1e-6)
+    if isinstance(eps, str):
+        eps = parse(eps, ("differential", "eps"))
+    if isinstance(eps, (bool, np.bool_)) or not isinstance(eps, (int, float, np.integer,
+                                                                  np.floating)) \
+            or not 0 <= eps < np.inf:
+        raise MhaError(f"differential eps must be 0 or a positive number, got {given(eps)}",
+                       key=("differential", "eps"))
+    out["eps"] = float(eps)
+    return out
+
+
+def differential(value: Any, s: Sizes) -> Fields:
+    """Differential attention (read): query heads h and h + H/2 make one head, whose map
+    is A_h − λ·A_{h+H/2} over the values of key/value heads g and g + G/2 side by side,
+    then normed by its root mean square and multiplied by 1 − λ_init."""
+    if value is None:
+        return {"differential": None, "diff_eps": 0.0}, {"lambdas": None}
+    if s.heads % 2 or s.groups % 2:
+        raise MhaError(f"differential attention pairs the heads (h with h + H/2) and the "
+                       f"key/value heads (g with g + G/2): H = {s.heads} and G = {s.groups} "
+                       "must both be even", key="differential")
+    rows = []
+    for name in DIFF_VECTORS:
+        arr = as_array(f"differential.{name}", value[name], s.t)
+        if arr.shape != (s.d_k,):
+            raise MhaError(f"differential {name} needs d_k = {s.d_k} numbers, got shape "
+                           f"{shape_text(arr)}", key=("differential", name))
+        rows.append(arr)
+    lambdas = np.stack(rows)  # (4, d_k)
+    lambdas.flags.writeable = False
+    return ({"differential": value["lambda_init"], "diff_eps": value["eps"]},
+            {"lambdas": lambdas})
+
+
+def write_differential(c: Config, p: Prepared, given: Any) -> Any:
+    if c.differential is None:
+        return None
+    vectors = ", ".join(f"{name}: [{', '.join(written(v) for v in row)}]"
+                        for name, row in zip(DIFF_VECTORS, p.lambdas))  # type: ignore[arg-type]
+    return (f"{{{vectors}, lambda_init: {written(c.differential)}, "
+            f"eps: {written(c.diff_eps)}}}")

@@ -58,7 +58,7 @@ class Setting:
     in_file: bool = True  # a problem file may give it (dtype and masked_row: not)
     engine: bool = True  # the API and prepare take it (layout: how a file is written)
     needs: str | None = None  # another setting it goes with (splits: decode), or None
-    excludes: str | None = None  # another setting it cannot go with, or None
+    excludes: tuple[tuple[str, str], ...] = ()  # (another setting, why) it cannot go with
 
 
 # --------------------------------------------------------------------------- the table
@@ -120,9 +120,24 @@ SETTINGS: tuple[Setting, ...] = (
             "max_distance}, the table B buckets × H; the bias of query i and key j is the "
             "table's row of the bucket of j − i (relative.py), added to the scores.",
             kind="file", read=read.relative_bias_value, parse=read.relative_bias,
-            fields=("relative", "rel_table", "rel_bucket"), excludes="bias",
+            fields=("relative", "rel_table", "rel_bucket"),
+            excludes=(("bias", "relative_bias and bias both add to the scores: give one or "
+                               "the other"),),
             shown=lambda c: {} if c.relative is None else
             {"relative_bias": relative.shown(c.relative)}, write=read.write_relative_bias),
+    Setting("differential", "differential attention (DiffLlama): {lambda_q1, lambda_k1, "
+            "lambda_q2, lambda_k2, lambda_init, eps}; query heads h and h + H/2 make one "
+            "head, A_h − λ·A_{h+H/2} over the values of key/value heads g and g + G/2, "
+            "λ = exp(λ_q1·λ_k1) − exp(λ_q2·λ_k2) + λ_init, each head's output normed and "
+            "multiplied by 1 − λ_init.", kind="file", read=read.differential_value,
+            parse=read.differential, fields=("differential", "diff_eps", "lambdas"),
+            excludes=(("tiles", "the tiled view does not follow differential attention "
+                                "(two softmax maps a head) yet"),
+                      ("decode", "the decoding view does not follow differential attention "
+                                 "(two softmax maps a head) yet")),
+            shown=lambda c: {} if c.differential is None else
+            {"differential": {"lambda_init": c.differential, "eps": c.diff_eps}},
+            write=read.write_differential),
     Setting("key_padding", "m entries of 1/0: 0 marks a padding key, blocked for every "
             "query.", read=read.key_padding_value, parse=read.key_padding,
             fields=("padding", "key_padding"), shown=lambda c: {"key_padding": c.padding},
@@ -239,10 +254,10 @@ def parse_all(given: dict[str, Any], s: Sizes) -> Fields:
                 _UNSET[1].update(off_arrays)
     config, arrays = dict(_UNSET[0]), dict(_UNSET[1])
     for setting in _PARSED:
-        if setting.excludes and given.get(setting.key) is not None and \
-                given.get(setting.excludes) is not None:
-            raise MhaError(f"{setting.key} and {setting.excludes} both add to the scores: "
-                           "give one or the other", key=setting.key)
+        for other, why in setting.excludes:
+            if given.get(setting.key) not in (None, False) and \
+                    given.get(other) not in (None, False):
+                raise MhaError(why, key=setting.key)
     for setting in _PARSED:
         value = given.get(setting.key, setting.default)
         if value is None:

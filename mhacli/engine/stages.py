@@ -23,7 +23,8 @@ from .gradients import gradient_stages
 from .cells import (
     cell_input, cell_projection, cell_split, cell_scores, cell_pos, cell_x_pos, cell_rot,
     cell_normed, cell_tuned, cell_alibi, cell_biased, cell_scaled, cell_masked, cell_softcapped,
-    cell_weights, cell_head_outputs, cell_concat, cell_output)
+    cell_weights, cell_head_outputs, cell_concat, cell_output, cell_lambda, cell_diff_weights,
+    cell_diff_outputs, cell_head_normed, cell_head_scaled)
 from .formulas import (input_text, norm_text, output_tex, proj_tex, proj_text, rope_text,
                        split_text, tex)
 from .head_weights import OUTPUT, PROJECTIONS
@@ -81,7 +82,31 @@ def _scores(w: Work) -> Array:
 
 def _head_outputs(w: Work) -> Array:
     a, v = reads(w.c, "head_outputs")
+    if w.c.differential is not None:  # each map over its two value heads side by side
+        return w[a] @ ops.paired_values(w[v], w.c.heads)  # (H/2, n, 2·d_v)
     return w[a] @ ops.shared(w[v], w.c.heads)  # (H, n, d_v)
+
+
+def _head_normed(w: Work) -> Array | None:
+    if w.exact:
+        return None  # a square root: not rational
+    o = _read(w, "head_normed")
+    r = ops.rms(o, w.c.diff_eps)  # (H/2, n, 1)
+    w.parts["head_normed"] = {"rms": r}
+    return o / r  # (H/2, n, 2·d_v)
+
+
+def _differential(c: Config) -> bool:
+    return c.differential is not None
+
+
+def _head_outputs_text(f: Formula) -> str:
+    if f.c.differential is None:
+        return f"O{f.i} = " + f.pick(f"A{f.i}·V{f.g}", f"V{f.g}·A{f.i}")
+    g = sub(f.c.kv_of(f.h - 1) + 1) if f.h is not None else "_g"
+    other = sub(f.c.kv_of(f.h - 1) + 1 + f.c.groups // 2) if f.h is not None else "_{g+G/2}"
+    return f"O{f.i} = D{f.i}·[V{g} | V{other}], the values of key/value heads g and g + G/2 " \
+        "side by side"
 
 
 def _rot(w: Work, side: str) -> Array | None:
@@ -190,6 +215,27 @@ def source(c: Config, name: str) -> str:
     chain's latest step (biased, soft-capped or scaled), q_rot's the queries as normed
     or as split."""
     return reads(c, name)[0]
+
+
+PAIRED = ("diff_weights", "head_outputs", "head_normed", "head_scaled")  # differential
+
+
+def head_kind(c: Config, name: str) -> str:
+    """Whose heads a per-head stage has: the query heads ("query"), the key/value heads
+    of grouped-query attention ("kv"), or differential attention's pairs of query heads
+    h and h + H/2 ("pair")."""
+    if c.differential is not None and name in PAIRED:
+        return "pair"
+    return "query" if BY_NAME[name].dims(c)[0] == c.heads else "kv"
+
+
+def head_of(c: Config, name: str, h: int) -> int:
+    """The head (1-based) of stage ``name`` that query head ``h`` (1-based) reads or
+    makes: its own, its key/value head, or its differential pair."""
+    kind = head_kind(c, name)
+    if kind == "kv":
+        return c.kv_of(h - 1) + 1
+    return (h - 1) % c.out_heads + 1 if kind == "pair" else h
 
 
 def entry(tr: Record, stage: str, head: Any = "h", row: Any = "i", col: Any = "j") -> Entry:
@@ -339,18 +385,45 @@ FORWARD: tuple[Stage, ...] = (
           parts_title="softmax step by step",
           parts_formula="z = masked: its row max, then exp(z − max) for each key, then "
                         "their sum; weight = exp / sum"),
-    Stage("head_outputs", "H × n × d_v", lambda c: (c.heads, c.n, c.d_v), QUERY, NUMBERED,
-          compute=_head_outputs,
-          formula=lambda f: f"O{f.i} = " + f.pick(f"A{f.i}·V{f.g}", f"V{f.g}·A{f.i}"),
+    Stage("lambda", "1", lambda c: (1,), NUMBERED, NUMBERED,
+          compute=lambda w: None if w.exact else ops.diff_lambda(w.p.lambdas, w.c.differential),
+          formula=lambda f: "λ = exp(λ_q1·λ_k1) − exp(λ_q2·λ_k2) + λ_init, differential "
+                            "attention's weight of the second map",
+          latex=tex(r"\lambda"), cell=cell_lambda, vector=True, exists=_differential),
+    Stage("diff_weights", "H/2 × n × m", lambda c: (c.heads // 2, c.n, c.m), QUERY, KEY,
+          compute=lambda w: ops.differential(w["weights"], w["lambda"]),
+          formula=lambda f: f"D{f.i} = A{f.i} − λ·A" + (sub(f.h + f.c.heads // 2)
+                                                       if f.h is not None else "_{h+H/2}")
+          + ": query heads h and h + H/2 make head h",
+          latex=tex("D_{@h}", r"A_{@h} - \lambda A_{@h + H/2}", r"A_{@h} - \lambda A_{@h + H/2}"),
+          cell=cell_diff_weights, per_head=True, reads=lambda c: ("weights", "lambda"),
+          exists=_differential),
+    Stage("head_outputs", "H × n × d_v", lambda c: (c.out_heads, c.n, c.out_width), QUERY,
+          NUMBERED, compute=_head_outputs, formula=_head_outputs_text,
           latex=tex("O_{@h}", "A_{@h} V_{@h}", "V_{@h} A_{@h}"),
-          cell=cell_head_outputs, per_head=True,
-          reads=lambda c: ("weights", latest(c, "v", "head_outputs"))),
+          cell=lambda e: cell_diff_outputs(e) if e.c.differential is not None
+          else cell_head_outputs(e), per_head=True, chain="o",
+          reads=lambda c: ("diff_weights" if c.differential is not None else "weights",
+                           latest(c, "v", "head_outputs"))),
+    Stage("head_normed", "H/2 × n × 2·d_v", lambda c: (c.out_heads, c.n, c.out_width), QUERY,
+          NUMBERED, compute=_head_normed,
+          formula=lambda f: f"O{f.i} / rms, each row divided by its root mean square (eps "
+                            f"{f.c.diff_eps:g}): differential attention's norm of each head",
+          latex=tex(r"\frac{O_{@h}}{\operatorname{rms}}"), cell=cell_head_normed,
+          per_head=True, chain="o", reads=_after("o", "head_normed"), exists=_differential,
+          parts=(("rms", "rms"),), parts_title="the root mean square of each row",
+          parts_formula="rms = √(mean of the row's squares + eps); then o / rms"),
+    Stage("head_scaled", "H/2 × n × 2·d_v", lambda c: (c.out_heads, c.n, c.out_width), QUERY,
+          NUMBERED, compute=lambda w: _read(w, "head_scaled") * (1 - w.c.differential),
+          formula=lambda f: f"(1 − λ_init)·O{f.i}, λ_init = {f.c.differential:g}",
+          latex=tex(r"(1 - \lambda_{init})\,O_{@h}"), cell=cell_head_scaled, per_head=True,
+          chain="o", reads=_after("o", "head_scaled"), exists=_differential),
     Stage("concat", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,
-          compute=lambda w: ops.merge_heads(w["head_outputs"]),
+          compute=lambda w: ops.merge_heads(_read(w, "concat")),
           formula=lambda f: f.pick(f"[{f.heads_list()}], the heads side by side",
                                    f"[{f.heads_list()}] stacked, one head below the other"),
           latex=tex("C", r"[O_1 \mid \dots \mid O_H]", r"[O_1; \dots; O_H]"),
-          cell=cell_concat, reads=lambda c: ("head_outputs",)),
+          cell=cell_concat, reads=_after("o", "concat")),
     *OUTPUT,  # w_o: each head's rows, shown on request
     Stage("output", "n × d_out", lambda c: (c.n, c.d_out), QUERY, NUMBERED,
           compute=Work.output,

@@ -68,8 +68,9 @@ class Formula:
         return columns if self.columns else rows
 
     def heads_list(self) -> str:
-        shown = " | ".join(f"O{sub(j)}" for j in range(1, min(self.c.heads, 4) + 1))
-        return shown + (" | …" if self.c.heads > 4 else "")
+        heads = self.c.out_heads  # (H/2 under differential attention)
+        shown = " | ".join(f"O{sub(j)}" for j in range(1, min(heads, 4) + 1))
+        return shown + (" | …" if heads > 4 else "")
 
     def scale_text(self) -> str:
         c = self.c
@@ -95,7 +96,8 @@ class Formula:
 Marks = dict[tuple[str, "int | None"], tuple[frozenset[int], frozenset[int]]]
 
 PARAMETERS = ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o", "bias", "pe",
-              "pe_kv", "slopes", "sinks", "q_norm", "k_norm")  # the inputs a recipe reads
+              "pe_kv", "slopes", "sinks", "q_norm", "k_norm",
+              "lambdas")  # the inputs a recipe reads
 
 
 @dataclass

@@ -23,6 +23,7 @@ from .rules import (by_layer_types as types_or, local_window, every_layer_if_use
 from .reading import Reader, window_of
 from .layouts import (albert, approximate, bert, big_bird, bloom, codegen, deberta, falcon,
                       gpt2, gpt_bigcode, gpt_neo, gptj, mpt, neox)
+from .differential import diffllama
 from .llama4 import chunks, llama4
 from .seq2seq import AROUND, bart
 from .t5 import AROUND as T5_AROUND, mpnet, t5
@@ -228,6 +229,7 @@ RECORDS: tuple[Family, ...] = (
         "the layers no_rope_layers marks 0", rope(style="interleaved")),
            unread=("interleave_moe_layer_step", "moe_layers", "intermediate_size_mlp",
                    "for_llm_compressor", "attn_scale", "floor_scale")),
+    Family("diffllama", read=diffllama),
     # ---- ModernBERT: an encoder whose sliding layers see both ways, and its decoder
     Family("modernbert", tensors="modernbert", fused="Wqkv", o_proj="Wo", causal=False,
            keys=HEADS_ONLY, window=local_window(two_sided=True), unread=MODERNBERT_OUTSIDE),

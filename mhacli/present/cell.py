@@ -12,7 +12,7 @@ from typing import Mapping
 
 from ..engine import BY_NAME, STAGES, Trace, absent, canonical
 from ..engine.recipe import Recipe, Run, node, op, when
-from ..engine.stages import entry
+from ..engine.stages import entry, head_kind
 from ..engine.writing import Marks, Reading, write
 from ..errors import MhaError
 
@@ -102,7 +102,7 @@ def stage_recipe(tr: Trace, stage: str, origin: Mapping[str, str] | None = None)
         "" if numbered[1] else when(e.col_label != op("str", j + 1), f" ({e.col_label})"))
     row_part = "" if vector else f", row {i + 1}" + (
         "" if numbered[0] else when(e.row_label != op("str", i + 1), f" ({e.row_label})"))
-    which = "key/value head" if s.per_head and a.shape[0] != tr.config.heads else "head"
+    which = "key/value head" if s.per_head and head_kind(tr.config, stage) == "kv" else "head"
     made.title = node(f"{stage}{f' · {which} {head}' if s.per_head else ''}{row_part}, "
                       f"{col_part}")
     return made
@@ -116,7 +116,7 @@ def work_out(spec: str, tr: Trace, exact: Trace | None, queries: list[str], keys
     stage, head, i, j = parse_cell(spec, tr, layout)
     a = tr.stages[stage]
     served: tuple[int, ...] = ()
-    if head is not None and a.shape[0] != tr.config.heads:  # a key/value head (grouped)
+    if head is not None and head_kind(tr.config, stage) == "kv":  # a key/value head (grouped)
         per = tr.config.heads // a.shape[0]
         served = tuple(range((head - 1) * per + 1, head * per + 1))
     made = stage_recipe(tr, stage, origin)

@@ -19,6 +19,7 @@ import numpy as np
 from .. import numbers
 from ..engine import BY_NAME, Trace
 from ..engine.recipe import Recipe, names_in
+from ..engine.stages import head_kind
 from ..engine.writing import Reading
 from .views import Note, Place, Source, View, shape_text
 
@@ -135,7 +136,7 @@ class PageData:
                 self._laid(s.array)
             c = self.tr.config
             kv = v.head is not None and v.stage in self.tr.stages and \
-                BY_NAME[v.stage].per_head and self.tr.stages[v.stage].shape[0] != c.heads
+                BY_NAME[v.stage].per_head and head_kind(c, v.stage) == "kv"
             table: dict[str, Any] = {
                 "stage": v.stage, "head": v.head, "kv": kv, "part": v.part and "softmax",
                 "title": v.title, "formula": v.formula, "shape": shape_text(v),

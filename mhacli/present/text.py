@@ -166,7 +166,8 @@ def json_pieces(tr: Trace, rows: list[str], cols: list[str],
         """The 0-based heads written: all, or --head's (grouped: the key/value head it uses)."""
         if head is None:
             return list(range(len(a)))
-        return [head - 1 if len(a) == c.heads else c.kv_of(head - 1)]
+        return [head - 1 if len(a) == c.heads else c.kv_of(head - 1) if len(a) == c.groups
+                else (head - 1) % c.out_heads]  # (its own, its key/value head, or its pair)
 
     config = config_dict(c, rows, cols, layout, read)
     if c.backward:

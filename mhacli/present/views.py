@@ -14,6 +14,7 @@ import numpy as np
 
 from ..engine import TABLE, Trace
 from ..engine.stage import KEY, QUERY, Stage
+from ..engine.stages import head_kind, head_of
 from ..engine.writing import Formula, Marks
 
 
@@ -116,9 +117,10 @@ def each_view(tr: Trace, queries: list[str], keys: list[str],
             continue
         a = exact.get(s.name, tr.stages[s.name])
         count = a.shape[0] if s.per_head else 0
-        grouped = s.per_head and count != c.heads  # key/value heads of grouped-query
-        if head and grouped:
-            picked = [c.kv_of(head - 1) + 1]  # the one query head `head` uses
+        kind = head_kind(c, s.name) if s.per_head else ""
+        grouped = kind == "kv"  # key/value heads of grouped-query
+        if head and kind in ("kv", "pair"):
+            picked = [head_of(c, s.name, head)]  # the one `head` uses (or makes, a pair)
         else:
             picked = [head] if head else list(range(1, count + 1))
         for h in picked if s.per_head else [None]:
@@ -138,6 +140,9 @@ def each_view(tr: Trace, queries: list[str], keys: list[str],
                 per = c.heads // count
                 title = (f"{s.name} · key/value head {h} of {count} (for query heads "
                          f"{(h - 1) * per + 1}–{h * per})")
+            elif kind == "pair" and h is not None:
+                title = (f"{s.name} · head {h} of {count} (query heads {h} and "
+                         f"{h + count})")
             vector = m.ndim == 1  # a parameter's vector (a bias's gradient): one row
             if vector:
                 m, rows = m[None, :], [s.name.removeprefix("d_")]
@@ -174,7 +179,7 @@ def _parts_view(s: Stage, tr: Trace, h: int, queries: list[str], keys: list[str]
         block = tr.parts[s.name][part][h - 1]  # (n, 1) or (n, m); the sink's (1, 1)
         blocks.append(np.broadcast_to(block, (n, block.shape[1])))
         cols += [heading.format(key=k) for k in keys] if "{key}" in heading else [heading]
-    which = "head" if count == tr.config.heads else "key/value head"
+    which = "key/value head" if head_kind(tr.config, s.name) == "kv" else "head"
     title = f"{s.name} · {which} {h} of {count}, {s.parts_title}"
     rows_marked, keys_marked = marked
     cols_marked = frozenset({0, len(cols) - 1} | {1 + j for j in keys_marked}) \
