@@ -38,11 +38,21 @@ def reference(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, 
               softcap: Any = None, kv_heads: Any = None, window: Any = None,
               alibi: Any = None, bias: Any = None, key_padding: Any = None,
               sinks: Any = None, rope: Any = None, positional: Any = None,
-              qk_norm: Any = None, **_: Any) -> dict[str, Any]:
+              qk_norm: Any = None, relative_bias: Any = None, differential: Any = None,
+              **rest: Any) -> dict[str, Any]:
     """Every stage as nested lists; per-head stages are lists of H matrices (G for the
     key/value heads of grouped-query attention). The variants follow the contract's
     table: ALiBi and bias added after the softcap, then mask ∧ window ∧ key padding,
-    then a softmax whose row holds one more logit per head (the sink), dropped after."""
+    then a softmax whose row holds one more logit per head (the sink), dropped after.
+    A setting that changes the numbers and is not written here is refused, never left
+    out silently."""
+    unknown = sorted(key for key, value in rest.items()
+                     if value is not None and key not in SAME_NUMBERS)
+    if unknown:
+        raise NotImplementedError(f"the reference does not compute {', '.join(unknown)}")
+    if relative_bias is not None:  # T5's: each (query, key)'s bucket, entry by entry
+        bias = _relative(relative_bias, len(q if x is None else x),
+                         len(k if x is None else (x_kv if x_kv is not None else x)), heads)
     L = lambda a: None if a is None else [[float(t) for t in row] for row in a]  # noqa: E731
     V = lambda a: None if a is None else [float(t) for t in a]  # noqa: E731
     st: dict[str, Any] = {}
@@ -201,10 +211,73 @@ def reference(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, 
         del st["alibi"]
     if slopes is None and bias is None:
         del st["biased"]
-    st["concat"] = [sum((st["head_outputs"][h][i] for h in range(heads)), []) for i in range(n)]
+    if differential is not None:
+        _differential(st, differential, heads, groups)
+    last = "head_scaled" if differential is not None else "head_outputs"
+    st["concat"] = [sum((o[i] for o in st[last]), []) for i in range(n)]
     st["output"] = add_bias(matmul(st["concat"], L(w_o)) if w_o is not None else st["concat"],
                             V(b_o))
     return st
+
+
+SAME_NUMBERS = ("dtype", "masked_row", "layout", "tiles", "decode", "splits", "backward",
+                "grad_output", "target", "tokens", "kv_tokens")  # what leaves the stages
+
+
+def _relative(spec: dict, n: int, m: int, heads: int) -> list[list[list[float]]]:
+    """T5's relative position bias: bucket(j − i) as T5's code computes it (its
+    logarithm in float32), each head's column of the table."""
+    import numpy as np
+
+    table = [[float(t) for t in row] for row in spec["table"]]
+    both, far = spec.get("bidirectional", True), int(spec.get("max_distance", 128))
+
+    def bucket(d: int) -> int:
+        count, out = len(table), 0
+        if both:
+            count //= 2
+            out = count if d > 0 else 0
+            d = abs(d)
+        else:
+            d = max(-d, 0)
+        exact = count // 2
+        if d < exact:
+            return out + d
+        f = np.float32
+        big = exact + int(np.log(f(d) / f(exact)) / f(math.log(far / exact)) * f(count - exact))
+        return out + min(big, count - 1)
+
+    return [[[table[bucket(j - i)][h] for j in range(m)] for i in range(n)]
+            for h in range(heads)]
+
+
+def _differential(st: dict, spec: dict, heads: int, groups: int) -> None:
+    """DiffLlama's differential attention after the softmax: heads h and h + H/2 as one,
+    (A_h − λ·A_{h+H/2})·[V_g | V_{g+G/2}], each row over its root mean square, times
+    1 − λ_init."""
+    dot = lambda a, b: math.fsum(float(s) * float(t) for s, t in zip(a, b))  # noqa: E731
+    init = float(spec["lambda_init"])
+    lam = math.exp(dot(spec["lambda_q1"], spec["lambda_k1"])) - \
+        math.exp(dot(spec["lambda_q2"], spec["lambda_k2"])) + init
+    eps = float(spec.get("eps", 1e-6))
+    half = heads // 2
+    st["lambda"] = [lam]
+    for name in ("diff_weights", "head_outputs", "head_normed", "head_scaled"):
+        st[name] = []
+    for h in range(half):
+        g = h * groups // heads
+        values = [a + b for a, b in zip(st["v_heads"][g], st["v_heads"][g + groups // 2])]
+        a, b = st["weights"][h], st["weights"][h + half]
+        d = [[s - lam * t for s, t in zip(ra, rb)] for ra, rb in zip(a, b)]
+        o = matmul(d, values)
+        normed = []
+        for row in o:
+            r = math.sqrt(math.fsum(t * t for t in row) / len(row) + eps)
+            normed.append([t / r for t in row])
+        st["diff_weights"].append(d)
+        st["head_outputs"].append(o)
+        st["head_normed"].append(normed)
+        st["head_scaled"].append([[t * (1 - init) for t in row] for row in normed])
 
 
 def head_blocks(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, *,

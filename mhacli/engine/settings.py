@@ -255,8 +255,9 @@ def parse_all(given: dict[str, Any], s: Sizes) -> Fields:
     config, arrays = dict(_UNSET[0]), dict(_UNSET[1])
     for setting in _PARSED:
         for other, why in setting.excludes:
-            if given.get(setting.key) not in (None, False) and \
-                    given.get(other) not in (None, False):
+            mine, theirs = given.get(setting.key), given.get(other)
+            if mine is not None and mine is not False and theirs is not None and \
+                    theirs is not False:
                 raise MhaError(why, key=setting.key)
     for setting in _PARSED:
         value = given.get(setting.key, setting.default)
