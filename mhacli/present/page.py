@@ -23,7 +23,7 @@ def _asset(name: str) -> str:
     return resources.files(__package__).joinpath("page_assets", name).read_text("utf-8")
 
 
-PARTS = ("numbers.js", "recipes.js", "tables.js", "events.js")  # the script, in order
+PARTS = ("numbers.js", "recipes.js", "tables.js", "maps.js", "events.js")  # the script, in order
 
 
 def script() -> str:
@@ -47,7 +47,7 @@ def script_json(data: dict[str, Any]) -> str:
 
 def page_html(sets: list[PageData], header: Iterable[str] = (), title: str = TITLE,
               head: int | None = None, extra: Mapping[str, Any] | None = None,
-              tables: list[dict[str, Any]] | None = None) -> str:
+              tables: list[dict[str, Any]] | None = None, chooser: bool = True) -> str:
     """The whole page: the data (each set's numbers, and every table in order, each
     naming its set), the script and the style sheet, and the frame the script draws the
     tables into."""
@@ -62,7 +62,7 @@ def page_html(sets: list[PageData], header: Iterable[str] = (), title: str = TIT
     heads = max(data.tr.config.heads for data in sets)
     options = "".join(f'<option value="{h}"{" selected" if h == head else ""}>{h}</option>'
                       for h in range(1, heads + 1))
-    select = "" if heads < 2 else (
+    select = "" if heads < 2 or not chooser else (
         '<label class="control">head <select name="head"><option value="all"'
         f'{"" if head else " selected"}>all</option>{options}</select></label>')
     about = "".join(f"<p>{escape(line)}</p>" for line in header)

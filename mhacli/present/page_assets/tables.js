@@ -40,7 +40,7 @@ function shadeClass(w) {
 function shadeRules() {
   let css = "";
   for (const [key, name] of SHADES) {
-    css += "td." + name + "{background:#" + key.slice(0, 6) + ";color:" + (key[6] === "f" ? "#fff" : "#000") + "}";
+    css += "td." + name + ",i." + name + "{background:#" + key.slice(0, 6) + ";color:" + (key[6] === "f" ? "#fff" : "#000") + "}";
   }
   const style = document.createElement("style");
   style.textContent = css;
@@ -142,8 +142,9 @@ function tableHTML(t, ti) {
 function draw() {
   const main = document.getElementById("tables");
   const parts = [];
-  let stage = null, open = false, heat = false;
-  D.tables.forEach((t, ti) => {
+  let stage = null, open = false, heat = false, sized = 0, tall = 0;
+  if (D.maps) { parts.push(drawMaps()); heat = true; }
+  else D.tables.forEach((t, ti) => {
     if (t.kind === "submission") { // a check page: a section a submission
       if (open) parts.push("</div></section>");
       parts.push('<h2 class="submission">', esc(t.note), "</h2>");
@@ -153,7 +154,9 @@ function draw() {
     const name = t.stage || stage;
     if (name !== stage || !open) {
       if (open) parts.push("</div></section>");
-      parts.push('<section class="stage" data-section="', esc(name || ""), '">');
+      parts.push('<section class="stage" data-section="', esc(name || ""), '"', "", ">");
+      sized = parts.length - 2; // its height, guessed below, for while it is not laid out
+      tall = 0;
       if (t.walk) parts.push(walkBar(t.walk));
       parts.push('<div class="heads">');
       stage = name; open = true;
@@ -171,6 +174,11 @@ function draw() {
     parts.push('<figcaption id="cap', ti, '"><b>', esc(t.title), "</b>: ", esc(t.formula),
       ' <span class="shape">(', esc(t.shape), ")</span></figcaption>");
     parts.push('<div class="scroll">', tableHTML(t, ti), "</div></figure>");
+    // (a row about 23 px; figures stacked, as a wide table's are: a section off screen
+    // is not laid out, and the guess keeps those below the first from being laid out
+    // at once)
+    tall += 23 * (labels(t.rows).length + 1) + 40;
+    parts[sized] = ' style="contain-intrinsic-size:auto ' + tall + 'px"';
   });
   if (open) parts.push("</div></section>");
   const made = document.createElement("template"); // parsed inert, then put in at once
