@@ -208,6 +208,7 @@ def explain(
         header = read_lines(prob.read, c)  # what a checkpoint gave, and from where
         sink = Sink(output, inputs(source.file))
         if fmt is ExplainFormat.html:
+            from ..grading.judge import EXACT_SIZE
             from ..present.page import explain_page
 
             if lean:
@@ -218,7 +219,8 @@ def explain(
                                     read_lines(prob.read, c), prob.read.get("settings"),
                                     shown_views(tr) if quiz else kernels,
                                     quiz=stages if quiz else (),
-                                    quiz_exact=_quiz_exact(prob, stages) if quiz else None))
+                                    quiz_exact=_quiz_exact(prob, stages) if quiz else None,
+                                    carry=prob.size <= EXACT_SIZE))
             sink.close()
             return
         if fmt is ExplainFormat.json:

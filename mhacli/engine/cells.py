@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from . import ops
-from .recipe import each, op, when
+from .recipe import each, fdot, op, when
 from .writing import Entry, sub
 
 
@@ -37,6 +37,8 @@ def cell_projection(e: Entry) -> list[Any]:
     b = e.inp(f"b_{e.stage}")
     bias = f" + b_{e.stage}[{e.col + 1}]" if has_b else ""
     e.mark(src, None, {e.row})
+    how = fdot(e.row_of(src, None, e.row), e.inp(f"w_{e.stage}", exact=False).col(e.col))
+    e.makes(op("f+", how, e.inp(f"b_{e.stage}", exact=False).at(e.col)) if has_b else how)
     return [f"{e.name} = row {e.row + 1} of {INPUTS[src]} · "
             f"column {e.col + 1} of W_{e.stage.upper()}{bias}",
             f"  = {e.dot(e.row_of(src, None, e.row), w.col(e.col))}"
@@ -50,6 +52,7 @@ def cell_split(e: Entry) -> list[Any]:
     h = e.head
     col = (h - 1) * d + e.col
     e.mark(whole, None, {e.row}, {col})
+    e.makes(e.value(whole, None, e.row, col))
     shared = ""
     if whole != "q" and e.c.groups != e.c.heads:
         per = e.c.heads // e.c.groups
@@ -71,6 +74,7 @@ def cell_scores(e: Entry) -> list[Any]:
     rot = q.removeprefix("q")  # RoPE: the turned queries and keys; _normed, _heads
     e.mark(q, h, {e.row})
     e.mark(k, g, {e.col})
+    e.makes(fdot(e.row_of(q, h, e.row), e.row_of(k, g, e.col)))
     uses = f"; query head {h} uses key head {g}" if e.c.groups != e.c.heads else ""
     shown = "" if rot == "_heads" else rot
     return [f"{e.name} = q{shown}{hs}[{e.row_label}] · k{shown}{gs}[{e.col_label}]  (row "
@@ -232,6 +236,7 @@ def cell_scaled(e: Entry) -> list[Any]:
     elif s.startswith("√") and float(c.scale).is_integer():  # -1 / 2  (s = √4), not -1 / √4 = 2
         s, why = str(int(c.scale)), f"  (s = {s})"
     e.mark(e.reads[0], e.head, {e.row}, {e.col})
+    e.makes(op("f/", e.value(e.reads[0], e.head, e.row, e.col), float(c.scale)))
     return [f"{e.name} = z{e.hs}[{e.row_label}, {e.col_label}] / s = {z} / {s}{why}",
             f"  = {e.result}"]
 
@@ -264,6 +269,8 @@ def blocked_by(e: Entry, i: Any, j: Any, key: Any, said: Any, allowed: Any) -> A
 def cell_masked(e: Entry) -> list[Any]:
     before = e.reads[0]  # the score chain as far as it has come
     e.mark(before, e.head, {e.row}, {e.col})
+    e.makes(blocked_by(e, e.row, e.col, e.col_label, lambda said: op("inf", -1),
+                       e.value(before, e.head, e.row, e.col)))
     return [blocked_by(
         e, e.row, e.col, e.col_label,
         lambda said: f"{e.name} = −∞  ({said} blocks {e.col_label} for the query "
@@ -302,6 +309,7 @@ def cell_weights(e: Entry) -> list[Any]:
     total = e.num(op("at", "weights.sum", h - 1, i, 0))
     z = e.num(e.value(z_of, h, i, j))
     exp_j = e.num(op("at", "weights.exp", h - 1, i, j))
+    _softmax_value(e, z_of)
     sink = ""
     if e.c.sinks:
         s_h = e.num(e.inp("sinks", exact=False).at(h - 1))
@@ -318,12 +326,34 @@ def cell_weights(e: Entry) -> list[Any]:
                   f"  {exp_j} / {total} = {e.result}"])]
 
 
+def _softmax_value(e: Entry, z_of: str) -> None:
+    """The weight as the engine's softmax makes it (``ops.softmax_parts``): exp(z − max)
+    over the row's sum of them (with the sink's logit in the max and its exp in the sum);
+    a row with every key blocked (and no sink) 0, or NaN under --masked-row nan."""
+    h, i, j = e.head, e.row, e.col
+    row = e.row_of(z_of, h, i)
+    top = op("fmax", row)
+    sink = None
+    if e.c.sinks:  # max(row max, s_h)
+        sink = e.inp("sinks", exact=False).at(h - 1)
+        top = op("if", op(">", top, sink), top, sink)
+    exps = op("fmap", op("exp", op("f-", op("it", 0), top)), row)
+    total = op("fsum", exps)
+    if sink is not None:
+        total = op("f+", total, op("exp", op("f-", sink, top)))
+    weight = op("f/", op("exp", op("f-", e.value(z_of, h, i, j), top)), total)
+    dead = op("nan") if e.c.masked_row == "nan" else 0.0
+    e.makes(weight if sink is not None else
+            op("if", op("==", op("fmax", row), op("inf", -1)), dead, weight))
+
+
 def cell_head_outputs(e: Entry) -> list[Any]:
     h, hs = e.head, e.hs
     g = kv(e.c, h)  # the value head this query head uses
     a, v = e.reads  # the weights and the values
     e.mark(a, h, {e.row})
     e.mark(v, g, None, {e.col})
+    e.makes(fdot(e.row_of(a, h, e.row), e.col_of(v, g, e.col)))
     uses = f"; query head {h} uses value head {g}" if e.c.groups != e.c.heads else ""
     return [f"{e.name} = row {e.row + 1} of A{hs} · column {e.col + 1} of V{sub(g)}  "
             f"(the values, weighted by attention{uses})",
@@ -335,6 +365,7 @@ def cell_concat(e: Entry) -> list[Any]:
     d_v = e.c.d_v
     hh, jj = e.col // d_v, e.col % d_v
     e.mark(e.reads[0], hh + 1, {e.row}, {jj})
+    e.makes(e.value(e.reads[0], hh + 1, e.row, jj))
     return [f"{e.name} = {e.reads[0]}{sub(hh + 1)}[{e.row_label}, {jj + 1}] = {e.result}  "
             f"(head {hh + 1} fills columns {hh * d_v + 1}–{(hh + 1) * d_v})"]
 
@@ -343,6 +374,9 @@ def cell_output(e: Entry) -> list[Any]:
     p, j = e.p, e.col
     e.mark(e.reads[0], None, {e.row})
     bias = f" + b_o[{j + 1}]" if p.b_o is not None else ""
+    made = e.value(e.reads[0], None, e.row, j) if p.w_o is None else \
+        fdot(e.row_of(e.reads[0], None, e.row), e.inp("w_o", exact=False).col(j))
+    e.makes(op("f+", made, e.inp("b_o", exact=False).at(j)) if p.b_o is not None else made)
     if p.w_o is None:
         return [f"{e.name} = concat[{e.row_label}, {j + 1}]{bias} = {e.result}  (no w_o)"]
     b_text = f" + {e.factor(e.inp('b_o', exact=False).at(j))}" if p.b_o is not None else ""

@@ -78,6 +78,7 @@ class PageData:
     recipes: dict[str, Recipe] = field(default_factory=dict)
     extra_arrays: set[str] = field(default_factory=set)
     own: dict[str, np.ndarray] = field(default_factory=dict)  # arrays of a view alone
+    values: bool = False  # the recipes' values too (the quiz makes values again)
 
     # ---------------------------------------------------------------- tables
 
@@ -195,6 +196,8 @@ class PageData:
                 names.add(s["array"])
         for r in self.recipes.values():
             names |= names_in(r.lines) | names_in(r.title) | names_in(r.marks)
+            if self.values:
+                names |= names_in(r.value)
         return sorted(names)
 
     def arrays(self) -> dict[str, Any]:
@@ -222,7 +225,7 @@ class PageData:
         c = self.tr.config
         return {"precision": self.precision, "heads": c.heads, "groups": c.groups,
                 "labels": {"query": self.reading.queries, "key": self.reading.keys},
-                "recipes": {k: r.data() for k, r in self.recipes.items()},
+                "recipes": {k: r.data(self.values) for k, r in self.recipes.items()},
                 "arrays": self.arrays()}
 
 
