@@ -148,7 +148,8 @@ def explain(
 
             return overview(fmt.value, options, layer_number(source.layer, every=True),
                             settings, svg, html, pager=not no_pager,
-                            sink=Sink(output, inputs(source.file)))
+                            sink=Sink(output, inputs(source.file)),
+                            too_large=lambda c: held(c) > MOST_HELD)
         prob = problem(**options, layer=layer_number(source.layer), backward=backward,
                        **settings)
         context["tokens"] = prob.labels()[0] if prob.tokens else None  # as shown

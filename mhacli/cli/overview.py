@@ -12,7 +12,8 @@ from .terminal import console_for_stdout, export_console, page, rich_stdout, sav
 
 
 def all_heads(fmt: str, options: dict[str, Any], layer: Any, settings: dict[str, Any],
-              svg: Optional[Path], html: Optional[Path], pager: bool, sink: Any = None) -> None:
+              svg: Optional[Path], html: Optional[Path], pager: bool, sink: Any = None,
+              too_large: Any = None) -> None:
     """Each layer's problem (one forward pass of the model for a text), each head's
     weights made one at a time, summarised and drawn."""
     from ..engine import lean_trace
@@ -24,7 +25,7 @@ def all_heads(fmt: str, options: dict[str, Any], layer: Any, settings: dict[str,
                        "markdown, json or html")
     problems = _problems(options, layer, settings)
     if fmt == "html":  # the page: each head's map opens to its weights, entries and all
-        return _page(problems, sink, options.get("layout") or "rows")
+        return _page(problems, sink, options.get("layout") or "rows", too_large)
     layers = []
     for prob in problems:
         with about(prob):
@@ -86,18 +87,17 @@ def _problems(options: dict[str, Any], layer: Any, settings: dict[str, Any]) -> 
     return [problem(**options, layer=k, **settings) for k in every]
 
 
-def _page(problems: list, sink: Any, layout: str) -> None:
+def _page(problems: list, sink: Any, layout: str, too_large: Any) -> None:
     """The page of every layer's heads: each layer traced whole (its weights' arithmetic
     reads the masked scores and the softmax's parts), refused past the size rule."""
     from ..engine import traced
     from ..present import overview
     from ..present.explain import read_lines
     from ..present.heads_page import heads_page
-    from .explain import MOST_HELD, held
 
     layers = []
     for prob in problems:
-        if held(prob.config) > MOST_HELD:
+        if too_large(prob.config):
             raise MhaError("the page holds every stage of each layer: this problem is too "
                            "large for it (fewer tokens, or --format plain)")
         with about(prob):
