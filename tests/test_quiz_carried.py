@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 from typer.testing import CliRunner
 
@@ -27,18 +28,24 @@ def _softmax_row(row: list[float]) -> list[float]:
     return [v / sum(e) for v in e]
 
 
-def _check(tmp_path: Path, typed: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+def _check(tmp_path: Path, typed: dict[str, str], problem: Path | None = None
+           ) -> tuple[dict[str, str], dict[str, str]]:
     """What check says of the answers typed (the rest blank), written into the causal
-    sample: each cell's verdict, and for a wrong one the words from "expected" on."""
+    sample (or ``problem``): each cell's verdict, and for a wrong one the words from
+    "expected" on."""
+    from mhacli import engine
+    from mhacli.io.problem import load
     from mhacli.io.samples import sample_path
 
-    doc = yaml.safe_load(Path(sample_path("causal")).read_text())
-    n, heads = len(doc["tokens"]), doc["heads"]
+    source = problem or Path(sample_path("causal"))
+    doc = yaml.safe_load(source.read_text())
+    tr = engine.traced(load(str(source)).prepared)
     answers: dict[str, Any] = {}
     for spec, text in typed.items():
         stage, h, i, j = (int(x) if x.isdigit() else x for x in spec.split(":"))
-        grid = answers.setdefault(stage, [[["_"] * n for _ in range(n)] for _ in range(heads)])
-        grid[h - 1][i - 1][j - 1] = text
+        grid = answers.setdefault(stage, np.full(tr.stages[stage].shape, "_", object))
+        grid[h - 1, i - 1, j - 1] = text
+    answers = {k: v.tolist() for k, v in answers.items()}
     doc["answers"] = answers
     path = tmp_path / "answers.yaml"
     path.write_text(yaml.safe_dump(doc, allow_unicode=True), "utf-8")
@@ -119,4 +126,46 @@ def test_an_entry_made_from_the_readers_own_wrong_entry_is_carried(browser: Any,
                     verdict, (change, spec)
             by_check, _ = _check(tmp_path, {k: v for k, (v, _) in typed.items()})
             assert {k: by_check[k] for k in want} == want, change
+        assert o.errors == []
+
+
+def test_carried_through_the_norm_rope_softcap_alibi_and_sinks(browser: Any,
+                                                                tmp_path: Path) -> None:
+    """A query entry slipped: the weights made from it through every stage between
+    (q_normed over the width, RoPE, the scale, the softcap, ALiBi, the mask, the softmax
+    with its sinks) are carried; as check says."""
+    from mhacli import engine
+    from mhacli.io.problem import load
+
+    problem = tmp_path / "chain.yaml"
+    r = runner.invoke(app, ["generate", "--seed", "3", "--tokens", "5", "--d-model", "8",
+                            "--heads", "2", "--rope", "interleaved", "--qk-norm", "width",
+                            "--softcap", "3", "--alibi", "--sinks", "0.5 -1", "--mask",
+                            "causal", "-o", str(problem)])
+    assert r.exit_code == 0, r.output
+    p = load(str(problem)).prepared
+    tr = engine.traced(p)
+    slip = tr.stages["q_heads"].copy()
+    slip[0, 2, 1] += 0.5  # head 1, query 3, column 2
+    theirs = engine.traced(p, {"q_heads": slip}, checked=False).stages["weights"]
+    typed = {"q_heads:1:3:2": (f"{slip[0, 2, 1]:.4f}", "wrong")}
+    for j in range(3):  # causal: keys 1–3 of query 3
+        assert abs(theirs[0, 2, j] - tr.stages["weights"][0, 2, j]) > 1e-3
+        typed[f"weights:1:3:{j + 1}"] = (f"{theirs[0, 2, j]:.4f}", "carried")
+        typed[f"weights:2:3:{j + 1}"] = (f"{tr.stages['weights'][1, 2, j]:.4f}", "right")
+    typed["weights:2:2:1"] = ("0.9", "wrong")
+    by_check, _ = _check(tmp_path, {k: v for k, (v, _) in typed.items()}, problem)
+    assert by_check == {k: want for k, (_, want) in typed.items()}
+    path = tmp_path / "quiz.html"
+    r = runner.invoke(app, ["explain", str(problem), "--quiz", "--stage", "q_heads",
+                            "--stage", "weights", "-o", str(path)])
+    assert r.exit_code == 0, r.output
+    with Opened(browser, path) as o:
+        for spec, (text, _) in typed.items():
+            box = o.page.locator(f'td[data-cell="{spec}"] input')
+            box.fill(text)
+            box.press("Enter")
+        got = {spec: o.page.locator(f'td[data-cell="{spec}"]').get_attribute("data-verdict")
+               for spec in typed}
+        assert got == by_check
         assert o.errors == []

@@ -96,6 +96,7 @@ def _sine_argument(tr: Any) -> np.ndarray:
 
 def cell_pos(e: Entry) -> list[Any]:
     c, i, j = e.c, e.row, e.col
+    e.makes(e.inp("pe_kv" if "kv" in e.stage else "pe", exact=False).at(i, j))
     if c.positional == "learned":
         return [f"{e.name} = row {i + 1} of the learned table, column {j + 1} = {e.result}"]
     width = c.d_model
@@ -113,6 +114,8 @@ def cell_x_pos(e: Entry) -> list[Any]:
     value = e.inp("pe_kv" if e.stage == "x_kv_pos" else "pe")
     e.mark(src, None, {e.row}, {e.col})
     x = e.value(src, None, e.row, e.col)
+    e.makes(op("f+", x, e.inp("pe_kv" if e.stage == "x_kv_pos" else "pe", exact=False)
+               .at(e.row, e.col)))
     return [f"{e.name} = {src}[{e.row_label}, {e.col + 1}] + {pe}[{e.row + 1}, {e.col + 1}]",
             f"  = {e.factor(x)} + {e.factor(value.at(e.row, e.col))}", f"  = {e.result}"]
 
@@ -159,6 +162,12 @@ def cell_rot(e: Entry) -> list[Any]:
         first, second = (tuple(f"{e.num(c.rope_factor)}·({r})" for r in rule)
                          for rule in (first, second))
     rule = when(j == a, f"{first[0]} = {first[1]}", f"{second[0]} = {second[1]}")
+    cos_v, sin_v = (e.derive(f"rope_{f}", _rope(f)).at(i, pair) for f in ("cos", "sin"))
+    if c.rope_factor != 1.0:  # as ops.rotate: cos and sin scaled first
+        cos_v, sin_v = op("f*", cos_v, float(c.rope_factor)), op("f*", sin_v, float(c.rope_factor))
+    turn_one = op("f-", op("f*", x, cos_v), op("f*", y, sin_v))
+    turn_two = op("f+", op("f*", x, sin_v), op("f*", y, cos_v))
+    e.makes(op("if", j >= c.rope_dims, e.value(src, h, i, j), op("if", j == a, turn_one, turn_two)))
     return [when(j >= c.rope_dims,
                  f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] = {e.result}  "
                  f"(dimensions past {c.rope_dims} are not turned)",
@@ -182,6 +191,7 @@ def cell_tuned(e: Entry) -> list[Any]:
     e.mark(src, h, {i}, {j})
     f, a = c.temperature  # type: ignore[misc]
     tau = e.derive("tuned_tau", _tau).at(i)
+    e.makes(op("f*", e.value(src, h, i, j), tau))
     return [f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] × τ_p, τ_p = log(⌊(p + 1) / "
             f"{f:g}⌋ + 1)·{a:g} + 1 = {e.num(tau)}  (p = {i})",
             f"  = {e.factor(e.value(src, h, i, j))}×{e.factor(tau)} = {e.result}"]
@@ -198,6 +208,17 @@ def cell_normed(e: Entry) -> list[Any]:
     over = f"the row {e.row_label} of every head" if c.qk_norm == "width" else \
         f"the row {e.row_label} of head {h}"
     x = e.value(src, h, i, j)
+    squares = op("fmap", op("f*", op("it", 0), op("it", 0)), e.row_of(src, h, i))
+    if c.qk_norm == "width":  # over the row of every head: the sum of each head's
+        heads = e.trace.stages[src].shape[0]
+        squares = op("fmap", op("fsum", op("fmap", op("f*", op("it", 0), op("it", 0)),
+                                           op("row", src, op("it", 0), i))),
+                     op("range", 0, heads))
+        count = heads * c.d_k
+    else:
+        count = c.d_k
+    rms = op("sqrt", op("f+", op("f/", op("fsum", squares), float(count)), float(c.qk_eps)))
+    e.makes(op("f*", op("f/", x, rms), w))
     return [f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] / rms × w_{j + 1}, rms = "
             f"√(mean of the squares of {over} + eps)",
             f"  rms = √(… + {e.num(c.qk_eps)}) = {e.num(r)}",
@@ -207,6 +228,7 @@ def cell_normed(e: Entry) -> list[Any]:
 def cell_alibi(e: Entry) -> list[Any]:
     slope = e.inp("slopes").at(e.head - 1)
     i, j = e.row, e.col
+    e.makes(op("f*", op("f-", 0.0, e.inp("slopes", exact=False).at(e.head - 1)), abs(i - j)))
     return [f"{e.name} = −slope{e.hs}·|i − j| = −{e.num(slope)}·|{i} − {j}|  "
             f"(positions from 0: {e.row_label} is {i}, {e.col_label} is {j})",
             f"  = {e.result}"]
@@ -222,6 +244,10 @@ def cell_biased(e: Entry) -> list[Any]:
         b = e.inp("bias")
         value = b.at(h - 1, i, j) if e.p.bias.ndim == 3 else b.at(i, j)
         terms.append((f"bias[{i + 1}, {j + 1}]", value))
+    made = terms[0][1]
+    for _, v in terms[1:]:  # in the engine's order: the scores, then each added
+        made = op("f+", made, v)
+    e.makes(made)
     return [f"{e.name} = {' + '.join(t for t, _ in terms)}",
             f"  = {' + '.join(str(e.factor(v)) for _, v in terms)}", f"  = {e.result}"]
 
@@ -295,6 +321,7 @@ def cell_softcapped(e: Entry) -> list[Any]:
     z = e.value(before, e.head, e.row, e.col)
     e.mark(before, e.head, {e.row}, {e.col})
     tanh = e.derive("tanh", lambda tr: _tanh(tr, before)).at(e.head - 1, e.row, e.col)
+    e.makes(op("f*", float(c), op("tanh", op("f/", z, float(c)))))
     return [f"{e.name} = c·tanh({before}{e.hs}[{e.row_label}, {e.col_label}] / c) = "
             f"{e.num(c)}·tanh({e.num(z)} / {e.num(c)})",
             f"  = {e.num(c)}·{e.num(tanh)}", f"  = {e.result}"]

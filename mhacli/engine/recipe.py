@@ -34,7 +34,7 @@ A recipe may also say how its entry's value is made from the numbers it reads
 (``Recipe.value``: the engine's operation on them, so that a value can be made again
 from a reader's own numbers, as ``check`` makes it by the engine, for the quiz's
 carried-error rule). Its ops, on floats:
-  f+ f- f* f/ A B, exp A, inf S (S·∞), nan, fsum V, fmax V, fdot V W (Σ v·w, in order),
+  f+ f- f* f/ A B, exp A, tanh A, sqrt A, inf S (S·∞), nan, fsum V, fmax V, fdot V W (Σ v·w, in order),
   fmap BODY V…  (BODY for each item, as ``each``, giving a list of numbers)
 """
 
@@ -363,6 +363,8 @@ class Run:
         x = _f(self(a))
         return math.inf if x > 709.8 else math.exp(x)
 
+    def op_tanh(self, a: Node) -> float: return math.tanh(_f(self(a)))
+    def op_sqrt(self, a: Node) -> float: return math.sqrt(_f(self(a)))
     def op_inf(self, sign: Node) -> float: return math.copysign(math.inf, self(sign))
     def op_nan(self) -> float: return math.nan
     def op_fsum(self, v: Node) -> float: return float(sum(_f(x) for x in self(v)))

@@ -94,7 +94,7 @@ def explain_page(tr: Any, exact: Any, queries: list[str], keys: list[str], digit
     entries (blocked ones aside) are blanks to fill in, judged as check judges them
     (``carry``: with the rounding of earlier numbers carried, as check does for a problem
     of up to ``EXACT_SIZE`` input numbers)."""
-    from ..engine import STAGES
+    from ..engine import BY_NAME, STAGES
     from ..engine.writing import Reading
     from .kernel_views import KernelViews
     from .views import views
@@ -119,7 +119,8 @@ def explain_page(tr: Any, exact: Any, queries: list[str], keys: list[str], digit
         data.values = True
         for name in tr.stages:
             data.recipe(name)
-        extra = {"quiz": {"order": [s for s in STAGES if s in tr.stages], "carry": carry}}
+        order = [s for s in STAGES if s in tr.stages and not BY_NAME[s].given]  # (made)
+        extra = {"quiz": {"order": order, "carry": carry}}
     return page_html([data], header, head=head, extra=extra)
 
 

@@ -69,7 +69,8 @@ const NOT_SAID = new Error("a stage between says no value");
 function world(given) { return { given, memo: new Map() }; }
 function given(w, stage, typed) { return world(new Map(w.given).set(stage, { typed, base: w })); }
 let FIRST = Infinity; // the quiz's first stage, in the engine's order
-for (const t of D.tables) if (t.quiz) FIRST = Math.min(FIRST, ORDER.get(t.stage));
+const rank = (stage) => (ORDER.has(stage) ? ORDER.get(stage) : -1); // (an input: first)
+for (const t of D.tables) if (t.quiz && ORDER.has(t.stage)) FIRST = Math.min(FIRST, ORDER.get(t.stage));
 function valueIn(w, name, idx) {
   const g = w.given.get(name);
   if (g) {
@@ -128,7 +129,7 @@ function quizEntries() {
     byStage.get(t.stage).push({ td, stage: t.stage, idx, key: idx.join(","), e: num(at(s.array, idx)),
       exact: t.exact ? t.exact[k] : null, full: t.expected[k] });
   }
-  return [...byStage.keys()].sort((a, b) => ORDER.get(a) - ORDER.get(b)).map((name) => byStage.get(name));
+  return [...byStage.keys()].sort((a, b) => rank(a) - rank(b)).map((name) => byStage.get(name));
 }
 // every blank judged again (an earlier entry changed may change a later one's verdict)
 function judgeQuiz() {

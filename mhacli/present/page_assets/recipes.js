@@ -85,6 +85,8 @@ function run(node, env) {
       case "f*": return num(ev(a[0])) * num(ev(a[1]));
       case "f/": return num(ev(a[0])) / num(ev(a[1]));
       case "exp": return Math.exp(num(ev(a[0])));
+      case "tanh": return Math.tanh(num(ev(a[0])));
+      case "sqrt": return Math.sqrt(num(ev(a[0])));
       case "inf": return ev(a[0]) < 0 ? -Infinity : Infinity;
       case "nan": return NaN;
       case "fsum": { let t = 0; for (const x of ev(a[0])) t += num(x); return t; }
