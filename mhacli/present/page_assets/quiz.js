@@ -149,7 +149,7 @@ function judgeQuiz() {
           try { carried = follows(c, x, own, tru, halves); } catch (err) { if (err !== NOT_SAID) throw err; }
         }
         verdict = right ? "right" : carried ? "carried" : "wrong";
-        note = right ? "" : carried ? "carried: it follows from your own earlier entries" :
+        note = right ? "" : carried ? "carried: from your earlier entries" :
           "expected " + expectedText(c, written, x.e, x.exact, x.full);
         mine.set(x.key, c.value);
         theirs.set(x.key, right ? x.e : c.value);
