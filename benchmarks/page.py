@@ -1,6 +1,6 @@
 """The explorer page's size and opening time, in a real headless Chromium.
 
-    python benchmarks/page.py [--rounds 3]
+    python benchmarks/page.py [--rounds 3] [--against OTHER_CHECKOUT]
 
 Writes the default example's page and a 64-token problem's (d_model 64, 4 heads, a
 causal mask), prints each one's size against its limit (150 KiB, 3 MiB), and opens
@@ -8,8 +8,10 @@ each page ``--rounds`` times (a fresh tab each): the time from asking for the fi
 until every table is in the document with every entry's text (the page marks
 ``<html data-drawn>`` when its script has drawn them, looked for every 10 ms; the count
 of entries is checked against explain's plain text), best of the rounds against the
-limit of 2 s. Prints the machine
-first. Needs Debian's chromium (/usr/bin/chromium) and the playwright package.
+limit of 2 s. With ``--against`` another checkout's pages are made too and opened in
+turn with these, round by round (a shared machine's load falls on both alike). Prints
+the machine first. Needs Debian's chromium (/usr/bin/chromium) and the playwright
+package.
 """
 
 from __future__ import annotations
@@ -36,10 +38,10 @@ LIMITS = {"the default example": 150 * 1024, "64 tokens, d_model 64, 4 heads": 3
 OPEN_LIMIT = 2.0
 
 
-def make(args: list[str], path: Path) -> None:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+def make(args: list[str], path: Path, root: Path = ROOT) -> None:
+    env = dict(os.environ, PYTHONPATH=str(root))
     subprocess.run([sys.executable, "-m", "mhacli", "explain", *args, "-o", str(path)],
-                   check=True, env=env)
+                   check=True, env=env, cwd=root)  # (-m puts the folder it runs in first)
 
 
 def entries(args: list[str]) -> int:
@@ -58,7 +60,9 @@ def entries(args: list[str]) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
-    rounds = parser.parse_args().rounds
+    parser.add_argument("--against", type=Path, help="another checkout, opened in turn")
+    given = parser.parse_args()
+    rounds, other = given.rounds, given.against
     chromium = "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else \
         shutil.which("chromium")
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())  # the machine is shared
@@ -74,32 +78,39 @@ def main() -> int:
                                     args=["--no-sandbox", "--headless=new", "--disable-gpu"])
         print(f"Chromium {browser.version}")
         for name, args in PROBLEMS.items():
-            path = Path(folder) / "page.html"
-            make(args, path)
-            size = path.stat().st_size
+            builds = {"this": Path(folder) / "page.html"}
+            make(args, builds["this"])
+            if other is not None:
+                builds[str(other)] = Path(folder) / "other.html"
+                make(args, builds[str(other)], other.resolve())
             want = entries(args)
-            times = []
+            times: dict[str, list[float]] = {b: [] for b in builds}
             for _ in range(rounds):
-                page = browser.new_page()
-                start = time.perf_counter()
-                page.goto(path.as_uri(), wait_until="commit")
-                page.wait_for_function("() => document.documentElement.dataset.drawn === '1'",
-                                       polling=10, timeout=60_000)
-                times.append(time.perf_counter() - start)
-                cells = page.evaluate("""() => [...document.querySelectorAll('#tables td')]
-                    .filter(c => c.textContent !== '').length""")
-                if cells != want:
-                    print(f"  {name}: {cells} entries with text, expected {want}")
-                    ok = False
-                page.close()
-            best = min(times)
-            size_ok, time_ok = size <= LIMITS[name], best <= OPEN_LIMIT
-            ok = ok and size_ok and time_ok
-            print(f"{name}: {size / 1024:,.1f} KiB (limit {LIMITS[name] / 1024:,.0f} KiB: "
-                  f"{'met' if size_ok else 'NOT met'}); {want:,} entries, every table's "
-                  f"text in {best:.2f} s, best of {rounds} (each: "
-                  f"{', '.join(f'{t:.2f}' for t in times)}; limit {OPEN_LIMIT:g} s: "
-                  f"{'met' if time_ok else 'NOT met'})")
+                for build, path in builds.items():
+                    page = browser.new_page()
+                    start = time.perf_counter()
+                    page.goto(path.as_uri(), wait_until="commit")
+                    page.wait_for_function(
+                        "() => document.documentElement.dataset.drawn === '1'",
+                        polling=10, timeout=60_000)
+                    times[build].append(time.perf_counter() - start)
+                    cells = page.evaluate("""() => [...document.querySelectorAll('#tables td')]
+                        .filter(c => c.textContent !== '').length""")
+                    if cells != want:
+                        print(f"  {name} ({build}): {cells} entries with text, expected {want}")
+                        ok = ok and build != "this"
+                    page.close()
+            for build, path in builds.items():
+                size = path.stat().st_size
+                best = min(times[build])
+                size_ok, time_ok = size <= LIMITS[name], best <= OPEN_LIMIT
+                if build == "this":
+                    ok = ok and size_ok and time_ok
+                print(f"{name}{'' if other is None else f' [{build}]'}: {size / 1024:,.1f} KiB "
+                      f"(limit {LIMITS[name] / 1024:,.0f} KiB: {'met' if size_ok else 'NOT met'}"
+                      f"); {want:,} entries, every table's text in {best:.2f} s, best of "
+                      f"{rounds} (each: {', '.join(f'{t:.2f}' for t in times[build])}; limit "
+                      f"{OPEN_LIMIT:g} s: {'met' if time_ok else 'NOT met'})")
         browser.close()
     return 0 if ok else 1
 

@@ -515,7 +515,7 @@ def test_labels_are_text_never_markup(browser: Any, tmp_path: Path) -> None:
 
 def test_what_the_page_does_not_take(tmp_path: Path) -> None:
     for args in (("--all-heads", "-o", str(tmp_path / "a.txt")),
-                 ("--all-heads", "--format", "html"),
+                 ("--all-heads", "--stage", "weights", "--format", "html"),
                  ("--quiz", "--stage", "tiles", "--sample", "flash", "--tiles", "2",
                   "--format", "html")):
         r = mha("explain", *args)

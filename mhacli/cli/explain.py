@@ -128,15 +128,15 @@ def explain(
         if output is not None:
             check_writable(output, inputs(source.file))
         if fmt is ExplainFormat.html:
-            _page_options(cell, all_heads, svg, html)
+            _page_options(cell, svg, html)
         layout = settings.pop("layout")
         options = dict(source.problem(), layout=layout)
         if all_heads:
             from .overview import all_heads as overview
 
-            if output is not None:
+            if output is not None and fmt is not ExplainFormat.html:
                 raise MhaError("--all-heads writes to standard output: leave out -o (and "
-                               "redirect it)")
+                               "redirect it), or write the page (-o FILE.html)")
             others = [o for o, v in (("--stage", stage), ("--head", head), ("--cell", cell),
                                      ("--fractions", fractions), ("--backward", backward),
                                      ("--full", full), ("--precision", precision),
@@ -147,7 +147,9 @@ def explain(
                                "one head's tables (leave out --all-heads)")
 
             return overview(fmt.value, options, layer_number(source.layer, every=True),
-                            settings, svg, html, pager=not no_pager)
+                            settings, svg, html, pager=not no_pager,
+                            sink=Sink(output, inputs(source.file)),
+                            too_large=lambda c: held(c) > MOST_HELD)
         prob = problem(**options, layer=layer_number(source.layer), backward=backward,
                        **settings)
         context["tokens"] = prob.labels()[0] if prob.tokens else None  # as shown
@@ -207,6 +209,7 @@ def explain(
         header = read_lines(prob.read, c)  # what a checkpoint gave, and from where
         sink = Sink(output, inputs(source.file))
         if fmt is ExplainFormat.html:
+            from ..grading.judge import EXACT_SIZE
             from ..present.page import explain_page
 
             if lean:
@@ -217,7 +220,8 @@ def explain(
                                     read_lines(prob.read, c), prob.read.get("settings"),
                                     shown_views(tr) if quiz else kernels,
                                     quiz=stages if quiz else (),
-                                    quiz_exact=_quiz_exact(prob, stages) if quiz else None))
+                                    quiz_exact=_quiz_exact(prob, stages) if quiz else None,
+                                    carry=prob.size <= EXACT_SIZE))
             sink.close()
             return
         if fmt is ExplainFormat.json:
@@ -360,14 +364,12 @@ def _quiz_options(stage: Optional[list[str]], fmt: Optional[ExplainFormat],
                            "not the tiles or decoding steps")
 
 
-def _page_options(cell: Optional[str], all_heads: bool, svg: Optional[Path],
+def _page_options(cell: Optional[str], svg: Optional[Path],
                   html: Optional[Path]) -> None:
     """What the page does not take, said before anything is computed."""
     if cell is not None:
         raise MhaError("--cell: the page writes out every entry when it is clicked; leave out "
                        "--cell with --format html")
-    if all_heads:
-        raise MhaError("--all-heads has no page: leave out --format html")
 
 
 class Sink:

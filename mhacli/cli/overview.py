@@ -12,17 +12,20 @@ from .terminal import console_for_stdout, export_console, page, rich_stdout, sav
 
 
 def all_heads(fmt: str, options: dict[str, Any], layer: Any, settings: dict[str, Any],
-              svg: Optional[Path], html: Optional[Path], pager: bool) -> None:
+              svg: Optional[Path], html: Optional[Path], pager: bool, sink: Any = None,
+              too_large: Any = None) -> None:
     """Each layer's problem (one forward pass of the model for a text), each head's
     weights made one at a time, summarised and drawn."""
     from ..engine import lean_trace
     from ..present import overview
     from ..present.text import config_dict
 
-    if fmt not in ("rich", "plain", "json", "markdown"):
+    if fmt not in ("rich", "plain", "json", "markdown", "html"):
         raise MhaError("--all-heads draws the heads as small heat maps: --format rich, plain, "
-                       "markdown or json")
+                       "markdown, json or html")
     problems = _problems(options, layer, settings)
+    if fmt == "html":  # the page: each head's map opens to its weights, entries and all
+        return _page(problems, sink, options.get("layout") or "rows", too_large)
     layers = []
     for prob in problems:
         with about(prob):
@@ -82,3 +85,30 @@ def _problems(options: dict[str, Any], layer: Any, settings: dict[str, Any]) -> 
 
         options = {**options, "seed": new_seed()}
     return [problem(**options, layer=k, **settings) for k in every]
+
+
+def _page(problems: list, sink: Any, layout: str, too_large: Any) -> None:
+    """The page of every layer's heads: each layer traced whole (its weights' arithmetic
+    reads the masked scores and the softmax's parts), refused past the size rule."""
+    from ..engine import traced
+    from ..present import overview
+    from ..present.explain import read_lines
+    from ..present.heads_page import heads_page
+
+    layers = []
+    for prob in problems:
+        if too_large(prob.config):
+            raise MhaError("the page holds every stage of each layer: this problem is too "
+                           "large for it (fewer tokens, or --format plain)")
+        with about(prob):
+            tr = traced(prob.prepared)
+        number = prob.read.get("layer")
+        name = f"layer {number}" if number is not None else prob.source
+        layers.append((name, tr, overview.heads_of(tr, number), prob.labels()))
+    first = problems[0]
+    header = read_lines(first.read, first.config)[:1]
+    text = first.read.get("text")
+    if text is not None:
+        header.append(f"text: {text}")
+    sink.write(heads_page(layers, header, layout))
+    sink.close()

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from . import ops
-from .recipe import each, op, when
+from .recipe import each, fdot, op, when
 from .writing import Entry, sub
 
 
@@ -37,6 +37,8 @@ def cell_projection(e: Entry) -> list[Any]:
     b = e.inp(f"b_{e.stage}")
     bias = f" + b_{e.stage}[{e.col + 1}]" if has_b else ""
     e.mark(src, None, {e.row})
+    how = fdot(e.row_of(src, None, e.row), e.inp(f"w_{e.stage}", exact=False).col(e.col))
+    e.makes(op("f+", how, e.inp(f"b_{e.stage}", exact=False).at(e.col)) if has_b else how)
     return [f"{e.name} = row {e.row + 1} of {INPUTS[src]} · "
             f"column {e.col + 1} of W_{e.stage.upper()}{bias}",
             f"  = {e.dot(e.row_of(src, None, e.row), w.col(e.col))}"
@@ -50,6 +52,7 @@ def cell_split(e: Entry) -> list[Any]:
     h = e.head
     col = (h - 1) * d + e.col
     e.mark(whole, None, {e.row}, {col})
+    e.makes(e.value(whole, None, e.row, col))
     shared = ""
     if whole != "q" and e.c.groups != e.c.heads:
         per = e.c.heads // e.c.groups
@@ -71,6 +74,7 @@ def cell_scores(e: Entry) -> list[Any]:
     rot = q.removeprefix("q")  # RoPE: the turned queries and keys; _normed, _heads
     e.mark(q, h, {e.row})
     e.mark(k, g, {e.col})
+    e.makes(fdot(e.row_of(q, h, e.row), e.row_of(k, g, e.col)))
     uses = f"; query head {h} uses key head {g}" if e.c.groups != e.c.heads else ""
     shown = "" if rot == "_heads" else rot
     return [f"{e.name} = q{shown}{hs}[{e.row_label}] · k{shown}{gs}[{e.col_label}]  (row "
@@ -92,6 +96,7 @@ def _sine_argument(tr: Any) -> np.ndarray:
 
 def cell_pos(e: Entry) -> list[Any]:
     c, i, j = e.c, e.row, e.col
+    e.makes(e.inp("pe_kv" if "kv" in e.stage else "pe", exact=False).at(i, j))
     if c.positional == "learned":
         return [f"{e.name} = row {i + 1} of the learned table, column {j + 1} = {e.result}"]
     width = c.d_model
@@ -109,6 +114,8 @@ def cell_x_pos(e: Entry) -> list[Any]:
     value = e.inp("pe_kv" if e.stage == "x_kv_pos" else "pe")
     e.mark(src, None, {e.row}, {e.col})
     x = e.value(src, None, e.row, e.col)
+    e.makes(op("f+", x, e.inp("pe_kv" if e.stage == "x_kv_pos" else "pe", exact=False)
+               .at(e.row, e.col)))
     return [f"{e.name} = {src}[{e.row_label}, {e.col + 1}] + {pe}[{e.row + 1}, {e.col + 1}]",
             f"  = {e.factor(x)} + {e.factor(value.at(e.row, e.col))}", f"  = {e.result}"]
 
@@ -155,6 +162,12 @@ def cell_rot(e: Entry) -> list[Any]:
         first, second = (tuple(f"{e.num(c.rope_factor)}·({r})" for r in rule)
                          for rule in (first, second))
     rule = when(j == a, f"{first[0]} = {first[1]}", f"{second[0]} = {second[1]}")
+    cos_v, sin_v = (e.derive(f"rope_{f}", _rope(f)).at(i, pair) for f in ("cos", "sin"))
+    if c.rope_factor != 1.0:  # as ops.rotate: cos and sin scaled first
+        cos_v, sin_v = op("f*", cos_v, float(c.rope_factor)), op("f*", sin_v, float(c.rope_factor))
+    turn_one = op("f-", op("f*", x, cos_v), op("f*", y, sin_v))
+    turn_two = op("f+", op("f*", x, sin_v), op("f*", y, cos_v))
+    e.makes(op("if", j >= c.rope_dims, e.value(src, h, i, j), op("if", j == a, turn_one, turn_two)))
     return [when(j >= c.rope_dims,
                  f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] = {e.result}  "
                  f"(dimensions past {c.rope_dims} are not turned)",
@@ -178,6 +191,7 @@ def cell_tuned(e: Entry) -> list[Any]:
     e.mark(src, h, {i}, {j})
     f, a = c.temperature  # type: ignore[misc]
     tau = e.derive("tuned_tau", _tau).at(i)
+    e.makes(op("f*", e.value(src, h, i, j), tau))
     return [f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] × τ_p, τ_p = log(⌊(p + 1) / "
             f"{f:g}⌋ + 1)·{a:g} + 1 = {e.num(tau)}  (p = {i})",
             f"  = {e.factor(e.value(src, h, i, j))}×{e.factor(tau)} = {e.result}"]
@@ -194,6 +208,17 @@ def cell_normed(e: Entry) -> list[Any]:
     over = f"the row {e.row_label} of every head" if c.qk_norm == "width" else \
         f"the row {e.row_label} of head {h}"
     x = e.value(src, h, i, j)
+    squares = op("fmap", op("f*", op("it", 0), op("it", 0)), e.row_of(src, h, i))
+    if c.qk_norm == "width":  # over the row of every head: the sum of each head's
+        heads = e.trace.stages[src].shape[0]
+        squares = op("fmap", op("fsum", op("fmap", op("f*", op("it", 0), op("it", 0)),
+                                           op("row", src, op("it", 0), i))),
+                     op("range", 0, heads))
+        count = heads * c.d_k
+    else:
+        count = c.d_k
+    rms = op("sqrt", op("f+", op("f/", op("fsum", squares), float(count)), float(c.qk_eps)))
+    e.makes(op("f*", op("f/", x, rms), w))
     return [f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] / rms × w_{j + 1}, rms = "
             f"√(mean of the squares of {over} + eps)",
             f"  rms = √(… + {e.num(c.qk_eps)}) = {e.num(r)}",
@@ -203,6 +228,7 @@ def cell_normed(e: Entry) -> list[Any]:
 def cell_alibi(e: Entry) -> list[Any]:
     slope = e.inp("slopes").at(e.head - 1)
     i, j = e.row, e.col
+    e.makes(op("f*", op("f-", 0.0, e.inp("slopes", exact=False).at(e.head - 1)), abs(i - j)))
     return [f"{e.name} = −slope{e.hs}·|i − j| = −{e.num(slope)}·|{i} − {j}|  "
             f"(positions from 0: {e.row_label} is {i}, {e.col_label} is {j})",
             f"  = {e.result}"]
@@ -226,6 +252,10 @@ def cell_biased(e: Entry) -> list[Any]:
         origin = [f"  bias[{i + 1}, {j + 1}] = relative_bias.table[{bucket + 1}, {h}]: the row "
                   f"of bucket {bucket} (from 0, of {count}) for j − i = {j} − {i} = {d}  "
                   f"(positions from 0; {_bucket_rule(d, count, side, distance)})"]
+    made = terms[0][1]
+    for _, v in terms[1:]:  # in the engine's order: the scores, then each added
+        made = op("f+", made, v)
+    e.makes(made)
     return [f"{e.name} = {' + '.join(t for t, _ in terms)}", *origin,
             f"  = {' + '.join(str(e.factor(v)) for _, v in terms)}", f"  = {e.result}"]
 
@@ -255,6 +285,7 @@ def cell_scaled(e: Entry) -> list[Any]:
     elif s.startswith("√") and float(c.scale).is_integer():  # -1 / 2  (s = √4), not -1 / √4 = 2
         s, why = str(int(c.scale)), f"  (s = {s})"
     e.mark(e.reads[0], e.head, {e.row}, {e.col})
+    e.makes(op("f/", e.value(e.reads[0], e.head, e.row, e.col), float(c.scale)))
     return [f"{e.name} = z{e.hs}[{e.row_label}, {e.col_label}] / s = {z} / {s}{why}",
             f"  = {e.result}"]
 
@@ -287,6 +318,8 @@ def blocked_by(e: Entry, i: Any, j: Any, key: Any, said: Any, allowed: Any) -> A
 def cell_masked(e: Entry) -> list[Any]:
     before = e.reads[0]  # the score chain as far as it has come
     e.mark(before, e.head, {e.row}, {e.col})
+    e.makes(blocked_by(e, e.row, e.col, e.col_label, lambda said: op("inf", -1),
+                       e.value(before, e.head, e.row, e.col)))
     return [blocked_by(
         e, e.row, e.col, e.col_label,
         lambda said: f"{e.name} = −∞  ({said} blocks {e.col_label} for the query "
@@ -311,6 +344,7 @@ def cell_softcapped(e: Entry) -> list[Any]:
     z = e.value(before, e.head, e.row, e.col)
     e.mark(before, e.head, {e.row}, {e.col})
     tanh = e.derive("tanh", lambda tr: _tanh(tr, before)).at(e.head - 1, e.row, e.col)
+    e.makes(op("f*", float(c), op("tanh", op("f/", z, float(c)))))
     return [f"{e.name} = c·tanh({before}{e.hs}[{e.row_label}, {e.col_label}] / c) = "
             f"{e.num(c)}·tanh({e.num(z)} / {e.num(c)})",
             f"  = {e.num(c)}·{e.num(tanh)}", f"  = {e.result}"]
@@ -325,6 +359,7 @@ def cell_weights(e: Entry) -> list[Any]:
     total = e.num(op("at", "weights.sum", h - 1, i, 0))
     z = e.num(e.value(z_of, h, i, j))
     exp_j = e.num(op("at", "weights.exp", h - 1, i, j))
+    _softmax_value(e, z_of)
     sink = ""
     if e.c.sinks:
         s_h = e.num(e.inp("sinks", exact=False).at(h - 1))
@@ -341,12 +376,34 @@ def cell_weights(e: Entry) -> list[Any]:
                   f"  {exp_j} / {total} = {e.result}"])]
 
 
+def _softmax_value(e: Entry, z_of: str) -> None:
+    """The weight as the engine's softmax makes it (``ops.softmax_parts``): exp(z − max)
+    over the row's sum of them (with the sink's logit in the max and its exp in the sum);
+    a row with every key blocked (and no sink) 0, or NaN under --masked-row nan."""
+    h, i, j = e.head, e.row, e.col
+    row = e.row_of(z_of, h, i)
+    top = op("fmax", row)
+    sink = None
+    if e.c.sinks:  # max(row max, s_h)
+        sink = e.inp("sinks", exact=False).at(h - 1)
+        top = op("if", op(">", top, sink), top, sink)
+    exps = op("fmap", op("exp", op("f-", op("it", 0), top)), row)
+    total = op("fsum", exps)
+    if sink is not None:
+        total = op("f+", total, op("exp", op("f-", sink, top)))
+    weight = op("f/", op("exp", op("f-", e.value(z_of, h, i, j), top)), total)
+    dead = op("nan") if e.c.masked_row == "nan" else 0.0
+    e.makes(weight if sink is not None else
+            op("if", op("==", op("fmax", row), op("inf", -1)), dead, weight))
+
+
 def cell_head_outputs(e: Entry) -> list[Any]:
     h, hs = e.head, e.hs
     g = kv(e.c, h)  # the value head this query head uses
     a, v = e.reads  # the weights and the values
     e.mark(a, h, {e.row})
     e.mark(v, g, None, {e.col})
+    e.makes(fdot(e.row_of(a, h, e.row), e.col_of(v, g, e.col)))
     uses = f"; query head {h} uses value head {g}" if e.c.groups != e.c.heads else ""
     return [f"{e.name} = row {e.row + 1} of A{hs} · column {e.col + 1} of V{sub(g)}  "
             f"(the values, weighted by attention{uses})",
@@ -357,6 +414,8 @@ def cell_head_outputs(e: Entry) -> list[Any]:
 def cell_lambda(e: Entry) -> list[Any]:
     """λ of differential attention, from its four vectors."""
     lam = e.inp("lambdas", exact=False)
+    e.makes(op("f+", op("f-", op("exp", fdot(lam.row(0), lam.row(1))),
+                         op("exp", fdot(lam.row(2), lam.row(3)))), float(e.c.differential)))
     dots = e.derive("diff_dots", lambda t: np.array([t.prepared.lambdas[0] @ t.prepared.lambdas[1],
                                                      t.prepared.lambdas[2] @ t.prepared.lambdas[3]]))
     return ["λ = exp(λ_q1·λ_k1) − exp(λ_q2·λ_k2) + λ_init",
@@ -375,6 +434,7 @@ def cell_diff_weights(e: Entry) -> list[Any]:
     e.mark(a, other, {i}, {j})
     e.mark(lam_stage, None, None, {0})
     lam = e.value(lam_stage, None, 0, 0)
+    e.makes(op("f-", e.value(a, h, i, j), op("f*", lam, e.value(a, other, i, j))))
     return [f"{e.name} = A{e.hs}[{e.row_label}, {e.col_label}] − λ × A{sub(other)}"
             f"[{e.row_label}, {e.col_label}]  (query heads {h} and {other} make head {h})",
             f"  = {e.factor(e.value(a, h, i, j))} − {e.factor(lam)} × "
@@ -392,6 +452,7 @@ def cell_diff_outputs(e: Entry) -> list[Any]:
     col = e.col % d_v
     e.mark(a, h, {e.row})
     e.mark(v, gg, None, {col})
+    e.makes(fdot(e.row_of(a, h, e.row), e.col_of(v, gg, col)))
     return [f"{e.name} = row {e.row + 1} of {a}{e.hs} · column {col + 1} of V{sub(gg)}  "
             f"(head {h}'s values: V{sub(g)} | V{sub(g + half)} side by side)",
             f"  = {e.dot(e.row_of(a, h, e.row), e.col_of(v, gg, col))}",
@@ -404,6 +465,7 @@ def cell_head_normed(e: Entry) -> list[Any]:
     src = e.reads[0]
     e.mark(src, h, {i})
     r = op("at", f"{e.stage}.rms", h - 1, i, 0)
+    e.makes(op("f/", e.value(src, h, i, j), r))
     return [f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] / rms, rms = √(mean of the "
             f"squares of the row {e.row_label} of head {h} + eps)",
             f"  rms = √(… + {e.c.diff_eps:g}) = {e.num(r)}",
@@ -416,6 +478,7 @@ def cell_head_scaled(e: Entry) -> list[Any]:
     src = e.reads[0]
     e.mark(src, h, {i}, {j})
     init = e.c.differential
+    e.makes(op("f*", e.value(src, h, i, j), float(1 - init)))
     return [f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] × (1 − λ_init), λ_init = "
             f"{e.num(init)}",
             f"  = {e.factor(e.value(src, h, i, j))} × {e.num(1 - init)}", f"  = {e.result}"]
@@ -425,6 +488,7 @@ def cell_concat(e: Entry) -> list[Any]:
     d_v = e.c.out_width
     hh, jj = e.col // d_v, e.col % d_v
     e.mark(e.reads[0], hh + 1, {e.row}, {jj})
+    e.makes(e.value(e.reads[0], hh + 1, e.row, jj))
     return [f"{e.name} = {e.reads[0]}{sub(hh + 1)}[{e.row_label}, {jj + 1}] = {e.result}  "
             f"(head {hh + 1} fills columns {hh * d_v + 1}–{(hh + 1) * d_v})"]
 
@@ -433,6 +497,9 @@ def cell_output(e: Entry) -> list[Any]:
     p, j = e.p, e.col
     e.mark(e.reads[0], None, {e.row})
     bias = f" + b_o[{j + 1}]" if p.b_o is not None else ""
+    made = e.value(e.reads[0], None, e.row, j) if p.w_o is None else \
+        fdot(e.row_of(e.reads[0], None, e.row), e.inp("w_o", exact=False).col(j))
+    e.makes(op("f+", made, e.inp("b_o", exact=False).at(j)) if p.b_o is not None else made)
     if p.w_o is None:
         return [f"{e.name} = concat[{e.row_label}, {j + 1}]{bias} = {e.result}  (no w_o)"]
     b_text = f" + {e.factor(e.inp('b_o', exact=False).at(j))}" if p.b_o is not None else ""

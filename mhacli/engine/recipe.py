@@ -29,6 +29,13 @@ Ops (each one the page's script implements alike):
                     a BODY of None is left out; past MOST items (0: no limit) the first
                     and last MOST/2 and "… (N more terms) …" between
   isinf X, isneginf X, pick I A0 A1 …   (pick: the I-th of its arguments)
+
+A recipe may also say how its entry's value is made from the numbers it reads
+(``Recipe.value``: the engine's operation on them, so that a value can be made again
+from a reader's own numbers, as ``check`` makes it by the engine, for the quiz's
+carried-error rule). Its ops, on floats:
+  f+ f- f* f/ A B, exp A, tanh A, sqrt A, inf S (S·∞), nan, fsum V, fmax V, fdot V W (Σ v·w, in order),
+  fmap BODY V…  (BODY for each item, as ``each``, giving a list of numbers)
 """
 
 from __future__ import annotations
@@ -199,10 +206,14 @@ class Recipe:
     marks: list[Node] = field(default_factory=list)
     derived: dict[str, Callable[[Any], Any]] = field(default_factory=dict)
     title: Node = None
+    value: Node = None  # how the entry's value is made (None: not said)
 
-    def data(self) -> dict[str, Any]:
-        """The recipe as the page embeds it."""
-        return {"title": self.title, "lines": self.lines, "marks": self.marks}
+    def data(self, values: bool = False) -> dict[str, Any]:
+        """The recipe as the page embeds it (``values``: with how a value is made)."""
+        out = {"title": self.title, "lines": self.lines, "marks": self.marks}
+        if values and self.value is not None:
+            out["value"] = self.value
+        return out
 
 
 # --------------------------------------------------------------------------- run
@@ -338,8 +349,53 @@ class Run:
         return sep.join(texts)
 
 
+    # values made again (floats)
+    def op_fplus(self, a: Node, b: Node) -> float: return _f(self(a)) + _f(self(b))
+    def op_fminus(self, a: Node, b: Node) -> float: return _f(self(a)) - _f(self(b))
+    def op_ftimes(self, a: Node, b: Node) -> float: return _f(self(a)) * _f(self(b))
+
+    def op_fdiv(self, a: Node, b: Node) -> float:
+        x, y = _f(self(a)), _f(self(b))
+        return x / y if y else math.copysign(math.inf, x) * math.copysign(1, y) if x else \
+            math.nan
+
+    def op_exp(self, a: Node) -> float:
+        x = _f(self(a))
+        return math.inf if x > 709.8 else math.exp(x)
+
+    def op_tanh(self, a: Node) -> float: return math.tanh(_f(self(a)))
+    def op_sqrt(self, a: Node) -> float: return math.sqrt(_f(self(a)))
+    def op_inf(self, sign: Node) -> float: return math.copysign(math.inf, self(sign))
+    def op_nan(self) -> float: return math.nan
+    def op_fsum(self, v: Node) -> float: return float(sum(_f(x) for x in self(v)))
+    def op_fmax(self, v: Node) -> float: return float(np.max([_f(x) for x in self(v)]))
+
+    def op_fdot(self, v: Node, w: Node) -> float:
+        return float(sum(_f(x) * _f(y) for x, y in zip(self(v), self(w))))
+
+    def op_fmap(self, body: Node, *vectors: Node) -> list[float]:
+        saved = self.items, self.index
+        out = []
+        for k, items in enumerate(zip(*(self(v) for v in vectors))):
+            self.items, self.index = items, k
+            out.append(self(body))
+        self.items, self.index = saved
+        return out
+
+
+def _f(v: Any) -> float:
+    """A number as a float (a Fraction of an exact stage too)."""
+    return float(v)
+
+
+def fdot(v: Any, w: Any) -> X:
+    """Σ v·w, in order: how a product's entry is made."""
+    return op("fdot", v, w)
+
+
 _NAMES = {"+": "plus", "-": "minus", "*": "times", "//": "floor", "%": "mod", "==": "eq",
-          "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
+          "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge", "f+": "fplus",
+          "f-": "fminus", "f*": "ftimes", "f/": "fdiv"}
 
 
 def _isinf(v: Any) -> bool:

@@ -120,6 +120,12 @@ class Entry:
     cols_side: str = ""
     marks: list[Any] = field(default_factory=list)
     derived: dict[str, Callable[[Any], Any]] = field(default_factory=dict)
+    made: Any = None  # how the entry's value is made from what it reads (``makes``)
+
+    def makes(self, how: Any) -> None:
+        """Say how the entry's value is made from the numbers it reads, as the engine
+        makes it (``Recipe.value``): the quiz makes it again from a reader's numbers."""
+        self.made = node(how)
 
     @property
     def c(self) -> Config:
@@ -203,7 +209,7 @@ class Entry:
 
     def recipe(self, written: list[Any]) -> Recipe:
         """The stage's lines (as its ``cell`` wrote them) with this entry's marks."""
-        return Recipe(lines(written), self.marks, self.derived)
+        return Recipe(lines(written), self.marks, self.derived, value=self.made)
 
 
 def place(head: bool = True) -> tuple[X | None, X, X]:

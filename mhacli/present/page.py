@@ -23,7 +23,7 @@ def _asset(name: str) -> str:
     return resources.files(__package__).joinpath("page_assets", name).read_text("utf-8")
 
 
-PARTS = ("numbers.js", "recipes.js", "tables.js", "events.js")  # the script, in order
+PARTS = ("numbers.js", "recipes.js", "tables.js", "maps.js", "quiz.js", "events.js")  # the script, in order
 
 
 def script() -> str:
@@ -47,7 +47,7 @@ def script_json(data: dict[str, Any]) -> str:
 
 def page_html(sets: list[PageData], header: Iterable[str] = (), title: str = TITLE,
               head: int | None = None, extra: Mapping[str, Any] | None = None,
-              tables: list[dict[str, Any]] | None = None) -> str:
+              tables: list[dict[str, Any]] | None = None, chooser: bool = True) -> str:
     """The whole page: the data (each set's numbers, and every table in order, each
     naming its set), the script and the style sheet, and the frame the script draws the
     tables into."""
@@ -62,7 +62,7 @@ def page_html(sets: list[PageData], header: Iterable[str] = (), title: str = TIT
     heads = max(data.tr.config.heads for data in sets)
     options = "".join(f'<option value="{h}"{" selected" if h == head else ""}>{h}</option>'
                       for h in range(1, heads + 1))
-    select = "" if heads < 2 else (
+    select = "" if heads < 2 or not chooser else (
         '<label class="control">head <select name="head"><option value="all"'
         f'{"" if head else " selected"}>all</option>{options}</select></label>')
     about = "".join(f"<p>{escape(line)}</p>" for line in header)
@@ -88,10 +88,13 @@ def explain_page(tr: Any, exact: Any, queries: list[str], keys: list[str], digit
                  head: int | None = None, heat: str = "global",
                  header: Iterable[str] = (), origin: Mapping[str, str] | None = None,
                  kernels: Iterable[str] = (), quiz: Iterable[str] = (),
-                 quiz_exact: Mapping[str, Any] | None = None) -> str:
+                 quiz_exact: Mapping[str, Any] | None = None, carry: bool = True) -> str:
     """``explain --format html``: every table explain would print, in its order, every
     head's (``head`` only chooses the one shown first); with ``quiz``, those stages'
-    entries (blocked ones aside) are blanks to fill in."""
+    entries (blocked ones aside) are blanks to fill in, judged as check judges them
+    (``carry``: with the rounding of earlier numbers carried, as check does for a problem
+    of up to ``EXACT_SIZE`` input numbers)."""
+    from ..engine import BY_NAME, STAGES
     from ..engine.writing import Reading
     from .kernel_views import KernelViews
     from .views import views
@@ -111,7 +114,14 @@ def explain_page(tr: Any, exact: Any, queries: list[str], keys: list[str], digit
     for name in kernels:  # walked a step at a time
         data.add_walk(name, KernelViews(tr, queries, keys, [name], None, exact_stages,
                                         layout))
-    return page_html([data], header, head=head)
+    extra = None
+    if chosen:  # a reader's values made again from their own numbers, as check makes them
+        data.values = True
+        for name in tr.stages:
+            data.recipe(name)
+        order = [s for s in STAGES if s in tr.stages and not BY_NAME[s].given]  # (made)
+        extra = {"quiz": {"order": order, "carry": carry}}
+    return page_html([data], header, head=head, extra=extra)
 
 
 def _quiz_truth(tr: Any, t: dict[str, Any], exact: Any) -> dict[str, Any]:

@@ -79,6 +79,7 @@ class PageData:
     recipes: dict[str, Recipe] = field(default_factory=dict)
     extra_arrays: set[str] = field(default_factory=set)
     own: dict[str, np.ndarray] = field(default_factory=dict)  # arrays of a view alone
+    values: bool = False  # the recipes' values too (the quiz makes values again)
 
     # ---------------------------------------------------------------- tables
 
@@ -196,20 +197,28 @@ class PageData:
                 names.add(s["array"])
         for r in self.recipes.values():
             names |= names_in(r.lines) | names_in(r.title) | names_in(r.marks)
+            if self.values:
+                names |= names_in(r.value)
         return sorted(names)
 
     def arrays(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         held: list[tuple[str, np.ndarray]] = []
-        for name in self.array_names():
-            a = self.own[name] if name in self.own else np.asarray(self.reading.array(name))
-            seen = _view_of(a, held)
+        written: list[tuple[str, np.ndarray]] = []
+        made = [(name, self.own[name] if name in self.own else
+                 np.asarray(self.reading.array(name))) for name in self.array_names()]
+        # those with −∞ (masked) after those without (scaled), to be written as their copy
+        made.sort(key=lambda na: na[1].dtype.kind in "fO" and -np.inf in na[1].ravel().tolist())
+        for name, a in made:
+            seen = _view_of(a, held) or _same_as(a, written)
             if seen is not None:
                 out[name] = seen
                 continue
             out[name] = _array_json(a)
             if a.dtype.kind == "f" and a.flags.c_contiguous:
                 held.append((name, a))
+            if a.dtype.kind in "fO":  # as written: flat, in C order
+                written.append((name, np.ascontiguousarray(a)))
         return out
 
     def set_json(self) -> dict[str, Any]:
@@ -217,7 +226,7 @@ class PageData:
         c = self.tr.config
         return {"precision": self.precision, "heads": c.heads, "groups": c.groups,
                 "labels": {"query": self.reading.queries, "key": self.reading.keys},
-                "recipes": {k: r.data() for k, r in self.recipes.items()},
+                "recipes": {k: r.data(self.values) for k, r in self.recipes.items()},
                 "arrays": self.arrays()}
 
 
@@ -246,6 +255,36 @@ def _view_of(a: np.ndarray, held: list[tuple[str, np.ndarray]]) -> dict[str, Any
         if first >= 0 and last < b.size:
             return {"of": name, "offset": offset, "shape": list(a.shape),
                     "strides": strides}
+    return None
+
+
+def _same_as(a: np.ndarray, held: list[tuple[str, np.ndarray]]) -> dict[str, Any] | None:
+    """``a`` as another held array's numbers by value, where the trace holds a copy:
+    a stage split into heads (``q_heads``: ``q``'s columns a head at a time, H × n × d
+    of n × H·d; ``head_outputs`` of ``concat``), or the same numbers but some made −∞
+    (``masked``: ``scaled`` with −∞ where blocked, those marked "1" in ``neginf``)."""
+    if a.dtype.kind not in "fO" or a.size == 0:
+        return None
+    for name, b in held:
+        if b.dtype != a.dtype or b.size != a.size:
+            continue
+        if a.shape == b.shape:
+            same = np.frompyfunc(lambda x, y: x == y or x != x and y != y, 2, 1)(a, b)
+            differ = ~same.astype(bool)
+            if any(v != -np.inf for v in a[differ].tolist()):
+                continue
+            out = {"of": name, "offset": 0, "shape": list(a.shape),
+                   "strides": [s // a.itemsize for s in np.empty(a.shape).strides]}
+            if differ.any():
+                out["neginf"] = "".join("1" if d else "0" for d in differ.ravel().tolist())
+            return out
+        if a.ndim == 3 and b.ndim == 2 and b.shape == (a.shape[1], a.shape[0] * a.shape[2]):
+            strides = [a.shape[2], b.shape[1], 1]  # (H, n, d) of (n, H·d)
+            seen = np.lib.stride_tricks.as_strided(b, a.shape, [s * b.itemsize
+                                                                for s in strides])
+            if seen.tolist() == a.tolist():
+                return {"of": name, "offset": 0, "shape": list(a.shape),
+                        "strides": strides}
     return None
 
 

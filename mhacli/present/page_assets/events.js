@@ -103,7 +103,7 @@ document.addEventListener("click", (ev) => {
 });
 document.addEventListener("keydown", (ev) => {
   if (ev.target.tagName === "INPUT") { // a quiz's blank: Enter judges it (as leaving it does)
-    if (ev.key === "Enter") judgeInput(ev.target);
+    if (ev.key === "Enter") judgeQuiz();
     return;
   }
   const td = ev.target.closest && ev.target.closest("#tables td");
@@ -122,75 +122,8 @@ document.addEventListener("keydown", (ev) => {
   if (next) focusCell(next);
 });
 
-// ------------------------------------------------------------------ the quiz
-// check's rule for one written number (mhacli/claims.py, grading/records.py): written
-// with k decimals it claims the value within half a unit of its last decimal; a whole
-// number (2, 2., 2e0, 12e3) or a fraction (1/3) is an exact claim; −∞ for a blocked
-// score. The carried-error rule needs the reader's earlier numbers carried through the
-// stages, which the page does not compute: an entry is judged against the true value.
-const NUMBER = /^[+-]?(?:(?:0|[1-9]\d*)(?:\.(\d*))?|\.(\d+))(?:[eE]([+-]?\d+))?$/;
-const FRACTION = /^[+-]?(?:0|[1-9]\d*)\/[1-9]\d*$/;
-function claim(written) {
-  const text = written.trim().replace(/\u2212/g, "-");
-  const low = text.toLowerCase();
-  if (["", "_", "?", "~", "null"].includes(low)) return { blank: true };
-  if (["-inf", "-∞", "-infinity"].includes(low)) return { value: -Infinity, half: 0 };
-  if (FRACTION.test(text)) {
-    const [a, b] = text.split("/");
-    return { value: Number(a) / Number(b), half: 0, exact: true, text };
-  }
-  const m = NUMBER.exec(text);
-  if (!m) return null;
-  const value = Number(text);
-  if (!Number.isFinite(value)) return null;
-  const decimals = (m[1] || m[2] || "").length, exp = m[3] ? Number(m[3]) : 0;
-  if (Number.isInteger(value) && (m[3] !== undefined || (!m[1] && m[2] === undefined))) {
-    // a whole number as one: exact (its digits, for an exact comparison)
-    return { value, half: 0, exact: true, text: Number.isSafeInteger(value) ? String(value) : "" };
-  }
-  const places = decimals - exp;
-  return { value, half: 0.5 * Math.pow(10, -places), places };
-}
-function fraction(text) { // "p/q" (or a whole number) as BigInts, or null
-  const m = /^([+-]?\d+)(?:\/(\d+))?$/.exec(text);
-  return m ? [BigInt(m[1]), BigInt(m[2] || "1")] : null;
-}
-// ``written`` against the true value ``e`` (exactly ``exact``, "p/q", where known),
-// ``full`` the true value as check words it
-function judge(written, e, exact, full) {
-  const c = claim(written);
-  if (c === null) return { verdict: "", note: "not a number: write 0.33, 1/3, 2e-3 or -inf" };
-  if (c.blank) return { verdict: "", note: "" };
-  let right;
-  const mine = c.exact && exact ? fraction(c.text) : null;
-  const truth = exact ? fraction(exact) : null;
-  if (mine && truth) right = mine[0] * truth[1] === truth[0] * mine[1];
-  else if (!Number.isFinite(e) || !Number.isFinite(c.value)) right = c.value === e;
-  else right = Math.abs(c.value - e) <= c.half + 1e-12 * Math.max(1, Math.abs(e));
-  if (right) return { verdict: "right", note: "" };
-  const rounded = c.places === undefined || c.places > 17 || !Number.isFinite(e) ? null :
-    e === 0 ? (0).toFixed(c.places) : fixed(e, c.places, false, true);
-  if (truth && rounded !== null && Number(rounded) === Number(truth[0]) / Number(truth[1])) {
-    full = truth[1] === 1n ? rounded : exact; // the same number: -1.5000 (-3/2)
-  }
-  let text = rounded === null || rounded === written.trim() || rounded === full ? full : rounded + " (" + full + ")";
-  text = written.includes("\u2212") ? text.replace(/-/g, "\u2212") : text.replace(/\u2212/g, "-");
-  return { verdict: "wrong", note: "expected " + text };
-}
-function judgeInput(input) {
-  const td = input.closest("td"), table = td.closest("table");
-  const t = D.tables[+table.dataset.t];
-  use(t.set);
-  const r = td.parentNode.rowIndex - 1, c = td.cellIndex - 1;
-  const [s, sr, sc] = locate(t, r, c);
-  const e = at(s.array, s.index.map((p) => place(p, sr, sc)));
-  const k = r * labels(t.cols).length + c;
-  const made = judge(input.value, e, t.exact ? t.exact[k] : null, t.expected[k]);
-  td.dataset.verdict = made.verdict;
-  td.querySelector(".expected").textContent = made.note;
-}
 document.addEventListener("change", (ev) => {
-  if (ev.target.tagName === "INPUT" && ev.target.closest("#tables")) judgeInput(ev.target);
+  if (ev.target.tagName === "INPUT" && ev.target.closest("#tables")) judgeQuiz();
 });
 
 // ------------------------------------------------------------------ heads

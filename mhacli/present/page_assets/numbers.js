@@ -52,7 +52,7 @@ function fixed(v, p, whole, unicode) {
   if (!Number.isFinite(v)) return (v < 0 ? "-" : "") + (unicode ? "∞" : "inf");
   if (whole || v === 0) return String(Math.trunc(v) || 0);
   const t = pyFixed(v, p);
-  return v < 0 && /^-[0.]*$/.test(t) ? t.slice(1) : t; // no "-0.0000"
+  return v < 0 && v > -1 && +t === 0 ? t.slice(1) : t; // no "-0.0000"
 }
 function textOf(v) { // recipe.text_of
   if (typeof v === "string") return v;
@@ -88,7 +88,17 @@ function arrays(all) {
     A[name] = { data, shape: a.shape, strides, offset: 0 };
   }
   for (const [name, a] of Object.entries(all)) {
-    if (a.of) A[name] = { data: A[a.of].data, shape: a.shape, strides: a.strides, offset: a.offset };
+    if (!a.of) continue;
+    A[name] = { data: A[a.of].data, shape: a.shape, strides: a.strides, offset: a.offset };
+    if (a.neginf) { // another's numbers but some −∞ (where blocked): a copy
+      const data = block(A[name], []);
+      for (let k = 0; k < data.length; k++) if (a.neginf.charCodeAt(k) === 49) data[k] = -Infinity;
+      const strides = [];
+      let s = 1;
+      for (let d = a.shape.length - 1; d >= 0; d--) { strides[d] = s; s *= a.shape[d]; }
+      A[name] = { data: A[a.of].data instanceof Float64Array ? Float64Array.from(data) : data,
+        shape: a.shape, strides, offset: 0 };
+    }
   }
   return A;
 }
@@ -110,7 +120,7 @@ function flat(arr, idx) {
 }
 function at(name, idx) { const a = A[name]; return a.data[flat(a, idx)]; }
 function block(name, idx) { // a[idx] whole: the remaining axes in C order
-  const a = A[name], out = [];
+  const a = typeof name === "string" ? A[name] : name, out = [];
   const rest = a.shape.slice(idx.length), rs = a.strides.slice(idx.length);
   const base = flat(a, idx);
   (function walk(d, k) {

@@ -13,6 +13,24 @@ function truthy(v) {
   return !(v === null || v === undefined || v === false || v === 0 || v === "");
 }
 function pyIndex(v, k) { return v[k < 0 ? v.length + k : k]; }
+// a number of an exact stage ("5/2") as a float
+function num(v) {
+  if (typeof v !== "string") return v;
+  const k = v.indexOf("/");
+  return k < 0 ? Number(v) : Number(v.slice(0, k)) / Number(v.slice(k + 1));
+}
+// where a value made again reads its numbers (the quiz's: a reader's own), else the page's
+let READ = null;
+function readRow(name, idx) {
+  const out = [], count = A[name].shape[idx.length];
+  for (let k = 0; k < count; k++) out.push(READ(name, idx.concat([k])));
+  return out;
+}
+function readCol(name, idx) {
+  const lead = idx.slice(0, -1), k = idx[idx.length - 1], out = [];
+  for (let i = 0; i < A[name].shape[lead.length]; i++) out.push(READ(name, lead.concat([i, k])));
+  return out;
+}
 function run(node, env) {
   let items = [], index = 0;
   function ev(n) {
@@ -58,9 +76,34 @@ function run(node, env) {
         const k = ev(a[1]);
         return a[0] ? LABELS[a[0]][k] : String(k + 1);
       }
-      case "at": return at(a[0], a.slice(1).map(ev));
-      case "row": return block(a[0], a.slice(1).map(ev));
-      case "col": return column(a[0], a.slice(1).map(ev));
+      case "at": return READ ? READ(a[0], a.slice(1).map(ev)) : at(a[0], a.slice(1).map(ev));
+      case "row": return READ ? readRow(a[0], a.slice(1).map(ev)) : block(a[0], a.slice(1).map(ev));
+      case "col": return READ ? readCol(a[0], a.slice(1).map(ev)) : column(a[0], a.slice(1).map(ev));
+      // values made again (floats): recipe.py's Run alike
+      case "f+": return num(ev(a[0])) + num(ev(a[1]));
+      case "f-": return num(ev(a[0])) - num(ev(a[1]));
+      case "f*": return num(ev(a[0])) * num(ev(a[1]));
+      case "f/": return num(ev(a[0])) / num(ev(a[1]));
+      case "exp": return Math.exp(num(ev(a[0])));
+      case "tanh": return Math.tanh(num(ev(a[0])));
+      case "sqrt": return Math.sqrt(num(ev(a[0])));
+      case "inf": return ev(a[0]) < 0 ? -Infinity : Infinity;
+      case "nan": return NaN;
+      case "fsum": { let t = 0; for (const x of ev(a[0])) t += num(x); return t; }
+      case "fmax": { let t = -Infinity; for (const x of ev(a[0])) { const y = num(x); if (y > t || Number.isNaN(y)) t = y; } return t; }
+      case "fdot": {
+        const v = ev(a[0]), w = ev(a[1]);
+        let t = 0;
+        for (let k = 0; k < Math.min(v.length, w.length); k++) t += num(v[k]) * num(w[k]);
+        return t;
+      }
+      case "fmap": {
+        const vectors = a.slice(1).map(ev), count = Math.min(...vectors.map((v) => v.length));
+        const saved = [items, index], out = [];
+        for (let k = 0; k < count; k++) { items = vectors.map((v) => v[k]); index = k; out.push(ev(a[0])); }
+        [items, index] = saved;
+        return out;
+      }
       case "slice": return ev(a[0]).slice(ev(a[1]), ev(a[2]));
       case "range": { const out = []; for (let i = ev(a[0]); i < ev(a[1]); i++) out.push(i); return out; }
       case "len": return ev(a[0]).length;

@@ -40,7 +40,7 @@ function shadeClass(w) {
 function shadeRules() {
   let css = "";
   for (const [key, name] of SHADES) {
-    css += "td." + name + "{background:#" + key.slice(0, 6) + ";color:" + (key[6] === "f" ? "#fff" : "#000") + "}";
+    css += "td." + name + ",i." + name + "{background:#" + key.slice(0, 6) + ";color:" + (key[6] === "f" ? "#fff" : "#000") + "}";
   }
   const style = document.createElement("style");
   style.textContent = css;
@@ -68,6 +68,15 @@ function specOf(s, r, c) {
   for (const p of s.spec) out += typeof p === "string" ? p : place(p, r, c);
   return out;
 }
+// a column's addresses as the text before its row's place and after it (every place
+// but the row's written once), or null where the row's place is not one piece
+function specParts(s, sc) {
+  const rows = s.spec.filter((p) => Array.isArray(p) && p[0] === "r");
+  if (rows.length !== 1) return null;
+  const k = s.spec.indexOf(rows[0]);
+  const text = (ps) => ps.map((p) => (typeof p === "string" ? p : place(p, 0, sc))).join("");
+  return [text(s.spec.slice(0, k)), rows[0][1], text(s.spec.slice(k + 1))];
+}
 
 const VERDICTS = { r: "right", w: "wrong", c: "carried", b: "blank" };
 function tableHTML(t, ti) {
@@ -79,17 +88,18 @@ function tableHTML(t, ti) {
   out.push(' aria-labelledby="cap', ti, '"><thead><tr><th></th>');
   for (const c of cols) out.push("<th>", esc(c), "</th>");
   out.push("</tr></thead><tbody>");
+  const turned = t.turned, whole = t.whole, blocked = t.blocked, ncols = cols.length;
   // each displayed column: its source, its place there, and how to read it
   const colInfo = [];
   for (const s of t.sources) {
     const lin = linear(s);
-    for (let sc = 0; sc < s.cols; sc++) colInfo.push({ s, lin, sc });
+    for (let sc = 0; sc < s.cols; sc++) colInfo.push({ s, lin, sc, parts: turned ? null : specParts(s, sc) });
   }
-  const turned = t.turned, whole = t.whole, blocked = t.blocked, ncols = cols.length;
-  let first = true;
+  const heat = t.heat, row = heat && D.heat === "row", quiz = t.quiz;
+  let first = ' tabindex="0"';
   const values = new Array(ncols);
   for (let r = 0; r < rows.length; r++) {
-    out.push("<tr><th>", esc(rows[r]), "</th>");
+    let html = "<tr><th>" + esc(rows[r]) + "</th>";
     for (let c = 0; c < ncols; c++) {
       // displayed (r, c) is the source's (r, c), or (c, r) when shown turned
       const info = turned ? colInfo[r] : colInfo[c];
@@ -97,32 +107,33 @@ function tableHTML(t, ti) {
       values[c] = lin.data[lin.base + (turned ? c : r) * lin.kr + info.sc * lin.kc];
     }
     let lo = 0, span = 1;
-    if (t.heat && D.heat === "row") {
+    if (row) {
       const open = values.filter((v, c) => !(blocked && blocked[r * ncols + c] === "1"));
       lo = Math.min(...open); span = Math.max(...open) - lo;
     }
     for (let c = 0; c < ncols; c++) {
       const info = turned ? colInfo[r] : colInfo[c];
       const v = values[c];
-      out.push("<td");
-      if (first) { out.push(' tabindex="0"'); first = false; }
+      const shut = !!blocked && blocked[r * ncols + c] === "1";
       // (an address has no space or quote: unquoted, as the end tags left out, it is
       // fewer bytes for the browser to read in a large page)
-      if (info.s.spec.length) out.push(" data-cell=", specOf(info.s, turned ? c : r, info.sc));
-      if (t.heat) {
-        if (blocked && blocked[r * ncols + c] === "1") out.push(' class="blocked"');
-        else out.push(" class=", shadeClass(D.heat === "row" ? (span > 0 ? (v - lo) / span : 1) : v));
-      }
-      if (t.quiz && v !== -Infinity && !(blocked && blocked[r * ncols + c] === "1")) {
-        out.push(' data-verdict="" class="quiz"><input size="7" inputmode="decimal" autocomplete="off" spellcheck="false" aria-label="',
-          esc((t.stage || "") + " " + labels(t.rows)[r] + ", " + cols[c]), '"><span class="expected"></span>');
+      let td = "<td" + first;
+      first = "";
+      const parts = info.parts;
+      if (parts) td += " data-cell=" + parts[0] + (r + parts[1]) + parts[2];
+      else if (info.s.spec.length) td += " data-cell=" + specOf(info.s, turned ? c : r, info.sc);
+      if (heat) td += shut ? ' class="blocked"' : " class=" + shadeClass(row ? (span > 0 ? (v - lo) / span : 1) : v);
+      if (quiz && v !== -Infinity && !shut) {
+        html += td + ' data-verdict="" class="quiz"><input size="7" inputmode="decimal" autocomplete="off" spellcheck="false" aria-label="' +
+          esc((t.stage || "") + " " + rows[r] + ", " + cols[c]) + '"><span class="expected"></span>';
       } else if (t.verdicts) {
         const k = r * ncols + c;
-        out.push(" data-verdict=", VERDICTS[t.verdicts[k]], ">", esc(t.written[k]));
+        html += td + " data-verdict=" + VERDICTS[t.verdicts[k]] + ">" + esc(t.written[k]);
       } else {
-        out.push(">", fixed(v, P, whole, false));
+        html += td + ">" + fixed(v, P, whole, false);
       }
     }
+    out.push(html);
   }
   out.push("</tbody></table>");
   return out.join("");
@@ -131,8 +142,9 @@ function tableHTML(t, ti) {
 function draw() {
   const main = document.getElementById("tables");
   const parts = [];
-  let stage = null, open = false, heat = false;
-  D.tables.forEach((t, ti) => {
+  let stage = null, open = false, heat = false, sized = 0, tall = 0;
+  if (D.maps) { parts.push(drawMaps()); heat = true; }
+  else D.tables.forEach((t, ti) => {
     if (t.kind === "submission") { // a check page: a section a submission
       if (open) parts.push("</div></section>");
       parts.push('<h2 class="submission">', esc(t.note), "</h2>");
@@ -142,7 +154,9 @@ function draw() {
     const name = t.stage || stage;
     if (name !== stage || !open) {
       if (open) parts.push("</div></section>");
-      parts.push('<section class="stage" data-section="', esc(name || ""), '">');
+      parts.push('<section class="stage" data-section="', esc(name || ""), '"', "", ">");
+      sized = parts.length - 2; // its height, guessed below, for while it is not laid out
+      tall = 0;
       if (t.walk) parts.push(walkBar(t.walk));
       parts.push('<div class="heads">');
       stage = name; open = true;
@@ -160,6 +174,11 @@ function draw() {
     parts.push('<figcaption id="cap', ti, '"><b>', esc(t.title), "</b>: ", esc(t.formula),
       ' <span class="shape">(', esc(t.shape), ")</span></figcaption>");
     parts.push('<div class="scroll">', tableHTML(t, ti), "</div></figure>");
+    // (a row about 23 px; figures stacked, as a wide table's are: a section off screen
+    // is not laid out, and the guess keeps those below the first from being laid out
+    // at once)
+    tall += 23 * (labels(t.rows).length + 1) + 40;
+    parts[sized] = ' style="contain-intrinsic-size:auto ' + tall + 'px"';
   });
   if (open) parts.push("</div></section>");
   const made = document.createElement("template"); // parsed inert, then put in at once
