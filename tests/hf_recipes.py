@@ -235,6 +235,15 @@ def llama_line(recipe: Callable[..., Any], decoder: Callable[..., dict[str, Any]
                             attn_scale=0.5, num_local_experts=4, num_experts_per_tok=1,
                             **four),
         "hunyuan_v1_dense": r("HunYuanDenseV1Config", "HunYuanDenseV1ForCausalLM", head_dim=8),
+        "qwen3_next": r("Qwen3NextConfig", "Qwen3NextForCausalLM", "gated delta rule on 0, "
+                        "2; gated attention (q_proj: each head's queries, then its gate), "
+                        "q/k norms (1 + w), a quarter of each head turned, biases on 1, 3",
+                        head_dim=8, attention_bias=True, layer_types=[
+                            "linear_attention", "full_attention", "linear_attention",
+                            "full_attention"], linear_num_key_heads=2,
+                        linear_num_value_heads=4, linear_key_head_dim=8,
+                        linear_value_head_dim=8, shared_expert_intermediate_size=32,
+                        **_rope(partial_rotary_factor=0.25), **MOE, **four),
         "t5": recipe("T5Config", "T5ForConditionalGeneration", dict(
             vocab_size=100, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2,
             num_heads=4, relative_attention_num_buckets=8, relative_attention_max_distance=16,
@@ -354,6 +363,6 @@ ENCODER_DECODER = ("bart", "t5")
 SHARED = ("albert",)  # layers that share weights (tests/test_shared_layers.py)
 HYBRIDS = {"jamba": [1, 3], "bamba": [1, 3], "lfm2": [1, 3], "granitemoehybrid": [1, 3],
            "lfm2_moe": [1, 3], "lara_mini": [1, 3], "minimax": [0, 2], "nemotron_h": [1, 3],
-           "olmo_hybrid": [1, 3]}
+           "olmo_hybrid": [1, 3], "qwen3_next": [1, 3]}
 # the module's own weights leave the sinks out (they scale its output instead)
 SINKS_OUTSIDE_WEIGHTS = ("granite_swa", "granitemoe_swa")

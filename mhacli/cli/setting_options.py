@@ -100,6 +100,11 @@ OPTIONS: tuple[SettingOption, ...] = (
                   "RoPE (Qwen 3, OLMo 2, Gemma 3): over each head's d_k numbers (head) or "
                   "the whole row (width); eps and weights in a file's qk_norm: key.",
                   metavar="head|width"),
+    SettingOption("w_gate", "Gated attention (Qwen3-Next): the gate's weights, d_model × "
+                  "H·d_v (.npy, or YAML/JSON holding the matrix); each head's output times "
+                  "σ(X·W_gate + b_gate) before the heads are joined.", metavar="FILE"),
+    SettingOption("b_gate", "The gate's bias, H·d_v numbers (.npy, YAML or JSON), with "
+                  "--w-gate.", metavar="FILE"),
     SettingOption("masked_row", "A query row whose every key is blocked: zero weights (with "
                   "a warning), nan, or error.", ADVANCED,
                   commands=("explain", "run", "check")),

@@ -37,8 +37,9 @@ def cell_projection(e: Entry) -> list[Any]:
     b = e.inp(f"b_{e.stage}")
     bias = f" + b_{e.stage}[{e.col + 1}]" if has_b else ""
     e.mark(src, None, {e.row})
+    weights = "W_gate" if e.stage == "gate" else f"W_{e.stage.upper()}"
     return [f"{e.name} = row {e.row + 1} of {INPUTS[src]} · "
-            f"column {e.col + 1} of W_{e.stage.upper()}{bias}",
+            f"column {e.col + 1} of {weights}{bias}",
             f"  = {e.dot(e.row_of(src, None, e.row), w.col(e.col))}"
             + (f" + {e.factor(b.at(e.col))}" if has_b else ""),
             f"  = {e.result}"]
@@ -329,6 +330,20 @@ def cell_head_outputs(e: Entry) -> list[Any]:
             f"(the values, weighted by attention{uses})",
             f"  = {e.dot(e.row_of(a, h, e.row), e.col_of(v, g, e.col))}",
             f"  = {e.result}"]
+
+
+def cell_gated(e: Entry) -> list[Any]:
+    """A gated head output: the head's output times the sigmoid of its gate's column."""
+    h, i, j = e.head, e.row, e.col
+    o, g = e.reads  # head_outputs, gate
+    col = (h - 1) * e.c.d_v + j  # head h's columns of the gate
+    e.mark(o, h, {i}, {j})
+    e.mark(g, None, {i}, {col})
+    sig = op("at", "gated.sigmoid", h - 1, i, j)
+    return [f"{e.name} = {o}{e.hs}[{e.row_label}, {j + 1}] × σ(gate[{e.row_label}, "
+            f"{col + 1}]), σ(g) = 1 / (1 + e^(−g))",
+            f"  σ({e.num(e.value(g, None, i, col))}) = {e.num(sig)}",
+            f"  = {e.factor(e.value(o, h, i, j))}×{e.factor(sig)} = {e.result}"]
 
 
 def cell_concat(e: Entry) -> list[Any]:

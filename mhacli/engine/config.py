@@ -68,6 +68,8 @@ class Config:
     rope_scaling: str | None = None  # the rule that scaled the frequencies, or "given"
     qk_norm: str | None = None  # q and k divided by their rms over each "head" or "width"
     qk_eps: float = 0.0  # inside the root: √(mean(x²) + eps)
+    gate: bool = False  # gated attention: each head's output times σ(X·W_gate + b_gate)
+    gate_bias: bool = False  # the gate has its bias b_gate
     positional: str | None = None  # "sinusoidal" or "learned": added to the inputs
     table_rows: int = 0  # a learned positional table's rows (its gradient has them all)
     backward: bool = False  # the gradients too
@@ -130,6 +132,8 @@ class Prepared:
     q_norm: Array | None = None  # (d_k,), or (H·d_k,) over the width: qk_norm's weights
     k_norm: Array | None = None  # (d_k,), or (G·d_k,)
     tau: Array | None = None  # (n,) temperature tuning's factor of each query position
+    w_gate: Array | None = None  # (d_model, H·d_v) the gate's weights (gated attention)
+    b_gate: Array | None = None  # (H·d_v,) its bias
     grad_output: Array | None = None  # (n, d_out) dL/d output, when given
     target: Array | None = None  # (n, d_out), for L = ½·Σ(output − target)²
 

@@ -17,6 +17,7 @@ import numpy as np
 from . import ops
 from .checks import check_finite, warn_dead
 from .config import Prepared
+from .gating import gate_of, sigmoid
 from .work import Work, normed, started, turned
 
 Array = np.ndarray
@@ -31,7 +32,7 @@ _UNSHIFTED_FROM = 1 << 14  # scores (n·m) from which the softmax may go unshift
 
 
 def _attend(p: Prepared, q_t: Array, k_t: Array, v_t: Array,
-            progress: Progress | None, spread: Spread) -> Array:
+            progress: Progress | None, spread: Spread, gate: Array | None = None) -> Array:
     """The output Y = C·W_O (+ b_o), or without W_O the concatenation C of the heads'
     outputs (n × H·d_v), one block of query rows at a time and each head in turn.
 
@@ -43,6 +44,8 @@ def _attend(p: Prepared, q_t: Array, k_t: Array, v_t: Array,
     above its last query; a window: only those within w of its queries); the softmax
     runs in place and its division is applied to the b × d_v output instead of the
     b × m weights, written straight into its columns of the concatenation.
+    ``gate``: σ(G), (n, H·d_v), multiplying the block's rows of the concatenation (gated
+    attention) before W_O.
     """
     c = p.config
     dtype = q_t.dtype
@@ -136,8 +139,10 @@ def _attend(p: Prepared, q_t: Array, k_t: Array, v_t: Array,
     def block_out(lo: int, buf: Array) -> None:
         """The rows lo … lo + block − 1 of the concatenation, then of Y."""
         rows(lo, buf)
+        hi = min(lo + block, c.n)
+        if gate is not None:  # each head's output times the sigmoid of its gate
+            out[lo:hi] *= gate[lo:hi]
         if final is not None:
-            hi = min(lo + block, c.n)
             np.matmul(out[lo:hi], p.w_o, out=final[lo:hi])
             if p.b_o is not None:
                 final[lo:hi] += p.b_o
@@ -362,13 +367,22 @@ def _turned_heads(p: Prepared, work: Work, spread: Spread | None) -> tuple[Array
     return q_t, k_t, v_t
 
 
+def gated(p: Prepared, work: Work) -> Array | None:
+    """σ(G) of gated attention, (n, H·d_v), from the input as the queries read it; None
+    without a gate."""
+    if p.w_gate is None:
+        return None
+    return sigmoid(gate_of(p, work.stages.get("x_pos", p.x)))
+
+
 def fast(p: Prepared, progress: Progress | None = None) -> Array:
     """The fast path on validated inputs: the n × d_out output, nothing recorded."""
     warn_dead(p)
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused just below
         work = started(p)  # the inputs, with their positions
         with _cores(_hold(p)) as spread:
-            out = _attend(p, *_turned_heads(p, work, spread), progress, spread)  # Y, or C
+            out = _attend(p, *_turned_heads(p, work, spread), progress, spread,
+                          gated(p, work))  # Y, or C
         if p.w_o is None:
             work.stages["concat"] = out
             out = work.output()  # (n, d_out): C (+ b_o)

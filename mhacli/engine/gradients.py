@@ -154,7 +154,25 @@ def _d_input(w: Work) -> Array:
     out = w["d_q"] @ p.w_q.T  # type: ignore[union-attr]
     if not w.c.cross:
         out = out + w["d_k"] @ p.w_k.T + w["d_v"] @ p.w_v.T  # type: ignore[union-attr]
+    if w.c.gate:
+        out = out + w["d_gate"] @ p.w_gate.T  # type: ignore[union-attr]
     return out
+
+
+def _d_head_outputs(w: Work) -> Array | None:
+    """dO_h: head h's columns of dC, or, gated, dGated_h ⊙ σ(G_h)."""
+    c = w.c
+    if not c.gate:
+        return ops.split_heads(w["d_concat"], c.heads)
+    if w.exact:
+        return None  # σ: not rational
+    return w["d_gated"] * w.parts["gated"]["sigmoid"]  # (H, n, d_v)
+
+
+def _d_gate(w: Work) -> Array:
+    """dG = dGated ⊙ O ⊙ σ(G)·(1 − σ(G)), the heads side by side (n × H·d_v)."""
+    sig = w.parts["gated"]["sigmoid"]
+    return ops.merge_heads(w["d_gated"] * w["head_outputs"] * sig * (1 - sig))
 
 
 def _d_kv_input(w: Work) -> Array:
@@ -198,9 +216,11 @@ def _d_scaled_text(t: Chains, f: Formula) -> str:
 
 def _d_input_text(f: Formula) -> str:
     src = "(X + PE)" if f.c.positional else "X"
+    gate = " + dG·W_gateᵀ" if f.c.gate else ""
     if f.c.cross:
-        return f"d{src} = dQ·W_Qᵀ"
-    return f"d{src} = dQ·W_Qᵀ + dK·W_Kᵀ + dV·W_Vᵀ ({src.strip('()')} feeds all three)"
+        return f"d{src} = dQ·W_Qᵀ{gate}"
+    feeds = "all four" if f.c.gate else "all three"
+    return f"d{src} = dQ·W_Qᵀ + dK·W_Kᵀ + dV·W_Vᵀ{gate} ({src.strip('()')} feeds {feeds})"
 
 
 def _heads_back_text(t: Chains, f: Formula, letter: str) -> str:
@@ -268,10 +288,18 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
         _grad("d_b_o", "d_out", lambda c: (c.d_out,), NUMBERED, NUMBERED,
               lambda w: _sums(w["d_output"]), _text("db_o = the column sums of dY"), "b_o",
               exists=lambda c: "b_o" in c.biases, exact=True),
-        _grad("d_head_outputs", "H × n × d_v", lambda c: (c.heads, c.n, c.d_v), QUERY, NUMBERED,
+        _grad("d_gated", "H × n × d_v", lambda c: (c.heads, c.n, c.d_v), QUERY, NUMBERED,
               lambda w: ops.split_heads(w["d_concat"], w.c.heads),
-              lambda f: f"dO{f.i} = head {f.h or 'h'}'s columns of dC", "O", per_head=True,
+              lambda f: f"dGated{f.i} = head {f.h or 'h'}'s columns of dC", "(O \\odot "
+              "\\sigma(G))", per_head=True, exact=True, exists=lambda c: c.gate),
+        _grad("d_head_outputs", "H × n × d_v", lambda c: (c.heads, c.n, c.d_v), QUERY, NUMBERED,
+              _d_head_outputs,
+              lambda f: f"dO{f.i} = dGated{f.i} ⊙ σ(G{f.i})" if f.c.gate else
+              f"dO{f.i} = head {f.h or 'h'}'s columns of dC", "O", per_head=True,
               exact=True),
+        _grad("d_gate", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,
+              _d_gate, _text("dG = dGated ⊙ O ⊙ σ(G)·(1 − σ(G)), the heads side by side"),
+              "G", exists=lambda c: c.gate),
         _grad("d_weights", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
               lambda w: w["d_head_outputs"] @ ops.shared(w["v_heads"], w.c.heads).swapaxes(-1, -2),
               lambda f: f"dA{f.i} = dO{f.i}·V{f.g}ᵀ (every cell, blocked ones too)", "A",
@@ -354,6 +382,13 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
         _grad("d_b_v", "G·d_v", lambda c: (c.groups * c.d_v,), NUMBERED, NUMBERED,
               lambda w: _sums(w["d_v"]), _text("db_v = the column sums of dV"), "b_v",
               exists=lambda c: "b_v" in c.biases),
+        _grad("d_w_gate", "d_model × H·d_v", lambda c: (c.d_model, c.heads * c.d_v),
+              NUMBERED, NUMBERED, lambda w: _source(t, w, False).T @ w["d_gate"],
+              lambda f: f"dW_gate = {_src(f, False)}ᵀ·dG", "W_{gate}",
+              exists=lambda c: c.gate),
+        _grad("d_b_gate", "H·d_v", lambda c: (c.heads * c.d_v,), NUMBERED, NUMBERED,
+              lambda w: _sums(w["d_gate"]), _text("db_gate = the column sums of dG"),
+              "b_{gate}", exists=lambda c: c.gate_bias),
         _grad("d_x_pos", "n × d_model", lambda c: (c.n, c.d_model), QUERY, NUMBERED, _d_input,
               _d_input_text, "(X + PE)", exists=lambda c: c.positional is not None and not c.direct),
         _grad("d_x", "n × d_model", lambda c: (c.n, c.d_model), QUERY, NUMBERED,

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from ..errors import MhaError
+from . import gating
 from . import parsers as read
 from . import rope
 from .parsers import Fields
@@ -145,6 +146,15 @@ SETTINGS: tuple[Setting, ...] = (
             shown=lambda c: {"qk_norm": None if c.qk_norm is None else
                              {"over": c.qk_norm, "eps": c.qk_eps}},
             write=read.write_qk_norm),
+    Setting("w_gate", "gated attention (Qwen3-Next): the gate's weights W_gate, d_model × "
+            "H·d_v; each head's output times σ(X·W_gate + b_gate), its columns, before the "
+            "heads are joined.", kind="file", array=(2,), parse=gating.w_gate,
+            fields=("gate", "w_gate"), shown=lambda c: {"gate": c.gate},
+            write=lambda c, p, given: p.w_gate),
+    Setting("b_gate", "the gate's bias, H·d_v numbers (with w_gate).", kind="file",
+            array=(1,), read=lambda v: read.numbers_value("b_gate", v), parse=gating.b_gate,
+            fields=("gate_bias", "b_gate"), needs="w_gate",
+            write=lambda c, p, given: p.b_gate),
     Setting("masked_row", 'a query row whose every key is blocked: "zero" (zero weights, '
             'with a warning), "nan", or "error".', kind="choice",
             choices=("zero", "nan", "error"), default="zero",
@@ -239,8 +249,8 @@ def parse_all(given: dict[str, Any], s: Sizes) -> Fields:
         config.update(extra_config)
         arrays.update(extra_arrays)
     for setting in SETTINGS:  # a setting that goes with another, given without it
-        if setting.needs and config.get(setting.key) not in (None, False) and \
-                not config.get(setting.needs):
+        if setting.needs and config.get(setting.fields[0]) not in (None, False) and \
+                not config.get(BY_KEY[setting.needs].fields[0]):
             raise MhaError(f"{setting.key} goes with {setting.needs}: give {setting.needs} too "
                            f"({option(setting.needs)})", key=setting.key)
     return config, arrays

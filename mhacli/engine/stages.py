@@ -23,9 +23,10 @@ from .gradients import gradient_stages
 from .cells import (
     cell_input, cell_projection, cell_split, cell_scores, cell_pos, cell_x_pos, cell_rot,
     cell_normed, cell_tuned, cell_alibi, cell_biased, cell_scaled, cell_masked, cell_softcapped,
-    cell_weights, cell_head_outputs, cell_concat, cell_output)
+    cell_weights, cell_head_outputs, cell_gated, cell_concat, cell_output)
 from .formulas import (input_text, norm_text, output_tex, proj_tex, proj_text, rope_text,
                        split_text, tex)
+from .gating import gate_of, sigmoid
 from .head_weights import OUTPUT, PROJECTIONS
 from .reach import Reach
 from .stage import KEY, NUMBERED, QUERY, Stage
@@ -82,6 +83,23 @@ def _scores(w: Work) -> Array:
 def _head_outputs(w: Work) -> Array:
     a, v = reads(w.c, "head_outputs")
     return w[a] @ ops.shared(w[v], w.c.heads)  # (H, n, d_v)
+
+
+def _gated(w: Work) -> Array | None:
+    """Each head's output times the sigmoid of its columns of the gate."""
+    if w.exact:
+        return None  # an exponential: not rational
+    o, g = (w[name] for name in reads(w.c, "gated"))
+    sig = ops.split_heads(sigmoid(g), w.c.heads)  # (H, n, d_v)
+    w.parts["gated"] = {"sigmoid": sig}
+    return o * sig  # (H, n, d_v)
+
+
+def _gate_text(f: Formula) -> str:
+    x = "(X + PE)" if f.c.positional else "X"
+    return ("G = " + f.pick(f"{x}·W_gate", f"W_gate·{x}") + (" + b_gate" if f.c.gate_bias
+                                                              else "")
+            + ": the gate, H·d_v columns (head h owns d_v of them, as V's)")
 
 
 def _rot(w: Work, side: str) -> Array | None:
@@ -249,6 +267,10 @@ FORWARD: tuple[Stage, ...] = (
           compute=lambda w: _projected(w)[2], formula=proj_text("V", "W_V", lambda f: f.src),
           latex=proj_tex("V", "W_V", "@src"), cell=cell_projection, exact=True,
           reads=lambda c: _key_input(c, "v")),
+    Stage("gate", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,
+          compute=lambda w: gate_of(w.p, w[reads(w.c, "gate")[0]]), formula=_gate_text,
+          latex=tex("G", "X W_{gate}", "W_{gate} X"), cell=cell_projection, exact=True,
+          reads=lambda c: (latest(c, "x", "gate"),), exists=lambda c: c.gate),
     Stage("q_heads", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
           compute=lambda w: ops.split_heads(w["q"], w.c.heads),
           formula=split_text("Q", lambda c: c.d_k, "d_k"), latex=tex("Q_{@h}"),
@@ -342,12 +364,20 @@ FORWARD: tuple[Stage, ...] = (
           latex=tex("O_{@h}", "A_{@h} V_{@h}", "V_{@h} A_{@h}"),
           cell=cell_head_outputs, per_head=True,
           reads=lambda c: ("weights", latest(c, "v", "head_outputs"))),
+    Stage("gated", "H × n × d_v", lambda c: (c.heads, c.n, c.d_v), QUERY, NUMBERED,
+          compute=_gated,
+          formula=lambda f: f"O{f.i} ⊙ σ(G{f.i}): each head output times the sigmoid of its "
+          "columns of the gate, σ(g) = 1 / (1 + e^(−g))",
+          latex=tex(r"O_{@h} \odot \sigma(G_{@h})"), cell=cell_gated, per_head=True,
+          reads=lambda c: ("head_outputs", "gate"), exists=lambda c: c.gate,
+          parts=(("sigmoid", "σ(gate)"),), parts_title="the sigmoid of the gate",
+          parts_formula="σ(g) = 1 / (1 + e^(−g)) of each of the head's columns of the gate"),
     Stage("concat", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,
-          compute=lambda w: ops.merge_heads(w["head_outputs"]),
+          compute=lambda w: ops.merge_heads(_read(w, "concat")),
           formula=lambda f: f.pick(f"[{f.heads_list()}], the heads side by side",
                                    f"[{f.heads_list()}] stacked, one head below the other"),
           latex=tex("C", r"[O_1 \mid \dots \mid O_H]", r"[O_1; \dots; O_H]"),
-          cell=cell_concat, reads=lambda c: ("head_outputs",)),
+          cell=cell_concat, reads=lambda c: ("gated" if c.gate else "head_outputs",)),
     *OUTPUT,  # w_o: each head's rows, shown on request
     Stage("output", "n × d_out", lambda c: (c.n, c.d_out), QUERY, NUMBERED,
           compute=Work.output,

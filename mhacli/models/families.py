@@ -221,8 +221,8 @@ RECORDS: tuple[Family, ...] = (
     Family("olmo_hybrid", others=LINEAR, qk_norm="width",
            rope=nope_on(theta_given, "a model whose rope_parameters give no rope_theta")),
     Family("lfm3", others=CONVOLUTIONS, qk_norm="head", window=types_or()),
-    *(Family(name, gated=True, qk_norm="head", others=LINEAR) for name in (
-        "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")),
+    *(Family(name, gated=True, qk_norm="head", norm_plus_one=True, others=LINEAR)
+      for name in ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")),
     Family("llama4_text", read=llama4, window=chunks, rope=nope_on(
         listed_nope("no_rope_layers", "no_rope_layer_interval"),
         "the layers no_rope_layers marks 0", rope(style="interleaved")),

@@ -62,7 +62,7 @@ class Family:
     others: str = ""  # a hybrid's other layers, in words (the table of families says it)
     parts: bool = False  # an encoder-decoder model: its read takes encoder.N, decoder.N …
     norm_after_rope: bool = False  # its q/k norm comes after RoPE (refused: see qk_norm)
-    gated: bool = False  # q_proj gives a sigmoid gate of each head's output (refused)
+    gated: bool = False  # q_proj gives each head's queries, then a gate of its output
 
     def layer(self, r: Reader, stem: str) -> Layer:
         """Layer ``r.layer`` (its attention module's tensors begin with ``stem``), what the
@@ -79,12 +79,6 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
     """A layer of the Llama line: q/k/v/o projections (or one fused q/k/v), grouped-query
     heads, causal, RoPE, and what the record says of its window, scale, softcap, norms and
     sinks."""
-    if f.gated:  # (the gate's stage, gated, is not among mha's yet)
-        name = f"{stem}{f.qkv[0]}.weight"
-        raise MhaError(f"{name}: {f.model_type}'s {f.qkv[0]} gives each head's queries and a "
-                       "gate, whose sigmoid multiplies the head's output before the heads are "
-                       "joined (a stage gated), which mha does not compute yet",
-                       source=r.ckpt.source_of(name), key=name)
     heads_key, groups_key, width_key = f.keys
     hidden = r.count(width_key)
     q_name = stem + (f"{f.fused}.weight" if f.fused else f"{f.qkv[0]}.weight")
@@ -96,13 +90,14 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
         raise MhaError("the config gives neither head_dim nor hidden_size: the width of a "
                        "head is needed", source=r.config_file, key="head_dim")
     if not f.fused:  # the config's sizes against the tensors'
-        sides = [(f"{stem}{f.qkv[0]}.weight", heads)] + \
-            ([(f"{stem}{f.qkv[1]}.weight", g)] if groups is not None else [])  # (else: counted)
-        for name, count in sides:
-            if r.has(name) and r.ckpt.shape(name)[0] != count * d:
+        gated = " × 2 (each head's queries and its gate)" if f.gated else ""
+        sides = [(f"{stem}{f.qkv[0]}.weight", heads, gated)] + \
+            ([(f"{stem}{f.qkv[1]}.weight", g, "")] if groups is not None else [])  # (else:
+        for name, count, times in sides:  # counted)
+            if r.has(name) and r.ckpt.shape(name)[0] != count * d * (2 if times else 1):
                 key = "head_dim" if r.cfg.get("head_dim") is not None else heads_key
                 raise r.error(key, f"{shown(r.cfg.get(key))}, but {name} has "
-                              f"{r.ckpt.shape(name)[0]} rows, not {count} × {d}")
+                              f"{r.ckpt.shape(name)[0]} rows, not {count} × {d}{times}")
     out: Layer = {"heads": heads}
     if f.causal:
         out["mask"] = "causal"
@@ -117,6 +112,13 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
         order = [("q", h) for h in range(heads)] + [("k", h) for h in range(g)] + \
             [("v", h) for h in range(g)]
         fused(r, stem, f.fused, order, d, out)
+    elif f.gated:  # q_proj: each head's queries, then its gate (Qwen3-Next)
+        fused(r, stem, f.qkv[0], [(letter, h) for h in range(heads) for letter in
+                                  ("q", "gate")], d, out)
+        r.note("w_gate", f"tensor {stem}{f.qkv[0]}.weight (each head's second {d} rows, "
+                         "transposed: its gate)")
+        for letter, name in zip("kv", f.qkv[1:]):
+            linear(r, stem, name, out, letter)
     else:
         for letter, name in zip("qkv", f.qkv):
             linear(r, stem, name, out, letter)
@@ -184,7 +186,7 @@ def features(f: Family) -> list[str]:
     if f.softcap_key:
         out.append(f"softcap ({f.softcap_key})")
     if f.gated:
-        out.append("its sigmoid output gate refused by name")
+        out.append("a sigmoid gate of each head's output (q_proj's second half of each head)")
     if f.norm_after_rope:
         out.append("q/k RMS norms after RoPE refused by name")
     elif f.qk_norm:
