@@ -187,18 +187,30 @@ def cell_tuned(e: Entry) -> list[Any]:
 def cell_normed(e: Entry) -> list[Any]:
     c = e.c
     h, i, j = e.head, e.row, e.col
-    src = e.reads[0]  # the queries or keys as split
+    src = e.reads[0]  # the queries or keys as split (or turned, after RoPE)
     e.mark(src, h, {i})
     r = op("at", f"{e.stage}.rms", h - 1, i, 0)
-    weight = e.inp("q_norm" if e.stage[0] == "q" else "k_norm", exact=False)
-    w = weight.at((h - 1) * c.d_k + j) if c.qk_norm == "width" else weight.at(j)
+    side = e.stage[0]
+    weight = e.inp(f"{side}_norm", exact=False)
+    own = c.qk_norm == "width" or len(getattr(e.p, f"{side}_norm")) != c.d_k  # each head's
+    at = (h - 1) * c.d_k + j if own else j
+    w = weight.at(at)
     over = f"the row {e.row_label} of every head" if c.qk_norm == "width" else \
         f"the row {e.row_label} of head {h}"
     x = e.value(src, h, i, j)
-    return [f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] / rms × w_{j + 1}, rms = "
-            f"√(mean of the squares of {over} + eps)",
-            f"  rms = √(… + {e.num(c.qk_eps)}) = {e.num(r)}",
-            f"  {e.factor(x)} / {e.num(r)} × {e.factor(w)}", f"  = {e.result}"]
+    if not c.qk_layer:
+        return [f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] / rms × w_{at + 1}, rms = "
+                f"√(mean of the squares of {over} + eps)",
+                f"  rms = √(… + {e.num(c.qk_eps)}) = {e.num(r)}",
+                f"  {e.factor(x)} / {e.num(r)} × {e.factor(w)}", f"  = {e.result}"]
+    mean = op("at", f"{e.stage}.mean", h - 1, i, 0)
+    b = e.inp(f"{side}_norm_bias", exact=False).at(at)
+    return [f"{e.name} = ({src}{e.hs}[{e.row_label}, {j + 1}] − μ) / rms × w_{at + 1} + "
+            f"b_{at + 1}, μ the mean of {over}, rms = √(mean of the squares of its numbers "
+            "less μ + eps)",
+            f"  μ = {e.num(mean)}, rms = √(… + {e.num(c.qk_eps)}) = {e.num(r)}",
+            f"  ({e.factor(x)} − {e.factor(mean)}) / {e.num(r)} × {e.factor(w)} + "
+            f"{e.factor(b)}", f"  = {e.result}"]
 
 
 def cell_alibi(e: Entry) -> list[Any]:

@@ -68,6 +68,8 @@ class Config:
     rope_scaling: str | None = None  # the rule that scaled the frequencies, or "given"
     qk_norm: str | None = None  # q and k divided by their rms over each "head" or "width"
     qk_eps: float = 0.0  # inside the root: √(mean(x²) + eps)
+    qk_layer: bool = False  # the q/k norm a LayerNorm: the mean removed first
+    qk_after_rope: bool = False  # the q/k norm after RoPE (Hunyuan), not before
     gate: bool = False  # gated attention: each head's output times σ(X·W_gate + b_gate)
     gate_bias: bool = False  # the gate has its bias b_gate
     positional: str | None = None  # "sinusoidal" or "learned": added to the inputs
@@ -129,8 +131,10 @@ class Prepared:
     sinks: Array | None = None  # (H,) one extra logit per head
     pe: Array | None = None  # (n, d_model) positional encoding of the query-side input
     pe_kv: Array | None = None  # (m, d_kv) of the key/value-side input (cross-attention)
-    q_norm: Array | None = None  # (d_k,), or (H·d_k,) over the width: qk_norm's weights
+    q_norm: Array | None = None  # (d_k,), or (H·d_k,) per head or over the width: qk_norm's
     k_norm: Array | None = None  # (d_k,), or (G·d_k,)
+    q_norm_bias: Array | None = None  # a LayerNorm's biases, as the weights
+    k_norm_bias: Array | None = None
     tau: Array | None = None  # (n,) temperature tuning's factor of each query position
     w_gate: Array | None = None  # (d_model, H·d_v) the gate's weights (gated attention)
     b_gate: Array | None = None  # (H·d_v,) its bias

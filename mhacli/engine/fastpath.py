@@ -355,16 +355,25 @@ def _turned_heads(p: Prepared, work: Work, spread: Spread | None) -> tuple[Array
                                   matmul=np.matmul if spread is None else _pieces(spread))
     q_t, k_t, v_t = (a.reshape(heads, -1, a.shape[-1])
                      for a, heads in ((q, c.heads), (k, c.groups), (v, c.groups)))
-    if c.qk_norm is not None:  # each row divided by its rms, times the weights
-        q_t, k_t = (np.ascontiguousarray(normed(a.swapaxes(-1, -2), p, side)[0]
-                                         .swapaxes(-1, -2)) for a, side in ((q_t, "q"), (k_t, "k")))
+    after = c.qk_after_rope and c.rope is not None  # the norm after RoPE (Hunyuan)
+    if c.qk_norm is not None and not after:  # each row normed, times the weights
+        q_t, k_t = _normed_heads(p, q_t, k_t)
     if c.rope is not None:  # turned by position: O(n·d) new numbers, not O(n·m)
         q_t, k_t = (np.ascontiguousarray(turned(a.swapaxes(-1, -2), p).swapaxes(-1, -2))
                     for a in (q_t, k_t))
+    if c.qk_norm is not None and after:
+        q_t, k_t = _normed_heads(p, q_t, k_t)
     if p.tau is not None:  # each query times its position's factor (a fresh array)
         q_t = q_t * p.tau
     ops.divide(q_t, c.scale, out=q_t)  # in place: a fresh array of this call's
     return q_t, k_t, v_t
+
+
+def _normed_heads(p: Prepared, q_t: Array, k_t: Array) -> tuple[Array, Array]:
+    """Qᵀ and Kᵀ head by head, (H, d_k, n) and (G, d_k, m), normed as qk_norm says."""
+    q_t, k_t = (np.ascontiguousarray(normed(a.swapaxes(-1, -2), p, side)[0].swapaxes(-1, -2))
+                for a, side in ((q_t, "q"), (k_t, "k")))
+    return q_t, k_t
 
 
 def gated(p: Prepared, work: Work) -> Array | None:

@@ -30,6 +30,10 @@ def norm_text(letter: str) -> Callable[[Formula], str]:
     def text(f: Formula) -> str:
         c = f.c
         over = "its head's d_k numbers" if c.qk_norm == "head" else "the whole row, every head"
+        if c.qk_layer:
+            return (f"({letter}{f.i} − μ) / rms × w + b, a LayerNorm: each row less its mean "
+                    f"μ over {over}, divided by √(mean((x − μ)²) + {c.qk_eps:g}), times the "
+                    "weights, plus the bias")
         return (f"{letter}{f.i} / rms × w: each row divided by its root mean square over "
                 f"{over}, √(mean(x²) + {c.qk_eps:g}), then multiplied by the weights")
     return text

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import numpy as np
 
-from . import ops
+from . import ops, qk_norms
 from .stage import KEY, NUMBERED, QUERY, Stage
 from .work import Work, tuned, turned
 from .gradient_cells import cell_d_masked, cell_d_scores, cell_with_formula
@@ -96,12 +96,14 @@ def _from_scores(t: Chains, w: Work, side: str) -> Array:
 
 def _back(t: Chains, w: Work, side: str, name: str) -> Array:
     """The gradient arriving at ``name``, a step of the query or key chain, from the
-    stage that reads it: the scores, RoPE (turned back) or temperature tuning (each row
-    times its factor again). The norm's backward is ``_d_heads``'s."""
+    stage that reads it: the scores, the q/k norm (its backward), RoPE (turned back) or
+    temperature tuning (each row times its factor again)."""
     r = t.reader(w.c, name)
     if r == "scores":
         return _from_scores(t, w, side)
     g = _arriving(t, w, name)
+    if r.endswith("_normed"):  # the norm's backward, at the numbers it read
+        return qk_norms.back(w[name], w.p, side, w.parts[r]["rms"], g)
     if r.endswith("_rot"):
         return turned(g, w.p, back=True)
     assert r == "q_tuned", r
@@ -124,23 +126,13 @@ def _back_text(t: Chains, f: Formula, name: str) -> str:
             return f"{me}{f.i} = dZ{f.i}·{_symbol(k)}{f.g}"
         return f"{me}{f.i} = dZ{f.i}ᵀ·{_symbol(q)}{f.i}" if c.groups == c.heads else \
             f"{me}_g = Σ dZ_hᵀ·{_symbol(q)}_h over the query heads that share key head g"
+    if r.endswith("_normed"):
+        centred = ", x less its mean (and the sum's mean taken off)" if c.qk_layer else ""
+        return (f"{me}{f.i} = the norm's backward: (w⊙g)/rms − x·Σ(w⊙g⊙x)/(D·rms³), g = "
+                f"d{_symbol(r)}{f.i}, D the numbers the rms is over{centred}")
     if r.endswith("_rot"):
         return f"{me}{f.i} = d{_symbol(r)}{f.i} turned back: each pair by −p·θ_i"
     return f"{me}{f.i} = dQ_tuned{f.i} × τ_p: each row by its position's factor"
-
-
-def _d_heads(t: Chains, w: Work, side: str) -> Array:
-    """d_q_heads, d_k_heads: through the norm's backward when q and k are normed."""
-    c, p = w.c, w.p
-    if c.qk_norm is None:
-        return _back(t, w, side, f"{side}_heads")
-    a = w[f"{side}_heads"]
-    weight = p.q_norm if side == "q" else p.k_norm
-    whole = c.qk_norm == "width"
-    if whole:
-        weight = weight.reshape(a.shape[0], 1, -1)  # type: ignore[union-attr]
-    return ops.rms_back(a, w.parts[f"{side}_normed"]["rms"], weight,  # type: ignore[arg-type]
-                        w[f"d_{side}_normed"], whole)
 
 
 def _source(t: Chains, w: Work, kv: bool) -> Array:
@@ -221,13 +213,6 @@ def _d_input_text(f: Formula) -> str:
         return f"d{src} = dQ·W_Qᵀ{gate}"
     feeds = "all four" if f.c.gate else "all three"
     return f"d{src} = dQ·W_Qᵀ + dK·W_Kᵀ + dV·W_Vᵀ{gate} ({src.strip('()')} feeds {feeds})"
-
-
-def _heads_back_text(t: Chains, f: Formula, letter: str) -> str:
-    if f.c.qk_norm is not None:
-        return (f"d{letter}{f.i} = the norm's backward: (w⊙g)/rms − x·Σ(w⊙g⊙x)/(D·rms³), "
-                f"g = d{letter}_normed{f.i}, D the numbers the rms is over")
-    return _back_text(t, f, f"{letter.lower()}_heads")
 
 
 def _d_x_text(f: Formula) -> str:
@@ -338,6 +323,16 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
         _grad("d_q_tuned", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
               lambda w: _back(t, w, "q", "q_tuned"), lambda f: _back_text(t, f, "q_tuned"),
               "Q_{tuned}", per_head=True, exists=lambda c: c.temperature is not None),
+        _grad("d_q_rot_normed", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
+              lambda w: _back(t, w, "q", "q_rot_normed"),
+              lambda f: _back_text(t, f, "q_rot_normed"), "Q_{rot,normed}", per_head=True,
+              exists=lambda c: c.qk_norm is not None and c.qk_after_rope and
+              c.rope is not None),
+        _grad("d_k_rot_normed", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
+              lambda w: _back(t, w, "k", "k_rot_normed"),
+              lambda f: _back_text(t, f, "k_rot_normed"), "K_{rot,normed}", per_head=True,
+              exists=lambda c: c.qk_norm is not None and c.qk_after_rope and
+              c.rope is not None),
         _grad("d_q_rot", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
               lambda w: _back(t, w, "q", "q_rot"), lambda f: _back_text(t, f, "q_rot"),
               "Q_{rot}", per_head=True, exists=lambda c: c.rope is not None),
@@ -346,17 +341,21 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
               "K_{rot}", per_head=True, exists=lambda c: c.rope is not None),
         _grad("d_q_normed", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
               lambda w: _back(t, w, "q", "q_normed"), lambda f: _back_text(t, f, "q_normed"),
-              "Q_{normed}",
-              per_head=True, exists=lambda c: c.qk_norm is not None),
+              "Q_{normed}", per_head=True,
+              exists=lambda c: c.qk_norm is not None and not (c.qk_after_rope and
+                                                               c.rope is not None)),
         _grad("d_k_normed", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
               lambda w: _back(t, w, "k", "k_normed"), lambda f: _back_text(t, f, "k_normed"),
-              "K_{normed}",
-              per_head=True, exists=lambda c: c.qk_norm is not None),
+              "K_{normed}", per_head=True,
+              exists=lambda c: c.qk_norm is not None and not (c.qk_after_rope and
+                                                               c.rope is not None)),
         _grad("d_q_heads", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
-              lambda w: _d_heads(t, w, "q"), lambda f: _heads_back_text(t, f, "Q"), "Q_h",
+              lambda w: _back(t, w, "q", "q_heads"), lambda f: _back_text(t, f, "q_heads"),
+              "Q_h",
               per_head=True),
         _grad("d_k_heads", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
-              lambda w: _d_heads(t, w, "k"), lambda f: _heads_back_text(t, f, "K"), "K_h",
+              lambda w: _back(t, w, "k", "k_heads"), lambda f: _back_text(t, f, "k_heads"),
+              "K_h",
               per_head=True),
         _grad("d_q", "n × H·d_k", lambda c: (c.n, c.heads * c.d_k), QUERY, NUMBERED,
               lambda w: ops.merge_heads(w["d_q_heads"]), _text("the heads' dQ side by side"), "Q"),

@@ -30,7 +30,7 @@ import numpy as np
 from ..errors import MhaError
 from . import gating
 from . import parsers as read
-from . import rope
+from . import qk_norms, rope
 from .parsers import Fields
 from .values import (DTYPES, MASKS, choice, dtype_name, mask_value, positive, scale_rule,
                      whole)
@@ -138,14 +138,14 @@ SETTINGS: tuple[Setting, ...] = (
             array=(2,), parse=read.positional,
             fields=("positional", "table_rows", "pe", "pe_kv"),
             shown=lambda c: {"positional": c.positional}, write=read.write_positional),
-    Setting("qk_norm", "each query and key divided by its root mean square before RoPE "
-            '(Qwen 3, OLMo 2, Gemma 3): "head" (over its head\'s d_k numbers), "width" (the '
-            "whole row), or a mapping {over, eps, q, k} (q, k: the weights).",
-            read=read.qk_norm_value, parse=read.qk_norm,
-            fields=("qk_norm", "qk_eps", "q_norm", "k_norm"),
-            shown=lambda c: {"qk_norm": None if c.qk_norm is None else
-                             {"over": c.qk_norm, "eps": c.qk_eps}},
-            write=read.write_qk_norm),
+    Setting("qk_norm", "each query and key normed (Qwen 3, OLMo 2, Gemma 3; a LayerNorm in "
+            'Persimmon, Phi, StableLM, Cohere): "head" (over its head\'s d_k numbers), '
+            '"width" (the whole row), or a mapping {over, norm: rms | layer, eps, '
+            "after_rope, q, k, q_bias, k_bias} (q, k: the weights; before RoPE unless "
+            "after_rope).", read=qk_norms.value, parse=qk_norms.parse,
+            fields=("qk_norm", "qk_eps", "qk_layer", "qk_after_rope", "q_norm", "k_norm",
+                    "q_norm_bias", "k_norm_bias"),
+            shown=qk_norms.shown, write=qk_norms.write),
     Setting("w_gate", "gated attention (Qwen3-Next): the gate's weights W_gate, d_model × "
             "H·d_v; each head's output times σ(X·W_gate + b_gate), its columns, before the "
             "heads are joined.", kind="file", array=(2,), parse=gating.w_gate,
@@ -188,7 +188,7 @@ _ALL = {s.key: s for s in SETTINGS}  # layout too
 PARTS: dict[str, Callable[[Any], Any]] = {  # the readers of a setting's parts (a mapping's)
     "rope.base": lambda v: positive("rope.base", v),
     "rope.attention_factor": lambda v: positive("rope.attention_factor", v),
-    "qk_norm.eps": read.qk_eps,
+    "qk_norm.eps": qk_norms.eps,
 }
 
 

@@ -30,7 +30,8 @@ from .gating import gate_of, sigmoid
 from .head_weights import OUTPUT, PROJECTIONS
 from .reach import Reach
 from .stage import KEY, NUMBERED, QUERY, Stage
-from .work import Work, normed, tuned, turned
+from . import qk_norms
+from .work import Work, tuned, turned
 from .recipe import Recipe, var
 from .writing import Entry, Formula, Record, sub
 
@@ -114,12 +115,34 @@ def _tuned(w: Work) -> Array | None:
     return tuned(_read(w, "q_tuned"), w.p)
 
 
-def _normed(w: Work, side: str) -> Array | None:
+def _normed(w: Work, name: str) -> Array | None:
+    """The q/k norm of the queries or keys as the chain has them (split, or turned)."""
     if w.exact:
         return None  # a square root: not rational
-    out, r = normed(_read(w, f"{side}_normed"), w.p, side)
-    w.parts[f"{side}_normed"] = {"rms": r}
+    out, r, mean = qk_norms.normed(_read(w, name), w.p, name[0])
+    w.parts[name] = {"rms": r} if mean is None else {"mean": mean, "rms": r}
     return out
+
+
+def _norm_stage(name: str, shape: str, dims: Callable[[Config], tuple[int, ...]],
+                side: str, after: bool) -> Stage:
+    """q_normed, k_normed (before RoPE), or q_rot_normed, k_rot_normed (after it)."""
+    x = rf"\operatorname{{RoPE}}({side.upper()}_{{@h}})" if after else f"{side.upper()}_{{@h}}"
+    rms_tex, layer_tex = (rf"\frac{{{x}}}{{\operatorname{{rms}}}} \odot w",
+                          rf"\frac{{{x} - \mu}}{{\operatorname{{rms}}}} \odot w + b")
+    return Stage(name, shape, dims, QUERY if side == "q" else KEY, NUMBERED,
+                 compute=lambda w: _normed(w, name),
+                 formula=norm_text(side.upper() + ("_rot" if after else "")),
+                 chain=side, reads=_after(side, name),
+                 latex=lambda f: tex(layer_tex if f.c.qk_layer else rms_tex)(f),
+                 cell=cell_normed, per_head=True,
+                 exists=lambda c: c.qk_norm is not None and
+                 (c.qk_after_rope and c.rope is not None) == after,
+                 parts=(("mean", "mean"), ("rms", "rms")),
+                 parts_title="the root mean square of each row (a LayerNorm: of the row less "
+                 "its mean)",
+                 parts_formula="rms = √(mean of the row's squares + eps); then x / rms × "
+                 "weight (a LayerNorm: the mean taken off first, then + bias)")
 
 
 def _scores_text(f: Formula) -> str:
@@ -283,20 +306,8 @@ FORWARD: tuple[Stage, ...] = (
           compute=lambda w: ops.split_heads(w["v"], w.c.groups),
           formula=split_text("V", lambda c: c.d_v, "d_v"), latex=tex("V_{@h}"),
           cell=cell_split, per_head=True, exact=True, chain="v", reads=lambda c: ("v",)),
-    Stage("q_normed", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
-          compute=lambda w: _normed(w, "q"), formula=norm_text("Q"),
-          chain="q", reads=_after("q", "q_normed"),
-          latex=tex(r"\frac{Q_{@h}}{\operatorname{rms}} \odot w"), cell=cell_normed,
-          per_head=True, exists=lambda c: c.qk_norm is not None,
-          parts=(("rms", "rms"),), parts_title="the root mean square of each row",
-          parts_formula="rms = √(mean of the row's squares + eps); then x / rms × weight"),
-    Stage("k_normed", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
-          compute=lambda w: _normed(w, "k"), formula=norm_text("K"),
-          chain="k", reads=_after("k", "k_normed"),
-          latex=tex(r"\frac{K_{@h}}{\operatorname{rms}} \odot w"), cell=cell_normed,
-          per_head=True, exists=lambda c: c.qk_norm is not None,
-          parts=(("rms", "rms"),), parts_title="the root mean square of each row",
-          parts_formula="rms = √(mean of the row's squares + eps); then x / rms × weight"),
+    _norm_stage("q_normed", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), "q", False),
+    _norm_stage("k_normed", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), "k", False),
     Stage("q_rot", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
           compute=lambda w: _rot(w, "q"), formula=rope_text("Q"),
           chain="q", reads=_after("q", "q_rot"),
@@ -307,6 +318,8 @@ FORWARD: tuple[Stage, ...] = (
           chain="k", reads=_after("k", "k_rot"),
           latex=tex(r"\operatorname{RoPE}(K_{@h})"), cell=cell_rot, per_head=True,
           exists=lambda c: c.rope is not None),
+    _norm_stage("q_rot_normed", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), "q", True),
+    _norm_stage("k_rot_normed", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), "k", True),
     Stage("q_tuned", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
           compute=_tuned, chain="q", reads=_after("q", "q_tuned"),
           formula=lambda f: f"Q{f.i}'s row p times τ_p = log(⌊(p + 1) / "

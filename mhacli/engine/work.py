@@ -73,15 +73,12 @@ def started(p: Prepared) -> Work:
 
 
 def normed(a: Array, p: Prepared, side: str) -> tuple[Array, Array]:
-    """Queries (``side`` "q") or keys ("k"), (heads, rows, d_k), divided by their root
-    mean square (each head's, or each row's over every head) and multiplied by qk_norm's
-    weights; and the root mean square, (heads, rows, 1)."""
-    c = p.config
-    weight = p.q_norm if side == "q" else p.k_norm
-    whole = c.qk_norm == "width"
-    r = np.broadcast_to(ops.rms(a, c.qk_eps, whole), (*a.shape[:2], 1))  # (heads, rows, 1)
-    w = weight.reshape(a.shape[0], 1, -1) if whole else weight  # type: ignore[union-attr]
-    return a / r * w, r
+    """Queries (``side`` "q") or keys ("k"), (heads, rows, d_k), normed as the problem's
+    qk_norm says (``qk_norms.normed``); and the root mean square, (heads, rows, 1)."""
+    from .qk_norms import normed as norm
+
+    out, r, _ = norm(a, p, side)
+    return out, r
 
 
 def tuned(a: Array, p: Prepared, first: int = 0) -> Array:

@@ -51,8 +51,6 @@ POST_NORM = "use_post_norm"
 MULTIPLIERS_OUTSIDE = ("attention_in_multiplier", "attention_out_multiplier",
                        "embedding_multiplier", "lm_head_multiplier", "ssm_in_multiplier",
                        "ssm_out_multiplier", "ssm_multipliers", "mlp_multipliers")
-LAYER_NORM_PER_HEAD = "a LayerNorm of each head's queries and keys (the mean removed), a " \
-    "step mha does not compute"
 EXAONE_WINDOW = types_or(pattern_if_window("sliding_window_pattern"), "sliding windows by "
                          "layer_types (all but every n-th layer)", ("sliding_window_pattern",))
 EXAONE_ROPE = nope_on(full_layers_nope_with_window, "the full-attention layers of a model "
@@ -118,8 +116,8 @@ RECORDS: tuple[Family, ...] = (
            refused=(GEMMA_BOTH_WAYS,), unread=("attn_logit_softcapping",)),
     Family("gpt_oss", since="0.1", window=by_layer_types(), sinks=True),
     Family("phi", since="0.1", o_proj="dense", rope=rope(partial_default=0.5),
-           refused=(("qk_layernorm", "a LayerNorm of the queries and keys (with a bias), a "
-                                     "step mha does not compute"),)),
+           qk_norm="head", layer_norm=True, norm_names=("q_layernorm", "k_layernorm"),
+           norm_eps_key="layer_norm_eps", unread=("qk_layernorm",)),
     Family("phi3", since="0.1", tensors="phi3", fused="qkv_proj", window=every_layer,
            rope=rope(aliases={"su": "longrope", "yarn": "longrope"},
                      also_read=("original_max_position_embeddings",))),
@@ -178,12 +176,13 @@ RECORDS: tuple[Family, ...] = (
                                       "windows by layer_types (all but every 4th layer)"),
            rope=nope_on(full_layers_nope, "the full-attention layers",
                         rope(style="interleaved"))),
-    Family("cohere", rope=rope(style="interleaved"),
-           refused=(("use_qk_norm", LAYER_NORM_PER_HEAD),)),
+    Family("cohere", rope=rope(style="interleaved"), qk_norm="head", layer_norm=True,
+           norm_eps_key="layer_norm_eps", unread=("use_qk_norm",)),
     Family("exaone4", window=EXAONE_WINDOW, rope=EXAONE_ROPE, qk_norm="head"),
     Family("exaone_moe", window=EXAONE_WINDOW, rope=EXAONE_ROPE, qk_norm="head"),
-    Family("stablelm", rope=rope(partial_default=0.25), unread=("use_qkv_bias",),
-           refused=(("qk_layernorm", LAYER_NORM_PER_HEAD),)),
+    Family("stablelm", rope=rope(partial_default=0.25), qk_norm="head", layer_norm=True,
+           norm_names=("q_layernorm", "k_layernorm"), norm_eps_key="layer_norm_eps",
+           unread=("use_qkv_bias", "qk_layernorm")),
     Family("jamba", others=MAMBA, rope=no_rope),
     Family("bamba", others=MAMBA, rope=rope(partial_default=0.5)),
     Family("lfm2", others=CONVOLUTIONS, o_proj="out_proj", qk_norm="head",
@@ -217,7 +216,8 @@ RECORDS: tuple[Family, ...] = (
         "block_size", "full_attn_alpha_factor", "full_attn_beta_factor",
         "linear_attn_alpha_factor", "linear_attn_beta_factor")),
     *(Family(name, qk_norm="head", norm_names=("query_layernorm", "key_layernorm"),
-             norm_after_rope=True) for name in ("hunyuan_v1_dense", "hunyuan_v1_moe")),
+             norm_after_rope=True, unread=("eod_token_id", "sep_token_id"))
+      for name in ("hunyuan_v1_dense", "hunyuan_v1_moe")),
     Family("olmo_hybrid", others=LINEAR, qk_norm="width",
            rope=nope_on(theta_given, "a model whose rope_parameters give no rope_theta")),
     Family("lfm3", others=CONVOLUTIONS, qk_norm="head", window=types_or()),
