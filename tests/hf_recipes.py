@@ -79,6 +79,8 @@ def llama_line(recipe: Callable[..., Any], decoder: Callable[..., dict[str, Any]
                        head_dim=8, sliding_window=4,
                        layer_types=["sliding_attention", "full_attention"]),
         "olmo": r("OlmoConfig", "OlmoForCausalLM"),
+        "olmo-clipped": r("OlmoConfig", "OlmoForCausalLM", "q, k and v clamped to ±0.5",
+                          clip_qkv=0.5),
         "olmo3": r("Olmo3Config", "Olmo3ForCausalLM", "layers 0-2 slide, layer 3 full",
                    sliding_window=4, **four),
         "flex_olmo": r("FlexOlmoConfig", "FlexOlmoForCausalLM", num_experts=4,
@@ -294,7 +296,15 @@ def llama_line(recipe: Callable[..., Any], decoder: Callable[..., dict[str, Any]
             notes="ALiBi over 6 heads (its slopes past a power of two); scores × 0.2; biases"),
         "mpt-clipped": recipe("MptConfig", "MptForCausalLM", dict(
             vocab_size=100, d_model=32, n_heads=4, n_layers=2, expansion_ratio=2,
-            max_seq_len=64, attn_config={"clip_qkv": 6.0})),
+            max_seq_len=64, attn_config={"clip_qkv": 0.5}), notes="q, k and v clamped to "
+            "±0.5"),
+        "dbrx": recipe("DbrxConfig", "DbrxForCausalLM", dict(
+            vocab_size=100, d_model=32, n_heads=4, n_layers=2, max_seq_len=64,
+            attn_config={"kv_n_heads": 2, "rope_theta": 10000.0, "clip_qkv": 0.5},
+            ffn_config={"ffn_hidden_size": 64, "moe_num_experts": 4, "moe_top_k": 2,
+                        "hidden_size": 64}),
+            notes="fused Wqkv (all q, k, v heads), 2 key/value heads; q, k and v clamped to "
+            "±0.5"),
         "exaone": r("ExaoneConfig", "LlamaForCausalLM", "saved under GPT-Neo's names; biases",
                     head_dim=8, attention_bias=True),
         "ctrl": recipe("CTRLConfig", "CTRLLMHeadModel", dict(

@@ -22,8 +22,7 @@ from . import hf_reference as hf  # noqa: E402
 from .hf_recipes import (ENCODER_DECODER, HYBRIDS, SHARED,  # noqa: E402
                          SINKS_OUTSIDE_WEIGHTS)
 
-REFUSED = {"falcon-alibi": "alibi is true",
-           "mpt-clipped": "attn_config.clip_qkv is 6.0: q, k and v clamped"}
+REFUSED = {"falcon-alibi": "alibi is true"}
 FOLLOWED = sorted(set(hf.FAMILIES) - set(REFUSED))
 LLAMA_LINE = sorted(set(hf.LLAMA_LINE) - set(HYBRIDS) - set(REFUSED) - set(ENCODER_DECODER)
                     - set(SHARED))
@@ -86,6 +85,21 @@ def test_every_layer_agrees_with_the_model(family: str, models: dict,
             np.testing.assert_allclose(tr["weights"], want["weights"], rtol=tol, atol=tol,
                                        err_msg=f"{family} layer {layer} weights")
         assert prob.read["family"] and prob.read["settings"]["w_q"].startswith("tensor")
+
+
+@pytest.mark.parametrize("family", ["olmo-clipped", "mpt-clipped", "dbrx"])
+def test_clamped_projections_are_clamped(family: str, models: dict,
+                                         tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The recipe's c clamps some of Q, K and V, not all: the agreement shows the clamp."""
+    folder = _model(models, tmp_path_factory, family)
+    config = hf.read_config(folder)
+    x = np.random.default_rng(5).standard_normal((12, config.get("hidden_size") or
+                                                  config["d_model"]))
+    prob = _ours(folder, 0, x)
+    assert prob.inputs["clip_qkv"] == 0.5
+    tr = mhacli.trace(**prob.inputs)
+    for s in "qkv":
+        assert 0.02 < np.mean(np.abs(tr[s]) == 0.5) < 0.98, (s, np.mean(np.abs(tr[s]) == 0.5))
 
 
 def test_hunyuans_norm_comes_after_rope(models: dict,

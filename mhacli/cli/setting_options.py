@@ -101,6 +101,8 @@ OPTIONS: tuple[SettingOption, ...] = (
                   "the whole row (width); eps, weights, a LayerNorm (norm: layer) or the "
                   "norm after RoPE (after_rope: true) in a file's qk_norm: key.",
                   metavar="head|width"),
+    SettingOption("clip_qkv", "Clamp Q, K and V to [−C, C] as they come out of their "
+                  "projections (OLMo, DBRX, MPT).", metavar="C"),
     SettingOption("w_gate", "Gated attention (Qwen3-Next): the gate's weights, d_model × "
                   "H·d_v (.npy, or YAML/JSON holding the matrix); each head's output times "
                   "σ(X·W_gate + b_gate) before the heads are joined.", metavar="FILE"),

@@ -38,10 +38,12 @@ def cell_projection(e: Entry) -> list[Any]:
     bias = f" + b_{e.stage}[{e.col + 1}]" if has_b else ""
     e.mark(src, None, {e.row})
     weights = "W_gate" if e.stage == "gate" else f"W_{e.stage.upper()}"
+    c = e.c.clip_qkv if e.stage in ("q", "k", "v") else None
+    clamp = [] if c is None else [f"  then clamped to [−{c:g}, {c:g}]"]
     return [f"{e.name} = row {e.row + 1} of {INPUTS[src]} · "
             f"column {e.col + 1} of {weights}{bias}",
             f"  = {e.dot(e.row_of(src, None, e.row), w.col(e.col))}"
-            + (f" + {e.factor(b.at(e.col))}" if has_b else ""),
+            + (f" + {e.factor(b.at(e.col))}" if has_b else ""), *clamp,
             f"  = {e.result}"]
 
 

@@ -17,6 +17,7 @@ import numpy as np
 from . import ops
 from .checks import check_finite, warn_dead
 from .config import Prepared
+from .clipping import clamped
 from .gating import gate_of, sigmoid
 from .work import Work, normed, started, turned
 
@@ -353,6 +354,9 @@ def _turned_heads(p: Prepared, work: Work, spread: Spread | None) -> tuple[Array
         q, k, v = ops.projections(x, x_kv, p.w_q, p.w_k, p.w_v, p.b_q, p.b_k, p.b_v,
                                   turned=True,
                                   matmul=np.matmul if spread is None else _pieces(spread))
+        if c.clip_qkv is not None:  # each clamped to [−c, c], in place
+            for a in (q, k, v):
+                clamped(a, c.clip_qkv, out=a)
     q_t, k_t, v_t = (a.reshape(heads, -1, a.shape[-1])
                      for a, heads in ((q, c.heads), (k, c.groups), (v, c.groups)))
     after = c.qk_after_rope and c.rope is not None  # the norm after RoPE (Hunyuan)

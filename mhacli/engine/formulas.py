@@ -51,8 +51,13 @@ def split_text(letter: str, d: Callable[[Config], int], dname: str) -> Callable[
 
 def proj_text(letter: str, w: str, src: Callable[[Formula], str]) -> Callable[[Formula], str]:
     b = "b_" + letter.lower()
-    return lambda f: f"{letter}, given" if f.c.direct else \
-        f"{letter} = {f.proj(w, src(f), b)}"
+    def text(f: Formula) -> str:
+        if f.c.direct:
+            return f"{letter}, given"
+        c = f.c.clip_qkv
+        clamp = "" if c is None else f", each entry clamped to [−{c:g}, {c:g}]"
+        return f"{letter} = {f.proj(w, src(f), b)}{clamp}"
+    return text
 
 
 def proj_tex(letter: str, w: str, src: str) -> Callable[[Formula], str]:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 import numpy as np
 
 from . import ops, qk_norms
+from .clipping import passed
 from .stage import KEY, NUMBERED, QUERY, Stage
 from .work import Work, tuned, turned
 from .gradient_cells import cell_d_masked, cell_d_scores, cell_with_formula
@@ -140,12 +141,24 @@ def _source(t: Chains, w: Work, kv: bool) -> Array:
     return w[t.source(w.c, "k" if kv else "q")]
 
 
-def _d_input(w: Work) -> Array:
+def _through(t: Chains, w: Work, letter: str) -> Array:
+    """dQ, dK or dV as it reaches the projection: where clip_qkv clamped an entry, none
+    (the entries X·W + b put outside [−c, c])."""
+    c, p = w.c, w.p
+    g = w["d_" + letter]
+    if c.clip_qkv is None:
+        return g
+    pre = ops.project(w[t.source(c, letter)], getattr(p, "w_" + letter), getattr(p, "b_" + letter))
+    return g * passed(pre, c.clip_qkv)
+
+
+def _d_input(t: Chains, w: Work) -> Array:
     """The gradient arriving at the query-side input of the projections (X, or X + PE)."""
     p = w.p
-    out = w["d_q"] @ p.w_q.T  # type: ignore[union-attr]
+    out = _through(t, w, "q") @ p.w_q.T  # type: ignore[union-attr]
     if not w.c.cross:
-        out = out + w["d_k"] @ p.w_k.T + w["d_v"] @ p.w_v.T  # type: ignore[union-attr]
+        out = out + _through(t, w, "k") @ p.w_k.T + \
+            _through(t, w, "v") @ p.w_v.T  # type: ignore[union-attr]
     if w.c.gate:
         out = out + w["d_gate"] @ p.w_gate.T  # type: ignore[union-attr]
     return out
@@ -167,10 +180,10 @@ def _d_gate(w: Work) -> Array:
     return ops.merge_heads(w["d_gated"] * w["head_outputs"] * sig * (1 - sig))
 
 
-def _d_kv_input(w: Work) -> Array:
+def _d_kv_input(t: Chains, w: Work) -> Array:
     """The gradient arriving at the key/value-side input (X_kv, or X_kv + PE)."""
     p = w.p
-    return w["d_k"] @ p.w_k.T + w["d_v"] @ p.w_v.T  # type: ignore[union-attr]
+    return _through(t, w, "k") @ p.w_k.T + _through(t, w, "v") @ p.w_v.T  # type: ignore[union-attr]
 
 
 def _d_positional(w: Work) -> Array:
@@ -212,7 +225,8 @@ def _d_input_text(f: Formula) -> str:
     if f.c.cross:
         return f"d{src} = dQ·W_Qᵀ{gate}"
     feeds = "all four" if f.c.gate else "all three"
-    return f"d{src} = dQ·W_Qᵀ + dK·W_Kᵀ + dV·W_Vᵀ{gate} ({src.strip('()')} feeds {feeds})"
+    return (f"d{src} = dQ·W_Qᵀ + dK·W_Kᵀ + dV·W_Vᵀ{gate} ({src.strip('()')} feeds {feeds})"
+            + _clip_text(f))
 
 
 def _d_x_text(f: Formula) -> str:
@@ -231,6 +245,12 @@ def _src(f: Formula, kv: bool) -> str:
     """The input a projection multiplied, as a formula writes it."""
     x = f.src if kv else "X"
     return f"({x} + PE)" if f.c.positional else x
+
+
+def _clip_text(f: Formula) -> str:
+    """What clip_qkv does to a projection's gradient, in words (or nothing)."""
+    c = f.c.clip_qkv
+    return "" if c is None else f", 0 where the clamp to [−{c:g}, {c:g}] held the entry"
 
 
 def _tex(symbol: str) -> Callable[[Formula], str]:
@@ -364,22 +384,22 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
         _grad("d_v", "m × G·d_v", lambda c: (c.m, c.groups * c.d_v), KEY, NUMBERED,
               lambda w: ops.merge_heads(w["d_v_heads"]), _text("the heads' dV side by side"), "V"),
         _grad("d_w_q", "d_model × H·d_k", lambda c: (c.d_model, c.heads * c.d_k), NUMBERED,
-              NUMBERED, lambda w: _source(t, w, False).T @ w["d_q"],
-              lambda f: f"dW_Q = {_src(f, False)}ᵀ·dQ", "W_Q", exists=lambda c: not c.direct),
+              NUMBERED, lambda w: _source(t, w, False).T @ _through(t, w, "q"),
+              lambda f: f"dW_Q = {_src(f, False)}ᵀ·dQ{_clip_text(f)}", "W_Q", exists=lambda c: not c.direct),
         _grad("d_w_k", "d_kv × G·d_k", lambda c: (c.d_kv, c.groups * c.d_k), NUMBERED,
-              NUMBERED, lambda w: _source(t, w, True).T @ w["d_k"],
-              lambda f: f"dW_K = {_src(f, True)}ᵀ·dK", "W_K", exists=lambda c: not c.direct),
+              NUMBERED, lambda w: _source(t, w, True).T @ _through(t, w, "k"),
+              lambda f: f"dW_K = {_src(f, True)}ᵀ·dK{_clip_text(f)}", "W_K", exists=lambda c: not c.direct),
         _grad("d_w_v", "d_kv × G·d_v", lambda c: (c.d_kv, c.groups * c.d_v), NUMBERED,
-              NUMBERED, lambda w: _source(t, w, True).T @ w["d_v"],
-              lambda f: f"dW_V = {_src(f, True)}ᵀ·dV", "W_V", exists=lambda c: not c.direct),
+              NUMBERED, lambda w: _source(t, w, True).T @ _through(t, w, "v"),
+              lambda f: f"dW_V = {_src(f, True)}ᵀ·dV{_clip_text(f)}", "W_V", exists=lambda c: not c.direct),
         _grad("d_b_q", "H·d_k", lambda c: (c.heads * c.d_k,), NUMBERED, NUMBERED,
-              lambda w: _sums(w["d_q"]), _text("db_q = the column sums of dQ"), "b_q",
+              lambda w: _sums(_through(t, w, "q")), _text("db_q = the column sums of dQ"), "b_q",
               exists=lambda c: "b_q" in c.biases),
         _grad("d_b_k", "G·d_k", lambda c: (c.groups * c.d_k,), NUMBERED, NUMBERED,
-              lambda w: _sums(w["d_k"]), _text("db_k = the column sums of dK"), "b_k",
+              lambda w: _sums(_through(t, w, "k")), _text("db_k = the column sums of dK"), "b_k",
               exists=lambda c: "b_k" in c.biases),
         _grad("d_b_v", "G·d_v", lambda c: (c.groups * c.d_v,), NUMBERED, NUMBERED,
-              lambda w: _sums(w["d_v"]), _text("db_v = the column sums of dV"), "b_v",
+              lambda w: _sums(_through(t, w, "v")), _text("db_v = the column sums of dV"), "b_v",
               exists=lambda c: "b_v" in c.biases),
         _grad("d_w_gate", "d_model × H·d_v", lambda c: (c.d_model, c.heads * c.d_v),
               NUMBERED, NUMBERED, lambda w: _source(t, w, False).T @ w["d_gate"],
@@ -388,16 +408,18 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
         _grad("d_b_gate", "H·d_v", lambda c: (c.heads * c.d_v,), NUMBERED, NUMBERED,
               lambda w: _sums(w["d_gate"]), _text("db_gate = the column sums of dG"),
               "b_{gate}", exists=lambda c: c.gate_bias),
-        _grad("d_x_pos", "n × d_model", lambda c: (c.n, c.d_model), QUERY, NUMBERED, _d_input,
+        _grad("d_x_pos", "n × d_model", lambda c: (c.n, c.d_model), QUERY, NUMBERED,
+              lambda w: _d_input(t, w),
               _d_input_text, "(X + PE)", exists=lambda c: c.positional is not None and not c.direct),
         _grad("d_x", "n × d_model", lambda c: (c.n, c.d_model), QUERY, NUMBERED,
-              lambda w: w["d_x_pos"] if w.c.positional else _d_input(w),
+              lambda w: w["d_x_pos"] if w.c.positional else _d_input(t, w),
               _d_x_text, "X", exists=lambda c: not c.direct),
-        _grad("d_x_kv_pos", "m × d_kv", lambda c: (c.m, c.d_kv), KEY, NUMBERED, _d_kv_input,
+        _grad("d_x_kv_pos", "m × d_kv", lambda c: (c.m, c.d_kv), KEY, NUMBERED,
+              lambda w: _d_kv_input(t, w),
               lambda f: "d(X_kv + PE) = dK·W_Kᵀ + dV·W_Vᵀ", "(X_{kv} + PE)",
               exists=lambda c: c.positional is not None and c.cross and not c.direct),
         _grad("d_x_kv", "m × d_kv", lambda c: (c.m, c.d_kv), KEY, NUMBERED,
-              lambda w: w["d_x_kv_pos"] if w.c.positional else _d_kv_input(w),
+              lambda w: w["d_x_kv_pos"] if w.c.positional else _d_kv_input(t, w),
               _d_x_kv_text, "X_{kv}", exists=lambda c: c.cross and not c.direct),
         _grad("d_positional", "rows × d_model", lambda c: (c.table_rows, c.d_model), NUMBERED,
               NUMBERED, _d_positional, lambda f: "the learned table's rows: d(X + PE)"

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from ..errors import MhaError
-from . import gating
+from . import clipping, gating
 from . import parsers as read
 from . import qk_norms, rope
 from .parsers import Fields
@@ -146,6 +146,11 @@ SETTINGS: tuple[Setting, ...] = (
             fields=("qk_norm", "qk_eps", "qk_layer", "qk_after_rope", "q_norm", "k_norm",
                     "q_norm_bias", "k_norm_bias"),
             shown=qk_norms.shown, write=qk_norms.write),
+    Setting("clip_qkv", "c: Q, K and V each clamped to [−c, c] as they come out of their "
+            "projections (OLMo, DBRX, MPT).", read=lambda v: positive("clip_qkv", v),
+            parse=clipping.parse, fields=("clip_qkv",),
+            shown=lambda c: {"clip_qkv": c.clip_qkv},
+            write=lambda c, p, given: None if c.clip_qkv is None else read.written(c.clip_qkv)),
     Setting("w_gate", "gated attention (Qwen3-Next): the gate's weights W_gate, d_model × "
             "H·d_v; each head's output times σ(X·W_gate + b_gate), its columns, before the "
             "heads are joined.", kind="file", array=(2,), parse=gating.w_gate,

@@ -36,10 +36,10 @@ def fits(p: Prepared) -> bool:
 def alike(p: Prepared) -> bool:
     """Can problems that are ``p`` but for their numbers be computed together (``many``):
     ``fits``, and no setting that turns the queries and keys or adds to the inputs
-    (RoPE, qk_norm, positions), gates the heads or asks for gradients."""
+    (RoPE, qk_norm, positions), clamps them, gates the heads or asks for gradients."""
     c = p.config
     return fits(p) and c.rope is None and c.qk_norm is None and c.positional is None \
-        and c.temperature is None and not c.gate and not c.backward
+        and c.temperature is None and not c.gate and c.clip_qkv is None and not c.backward
 
 
 def small(p: Prepared) -> Array:

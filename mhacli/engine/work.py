@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import ops
+from .clipping import clamped
 
 if TYPE_CHECKING:
     from .config import Prepared
@@ -45,6 +46,9 @@ class Work:
                 kv = self.stages[x_kv] if x_kv != x else None  # self-attention: one product
                 self._qkv = ops.projections(self.stages[x], kv, p.w_q, p.w_k, p.w_v, p.b_q,
                                             p.b_k, p.b_v)
+                if self.c.clip_qkv is not None:  # each clamped to [−c, c]
+                    self._qkv = tuple(clamped(a, self.c.clip_qkv)  # type: ignore[assignment]
+                                      for a in self._qkv)
         return self._qkv
 
     @property

@@ -23,6 +23,7 @@ from .rules import (by_layer_types as types_or, local_window, every_layer_if_use
 from .reading import Reader, window_of
 from .layouts import (albert, approximate, bert, big_bird, bloom, codegen, deberta, falcon,
                       gpt2, gpt_bigcode, gpt_neo, gptj, mpt, neox)
+from .dbrx import dbrx
 from .llama4 import chunks, llama4
 from .seq2seq import AROUND, bart
 from .t5 import AROUND as T5_AROUND, mpnet, t5
@@ -148,7 +149,7 @@ RECORDS: tuple[Family, ...] = (
     Family("seed_oss"),
     Family("starcoder2", window=every_layer, unread=("use_bias",)),
     Family("ministral", window=types_or(sliding_if_set)),
-    Family("olmo"),
+    Family("olmo", clip_key="clip_qkv"),
     Family("olmo3", window=types_or(every_nth_full(4), "sliding windows by layer_types (all "
                                     "but every 4th layer)"), qk_norm="width"),
     Family("flex_olmo", qk_norm="width"),
@@ -253,6 +254,7 @@ RECORDS: tuple[Family, ...] = (
     Family("bloom", tensors="falcon", read=bloom),
     Family("gpt_neo", tensors="gpt_neo", read=gpt_neo),
     Family("mpt", tensors="mpt", read=mpt),
+    Family("dbrx", tensors="dbrx", read=dbrx),
     Family("codegen", tensors="codegen", read=codegen),
     Family("exaone", tensors="gpt_neo", o_proj="out_proj"),  # (EXAONE 3: GPT-Neo's names)
     Family("ctrl", tensors="ctrl", qkv=("Wq", "Wk", "Wv"), o_proj="dense", rope=no_rope,

@@ -53,6 +53,7 @@ class Family:
     norm_eps_key: str = "rms_norm_eps"  # the norm's ε
     norm_plus_one: bool = False  # the norm's stored weight w multiplies as 1 + w (Gemma)
     layer_norm: bool = False  # its q/k norm a LayerNorm (the mean removed; a bias if stored)
+    clip_key: str | None = None  # a config key clamping Q, K and V to [−c, c] (OLMo's)
     sinks: bool = False  # a sink logit per head (gpt-oss's sinks tensor)
     causal: bool = True  # False: an encoder, each token sees every other
     causal_key: str | None = None  # a config flag that makes an encoder causal (XLM's)
@@ -140,6 +141,11 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
         if cap is not None:
             out["softcap"] = cap
             r.note("softcap", f"config {f.softcap_key}")
+    if f.clip_key:
+        clip = r.setting("clip_qkv", f.clip_key)
+        if clip is not None:
+            out["clip_qkv"] = clip
+            r.note("clip_qkv", f"config {f.clip_key}")
     norm = qk_norm(f, r, stem, d)
     if norm is not None:
         out["qk_norm"] = norm
@@ -211,6 +217,8 @@ def features(f: Family) -> list[str]:
         out.append(words(scale))
     if f.softcap_key:
         out.append(f"softcap ({f.softcap_key})")
+    if f.clip_key:
+        out.append(f"q, k, v clamped ({f.clip_key})")
     if f.gated:
         out.append("a sigmoid gate of each head's output (q_proj's second half of each head)")
     if f.qk_norm:
