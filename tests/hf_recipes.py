@@ -79,6 +79,8 @@ def llama_line(recipe: Callable[..., Any], decoder: Callable[..., dict[str, Any]
                        head_dim=8, sliding_window=4,
                        layer_types=["sliding_attention", "full_attention"]),
         "olmo": r("OlmoConfig", "OlmoForCausalLM"),
+        "olmo-clipped": r("OlmoConfig", "OlmoForCausalLM", "q, k and v clamped to ±0.5",
+                          clip_qkv=0.5),
         "olmo3": r("Olmo3Config", "Olmo3ForCausalLM", "layers 0-2 slide, layer 3 full",
                    sliding_window=4, **four),
         "flex_olmo": r("FlexOlmoConfig", "FlexOlmoForCausalLM", num_experts=4,
@@ -237,6 +239,15 @@ def llama_line(recipe: Callable[..., Any], decoder: Callable[..., dict[str, Any]
                             attn_scale=0.5, num_local_experts=4, num_experts_per_tok=1,
                             **four),
         "hunyuan_v1_dense": r("HunYuanDenseV1Config", "HunYuanDenseV1ForCausalLM", head_dim=8),
+        "qwen3_next": r("Qwen3NextConfig", "Qwen3NextForCausalLM", "gated delta rule on 0, "
+                        "2; gated attention (q_proj: each head's queries, then its gate), "
+                        "q/k norms (1 + w), a quarter of each head turned, biases on 1, 3",
+                        head_dim=8, attention_bias=True, layer_types=[
+                            "linear_attention", "full_attention", "linear_attention",
+                            "full_attention"], linear_num_key_heads=2,
+                        linear_num_value_heads=4, linear_key_head_dim=8,
+                        linear_value_head_dim=8, shared_expert_intermediate_size=32,
+                        **_rope(partial_rotary_factor=0.25), **MOE, **four),
         "t5": recipe("T5Config", "T5ForConditionalGeneration", dict(
             vocab_size=100, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2,
             num_heads=4, relative_attention_num_buckets=8, relative_attention_max_distance=16,
@@ -287,7 +298,15 @@ def llama_line(recipe: Callable[..., Any], decoder: Callable[..., dict[str, Any]
             notes="ALiBi over 6 heads (its slopes past a power of two); scores × 0.2; biases"),
         "mpt-clipped": recipe("MptConfig", "MptForCausalLM", dict(
             vocab_size=100, d_model=32, n_heads=4, n_layers=2, expansion_ratio=2,
-            max_seq_len=64, attn_config={"clip_qkv": 6.0})),
+            max_seq_len=64, attn_config={"clip_qkv": 0.5}), notes="q, k and v clamped to "
+            "±0.5"),
+        "dbrx": recipe("DbrxConfig", "DbrxForCausalLM", dict(
+            vocab_size=100, d_model=32, n_heads=4, n_layers=2, max_seq_len=64,
+            attn_config={"kv_n_heads": 2, "rope_theta": 10000.0, "clip_qkv": 0.5},
+            ffn_config={"ffn_hidden_size": 64, "moe_num_experts": 4, "moe_top_k": 2,
+                        "hidden_size": 64}),
+            notes="fused Wqkv (all q, k, v heads), 2 key/value heads; q, k and v clamped to "
+            "±0.5"),
         "exaone": r("ExaoneConfig", "LlamaForCausalLM", "saved under GPT-Neo's names; biases",
                     head_dim=8, attention_bias=True),
         "ctrl": recipe("CTRLConfig", "CTRLLMHeadModel", dict(
@@ -356,6 +375,6 @@ ENCODER_DECODER = ("bart", "t5")
 SHARED = ("albert",)  # layers that share weights (tests/test_shared_layers.py)
 HYBRIDS = {"jamba": [1, 3], "bamba": [1, 3], "lfm2": [1, 3], "granitemoehybrid": [1, 3],
            "lfm2_moe": [1, 3], "lara_mini": [1, 3], "minimax": [0, 2], "nemotron_h": [1, 3],
-           "olmo_hybrid": [1, 3]}
+           "olmo_hybrid": [1, 3], "qwen3_next": [1, 3]}
 # the module's own weights leave the sinks out (they scale its output instead)
 SINKS_OUTSIDE_WEIGHTS = ("granite_swa", "granitemoe_swa")

@@ -135,7 +135,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "lfm2_moe": dict(num_hidden_layers=4, num_dense_layers=1,
                      layer_types=["conv", "full_attention", "conv", "full_attention"]),
     "gpt_neo": dict(attention_types=[[["global", "local"], 1]], window_size=4),
-    "dbrx": dict(attn_config={"kv_n_heads": 2, "rope_theta": 10000.0},
+    "dbrx": dict(attn_config={"kv_n_heads": 2, "rope_theta": 10000.0, "clip_qkv": 0.5},
                  ffn_config={"ffn_hidden_size": 64, "moe_num_experts": 4, "moe_top_k": 2,
                              "hidden_size": 64}),
     "esmc": dict(num_key_value_heads=4), "dots3_note_text": dict(num_key_value_heads=4),
@@ -239,7 +239,8 @@ def attention_module(model: torch.nn.Module, layer: int) -> tuple[str, str | Non
     """The path of layer ``layer``'s attention module in ``model`` (``…layers.N.self_attn``,
     ``…layer.N.attention`` …) and of its output projection when the module goes on past it
     (BERT's ``output.dense``, before the norm of the residual)."""
-    pattern = re.compile(rf"(^|\.)((layers|layer|h|blocks)\.{layer}\.(self_attn|attention|attn|mixer|"
+    pattern = re.compile(rf"(^|\.)((layers|layer|h|blocks)\.{layer}\.(norm_attn_norm\.)?"
+                         rf"(self_attn|attention|attn|mixer|"
                          rf"self_attention|multi_head_attention)|attentions\.{layer})$")  # (XLM's: attentions.N)
     found = [name for name, _ in model.named_modules() if pattern.search(name)]
     if not found:

@@ -22,12 +22,7 @@ from . import hf_reference as hf  # noqa: E402
 from .hf_recipes import (ENCODER_DECODER, HYBRIDS, SHARED,  # noqa: E402
                          SINKS_OUTSIDE_WEIGHTS)
 
-REFUSED = {"falcon-alibi": "alibi is true", "phi-qk-layernorm": "qk_layernorm is true",
-           "cohere-qk-norm": "use_qk_norm is true: a LayerNorm of each head's",
-           "stablelm-qk-layernorm": "qk_layernorm is true: a LayerNorm of each head's",
-           "mpt-clipped": "attn_config.clip_qkv is 6.0: q, k and v clamped",
-           "hunyuan_v1_dense": "query_layernorm.weight: hunyuan_v1_dense's RMS norm of each "
-                               "head's queries and keys comes after RoPE"}
+REFUSED = {"falcon-alibi": "alibi is true"}
 FOLLOWED = sorted(set(hf.FAMILIES) - set(REFUSED))
 LLAMA_LINE = sorted(set(hf.LLAMA_LINE) - set(HYBRIDS) - set(REFUSED) - set(ENCODER_DECODER)
                     - set(SHARED))
@@ -90,6 +85,39 @@ def test_every_layer_agrees_with_the_model(family: str, models: dict,
             np.testing.assert_allclose(tr["weights"], want["weights"], rtol=tol, atol=tol,
                                        err_msg=f"{family} layer {layer} weights")
         assert prob.read["family"] and prob.read["settings"]["w_q"].startswith("tensor")
+
+
+@pytest.mark.parametrize("family", ["olmo-clipped", "mpt-clipped", "dbrx"])
+def test_clamped_projections_are_clamped(family: str, models: dict,
+                                         tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The recipe's c clamps some of Q, K and V, not all: the agreement shows the clamp."""
+    folder = _model(models, tmp_path_factory, family)
+    config = hf.read_config(folder)
+    x = np.random.default_rng(5).standard_normal((12, config.get("hidden_size") or
+                                                  config["d_model"]))
+    prob = _ours(folder, 0, x)
+    assert prob.inputs["clip_qkv"] == 0.5
+    tr = mhacli.trace(**prob.inputs)
+    for s in "qkv":
+        assert 0.02 < np.mean(np.abs(tr[s]) == 0.5) < 0.98, (s, np.mean(np.abs(tr[s]) == 0.5))
+
+
+def test_hunyuans_norm_comes_after_rope(models: dict,
+                                        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Hunyuan norms each head's turned queries and keys, with weights per dimension: the
+    same norm before RoPE gives other numbers, which the model's are not."""
+    folder = _model(models, tmp_path_factory, "hunyuan_v1_dense")
+    x = np.random.default_rng(4).standard_normal((12, hf.read_config(folder)["hidden_size"]))
+    want = hf.attention_reference(folder, 1, x)["output"]
+    prob = _ours(folder, 1, x)
+    assert prob.read["settings"]["qk_norm"].endswith("(after RoPE, as the model applies "
+                                                     "it), config rms_norm_eps")
+    inputs = dict(prob.inputs)
+    np.testing.assert_allclose(mhacli.attention(**inputs), want, rtol=1e-5,
+                               atol=1e-5 * np.abs(want).max())
+    inputs["qk_norm"] = {**inputs["qk_norm"], "after_rope": False}
+    assert not np.allclose(mhacli.attention(**inputs), want, rtol=1e-3,
+                           atol=1e-3 * np.abs(want).max())
 
 
 @pytest.mark.parametrize("family", ["llama3", "gemma3", "phi3-longrope", "gpt_neox", "qwen2",

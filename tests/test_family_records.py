@@ -63,12 +63,12 @@ def test_a_record_may_refuse_a_key(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         read_layer(folder, 0)
 
 
-def test_a_gated_attention_is_refused_naming_its_gate(tmp_path: Path) -> None:
-    """Qwen3-Next's q_proj also gives a gate of each head's output: refused by name, not
-    read as queries."""
+def test_a_gated_attention_reads_a_gate_from_each_heads_rows(tmp_path: Path) -> None:
+    """Qwen3-Next's q_proj gives each head's queries and then its gate: a q_proj of only
+    queries (a Qwen 3's, renamed) is refused saying what the rows should be."""
     folder = _renamed(tmp_path, "qwen3", "qwen3_next")
-    with pytest.raises(MhaError, match=r"model\.layers\.0\.self_attn\.q_proj\.weight: "
-                       "qwen3_next's q_proj gives each head's queries and a gate"):
+    with pytest.raises(MhaError, match=r"model\.layers\.0\.self_attn\.q_proj\.weight has "
+                       r"\d+ rows, not \d+ × \d+ × 2 \(each head's queries and its gate\)"):
         read_layer(folder, 0)
 
 

@@ -105,8 +105,16 @@ OPTIONS: tuple[SettingOption, ...] = (
                   metavar="sinusoidal|FILE"),
     SettingOption("qk_norm", "Normalise each query and key by its root mean square before "
                   "RoPE (Qwen 3, OLMo 2, Gemma 3): over each head's d_k numbers (head) or "
-                  "the whole row (width); eps and weights in a file's qk_norm: key.",
+                  "the whole row (width); eps, weights, a LayerNorm (norm: layer) or the "
+                  "norm after RoPE (after_rope: true) in a file's qk_norm: key.",
                   metavar="head|width"),
+    SettingOption("clip_qkv", "Clamp Q, K and V to [−C, C] as they come out of their "
+                  "projections (OLMo, DBRX, MPT).", metavar="C"),
+    SettingOption("w_gate", "Gated attention (Qwen3-Next): the gate's weights, d_model × "
+                  "H·d_v (.npy, or YAML/JSON holding the matrix); each head's output times "
+                  "σ(X·W_gate + b_gate) before the heads are joined.", metavar="FILE"),
+    SettingOption("b_gate", "The gate's bias, H·d_v numbers (.npy, YAML or JSON), with "
+                  "--w-gate.", metavar="FILE"),
     SettingOption("masked_row", "A query row whose every key is blocked: zero weights (with "
                   "a warning), nan, or error.", ADVANCED,
                   commands=("explain", "run", "check")),

@@ -37,12 +37,19 @@ def cell_projection(e: Entry) -> list[Any]:
     b = e.inp(f"b_{e.stage}")
     bias = f" + b_{e.stage}[{e.col + 1}]" if has_b else ""
     e.mark(src, None, {e.row})
+    weights = "W_gate" if e.stage == "gate" else f"W_{e.stage.upper()}"
+    c = e.c.clip_qkv if e.stage in ("q", "k", "v") else None
+    clamp = [] if c is None else [f"  then clamped to [−{c:g}, {c:g}]"]
     how = fdot(e.row_of(src, None, e.row), e.inp(f"w_{e.stage}", exact=False).col(e.col))
-    e.makes(op("f+", how, e.inp(f"b_{e.stage}", exact=False).at(e.col)) if has_b else how)
+    how = op("f+", how, e.inp(f"b_{e.stage}", exact=False).at(e.col)) if has_b else how
+    if c is not None:  # clamped to [−c, c]
+        how = op("if", op(">", how, float(c)), float(c),
+                 op("if", op("<", how, -float(c)), -float(c), how))
+    e.makes(how)
     return [f"{e.name} = row {e.row + 1} of {INPUTS[src]} · "
-            f"column {e.col + 1} of W_{e.stage.upper()}{bias}",
+            f"column {e.col + 1} of {weights}{bias}",
             f"  = {e.dot(e.row_of(src, None, e.row), w.col(e.col))}"
-            + (f" + {e.factor(b.at(e.col))}" if has_b else ""),
+            + (f" + {e.factor(b.at(e.col))}" if has_b else ""), *clamp,
             f"  = {e.result}"]
 
 
@@ -200,14 +207,27 @@ def cell_tuned(e: Entry) -> list[Any]:
 def cell_normed(e: Entry) -> list[Any]:
     c = e.c
     h, i, j = e.head, e.row, e.col
-    src = e.reads[0]  # the queries or keys as split
+    src = e.reads[0]  # the queries or keys as split (or turned, after RoPE)
     e.mark(src, h, {i})
     r = op("at", f"{e.stage}.rms", h - 1, i, 0)
-    weight = e.inp("q_norm" if e.stage[0] == "q" else "k_norm", exact=False)
-    w = weight.at((h - 1) * c.d_k + j) if c.qk_norm == "width" else weight.at(j)
+    side = e.stage[0]
+    weight = e.inp(f"{side}_norm", exact=False)
+    own = c.qk_norm == "width" or len(getattr(e.p, f"{side}_norm")) != c.d_k  # each head's
+    at = (h - 1) * c.d_k + j if own else j
+    w = weight.at(at)
     over = f"the row {e.row_label} of every head" if c.qk_norm == "width" else \
         f"the row {e.row_label} of head {h}"
     x = e.value(src, h, i, j)
+    if c.qk_layer:  # a LayerNorm: the mean removed, then a bias added
+        mean = op("at", f"{e.stage}.mean", h - 1, i, 0)
+        b = e.inp(f"{side}_norm_bias", exact=False).at(at)
+        e.makes(op("f+", op("f*", op("f/", op("f-", x, mean), r), w), b))
+        return [f"{e.name} = ({src}{e.hs}[{e.row_label}, {j + 1}] − μ) / rms × w_{at + 1} + "
+                f"b_{at + 1}, μ the mean of {over}, rms = √(mean of the squares of its "
+                "numbers less μ + eps)",
+                f"  μ = {e.num(mean)}, rms = √(… + {e.num(c.qk_eps)}) = {e.num(r)}",
+                f"  ({e.factor(x)} − {e.factor(mean)}) / {e.num(r)} × {e.factor(w)} + "
+                f"{e.factor(b)}", f"  = {e.result}"]
     squares = op("fmap", op("f*", op("it", 0), op("it", 0)), e.row_of(src, h, i))
     if c.qk_norm == "width":  # over the row of every head: the sum of each head's
         heads = e.trace.stages[src].shape[0]
@@ -219,7 +239,7 @@ def cell_normed(e: Entry) -> list[Any]:
         count = c.d_k
     rms = op("sqrt", op("f+", op("f/", op("fsum", squares), float(count)), float(c.qk_eps)))
     e.makes(op("f*", op("f/", x, rms), w))
-    return [f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] / rms × w_{j + 1}, rms = "
+    return [f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] / rms × w_{at + 1}, rms = "
             f"√(mean of the squares of {over} + eps)",
             f"  rms = √(… + {e.num(c.qk_eps)}) = {e.num(r)}",
             f"  {e.factor(x)} / {e.num(r)} × {e.factor(w)}", f"  = {e.result}"]
@@ -482,6 +502,22 @@ def cell_head_scaled(e: Entry) -> list[Any]:
     return [f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] × (1 − λ_init), λ_init = "
             f"{e.num(init)}",
             f"  = {e.factor(e.value(src, h, i, j))} × {e.num(1 - init)}", f"  = {e.result}"]
+
+
+def cell_gated(e: Entry) -> list[Any]:
+    """A gated head output: the head's output times the sigmoid of its gate's column."""
+    h, i, j = e.head, e.row, e.col
+    o, g = e.reads  # head_outputs, gate
+    col = (h - 1) * e.c.d_v + j  # head h's columns of the gate
+    e.mark(o, h, {i}, {j})
+    e.mark(g, None, {i}, {col})
+    sig = op("at", "gated.sigmoid", h - 1, i, j)
+    e.makes(op("f*", e.value(o, h, i, j),
+               op("f/", 1.0, op("f+", 1.0, op("exp", op("f-", 0.0, e.value(g, None, i, col)))))))
+    return [f"{e.name} = {o}{e.hs}[{e.row_label}, {j + 1}] × σ(gate[{e.row_label}, "
+            f"{col + 1}]), σ(g) = 1 / (1 + e^(−g))",
+            f"  σ({e.num(e.value(g, None, i, col))}) = {e.num(sig)}",
+            f"  = {e.factor(e.value(o, h, i, j))}×{e.factor(sig)} = {e.result}"]
 
 
 def cell_concat(e: Entry) -> list[Any]:

@@ -71,6 +71,11 @@ class Config:
     qk_eps: float = 0.0  # inside the root: √(mean(x²) + eps)
     differential: float | None = None  # λ_init of differential attention (DiffLlama), or None
     diff_eps: float = 0.0  # the eps of its norm of each head's output
+    qk_layer: bool = False  # the q/k norm a LayerNorm: the mean removed first
+    qk_after_rope: bool = False  # the q/k norm after RoPE (Hunyuan), not before
+    clip_qkv: float | None = None  # Q, K and V clamped to [−c, c] after their projections
+    gate: bool = False  # gated attention: each head's output times σ(X·W_gate + b_gate)
+    gate_bias: bool = False  # the gate has its bias b_gate
     positional: str | None = None  # "sinusoidal" or "learned": added to the inputs
     table_rows: int = 0  # a learned positional table's rows (its gradient has them all)
     backward: bool = False  # the gradients too
@@ -144,10 +149,14 @@ class Prepared:
     sinks: Array | None = None  # (H,) one extra logit per head
     pe: Array | None = None  # (n, d_model) positional encoding of the query-side input
     pe_kv: Array | None = None  # (m, d_kv) of the key/value-side input (cross-attention)
-    q_norm: Array | None = None  # (d_k,), or (H·d_k,) over the width: qk_norm's weights
+    q_norm: Array | None = None  # (d_k,), or (H·d_k,) per head or over the width: qk_norm's
     k_norm: Array | None = None  # (d_k,), or (G·d_k,)
+    q_norm_bias: Array | None = None  # a LayerNorm's biases, as the weights
+    k_norm_bias: Array | None = None
     tau: Array | None = None  # (n,) temperature tuning's factor of each query position
     lambdas: Array | None = None  # (4, d_k) differential attention's λ_q1, λ_k1, λ_q2, λ_k2
+    w_gate: Array | None = None  # (d_model, H·d_v) the gate's weights (gated attention)
+    b_gate: Array | None = None  # (H·d_v,) its bias
     grad_output: Array | None = None  # (n, d_out) dL/d output, when given
     target: Array | None = None  # (n, d_out), for L = ½·Σ(output − target)²
 

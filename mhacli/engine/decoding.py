@@ -32,6 +32,7 @@ import numpy as np
 
 from ..errors import MhaError, shown
 from . import ops
+from .gating import sigmoid
 from .online import data, float_only, merge, online, record, span, start, whole_number
 from .values import given
 from .work import Work
@@ -90,7 +91,7 @@ class DecodeStep:
 _READ_BY = {"q": ("scores", 0), "k_new": ("scores", 1), "k_cache": ("scores", 1),
             "v_new": ("head_outputs", 1), "v_cache": ("head_outputs", 1),
             "scores": ("masked", 0), "weights": ("head_outputs", 0),
-            "head_outputs": ("concat", 0), "output": ("output", None)}
+            "head_outputs": ("head_outputs", None), "output": ("output", None)}
 
 
 def field_stage(c: Config, field: str) -> str:
@@ -174,7 +175,10 @@ def _steps(tr: Record, count: int | None, labels: list[str], reach: Reach
         v_h = ops.shared(v_cache, c.heads)  # (H, t', d_v)
         head_outputs = weights @ v_h  # (H, 1, d_v)
         work = Work(p, exact=False)  # the plain path's output stage, on this one row
-        work.stages["concat"] = ops.merge_heads(head_outputs)  # (1, H·d_v)
+        concat = ops.merge_heads(head_outputs)  # (1, H·d_v)
+        if c.gate:  # gated attention: times σ of the token's gate (its row of the trace's)
+            concat = concat * sigmoid(tr.stages["gate"][i:i + 1])
+        work.stages["concat"] = concat
         output = work.output()[0]  # (d_out,)
         chunks = combined = None
         if count is not None:

@@ -17,6 +17,8 @@ import numpy as np
 from . import ops
 from .checks import check_finite, warn_dead
 from .config import Prepared
+from .clipping import clamped
+from .gating import gate_of, sigmoid
 from .work import Work, normed, started, turned
 
 Array = np.ndarray
@@ -31,7 +33,7 @@ _UNSHIFTED_FROM = 1 << 14  # scores (n·m) from which the softmax may go unshift
 
 
 def _attend(p: Prepared, q_t: Array, k_t: Array, v_t: Array,
-            progress: Progress | None, spread: Spread) -> Array:
+            progress: Progress | None, spread: Spread, gate: Array | None = None) -> Array:
     """The output Y = C·W_O (+ b_o), or without W_O the concatenation C of the heads'
     outputs (n × H·d_v), one block of query rows at a time and each head in turn.
 
@@ -43,6 +45,8 @@ def _attend(p: Prepared, q_t: Array, k_t: Array, v_t: Array,
     above its last query; a window: only those within w of its queries); the softmax
     runs in place and its division is applied to the b × d_v output instead of the
     b × m weights, written straight into its columns of the concatenation.
+    ``gate``: σ(G), (n, H·d_v), multiplying the block's rows of the concatenation (gated
+    attention) before W_O.
     """
     c = p.config
     dtype = q_t.dtype
@@ -136,8 +140,10 @@ def _attend(p: Prepared, q_t: Array, k_t: Array, v_t: Array,
     def block_out(lo: int, buf: Array) -> None:
         """The rows lo … lo + block − 1 of the concatenation, then of Y."""
         rows(lo, buf)
+        hi = min(lo + block, c.n)
+        if gate is not None:  # each head's output times the sigmoid of its gate
+            out[lo:hi] *= gate[lo:hi]
         if final is not None:
-            hi = min(lo + block, c.n)
             np.matmul(out[lo:hi], p.w_o, out=final[lo:hi])
             if p.b_o is not None:
                 final[lo:hi] += p.b_o
@@ -348,18 +354,38 @@ def _turned_heads(p: Prepared, work: Work, spread: Spread | None) -> tuple[Array
         q, k, v = ops.projections(x, x_kv, p.w_q, p.w_k, p.w_v, p.b_q, p.b_k, p.b_v,
                                   turned=True,
                                   matmul=np.matmul if spread is None else _pieces(spread))
+        if c.clip_qkv is not None:  # each clamped to [−c, c], in place
+            for a in (q, k, v):
+                clamped(a, c.clip_qkv, out=a)
     q_t, k_t, v_t = (a.reshape(heads, -1, a.shape[-1])
                      for a, heads in ((q, c.heads), (k, c.groups), (v, c.groups)))
-    if c.qk_norm is not None:  # each row divided by its rms, times the weights
-        q_t, k_t = (np.ascontiguousarray(normed(a.swapaxes(-1, -2), p, side)[0]
-                                         .swapaxes(-1, -2)) for a, side in ((q_t, "q"), (k_t, "k")))
+    after = c.qk_after_rope and c.rope is not None  # the norm after RoPE (Hunyuan)
+    if c.qk_norm is not None and not after:  # each row normed, times the weights
+        q_t, k_t = _normed_heads(p, q_t, k_t)
     if c.rope is not None:  # turned by position: O(n·d) new numbers, not O(n·m)
         q_t, k_t = (np.ascontiguousarray(turned(a.swapaxes(-1, -2), p).swapaxes(-1, -2))
                     for a in (q_t, k_t))
+    if c.qk_norm is not None and after:
+        q_t, k_t = _normed_heads(p, q_t, k_t)
     if p.tau is not None:  # each query times its position's factor (a fresh array)
         q_t = q_t * p.tau
     ops.divide(q_t, c.scale, out=q_t)  # in place: a fresh array of this call's
     return q_t, k_t, v_t
+
+
+def _normed_heads(p: Prepared, q_t: Array, k_t: Array) -> tuple[Array, Array]:
+    """Qᵀ and Kᵀ head by head, (H, d_k, n) and (G, d_k, m), normed as qk_norm says."""
+    q_t, k_t = (np.ascontiguousarray(normed(a.swapaxes(-1, -2), p, side)[0].swapaxes(-1, -2))
+                for a, side in ((q_t, "q"), (k_t, "k")))
+    return q_t, k_t
+
+
+def gated(p: Prepared, work: Work) -> Array | None:
+    """σ(G) of gated attention, (n, H·d_v), from the input as the queries read it; None
+    without a gate."""
+    if p.w_gate is None:
+        return None
+    return sigmoid(gate_of(p, work.stages.get("x_pos", p.x)))
 
 
 def fast(p: Prepared, progress: Progress | None = None) -> Array:
@@ -372,7 +398,8 @@ def fast(p: Prepared, progress: Progress | None = None) -> Array:
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused just below
         work = started(p)  # the inputs, with their positions
         with _cores(_hold(p)) as spread:
-            out = _attend(p, *_turned_heads(p, work, spread), progress, spread)  # Y, or C
+            out = _attend(p, *_turned_heads(p, work, spread), progress, spread,
+                          gated(p, work))  # Y, or C
         if p.w_o is None:
             work.stages["concat"] = out
             out = work.output()  # (n, d_out): C (+ b_o)

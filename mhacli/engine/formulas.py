@@ -30,6 +30,10 @@ def norm_text(letter: str) -> Callable[[Formula], str]:
     def text(f: Formula) -> str:
         c = f.c
         over = "its head's d_k numbers" if c.qk_norm == "head" else "the whole row, every head"
+        if c.qk_layer:
+            return (f"({letter}{f.i} − μ) / rms × w + b, a LayerNorm: each row less its mean "
+                    f"μ over {over}, divided by √(mean((x − μ)²) + {c.qk_eps:g}), times the "
+                    "weights, plus the bias")
         return (f"{letter}{f.i} / rms × w: each row divided by its root mean square over "
                 f"{over}, √(mean(x²) + {c.qk_eps:g}), then multiplied by the weights")
     return text
@@ -47,8 +51,13 @@ def split_text(letter: str, d: Callable[[Config], int], dname: str) -> Callable[
 
 def proj_text(letter: str, w: str, src: Callable[[Formula], str]) -> Callable[[Formula], str]:
     b = "b_" + letter.lower()
-    return lambda f: f"{letter}, given" if f.c.direct else \
-        f"{letter} = {f.proj(w, src(f), b)}"
+    def text(f: Formula) -> str:
+        if f.c.direct:
+            return f"{letter}, given"
+        c = f.c.clip_qkv
+        clamp = "" if c is None else f", each entry clamped to [−{c:g}, {c:g}]"
+        return f"{letter} = {f.proj(w, src(f), b)}{clamp}"
+    return text
 
 
 def proj_tex(letter: str, w: str, src: str) -> Callable[[Formula], str]:

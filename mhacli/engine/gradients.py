@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import numpy as np
 
-from . import ops
+from . import ops, qk_norms
+from .clipping import passed
 from .stage import KEY, NUMBERED, QUERY, Stage
 from .work import Work, tuned, turned
 from .gradient_cells import cell_d_masked, cell_d_scores, cell_with_formula
@@ -96,12 +97,14 @@ def _from_scores(t: Chains, w: Work, side: str) -> Array:
 
 def _back(t: Chains, w: Work, side: str, name: str) -> Array:
     """The gradient arriving at ``name``, a step of the query or key chain, from the
-    stage that reads it: the scores, RoPE (turned back) or temperature tuning (each row
-    times its factor again). The norm's backward is ``_d_heads``'s."""
+    stage that reads it: the scores, the q/k norm (its backward), RoPE (turned back) or
+    temperature tuning (each row times its factor again)."""
     r = t.reader(w.c, name)
     if r == "scores":
         return _from_scores(t, w, side)
     g = _arriving(t, w, name)
+    if r.endswith("_normed"):  # the norm's backward, at the numbers it read
+        return qk_norms.back(w[name], w.p, side, w.parts[r]["rms"], g)
     if r.endswith("_rot"):
         return turned(g, w.p, back=True)
     assert r == "q_tuned", r
@@ -124,23 +127,13 @@ def _back_text(t: Chains, f: Formula, name: str) -> str:
             return f"{me}{f.i} = dZ{f.i}·{_symbol(k)}{f.g}"
         return f"{me}{f.i} = dZ{f.i}ᵀ·{_symbol(q)}{f.i}" if c.groups == c.heads else \
             f"{me}_g = Σ dZ_hᵀ·{_symbol(q)}_h over the query heads that share key head g"
+    if r.endswith("_normed"):
+        centred = ", x less its mean (and the sum's mean taken off)" if c.qk_layer else ""
+        return (f"{me}{f.i} = the norm's backward: (w⊙g)/rms − x·Σ(w⊙g⊙x)/(D·rms³), g = "
+                f"d{_symbol(r)}{f.i}, D the numbers the rms is over{centred}")
     if r.endswith("_rot"):
         return f"{me}{f.i} = d{_symbol(r)}{f.i} turned back: each pair by −p·θ_i"
     return f"{me}{f.i} = dQ_tuned{f.i} × τ_p: each row by its position's factor"
-
-
-def _d_heads(t: Chains, w: Work, side: str) -> Array:
-    """d_q_heads, d_k_heads: through the norm's backward when q and k are normed."""
-    c, p = w.c, w.p
-    if c.qk_norm is None:
-        return _back(t, w, side, f"{side}_heads")
-    a = w[f"{side}_heads"]
-    weight = p.q_norm if side == "q" else p.k_norm
-    whole = c.qk_norm == "width"
-    if whole:
-        weight = weight.reshape(a.shape[0], 1, -1)  # type: ignore[union-attr]
-    return ops.rms_back(a, w.parts[f"{side}_normed"]["rms"], weight,  # type: ignore[arg-type]
-                        w[f"d_{side}_normed"], whole)
 
 
 def _source(t: Chains, w: Work, kv: bool) -> Array:
@@ -148,19 +141,49 @@ def _source(t: Chains, w: Work, kv: bool) -> Array:
     return w[t.source(w.c, "k" if kv else "q")]
 
 
-def _d_input(w: Work) -> Array:
+def _through(t: Chains, w: Work, letter: str) -> Array:
+    """dQ, dK or dV as it reaches the projection: where clip_qkv clamped an entry, none
+    (the entries X·W + b put outside [−c, c])."""
+    c, p = w.c, w.p
+    g = w["d_" + letter]
+    if c.clip_qkv is None:
+        return g
+    pre = ops.project(w[t.source(c, letter)], getattr(p, "w_" + letter), getattr(p, "b_" + letter))
+    return g * passed(pre, c.clip_qkv)
+
+
+def _d_input(t: Chains, w: Work) -> Array:
     """The gradient arriving at the query-side input of the projections (X, or X + PE)."""
     p = w.p
-    out = w["d_q"] @ p.w_q.T  # type: ignore[union-attr]
+    out = _through(t, w, "q") @ p.w_q.T  # type: ignore[union-attr]
     if not w.c.cross:
-        out = out + w["d_k"] @ p.w_k.T + w["d_v"] @ p.w_v.T  # type: ignore[union-attr]
+        out = out + _through(t, w, "k") @ p.w_k.T + \
+            _through(t, w, "v") @ p.w_v.T  # type: ignore[union-attr]
+    if w.c.gate:
+        out = out + w["d_gate"] @ p.w_gate.T  # type: ignore[union-attr]
     return out
 
 
-def _d_kv_input(w: Work) -> Array:
+def _d_head_outputs(w: Work) -> Array | None:
+    """dO_h: head h's columns of dC, or, gated, dGated_h ⊙ σ(G_h)."""
+    c = w.c
+    if not c.gate:
+        return ops.split_heads(w["d_concat"], c.heads)
+    if w.exact:
+        return None  # σ: not rational
+    return w["d_gated"] * w.parts["gated"]["sigmoid"]  # (H, n, d_v)
+
+
+def _d_gate(w: Work) -> Array:
+    """dG = dGated ⊙ O ⊙ σ(G)·(1 − σ(G)), the heads side by side (n × H·d_v)."""
+    sig = w.parts["gated"]["sigmoid"]
+    return ops.merge_heads(w["d_gated"] * w["head_outputs"] * sig * (1 - sig))
+
+
+def _d_kv_input(t: Chains, w: Work) -> Array:
     """The gradient arriving at the key/value-side input (X_kv, or X_kv + PE)."""
     p = w.p
-    return w["d_k"] @ p.w_k.T + w["d_v"] @ p.w_v.T  # type: ignore[union-attr]
+    return _through(t, w, "k") @ p.w_k.T + _through(t, w, "v") @ p.w_v.T  # type: ignore[union-attr]
 
 
 def _d_positional(w: Work) -> Array:
@@ -198,16 +221,12 @@ def _d_scaled_text(t: Chains, f: Formula) -> str:
 
 def _d_input_text(f: Formula) -> str:
     src = "(X + PE)" if f.c.positional else "X"
+    gate = " + dG·W_gateᵀ" if f.c.gate else ""
     if f.c.cross:
-        return f"d{src} = dQ·W_Qᵀ"
-    return f"d{src} = dQ·W_Qᵀ + dK·W_Kᵀ + dV·W_Vᵀ ({src.strip('()')} feeds all three)"
-
-
-def _heads_back_text(t: Chains, f: Formula, letter: str) -> str:
-    if f.c.qk_norm is not None:
-        return (f"d{letter}{f.i} = the norm's backward: (w⊙g)/rms − x·Σ(w⊙g⊙x)/(D·rms³), "
-                f"g = d{letter}_normed{f.i}, D the numbers the rms is over")
-    return _back_text(t, f, f"{letter.lower()}_heads")
+        return f"d{src} = dQ·W_Qᵀ{gate}"
+    feeds = "all four" if f.c.gate else "all three"
+    return (f"d{src} = dQ·W_Qᵀ + dK·W_Kᵀ + dV·W_Vᵀ{gate} ({src.strip('()')} feeds {feeds})"
+            + _clip_text(f))
 
 
 def _d_x_text(f: Formula) -> str:
@@ -226,6 +245,12 @@ def _src(f: Formula, kv: bool) -> str:
     """The input a projection multiplied, as a formula writes it."""
     x = f.src if kv else "X"
     return f"({x} + PE)" if f.c.positional else x
+
+
+def _clip_text(f: Formula) -> str:
+    """What clip_qkv does to a projection's gradient, in words (or nothing)."""
+    c = f.c.clip_qkv
+    return "" if c is None else f", 0 where the clamp to [−{c:g}, {c:g}] held the entry"
 
 
 def _tex(symbol: str) -> Callable[[Formula], str]:
@@ -268,10 +293,18 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
         _grad("d_b_o", "d_out", lambda c: (c.d_out,), NUMBERED, NUMBERED,
               lambda w: _sums(w["d_output"]), _text("db_o = the column sums of dY"), "b_o",
               exists=lambda c: "b_o" in c.biases, exact=True),
-        _grad("d_head_outputs", "H × n × d_v", lambda c: (c.heads, c.n, c.d_v), QUERY, NUMBERED,
+        _grad("d_gated", "H × n × d_v", lambda c: (c.heads, c.n, c.d_v), QUERY, NUMBERED,
               lambda w: ops.split_heads(w["d_concat"], w.c.heads),
-              lambda f: f"dO{f.i} = head {f.h or 'h'}'s columns of dC", "O", per_head=True,
+              lambda f: f"dGated{f.i} = head {f.h or 'h'}'s columns of dC", "(O \\odot "
+              "\\sigma(G))", per_head=True, exact=True, exists=lambda c: c.gate),
+        _grad("d_head_outputs", "H × n × d_v", lambda c: (c.heads, c.n, c.d_v), QUERY, NUMBERED,
+              _d_head_outputs,
+              lambda f: f"dO{f.i} = dGated{f.i} ⊙ σ(G{f.i})" if f.c.gate else
+              f"dO{f.i} = head {f.h or 'h'}'s columns of dC", "O", per_head=True,
               exact=True),
+        _grad("d_gate", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,
+              _d_gate, _text("dG = dGated ⊙ O ⊙ σ(G)·(1 − σ(G)), the heads side by side"),
+              "G", exists=lambda c: c.gate),
         _grad("d_weights", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
               lambda w: w["d_head_outputs"] @ ops.shared(w["v_heads"], w.c.heads).swapaxes(-1, -2),
               lambda f: f"dA{f.i} = dO{f.i}·V{f.g}ᵀ (every cell, blocked ones too)", "A",
@@ -310,6 +343,16 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
         _grad("d_q_tuned", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
               lambda w: _back(t, w, "q", "q_tuned"), lambda f: _back_text(t, f, "q_tuned"),
               "Q_{tuned}", per_head=True, exists=lambda c: c.temperature is not None),
+        _grad("d_q_rot_normed", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
+              lambda w: _back(t, w, "q", "q_rot_normed"),
+              lambda f: _back_text(t, f, "q_rot_normed"), "Q_{rot,normed}", per_head=True,
+              exists=lambda c: c.qk_norm is not None and c.qk_after_rope and
+              c.rope is not None),
+        _grad("d_k_rot_normed", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
+              lambda w: _back(t, w, "k", "k_rot_normed"),
+              lambda f: _back_text(t, f, "k_rot_normed"), "K_{rot,normed}", per_head=True,
+              exists=lambda c: c.qk_norm is not None and c.qk_after_rope and
+              c.rope is not None),
         _grad("d_q_rot", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
               lambda w: _back(t, w, "q", "q_rot"), lambda f: _back_text(t, f, "q_rot"),
               "Q_{rot}", per_head=True, exists=lambda c: c.rope is not None),
@@ -318,17 +361,21 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
               "K_{rot}", per_head=True, exists=lambda c: c.rope is not None),
         _grad("d_q_normed", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
               lambda w: _back(t, w, "q", "q_normed"), lambda f: _back_text(t, f, "q_normed"),
-              "Q_{normed}",
-              per_head=True, exists=lambda c: c.qk_norm is not None),
+              "Q_{normed}", per_head=True,
+              exists=lambda c: c.qk_norm is not None and not (c.qk_after_rope and
+                                                               c.rope is not None)),
         _grad("d_k_normed", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
               lambda w: _back(t, w, "k", "k_normed"), lambda f: _back_text(t, f, "k_normed"),
-              "K_{normed}",
-              per_head=True, exists=lambda c: c.qk_norm is not None),
+              "K_{normed}", per_head=True,
+              exists=lambda c: c.qk_norm is not None and not (c.qk_after_rope and
+                                                               c.rope is not None)),
         _grad("d_q_heads", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
-              lambda w: _d_heads(t, w, "q"), lambda f: _heads_back_text(t, f, "Q"), "Q_h",
+              lambda w: _back(t, w, "q", "q_heads"), lambda f: _back_text(t, f, "q_heads"),
+              "Q_h",
               per_head=True),
         _grad("d_k_heads", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
-              lambda w: _d_heads(t, w, "k"), lambda f: _heads_back_text(t, f, "K"), "K_h",
+              lambda w: _back(t, w, "k", "k_heads"), lambda f: _back_text(t, f, "k_heads"),
+              "K_h",
               per_head=True),
         _grad("d_q", "n × H·d_k", lambda c: (c.n, c.heads * c.d_k), QUERY, NUMBERED,
               lambda w: ops.merge_heads(w["d_q_heads"]), _text("the heads' dQ side by side"), "Q"),
@@ -337,33 +384,42 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
         _grad("d_v", "m × G·d_v", lambda c: (c.m, c.groups * c.d_v), KEY, NUMBERED,
               lambda w: ops.merge_heads(w["d_v_heads"]), _text("the heads' dV side by side"), "V"),
         _grad("d_w_q", "d_model × H·d_k", lambda c: (c.d_model, c.heads * c.d_k), NUMBERED,
-              NUMBERED, lambda w: _source(t, w, False).T @ w["d_q"],
-              lambda f: f"dW_Q = {_src(f, False)}ᵀ·dQ", "W_Q", exists=lambda c: not c.direct),
+              NUMBERED, lambda w: _source(t, w, False).T @ _through(t, w, "q"),
+              lambda f: f"dW_Q = {_src(f, False)}ᵀ·dQ{_clip_text(f)}", "W_Q", exists=lambda c: not c.direct),
         _grad("d_w_k", "d_kv × G·d_k", lambda c: (c.d_kv, c.groups * c.d_k), NUMBERED,
-              NUMBERED, lambda w: _source(t, w, True).T @ w["d_k"],
-              lambda f: f"dW_K = {_src(f, True)}ᵀ·dK", "W_K", exists=lambda c: not c.direct),
+              NUMBERED, lambda w: _source(t, w, True).T @ _through(t, w, "k"),
+              lambda f: f"dW_K = {_src(f, True)}ᵀ·dK{_clip_text(f)}", "W_K", exists=lambda c: not c.direct),
         _grad("d_w_v", "d_kv × G·d_v", lambda c: (c.d_kv, c.groups * c.d_v), NUMBERED,
-              NUMBERED, lambda w: _source(t, w, True).T @ w["d_v"],
-              lambda f: f"dW_V = {_src(f, True)}ᵀ·dV", "W_V", exists=lambda c: not c.direct),
+              NUMBERED, lambda w: _source(t, w, True).T @ _through(t, w, "v"),
+              lambda f: f"dW_V = {_src(f, True)}ᵀ·dV{_clip_text(f)}", "W_V", exists=lambda c: not c.direct),
         _grad("d_b_q", "H·d_k", lambda c: (c.heads * c.d_k,), NUMBERED, NUMBERED,
-              lambda w: _sums(w["d_q"]), _text("db_q = the column sums of dQ"), "b_q",
+              lambda w: _sums(_through(t, w, "q")), _text("db_q = the column sums of dQ"), "b_q",
               exists=lambda c: "b_q" in c.biases),
         _grad("d_b_k", "G·d_k", lambda c: (c.groups * c.d_k,), NUMBERED, NUMBERED,
-              lambda w: _sums(w["d_k"]), _text("db_k = the column sums of dK"), "b_k",
+              lambda w: _sums(_through(t, w, "k")), _text("db_k = the column sums of dK"), "b_k",
               exists=lambda c: "b_k" in c.biases),
         _grad("d_b_v", "G·d_v", lambda c: (c.groups * c.d_v,), NUMBERED, NUMBERED,
-              lambda w: _sums(w["d_v"]), _text("db_v = the column sums of dV"), "b_v",
+              lambda w: _sums(_through(t, w, "v")), _text("db_v = the column sums of dV"), "b_v",
               exists=lambda c: "b_v" in c.biases),
-        _grad("d_x_pos", "n × d_model", lambda c: (c.n, c.d_model), QUERY, NUMBERED, _d_input,
+        _grad("d_w_gate", "d_model × H·d_v", lambda c: (c.d_model, c.heads * c.d_v),
+              NUMBERED, NUMBERED, lambda w: _source(t, w, False).T @ w["d_gate"],
+              lambda f: f"dW_gate = {_src(f, False)}ᵀ·dG", "W_{gate}",
+              exists=lambda c: c.gate),
+        _grad("d_b_gate", "H·d_v", lambda c: (c.heads * c.d_v,), NUMBERED, NUMBERED,
+              lambda w: _sums(w["d_gate"]), _text("db_gate = the column sums of dG"),
+              "b_{gate}", exists=lambda c: c.gate_bias),
+        _grad("d_x_pos", "n × d_model", lambda c: (c.n, c.d_model), QUERY, NUMBERED,
+              lambda w: _d_input(t, w),
               _d_input_text, "(X + PE)", exists=lambda c: c.positional is not None and not c.direct),
         _grad("d_x", "n × d_model", lambda c: (c.n, c.d_model), QUERY, NUMBERED,
-              lambda w: w["d_x_pos"] if w.c.positional else _d_input(w),
+              lambda w: w["d_x_pos"] if w.c.positional else _d_input(t, w),
               _d_x_text, "X", exists=lambda c: not c.direct),
-        _grad("d_x_kv_pos", "m × d_kv", lambda c: (c.m, c.d_kv), KEY, NUMBERED, _d_kv_input,
+        _grad("d_x_kv_pos", "m × d_kv", lambda c: (c.m, c.d_kv), KEY, NUMBERED,
+              lambda w: _d_kv_input(t, w),
               lambda f: "d(X_kv + PE) = dK·W_Kᵀ + dV·W_Vᵀ", "(X_{kv} + PE)",
               exists=lambda c: c.positional is not None and c.cross and not c.direct),
         _grad("d_x_kv", "m × d_kv", lambda c: (c.m, c.d_kv), KEY, NUMBERED,
-              lambda w: w["d_x_kv_pos"] if w.c.positional else _d_kv_input(w),
+              lambda w: w["d_x_kv_pos"] if w.c.positional else _d_kv_input(t, w),
               _d_x_kv_text, "X_{kv}", exists=lambda c: c.cross and not c.direct),
         _grad("d_positional", "rows × d_model", lambda c: (c.table_rows, c.d_model), NUMBERED,
               NUMBERED, _d_positional, lambda f: "the learned table's rows: d(X + PE)"

@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from ..errors import MhaError
+from . import clipping, gating
 from . import parsers as read
-from . import relative, rope
+from . import qk_norms, relative, rope
 from .parsers import Fields
 from .values import (DTYPES, MASKS, choice, dtype_name, mask_value, positive, scale_rule,
                      whole)
@@ -134,7 +135,8 @@ SETTINGS: tuple[Setting, ...] = (
             excludes=(("tiles", "the tiled view does not follow differential attention "
                                 "(two softmax maps a head) yet"),
                       ("decode", "the decoding view does not follow differential attention "
-                                 "(two softmax maps a head) yet")),
+                                 "(two softmax maps a head) yet"),
+                      ("w_gate", "a gate on differential attention's heads is not followed")),
             shown=lambda c: {} if c.differential is None else
             {"differential": {"lambda_init": c.differential, "eps": c.diff_eps}},
             write=read.write_differential),
@@ -161,14 +163,28 @@ SETTINGS: tuple[Setting, ...] = (
             array=(2,), parse=read.positional,
             fields=("positional", "table_rows", "pe", "pe_kv"),
             shown=lambda c: {"positional": c.positional}, write=read.write_positional),
-    Setting("qk_norm", "each query and key divided by its root mean square before RoPE "
-            '(Qwen 3, OLMo 2, Gemma 3): "head" (over its head\'s d_k numbers), "width" (the '
-            "whole row), or a mapping {over, eps, q, k} (q, k: the weights).",
-            read=read.qk_norm_value, parse=read.qk_norm,
-            fields=("qk_norm", "qk_eps", "q_norm", "k_norm"),
-            shown=lambda c: {"qk_norm": None if c.qk_norm is None else
-                             {"over": c.qk_norm, "eps": c.qk_eps}},
-            write=read.write_qk_norm),
+    Setting("qk_norm", "each query and key normed (Qwen 3, OLMo 2, Gemma 3; a LayerNorm in "
+            'Persimmon, Phi, StableLM, Cohere): "head" (over its head\'s d_k numbers), '
+            '"width" (the whole row), or a mapping {over, norm: rms | layer, eps, '
+            "after_rope, q, k, q_bias, k_bias} (q, k: the weights; before RoPE unless "
+            "after_rope).", read=qk_norms.value, parse=qk_norms.parse,
+            fields=("qk_norm", "qk_eps", "qk_layer", "qk_after_rope", "q_norm", "k_norm",
+                    "q_norm_bias", "k_norm_bias"),
+            shown=qk_norms.shown, write=qk_norms.write),
+    Setting("clip_qkv", "c: Q, K and V each clamped to [−c, c] as they come out of their "
+            "projections (OLMo, DBRX, MPT).", read=lambda v: positive("clip_qkv", v),
+            parse=clipping.parse, fields=("clip_qkv",),
+            shown=lambda c: {"clip_qkv": c.clip_qkv},
+            write=lambda c, p, given: None if c.clip_qkv is None else read.written(c.clip_qkv)),
+    Setting("w_gate", "gated attention (Qwen3-Next): the gate's weights W_gate, d_model × "
+            "H·d_v; each head's output times σ(X·W_gate + b_gate), its columns, before the "
+            "heads are joined.", kind="file", array=(2,), parse=gating.w_gate,
+            fields=("gate", "w_gate"), shown=lambda c: {"gate": c.gate},
+            write=lambda c, p, given: p.w_gate),
+    Setting("b_gate", "the gate's bias, H·d_v numbers (with w_gate).", kind="file",
+            array=(1,), read=lambda v: read.numbers_value("b_gate", v), parse=gating.b_gate,
+            fields=("gate_bias", "b_gate"), needs="w_gate",
+            write=lambda c, p, given: p.b_gate),
     Setting("masked_row", 'a query row whose every key is blocked: "zero" (zero weights, '
             'with a warning), "nan", or "error".', kind="choice",
             choices=("zero", "nan", "error"), default="zero",
@@ -202,7 +218,7 @@ _ALL = {s.key: s for s in SETTINGS}  # layout too
 PARTS: dict[str, Callable[[Any], Any]] = {  # the readers of a setting's parts (a mapping's)
     "rope.base": lambda v: positive("rope.base", v),
     "rope.attention_factor": lambda v: positive("rope.attention_factor", v),
-    "qk_norm.eps": read.qk_eps,
+    "qk_norm.eps": qk_norms.eps,
 }
 
 
@@ -269,8 +285,8 @@ def parse_all(given: dict[str, Any], s: Sizes) -> Fields:
         config.update(extra_config)
         arrays.update(extra_arrays)
     for setting in SETTINGS:  # a setting that goes with another, given without it
-        if setting.needs and config.get(setting.key) not in (None, False) and \
-                not config.get(setting.needs):
+        if setting.needs and config.get(setting.fields[0]) not in (None, False) and \
+                not config.get(BY_KEY[setting.needs].fields[0]):
             raise MhaError(f"{setting.key} goes with {setting.needs}: give {setting.needs} too "
                            f"({option(setting.needs)})", key=setting.key)
     return config, arrays

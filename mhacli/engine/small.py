@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import ops
-from .fastpath import _turned_heads
+from .fastpath import _turned_heads, gated
 from .checks import check_finite, warn_dead
 from .config import Prepared
 from .work import started
@@ -36,10 +36,10 @@ def fits(p: Prepared) -> bool:
 def alike(p: Prepared) -> bool:
     """Can problems that are ``p`` but for their numbers be computed together (``many``):
     ``fits``, and no setting that turns the queries and keys or adds to the inputs
-    (RoPE, qk_norm, positions) or asks for gradients."""
+    (RoPE, qk_norm, positions), clamps them, gates the heads or asks for gradients."""
     c = p.config
     return fits(p) and c.rope is None and c.qk_norm is None and c.positional is None \
-        and c.temperature is None and not c.backward
+        and c.temperature is None and not c.gate and c.clip_qkv is None and not c.backward
 
 
 def small(p: Prepared) -> Array:
@@ -49,7 +49,9 @@ def small(p: Prepared) -> Array:
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused just below
         work = started(p)  # the inputs, with their positions
         q_t, k_t, v_t = _turned_heads(p, work, None)  # (H, d_k, n), (G, d_k, m), (G, d_v, m)
-        work.stages["concat"] = _concat(_attend(p, q_t, k_t, v_t))  # (n, H·d_v)
+        concat = _concat(_attend(p, q_t, k_t, v_t))  # (n, H·d_v)
+        sig = gated(p, work)  # gated attention: σ(G), (n, H·d_v)
+        work.stages["concat"] = concat if sig is None else concat * sig
         out = work.output()  # (n, d_out)
     check_finite(p, "output", out)  # an overflow anywhere shows here as inf or NaN
     return out

@@ -23,14 +23,16 @@ from .gradients import gradient_stages
 from .cells import (
     cell_input, cell_projection, cell_split, cell_scores, cell_pos, cell_x_pos, cell_rot,
     cell_normed, cell_tuned, cell_alibi, cell_biased, cell_scaled, cell_masked, cell_softcapped,
-    cell_weights, cell_head_outputs, cell_concat, cell_output, cell_lambda, cell_diff_weights,
-    cell_diff_outputs, cell_head_normed, cell_head_scaled)
+    cell_weights, cell_head_outputs, cell_gated, cell_concat, cell_output, cell_lambda,
+    cell_diff_weights, cell_diff_outputs, cell_head_normed, cell_head_scaled)
 from .formulas import (input_text, norm_text, output_tex, proj_tex, proj_text, rope_text,
                        split_text, tex)
+from .gating import gate_of, sigmoid
 from .head_weights import OUTPUT, PROJECTIONS
 from .reach import Reach
 from .stage import KEY, NUMBERED, QUERY, Stage
-from .work import Work, normed, tuned, turned
+from . import qk_norms
+from .work import Work, tuned, turned
 from .recipe import Recipe, var
 from .writing import Entry, Formula, Record, sub
 
@@ -109,6 +111,23 @@ def _head_outputs_text(f: Formula) -> str:
         "side by side"
 
 
+def _gated(w: Work) -> Array | None:
+    """Each head's output times the sigmoid of its columns of the gate."""
+    if w.exact:
+        return None  # an exponential: not rational
+    o, g = (w[name] for name in reads(w.c, "gated"))
+    sig = ops.split_heads(sigmoid(g), w.c.heads)  # (H, n, d_v)
+    w.parts["gated"] = {"sigmoid": sig}
+    return o * sig  # (H, n, d_v)
+
+
+def _gate_text(f: Formula) -> str:
+    x = "(X + PE)" if f.c.positional else "X"
+    return ("G = " + f.pick(f"{x}·W_gate", f"W_gate·{x}") + (" + b_gate" if f.c.gate_bias
+                                                              else "")
+            + ": the gate, H·d_v columns (head h owns d_v of them, as V's)")
+
+
 def _rot(w: Work, side: str) -> Array | None:
     if w.exact:
         return None  # cos and sin: not rational
@@ -121,12 +140,34 @@ def _tuned(w: Work) -> Array | None:
     return tuned(_read(w, "q_tuned"), w.p)
 
 
-def _normed(w: Work, side: str) -> Array | None:
+def _normed(w: Work, name: str) -> Array | None:
+    """The q/k norm of the queries or keys as the chain has them (split, or turned)."""
     if w.exact:
         return None  # a square root: not rational
-    out, r = normed(_read(w, f"{side}_normed"), w.p, side)
-    w.parts[f"{side}_normed"] = {"rms": r}
+    out, r, mean = qk_norms.normed(_read(w, name), w.p, name[0])
+    w.parts[name] = {"rms": r} if mean is None else {"mean": mean, "rms": r}
     return out
+
+
+def _norm_stage(name: str, shape: str, dims: Callable[[Config], tuple[int, ...]],
+                side: str, after: bool) -> Stage:
+    """q_normed, k_normed (before RoPE), or q_rot_normed, k_rot_normed (after it)."""
+    x = rf"\operatorname{{RoPE}}({side.upper()}_{{@h}})" if after else f"{side.upper()}_{{@h}}"
+    rms_tex, layer_tex = (rf"\frac{{{x}}}{{\operatorname{{rms}}}} \odot w",
+                          rf"\frac{{{x} - \mu}}{{\operatorname{{rms}}}} \odot w + b")
+    return Stage(name, shape, dims, QUERY if side == "q" else KEY, NUMBERED,
+                 compute=lambda w: _normed(w, name),
+                 formula=norm_text(side.upper() + ("_rot" if after else "")),
+                 chain=side, reads=_after(side, name),
+                 latex=lambda f: tex(layer_tex if f.c.qk_layer else rms_tex)(f),
+                 cell=cell_normed, per_head=True,
+                 exists=lambda c: c.qk_norm is not None and
+                 (c.qk_after_rope and c.rope is not None) == after,
+                 parts=(("mean", "mean"), ("rms", "rms")),
+                 parts_title="the root mean square of each row (a LayerNorm: of the row less "
+                 "its mean)",
+                 parts_formula="rms = √(mean of the row's squares + eps); then x / rms × "
+                 "weight (a LayerNorm: the mean taken off first, then + bias)")
 
 
 def _scores_text(f: Formula) -> str:
@@ -298,6 +339,10 @@ FORWARD: tuple[Stage, ...] = (
           compute=lambda w: _projected(w)[2], formula=proj_text("V", "W_V", lambda f: f.src),
           latex=proj_tex("V", "W_V", "@src"), cell=cell_projection, exact=True,
           reads=lambda c: _key_input(c, "v")),
+    Stage("gate", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,
+          compute=lambda w: gate_of(w.p, w[reads(w.c, "gate")[0]]), formula=_gate_text,
+          latex=tex("G", "X W_{gate}", "W_{gate} X"), cell=cell_projection, exact=True,
+          reads=lambda c: (latest(c, "x", "gate"),), exists=lambda c: c.gate),
     Stage("q_heads", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
           compute=lambda w: ops.split_heads(w["q"], w.c.heads),
           formula=split_text("Q", lambda c: c.d_k, "d_k"), latex=tex("Q_{@h}"),
@@ -310,20 +355,8 @@ FORWARD: tuple[Stage, ...] = (
           compute=lambda w: ops.split_heads(w["v"], w.c.groups),
           formula=split_text("V", lambda c: c.d_v, "d_v"), latex=tex("V_{@h}"),
           cell=cell_split, per_head=True, exact=True, chain="v", reads=lambda c: ("v",)),
-    Stage("q_normed", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
-          compute=lambda w: _normed(w, "q"), formula=norm_text("Q"),
-          chain="q", reads=_after("q", "q_normed"),
-          latex=tex(r"\frac{Q_{@h}}{\operatorname{rms}} \odot w"), cell=cell_normed,
-          per_head=True, exists=lambda c: c.qk_norm is not None,
-          parts=(("rms", "rms"),), parts_title="the root mean square of each row",
-          parts_formula="rms = √(mean of the row's squares + eps); then x / rms × weight"),
-    Stage("k_normed", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
-          compute=lambda w: _normed(w, "k"), formula=norm_text("K"),
-          chain="k", reads=_after("k", "k_normed"),
-          latex=tex(r"\frac{K_{@h}}{\operatorname{rms}} \odot w"), cell=cell_normed,
-          per_head=True, exists=lambda c: c.qk_norm is not None,
-          parts=(("rms", "rms"),), parts_title="the root mean square of each row",
-          parts_formula="rms = √(mean of the row's squares + eps); then x / rms × weight"),
+    _norm_stage("q_normed", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), "q", False),
+    _norm_stage("k_normed", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), "k", False),
     Stage("q_rot", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
           compute=lambda w: _rot(w, "q"), formula=rope_text("Q"),
           chain="q", reads=_after("q", "q_rot"),
@@ -334,6 +367,8 @@ FORWARD: tuple[Stage, ...] = (
           chain="k", reads=_after("k", "k_rot"),
           latex=tex(r"\operatorname{RoPE}(K_{@h})"), cell=cell_rot, per_head=True,
           exists=lambda c: c.rope is not None),
+    _norm_stage("q_rot_normed", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), "q", True),
+    _norm_stage("k_rot_normed", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), "k", True),
     Stage("q_tuned", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
           compute=_tuned, chain="q", reads=_after("q", "q_tuned"),
           formula=lambda f: f"Q{f.i}'s row p times τ_p = log(⌊(p + 1) / "
@@ -418,6 +453,15 @@ FORWARD: tuple[Stage, ...] = (
           formula=lambda f: f"(1 − λ_init)·O{f.i}, λ_init = {f.c.differential:g}",
           latex=tex(r"(1 - \lambda_{init})\,O_{@h}"), cell=cell_head_scaled, per_head=True,
           chain="o", reads=_after("o", "head_scaled"), exists=_differential),
+    Stage("gated", "H × n × d_v", lambda c: (c.heads, c.n, c.d_v), QUERY, NUMBERED,
+          compute=_gated,
+          formula=lambda f: f"O{f.i} ⊙ σ(G{f.i}): each head output times the sigmoid of its "
+          "columns of the gate, σ(g) = 1 / (1 + e^(−g))",
+          latex=tex(r"O_{@h} \odot \sigma(G_{@h})"), cell=cell_gated, per_head=True,
+          chain="o", reads=lambda c: (latest(c, "o", "gated"), "gate"),
+          exists=lambda c: c.gate,
+          parts=(("sigmoid", "σ(gate)"),), parts_title="the sigmoid of the gate",
+          parts_formula="σ(g) = 1 / (1 + e^(−g)) of each of the head's columns of the gate"),
     Stage("concat", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,
           compute=lambda w: ops.merge_heads(_read(w, "concat")),
           formula=lambda f: f.pick(f"[{f.heads_list()}], the heads side by side",

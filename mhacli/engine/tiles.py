@@ -74,7 +74,7 @@ def dead_rows(p: Prepared) -> Array:
 
 # a tile's numbers: the stage of the plain trace they come from, named by the stage that
 # reads it and where (S: the scores the softmax takes; V: the values the heads weight)
-_READ_BY = {"s": ("weights", 0), "v": ("head_outputs", 1), "output": ("concat", 0)}
+_READ_BY = {"s": ("weights", 0), "v": ("head_outputs", 1), "output": ("head_outputs", None)}
 
 
 def field_stage(c: Config, field: str) -> str:
@@ -83,7 +83,7 @@ def field_stage(c: Config, field: str) -> str:
     from .stages import reads
 
     reader, at = _READ_BY[field]
-    return reads(c, reader)[at]
+    return reader if at is None else reads(c, reader)[at]
 
 
 def tiles(tr: Record, br: int, bc: int | None = None) -> list[TileBlock]:

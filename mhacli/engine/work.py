@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import ops
+from .clipping import clamped
 
 if TYPE_CHECKING:
     from .config import Prepared
@@ -45,6 +46,9 @@ class Work:
                 kv = self.stages[x_kv] if x_kv != x else None  # self-attention: one product
                 self._qkv = ops.projections(self.stages[x], kv, p.w_q, p.w_k, p.w_v, p.b_q,
                                             p.b_k, p.b_v)
+                if self.c.clip_qkv is not None:  # each clamped to [−c, c]
+                    self._qkv = tuple(clamped(a, self.c.clip_qkv)  # type: ignore[assignment]
+                                      for a in self._qkv)
         return self._qkv
 
     @property
@@ -73,15 +77,12 @@ def started(p: Prepared) -> Work:
 
 
 def normed(a: Array, p: Prepared, side: str) -> tuple[Array, Array]:
-    """Queries (``side`` "q") or keys ("k"), (heads, rows, d_k), divided by their root
-    mean square (each head's, or each row's over every head) and multiplied by qk_norm's
-    weights; and the root mean square, (heads, rows, 1)."""
-    c = p.config
-    weight = p.q_norm if side == "q" else p.k_norm
-    whole = c.qk_norm == "width"
-    r = np.broadcast_to(ops.rms(a, c.qk_eps, whole), (*a.shape[:2], 1))  # (heads, rows, 1)
-    w = weight.reshape(a.shape[0], 1, -1) if whole else weight  # type: ignore[union-attr]
-    return a / r * w, r
+    """Queries (``side`` "q") or keys ("k"), (heads, rows, d_k), normed as the problem's
+    qk_norm says (``qk_norms.normed``); and the root mean square, (heads, rows, 1)."""
+    from .qk_norms import normed as norm
+
+    out, r, _ = norm(a, p, side)
+    return out, r
 
 
 def tuned(a: Array, p: Prepared, first: int = 0) -> Array:

@@ -96,8 +96,8 @@ class Formula:
 Marks = dict[tuple[str, "int | None"], tuple[frozenset[int], frozenset[int]]]
 
 PARAMETERS = ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o", "bias", "pe",
-              "pe_kv", "slopes", "sinks", "q_norm", "k_norm",
-              "lambdas")  # the inputs a recipe reads
+              "pe_kv", "slopes", "sinks", "q_norm", "k_norm", "q_norm_bias",
+              "k_norm_bias", "w_gate", "b_gate", "lambdas")  # the inputs a recipe reads
 
 
 @dataclass

@@ -16,7 +16,7 @@ from ..engine.config import MATRICES
 from ..errors import KeyPath, MhaError, key_text
 
 LAYOUTS = ("rows", "columns")
-TOKEN_KEYS = frozenset(MATRICES) | {"mask", "bias", "positional"}  # what a column layout writes transposed
+TOKEN_KEYS = frozenset(MATRICES) | {"mask", "bias", "positional", "w_gate"}  # what a column layout writes transposed
 
 
 def to_rows(key: str, arr: np.ndarray, layout: str) -> np.ndarray:

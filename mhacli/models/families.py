@@ -24,6 +24,7 @@ from .reading import Reader, window_of
 from .layouts import (albert, approximate, bert, big_bird, bloom, codegen, deberta, falcon,
                       gpt2, gpt_bigcode, gpt_neo, gptj, mpt, neox)
 from .differential import diffllama
+from .dbrx import dbrx
 from .llama4 import chunks, llama4
 from .seq2seq import AROUND, bart
 from .t5 import AROUND as T5_AROUND, mpnet, t5
@@ -52,8 +53,6 @@ POST_NORM = "use_post_norm"
 MULTIPLIERS_OUTSIDE = ("attention_in_multiplier", "attention_out_multiplier",
                        "embedding_multiplier", "lm_head_multiplier", "ssm_in_multiplier",
                        "ssm_out_multiplier", "ssm_multipliers", "mlp_multipliers")
-LAYER_NORM_PER_HEAD = "a LayerNorm of each head's queries and keys (the mean removed), a " \
-    "step mha does not compute"
 EXAONE_WINDOW = types_or(pattern_if_window("sliding_window_pattern"), "sliding windows by "
                          "layer_types (all but every n-th layer)", ("sliding_window_pattern",))
 EXAONE_ROPE = nope_on(full_layers_nope_with_window, "the full-attention layers of a model "
@@ -119,8 +118,8 @@ RECORDS: tuple[Family, ...] = (
            refused=(GEMMA_BOTH_WAYS,), unread=("attn_logit_softcapping",)),
     Family("gpt_oss", since="0.1", window=by_layer_types(), sinks=True),
     Family("phi", since="0.1", o_proj="dense", rope=rope(partial_default=0.5),
-           refused=(("qk_layernorm", "a LayerNorm of the queries and keys (with a bias), a "
-                                     "step mha does not compute"),)),
+           qk_norm="head", layer_norm=True, norm_names=("q_layernorm", "k_layernorm"),
+           norm_eps_key="layer_norm_eps", unread=("qk_layernorm",)),
     Family("phi3", since="0.1", tensors="phi3", fused="qkv_proj", window=every_layer,
            rope=rope(aliases={"su": "longrope", "yarn": "longrope"},
                      also_read=("original_max_position_embeddings",))),
@@ -151,7 +150,7 @@ RECORDS: tuple[Family, ...] = (
     Family("seed_oss"),
     Family("starcoder2", window=every_layer, unread=("use_bias",)),
     Family("ministral", window=types_or(sliding_if_set)),
-    Family("olmo"),
+    Family("olmo", clip_key="clip_qkv"),
     Family("olmo3", window=types_or(every_nth_full(4), "sliding windows by layer_types (all "
                                     "but every 4th layer)"), qk_norm="width"),
     Family("flex_olmo", qk_norm="width"),
@@ -179,12 +178,13 @@ RECORDS: tuple[Family, ...] = (
                                       "windows by layer_types (all but every 4th layer)"),
            rope=nope_on(full_layers_nope, "the full-attention layers",
                         rope(style="interleaved"))),
-    Family("cohere", rope=rope(style="interleaved"),
-           refused=(("use_qk_norm", LAYER_NORM_PER_HEAD),)),
+    Family("cohere", rope=rope(style="interleaved"), qk_norm="head", layer_norm=True,
+           norm_eps_key="layer_norm_eps", unread=("use_qk_norm",)),
     Family("exaone4", window=EXAONE_WINDOW, rope=EXAONE_ROPE, qk_norm="head"),
     Family("exaone_moe", window=EXAONE_WINDOW, rope=EXAONE_ROPE, qk_norm="head"),
-    Family("stablelm", rope=rope(partial_default=0.25), unread=("use_qkv_bias",),
-           refused=(("qk_layernorm", LAYER_NORM_PER_HEAD),)),
+    Family("stablelm", rope=rope(partial_default=0.25), qk_norm="head", layer_norm=True,
+           norm_names=("q_layernorm", "k_layernorm"), norm_eps_key="layer_norm_eps",
+           unread=("use_qkv_bias", "qk_layernorm")),
     Family("jamba", others=MAMBA, rope=no_rope),
     Family("bamba", others=MAMBA, rope=rope(partial_default=0.5)),
     Family("lfm2", others=CONVOLUTIONS, o_proj="out_proj", qk_norm="head",
@@ -218,12 +218,13 @@ RECORDS: tuple[Family, ...] = (
         "block_size", "full_attn_alpha_factor", "full_attn_beta_factor",
         "linear_attn_alpha_factor", "linear_attn_beta_factor")),
     *(Family(name, qk_norm="head", norm_names=("query_layernorm", "key_layernorm"),
-             norm_after_rope=True) for name in ("hunyuan_v1_dense", "hunyuan_v1_moe")),
+             norm_after_rope=True, unread=("eod_token_id", "sep_token_id"))
+      for name in ("hunyuan_v1_dense", "hunyuan_v1_moe")),
     Family("olmo_hybrid", others=LINEAR, qk_norm="width",
            rope=nope_on(theta_given, "a model whose rope_parameters give no rope_theta")),
     Family("lfm3", others=CONVOLUTIONS, qk_norm="head", window=types_or()),
-    *(Family(name, gated=True, qk_norm="head", others=LINEAR) for name in (
-        "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")),
+    *(Family(name, gated=True, qk_norm="head", norm_plus_one=True, others=LINEAR)
+      for name in ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")),
     Family("llama4_text", read=llama4, window=chunks, rope=nope_on(
         listed_nope("no_rope_layers", "no_rope_layer_interval"),
         "the layers no_rope_layers marks 0", rope(style="interleaved")),
@@ -255,6 +256,7 @@ RECORDS: tuple[Family, ...] = (
     Family("bloom", tensors="falcon", read=bloom),
     Family("gpt_neo", tensors="gpt_neo", read=gpt_neo),
     Family("mpt", tensors="mpt", read=mpt),
+    Family("dbrx", tensors="dbrx", read=dbrx),
     Family("codegen", tensors="codegen", read=codegen),
     Family("exaone", tensors="gpt_neo", o_proj="out_proj"),  # (EXAONE 3: GPT-Neo's names)
     Family("ctrl", tensors="ctrl", qkv=("Wq", "Wk", "Wv"), o_proj="dense", rope=no_rope,

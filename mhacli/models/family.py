@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import numpy as np
+
 from ..errors import MhaError, shown
 from .reading import Reader, fused, heads_of, linear
 from .rules import (Rope, Scale, Window, by_layer_types, every_layer, gemma3_rope, no_window,
@@ -50,6 +52,8 @@ class Family:
     norm_names: tuple[str, str] = ("q_norm", "k_norm")  # those tensors' modules
     norm_eps_key: str = "rms_norm_eps"  # the norm's ε
     norm_plus_one: bool = False  # the norm's stored weight w multiplies as 1 + w (Gemma)
+    layer_norm: bool = False  # its q/k norm a LayerNorm (the mean removed; a bias if stored)
+    clip_key: str | None = None  # a config key clamping Q, K and V to [−c, c] (OLMo's)
     sinks: bool = False  # a sink logit per head (gpt-oss's sinks tensor)
     causal: bool = True  # False: an encoder, each token sees every other
     causal_key: str | None = None  # a config flag that makes an encoder causal (XLM's)
@@ -61,8 +65,8 @@ class Family:
     since: str = "0.2"  # the version of mha that first read it
     others: str = ""  # a hybrid's other layers, in words (the table of families says it)
     parts: bool = False  # an encoder-decoder model: its read takes encoder.N, decoder.N …
-    norm_after_rope: bool = False  # its q/k norm comes after RoPE (refused: see qk_norm)
-    gated: bool = False  # q_proj gives a sigmoid gate of each head's output (refused)
+    norm_after_rope: bool = False  # its q/k norm comes after RoPE (Hunyuan)
+    gated: bool = False  # q_proj gives each head's queries, then a gate of its output
 
     def layer(self, r: Reader, stem: str) -> Layer:
         """Layer ``r.layer`` (its attention module's tensors begin with ``stem``), what the
@@ -79,12 +83,6 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
     """A layer of the Llama line: q/k/v/o projections (or one fused q/k/v), grouped-query
     heads, causal, RoPE, and what the record says of its window, scale, softcap, norms and
     sinks."""
-    if f.gated:  # (the gate's stage, gated, is not among mha's yet)
-        name = f"{stem}{f.qkv[0]}.weight"
-        raise MhaError(f"{name}: {f.model_type}'s {f.qkv[0]} gives each head's queries and a "
-                       "gate, whose sigmoid multiplies the head's output before the heads are "
-                       "joined (a stage gated), which mha does not compute yet",
-                       source=r.ckpt.source_of(name), key=name)
     heads_key, groups_key, width_key = f.keys
     hidden = r.count(width_key)
     q_name = stem + (f"{f.fused}.weight" if f.fused else f"{f.qkv[0]}.weight")
@@ -96,13 +94,14 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
         raise MhaError("the config gives neither head_dim nor hidden_size: the width of a "
                        "head is needed", source=r.config_file, key="head_dim")
     if not f.fused:  # the config's sizes against the tensors'
-        sides = [(f"{stem}{f.qkv[0]}.weight", heads)] + \
-            ([(f"{stem}{f.qkv[1]}.weight", g)] if groups is not None else [])  # (else: counted)
-        for name, count in sides:
-            if r.has(name) and r.ckpt.shape(name)[0] != count * d:
+        gated = " × 2 (each head's queries and its gate)" if f.gated else ""
+        sides = [(f"{stem}{f.qkv[0]}.weight", heads, gated)] + \
+            ([(f"{stem}{f.qkv[1]}.weight", g, "")] if groups is not None else [])  # (else:
+        for name, count, times in sides:  # counted)
+            if r.has(name) and r.ckpt.shape(name)[0] != count * d * (2 if times else 1):
                 key = "head_dim" if r.cfg.get("head_dim") is not None else heads_key
                 raise r.error(key, f"{shown(r.cfg.get(key))}, but {name} has "
-                              f"{r.ckpt.shape(name)[0]} rows, not {count} × {d}")
+                              f"{r.ckpt.shape(name)[0]} rows, not {count} × {d}{times}")
     out: Layer = {"heads": heads}
     if f.causal:
         out["mask"] = "causal"
@@ -117,6 +116,13 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
         order = [("q", h) for h in range(heads)] + [("k", h) for h in range(g)] + \
             [("v", h) for h in range(g)]
         fused(r, stem, f.fused, order, d, out)
+    elif f.gated:  # q_proj: each head's queries, then its gate (Qwen3-Next)
+        fused(r, stem, f.qkv[0], [(letter, h) for h in range(heads) for letter in
+                                  ("q", "gate")], d, out)
+        r.note("w_gate", f"tensor {stem}{f.qkv[0]}.weight (each head's second {d} rows, "
+                         "transposed: its gate)")
+        for letter, name in zip("kv", f.qkv[1:]):
+            linear(r, stem, name, out, letter)
     else:
         for letter, name in zip("qkv", f.qkv):
             linear(r, stem, name, out, letter)
@@ -135,6 +141,11 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
         if cap is not None:
             out["softcap"] = cap
             r.note("softcap", f"config {f.softcap_key}")
+    if f.clip_key:
+        clip = r.setting("clip_qkv", f.clip_key)
+        if clip is not None:
+            out["clip_qkv"] = clip
+            r.note("clip_qkv", f"config {f.clip_key}")
     norm = qk_norm(f, r, stem, d)
     if norm is not None:
         out["qk_norm"] = norm
@@ -145,28 +156,51 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
 
 
 def qk_norm(f: Family, r: Reader, stem: str, d: int) -> dict[str, Any] | None:
-    """An RMS norm of each head's queries and keys (or over the whole width), from the
-    layer's q_norm and k_norm tensors; a family that has none refuses them."""
-    q_name, k_name = (f"{stem}{name}.weight" for name in f.norm_names)
-    if not r.has(q_name) and not r.has(k_name):
+    """A norm of each head's queries and keys (or over the whole width), from the
+    layer's q and k norm tensors: d_k weights shared by the heads, a (heads, d_k) tensor,
+    or a module per head (StableLM's ``norms.N``); a LayerNorm's biases where stored. A
+    family that has none refuses them."""
+    q_stem, k_stem = (f"{stem}{name}" for name in f.norm_names)
+    q_name, k_name = (f"{s}.weight" for s in (q_stem, k_stem))
+    per_head = not r.has(q_name) and r.has(f"{q_stem}.norms.0.weight")
+    if not r.has(q_name) and not r.has(k_name) and not per_head:
         return None
     if f.qk_norm is None:
         name = q_name if r.has(q_name) else k_name
         raise MhaError(f"{name}: a norm of the queries and keys, which mha does not follow "
                        f"for {f.model_type}", source=r.ckpt.source_of(name), key=name)
-    if f.norm_after_rope:  # (weights per dimension do not commute with the rotation)
-        raise MhaError(f"{q_name}: {f.model_type}'s RMS norm of each head's queries and keys "
-                       "comes after RoPE, with a weight per dimension, which does not commute "
-                       "with the rotation; mha computes the q/k norm before RoPE only",
-                       source=r.ckpt.source_of(q_name), key=q_name)
-    q, k = r.tensor(q_name, 1), r.tensor(k_name, 1)
-    if f.norm_plus_one:
-        q, k = 1 + q, 1 + k
-    eps = r.setting("qk_norm.eps", f.norm_eps_key, 1e-6)
-    r.note("qk_norm", f"tensors {q_name}, {k_name}"
-           + (" (1 + w, as Gemma stores it)" if f.norm_plus_one else "")
+    out: dict[str, Any] = {"over": f.qk_norm}
+    if f.layer_norm:
+        out["norm"] = "layer"
+    for side, at in (("q", q_stem), ("k", k_stem)):
+        for part, key in (("weight", side), ("bias", f"{side}_bias")):
+            numbers = _norm_tensor(r, at, part, per_head)
+            if numbers is not None:
+                out[key] = 1 + numbers if f.norm_plus_one and part == "weight" else numbers
+    out["eps"] = r.setting("qk_norm.eps", f.norm_eps_key, 1e-6)
+    kind = "LayerNorm" if f.layer_norm else "RMS norm"
+    where = f"{q_stem}.norms.N, {k_stem}.norms.N" if per_head else f"{q_stem}, {k_stem}"
+    r.note("qk_norm", f"tensors {where} ({kind}" + (", 1 + w, as Gemma stores it"
+                                                    if f.norm_plus_one else "") + ")"
+           + (" (after RoPE, as the model applies it)" if f.norm_after_rope else "")
            + f", config {f.norm_eps_key}")
-    return {"over": f.qk_norm, "eps": eps, "q": q, "k": k}
+    out["after_rope"] = f.norm_after_rope
+    return out
+
+
+def _norm_tensor(r: Reader, stem: str, part: str, per_head: bool) -> Any:
+    """A norm's weight or bias as one vector: as stored, a (heads, d_k) tensor's rows one
+    after the other, or each head's module's in turn; None where it has none."""
+    if per_head:
+        names = []
+        while r.has(f"{stem}.norms.{len(names)}.{part}"):
+            names.append(f"{stem}.norms.{len(names)}.{part}")
+        return np.concatenate([r.tensor(n, 1) for n in names]) if names else None
+    name = f"{stem}.{part}"
+    if not r.has(name):
+        return None
+    ndim = len(r.ckpt.shape(name))
+    return r.tensor(name, 2 if ndim == 2 else 1).reshape(-1)
 
 
 def features(f: Family) -> list[str]:
@@ -183,13 +217,15 @@ def features(f: Family) -> list[str]:
         out.append(words(scale))
     if f.softcap_key:
         out.append(f"softcap ({f.softcap_key})")
+    if f.clip_key:
+        out.append(f"q, k, v clamped ({f.clip_key})")
     if f.gated:
-        out.append("its sigmoid output gate refused by name")
-    if f.norm_after_rope:
-        out.append("q/k RMS norms after RoPE refused by name")
-    elif f.qk_norm:
-        out.append(f"q/k RMS norms over {'each head' if f.qk_norm == 'head' else 'the width'}"
-                   + (" (1 + w)" if f.norm_plus_one else ""))
+        out.append("a sigmoid gate of each head's output (q_proj's second half of each head)")
+    if f.qk_norm:
+        kind = "LayerNorms" if f.layer_norm else "RMS norms"
+        out.append(f"q/k {kind} over {'each head' if f.qk_norm == 'head' else 'the width'}"
+                   + (" (1 + w)" if f.norm_plus_one else "")
+                   + (", after RoPE" if f.norm_after_rope else ""))
     if f.sinks:
         out.append("sinks")
     if f.others:

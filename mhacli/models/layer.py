@@ -34,6 +34,7 @@ LAYOUTS = (
     ("falcon", r"(?:^|\.)h\.(\d+)\.self_attention\.query_key_value\.weight$",
      "query_key_value.weight"),
     ("gpt_neo", r"(?:^|\.)h\.(\d+)\.attn\.attention\.q_proj\.weight$", "q_proj.weight"),
+    ("dbrx", r"(?:^|\.)blocks\.(\d+)\.norm_attn_norm\.attn\.Wqkv\.weight$", "Wqkv.weight"),
     ("mpt", r"(?:^|\.)blocks\.(\d+)\.attn\.Wqkv\.weight$", "Wqkv.weight"),
     ("ctrl", r"(?:^|\.)h\.(\d+)\.multi_head_attention\.Wq\.weight$", "Wq.weight"),
     ("codegen", r"(?:^|\.)h\.(\d+)\.attn\.qkv_proj\.weight$", "qkv_proj.weight"),

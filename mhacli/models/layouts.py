@@ -188,14 +188,14 @@ def _mpt_slopes(heads: int) -> list[float]:
 def mpt(f: Family, r: Reader, stem: str) -> Layer:
     """MPT: a fused ``Wqkv`` (every query head, then every key head, then every value
     head), ``out_proj``; causal; ALiBi, which transformers' model always adds, with its
-    own slopes (alibi_bias_max 8 as it fixes it); attn_config's clip_qkv, qk_ln and
-    prefix_lm refused by name."""
+    own slopes (alibi_bias_max 8 as it fixes it); attn_config's clip_qkv read, its qk_ln
+    and prefix_lm refused by name."""
     heads, _, d = heads_of(r, "n_heads", None, r.count("d_model"))
     d = int(d)  # type: ignore[arg-type]
     attn = r.get("attn_config") or {}
     if not isinstance(attn, dict):
         raise r.error("attn_config", f"{shown(attn)}: expected a mapping")
-    for key, why in (("clip_qkv", "q, k and v clamped"), ("qk_ln", "a LayerNorm of q and k"),
+    for key, why in (("qk_ln", "a LayerNorm of q and k"),
                      ("prefix_lm", "a prefix that attends both ways"),
                      ("attn_uses_sequence_id", "a mask of sequence ids")):
         if attn.get(key) not in (None, False, 0):
@@ -210,6 +210,9 @@ def mpt(f: Family, r: Reader, stem: str) -> Layer:
            "fixes it; its slope · (j − n + 1) gives the same softmax under the causal mask)")
     fused(r, stem, "Wqkv", [(letter, h) for letter in "qkv" for h in range(heads)], d, out)
     linear(r, stem, "out_proj", out, "o")
+    if attn.get("clip_qkv") not in (None, False, 0):  # the fused Q, K, V clamped
+        out["clip_qkv"] = r.read("clip_qkv", "attn_config.clip_qkv", attn["clip_qkv"])
+        r.note("clip_qkv", "config attn_config.clip_qkv")
     scale = attn.get("softmax_scale")
     if scale is not None:
         if isinstance(scale, bool) or not isinstance(scale, (int, float)) or scale <= 0:

@@ -401,17 +401,19 @@ def _window_size(r: Reader, size: Any) -> int:
 def fused(r: Reader, stem: str, name: str, order: list[tuple[str, int]], d: int,
           out: dict[str, Any]) -> None:
     """q, k and v (and their biases) from a fused nn.Linear whose rows come in ``order``
-    (blocks of ``d`` rows, each a head's q, k or v), each block read straight into its
-    columns of W_Q, W_K or W_V."""
+    (blocks of ``d`` rows, each a head's q, k or v; or another letter, as a gate's), each
+    block read straight into its columns of W_Q, W_K or W_V (w_LETTER)."""
     weight = f"{stem}{name}.weight"
     rows, cols = r.shape(weight, 2)
     if rows != len(order) * d:
         raise MhaError(f"{weight} has {rows} rows: the config's heads make "
                        f"{len(order)} blocks of {d}", source=r.ckpt.source_of(weight),
                        key=weight)
-    count = {letter: sum(1 for o, _ in order if o == letter) for letter in "qkv"}
-    dest = {letter: np.empty((cols, count[letter] * d), _dtype(r, weight)) for letter in "qkv"}
-    pieces, seen = [], {letter: 0 for letter in "qkv"}
+    letters = tuple(dict.fromkeys(o for o, _ in order))  # q, k, v (or q and a gate …)
+    count = {letter: sum(1 for o, _ in order if o == letter) for letter in letters}
+    dest = {letter: np.empty((cols, count[letter] * d), _dtype(r, weight))
+            for letter in letters}
+    pieces, seen = [], {letter: 0 for letter in letters}
     for i, (letter, _) in enumerate(order):  # a head's block: the next columns of its letter
         at = seen[letter]
         pieces.append((dest[letter][:, at * d:(at + 1) * d], i * d, d, True))
@@ -419,8 +421,8 @@ def fused(r: Reader, stem: str, name: str, order: list[tuple[str, int]], d: int,
     r.laid_out(weight, pieces)
     b = r.tensor(f"{stem}{name}.bias", 1) if r.has(f"{stem}{name}.bias") else None
     biases = {letter: [b[i * d:(i + 1) * d] for i, (o, _) in enumerate(order) if o == letter]
-              for letter in "qkv"} if b is not None else {}
-    for letter in "qkv":
+              for letter in letters} if b is not None else {}
+    for letter in letters:
         out[f"w_{letter}"] = frozen(dest[letter])
         r.note(f"w_{letter}", f"tensor {weight} (its {letter} rows, transposed)")
         if b is not None:
