@@ -100,6 +100,9 @@ OPTIONS: tuple[SettingOption, ...] = (
                   "RoPE (Qwen 3, OLMo 2, Gemma 3): over each head's d_k numbers (head) or "
                   "the whole row (width); eps and weights in a file's qk_norm: key.",
                   metavar="head|width"),
+    SettingOption("latent_eps", "Multi-head latent attention (a file's w_dkv …): the eps of "
+                  "its two latent norms, √(mean(x²) + eps); 1e-6 if not given.",
+                  metavar="EPS"),
     SettingOption("masked_row", "A query row whose every key is blocked: zero weights (with "
                   "a warning), nan, or error.", ADVANCED,
                   commands=("explain", "run", "check")),

@@ -105,6 +105,10 @@ def field_stage(c: Config, field: str) -> str:
 def check_decode(c: Config) -> None:
     """Decoding is causal self-attention; MhaError saying why otherwise."""
     float_only(c, "decoding")
+    if c.latent:  # its cache is the latent, not each head's keys and values
+        from .latent import refused
+
+        raise refused("decoding with a KV cache (--decode)")
     if c.cross:
         raise MhaError("decoding needs self-attention: here keys and values come from "
                        "x_kv, which does not arrive token by token with the queries",

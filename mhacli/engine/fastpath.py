@@ -340,7 +340,12 @@ def _turned_heads(p: Prepared, work: Work, spread: Spread | None) -> tuple[Array
     V are copied once, turned).
     """
     c = p.config
-    if c.direct:
+    if c.latent:  # made from the latents (latent.py), as the stage table makes them
+        from .latent import heads_of
+
+        q_t, k_t, v_t = (np.ascontiguousarray(a.swapaxes(-1, -2))
+                         for a in heads_of(p, work.stages.get("x_pos", p.x)))
+    elif c.direct:
         q, k, v = p.q.T.copy(), p.k.T.copy(), p.v.T.copy()  # type: ignore[union-attr]
     else:
         x = work.stages.get("x_pos", p.x)  # with positions added
@@ -348,8 +353,9 @@ def _turned_heads(p: Prepared, work: Work, spread: Spread | None) -> tuple[Array
         q, k, v = ops.projections(x, x_kv, p.w_q, p.w_k, p.w_v, p.b_q, p.b_k, p.b_v,
                                   turned=True,
                                   matmul=np.matmul if spread is None else _pieces(spread))
-    q_t, k_t, v_t = (a.reshape(heads, -1, a.shape[-1])
-                     for a, heads in ((q, c.heads), (k, c.groups), (v, c.groups)))
+    if not c.latent:
+        q_t, k_t, v_t = (a.reshape(heads, -1, a.shape[-1])
+                         for a, heads in ((q, c.heads), (k, c.groups), (v, c.groups)))
     if c.qk_norm is not None:  # each row divided by its rms, times the weights
         q_t, k_t = (np.ascontiguousarray(normed(a.swapaxes(-1, -2), p, side)[0]
                                          .swapaxes(-1, -2)) for a, side in ((q_t, "q"), (k_t, "k")))

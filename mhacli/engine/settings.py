@@ -145,6 +145,12 @@ SETTINGS: tuple[Setting, ...] = (
             shown=lambda c: {"qk_norm": None if c.qk_norm is None else
                              {"over": c.qk_norm, "eps": c.qk_eps}},
             write=read.write_qk_norm),
+    Setting("latent_eps", "multi-head latent attention (w_dkv …): the eps of its two "
+            "latent norms, √(mean(x²) + eps); 1e-6 if not given.",
+            read=lambda v: read.qk_eps(v, "latent_eps"), parse=read.latent_eps,
+            fields=("latent_eps",),
+            shown=lambda c: {"latent_eps": c.latent_eps} if c.latent else {},
+            write=lambda c, p, given: read.written(c.latent_eps) if c.latent else None),
     Setting("masked_row", 'a query row whose every key is blocked: "zero" (zero weights, '
             'with a warning), "nan", or "error".', kind="choice",
             choices=("zero", "nan", "error"), default="zero",

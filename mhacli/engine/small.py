@@ -39,7 +39,7 @@ def alike(p: Prepared) -> bool:
     (RoPE, qk_norm, positions) or asks for gradients."""
     c = p.config
     return fits(p) and c.rope is None and c.qk_norm is None and c.positional is None \
-        and c.temperature is None and not c.backward
+        and c.temperature is None and not c.backward and not c.latent
 
 
 def small(p: Prepared) -> Array:

@@ -95,7 +95,8 @@ class Formula:
 Marks = dict[tuple[str, "int | None"], tuple[frozenset[int], frozenset[int]]]
 
 PARAMETERS = ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o", "bias", "pe",
-              "pe_kv", "slopes", "sinks", "q_norm", "k_norm")  # the inputs a recipe reads
+              "pe_kv", "slopes", "sinks", "q_norm", "k_norm", "w_dq", "w_uq", "w_dkv", "w_uk",
+              "w_uv", "q_latent_norm", "kv_latent_norm")  # the inputs a recipe reads
 
 
 @dataclass
