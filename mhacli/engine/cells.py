@@ -134,12 +134,14 @@ def cell_rot(e: Entry) -> list[Any]:
     h, i, j = e.head, e.row, e.col
     src = e.reads[0]  # as normed, or as split
     e.mark(src, h, {i})
+    start = c.rope_start  # the first dimension turned (MLA: its rope part's, d_nope)
     one, two = ops.rope_pairs(c.rope, c.rope_dims)
     dims = range(c.rope_dims)
     pairs = [int(np.flatnonzero((one == d) | (two == d))[0]) for d in dims]
-    pair = op("pick", j, *pairs) if c.rope_dims else 0
-    a = op("pick", j, *(int(one[k]) for k in pairs)) if c.rope_dims else 0
-    b = op("pick", j, *(int(two[k]) for k in pairs)) if c.rope_dims else 0
+    at = j - start if start else j  # the dimension among those turned
+    pair = op("pick", at, *pairs) if c.rope_dims else 0
+    a = op("pick", at, *(int(one[k]) + start for k in pairs)) if c.rope_dims else 0
+    b = op("pick", at, *(int(two[k]) + start for k in pairs)) if c.rope_dims else 0
     angle = e.derive("rope_angle", _rope("angle")).at(i, pair)
     x, y = e.value(src, h, i, a), e.value(src, h, i, b)
     cos = e.factor(e.derive("rope_cos", _rope("cos")).at(i, pair))
@@ -155,9 +157,10 @@ def cell_rot(e: Entry) -> list[Any]:
         first, second = (tuple(f"{e.num(c.rope_factor)}·({r})" for r in rule)
                          for rule in (first, second))
     rule = when(j == a, f"{first[0]} = {first[1]}", f"{second[0]} = {second[1]}")
-    return [when(j >= c.rope_dims,
+    return [when(j < start if start else j >= c.rope_dims,
                  f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] = {e.result}  "
-                 f"(dimensions past {c.rope_dims} are not turned)",
+                 + (f"(dimensions past {c.rope_dims} are not turned)" if not start else
+                    f"(the first {start}, q_nope's and k_nope's, are not turned)"),
                  [f"{e.name}: dimensions {a + 1} and {b + 1} turn together (x, y) by the "
                   f"angle p·θ = {theta}  (p = {i})", f"  {rule}", f"  = {e.result}"])]
 

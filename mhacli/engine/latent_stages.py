@@ -55,7 +55,7 @@ def _cell_normed(e: Entry) -> list[Any]:
     src = e.reads[0]
     e.mark(src, None, {i})
     r = op("at", f"{e.stage}.rms", i, 0)
-    weight = e.inp(e.stage.removesuffix("d"), exact=False).at(j)  # q_latent_norm …
+    weight = e.inp(e.stage.removesuffix("ed"), exact=False).at(j)  # q_latent_norm …
     x = e.value(src, None, i, j)
     width = c.r_q if e.stage == "q_latent_normed" else c.r_kv
     return [f"{e.name} = {src}[{e.row_label}, {j + 1}] / rms × w_{j + 1}, rms = √(mean of "

@@ -149,7 +149,9 @@ SETTINGS: tuple[Setting, ...] = (
             "latent norms, √(mean(x²) + eps); 1e-6 if not given.",
             read=lambda v: read.qk_eps(v, "latent_eps"), parse=read.latent_eps,
             fields=("latent_eps",),
-            shown=lambda c: {"latent_eps": c.latent_eps} if c.latent else {},
+            shown=lambda c: {"latent": {"r_q": c.r_q, "r_kv": c.r_kv,
+                                        "d_nope": c.d_k - c.d_rope, "d_rope": c.d_rope},
+                             "latent_eps": c.latent_eps} if c.latent else {},
             write=lambda c, p, given: read.written(c.latent_eps) if c.latent else None),
     Setting("masked_row", 'a query row whose every key is blocked: "zero" (zero weights, '
             'with a warning), "nan", or "error".', kind="choice",
