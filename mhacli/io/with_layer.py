@@ -10,7 +10,8 @@ import numpy as np
 
 from ..errors import MhaError
 
-WEIGHTS = ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o", "q", "k", "v")
+WEIGHTS = ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o", "q", "k", "v", "w_dq",
+           "q_latent_norm", "w_uq", "w_dkv", "kv_latent_norm", "w_uk", "w_uv")
 
 
 def on_layer(inputs: dict[str, Any], reading: Any, heads: int | None,
@@ -47,8 +48,9 @@ def on_layer(inputs: dict[str, Any], reading: Any, heads: int | None,
         raise MhaError(f"{source}: the checkpoint's config.json does not say how many heads "
                        "(none beside it): give heads in the problem or --heads H")
     h = int(h)
-    width_q, width_k = reading.weights["w_q"].shape[1], reading.weights["w_k"].shape[1]
-    if inputs.get("kv_heads") is None and width_k != width_q and width_q % h == 0 \
+    width_q = reading.weights["w_q"].shape[1] if "w_q" in reading.weights else 0
+    width_k = reading.weights["w_k"].shape[1] if "w_k" in reading.weights else 0  # (MLA: none)
+    if inputs.get("kv_heads") is None and width_k and width_k != width_q and width_q % h == 0 \
             and width_k % (width_q // h) == 0:
         inputs["kv_heads"] = width_k // (width_q // h)
     origin = {k: v for k, v in reading.origin.items() if k not in own

@@ -23,6 +23,7 @@ from .rules import (by_layer_types as types_or, local_window, every_layer_if_use
 from .reading import Reader, window_of
 from .layouts import (albert, approximate, bert, big_bird, bloom, codegen, deberta, falcon,
                       gpt2, gpt_bigcode, gpt_neo, gptj, mpt, neox)
+from .latent import latent_attention
 from .llama4 import chunks, llama4
 from .seq2seq import AROUND, bart
 from .t5 import AROUND as T5_AROUND, mpnet, t5
@@ -249,6 +250,22 @@ RECORDS: tuple[Family, ...] = (
                               "layer's keys and values, which mha does not add"),)),
     *(Family(name, tensors="t5", read=t5, parts=True, unread=T5_AROUND)
       for name in ("t5", "mt5", "umt5", "switch_transformers")),
+    # ---- multi-head latent attention (models/latent.py)
+    Family("deepseek_v2", tensors="latent", read=latent_attention(interleave_key=None),
+           since="0.3"),
+    *(Family(name, tensors="latent", read=latent_attention(), since="0.3")
+      for name in ("deepseek_v3", "glm4_moe_lite", "sarvam_mla")),
+    Family("youtu", tensors="latent", read=latent_attention(), since="0.3",
+           unread=("embedding_initializer_range",)),
+    Family("deepseek_v32", tensors="latent", read=latent_attention(interleave_key=None),
+           since="0.3"),  # (its indexer refused by name)
+    Family("minicpm3", tensors="latent", since="0.3",
+           read=latent_attention(style="half", interleave_key=None),
+           unread=("scale_emb", "scale_depth", "dim_model_base")),
+    Family("kimi_linear", tensors="latent", since="0.3", others=LINEAR,
+           unread=("layer_types", "model_max_length", "moe_renormalize", "num_expert_group",
+                   "num_experts_per_token"),  # (the tensors say which layers are attention)
+           read=latent_attention(style=None, yarn=False, interleave_key=None)),
     Family("gpt_bigcode", tensors="gpt2", read=gpt_bigcode),
     Family("bloom", tensors="falcon", read=bloom),
     Family("gpt_neo", tensors="gpt_neo", read=gpt_neo),

@@ -39,6 +39,8 @@ LAYOUTS = (
     ("codegen", r"(?:^|\.)h\.(\d+)\.attn\.qkv_proj\.weight$", "qkv_proj.weight"),
     ("gptj", r"(?:^|\.)h\.(\d+)\.attn\.q_proj\.weight$", "q_proj.weight"),
     ("phi3", r"(?:^|\.)layers\.(\d+)\.self_attn\.qkv_proj\.weight$", "qkv_proj.weight"),
+    ("latent", r"(?:^|\.)layers\.(\d+)\.self_attn\.kv_a_proj_with_mqa\.weight$",
+     "kv_a_proj_with_mqa.weight"),  # (multi-head latent attention: before q_proj's)
     ("decoder", r"(?:^|\.)layers\.(\d+)\.self_attn\.q_proj\.weight$", "q_proj.weight"),
     ("mixer", r"(?:^|\.)layers\.(\d+)\.mixer\.q_proj\.weight$", "q_proj.weight"),
     ("modernbert", r"(?:^|\.)layers\.(\d+)\.attn\.Wqkv\.weight$", "Wqkv.weight"),
@@ -65,7 +67,8 @@ PART_KINDS = {"bart": ("decoder", "cross"), "t5": ("t5", "t5_cross")}
 BUFFERS = ("attn.bias", "attn.masked_bias", "rotary_emb.inv_freq")  # not weights
 
 
-WEIGHTS = ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o")
+WEIGHTS = ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o", "w_dq", "q_latent_norm",
+           "w_uq", "w_dkv", "kv_latent_norm", "w_uk", "w_uv")  # (the last: MLA's, latent.py)
 
 
 @dataclass(frozen=True, eq=False)  # its arrays have no == of one truth value
@@ -90,7 +93,8 @@ class LayerReading:
     @property
     def width(self) -> int:
         """d_model: the width of the tokens the layer reads."""
-        return int(self.weights["w_q"].shape[0])
+        first = next(k for k in ("w_q", "w_dq", "w_dkv") if k in self.weights)  # (MLA's)
+        return int(self.weights[first].shape[0])
 
 
 def layers(path: str | Path) -> list[int]:
