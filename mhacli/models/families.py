@@ -251,18 +251,17 @@ RECORDS: tuple[Family, ...] = (
     *(Family(name, tensors="t5", read=t5, parts=True, unread=T5_AROUND)
       for name in ("t5", "mt5", "umt5", "switch_transformers")),
     # ---- multi-head latent attention (models/latent.py)
-    Family("deepseek_v2", tensors="latent", read=latent_attention(interleave_key=None),
-           since="0.3"),
-    *(Family(name, tensors="latent", read=latent_attention(), since="0.3")
+    Family("deepseek_v2", tensors="latent", read=latent_attention(interleave_key=None)),
+    *(Family(name, tensors="latent", read=latent_attention())
       for name in ("deepseek_v3", "glm4_moe_lite", "sarvam_mla")),
-    Family("youtu", tensors="latent", read=latent_attention(), since="0.3",
+    Family("youtu", tensors="latent", read=latent_attention(),
            unread=("embedding_initializer_range",)),
     Family("deepseek_v32", tensors="latent", read=latent_attention(interleave_key=None),
-           since="0.3"),  # (its indexer refused by name)
-    Family("minicpm3", tensors="latent", since="0.3",
+           others="its indexer (top-k sparse attention) refused by name"),
+    Family("minicpm3", tensors="latent",
            read=latent_attention(style="half", interleave_key=None),
            unread=("scale_emb", "scale_depth", "dim_model_base")),
-    Family("kimi_linear", tensors="latent", since="0.3", others=LINEAR,
+    Family("kimi_linear", tensors="latent", others=LINEAR,
            unread=("layer_types", "model_max_length", "moe_renormalize", "num_expert_group",
                    "num_experts_per_token"),  # (the tensors say which layers are attention)
            read=latent_attention(style=None, yarn=False, interleave_key=None)),
