@@ -2,10 +2,11 @@
 them (tiny, every parameter random, the latent norms' weights off 1), against the model's
 own attention module run on the same x (tests/hf_zoo.py): DeepSeek-V2 and V3 (with the
 queries compressed and not, yarn's mscale on and off, RoPE's pairs interleaved and not),
-GLM-4-MoE-Lite, Youtu, Sarvam-MLA, MiniCPM3 and Kimi Linear's MLA layers. 1e-5 relative:
+GLM-4-MoE-Lite, Youtu, Sarvam-MLA, MiniCPM3, Kimi Linear's MLA layers, and DeepSeek-V3.2
+with no more tokens than its indexer keeps (dense). 1e-5 relative:
 the models compute RoPE's cos and sin and their RMS norms in float32. And what is refused:
-Kimi Linear's KDA layers (for good), DeepSeek-V3.2's indexer, a bias of the latents'
-projections. Skipped where transformers (and torch) are not installed."""
+Kimi Linear's KDA layers (for good), DeepSeek-V3.2 on more tokens than its indexer
+keeps, a bias of the latents' projections. Skipped where transformers (and torch) are not installed."""
 
 from __future__ import annotations
 
@@ -45,6 +46,8 @@ CASES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "sarvam_mla": ("sarvam_mla", "DeepseekV3ForCausalLM", {}),
     "minicpm3": ("minicpm3", "MiniCPM3ForCausalLM", {}),
     "kimi_linear": ("kimi_linear", "KimiLinearForCausalLM", {}),
+    "deepseek_v32": ("deepseek_v32", "DeepseekV32ForCausalLM", {"index_topk": 9}),  # (9
+    # tokens: its indexer keeps every key)
 }
 SIZES = {"num_key_value_heads": 4, "head_dim": 8}  # (qk_rope_head_dim's 8: the rotary's)
 
@@ -86,7 +89,7 @@ def test_every_mla_layer_agrees_with_the_model(case: str, made: dict[str, Path],
     checked = 0
     for layer in range(zoo.layer_count(folder)):
         x = rng.standard_normal((9, width))
-        if config.get("layer_types") and config["layer_types"][layer] != "full_attention":
+        if (config.get("layer_types") or [""] * 9)[layer] == "linear_attention":  # (Kimi)
             with pytest.raises(NotAttention, match=f"layer {layer} is linear attention"):
                 from_mapping({"x": x, "checkpoint": folder, "layer": layer}, "test")
             continue
@@ -137,10 +140,12 @@ def test_the_scale_and_rope_as_the_config_says(made: dict[str, Path],
 
 
 def test_what_is_not_followed_is_refused_by_name(tmp_path: Path) -> None:
-    v32 = build("deepseek_v32", "DeepseekV32ForCausalLM", tmp_path / "v32")
-    with pytest.raises(mhacli.MhaError, match="indexer, which keeps for each query only its "
-                                              "top-k keys"):
-        from_mapping({"x": np.ones((2, 64)), "checkpoint": v32, "layer": 0}, "t")
+    v32 = build("deepseek_v32", "DeepseekV32ForCausalLM", tmp_path / "v32", index_topk=4)
+    with pytest.raises(mhacli.MhaError, match="indexer keeps each query's top 4 keys "
+                                              r"\(index_topk\): with 5 tokens it would drop"):
+        from_mapping({"x": np.ones((5, 64)), "checkpoint": v32, "layer": 0}, "t")
+    assert from_mapping({"x": np.ones((4, 64)), "checkpoint": v32, "layer": 0},
+                        "t").read["settings"]["most_tokens"].startswith("config index_topk")
     biased = build("deepseek_v3", "DeepseekV3ForCausalLM", tmp_path / "bias",
                    attention_bias=True)
     with pytest.raises(mhacli.MhaError, match="q_a_proj.bias: a bias of the latent's "

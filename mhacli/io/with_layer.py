@@ -29,6 +29,13 @@ def on_layer(inputs: dict[str, Any], reading: Any, heads: int | None,
         raise MhaError(f"--layer {reading.layer} is a cross-attention: its keys and values "
                        "read the encoder's output, x_kv; give x_kv in the problem (or leave "
                        "out the file for random tokens of both)", key="x_kv")
+    most = getattr(reading, "most_tokens", None)
+    n = np.shape(inputs["x"])[0] if inputs.get("x") is not None else 0
+    if most is not None and n > most:
+        raise MhaError(f"--layer {reading.layer}: {reading.family}'s indexer keeps each "
+                       f"query's top {most} keys (index_topk): with {n} tokens it would drop "
+                       f"some, a sparse mask mha does not compute; give at most {most} tokens "
+                       "(every key kept: the dense attention)", key="x")
     own = set(inputs)
     if getattr(reading, "position_bias", None) is not None and inputs.get("bias") is None:
         # (T5's relative position bias: its rule made into the bias of these n and m)

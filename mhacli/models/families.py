@@ -256,8 +256,11 @@ RECORDS: tuple[Family, ...] = (
       for name in ("deepseek_v3", "glm4_moe_lite", "sarvam_mla")),
     Family("youtu", tensors="latent", read=latent_attention(),
            unread=("embedding_initializer_range",)),
-    Family("deepseek_v32", tensors="latent", read=latent_attention(interleave_key=None),
-           others="its indexer (top-k sparse attention) refused by name"),
+    Family("deepseek_v32", tensors="latent",
+           read=latent_attention(interleave_key=None, indexer=True),
+           unread=("mlp_layer_types",),
+           others="its indexer's top-k keys (index_topk) all the keys of a problem of at most "
+           "index_topk tokens (dense); more refused by name"),
     Family("minicpm3", tensors="latent",
            read=latent_attention(style="half", interleave_key=None),
            unread=("scale_emb", "scale_depth", "dim_model_base")),

@@ -87,11 +87,35 @@ def _up(r: Reader, stem: str, heads: int, d_nope: int, d_v: int, out: Layer) -> 
     _refuse_bias(r, stem, "kv_b_proj")
 
 
+def _indexer(f: Any, r: Reader, stem: str, names: list[str], out: Layer) -> None:
+    """DeepSeek-V3.2's indexer keeps for each query its top index_topk keys by scores of
+    its own: with no more tokens than that it keeps every key (topk = min(index_topk, T)),
+    and the attention is the dense one. Read so: its tensors change nothing then, and a
+    problem of more tokens is refused (``most_tokens``)."""
+    top = r.count("index_topk")
+    r.get("index_n_heads"), r.get("index_head_dim")
+    types = r.get("layer_types")
+    if types is not None and (not isinstance(types, list) or r.layer >= len(types)
+                              or types[r.layer] != "indexed_attention"):
+        kind = types[r.layer] if isinstance(types, list) and r.layer < len(types) else types
+        raise r.error("layer_types", f"{shown(kind)} at layer {r.layer}: an attention mha "
+                      "does not compute (it reads indexed_attention)")
+    if top is None:
+        raise MhaError(f"{names[0]}: {f.model_type}'s indexer without index_topk, the number "
+                       "of keys it keeps", source=r.config_file, key="index_topk")
+    r.taken.update(names)
+    out["most_tokens"] = top
+    r.note("most_tokens", f"config index_topk: the indexer keeps each query's top {top} keys, "
+                          "every key of a problem of at most that many tokens (then dense)")
+
+
 def latent_attention(style: str | None = "interleaved", yarn: bool = True,
-                     interleave_key: str | None = "rope_interleave") -> Any:
+                     interleave_key: str | None = "rope_interleave",
+                     indexer: bool = False) -> Any:
     """A family's reading of its MLA layer: RoPE in pairs of ``style`` (None: no RoPE,
     Kimi Linear's NoPE; ``interleave_key``: a config flag that picks interleaved, true, or
-    half pairs), yarn's mscale² folded into the scale where ``yarn``."""
+    half pairs), yarn's mscale² folded into the scale where ``yarn``; ``indexer``:
+    DeepSeek-V3.2's, read where it keeps every key (``_indexer``)."""
     turn = "no RoPE" if style is None else f"RoPE on the last qk_rope_head_dim columns " \
         f"({'interleaved' if style == 'interleaved' else 'half'} pairs" + \
         (f", or as {interleave_key} says)" if interleave_key else ")")
@@ -99,12 +123,12 @@ def latent_attention(style: str | None = "interleaved", yarn: bool = True,
     @said(f"multi-head latent attention (q_a/q_b or q_proj, kv_a_proj_with_mqa, kv_b_proj); "
           f"causal; {turn}" + ("; s = √qk_head_dim / yarn's mscale²" if yarn else ""))
     def read(f: Any, r: Reader, stem: str) -> Layer:
-        indexer = [n for n in r.ckpt.names if n.startswith(f"{stem}indexer.")]
-        if indexer:
-            raise MhaError(f"{indexer[0]}: {f.model_type}'s indexer, which keeps for each "
-                           "query only its top-k keys (index_topk: DeepSeek sparse "
-                           "attention), a mask mha does not compute yet",
-                           source=r.ckpt.source_of(indexer[0]), key=indexer[0])
+        found = sorted(n for n in r.ckpt.names if n.startswith(f"{stem}indexer."))
+        if found and not indexer:
+            raise MhaError(f"{found[0]}: {f.model_type}'s indexer, which keeps for each "
+                           "query only its top-k keys (DeepSeek sparse attention), a mask "
+                           "mha does not compute", source=r.ckpt.source_of(found[0]),
+                           key=found[0])
         heads = r.count("num_attention_heads")
         groups = r.count("num_key_value_heads")
         r_q = r.count("q_lora_rank")
@@ -125,6 +149,8 @@ def latent_attention(style: str | None = "interleaved", yarn: bool = True,
                           f"{heads}: multi-head latent attention makes every head's keys and "
                           "values from the latent")
         out: Layer = {"heads": heads, "mask": "causal", "latent_eps": EPS}
+        if indexer:
+            _indexer(f, r, stem, found, out)
         r.note("mask", f"{f.model_type}: causal")
         r.note("latent_eps", "1e-6, the latent norms' own (the RMS norm's default)")
         if r_q is not None:

@@ -89,6 +89,8 @@ class LayerReading:
     dtype: np.dtype = np.dtype(np.float64)  # the weights' working precision
     cross: bool = False  # a cross-attention: its keys and values read x_kv
     position_bias: Any = None  # (n, m) -> the bias H × n × m, when it depends on them (T5)
+    most_tokens: int | None = None  # the most tokens the layer is read for (V3.2's indexer
+    # keeps every key up to its index_topk: past it, a sparse mask mha does not compute)
 
     @property
     def width(self) -> int:
@@ -149,12 +151,14 @@ def read_layer(path: str | Path, layer: int | str = 0, dtype: Any = np.float64
         family = record.model_type if model_type is not None else kind or "unknown"
     _refuse_the_rest(r, stem)
     bias = out.pop("position_bias", None)  # a rule of n and m (T5's): made with the problem
+    most = out.pop("most_tokens", None)  # (DeepSeek-V3.2's indexer: dense up to index_topk)
     weights = {k: v for k, v in out.items() if k in WEIGHTS}
     settings = {k: v for k, v in out.items() if k not in WEIGHTS}
     return LayerReading(str(ckpt.path), layer if part is None else part.name, family, stem,
                         MappingProxyType(weights), MappingProxyType(settings),
                         MappingProxyType(dict(r.origin)), r.dtype,
-                        cross=part is not None and part.cross, position_bias=bias)
+                        cross=part is not None and part.cross, position_bias=bias,
+                        most_tokens=most)
 
 
 # Layers that are not softmax attention, known by their tensors (the name after the
