@@ -146,6 +146,10 @@ def test_what_is_not_followed_is_refused_by_name(tmp_path: Path) -> None:
         from_mapping({"x": np.ones((5, 64)), "checkpoint": v32, "layer": 0}, "t")
     assert from_mapping({"x": np.ones((4, 64)), "checkpoint": v32, "layer": 0},
                         "t").read["settings"]["most_tokens"].startswith("config index_topk")
+    longcat = build("longcat_flash", "LongcatFlashForCausalLM", tmp_path / "longcat")
+    with pytest.raises(mhacli.MhaError, match="holds two multi-head latent attentions "
+                                              r"\(self_attn.0 and self_attn.1\)"):
+        from_mapping({"x": np.ones((2, 64)), "checkpoint": longcat, "layer": 0}, "t")
     biased = build("deepseek_v3", "DeepseekV3ForCausalLM", tmp_path / "bias",
                    attention_bias=True)
     with pytest.raises(mhacli.MhaError, match="q_a_proj.bias: a bias of the latent's "

@@ -187,3 +187,13 @@ def latent_attention(style: str | None = "interleaved", yarn: bool = True,
             out["scale"] = scale
         return out
     return read
+
+
+@said("two multi-head latent attentions in each layer (self_attn.0, self_attn.1), refused by "
+      "name: --layer does not address them yet")
+def two_in_a_layer(f: Any, r: Reader, stem: str) -> Layer:
+    """LongCat-Flash: each layer runs two MLA modules, one after the other, each with its
+    LoRA scalings (mla_scale_q_lora, mla_scale_kv_lora); --layer N names one attention."""
+    raise MhaError(f"{stem}0.kv_a_proj_with_mqa.weight: {f.model_type}'s layer {r.layer} holds "
+                   "two multi-head latent attentions (self_attn.0 and self_attn.1), which "
+                   "--layer does not address yet", source=r.config_file, key="layer")

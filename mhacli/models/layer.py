@@ -41,6 +41,8 @@ LAYOUTS = (
     ("phi3", r"(?:^|\.)layers\.(\d+)\.self_attn\.qkv_proj\.weight$", "qkv_proj.weight"),
     ("latent", r"(?:^|\.)layers\.(\d+)\.self_attn\.kv_a_proj_with_mqa\.weight$",
      "kv_a_proj_with_mqa.weight"),  # (multi-head latent attention: before q_proj's)
+    ("two_latent", r"(?:^|\.)layers\.(\d+)\.self_attn\.0\.kv_a_proj_with_mqa\.weight$",
+     "0.kv_a_proj_with_mqa.weight"),  # (LongCat-Flash: two in each layer, refused by name)
     ("decoder", r"(?:^|\.)layers\.(\d+)\.self_attn\.q_proj\.weight$", "q_proj.weight"),
     ("mixer", r"(?:^|\.)layers\.(\d+)\.mixer\.q_proj\.weight$", "q_proj.weight"),
     ("modernbert", r"(?:^|\.)layers\.(\d+)\.attn\.Wqkv\.weight$", "Wqkv.weight"),
