@@ -214,8 +214,6 @@ def test_heads_follow_from_the_shapes() -> None:
     (dict(heads=2), "heads = 2 does not divide the 21 columns of w_uq"),
     (dict(kv_heads=1), "kv_heads has no place in multi-head latent attention"),
     (dict(x_kv=np.ones((3, 7))), "cross-attention (x_kv) does not follow multi-head latent"),
-    (dict(backward=True), "the backward pass (--backward) does not follow multi-head latent "
-                          "attention yet"),
     (dict(decode=True), "decoding with a KV cache (--decode) does not follow multi-head "
                         "latent attention yet"),
     (dict(rope={"style": "half", "dims": 6}), "rope dims must be an even number from 2 to "
@@ -344,3 +342,87 @@ def test_tiles_follow_the_latent_heads(tmp_path: Any) -> None:
     for block in tr.tiles:
         np.testing.assert_allclose(block.output, tr["head_outputs"][block.head][block.rows],
                                    rtol=1e-12, atol=1e-13)
+
+
+# --------------------------------------------------------------------------- backward
+
+
+def torch_mla(kw: dict[str, Any], heads: int, d_nope: int, d_rope: int, style: str,
+              scale: float) -> tuple[Any, dict[str, Any]]:
+    """MLA written in torch from the formulas (causal), its parameters leaves that
+    autograd differentiates: the output and the leaves."""
+    torch = pytest.importorskip("torch")
+    leaves = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True)
+              for k, v in kw.items() if isinstance(v, np.ndarray)}
+    x = leaves["x"]
+    n = x.shape[0]
+
+    def norm(a: Any, g: Any) -> Any:
+        return a / torch.sqrt((a * a).mean(-1, keepdim=True) + 1e-6) * g
+
+    def rot(a: Any) -> Any:  # (rows, d_R)
+        theta = 10000.0 ** (-torch.arange(0, d_rope, 2, dtype=torch.float64) / d_rope)
+        ang = torch.arange(n, dtype=torch.float64)[:, None] * theta
+        if style == "interleaved":
+            a1, a2 = a[:, 0::2], a[:, 1::2]
+        else:
+            a1, a2 = a[:, :d_rope // 2], a[:, d_rope // 2:]
+        b1, b2 = a1 * torch.cos(ang) - a2 * torch.sin(ang), a1 * torch.sin(ang) + a2 * torch.cos(ang)
+        if style == "interleaved":
+            return torch.stack((b1, b2), dim=-1).reshape(n, d_rope)
+        return torch.cat((b1, b2), dim=-1)
+
+    q = norm(x @ leaves["w_dq"], leaves["q_latent_norm"]) @ leaves["w_uq"] \
+        if "w_dq" in leaves else x @ leaves["w_q"]
+    lat = x @ leaves["w_dkv"]
+    r_kv = kw["kv_latent_norm"].shape[0]
+    c = norm(lat[:, :r_kv], leaves["kv_latent_norm"])
+    k_r = rot(lat[:, r_kv:])
+    d_k, d_v = d_nope + d_rope, kw["w_uv"].shape[1] // heads
+    outs = []
+    blocked = torch.triu(torch.ones(n, n, dtype=torch.bool), 1)
+    for h in range(heads):
+        qh = q[:, h * d_k:(h + 1) * d_k]
+        qh = torch.cat((qh[:, :d_nope], rot(qh[:, d_nope:])), dim=1)
+        kh = torch.cat((c @ leaves["w_uk"][:, h * d_nope:(h + 1) * d_nope], k_r), dim=1)
+        vh = c @ leaves["w_uv"][:, h * d_v:(h + 1) * d_v]
+        z = (qh @ kh.T / scale).masked_fill(blocked, float("-inf"))
+        outs.append(torch.softmax(z, dim=-1) @ vh)
+    return torch.cat(outs, dim=1) @ leaves["w_o"], leaves
+
+
+@pytest.mark.parametrize("r_q", [5, None])
+@pytest.mark.parametrize("style", ["interleaved", "half"])
+def test_backward_against_autograd(r_q: int | None, style: str) -> None:
+    """Every gradient of MLA's weights, norms and input, and of its latents, as torch's
+    autograd takes them of L = ½·Σ(output − target)²."""
+    kw = problem(r_q=r_q, rope=style)
+    target = np.random.default_rng(5).standard_normal((6, 5))
+    tr = mhacli.trace(**kw, target=target)
+    out, leaves = torch_mla(kw, 3, 3, 4, style, math.sqrt(7))
+    loss = 0.5 * ((out - __import__("torch").tensor(target)) ** 2).sum()
+    loss.backward()
+    names = ["x", "w_dkv", "kv_latent_norm", "w_uk", "w_uv", "w_o"] + \
+        (["w_dq", "q_latent_norm", "w_uq"] if r_q else ["w_q"])
+    for name in names:
+        np.testing.assert_allclose(tr[f"d_{name}"], leaves[name].grad.numpy(), rtol=1e-9,
+                                   atol=1e-11, err_msg=name)
+    assert "d_q" not in tr and "d_w_k" not in tr
+    # the latents' gradients: k_R's is the heads' sum of their last d_R key columns
+    d_k = tr["d_k_heads"]
+    np.testing.assert_array_equal(tr["d_kv_latent"][:, 4:], d_k[..., 3:].sum(axis=0))
+
+
+def test_backward_cells_and_a_finite_difference() -> None:
+    """A central difference of L in one entry of W_DKV's k_R column agrees; --cell of a
+    new gradient writes its formula."""
+    kw = problem(rope="interleaved")
+    tr = mhacli.trace(**kw, backward=True)
+    h = 1e-6
+    plus, minus = dict(kw), dict(kw)
+    for d, sign in ((plus, 1), (minus, -1)):
+        d["w_dkv"] = kw["w_dkv"].copy()
+        d["w_dkv"][2, 5] += sign * h
+    diff = (mhacli.attention(**plus).sum() - mhacli.attention(**minus).sum()) / (2 * h)
+    assert tr["d_w_dkv"][2, 5] == pytest.approx(diff, rel=1e-6)
+    from mhacli.engine.stages import recipe  # noqa: F401  (the cell is the table's)

@@ -17,6 +17,8 @@ from . import ops
 from .stage import KEY, NUMBERED, QUERY, Stage
 from .work import Work, tuned, turned
 from .gradient_cells import cell_d_masked, cell_d_scores, cell_with_formula
+from .latent_gradients import d_input as latent_d_input, d_input_text as latent_text
+from .latent_gradients import latent_gradients
 from .writing import Entry, Formula
 
 if TYPE_CHECKING:
@@ -151,6 +153,8 @@ def _source(t: Chains, w: Work, kv: bool) -> Array:
 def _d_input(w: Work) -> Array:
     """The gradient arriving at the query-side input of the projections (X, or X + PE)."""
     p = w.p
+    if w.c.latent:  # through the latents (latent_gradients.py)
+        return latent_d_input(w)
     out = w["d_q"] @ p.w_q.T  # type: ignore[union-attr]
     if not w.c.cross:
         out = out + w["d_k"] @ p.w_k.T + w["d_v"] @ p.w_v.T  # type: ignore[union-attr]
@@ -198,6 +202,8 @@ def _d_scaled_text(t: Chains, f: Formula) -> str:
 
 def _d_input_text(f: Formula) -> str:
     src = "(X + PE)" if f.c.positional else "X"
+    if f.c.latent:
+        return latent_text(src)
     if f.c.cross:
         return f"d{src} = dQ·W_Qᵀ"
     return f"d{src} = dQ·W_Qᵀ + dK·W_Kᵀ + dV·W_Vᵀ ({src.strip('()')} feeds all three)"
@@ -330,21 +336,29 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
         _grad("d_k_heads", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
               lambda w: _d_heads(t, w, "k"), lambda f: _heads_back_text(t, f, "K"), "K_h",
               per_head=True),
+        *latent_gradients(t, _grad),  # MLA's weights and latents (latent_gradients.py)
         _grad("d_q", "n × H·d_k", lambda c: (c.n, c.heads * c.d_k), QUERY, NUMBERED,
-              lambda w: ops.merge_heads(w["d_q_heads"]), _text("the heads' dQ side by side"), "Q"),
+              lambda w: ops.merge_heads(w["d_q_heads"]), _text("the heads' dQ side by side"), "Q",
+              exists=lambda c: not c.latent),
         _grad("d_k", "m × G·d_k", lambda c: (c.m, c.groups * c.d_k), KEY, NUMBERED,
-              lambda w: ops.merge_heads(w["d_k_heads"]), _text("the heads' dK side by side"), "K"),
+              lambda w: ops.merge_heads(w["d_k_heads"]), _text("the heads' dK side by side"), "K",
+              exists=lambda c: not c.latent),
         _grad("d_v", "m × G·d_v", lambda c: (c.m, c.groups * c.d_v), KEY, NUMBERED,
-              lambda w: ops.merge_heads(w["d_v_heads"]), _text("the heads' dV side by side"), "V"),
+              lambda w: ops.merge_heads(w["d_v_heads"]), _text("the heads' dV side by side"), "V",
+              exists=lambda c: not c.latent),
         _grad("d_w_q", "d_model × H·d_k", lambda c: (c.d_model, c.heads * c.d_k), NUMBERED,
-              NUMBERED, lambda w: _source(t, w, False).T @ w["d_q"],
-              lambda f: f"dW_Q = {_src(f, False)}ᵀ·dQ", "W_Q", exists=lambda c: not c.direct),
+              NUMBERED, lambda w: _source(t, w, False).T @ (
+                  ops.merge_heads(w["d_q_heads"]) if w.c.latent else w["d_q"]),
+              lambda f: f"dW_Q = {_src(f, False)}ᵀ·dQ", "W_Q",
+              exists=lambda c: not c.direct and not c.r_q),
         _grad("d_w_k", "d_kv × G·d_k", lambda c: (c.d_kv, c.groups * c.d_k), NUMBERED,
               NUMBERED, lambda w: _source(t, w, True).T @ w["d_k"],
-              lambda f: f"dW_K = {_src(f, True)}ᵀ·dK", "W_K", exists=lambda c: not c.direct),
+              lambda f: f"dW_K = {_src(f, True)}ᵀ·dK", "W_K",
+              exists=lambda c: not c.direct and not c.latent),
         _grad("d_w_v", "d_kv × G·d_v", lambda c: (c.d_kv, c.groups * c.d_v), NUMBERED,
               NUMBERED, lambda w: _source(t, w, True).T @ w["d_v"],
-              lambda f: f"dW_V = {_src(f, True)}ᵀ·dV", "W_V", exists=lambda c: not c.direct),
+              lambda f: f"dW_V = {_src(f, True)}ᵀ·dV", "W_V",
+              exists=lambda c: not c.direct and not c.latent),
         _grad("d_b_q", "H·d_k", lambda c: (c.heads * c.d_k,), NUMBERED, NUMBERED,
               lambda w: _sums(w["d_q"]), _text("db_q = the column sums of dQ"), "b_q",
               exists=lambda c: "b_q" in c.biases),
