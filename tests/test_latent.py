@@ -214,8 +214,7 @@ def test_heads_follow_from_the_shapes() -> None:
     (dict(heads=2), "heads = 2 does not divide the 21 columns of w_uq"),
     (dict(kv_heads=1), "kv_heads has no place in multi-head latent attention"),
     (dict(x_kv=np.ones((3, 7))), "cross-attention (x_kv) does not follow multi-head latent"),
-    (dict(decode=True), "decoding with a KV cache (--decode) does not follow multi-head "
-                        "latent attention yet"),
+    (dict(decode=True, qk_norm="head"), "decoding multi-head latent attention with qk_norm"),
     (dict(rope={"style": "half", "dims": 6}), "rope dims must be an even number from 2 to "
                                               "d_R = 4"),
 ])
@@ -426,3 +425,54 @@ def test_backward_cells_and_a_finite_difference() -> None:
     diff = (mhacli.attention(**plus).sum() - mhacli.attention(**minus).sum()) / (2 * h)
     assert tr["d_w_dkv"][2, 5] == pytest.approx(diff, rel=1e-6)
     from mhacli.engine.stages import recipe  # noqa: F401  (the cell is the table's)
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+@pytest.mark.parametrize("r_q", [5, None])
+def test_decoding_caches_the_latent(r_q: int | None) -> None:
+    """Each step caches [c_KV | RoPE(k_R)] (r_kv + d_R numbers a position), its absorbed
+    query [q_nope·W_UKᵀ | RoPE(q_rope)] scored against that cache and divided by s gives
+    the plain scores, and the step is row t of the plain trace."""
+    kw = problem(r_q=r_q, rope="interleaved", scale=2.5)
+    tr = mhacli.trace(**kw, decode=True)
+    normed, k = tr["kv_latent_normed"], tr["k_rot"]
+    for st in tr.decode:
+        t = st.step
+        want = np.concatenate((normed[:t], k[0, :t, 3:]), axis=1)  # (t, r_kv + d_R)
+        np.testing.assert_array_equal(st.latent_cache, want)
+        for h in range(3):  # by hand: W_UK,h absorbed into head h's query
+            w_uk = kw["w_uk"][:, 3 * h:3 * h + 3]  # (r_kv, d_nope)
+            q = tr["q_rot"][h, t - 1]
+            np.testing.assert_allclose(st.absorbed_q[h], np.concatenate((w_uk @ q[:3], q[3:])),
+                                       rtol=1e-13, atol=1e-14)
+        plain = tr["q_rot"][:, t - 1:t] @ tr["k_rot"][:, :t].swapaxes(-1, -2) / 2.5
+        np.testing.assert_allclose(st.scores, plain[:, 0], rtol=1e-12, atol=1e-13)
+        np.testing.assert_allclose(st.weights, tr["weights"][:, t - 1, :t], rtol=1e-12,
+                                   atol=1e-14)
+        np.testing.assert_allclose(st.output, tr["output"][t - 1], rtol=1e-12, atol=1e-13)
+        assert st.cache_bytes == t * (4 + 4) * 8
+        assert st.cache_bytes_mha == t * 2 * 3 * 2 * 8
+
+
+def test_decoding_json_and_view(tmp_path: Any) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from mhacli.cli import app
+
+    path = write_problem(tmp_path / "mla.yaml")
+    r = CliRunner().invoke(app, ["explain", str(path), "--decode", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    steps = json.loads(r.stdout)["stages"]["decode"]
+    last = steps[-1]
+    assert np.array(last["latent_cache"]).shape == (4, 4)  # t' × (r_kv + d_R)
+    assert np.array(last["absorbed_q"]).shape == (2, 4)  # H × (r_kv + d_R)
+    assert (last["cache_bytes"], last["cache_bytes_mha"]) == (4 * 4 * 8, 4 * 2 * 2 * 2 * 8)
+    text = explain(str(path), "--decode")
+    assert "the latent cache: [c_KV | RoPE(k_R)]" in text
+    assert "plain multi-head attention would cache k and v of every head" in text
+    cell = explain(str(path), "--decode", "--cell", "decode:2:cache_bytes")
+    assert "cache_bytes = t'·(r_kv + d_R)·b = 2·(2 + 2)·8" in cell and "= 64" in cell

@@ -80,6 +80,21 @@ def heads_of(p: Any, x: Array) -> tuple[Array, Array, Array]:
             v_heads(c_kv, p.w_uv, c.heads))
 
 
+def absorbed(q: Array, w_uk: Array, d_nope: int) -> Array:
+    """Each head's query with W_UK absorbed, as MLA decodes: [q_nope,h·W_UK,hᵀ | q_rope,h]
+    (q_rope as the scores read it, turned), unscaled: (H, r_kv + d_R) from q (H, d_k)."""
+    heads = q.shape[0]
+    w = ops.split_heads(w_uk, heads)  # (H, r_kv, d_nope)
+    nope = np.einsum("hd,hrd->hr", q[:, :d_nope], w)  # (H, r_kv)
+    return np.concatenate((nope, q[:, d_nope:]), axis=1)  # (H, r_kv + d_R)
+
+
+def latent_row(c_kv: Array, k: Array, d_nope: int) -> Array:
+    """A token's row of the latent cache, [c_KV (normed) | k_R as the scores read it
+    (turned)]: (r_kv + d_R,) from its c_KV (r_kv,) and its keys (H, d_k)."""
+    return np.concatenate((c_kv, k[0, d_nope:]))
+
+
 @dataclass(frozen=True)
 class Shapes:
     """MLA's weights, checked against each other and against X: its sizes and arrays."""
