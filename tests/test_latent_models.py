@@ -2,8 +2,9 @@
 them (tiny, every parameter random, the latent norms' weights off 1), against the model's
 own attention module run on the same x (tests/hf_zoo.py): DeepSeek-V2 and V3 (with the
 queries compressed and not, yarn's mscale on and off, RoPE's pairs interleaved and not),
-GLM-4-MoE-Lite, Youtu, Sarvam-MLA, MiniCPM3, Kimi Linear's MLA layers, and DeepSeek-V3.2
-with no more tokens than its indexer keeps (dense). 1e-5 relative:
+GLM-4-MoE-Lite, Youtu, Sarvam-MLA, MiniCPM3, Kimi Linear's MLA layers, LongCat-Flash (two
+MLAs a layer, each with its LoRA scalings), and DeepSeek-V3.2 with no more tokens than its
+indexer keeps (dense). 1e-5 relative:
 the models compute RoPE's cos and sin and their RMS norms in float32. And what is refused:
 Kimi Linear's KDA layers (for good), DeepSeek-V3.2 on more tokens than its indexer
 keeps, a bias of the latents' projections. Skipped where transformers (and torch) are not installed."""
@@ -46,6 +47,7 @@ CASES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "sarvam_mla": ("sarvam_mla", "DeepseekV3ForCausalLM", {}),
     "minicpm3": ("minicpm3", "MiniCPM3ForCausalLM", {}),
     "kimi_linear": ("kimi_linear", "KimiLinearForCausalLM", {}),
+    "longcat_flash": ("longcat_flash", "LongcatFlashForCausalLM", {}),  # (two a layer)
     "deepseek_v32": ("deepseek_v32", "DeepseekV32ForCausalLM", {"index_topk": 9}),  # (9
     # tokens: its indexer keeps every key)
 }
@@ -87,7 +89,9 @@ def test_every_mla_layer_agrees_with_the_model(case: str, made: dict[str, Path],
     width = config["hidden_size"]
     rng = np.random.default_rng(1)
     checked = 0
-    for layer in range(zoo.layer_count(folder)):
+    layers = zoo.layer_addresses(folder)  # (LongCat-Flash's: 2N and 2N + 1 in layer N)
+    assert len(layers) == zoo.layer_count(folder) * (2 if "longcat" in case else 1)
+    for layer in layers:
         x = rng.standard_normal((9, width))
         if (config.get("layer_types") or [""] * 9)[layer] == "linear_attention":  # (Kimi)
             with pytest.raises(NotAttention, match=f"layer {layer} is linear attention"):
@@ -146,10 +150,6 @@ def test_what_is_not_followed_is_refused_by_name(tmp_path: Path) -> None:
         from_mapping({"x": np.ones((5, 64)), "checkpoint": v32, "layer": 0}, "t")
     assert from_mapping({"x": np.ones((4, 64)), "checkpoint": v32, "layer": 0},
                         "t").read["settings"]["most_tokens"].startswith("config index_topk")
-    longcat = build("longcat_flash", "LongcatFlashForCausalLM", tmp_path / "longcat")
-    with pytest.raises(mhacli.MhaError, match="holds two multi-head latent attentions "
-                                              r"\(self_attn.0 and self_attn.1\)"):
-        from_mapping({"x": np.ones((2, 64)), "checkpoint": longcat, "layer": 0}, "t")
     biased = build("deepseek_v3", "DeepseekV3ForCausalLM", tmp_path / "bias",
                    attention_bias=True)
     with pytest.raises(mhacli.MhaError, match="q_a_proj.bias: a bias of the latent's "
@@ -178,3 +178,19 @@ def test_explain_names_where_each_came_from(made: dict[str, Path],
     assert "qk_rope_head_dim" in read["settings"]["rope"]
     assert data["config"]["latent"] == {"r_q": 0, "r_kv": 16, "d_nope": 8, "d_rope": 8}
     assert "q_latent" not in data["stages"] and "kv_latent" in data["stages"]
+
+
+def test_longcat_folds_its_lora_scalings_into_the_norms(made: dict[str, Path],
+                                                        tmp_path_factory: pytest.TempPathFactory
+                                                        ) -> None:
+    """LongCat-Flash's √(hidden / rank) scalings of q and the normed c_KV, in the two norms'
+    weights: kv_latent_normed is the latent its model caches; --layer 3 is layer 1's
+    second attention."""
+    from safetensors import safe_open
+
+    folder = model_of(made, tmp_path_factory, "longcat_flash")
+    prob = from_mapping({"x": np.ones((2, 64)), "checkpoint": folder, "layer": 3}, "t")
+    with safe_open(str(folder / "model.safetensors"), "np") as f:
+        stored = f.get_tensor("model.layers.1.self_attn.1.kv_a_layernorm.weight")
+    np.testing.assert_allclose(prob.inputs["kv_latent_norm"], stored * 2.0, rtol=1e-7)
+    assert "LoRA scaling" in prob.read["settings"]["q_latent_norm"]

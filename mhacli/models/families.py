@@ -23,7 +23,7 @@ from .rules import (by_layer_types as types_or, local_window, every_layer_if_use
 from .reading import Reader, window_of
 from .layouts import (albert, approximate, bert, big_bird, bloom, codegen, deberta, falcon,
                       gpt2, gpt_bigcode, gpt_neo, gptj, mpt, neox)
-from .latent import latent_attention, two_in_a_layer
+from .latent import latent_attention
 from .llama4 import chunks, llama4
 from .seq2seq import AROUND, bart
 from .t5 import AROUND as T5_AROUND, mpnet, t5
@@ -268,7 +268,11 @@ RECORDS: tuple[Family, ...] = (
            unread=("layer_types", "model_max_length", "moe_renormalize", "num_expert_group",
                    "num_experts_per_token"),  # (the tensors say which layers are attention)
            read=latent_attention(style=None, yarn=False, interleave_key=None)),
-    Family("longcat_flash", tensors="two_latent", read=two_in_a_layer),
+    Family("longcat_flash", tensors="two_latent",
+           read=latent_attention(interleave_key=None, lora_scale=True),
+           unread=("expert_ffn_hidden_size", "zero_expert_num"),  # (its experts)
+           others="two in each layer, --layer 2N and 2N + 1 (self_attn.0 and .1 of layer N, "
+           "the model's layer_idx)"),
     Family("gpt_bigcode", tensors="gpt2", read=gpt_bigcode),
     Family("bloom", tensors="falcon", read=bloom),
     Family("gpt_neo", tensors="gpt_neo", read=gpt_neo),

@@ -109,19 +109,36 @@ def _indexer(f: Any, r: Reader, stem: str, names: list[str], out: Layer) -> None
                           "every key of a problem of at most that many tokens (then dense)")
 
 
+def _lora_scales(r: Reader, out: Layer) -> None:
+    """LongCat-Flash multiplies its queries by √(hidden_size / q_lora_rank) and the normed
+    c_KV by √(hidden_size / kv_lora_rank) (mla_scale_q_lora, mla_scale_kv_lora): folded
+    into the two norms' weights, so that the normed latents are the model's own."""
+    hidden = r.count("hidden_size")
+    for name, key in (("q_latent_norm", "q_lora_rank"), ("kv_latent_norm", "kv_lora_rank")):
+        rank = r.count(key)
+        if hidden is None or rank is None:
+            raise r.error(key if rank is None else "hidden_size", "missing: the LoRA "
+                          "scaling √(hidden_size / rank) needs it")
+        out[name] = frozen(out[name] * np.sqrt(hidden / rank))
+        r.note(name, f"{r.origin[name]} × √(hidden_size / {key}) = "
+                     f"√({hidden} / {rank}) (its LoRA scaling)")
+
+
 def latent_attention(style: str | None = "interleaved", yarn: bool = True,
                      interleave_key: str | None = "rope_interleave",
-                     indexer: bool = False) -> Any:
+                     indexer: bool = False, lora_scale: bool = False) -> Any:
     """A family's reading of its MLA layer: RoPE in pairs of ``style`` (None: no RoPE,
     Kimi Linear's NoPE; ``interleave_key``: a config flag that picks interleaved, true, or
     half pairs), yarn's mscale² folded into the scale where ``yarn``; ``indexer``:
-    DeepSeek-V3.2's, read where it keeps every key (``_indexer``)."""
+    DeepSeek-V3.2's, read where it keeps every key (``_indexer``); ``lora_scale``:
+    LongCat-Flash's scalings of the latents (``_lora_scales``)."""
     turn = "no RoPE" if style is None else f"RoPE on the last qk_rope_head_dim columns " \
         f"({'interleaved' if style == 'interleaved' else 'half'} pairs" + \
         (f", or as {interleave_key} says)" if interleave_key else ")")
 
     @said(f"multi-head latent attention (q_a/q_b or q_proj, kv_a_proj_with_mqa, kv_b_proj); "
-          f"causal; {turn}" + ("; s = √qk_head_dim / yarn's mscale²" if yarn else ""))
+          f"causal; {turn}" + ("; s = √qk_head_dim / yarn's mscale²" if yarn else "")
+          + ("; the latents' LoRA scalings in the norms' weights" if lora_scale else ""))
     def read(f: Any, r: Reader, stem: str) -> Layer:
         found = sorted(n for n in r.ckpt.names if n.startswith(f"{stem}indexer."))
         if found and not indexer:
@@ -168,6 +185,10 @@ def latent_attention(style: str | None = "interleaved", yarn: bool = True,
         out["kv_latent_norm"] = r.tensor(f"{stem}kv_a_layernorm.weight", 1)
         r.note("kv_latent_norm", f"tensor {stem}kv_a_layernorm.weight")
         _up(r, stem, heads, d_nope, d_v, out)
+        if lora_scale:
+            if r_q is None:
+                raise r.error("q_lora_rank", "missing: LongCat-Flash compresses its queries")
+            _lora_scales(r, out)
         linear(r, stem, "o_proj", out, "o")
         if style is not None:
             pairs = style
@@ -188,12 +209,3 @@ def latent_attention(style: str | None = "interleaved", yarn: bool = True,
         return out
     return read
 
-
-@said("two multi-head latent attentions in each layer (self_attn.0, self_attn.1), refused by "
-      "name: --layer does not address them yet")
-def two_in_a_layer(f: Any, r: Reader, stem: str) -> Layer:
-    """LongCat-Flash: each layer runs two MLA modules, one after the other, each with its
-    LoRA scalings (mla_scale_q_lora, mla_scale_kv_lora); --layer N names one attention."""
-    raise MhaError(f"{stem}0.kv_a_proj_with_mqa.weight: {f.model_type}'s layer {r.layer} holds "
-                   "two multi-head latent attentions (self_attn.0 and self_attn.1), which "
-                   "--layer does not address yet", source=r.config_file, key="layer")

@@ -41,8 +41,9 @@ LAYOUTS = (
     ("phi3", r"(?:^|\.)layers\.(\d+)\.self_attn\.qkv_proj\.weight$", "qkv_proj.weight"),
     ("latent", r"(?:^|\.)layers\.(\d+)\.self_attn\.kv_a_proj_with_mqa\.weight$",
      "kv_a_proj_with_mqa.weight"),  # (multi-head latent attention: before q_proj's)
-    ("two_latent", r"(?:^|\.)layers\.(\d+)\.self_attn\.0\.kv_a_proj_with_mqa\.weight$",
-     "0.kv_a_proj_with_mqa.weight"),  # (LongCat-Flash: two in each layer, refused by name)
+    ("two_latent", r"(?:^|\.)layers\.(\d+)\.self_attn\.([01])\.kv_a_proj_with_mqa\."
+     r"weight$", "kv_a_proj_with_mqa.weight"),  # (LongCat-Flash: two MLAs in each layer,
+    # numbered 2N and 2N + 1 as the model numbers them, its layer_idx)
     ("decoder", r"(?:^|\.)layers\.(\d+)\.self_attn\.q_proj\.weight$", "q_proj.weight"),
     ("mixer", r"(?:^|\.)layers\.(\d+)\.mixer\.q_proj\.weight$", "q_proj.weight"),
     ("modernbert", r"(?:^|\.)layers\.(\d+)\.attn\.Wqkv\.weight$", "Wqkv.weight"),
@@ -115,11 +116,17 @@ def _attention(names: tuple[str, ...], cross: bool = False
     other = _kinds(names)
     for kind, pattern, _ in CROSS if cross else LAYOUTS:
         rx = re.compile(pattern)
-        found = {int(m[1]): n for n in names if (m := rx.search(n)) and
+        found = {_number(m): n for n in names if (m := rx.search(n)) and
                  not n.startswith(other.get(int(m[1]), ("", "\0"))[1])}
         if found:
             return kind, found
     return None, {}
+
+
+def _number(m: re.Match[str]) -> int:
+    """The attention layer a layout's match names: its layer, or with two attentions in
+    a layer (LongCat-Flash's self_attn.0 and .1) 2·layer + which, the model's layer_idx."""
+    return int(m[1]) if m.lastindex == 1 else 2 * int(m[1]) + int(m[2])
 
 
 def read_layer(path: str | Path, layer: int | str = 0, dtype: Any = np.float64
