@@ -168,6 +168,7 @@ def latent_attention(style: str | None = "interleaved", yarn: bool = True,
         out: Layer = {"heads": heads, "mask": "causal", "latent_eps": EPS}
         if indexer:
             _indexer(f, r, stem, found, out)
+        r.note("heads", "config num_attention_heads")
         r.note("mask", f"{f.model_type}: causal")
         r.note("latent_eps", "1e-6, the latent norms' own (the RMS norm's default)")
         if r_q is not None:
