@@ -474,5 +474,7 @@ def test_decoding_json_and_view(tmp_path: Any) -> None:
     text = explain(str(path), "--decode")
     assert "the latent cache: [c_KV | RoPE(k_R)]" in text
     assert "plain multi-head attention would cache k and v of every head" in text
+    assert "grouped-query attention with (r_kv + d_R) / (2·d_v) = 1 key/value heads" in \
+        " ".join(text.split())
     cell = explain(str(path), "--decode", "--cell", "decode:2:cache_bytes")
     assert "cache_bytes = t'·(r_kv + d_R)·b = 2·(2 + 2)·8" in cell and "= 64" in cell

@@ -125,7 +125,9 @@ def _step(tr: Trace, st: DecodeStep, labels: list[str], head: int | None,
                 f"{c.r_kv} + d_R {c.d_rope}) × {size} bytes = {st.cache_bytes} bytes; plain "
                 f"multi-head attention would cache k and v of every head, {len(pos)} × 2 × "
                 f"{c.heads} × d_v {c.d_v} × {size} = {st.cache_bytes_mha} bytes (k_cache and "
-                "v_cache above are what the latent expands to)")
+                "v_cache above are what the latent expands to); as much as grouped-query "
+                f"attention with (r_kv + d_R) / (2·d_v) = {(c.r_kv + c.d_rope) / (2 * c.d_v):g} "
+                "key/value heads would cache")
     elif c.groups != c.heads:
         note += (f"; without grouped-query attention ({c.heads} key/value heads) it would "
                  f"be {st.cache_bytes * c.heads // c.groups} bytes")
