@@ -194,3 +194,27 @@ def test_longcat_folds_its_lora_scalings_into_the_norms(made: dict[str, Path],
         stored = f.get_tensor("model.layers.1.self_attn.1.kv_a_layernorm.weight")
     np.testing.assert_allclose(prob.inputs["kv_latent_norm"], stored * 2.0, rtol=1e-7)
     assert "LoRA scaling" in prob.read["settings"]["q_latent_norm"]
+
+
+def test_generate_writes_the_layer_back(made: dict[str, Path],
+                                        tmp_path_factory: pytest.TempPathFactory,
+                                        tmp_path: Path) -> None:
+    """generate --checkpoint writes MLA's weights and settings as a problem file, which
+    reads back to the same numbers as the layer itself."""
+    from typer.testing import CliRunner
+
+    from mhacli.cli import app
+
+    folder = model_of(made, tmp_path_factory, "deepseek_v2-yarn")
+    r = CliRunner().invoke(app, ["generate", "--checkpoint", str(folder), "--layer", "1",
+                                 "--tokens", "4", "--seed", "3"])
+    assert r.exit_code == 0, r.output
+    (tmp_path / "p.yaml").write_text(r.stdout)
+    written = mhacli.load(str(tmp_path / "p.yaml"))
+    for key in ("w_dq:", "q_latent_norm:", "w_uq:", "w_dkv:", "kv_latent_norm:", "w_uk:",
+                "w_uv:", "latent_eps:"):
+        assert f"\n{key}" in r.stdout, key
+    x = np.asarray(written.inputs["x"], dtype=np.float64)
+    layer = from_mapping({"x": x, "checkpoint": folder, "layer": 1}, "test")
+    np.testing.assert_allclose(mhacli.attention(**written.inputs),
+                               mhacli.attention(**layer.inputs), rtol=1e-12, atol=1e-12)
