@@ -55,6 +55,8 @@ CASES: dict[str, tuple[dict[str, Any], int, bool]] = {
     "gated-clip": (dict(file=str(FIXTURES / "gated-clip.yaml")), 4, False),
     "qk-layer": (dict(file=str(FIXTURES / "qk-layer.yaml")), 4, False),
     "qk-after-rope": (dict(file=str(FIXTURES / "qk-after-rope.yaml")), 4, False),
+    "mla": (dict(file=str(FIXTURES / "mla.yaml")), 4, False),
+    "mla-w-q": (dict(file=str(FIXTURES / "mla-w-q.yaml")), 4, False),
     "relative-bias": (dict(file=str(FIXTURES / "relative-bias.yaml")), 4, False),
     "relative-bias-causal": (dict(file=str(FIXTURES / "relative-bias.yaml"), mask="causal",
                                   backward=True), 4, True),

@@ -153,6 +153,11 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "granitemoehybrid": dict(num_hidden_layers=4, layer_types=[
         "mamba", "attention", "mamba", "attention"], mamba_n_heads=8),
     "lfm2": dict(num_hidden_layers=4, layer_types=None, full_attn_idxs=[1, 3]),
+    # multi-head latent attention: every head its own keys and values (a key/value head
+    # each, as repeat_kv needs), and head_dim the rotary's width, qk_rope_head_dim's
+    **{t: dict(num_key_value_heads=HEADS, head_dim=8) for t in (
+        "deepseek_v2", "deepseek_v3", "deepseek_v32", "glm4_moe_lite", "youtu", "sarvam_mla",
+        "minicpm3", "kimi_linear", "longcat_flash")},
     "gemma3n_text": dict(num_hidden_layers=10, num_kv_shared_layers=5, layer_types=[
         "sliding_attention"] * 4 + ["full_attention"] + ["sliding_attention"] * 4 + [
         "full_attention"], intermediate_size=[64] * 10, activation_sparsity_pattern=[0.0] * 10),
@@ -239,6 +244,14 @@ def attention_module(model: torch.nn.Module, layer: int) -> tuple[str, str | Non
     """The path of layer ``layer``'s attention module in ``model`` (``…layers.N.self_attn``,
     ``…layer.N.attention`` …) and of its output projection when the module goes on past it
     (BERT's ``output.dense``, before the norm of the residual)."""
+    names = dict(model.named_modules())
+    if any(name.endswith(".self_attn.1") for name in names):  # (LongCat-Flash: two MLAs a
+        # layer, numbered 2N and 2N + 1 as its layer_idx numbers them, and as mha does)
+        two = re.compile(rf"(^|\.)layers\.{layer // 2}\.self_attn\.{layer % 2}$")
+        paired = [name for name in names if two.search(name)]
+        if not paired:
+            raise LookupError(f"no attention module of layer {layer}")
+        return paired[0], None
     pattern = re.compile(rf"(^|\.)((layers|layer|h|blocks)\.{layer}\.(norm_attn_norm\.)?"
                          rf"(self_attn|attention|attn|mixer|"
                          rf"self_attention|multi_head_attention)|attentions\.{layer})$")  # (XLM's: attentions.N)
@@ -246,7 +259,6 @@ def attention_module(model: torch.nn.Module, layer: int) -> tuple[str, str | Non
     if not found:
         raise LookupError(f"no attention module of layer {layer}")
     path = found[0]
-    names = dict(model.named_modules())
     if f"{path}.attn" in names and path.endswith(".attention"):  # (MPNet's, inside its norm)
         path = f"{path}.attn"
     # (BLOOM's module adds the residual after its dense: the output is dense's)
@@ -386,6 +398,8 @@ def layer_addresses(folder: str | Path) -> list[int | str]:
             names += list(handle.keys())
     if not is_encoder_decoder(tuple(names)):
         count = layer_count(folder)
+        if any(re.search(r"\.self_attn\.1\.kv_a_proj_with_mqa\.", n) for n in names):
+            count *= 2  # (LongCat-Flash: two MLAs a layer, numbered as its layer_idx)
         if not count:  # (ALBERT's layers share weights: its config counts them)
             config = json.loads((Path(folder) / "config.json").read_text())
             count = config.get("num_hidden_layers") or 1

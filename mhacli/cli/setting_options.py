@@ -115,6 +115,9 @@ OPTIONS: tuple[SettingOption, ...] = (
                   "σ(X·W_gate + b_gate) before the heads are joined.", metavar="FILE"),
     SettingOption("b_gate", "The gate's bias, H·d_v numbers (.npy, YAML or JSON), with "
                   "--w-gate.", metavar="FILE"),
+    SettingOption("latent_eps", "Multi-head latent attention (a file's w_dkv …): the eps of "
+                  "its two latent norms, √(mean(x²) + eps); 1e-6 if not given.",
+                  metavar="EPS"),
     SettingOption("masked_row", "A query row whose every key is blocked: zero weights (with "
                   "a warning), nan, or error.", ADVANCED,
                   commands=("explain", "run", "check")),

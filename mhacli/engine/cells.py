@@ -148,12 +148,14 @@ def cell_rot(e: Entry) -> list[Any]:
     h, i, j = e.head, e.row, e.col
     src = e.reads[0]  # as normed, or as split
     e.mark(src, h, {i})
+    start = c.rope_start  # the first dimension turned (MLA: its rope part's, d_nope)
     one, two = ops.rope_pairs(c.rope, c.rope_dims)
     dims = range(c.rope_dims)
     pairs = [int(np.flatnonzero((one == d) | (two == d))[0]) for d in dims]
-    pair = op("pick", j, *pairs) if c.rope_dims else 0
-    a = op("pick", j, *(int(one[k]) for k in pairs)) if c.rope_dims else 0
-    b = op("pick", j, *(int(two[k]) for k in pairs)) if c.rope_dims else 0
+    at = j - start if start else j  # the dimension among those turned
+    pair = op("pick", at, *pairs) if c.rope_dims else 0
+    a = op("pick", at, *(int(one[k]) + start for k in pairs)) if c.rope_dims else 0
+    b = op("pick", at, *(int(two[k]) + start for k in pairs)) if c.rope_dims else 0
     angle = e.derive("rope_angle", _rope("angle")).at(i, pair)
     x, y = e.value(src, h, i, a), e.value(src, h, i, b)
     cos = e.factor(e.derive("rope_cos", _rope("cos")).at(i, pair))
@@ -174,10 +176,12 @@ def cell_rot(e: Entry) -> list[Any]:
         cos_v, sin_v = op("f*", cos_v, float(c.rope_factor)), op("f*", sin_v, float(c.rope_factor))
     turn_one = op("f-", op("f*", x, cos_v), op("f*", y, sin_v))
     turn_two = op("f+", op("f*", x, sin_v), op("f*", y, cos_v))
-    e.makes(op("if", j >= c.rope_dims, e.value(src, h, i, j), op("if", j == a, turn_one, turn_two)))
-    return [when(j >= c.rope_dims,
+    kept = j < start if start else j >= c.rope_dims  # a dimension RoPE does not turn
+    e.makes(op("if", kept, e.value(src, h, i, j), op("if", j == a, turn_one, turn_two)))
+    return [when(kept,
                  f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] = {e.result}  "
-                 f"(dimensions past {c.rope_dims} are not turned)",
+                 + (f"(dimensions past {c.rope_dims} are not turned)" if not start else
+                    f"(the first {start}, q_nope's and k_nope's, are not turned)"),
                  [f"{e.name}: dimensions {a + 1} and {b + 1} turn together (x, y) by the "
                   f"angle p·θ = {theta}  (p = {i})", f"  {rule}", f"  = {e.result}"])]
 

@@ -20,14 +20,17 @@ if TYPE_CHECKING:  # annotations only: each costs a millisecond or two of start-
 
 Array = np.ndarray  # of floats (or of Fractions, for exact arithmetic)
 MATRICES = ("x", "x_kv", "w_q", "w_k", "w_v", "w_o", "q", "k", "v", "grad_output",
-            "target")  # the input matrices
+            "target", "w_dq", "w_uq", "w_dkv", "w_uk", "w_uv")  # the input matrices
+# (the last five: multi-head latent attention's, latent.py)
 PER_HEAD_MATRICES = frozenset({"w_q", "w_k", "w_v", "w_o"})  # or a list of H of them
-VECTORS = ("b_q", "b_k", "b_v", "b_o")  # the biases
+VECTORS = ("b_q", "b_k", "b_v", "b_o", "q_latent_norm", "kv_latent_norm")  # the biases,
+# and the weights of multi-head latent attention's two latent norms
 # The fields of Config and Prepared that no setting fills (each entry of the settings
 # table names those it fills): the sizes, the inputs, and what prepare works out from
 # them; a test holds the two lists to the dataclasses below
 DERIVED = ("n", "m", "d_k", "d_v", "d_out", "d_model", "d_kv", "cross", "direct", "biases",
-           "has_w_o", "backward", "loss", "config", *MATRICES, *VECTORS, "dead_rows")
+           "has_w_o", "backward", "loss", "config", *MATRICES, *VECTORS, "dead_rows",
+           "r_q", "r_kv", "d_rope")
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,10 @@ class Config:
     gate_bias: bool = False  # the gate has its bias b_gate
     positional: str | None = None  # "sinusoidal" or "learned": added to the inputs
     table_rows: int = 0  # a learned positional table's rows (its gradient has them all)
+    r_q: int = 0  # MLA: the query latent's width (0: queries made from X with W_Q)
+    r_kv: int = 0  # MLA: the key/value latent c_KV's width (0: not MLA)
+    d_rope: int = 0  # MLA: d_R, the last columns of each head's q and k (k_R: shared)
+    latent_eps: float = 0.0  # MLA: the latents' norms' eps, √(mean(x²) + eps)
     backward: bool = False  # the gradients too
     loss: str = "sum"  # the loss: "sum" of the outputs, ½·Σ(output − "target")², or "given"
     tiles: tuple[int, int] | None = None  # (BR, BC): the tiled view (FlashAttention)
@@ -105,6 +112,17 @@ class Config:
         """Each joined head's width: d_v, or 2·d_v under differential attention (its
         value heads g and g + G/2 side by side)."""
         return 2 * self.d_v if self.differential is not None else self.d_v
+
+    @property
+    def latent(self) -> bool:
+        """Multi-head latent attention: q, k and v made from latents (latent.py)."""
+        return self.r_kv > 0
+
+    @property
+    def rope_start(self) -> int:
+        """The first column of a head RoPE turns: 0, or in MLA d_nope (the rope part of
+        a head comes last, [nope | rope], as the model concatenates them)."""
+        return self.d_k - self.d_rope if self.r_kv else 0
 
     @property
     def rope_theta(self) -> np.ndarray:
@@ -157,6 +175,13 @@ class Prepared:
     lambdas: Array | None = None  # (4, d_k) differential attention's λ_q1, λ_k1, λ_q2, λ_k2
     w_gate: Array | None = None  # (d_model, H·d_v) the gate's weights (gated attention)
     b_gate: Array | None = None  # (H·d_v,) its bias
+    w_dq: Array | None = None  # MLA (latent.py): (d_model, r_q)
+    q_latent_norm: Array | None = None  # (r_q,)
+    w_uq: Array | None = None  # (r_q, H·d_k)
+    w_dkv: Array | None = None  # (d_model, r_kv + d_R)
+    kv_latent_norm: Array | None = None  # (r_kv,)
+    w_uk: Array | None = None  # (r_kv, H·d_nope)
+    w_uv: Array | None = None  # (r_kv, H·d_v)
     grad_output: Array | None = None  # (n, d_out) dL/d output, when given
     target: Array | None = None  # (n, d_out), for L = ½·Σ(output − target)²
 
@@ -190,3 +215,4 @@ class Sizes:
     t: Any
     x: Array | None
     x_kv: Array | None
+    d_rope: int = 0  # MLA: the width RoPE turns by default (d_R), else d_k

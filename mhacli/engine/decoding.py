@@ -77,6 +77,10 @@ class DecodeStep:
     splits: tuple[Split, ...] | None = None  # the split-K chunks, with splits=S
     combined: Split | None = None  # their log-sum-exp combination
     masked: Array | None = None  # (H, t') the scores, −∞ where blocked (key padding)
+    latent_cache: Array | None = None  # MLA: (t', r_kv + d_R), [c_KV | RoPE(k_R)]: what
+    # the model caches (k_cache and v_cache are what it expands to)
+    absorbed_q: Array | None = None  # MLA: (H, r_kv + d_R), [q_nope·W_UKᵀ | RoPE(q_rope)]
+    cache_bytes_mha: int | None = None  # MLA: t'·2·H·d_v·b, plain multi-head attention's
 
     @property
     def evicted(self) -> int | None:
@@ -106,6 +110,12 @@ def field_stage(c: Config, field: str) -> str:
 def check_decode(c: Config) -> None:
     """Decoding is causal self-attention; MhaError saying why otherwise."""
     float_only(c, "decoding")
+    if c.latent and c.qk_norm is not None:  # (a key normed per head is not the latent's)
+        from .latent import NAME
+
+        raise MhaError(f"decoding {NAME} with qk_norm: each head's keys normed are not made "
+                       "from the cached latent by W_UK, which mha does not follow",
+                       key="qk_norm")
     if c.cross:
         raise MhaError("decoding needs self-attention: here keys and values come from "
                        "x_kv, which does not arrive token by token with the queries",
@@ -160,6 +170,8 @@ def _steps(tr: Record, count: int | None, labels: list[str], reach: Reach
     p, c = tr.prepared, tr.config
     keys: list[Array] = []  # the cache, oldest first: (G, d_k) a position
     values: list[Array] = []  # (G, d_v) a position
+    latents: list[Array] = []  # MLA: (r_kv + d_R) a position, what the model caches
+    d_nope = c.d_k - c.d_rope
     for i in range(c.n):
         q, k, v = _new_rows(tr, i)  # (H, d_k), (G, d_k), (G, d_v)
         keys.append(k)
@@ -168,7 +180,18 @@ def _steps(tr: Record, count: int | None, labels: list[str], reach: Reach
         del keys[:len(keys) - len(positions)], values[:len(values) - len(positions)]
         k_cache = np.stack(keys, axis=1)  # (G, t', d_k)
         v_cache = np.stack(values, axis=1)  # (G, t', d_v)
-        scores = _scores(p, i, positions, q, k_cache)  # (H, 1, t')
+        latent = absorbed_q = mha = None
+        if c.latent:  # the query absorbs W_UK and meets the latent cache itself
+            from .latent import absorbed, latent_row
+
+            latents.append(latent_row(tr.stages["kv_latent_normed"][i], k, d_nope))
+            del latents[:len(latents) - len(positions)]
+            latent = np.stack(latents)  # (t', r_kv + d_R)
+            absorbed_q = absorbed(q, p.w_uk, d_nope)  # (H, r_kv + d_R)
+            scores = _scores(p, i, positions, absorbed_q, latent[None])  # (H, 1, t')
+            mha = len(positions) * 2 * c.heads * c.d_v * np.dtype(c.dtype).itemsize
+        else:
+            scores = _scores(p, i, positions, q, k_cache)  # (H, 1, t')
         masked = ops.mask_scores(scores, reach.allowed(i, i + 1, positions.start,
                                                        positions.stop))  # (H, 1, t')
         weights = ops.softmax_parts(masked, c.masked_row, p.sinks)["weights"]  # (H, 1, t')
@@ -183,11 +206,13 @@ def _steps(tr: Record, count: int | None, labels: list[str], reach: Reach
         chunks = combined = None
         if count is not None:
             chunks, combined = _split_k(p, positions, masked, v_h, min(count, len(positions)))
-        size = len(positions) * c.groups * (c.d_k + c.d_v) * np.dtype(c.dtype).itemsize
+        width = c.r_kv + c.d_rope if c.latent else c.groups * (c.d_k + c.d_v)
+        size = len(positions) * width * np.dtype(c.dtype).itemsize
+        extra = () if latent is None else (*record(latent, absorbed_q), mha)
         yield DecodeStep(
             i + 1, labels[i], *record(q, k, v), positions, reach.dropped(i),
             *record(k_cache, v_cache, scores[:, 0], weights[:, 0], head_outputs[:, 0],
-                   output), size, chunks, combined, *record(masked[:, 0]))
+                   output), size, chunks, combined, *record(masked[:, 0]), *extra)
 
 
 def _new_rows(tr: Record, i: int) -> tuple[Array, Array, Array]:
@@ -256,6 +281,10 @@ def step_json(st: DecodeStep) -> dict[str, Any]:
     step.update((name, data(getattr(st, name))) for name in (
         "k_cache", "v_cache", "scores", "weights", "head_outputs", "output"))
     step["cache_bytes"] = st.cache_bytes
+    if st.latent_cache is not None:  # MLA: what the model caches, and the absorbed query
+        step["latent_cache"] = data(st.latent_cache)
+        step["absorbed_q"] = data(st.absorbed_q)
+        step["cache_bytes_mha"] = st.cache_bytes_mha
     if st.splits is not None and st.combined is not None:
         step["splits"] = [{"positions": span(s.positions), "m": data(s.m),
                            "l": data(s.l), "o": data(s.o)} for s in st.splits]
@@ -299,6 +328,8 @@ def decode_numbers(c: Config, splits: int | None, heads: int, groups: int) -> in
 
     held = Reach.of(c).cache_sizes().astype(np.int64)  # (n,) t' at each step
     chunks = 0 if splits is None else int((np.minimum(held, splits) + 1).sum())
+    latent = c.r_kv + c.d_rope if c.latent else 0  # MLA: the latent cache, absorbed q
     return int(c.n * (heads * (c.d_k + c.d_v) + groups * (c.d_k + c.d_v) + c.d_out)
                + held.sum() * (groups * (c.d_k + c.d_v) + 2 * heads)
-               + chunks * heads * (2 + c.d_v))
+               + chunks * heads * (2 + c.d_v)
+               + held.sum() * latent + c.n * heads * latent)

@@ -346,7 +346,12 @@ def _turned_heads(p: Prepared, work: Work, spread: Spread | None) -> tuple[Array
     V are copied once, turned).
     """
     c = p.config
-    if c.direct:
+    if c.latent:  # made from the latents (latent.py), as the stage table makes them
+        from .latent import heads_of
+
+        q_t, k_t, v_t = (np.ascontiguousarray(a.swapaxes(-1, -2))
+                         for a in heads_of(p, work.stages.get("x_pos", p.x)))
+    elif c.direct:
         q, k, v = p.q.T.copy(), p.k.T.copy(), p.v.T.copy()  # type: ignore[union-attr]
     else:
         x = work.stages.get("x_pos", p.x)  # with positions added
@@ -357,8 +362,9 @@ def _turned_heads(p: Prepared, work: Work, spread: Spread | None) -> tuple[Array
         if c.clip_qkv is not None:  # each clamped to [−c, c], in place
             for a in (q, k, v):
                 clamped(a, c.clip_qkv, out=a)
-    q_t, k_t, v_t = (a.reshape(heads, -1, a.shape[-1])
-                     for a, heads in ((q, c.heads), (k, c.groups), (v, c.groups)))
+    if not c.latent:
+        q_t, k_t, v_t = (a.reshape(heads, -1, a.shape[-1])
+                         for a, heads in ((q, c.heads), (k, c.groups), (v, c.groups)))
     after = c.qk_after_rope and c.rope is not None  # the norm after RoPE (Hunyuan)
     if c.qk_norm is not None and not after:  # each row normed, times the weights
         q_t, k_t = _normed_heads(p, q_t, k_t)

@@ -21,7 +21,9 @@ def rope_text(letter: str) -> Callable[[Formula], str]:
         theta = f"θ_i = {c.rope_base:g}^(−2i/{c.rope_dims})" if not c.rope_freqs else \
             f"θ_i as {c.rope_scaling} gives them (the config's rope freqs)"
         factor = f", times {c.rope_factor:.6g}" if c.rope_factor != 1.0 else ""
-        return (f"RoPE: {letter}{f.i} with each pair {pairs} of its first {c.rope_dims} "
+        which = f"its first {c.rope_dims}" if not c.rope_start else \
+            f"its last {c.rope_dims} (the rope part, columns {c.rope_start + 1}–{c.d_k})"
+        return (f"RoPE: {letter}{f.i} with each pair {pairs} of {which} "
                 f"dimensions turned by p·θ_i, {theta}{factor}")
     return text
 

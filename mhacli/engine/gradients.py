@@ -18,6 +18,8 @@ from .clipping import passed
 from .stage import KEY, NUMBERED, QUERY, Stage
 from .work import Work, tuned, turned
 from .gradient_cells import cell_d_masked, cell_d_scores, cell_with_formula
+from .latent_gradients import d_input as latent_d_input, d_input_text as latent_text
+from .latent_gradients import latent_gradients
 from .writing import Entry, Formula
 
 if TYPE_CHECKING:
@@ -155,6 +157,8 @@ def _through(t: Chains, w: Work, letter: str) -> Array:
 def _d_input(t: Chains, w: Work) -> Array:
     """The gradient arriving at the query-side input of the projections (X, or X + PE)."""
     p = w.p
+    if w.c.latent:  # through the latents (latent_gradients.py)
+        return latent_d_input(w)
     out = _through(t, w, "q") @ p.w_q.T  # type: ignore[union-attr]
     if not w.c.cross:
         out = out + _through(t, w, "k") @ p.w_k.T + \
@@ -221,6 +225,8 @@ def _d_scaled_text(t: Chains, f: Formula) -> str:
 
 def _d_input_text(f: Formula) -> str:
     src = "(X + PE)" if f.c.positional else "X"
+    if f.c.latent:
+        return latent_text(src)
     gate = " + dG·W_gateᵀ" if f.c.gate else ""
     if f.c.cross:
         return f"d{src} = dQ·W_Qᵀ{gate}"
@@ -377,21 +383,29 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
               lambda w: _back(t, w, "k", "k_heads"), lambda f: _back_text(t, f, "k_heads"),
               "K_h",
               per_head=True),
+        *latent_gradients(t, _grad),  # MLA's weights and latents (latent_gradients.py)
         _grad("d_q", "n × H·d_k", lambda c: (c.n, c.heads * c.d_k), QUERY, NUMBERED,
-              lambda w: ops.merge_heads(w["d_q_heads"]), _text("the heads' dQ side by side"), "Q"),
+              lambda w: ops.merge_heads(w["d_q_heads"]), _text("the heads' dQ side by side"), "Q",
+              exists=lambda c: not c.latent),
         _grad("d_k", "m × G·d_k", lambda c: (c.m, c.groups * c.d_k), KEY, NUMBERED,
-              lambda w: ops.merge_heads(w["d_k_heads"]), _text("the heads' dK side by side"), "K"),
+              lambda w: ops.merge_heads(w["d_k_heads"]), _text("the heads' dK side by side"), "K",
+              exists=lambda c: not c.latent),
         _grad("d_v", "m × G·d_v", lambda c: (c.m, c.groups * c.d_v), KEY, NUMBERED,
-              lambda w: ops.merge_heads(w["d_v_heads"]), _text("the heads' dV side by side"), "V"),
+              lambda w: ops.merge_heads(w["d_v_heads"]), _text("the heads' dV side by side"), "V",
+              exists=lambda c: not c.latent),
         _grad("d_w_q", "d_model × H·d_k", lambda c: (c.d_model, c.heads * c.d_k), NUMBERED,
-              NUMBERED, lambda w: _source(t, w, False).T @ _through(t, w, "q"),
-              lambda f: f"dW_Q = {_src(f, False)}ᵀ·dQ{_clip_text(f)}", "W_Q", exists=lambda c: not c.direct),
+              NUMBERED, lambda w: _source(t, w, False).T @ (
+                  ops.merge_heads(w["d_q_heads"]) if w.c.latent else _through(t, w, "q")),
+              lambda f: f"dW_Q = {_src(f, False)}ᵀ·dQ{_clip_text(f)}", "W_Q",
+              exists=lambda c: not c.direct and not c.r_q),
         _grad("d_w_k", "d_kv × G·d_k", lambda c: (c.d_kv, c.groups * c.d_k), NUMBERED,
               NUMBERED, lambda w: _source(t, w, True).T @ _through(t, w, "k"),
-              lambda f: f"dW_K = {_src(f, True)}ᵀ·dK{_clip_text(f)}", "W_K", exists=lambda c: not c.direct),
+              lambda f: f"dW_K = {_src(f, True)}ᵀ·dK{_clip_text(f)}", "W_K",
+              exists=lambda c: not c.direct and not c.latent),
         _grad("d_w_v", "d_kv × G·d_v", lambda c: (c.d_kv, c.groups * c.d_v), NUMBERED,
               NUMBERED, lambda w: _source(t, w, True).T @ _through(t, w, "v"),
-              lambda f: f"dW_V = {_src(f, True)}ᵀ·dV{_clip_text(f)}", "W_V", exists=lambda c: not c.direct),
+              lambda f: f"dW_V = {_src(f, True)}ᵀ·dV{_clip_text(f)}", "W_V",
+              exists=lambda c: not c.direct and not c.latent),
         _grad("d_b_q", "H·d_k", lambda c: (c.heads * c.d_k,), NUMBERED, NUMBERED,
               lambda w: _sums(_through(t, w, "q")), _text("db_q = the column sums of dQ"), "b_q",
               exists=lambda c: "b_q" in c.biases),

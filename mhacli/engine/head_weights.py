@@ -99,13 +99,13 @@ def _stage(name: str, shape: str, dims: Callable[[Config], tuple[int, ...]],
 PROJECTIONS: tuple[Stage, ...] = (
     _stage("w_q", "H × d_model × d_k", lambda c: (c.heads, c.d_model, c.d_k),
            lambda w: ops.split_heads(w.p.w_q, w.c.heads),  # (H, d_model, d_k)
-           lambda c: not c.direct),
+           lambda c: not c.direct and not c.r_q),  # (MLA without a query latent: its W_Q)
     _stage("w_k", "G × d_kv × d_k", lambda c: (c.groups, c.d_kv, c.d_k),
            lambda w: ops.split_heads(w.p.w_k, w.c.groups),  # (G, d_kv, d_k)
-           lambda c: not c.direct),
+           lambda c: not c.direct and not c.latent),
     _stage("w_v", "G × d_kv × d_v", lambda c: (c.groups, c.d_kv, c.d_v),
            lambda w: ops.split_heads(w.p.w_v, w.c.groups),  # (G, d_kv, d_v)
-           lambda c: not c.direct),
+           lambda c: not c.direct and not c.latent),
 )
 OUTPUT: tuple[Stage, ...] = (
     _stage("w_o", "H × d_v × d_out", lambda c: (c.heads, c.d_v, c.d_out),

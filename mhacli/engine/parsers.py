@@ -320,6 +320,8 @@ def write_positional(c: Config, p: Prepared, given: Any) -> Any:
 def rope(value: Any, s: Sizes) -> Fields:
     """``half``, ``interleaved``, or {style, base, dims, scaling, freqs, attention_factor}
     (see ``rope.py``)."""
+    if s.d_rope:  # multi-head latent attention: RoPE turns the last d_R of each head
+        return rope_setting.parse(value, s.d_rope, max(s.n, s.m), "d_R"), {}
     return rope_setting.parse(value, s.d_k, max(s.n, s.m)), {}
 
 
@@ -480,6 +482,25 @@ def differential(value: Any, s: Sizes) -> Fields:
     lambdas.flags.writeable = False
     return ({"differential": value["lambda_init"], "diff_eps": value["eps"]},
             {"lambdas": lambdas})
+
+
+def latent_eps(value: Any, s: Sizes) -> Fields:
+    """The eps of multi-head latent attention's two latent norms (1e-6 if not given)."""
+    return {"latent_eps": 1e-6 if value is None else float(value)}, {}
+
+
+def qk_eps(value: Any, key: str = "qk_norm.eps") -> float:
+    """qk_norm's eps (or another norm's, ``key``): 0 or a positive number (text by the
+    number rule, or a number)."""
+    if type(value) is float and 0 <= value < np.inf:  # typed already: trusted
+        return value
+    if not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, float, str)):
+        from ..numbers import parse
+
+        number = parse(value, tuple(key.split("."))) if isinstance(value, str) else value
+        if number == 0:
+            return 0.0
+    return positive(key, value, "0 or a positive number")  # type: ignore[return-value]
 
 
 def write_differential(c: Config, p: Prepared, given: Any) -> Any:

@@ -176,6 +176,8 @@ def attention(
     w_o: Any = None, b_q: Any = None, b_k: Any = None, b_v: Any = None, b_o: Any = None,
     x_kv: Any = None, q: Any = None, k: Any = None, v: Any = None,
     backward: bool = False, grad_output: Any = None, target: Any = None,
+    w_dq: Any = None, q_latent_norm: Any = None, w_uq: Any = None, w_dkv: Any = None,
+    kv_latent_norm: Any = None, w_uk: Any = None, w_uv: Any = None,
     progress: Progress | None = None, **settings: Any,
 ) -> Array:
     """Multi-head attention: the final output only (n × d_out), the fast path.
@@ -184,6 +186,9 @@ def attention(
     ``b_q b_k b_v b_o``, ``x_kv`` for cross-attention, and the settings below (``heads``,
     ``mask``: None, "causal" or an n × m 0/1 array, 1 = may attend; ``scale``: "dk",
     "n", "none" or a number; ``dtype``: float64 or float32; the variants).
+    Multi-head latent attention: ``w_dkv, kv_latent_norm, w_uk, w_uv`` in place of
+    ``w_k, w_v``, and ``w_dq, q_latent_norm, w_uq`` in place of ``w_q`` where the queries
+    are compressed (see ``mhacli.engine.latent``).
     Raises MhaError on invalid input; warns (MaskedRowWarning) on fully blocked rows.
     ``progress(done, total)``, if given, hears how much of the work is done.
     """
@@ -196,7 +201,9 @@ def trace(
     x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, *,
     w_o: Any = None, b_q: Any = None, b_k: Any = None, b_v: Any = None, b_o: Any = None,
     x_kv: Any = None, q: Any = None, k: Any = None, v: Any = None,
-    backward: bool = False, grad_output: Any = None, target: Any = None, **settings: Any,
+    backward: bool = False, grad_output: Any = None, target: Any = None,
+    w_dq: Any = None, q_latent_norm: Any = None, w_uq: Any = None, w_dkv: Any = None,
+    kv_latent_norm: Any = None, w_uk: Any = None, w_uv: Any = None, **settings: Any,
 ) -> Trace:
     """Multi-head attention with every intermediate stage kept (for small problems).
 

@@ -80,10 +80,10 @@ def read(value: Any) -> dict[str, Any] | None:
     return spec
 
 
-def parse(value: Any, d_k: int, n: int) -> dict[str, Any]:
+def parse(value: Any, d_k: int, n: int, width: str = "d_k") -> dict[str, Any]:
     """The Config fields of a rope setting (see the module; read by ``read`` or not),
     for a problem whose heads are d_k wide and whose positions are 0 … n − 1 (dynamic
-    and longrope depend on it)."""
+    and longrope depend on it); ``width`` names d_k in an error (MLA turns d_R)."""
     spec = read(value)
     if spec is None:
         return {"rope": None, "rope_base": 10000.0, "rope_dims": 0, "rope_freqs": (),
@@ -91,11 +91,11 @@ def parse(value: Any, d_k: int, n: int) -> dict[str, Any]:
     base = spec.get("base") or 10000.0
     if "dims" not in spec and (d_k < 2 or d_k % 2):
         raise MhaError(f"rope turns the dimensions of each head in pairs: it needs an even "
-                       f"d_k, and this problem's is {d_k} (or give rope dims)", key="rope")
+                       f"{width}, and this problem's is {d_k} (or give rope dims)", key="rope")
     dims = spec.get("dims", d_k)
     if isinstance(dims, (bool, np.bool_)) or not isinstance(dims, (int, np.integer)) \
             or not 2 <= dims <= d_k or dims % 2:
-        raise MhaError(f"rope dims must be an even number from 2 to d_k = {d_k}, got "
+        raise MhaError(f"rope dims must be an even number from 2 to {width} = {d_k}, got "
                        f"{given(dims)}", key=("rope", "dims"))
     dims = int(dims)
     factor = spec.get("attention_factor") or 1.0

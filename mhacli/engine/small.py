@@ -30,7 +30,8 @@ def fits(p: Prepared) -> bool:
     """Is the problem small enough for this route, and of the kind it makes as the fast
     path does (float64, whose blocks' products are not turned round)?"""
     c = p.config
-    return c.dtype == "float64" and c.n <= MOST_QUERIES and c.heads * c.n * c.m <= MOST_SCORES
+    return c.dtype == "float64" and c.n <= MOST_QUERIES and \
+        c.heads * c.n * c.m <= MOST_SCORES and c.differential is None  # (two maps a head)
 
 
 def alike(p: Prepared) -> bool:
@@ -39,7 +40,8 @@ def alike(p: Prepared) -> bool:
     (RoPE, qk_norm, positions), clamps them, gates the heads or asks for gradients."""
     c = p.config
     return fits(p) and c.rope is None and c.qk_norm is None and c.positional is None \
-        and c.temperature is None and not c.gate and c.clip_qkv is None and not c.backward
+        and c.temperature is None and not c.gate and c.clip_qkv is None and not c.backward \
+        and not c.latent and c.differential is None
 
 
 def small(p: Prepared) -> Array:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 import numpy as np
 
 from ..errors import MhaError
-from . import ops
+from . import latent_stages as mla, ops
 from .gradients import gradient_stages
 from .cells import (
     cell_input, cell_projection, cell_split, cell_scores, cell_pos, cell_x_pos, cell_rot,
@@ -214,6 +214,17 @@ def _biased_text(f: Formula) -> str:
     return " + ".join(terms)
 
 
+def _latent_or(latent: Callable[[Formula], str], plain: Callable[[Formula], str]
+               ) -> Callable[[Formula], str]:
+    """A split stage's formula: made from the latents in MLA, else split from Q, K, V."""
+    return lambda f: latent(f) if f.c.latent else plain(f)
+
+
+def _cell_or(latent: Callable[[Entry], list[Any]], plain: Callable[[Entry], list[Any]]
+             ) -> Callable[[Entry], list[Any]]:
+    return lambda e: latent(e) if e.c.latent else plain(e)
+
+
 # --------------------------------------------------------------------------- sources
 
 
@@ -330,31 +341,42 @@ FORWARD: tuple[Stage, ...] = (
     Stage("q", "n × H·d_k", lambda c: (c.n, c.heads * c.d_k), QUERY, NUMBERED,
           compute=lambda w: _projected(w)[0], formula=proj_text("Q", "W_Q", lambda f: "X"),
           latex=proj_tex("Q", "W_Q", "X"), cell=cell_projection, exact=True,
-          reads=lambda c: () if c.direct else (latest(c, "x", "q"),)),
+          reads=lambda c: () if c.direct else (latest(c, "x", "q"),),
+          exists=lambda c: not c.latent),
     Stage("k", "m × H·d_k", lambda c: (c.m, c.heads * c.d_k), KEY, NUMBERED,
           compute=lambda w: _projected(w)[1], formula=proj_text("K", "W_K", lambda f: f.src),
           latex=proj_tex("K", "W_K", "@src"), cell=cell_projection, exact=True,
-          reads=lambda c: _key_input(c, "k")),
+          reads=lambda c: _key_input(c, "k"),
+          exists=lambda c: not c.latent),
     Stage("v", "m × H·d_v", lambda c: (c.m, c.heads * c.d_v), KEY, NUMBERED,
           compute=lambda w: _projected(w)[2], formula=proj_text("V", "W_V", lambda f: f.src),
           latex=proj_tex("V", "W_V", "@src"), cell=cell_projection, exact=True,
-          reads=lambda c: _key_input(c, "v")),
+          reads=lambda c: _key_input(c, "v"),
+          exists=lambda c: not c.latent),
     Stage("gate", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,
           compute=lambda w: gate_of(w.p, w[reads(w.c, "gate")[0]]), formula=_gate_text,
           latex=tex("G", "X W_{gate}", "W_{gate} X"), cell=cell_projection, exact=True,
           reads=lambda c: (latest(c, "x", "gate"),), exists=lambda c: c.gate),
+    *mla.latent_stages(sys.modules[__name__]),  # MLA's latents (latent_stages.py)
     Stage("q_heads", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
-          compute=lambda w: ops.split_heads(w["q"], w.c.heads),
-          formula=split_text("Q", lambda c: c.d_k, "d_k"), latex=tex("Q_{@h}"),
-          cell=cell_split, per_head=True, exact=True, chain="q", reads=lambda c: ("q",)),
+          compute=lambda w: mla.q_heads(w, _read(w, "q_heads")) if w.c.latent
+          else ops.split_heads(w["q"], w.c.heads),
+          formula=_latent_or(mla.q_text, split_text("Q", lambda c: c.d_k, "d_k")),
+          latex=tex("Q_{@h}"), cell=_cell_or(mla.cell_q_heads, cell_split), per_head=True,
+          exact=True, chain="q", reads=lambda c: ("q",) if not c.latent else
+          ("q_latent_normed",) if c.r_q else (latest(c, "x", "q_heads"),)),
     Stage("k_heads", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
-          compute=lambda w: ops.split_heads(w["k"], w.c.groups),
-          formula=split_text("K", lambda c: c.d_k, "d_k"), latex=tex("K_{@h}"),
-          cell=cell_split, per_head=True, exact=True, chain="k", reads=lambda c: ("k",)),
+          compute=lambda w: mla.k_heads(w) if w.c.latent
+          else ops.split_heads(w["k"], w.c.groups),
+          formula=_latent_or(mla.k_text, split_text("K", lambda c: c.d_k, "d_k")),
+          latex=tex("K_{@h}"), cell=_cell_or(mla.cell_k_heads, cell_split), per_head=True,
+          exact=True, chain="k", reads=lambda c: mla.K_READS if c.latent else ("k",)),
     Stage("v_heads", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,
-          compute=lambda w: ops.split_heads(w["v"], w.c.groups),
-          formula=split_text("V", lambda c: c.d_v, "d_v"), latex=tex("V_{@h}"),
-          cell=cell_split, per_head=True, exact=True, chain="v", reads=lambda c: ("v",)),
+          compute=lambda w: mla.v_heads(w) if w.c.latent
+          else ops.split_heads(w["v"], w.c.groups),
+          formula=_latent_or(mla.v_text, split_text("V", lambda c: c.d_v, "d_v")),
+          latex=tex("V_{@h}"), cell=_cell_or(mla.cell_v_heads, cell_split), per_head=True,
+          exact=True, chain="v", reads=lambda c: mla.V_READS if c.latent else ("v",)),
     _norm_stage("q_normed", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), "q", False),
     _norm_stage("k_normed", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), "k", False),
     Stage("q_rot", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,

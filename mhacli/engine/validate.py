@@ -25,10 +25,14 @@ def prepare(
     x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, *,
     w_o: Any = None, b_q: Any = None, b_k: Any = None, b_v: Any = None, b_o: Any = None,
     x_kv: Any = None, q: Any = None, k: Any = None, v: Any = None, backward: bool = False,
-    grad_output: Any = None, target: Any = None, exact: bool = False, **settings: Any,
+    grad_output: Any = None, target: Any = None, exact: bool = False,
+    w_dq: Any = None, q_latent_norm: Any = None, w_uq: Any = None, w_dkv: Any = None,
+    kv_latent_norm: Any = None, w_uk: Any = None, w_uv: Any = None, **settings: Any,
 ) -> Prepared:
     """Check every shape against every other and copy into the working dtype; raise
     MhaError. ``settings`` are those of the settings table (heads, mask, scale, dtype …).
+    ``w_dq`` … ``w_uv``: multi-head latent attention's weights (``latent.py``), in place
+    of w_k and w_v (and of w_q, where the queries are compressed).
 
     ``exact=True`` keeps the entries as given (Fractions, for exact arithmetic).
     """
@@ -45,8 +49,32 @@ def prepare(
         settings.get("masked_row", BY_KEY["masked_row"].default))
     heads, groups_given = counts(settings)
 
+    mla = {"w_dq": w_dq, "q_latent_norm": q_latent_norm, "w_uq": w_uq, "w_dkv": w_dkv,
+           "kv_latent_norm": kv_latent_norm, "w_uk": w_uk, "w_uv": w_uv}
+    latent_shapes = None
     direct = q is not None or k is not None or v is not None
-    if direct:
+    if any(a is not None for a in mla.values()):
+        from . import latent
+
+        latent.check_latent_input(x_kv, direct, {"w_k": w_k, "w_v": w_v, "b_q": b_q,
+                                                 "b_k": b_k, "b_v": b_v})
+        if x is None:
+            raise MhaError(f"{latent.NAME} needs x", key="x")
+        x_a = matrix("x", x, t)
+        assert x_a is not None
+        if groups_given is not None and groups_given != heads:
+            raise MhaError(f"kv_heads has no place in {latent.NAME}: every head has its own "
+                           "keys and values, made from the one latent", key="kv_heads")
+        latent_shapes = latent.shapes(x_a, mla, w_q, heads, t)
+        heads = latent_shapes.heads
+        groups_given = None
+        n, d_model = x_a.shape
+        m, d_kv = n, d_model
+        xkv_a = wk = wv = bq = bk = bv = q_a = k_a = v_a = None
+        wq = latent_shapes.arrays.pop("w_q")
+        width_qk = width_k = heads * latent_shapes.d_k
+        width_v = heads * latent_shapes.d_v
+    elif direct:
         extra = [nm for nm, val in (("x", x), ("x_kv", x_kv), ("w_q", w_q), ("w_k", w_k),
                                     ("w_v", w_v)) if val is not None]
         if extra:
@@ -153,8 +181,16 @@ def prepare(
             f"without w_o the output has H·d_v = {d_out} columns"
         raise MhaError(f"b_o has {bo.shape[0]} entries but {where}", key="b_o")
 
-    sizes = Sizes(n, m, heads, groups, d_k, d_v, d_model, t, x_a, xkv_a)
+    d_rope = 0 if latent_shapes is None else latent_shapes.d_rope
+    sizes = Sizes(n, m, heads, groups, d_k, d_v, d_model, t, x_a, xkv_a, d_rope)
     fields, arrays = parse_all(settings, sizes)
+    if latent_shapes is not None:
+        s_ = latent_shapes
+        fields.update(r_q=s_.r_q, r_kv=s_.r_kv, d_rope=s_.d_rope)
+        arrays.update(s_.arrays)
+    elif settings.get("latent_eps") is not None:
+        raise MhaError("latent_eps is the eps of multi-head latent attention's latent norms: "
+                       "this problem has none (no w_dkv)", key="latent_eps")
     upstream = {}
     for name, value in (("grad_output", grad_output), ("target", target)):
         a = matrix(name, value, t)

@@ -97,4 +97,4 @@ def turned(a: Array, p: Prepared, first: int = 0, back: bool = False) -> Array:
     problem's rope says (style, dims, frequencies, attention factor)."""
     c = p.config
     return ops.rotate(a, c.rope, c.rope_dims, c.rope_theta, first, back,  # type: ignore[arg-type]
-                      c.rope_factor)
+                      c.rope_factor, c.rope_start)

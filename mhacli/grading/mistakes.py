@@ -128,7 +128,7 @@ def _swapped(p: Prepared, st: Stages) -> Stages | None:
 
 def _interleaved(p: Prepared, st: Stages) -> Stages | None:
     h = p.config.heads
-    if h == 1:
+    if h == 1 or p.config.latent:  # (MLA makes each head's own: no Q, K, V to split)
         return None
 
     def split(a: Array) -> Array:  # head h takes columns h, h + H, h + 2H, …

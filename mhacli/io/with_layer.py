@@ -10,7 +10,8 @@ import numpy as np
 
 from ..errors import MhaError
 
-WEIGHTS = ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o", "q", "k", "v")
+WEIGHTS = ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o", "q", "k", "v", "w_dq",
+           "q_latent_norm", "w_uq", "w_dkv", "kv_latent_norm", "w_uk", "w_uv")
 
 
 def on_layer(inputs: dict[str, Any], reading: Any, heads: int | None,
@@ -28,6 +29,13 @@ def on_layer(inputs: dict[str, Any], reading: Any, heads: int | None,
         raise MhaError(f"--layer {reading.layer} is a cross-attention: its keys and values "
                        "read the encoder's output, x_kv; give x_kv in the problem (or leave "
                        "out the file for random tokens of both)", key="x_kv")
+    most = getattr(reading, "most_tokens", None)
+    n = np.shape(inputs["x"])[0] if inputs.get("x") is not None else 0
+    if most is not None and n > most:
+        raise MhaError(f"--layer {reading.layer}: {reading.family}'s indexer keeps each "
+                       f"query's top {most} keys (index_topk): with {n} tokens it would drop "
+                       f"some, a sparse mask mha does not compute; give at most {most} tokens "
+                       "(every key kept: the dense attention)", key="x")
     own = set(inputs)
     if inputs.get("bias") is not None:  # the problem's own bias, in place of T5's
         own.add("relative_bias")
@@ -44,8 +52,9 @@ def on_layer(inputs: dict[str, Any], reading: Any, heads: int | None,
         raise MhaError(f"{source}: the checkpoint's config.json does not say how many heads "
                        "(none beside it): give heads in the problem or --heads H")
     h = int(h)
-    width_q, width_k = reading.weights["w_q"].shape[1], reading.weights["w_k"].shape[1]
-    if inputs.get("kv_heads") is None and width_k != width_q and width_q % h == 0 \
+    width_q = reading.weights["w_q"].shape[1] if "w_q" in reading.weights else 0
+    width_k = reading.weights["w_k"].shape[1] if "w_k" in reading.weights else 0  # (MLA: none)
+    if inputs.get("kv_heads") is None and width_k and width_k != width_q and width_q % h == 0 \
             and width_k % (width_q // h) == 0:
         inputs["kv_heads"] = width_k // (width_q // h)
     origin = {k: v for k, v in reading.origin.items() if k not in own

@@ -25,6 +25,7 @@ from .layouts import (albert, approximate, bert, big_bird, bloom, codegen, deber
                       gpt2, gpt_bigcode, gpt_neo, gptj, mpt, neox)
 from .differential import diffllama
 from .dbrx import dbrx
+from .latent import latent_attention
 from .llama4 import chunks, llama4
 from .seq2seq import AROUND, bart
 from .t5 import AROUND as T5_AROUND, mpnet, t5
@@ -252,6 +253,29 @@ RECORDS: tuple[Family, ...] = (
                               "layer's keys and values, which mha does not add"),)),
     *(Family(name, tensors="t5", read=t5, parts=True, unread=T5_AROUND)
       for name in ("t5", "mt5", "umt5", "switch_transformers")),
+    # ---- multi-head latent attention (models/latent.py)
+    Family("deepseek_v2", tensors="latent", read=latent_attention(interleave_key=None)),
+    *(Family(name, tensors="latent", read=latent_attention())
+      for name in ("deepseek_v3", "glm4_moe_lite", "sarvam_mla")),
+    Family("youtu", tensors="latent", read=latent_attention(),
+           unread=("embedding_initializer_range",)),
+    Family("deepseek_v32", tensors="latent",
+           read=latent_attention(interleave_key=None, indexer=True),
+           unread=("mlp_layer_types",),
+           others="its indexer's top-k keys (index_topk) all the keys of a problem of at most "
+           "index_topk tokens (dense); more refused by name"),
+    Family("minicpm3", tensors="latent",
+           read=latent_attention(style="half", interleave_key=None),
+           unread=("scale_emb", "scale_depth", "dim_model_base")),
+    Family("kimi_linear", tensors="latent", others=LINEAR,
+           unread=("layer_types", "model_max_length", "moe_renormalize", "num_expert_group",
+                   "num_experts_per_token"),  # (the tensors say which layers are attention)
+           read=latent_attention(style=None, yarn=False, interleave_key=None)),
+    Family("longcat_flash", tensors="two_latent",
+           read=latent_attention(interleave_key=None, lora_scale=True),
+           unread=("expert_ffn_hidden_size", "zero_expert_num"),  # (its experts)
+           others="two in each layer, --layer 2N and 2N + 1 (self_attn.0 and .1 of layer N, "
+           "the model's layer_idx)"),
     Family("gpt_bigcode", tensors="gpt2", read=gpt_bigcode),
     Family("bloom", tensors="falcon", read=bloom),
     Family("gpt_neo", tensors="gpt_neo", read=gpt_neo),

@@ -40,6 +40,11 @@ LAYOUTS = (
     ("codegen", r"(?:^|\.)h\.(\d+)\.attn\.qkv_proj\.weight$", "qkv_proj.weight"),
     ("gptj", r"(?:^|\.)h\.(\d+)\.attn\.q_proj\.weight$", "q_proj.weight"),
     ("phi3", r"(?:^|\.)layers\.(\d+)\.self_attn\.qkv_proj\.weight$", "qkv_proj.weight"),
+    ("latent", r"(?:^|\.)layers\.(\d+)\.self_attn\.kv_a_proj_with_mqa\.weight$",
+     "kv_a_proj_with_mqa.weight"),  # (multi-head latent attention: before q_proj's)
+    ("two_latent", r"(?:^|\.)layers\.(\d+)\.self_attn\.([01])\.kv_a_proj_with_mqa\."
+     r"weight$", "kv_a_proj_with_mqa.weight"),  # (LongCat-Flash: two MLAs in each layer,
+    # numbered 2N and 2N + 1 as the model numbers them, its layer_idx)
     ("decoder", r"(?:^|\.)layers\.(\d+)\.self_attn\.q_proj\.weight$", "q_proj.weight"),
     ("mixer", r"(?:^|\.)layers\.(\d+)\.mixer\.q_proj\.weight$", "q_proj.weight"),
     ("modernbert", r"(?:^|\.)layers\.(\d+)\.attn\.Wqkv\.weight$", "Wqkv.weight"),
@@ -66,7 +71,8 @@ PART_KINDS = {"bart": ("decoder", "cross"), "t5": ("t5", "t5_cross")}
 BUFFERS = ("attn.bias", "attn.masked_bias", "rotary_emb.inv_freq")  # not weights
 
 
-WEIGHTS = ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o")
+WEIGHTS = ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o", "w_dq", "q_latent_norm",
+           "w_uq", "w_dkv", "kv_latent_norm", "w_uk", "w_uv")  # (the last: MLA's, latent.py)
 
 
 @dataclass(frozen=True, eq=False)  # its arrays have no == of one truth value
@@ -86,11 +92,14 @@ class LayerReading:
     origin: Mapping[str, str]  # a weight or setting -> where it came from
     dtype: np.dtype = np.dtype(np.float64)  # the weights' working precision
     cross: bool = False  # a cross-attention: its keys and values read x_kv
+    most_tokens: int | None = None  # the most tokens the layer is read for (V3.2's indexer
+    # keeps every key up to its index_topk: past it, a sparse mask mha does not compute)
 
     @property
     def width(self) -> int:
         """d_model: the width of the tokens the layer reads."""
-        return int(self.weights["w_q"].shape[0])
+        first = next(k for k in ("w_q", "w_dq", "w_dkv") if k in self.weights)  # (MLA's)
+        return int(self.weights[first].shape[0])
 
 
 def layers(path: str | Path) -> list[int]:
@@ -107,11 +116,17 @@ def _attention(names: tuple[str, ...], cross: bool = False
     other = _kinds(names)
     for kind, pattern, _ in CROSS if cross else LAYOUTS:
         rx = re.compile(pattern)
-        found = {int(m[1]): n for n in names if (m := rx.search(n)) and
+        found = {_number(m): n for n in names if (m := rx.search(n)) and
                  not n.startswith(other.get(int(m[1]), ("", "\0"))[1])}
         if found:
             return kind, found
     return None, {}
+
+
+def _number(m: re.Match[str]) -> int:
+    """The attention layer a layout's match names: its layer, or with two attentions in
+    a layer (LongCat-Flash's self_attn.0 and .1) 2·layer + which, the model's layer_idx."""
+    return int(m[1]) if m.lastindex == 1 else 2 * int(m[1]) + int(m[2])
 
 
 def read_layer(path: str | Path, layer: int | str = 0, dtype: Any = np.float64
@@ -144,12 +159,13 @@ def read_layer(path: str | Path, layer: int | str = 0, dtype: Any = np.float64
         out = record.layer(r, stem)
         family = record.model_type if model_type is not None else kind or "unknown"
     _refuse_the_rest(r, stem)
+    most = out.pop("most_tokens", None)  # (DeepSeek-V3.2's indexer: dense up to index_topk)
     weights = {k: v for k, v in out.items() if k in WEIGHTS}
     settings = {k: v for k, v in out.items() if k not in WEIGHTS}
     return LayerReading(str(ckpt.path), layer if part is None else part.name, family, stem,
                         MappingProxyType(weights), MappingProxyType(settings),
                         MappingProxyType(dict(r.origin)), r.dtype,
-                        cross=part is not None and part.cross)
+                        cross=part is not None and part.cross, most_tokens=most)
 
 
 # Layers that are not softmax attention, known by their tensors (the name after the

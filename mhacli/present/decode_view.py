@@ -119,7 +119,16 @@ def _step(tr: Trace, st: DecodeStep, labels: list[str], head: int | None,
     size = np.dtype(c.dtype).itemsize
     note = (f"the cache: {len(pos)} position(s) × {c.groups} key/value head(s) × (d_k "
             f"{c.d_k} + d_v {c.d_v}) × {size} bytes = {st.cache_bytes} bytes")
-    if c.groups != c.heads:
+    if st.latent_cache is not None:  # MLA: the model caches the latent, not k and v
+        yield from _latent(st, c, heads, heads_rows, cached, view)
+        note = (f"the cache the model keeps is the latent: {len(pos)} position(s) × (r_kv "
+                f"{c.r_kv} + d_R {c.d_rope}) × {size} bytes = {st.cache_bytes} bytes; plain "
+                f"multi-head attention would cache k and v of every head, {len(pos)} × 2 × "
+                f"{c.heads} × d_v {c.d_v} × {size} = {st.cache_bytes_mha} bytes (k_cache and "
+                "v_cache above are what the latent expands to); as much as grouped-query "
+                f"attention with (r_kv + d_R) / (2·d_v) = {(c.r_kv + c.d_rope) / (2 * c.d_v):g} "
+                "key/value heads would cache")
+    elif c.groups != c.heads:
         note += (f"; without grouped-query attention ({c.heads} key/value heads) it would "
                  f"be {st.cache_bytes * c.heads // c.groups} bytes")
     yield Note(note)
@@ -180,3 +189,16 @@ def _splits(st: DecodeStep, heads: list[int], view: Any, d_v: int, sinks: bool
 def _positions(r: range) -> str:
     """A chunk's positions as a column heading: ``1–2``, or ``3``."""
     return str(r.start + 1) if len(r) == 1 else f"{r.start + 1}–{r.stop}"
+
+
+def _latent(st: DecodeStep, c: Any, heads: list[int], heads_rows: list[str],
+            cached: list[str], view: Any) -> Iterator[View]:
+    """MLA's step: the latent cache [c_KV | RoPE(k_R)] and each head's absorbed query,
+    whose products divided by s are the step's scores."""
+    cols = [f"c{d}" for d in range(1, c.r_kv + 1)] + [f"r{d}" for d in range(1, c.d_rope + 1)]
+    yield view("latent_cache", "the latent cache", "[c_KV | RoPE(k_R)]: a row a cached "
+               "position, what the model keeps (c_KV normed)", st.latent_cache, cached, cols,
+               latex=r"[C_{KV} \mid k_R]")
+    yield view("absorbed_q", "the absorbed query", "[q_nope·W_UKᵀ | RoPE(q_rope)] of each "
+               "head, unscaled: its products with the latent cache, divided by s, are the "
+               "scores", st.absorbed_q[heads], heads_rows, cols, latex=r"\tilde q_t")

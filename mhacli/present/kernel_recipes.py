@@ -231,7 +231,13 @@ def step_recipe(tr: Any, field: str) -> Recipe:
     first = arr["start"].at(t)
     written: list[Any]
     names: tuple[str, ...] = ()
-    if field == "cache_bytes":
+    if field == "cache_bytes" and c.latent:  # MLA: the latent, [c_KV | k_R] a position
+        size = np.dtype(c.dtype).itemsize
+        written = [f"cache_bytes = t'·(r_kv + d_R)·b = {t + 1 - first}·({c.r_kv} + "
+                   f"{c.d_rope})·{size}", f"  = {arr['bytes'].at(t)}  (positions in the cache "
+                   "× numbers of a latent row × bytes a number: multi-head latent attention "
+                   "caches the latent)"]
+    elif field == "cache_bytes":
         size = np.dtype(c.dtype).itemsize
         written = [f"cache_bytes = t'·G·(d_k + d_v)·b = {t + 1 - first}·{c.groups}·({c.d_k} + "
                    f"{c.d_v})·{size}", f"  = {arr['bytes'].at(t)}  (positions in the cache × "

@@ -1,0 +1,114 @@
+"""Multi-head latent attention's backward pass (``latent.py``): from the heads' gradients
+dQ_h, dK_h, dV_h (as for any attention) back through W_UQ, W_UK, W_UV, the two latent
+norms and W_DQ, W_DKV to X. k_R is shared by every head, so its gradient is the sum of
+the heads' gradients of their last d_R key columns. Dimensions as in ``latent.py``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+from . import ops
+from .stage import KEY, NUMBERED, QUERY, Stage
+
+if TYPE_CHECKING:
+    from .config import Config
+    from .work import Work
+    from .writing import Formula
+
+Array = np.ndarray
+
+
+def _nope(w: Work) -> Array:
+    """dK's columns of the heads' own keys, side by side: (m, H·d_nope)."""
+    return ops.merge_heads(w["d_k_heads"][..., :w.c.d_k - w.c.d_rope])
+
+
+def _norm_back(w: Work, name: str, weight: Array) -> Array:
+    """The gradient at a latent from that at its normed rows (the RMS norm's backward)."""
+    src = w[name] if name == "q_latent" else w[name][:, :w.c.r_kv]  # (rows, r): c_KV alone
+    r = w.parts[f"{name}_normed"]["rms"]
+    return ops.rms_back(src[None], r[None], weight, w[f"d_{name}_normed"][None])[0]
+
+
+def _norm_weight(w: Work, name: str) -> Array:
+    """The gradient at a norm's weights: Σ over the rows of d(normed) ⊙ x / rms."""
+    src = w[name] if name == "q_latent" else w[name][:, :w.c.r_kv]
+    return (w[f"d_{name}_normed"] * src / w.parts[f"{name}_normed"]["rms"]).sum(axis=0)
+
+
+def _d_kv_latent(w: Work) -> Array:
+    """[dC_KV | dk_R]: c_KV's through its norm, k_R's the heads' sum."""
+    rope = w["d_k_heads"][..., w.c.d_k - w.c.d_rope:].sum(axis=0)  # (m, d_R)
+    return np.concatenate((_norm_back(w, "kv_latent", w.p.kv_latent_norm), rope), axis=1)
+
+
+def d_input(w: Work) -> Array:
+    """The gradient arriving at X (or X + PE): through W_DQ (or W_Q) and W_DKV."""
+    p, c = w.p, w.c
+    q = w["d_q_latent"] @ p.w_dq.T if c.r_q else ops.merge_heads(w["d_q_heads"]) @ p.w_q.T
+    return q + w["d_kv_latent"] @ p.w_dkv.T  # (n, d_model)
+
+
+def d_input_text(src: str) -> str:
+    return f"d{src} = dC_Q·W_DQᵀ (or dQ·W_Qᵀ) + d[C_KV | k_R]·W_DKVᵀ ({src.strip('()')} " \
+        "feeds both latents)"
+
+
+def _x(t: Any, c: Config) -> str:
+    return t.source(c, "kv_latent")  # X, or X + PE
+
+
+def latent_gradients(t: Any, grad: Callable[..., Stage]) -> tuple[Stage, ...]:
+    """The gradient stages of MLA's weights and latents, after dQ_h, dK_h and dV_h; ``t``
+    the stage table's module, ``grad`` the gradients' stage maker (``gradients._grad``)."""
+    def q(c: Config) -> bool:
+        return c.latent and c.r_q > 0
+
+    def kv(c: Config) -> bool:
+        return c.latent
+
+    def text(s: str) -> Callable[[Formula], str]:
+        return lambda f: s
+
+    return (
+        grad("d_q_latent_normed", "n × r_q", lambda c: (c.n, c.r_q), QUERY, NUMBERED,
+             lambda w: ops.merge_heads(w["d_q_heads"]) @ w.p.w_uq.T,
+             text("dC_Q,normed = dQ·W_UQᵀ, dQ the heads' side by side"), "C_{Q}'", exists=q),
+        grad("d_w_uq", "r_q × H·d_k", lambda c: (c.r_q, c.heads * c.d_k), NUMBERED, NUMBERED,
+             lambda w: w["q_latent_normed"].T @ ops.merge_heads(w["d_q_heads"]),
+             text("dW_UQ = C_Q,normedᵀ·dQ"), "W_{UQ}", exists=q),
+        grad("d_q_latent_norm", "r_q", lambda c: (c.r_q,), NUMBERED, NUMBERED,
+             lambda w: _norm_weight(w, "q_latent"),
+             text("dw = Σ over the rows of dC_Q,normed ⊙ C_Q / rms"), "w_Q", exists=q),
+        grad("d_q_latent", "n × r_q", lambda c: (c.n, c.r_q), QUERY, NUMBERED,
+             lambda w: _norm_back(w, "q_latent", w.p.q_latent_norm),
+             text("dC_Q = the norm's backward: (w⊙g)/rms − x·Σ(w⊙g⊙x)/(r_q·rms³), "
+                  "g = dC_Q,normed"), "C_Q", exists=q),
+        grad("d_w_dq", "d_model × r_q", lambda c: (c.d_model, c.r_q), NUMBERED, NUMBERED,
+             lambda w: w[_x(t, w.c)].T @ w["d_q_latent"], text("dW_DQ = Xᵀ·dC_Q"), "W_{DQ}",
+             exists=q),
+        grad("d_kv_latent_normed", "m × r_kv", lambda c: (c.m, c.r_kv), KEY, NUMBERED,
+             lambda w: _nope(w) @ w.p.w_uk.T + ops.merge_heads(w["d_v_heads"]) @ w.p.w_uv.T,
+             text("dC_KV,normed = dK_nope·W_UKᵀ + dV·W_UVᵀ (the heads' own key columns and "
+                  "values, side by side)"), "C_{KV}'", exists=kv),
+        grad("d_w_uk", "r_kv × H·d_nope", lambda c: (c.r_kv, c.heads * (c.d_k - c.d_rope)),
+             NUMBERED, NUMBERED, lambda w: w["kv_latent_normed"].T @ _nope(w),
+             text("dW_UK = C_KV,normedᵀ·dK_nope"), "W_{UK}", exists=kv),
+        grad("d_w_uv", "r_kv × H·d_v", lambda c: (c.r_kv, c.heads * c.d_v), NUMBERED,
+             NUMBERED, lambda w: w["kv_latent_normed"].T @ ops.merge_heads(w["d_v_heads"]),
+             text("dW_UV = C_KV,normedᵀ·dV"), "W_{UV}", exists=kv),
+        grad("d_kv_latent_norm", "r_kv", lambda c: (c.r_kv,), NUMBERED, NUMBERED,
+             lambda w: _norm_weight(w, "kv_latent"),
+             text("dw = Σ over the rows of dC_KV,normed ⊙ C_KV / rms"), "w_{KV}", exists=kv),
+        grad("d_kv_latent", "m × (r_kv + d_R)", lambda c: (c.m, c.r_kv + c.d_rope), KEY,
+             NUMBERED, _d_kv_latent,
+             text("[dC_KV | dk_R]: dC_KV the norm's backward of dC_KV,normed; dk_R = Σ over "
+                  "the heads of their last d_R columns of dK (k_R is every head's)"),
+             "[C_{KV} | k_R]", exists=kv),
+        grad("d_w_dkv", "d_model × (r_kv + d_R)", lambda c: (c.d_model, c.r_kv + c.d_rope),
+             NUMBERED, NUMBERED, lambda w: w[_x(t, w.c)].T @ w["d_kv_latent"],
+             text("dW_DKV = Xᵀ·d[C_KV | k_R]"), "W_{DKV}", exists=kv),
+    )

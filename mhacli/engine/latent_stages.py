@@ -1,0 +1,192 @@
+"""Multi-head latent attention's stages (``latent.py``) as the stage table holds them:
+the two latents and their norms, and how q_heads, k_heads and v_heads are made from
+them (``stages.py`` asks ``split_*`` for a problem with latents). Dimensions: n, m, H,
+d_k = d_nope + d_R, d_v as in ``ops.py``; r_q, r_kv the latents' widths.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import latent
+from .formulas import tex
+from .recipe import fdot, op, when
+from .stage import KEY, NUMBERED, QUERY, Stage
+from .writing import Entry, Formula
+
+if TYPE_CHECKING:
+    from .config import Config
+    from .work import Work
+
+Array = np.ndarray
+INPUTS = {"x": "X", "x_pos": "(X + PE)"}
+
+
+def _normed(w: Work, name: str, weight: Array) -> Array | None:
+    if w.exact:
+        return None  # a square root: not rational
+    src = w[name.removesuffix("_normed")]
+    if name == "kv_latent_normed":
+        src = latent.split_latent(src, w.c.r_kv)[0]  # c_KV: k_R is not normed
+    out, r = latent.normed(src, weight, w.c.latent_eps)
+    w.parts[name] = {"rms": r}
+    return out  # (rows, r)
+
+
+# --------------------------------------------------------------------------- cells
+
+
+def _cell_down(e: Entry) -> list[Any]:
+    src = e.reads[0]
+    w = e.inp("w_dq" if e.stage == "q_latent" else "w_dkv")
+    wname = "W_DQ" if e.stage == "q_latent" else "W_DKV"
+    e.mark(src, None, {e.row})
+    e.makes(fdot(e.row_of(src, None, e.row),
+                 e.inp("w_dq" if e.stage == "q_latent" else "w_dkv", exact=False).col(e.col)))
+    part = "" if e.stage == "q_latent" else \
+        when(e.col < e.c.r_kv, "  (c_KV: the latent)", "  (k_R: shared by every head)")
+    return [f"{e.name} = row {e.row + 1} of {INPUTS.get(src, src)} · column {e.col + 1} "
+            f"of {wname}{part}",
+            f"  = {e.dot(e.row_of(src, None, e.row), w.col(e.col))}", f"  = {e.result}"]
+
+
+def _cell_normed(e: Entry) -> list[Any]:
+    c, i, j = e.c, e.row, e.col
+    src = e.reads[0]
+    e.mark(src, None, {i})
+    r = op("at", f"{e.stage}.rms", i, 0)
+    weight = e.inp(e.stage.removesuffix("ed"), exact=False).at(j)  # q_latent_norm …
+    x = e.value(src, None, i, j)
+    width = c.r_q if e.stage == "q_latent_normed" else c.r_kv
+    squares = op("fmap", op("f*", op("it", 0), op("it", 0)),
+                 op("slice", e.row_of(src, None, i), 0, width))  # (c_KV's: k_R not normed)
+    rms = op("sqrt", op("f+", op("f/", op("fsum", squares), float(width)),
+                        float(c.latent_eps)))
+    e.makes(op("f*", op("f/", x, rms), weight))
+    return [f"{e.name} = {src}[{e.row_label}, {j + 1}] / rms × w_{j + 1}, rms = √(mean of "
+            f"the squares of its first {width} columns + eps)",
+            f"  rms = √(… + {e.num(c.latent_eps)}) = {e.num(r)}",
+            f"  {e.factor(x)} / {e.num(r)} × {e.factor(weight)}", f"  = {e.result}"]
+
+
+def cell_q_heads(e: Entry) -> list[Any]:
+    c, h = e.c, e.head
+    src = e.reads[0]
+    w, wname = (e.inp("w_uq"), "W_UQ") if c.r_q else (e.inp("w_q"), "W_Q")
+    col = (h - 1) * c.d_k + e.col
+    e.mark(src, None, {e.row})
+    part = when(e.col < c.d_k - c.d_rope, "q_nope", "q_rope")
+    e.makes(fdot(e.row_of(src, None, e.row),
+                 e.inp("w_uq" if c.r_q else "w_q", exact=False).col(col)))
+    return [f"{e.name} = row {e.row + 1} of {INPUTS.get(src, src)} · column {col + 1} of "
+            f"{wname}  (head {h}'s column {e.col + 1}: {part})",
+            f"  = {e.dot(e.row_of(src, None, e.row), w.col(col))}", f"  = {e.result}"]
+
+
+def cell_k_heads(e: Entry) -> list[Any]:
+    c, h, i, j = e.c, e.head, e.row, e.col
+    d_nope = c.d_k - c.d_rope
+    src, whole = e.reads  # c_KV normed, and kv_latent (k_R its last d_R columns)
+    col = (h - 1) * d_nope + j
+    e.mark(src, None, {i})
+    e.makes(op("if", j < d_nope, fdot(e.row_of(src, None, i), e.inp("w_uk", exact=False).col(col)),
+               e.value(whole, None, i, c.r_kv + j - d_nope)))
+    return [when(j < d_nope,
+                 [f"{e.name} = row {i + 1} of {src} · column {col + 1} of W_UK  "
+                  f"(k_nope: head {h}'s own)",
+                  f"  = {e.dot(e.row_of(src, None, i), e.inp('w_uk').col(col))}",
+                  f"  = {e.result}"],
+                 [f"{e.name} = {whole}[{e.row_label}, {c.r_kv + j - d_nope + 1}] = "
+                  f"{e.result}  (k_R: the same for every head)"])]
+
+
+def cell_v_heads(e: Entry) -> list[Any]:
+    c, h = e.c, e.head
+    src = e.reads[0]
+    col = (h - 1) * c.d_v + e.col
+    e.mark(src, None, {e.row})
+    e.makes(fdot(e.row_of(src, None, e.row), e.inp("w_uv", exact=False).col(col)))
+    return [f"{e.name} = row {e.row + 1} of {src} · column {col + 1} of W_UV",
+            f"  = {e.dot(e.row_of(src, None, e.row), e.inp('w_uv').col(col))}",
+            f"  = {e.result}"]
+
+
+# --------------------------------------------------------------------------- q, k, v heads
+
+
+def q_heads(w: Work, src: Array) -> Array:
+    """Each head's queries from ``src``, the normed query latent or X (with positions)."""
+    c, p = w.c, w.p
+    return latent.q_heads(src, p.w_uq if c.r_q else p.w_q, c.heads)
+
+
+def k_heads(w: Work) -> Array:
+    _, k_r = latent.split_latent(w["kv_latent"], w.c.r_kv)
+    return latent.k_heads(w["kv_latent_normed"], k_r, w.p.w_uk, w.c.heads)
+
+
+def v_heads(w: Work) -> Array:
+    return latent.v_heads(w["kv_latent_normed"], w.p.w_uv, w.c.heads)
+
+
+K_READS = ("kv_latent_normed", "kv_latent")
+V_READS = ("kv_latent_normed",)
+
+
+def q_text(f: Formula) -> str:
+    src = "q_latent_normed" if f.c.r_q else "X"
+    w = "W_UQ" if f.c.r_q else "W_Q"
+    return (f"Q{f.i} = {src}·{w}{f.i} = [q_nope | q_rope]: {f.c.d_k - f.c.d_rope} + "
+            f"{f.c.d_rope} columns")
+
+
+def k_text(f: Formula) -> str:
+    return (f"K{f.i} = [c_KV·W_UK{f.i} | k_R]: {f.c.d_k - f.c.d_rope} columns of its own, "
+            f"then k_R's {f.c.d_rope}, shared by every head")
+
+
+def v_text(f: Formula) -> str:
+    return f"V{f.i} = c_KV·W_UV{f.i}, c_KV normed"
+
+
+# --------------------------------------------------------------------------- the stages
+
+_RMS = dict(parts=(("rms", "rms"),), parts_title="the root mean square of each row",
+            parts_formula="rms = √(mean of the row's squares + eps); then x / rms × weight")
+
+
+def latent_stages(t: Any) -> tuple[Stage, ...]:
+    """The latents' stages; ``t`` (the stage table's module) says how far the input's
+    chain has come before each (X, or X with its positions)."""
+    def x(c: Config, name: str) -> tuple[str, ...]:
+        return (t.latest(c, "x", name),)
+
+    return (
+        Stage("q_latent", "n × r_q", lambda c: (c.n, c.r_q), QUERY, NUMBERED,
+              compute=lambda w: w[x(w.c, "q_latent")[0]] @ w.p.w_dq,
+              formula=lambda f: "C_Q = X·W_DQ, the queries' latent (MLA)",
+              latex=tex("C_Q", "X W_{DQ}", "W_{DQ}^{\\top} X"), cell=_cell_down, exact=True,
+              reads=lambda c: x(c, "q_latent"), exists=lambda c: c.r_q > 0),
+        Stage("q_latent_normed", "n × r_q", lambda c: (c.n, c.r_q), QUERY, NUMBERED,
+              compute=lambda w: _normed(w, "q_latent_normed", w.p.q_latent_norm),
+              formula=lambda f: "C_Q / rms × q_latent_norm: each row divided by its root "
+              f"mean square, √(mean(x²) + {f.c.latent_eps:g}), times the norm's weights",
+              latex=tex(r"\frac{C_Q}{\operatorname{rms}} \odot w"), cell=_cell_normed,
+              reads=lambda c: ("q_latent",), exists=lambda c: c.r_q > 0, **_RMS),
+        Stage("kv_latent", "m × (r_kv + d_R)", lambda c: (c.m, c.r_kv + c.d_rope), KEY,
+              NUMBERED,
+              compute=lambda w: w[x(w.c, "kv_latent")[0]] @ w.p.w_dkv,
+              formula=lambda f: f"[C_KV | k_R] = X·W_DKV: the latent ({f.c.r_kv} columns), "
+              f"then the key part every head shares ({f.c.d_rope})",
+              latex=tex("[C_{KV} \\mid k_R]", "X W_{DKV}", "W_{DKV}^{\\top} X"),
+              cell=_cell_down, exact=True, reads=lambda c: x(c, "kv_latent"),
+              exists=lambda c: c.latent),
+        Stage("kv_latent_normed", "m × r_kv", lambda c: (c.m, c.r_kv), KEY, NUMBERED,
+              compute=lambda w: _normed(w, "kv_latent_normed", w.p.kv_latent_norm),
+              formula=lambda f: "C_KV / rms × kv_latent_norm: c_KV's rows (not k_R) divided "
+              f"by their root mean square, √(mean(x²) + {f.c.latent_eps:g}), times the weights",
+              latex=tex(r"\frac{C_{KV}}{\operatorname{rms}} \odot w"), cell=_cell_normed,
+              reads=lambda c: ("kv_latent",), exists=lambda c: c.latent, **_RMS),
+    )
