@@ -108,13 +108,19 @@ def test_an_entry_made_from_the_readers_own_wrong_entry_is_carried(browser: Any,
                 assert note.startswith("expected ") and note in says.values(), (spec, note)
             else:
                 assert not note.startswith("expected"), (spec, note)
-        # the score put right: the scaled score made from the wrong one is wrong now, and
-        # the weight made from that (their own scaled row) still carried
-        steps = [({"scores:1:3:1": "-4.7"}, {"scores:1:3:1": "right", "scaled:1:3:1": "wrong",
-                                             "weights:1:3:1": "carried"}),
-                 # the scaled score put right too: nothing the weight follows from now
-                 ({"scaled:1:3:1": "-2.35"}, {"scaled:1:3:1": "right",
-                                              "weights:1:3:1": "wrong"})]
+        steps = [
+            # the scaled score typed true while the score is still wrong: right (a true
+            # value is right whatever came before); the weight made from the wrong one
+            # then follows from nothing the reader wrote
+            ({"scaled:1:3:1": "-2.35"}, {"scaled:1:3:1": "right", "weights:1:3:1": "wrong"}),
+            ({"scaled:1:3:1": "-1.35"}, {"scaled:1:3:1": "carried",
+                                         "weights:1:3:1": "carried"}),
+            # the score put right: the scaled score made from the wrong one is wrong now,
+            # and the weight made from that (their own scaled row) still carried
+            ({"scores:1:3:1": "-4.7"}, {"scores:1:3:1": "right", "scaled:1:3:1": "wrong",
+                                        "weights:1:3:1": "carried"}),
+            # the scaled score put right too: nothing the weight follows from now
+            ({"scaled:1:3:1": "-2.35"}, {"scaled:1:3:1": "right", "weights:1:3:1": "wrong"})]
         for change, want in steps:
             for spec, text in change.items():
                 box = p.locator(f'td[data-cell="{spec}"] input')

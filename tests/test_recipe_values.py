@@ -25,8 +25,7 @@ def _values(tr: engine.Trace, stage: str) -> np.ndarray:
     """Every entry of ``stage`` made by its recipe's value from ``tr``'s numbers."""
     recipe = stage_recipe(tr, stage)
     assert recipe.value is not None, stage
-    reading = Reading(tr, None, *tr.prepared_labels, 4) if hasattr(tr, "prepared_labels") \
-        else Reading(tr, None, [""] * tr.config.n, [""] * tr.config.m, 4)
+    reading = Reading(tr, None, [""] * tr.config.n, [""] * tr.config.m, 4)  # (no labels read)
     reading.derived.update(recipe.derived)
     a = tr.stages[stage]
     out = np.empty(a.shape)

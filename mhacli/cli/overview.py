@@ -92,7 +92,6 @@ def _page(problems: list, sink: Any, layout: str, too_large: Any) -> None:
     reads the masked scores and the softmax's parts), refused past the size rule."""
     from ..engine import traced
     from ..present import overview
-    from ..present.explain import read_lines
     from ..present.heads_page import heads_page
 
     layers = []
@@ -106,8 +105,9 @@ def _page(problems: list, sink: Any, layout: str, too_large: Any) -> None:
         name = f"layer {number}" if number is not None else prob.source
         layers.append((name, tr, overview.heads_of(tr, number), prob.labels()))
     first = problems[0]
-    header = read_lines(first.read, first.config)[:1]
-    text = first.read.get("text")
+    read = first.read
+    header = [f"{read['checkpoint']} ({read['family']})"] if "checkpoint" in read else []
+    text = read.get("text")
     if text is not None:
         header.append(f"text: {text}")
     sink.write(heads_page(layers, header, layout))
