@@ -112,9 +112,15 @@ def parse(v: Any, s: Sizes) -> Fields:
 
 def eps(v: Any) -> float:
     """qk_norm's eps: 0 or a positive number (text by the number rule, or a number)."""
-    from .parsers import qk_eps
+    if type(v) is float and 0 <= v < np.inf:  # typed already: trusted
+        return v
+    if not isinstance(v, (bool, np.bool_)) and isinstance(v, (int, float, str)):
+        from ..numbers import parse as number
 
-    return qk_eps(v)
+        read = number(v, ("qk_norm", "eps")) if isinstance(v, str) else v
+        if read == 0:
+            return 0.0
+    return positive("qk_norm.eps", v, "0 or a positive number")  # type: ignore[return-value]
 
 
 def write(c: Config, p: Prepared, given_: Any) -> Any:
