@@ -478,3 +478,31 @@ def test_decoding_json_and_view(tmp_path: Any) -> None:
         " ".join(text.split())
     cell = explain(str(path), "--decode", "--cell", "decode:2:cache_bytes")
     assert "cache_bytes = t'·(r_kv + d_R)·b = 2·(2 + 2)·8" in cell and "= 64" in cell
+
+
+def test_check_grades_the_latent_cache(tmp_path: Any) -> None:
+    """check grades a decoding answer's latent_cache, absorbed_q and cache_bytes_mha."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from mhacli.cli import app
+
+    path = write_problem(tmp_path / "mla.yaml", decode=True)
+    tr = mhacli.trace(**mhacli.load(str(path)).inputs)
+    steps = []
+    for st in tr.decode:
+        latent = st.latent_cache.round(6).tolist()
+        if st.step == 3:
+            latent[1][2] += 1.0  # one wrong number of the cache
+        steps.append({"latent_cache": latent, "absorbed_q": st.absorbed_q.round(6).tolist(),
+                      "cache_bytes_mha": st.cache_bytes_mha + (8 if st.step == 2 else 0)})
+    data = yaml.safe_load(path.read_text())
+    data["answers"] = {"decode": steps}
+    path.write_text(yaml.safe_dump(data))
+    r = CliRunner().invoke(app, ["check", str(path)])
+    out = " ".join(r.stdout.split())
+    assert r.exit_code == 1, r.output
+    assert "decode.latent_cache 1 of 40 cells wrong" in out, out
+    assert "step 3 (t3): latent_cache, position 2, column 3" in out
+    assert "✓ decode.absorbed_q" in out
+    assert "decode.cache_bytes_mha 1 of 4 cells wrong" in out
