@@ -506,3 +506,18 @@ def test_check_grades_the_latent_cache(tmp_path: Any) -> None:
     assert "step 3 (t3): latent_cache, position 2, column 3" in out
     assert "✓ decode.absorbed_q" in out
     assert "decode.cache_bytes_mha 1 of 4 cells wrong" in out
+
+
+@pytest.mark.parametrize("extra", [
+    dict(positional="sinusoidal"), dict(softcap=3.0), dict(window=3),
+    dict(temperature={"floor_scale": 2, "attn_scale": 0.5}), dict(alibi=True),
+    dict(sinks=[0.5, -1.0, 0.25]), dict(mask=None), dict(dtype=np.float32)])
+def test_fast_path_is_the_traced_path_with_other_settings(extra: dict[str, Any]) -> None:
+    """MLA beside the other settings: the fast path and the traced path agree, and the
+    traced path's k_R stays every head's."""
+    kw = {**problem(n=9, rope="interleaved"), **extra}
+    tr = mhacli.trace(**kw)
+    tol = 1e-5 if extra.get("dtype") == np.float32 else 1e-12
+    np.testing.assert_allclose(mhacli.attention(**kw), tr["output"], rtol=tol, atol=tol)
+    k = tr["k_heads"]
+    np.testing.assert_array_equal(k[0, :, 3:], k[2, :, 3:])
