@@ -478,3 +478,46 @@ def test_decoding_json_and_view(tmp_path: Any) -> None:
         " ".join(text.split())
     cell = explain(str(path), "--decode", "--cell", "decode:2:cache_bytes")
     assert "cache_bytes = t'·(r_kv + d_R)·b = 2·(2 + 2)·8" in cell and "= 64" in cell
+
+
+def test_check_grades_the_latent_cache(tmp_path: Any) -> None:
+    """check grades a decoding answer's latent_cache, absorbed_q and cache_bytes_mha."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from mhacli.cli import app
+
+    path = write_problem(tmp_path / "mla.yaml", decode=True)
+    tr = mhacli.trace(**mhacli.load(str(path)).inputs)
+    steps = []
+    for st in tr.decode:
+        latent = st.latent_cache.round(6).tolist()
+        if st.step == 3:
+            latent[1][2] += 1.0  # one wrong number of the cache
+        steps.append({"latent_cache": latent, "absorbed_q": st.absorbed_q.round(6).tolist(),
+                      "cache_bytes_mha": st.cache_bytes_mha + (8 if st.step == 2 else 0)})
+    data = yaml.safe_load(path.read_text())
+    data["answers"] = {"decode": steps}
+    path.write_text(yaml.safe_dump(data))
+    r = CliRunner().invoke(app, ["check", str(path)])
+    out = " ".join(r.stdout.split())
+    assert r.exit_code == 1, r.output
+    assert "decode.latent_cache 1 of 40 cells wrong" in out, out
+    assert "step 3 (t3): latent_cache, position 2, column 3" in out
+    assert "✓ decode.absorbed_q" in out
+    assert "decode.cache_bytes_mha 1 of 4 cells wrong" in out
+
+
+@pytest.mark.parametrize("extra", [
+    dict(positional="sinusoidal"), dict(softcap=3.0), dict(window=3),
+    dict(temperature={"floor_scale": 2, "attn_scale": 0.5}), dict(alibi=True),
+    dict(sinks=[0.5, -1.0, 0.25]), dict(mask=None), dict(dtype=np.float32)])
+def test_fast_path_is_the_traced_path_with_other_settings(extra: dict[str, Any]) -> None:
+    """MLA beside the other settings: the fast path and the traced path agree, and the
+    traced path's k_R stays every head's."""
+    kw = {**problem(n=9, rope="interleaved"), **extra}
+    tr = mhacli.trace(**kw)
+    tol = 1e-5 if extra.get("dtype") == np.float32 else 1e-12
+    np.testing.assert_allclose(mhacli.attention(**kw), tr["output"], rtol=tol, atol=tol)
+    k = tr["k_heads"]
+    np.testing.assert_array_equal(k[0, :, 3:], k[2, :, 3:])

@@ -29,7 +29,9 @@ from .records import StageReport, Wrong
 
 FIELDS = ("q", "k_new", "v_new", "positions", "k_cache", "v_cache", "scores", "weights",
           "head_outputs", "output", "cache_bytes", "splits.m", "splits.l", "splits.o",
-          "combined.m", "combined.l", "combined.o")
+          "combined.m", "combined.l", "combined.o", "latent_cache", "absorbed_q",
+          "cache_bytes_mha")
+LATENT = ("latent_cache", "absorbed_q", "cache_bytes_mha")  # multi-head latent attention's
 NO_GQA = Named("no_gqa", "the cache's size is counted with a key and value for every query "
                "head, as without grouped-query attention: the cache holds G key/value heads")
 NO_RESCALE = Named("no_rescale", "the chunks are added without rescaling: each chunk's ℓ "
@@ -76,6 +78,8 @@ def grade_decode(tr: Any, steps: Sequence[DecodeStep], answers: list[dict[str, A
         answered |= {f"combined.{k}" for k in a.get("combined", {})}
     if not tr.config.splits:
         answered -= {f for f in FIELDS if "." in f}
+    if not tr.config.latent:
+        answered -= set(LATENT)
     out = []
     for name in FIELDS:
         if name not in answered:
@@ -216,6 +220,15 @@ def _walk(tr: Any, st: DecodeStep, a: dict[str, Any], cells: dict[str, list[Cell
                                          float(own.cache_bytes) if followed else math.nan,
                                          mistakes={"no_gqa": float(len(pos) * heads * (
                                              c.d_k + c.d_v) * size)}))
+    if st.latent_cache is not None:  # MLA: the latent cache and the absorbed query
+        put("latent_cache", get("latent_cache", st.latent_cache.shape), st.latent_cache,
+            None, None, lambda idx: f"position {pos[idx[0]] + 1}, column {idx[1] + 1}")
+        put("absorbed_q", get("absorbed_q", st.absorbed_q.shape), st.absorbed_q, None, None,
+            lambda idx: f"head {idx[0] + 1}, column {idx[1] + 1}")
+        given = a.get("cache_bytes_mha")
+        if given is not None:
+            cells["cache_bytes_mha"].append(Cell(f"{place}: cache_bytes_mha", given,
+                                                 float(st.cache_bytes_mha), math.nan))
     if own.splits is not None and own.combined is not None:
         _splits(own, a, zm, vh, place, put, problems, sinks)
 
@@ -292,7 +305,7 @@ def _splits(st: DecodeStep, a: dict[str, Any], zm: np.ndarray, vh: np.ndarray, p
 def _count(steps: Sequence[DecodeStep], name: str) -> int:
     """How many numbers the field ``name`` has over every step (a list of positions,
     a byte count: one each)."""
-    if name in ("positions", "cache_bytes"):
+    if name in ("positions", "cache_bytes", "cache_bytes_mha"):
         return len(steps)
     part, _, field = name.partition(".")
     if field:

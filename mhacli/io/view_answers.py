@@ -29,7 +29,8 @@ PART = {"positions": ARRAY, "m": ARRAY, "l": ARRAY, "o": ARRAY}
 DECODE_STEP = {"step": NUMBER, "token": TEXT, "q": ARRAY, "k_new": ARRAY, "v_new": ARRAY,
                "positions": ARRAY, "k_cache": ARRAY, "v_cache": ARRAY, "scores": ARRAY,
                "weights": ARRAY, "head_outputs": ARRAY, "output": ARRAY,
-               "cache_bytes": NUMBER, "splits": (LIST, PART), "combined": PART}
+               "cache_bytes": NUMBER, "splits": (LIST, PART), "combined": PART,
+               "latent_cache": ARRAY, "absorbed_q": ARRAY, "cache_bytes_mha": NUMBER}
 SHAPES = {"tiles": BLOCK, "decode": DECODE_STEP}
 
 
