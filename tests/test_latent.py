@@ -521,3 +521,32 @@ def test_fast_path_is_the_traced_path_with_other_settings(extra: dict[str, Any])
     np.testing.assert_allclose(mhacli.attention(**kw), tr["output"], rtol=tol, atol=tol)
     k = tr["k_heads"]
     np.testing.assert_array_equal(k[0, :, 3:], k[2, :, 3:])
+
+
+def test_deepseek_v2s_cache_a_token_as_its_paper_counts_it(tmp_path: Any) -> None:
+    """DeepSeek-V2's published shapes (128 heads of d_h = 128, a latent of d_c = 4·d_h =
+    512, a shared rotary key of d_h/2 = 64): its paper counts a token's KV cache in each
+    layer as (d_c + d_R) = 4.5·d_h = 576 numbers against multi-head attention's
+    2·n_h·d_h = 32,768, as much as grouped-query attention with 2.25 groups; the decoding
+    view says so (its per-token line, for a problem of those sizes), and a small problem's
+    steps count their bytes by the same rule."""
+    from dataclasses import replace
+
+    from mhacli.present.decode_view import per_token
+
+    kw = problem(n=3, heads=2, r_kv=4, d_nope=2, d_rope=2, d_v=3)
+    tr = mhacli.trace(**kw, decode=True)
+    v2 = replace(tr.config, heads=128, d_v=128, r_kv=512, d_rope=64, d_k=192)
+    assert per_token(v2) == ("A token costs each layer r_kv + d_R = 576 numbers against "
+                             "2·H·d_v = 32,768, 56.9 times fewer")
+    assert (v2.r_kv + v2.d_rope) / (2 * v2.d_v) == 2.25
+    for st in tr.kernels["decode"]:  # t tokens cached, 8 bytes a number
+        assert st.cache_bytes == st.step * (4 + 2) * 8
+        assert st.cache_bytes_mha == st.step * 2 * 2 * 3 * 8
+    import yaml
+
+    path = tmp_path / "mla.yaml"
+    path.write_text(yaml.safe_dump({k: (v.tolist() if isinstance(v, np.ndarray) else v)
+                                    for k, v in kw.items()}))
+    out = explain(str(path), "--decode", "--stage", "decode")
+    assert per_token(tr.config) in out and "2·H·d_v = 12, 2 times fewer" in out

@@ -127,7 +127,7 @@ def _step(tr: Trace, st: DecodeStep, labels: list[str], head: int | None,
                 f"{c.heads} × d_v {c.d_v} × {size} = {st.cache_bytes_mha} bytes (k_cache and "
                 "v_cache above are what the latent expands to); as much as grouped-query "
                 f"attention with (r_kv + d_R) / (2·d_v) = {(c.r_kv + c.d_rope) / (2 * c.d_v):g} "
-                "key/value heads would cache")
+                f"key/value heads would cache. {per_token(c)}")
     elif c.groups != c.heads:
         note += (f"; without grouped-query attention ({c.heads} key/value heads) it would "
                  f"be {st.cache_bytes * c.heads // c.groups} bytes")
@@ -202,3 +202,11 @@ def _latent(st: DecodeStep, c: Any, heads: list[int], heads_rows: list[str],
     yield view("absorbed_q", "the absorbed query", "[q_nope·W_UKᵀ | RoPE(q_rope)] of each "
                "head, unscaled: its products with the latent cache, divided by s, are the "
                "scores", st.absorbed_q[heads], heads_rows, cols, latex=r"\tilde q_t")
+
+
+def per_token(c: Any) -> str:
+    """What one token costs each layer's cache under MLA, against multi-head attention,
+    in numbers (DeepSeek-V2's paper counts it so: (d_c + d_R) against 2·n_h·d_h)."""
+    latent, full = c.r_kv + c.d_rope, 2 * c.heads * c.d_v
+    return (f"A token costs each layer r_kv + d_R = {latent:,} numbers against 2·H·d_v = "
+            f"{full:,}, {full / latent:.3g} times fewer")
