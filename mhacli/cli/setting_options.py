@@ -101,6 +101,9 @@ OPTIONS: tuple[SettingOption, ...] = (
                   "the whole row (width); eps, weights, a LayerNorm (norm: layer) or the "
                   "norm after RoPE (after_rope: true) in a file's qk_norm: key.",
                   metavar="head|width"),
+    SettingOption("v_norm", "Divide each value by its root mean square over its head's "
+                  "d_v numbers, √(mean(v²) + EPS), no weights (Gemma 3n, Gemma 4).",
+                  metavar="EPS"),
     SettingOption("clip_qkv", "Clamp Q, K and V to [−C, C] as they come out of their "
                   "projections (OLMo, DBRX, MPT).", metavar="C"),
     SettingOption("w_gate", "Gated attention (Qwen3-Next): the gate's weights, d_model × "

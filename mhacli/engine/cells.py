@@ -215,6 +215,18 @@ def cell_normed(e: Entry) -> list[Any]:
             f"{e.factor(b)}", f"  = {e.result}"]
 
 
+def cell_v_normed(e: Entry) -> list[Any]:
+    """A normed value: the value over the root mean square of its head's row."""
+    h, i, j = e.head, e.row, e.col
+    src = e.reads[0]
+    e.mark(src, h, {i})
+    r = op("at", "v_normed.rms", h - 1, i, 0)
+    return [f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] / rms, rms = √(mean of the "
+            f"squares of the row {e.row_label} of head {h} + eps)",
+            f"  rms = √(… + {e.num(e.c.v_norm)}) = {e.num(r)}",
+            f"  {e.factor(e.value(src, h, i, j))} / {e.num(r)}", f"  = {e.result}"]
+
+
 def cell_alibi(e: Entry) -> list[Any]:
     slope = e.inp("slopes").at(e.head - 1)
     i, j = e.row, e.col

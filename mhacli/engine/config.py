@@ -70,6 +70,7 @@ class Config:
     qk_eps: float = 0.0  # inside the root: √(mean(x²) + eps)
     qk_layer: bool = False  # the q/k norm a LayerNorm: the mean removed first
     qk_after_rope: bool = False  # the q/k norm after RoPE (Hunyuan), not before
+    v_norm: float | None = None  # eps: the values divided by their rms over each head
     clip_qkv: float | None = None  # Q, K and V clamped to [−c, c] after their projections
     gate: bool = False  # gated attention: each head's output times σ(X·W_gate + b_gate)
     gate_bias: bool = False  # the gate has its bias b_gate

@@ -367,6 +367,9 @@ def _turned_heads(p: Prepared, work: Work, spread: Spread | None) -> tuple[Array
                     for a in (q_t, k_t))
     if c.qk_norm is not None and after:
         q_t, k_t = _normed_heads(p, q_t, k_t)
+    if c.v_norm is not None:  # each value row over its rms (its head's d_v numbers)
+        v_t = np.ascontiguousarray(v_t / ops.rms(v_t.swapaxes(-1, -2), c.v_norm)
+                                   .swapaxes(-1, -2))
     if p.tau is not None:  # each query times its position's factor (a fresh array)
         q_t = q_t * p.tau
     ops.divide(q_t, c.scale, out=q_t)  # in place: a fresh array of this call's

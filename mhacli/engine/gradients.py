@@ -306,13 +306,23 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
               _d_gate, _text("dG = dGated ⊙ O ⊙ σ(G)·(1 − σ(G)), the heads side by side"),
               "G", exists=lambda c: c.gate),
         _grad("d_weights", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
-              lambda w: w["d_head_outputs"] @ ops.shared(w["v_heads"], w.c.heads).swapaxes(-1, -2),
+              lambda w: w["d_head_outputs"] @ ops.shared(
+                  w[t.reads(w.c, "head_outputs")[1]], w.c.heads).swapaxes(-1, -2),
               lambda f: f"dA{f.i} = dO{f.i}·V{f.g}ᵀ (every cell, blocked ones too)", "A",
               per_head=True, exact=True),
-        _grad("d_v_heads", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,
+        _grad("d_v_normed", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,
               lambda w: ops.shared_sum(w["weights"].swapaxes(-1, -2) @ w["d_head_outputs"],
                                        w.c.groups),
-              lambda f: f"dV{f.i} = A{f.i}ᵀ·dO{f.i}" if f.c.groups == f.c.heads
+              lambda f: f"dV_normed{f.i} = A{f.i}ᵀ·dO{f.i}" if f.c.groups == f.c.heads
+              else "dV_normed_g = Σ A_hᵀ·dO_h over the query heads h that share value head g",
+              "V_{normed}", per_head=True, exists=lambda c: c.v_norm is not None),
+        _grad("d_v_heads", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,
+              lambda w: ops.rms_back(w["v_heads"], w.parts["v_normed"]["rms"], 1,
+                                     w["d_v_normed"]) if w.c.v_norm is not None else
+              ops.shared_sum(w["weights"].swapaxes(-1, -2) @ w["d_head_outputs"], w.c.groups),
+              lambda f: f"dV{f.i} = the norm's backward: g/rms − v·Σ(g⊙v)/(D·rms³), g = "
+              f"dV_normed{f.i}" if f.c.v_norm is not None else
+              f"dV{f.i} = A{f.i}ᵀ·dO{f.i}" if f.c.groups == f.c.heads
               else "dV_g = Σ A_hᵀ·dO_h over the query heads h that share value head g",
               "V", per_head=True),
         _grad("d_masked", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,

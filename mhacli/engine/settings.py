@@ -146,6 +146,11 @@ SETTINGS: tuple[Setting, ...] = (
             fields=("qk_norm", "qk_eps", "qk_layer", "qk_after_rope", "q_norm", "k_norm",
                     "q_norm_bias", "k_norm_bias"),
             shown=qk_norms.shown, write=qk_norms.write),
+    Setting("v_norm", "eps: each value divided by its root mean square over its head's d_v "
+            "numbers, √(mean(v²) + eps), no weights (Gemma 3n, Gemma 4).",
+            read=lambda v: qk_norms.eps(v, "v_norm"), parse=lambda v, s: (
+                {"v_norm": v}, {}), fields=("v_norm",), shown=lambda c: {"v_norm": c.v_norm},
+            write=lambda c, p, given: None if c.v_norm is None else read.written(c.v_norm)),
     Setting("clip_qkv", "c: Q, K and V each clamped to [−c, c] as they come out of their "
             "projections (OLMo, DBRX, MPT).", read=lambda v: positive("clip_qkv", v),
             parse=clipping.parse, fields=("clip_qkv",),

@@ -39,7 +39,8 @@ def alike(p: Prepared) -> bool:
     (RoPE, qk_norm, positions), clamps them, gates the heads or asks for gradients."""
     c = p.config
     return fits(p) and c.rope is None and c.qk_norm is None and c.positional is None \
-        and c.temperature is None and not c.gate and c.clip_qkv is None and not c.backward
+        and c.temperature is None and not c.gate and c.clip_qkv is None and c.v_norm is None \
+        and not c.backward
 
 
 def small(p: Prepared) -> Array:

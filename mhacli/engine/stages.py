@@ -23,7 +23,7 @@ from .gradients import gradient_stages
 from .cells import (
     cell_input, cell_projection, cell_split, cell_scores, cell_pos, cell_x_pos, cell_rot,
     cell_normed, cell_tuned, cell_alibi, cell_biased, cell_scaled, cell_masked, cell_softcapped,
-    cell_weights, cell_head_outputs, cell_gated, cell_concat, cell_output)
+    cell_weights, cell_head_outputs, cell_gated, cell_v_normed, cell_concat, cell_output)
 from .formulas import (input_text, norm_text, output_tex, proj_tex, proj_text, rope_text,
                        split_text, tex)
 from .gating import gate_of, sigmoid
@@ -84,6 +84,16 @@ def _scores(w: Work) -> Array:
 def _head_outputs(w: Work) -> Array:
     a, v = reads(w.c, "head_outputs")
     return w[a] @ ops.shared(w[v], w.c.heads)  # (H, n, d_v)
+
+
+def _v_normed(w: Work) -> Array | None:
+    """Each value row divided by its root mean square over its head, no weights."""
+    if w.exact:
+        return None  # a square root: not rational
+    v = _read(w, "v_normed")
+    r = ops.rms(v, w.c.v_norm)  # (G, m, 1)
+    w.parts["v_normed"] = {"rms": r}
+    return v / r
 
 
 def _gated(w: Work) -> Array | None:
@@ -308,6 +318,14 @@ FORWARD: tuple[Stage, ...] = (
           cell=cell_split, per_head=True, exact=True, chain="v", reads=lambda c: ("v",)),
     _norm_stage("q_normed", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), "q", False),
     _norm_stage("k_normed", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), "k", False),
+    Stage("v_normed", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,
+          compute=_v_normed, chain="v", reads=_after("v", "v_normed"),
+          formula=lambda f: f"V{f.i} / rms: each row divided by its root mean square over "
+          f"its head's d_v numbers, √(mean(v²) + {f.c.v_norm:g}), no weights",
+          latex=tex(r"\frac{V_{@h}}{\operatorname{rms}}"), cell=cell_v_normed, per_head=True,
+          exists=lambda c: c.v_norm is not None, parts=(("rms", "rms"),),
+          parts_title="the root mean square of each row",
+          parts_formula="rms = √(mean of the row's squares + eps); then v / rms"),
     Stage("q_rot", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
           compute=lambda w: _rot(w, "q"), formula=rope_text("Q"),
           chain="q", reads=_after("q", "q_rot"),

@@ -24,6 +24,7 @@ from .reading import Reader, window_of
 from .layouts import (albert, approximate, bert, big_bird, bloom, codegen, deberta, falcon,
                       gpt2, gpt_bigcode, gpt_neo, gptj, mpt, neox)
 from .dbrx import dbrx
+from .gemma3n import GEMMA3N_AROUND, unscaled
 from .llama4 import chunks, llama4
 from .seq2seq import AROUND, bart
 from .t5 import AROUND as T5_AROUND, mpnet, t5
@@ -255,6 +256,9 @@ RECORDS: tuple[Family, ...] = (
     Family("gpt_neo", tensors="gpt_neo", read=gpt_neo),
     Family("mpt", tensors="mpt", read=mpt),
     Family("dbrx", tensors="dbrx", read=dbrx),
+    Family("gemma3n_text", window=by_layer_types(), rope=gemma3_rope, scale=unscaled,
+           qk_norm="head", v_norm=True, kv_shared_key="num_kv_shared_layers",
+           unread=GEMMA3N_AROUND),
     Family("codegen", tensors="codegen", read=codegen),
     Family("exaone", tensors="gpt_neo", o_proj="out_proj"),  # (EXAONE 3: GPT-Neo's names)
     Family("ctrl", tensors="ctrl", qkv=("Wq", "Wk", "Wv"), o_proj="dense", rope=no_rope,

@@ -54,6 +54,9 @@ class Family:
     norm_plus_one: bool = False  # the norm's stored weight w multiplies as 1 + w (Gemma)
     layer_norm: bool = False  # its q/k norm a LayerNorm (the mean removed; a bias if stored)
     clip_key: str | None = None  # a config key clamping Q, K and V to [−c, c] (OLMo's)
+    v_norm: bool = False  # a weightless RMS norm of the values (Gemma 3n), its ε norm_eps_key
+    kv_shared_key: str | None = None  # the config key of the last layers that take the
+    # keys and values of an earlier one (Gemma 3n's num_kv_shared_layers): refused by name
     sinks: bool = False  # a sink logit per head (gpt-oss's sinks tensor)
     causal: bool = True  # False: an encoder, each token sees every other
     causal_key: str | None = None  # a config flag that makes an encoder causal (XLM's)
@@ -83,6 +86,10 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
     """A layer of the Llama line: q/k/v/o projections (or one fused q/k/v), grouped-query
     heads, causal, RoPE, and what the record says of its window, scale, softcap, norms and
     sinks."""
+    if f.kv_shared_key:
+        from .gemma3n import kv_shared
+
+        kv_shared(r, f.kv_shared_key)
     heads_key, groups_key, width_key = f.keys
     hidden = r.count(width_key)
     q_name = stem + (f"{f.fused}.weight" if f.fused else f"{f.qkv[0]}.weight")
@@ -149,6 +156,10 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
     norm = qk_norm(f, r, stem, d)
     if norm is not None:
         out["qk_norm"] = norm
+    if f.v_norm:
+        out["v_norm"] = r.setting("v_norm", f.norm_eps_key, 1e-6)
+        r.note("v_norm", f"{f.model_type}'s weightless norm of the values, config "
+               f"{f.norm_eps_key}")
     if f.sinks or r.has(stem + "sinks"):
         out["sinks"] = r.tensor(stem + "sinks", 1)
         r.note("sinks", f"tensor {stem}sinks")
@@ -226,6 +237,10 @@ def features(f: Family) -> list[str]:
         out.append(f"q/k {kind} over {'each head' if f.qk_norm == 'head' else 'the width'}"
                    + (" (1 + w)" if f.norm_plus_one else "")
                    + (", after RoPE" if f.norm_after_rope else ""))
+    if f.v_norm:
+        out.append("a weightless RMS norm of the values")
+    if f.kv_shared_key:
+        out.append(f"its KV-shared layers ({f.kv_shared_key}) refused by name")
     if f.sinks:
         out.append("sinks")
     if f.others:
