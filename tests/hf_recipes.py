@@ -298,6 +298,12 @@ def llama_line(recipe: Callable[..., Any], decoder: Callable[..., dict[str, Any]
             vocab_size=100, d_model=32, n_heads=4, n_layers=2, expansion_ratio=2,
             max_seq_len=64, attn_config={"clip_qkv": 0.5}), notes="q, k and v clamped to "
             "±0.5"),
+        "ministral3": r("Ministral3Config", "Ministral3ForCausalLM", "yarn RoPE; queries "
+                        "scaled by 1 + 0.5·log(1 + ⌊p / 4⌋)", head_dim=8, rope_parameters={
+                            "rope_type": "yarn", "rope_theta": 10000.0, "factor": 2.0,
+                            "original_max_position_embeddings": 4, "beta_fast": 32.0,
+                            "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+                            "llama_4_scaling_beta": 0.5}),
         "dbrx": recipe("DbrxConfig", "DbrxForCausalLM", dict(
             vocab_size=100, d_model=32, n_heads=4, n_layers=2, max_seq_len=64,
             attn_config={"kv_n_heads": 2, "rope_theta": 10000.0, "clip_qkv": 0.5},

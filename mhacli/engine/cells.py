@@ -166,11 +166,11 @@ def cell_rot(e: Entry) -> list[Any]:
 
 
 def _tau(tr: Any) -> np.ndarray:
-    """Each query position's temperature factor, τ_p = log(⌊(p + 1) / F⌋ + 1)·A + 1,
+    """Each query position's temperature factor, τ_p = log(⌊(p + S) / F⌋ + 1)·A + 1,
     as the cell writes it: (n,)."""
     f, a = tr.config.temperature
     p = np.arange(tr.config.n)
-    return np.log(np.floor((p + 1) / f) + 1) * a + 1
+    return np.log(np.floor((p + tr.config.temperature_shift) / f) + 1) * a + 1
 
 
 def cell_tuned(e: Entry) -> list[Any]:
@@ -181,7 +181,8 @@ def cell_tuned(e: Entry) -> list[Any]:
     e.mark(src, h, {i}, {j})
     f, a = c.temperature  # type: ignore[misc]
     tau = e.derive("tuned_tau", _tau).at(i)
-    return [f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] × τ_p, τ_p = log(⌊(p + 1) / "
+    at = "(p + 1)" if c.temperature_shift else "p"
+    return [f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] × τ_p, τ_p = log(⌊{at} / "
             f"{f:g}⌋ + 1)·{a:g} + 1 = {e.num(tau)}  (p = {i})",
             f"  = {e.factor(e.value(src, h, i, j))}×{e.factor(tau)} = {e.result}"]
 

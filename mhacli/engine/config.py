@@ -56,6 +56,7 @@ class Config:
     window: int | None = None  # sliding window: query i sees key j only if |i − j| < w
     chunk: int | None = None  # chunked attention: query i sees the keys of its chunk of C
     temperature: tuple[float, float] | None = None  # (F, A): Llama 4's tuning of the queries
+    temperature_shift: int = 1  # S of ⌊(p + S) / F⌋: 1 in Llama 4, 0 in Ministral 3
     alibi: bool = False  # ALiBi: −slope_h·|i − j| added to the scores
     bias: bool = False  # an additive bias on the scores (PyTorch's float attn_mask)
     padding: bool = False  # key_padding: some keys blocked for every query

@@ -100,13 +100,15 @@ SETTINGS: tuple[Setting, ...] = (
             write=lambda c, p, given: c.chunk),
     Setting("temperature", "Llama 4's temperature tuning of the queries: F:A (its "
             "floor_scale and attn_scale), each query at position p multiplied by "
-            "log(⌊(p + 1) / F⌋ + 1)·A + 1.", read=read.temperature_value,
-            parse=read.temperature, fields=("temperature", "tau"),
+            "log(⌊(p + 1) / F⌋ + 1)·A + 1; F:A:0 for Ministral 3's log(⌊p / F⌋ + 1)·A + 1.", read=read.temperature_value,
+            parse=read.temperature, fields=("temperature", "temperature_shift", "tau"),
             shown=lambda c: {"temperature": None if c.temperature is None else
-                             {"floor_scale": c.temperature[0], "attn_scale": c.temperature[1]}},
+                             {"floor_scale": c.temperature[0], "attn_scale": c.temperature[1],
+                              **({} if c.temperature_shift == 1 else {"shift": 0})}},
             write=lambda c, p, given: None if c.temperature is None else
             f"{{floor_scale: {read.written(c.temperature[0])}, attn_scale: "
-            f"{read.written(c.temperature[1])}}}"),
+            f"{read.written(c.temperature[1])}"
+            + ("" if c.temperature_shift == 1 else ", shift: 0") + "}"),
     Setting("alibi", "True for ALiBi (−slope_h·|i − j| added to the scores, slopes "
             "2^(−8h/H) for H a power of two, else ALiBi's own rule), or the H slopes.",
             kind="flag", words=("true", "false", "yes", "no", "on", "off"),

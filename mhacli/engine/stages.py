@@ -340,9 +340,11 @@ FORWARD: tuple[Stage, ...] = (
     _norm_stage("k_rot_normed", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), "k", True),
     Stage("q_tuned", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
           compute=_tuned, chain="q", reads=_after("q", "q_tuned"),
-          formula=lambda f: f"Q{f.i}'s row p times τ_p = log(⌊(p + 1) / "
-          f"{f.c.temperature[0]:g}⌋ + 1)·{f.c.temperature[1]:g} + 1, Llama 4's temperature "
-          "tuning",
+          formula=lambda f: f"Q{f.i}'s row p times τ_p = log(⌊"
+          f"{'(p + 1)' if f.c.temperature_shift else 'p'} / "
+          f"{f.c.temperature[0]:g}⌋ + 1)·{f.c.temperature[1]:g} + 1, "
+          + ("Llama 4's temperature tuning" if f.c.temperature_shift else
+             "Ministral 3's scaling of the queries"),
           latex=tex(r"\tau_p \, Q_{@h}"), cell=cell_tuned, per_head=True,
           exists=lambda c: c.temperature is not None),
     Stage("scores", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,

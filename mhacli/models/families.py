@@ -150,6 +150,8 @@ RECORDS: tuple[Family, ...] = (
     Family("seed_oss"),
     Family("starcoder2", window=every_layer, unread=("use_bias",)),
     Family("ministral", window=types_or(sliding_if_set)),
+    Family("ministral3", window=every_layer_if_used, beta_scaling=True,
+           rope=rope(outside=("llama_4_scaling_beta", "max_position_embeddings"))),
     Family("olmo", clip_key="clip_qkv"),
     Family("olmo3", window=types_or(every_nth_full(4), "sliding windows by layer_types (all "
                                     "but every 4th layer)"), qk_norm="width"),

@@ -55,6 +55,8 @@ class Family:
     layer_norm: bool = False  # its q/k norm a LayerNorm (the mean removed; a bias if stored)
     clip_key: str | None = None  # a config key clamping Q, K and V to [−c, c] (OLMo's)
     v_norm: bool = False  # a weightless RMS norm of the values (Gemma 3n), its ε norm_eps_key
+    beta_scaling: bool = False  # Ministral 3's scaling of the queries, 1 + β·log(1 + ⌊p / M⌋)
+    # (rope_parameters' llama_4_scaling_beta β and original_max_position_embeddings M)
     kv_shared_key: str | None = None  # the config key of the last layers that take the
     # keys and values of an earlier one (Gemma 3n's num_kv_shared_layers): refused by name
     sinks: bool = False  # a sink logit per head (gpt-oss's sinks tensor)
@@ -156,6 +158,10 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
     norm = qk_norm(f, r, stem, d)
     if norm is not None:
         out["qk_norm"] = norm
+    if f.beta_scaling:
+        tuning = _beta_scaling(r)
+        if tuning is not None:
+            out["temperature"] = tuning
     if f.v_norm:
         out["v_norm"] = r.setting("v_norm", f.norm_eps_key, 1e-6)
         r.note("v_norm", f"{f.model_type}'s weightless norm of the values, config "
@@ -164,6 +170,24 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
         out["sinks"] = r.tensor(stem + "sinks", 1)
         r.note("sinks", f"tensor {stem}sinks")
     return out
+
+
+def _beta_scaling(r: Reader) -> Any:
+    """Ministral 3's scaling of each query at position p by 1 + β·log(1 + ⌊p / M⌋): the
+    temperature setting with F = M, A = β and the position unshifted (Llama 4's is
+    ⌊(p + 1) / F⌋); None where rope_parameters gives no β."""
+    params = r.get("rope_parameters")
+    if not isinstance(params, dict) or params.get("llama_4_scaling_beta") is None:
+        return None
+    beta, size = params["llama_4_scaling_beta"], params.get("original_max_position_embeddings")
+    if size is None:
+        raise r.error("rope_parameters.original_max_position_embeddings", "missing: "
+                      "llama_4_scaling_beta needs it")
+    tuning = r.read("temperature", "rope_parameters.llama_4_scaling_beta",
+                    {"floor_scale": size, "attn_scale": beta, "shift": 0})
+    r.note("temperature", "config rope_parameters.llama_4_scaling_beta and "
+           "original_max_position_embeddings (Ministral 3: 1 + β·log(1 + ⌊p / M⌋))")
+    return tuning
 
 
 def qk_norm(f: Family, r: Reader, stem: str, d: int) -> dict[str, Any] | None:
@@ -239,6 +263,9 @@ def features(f: Family) -> list[str]:
                    + (", after RoPE" if f.norm_after_rope else ""))
     if f.v_norm:
         out.append("a weightless RMS norm of the values")
+    if f.beta_scaling:
+        out.append("queries scaled by 1 + β·log(1 + ⌊p / M⌋) (rope_parameters' "
+                   "llama_4_scaling_beta)")
     if f.kv_shared_key:
         out.append(f"its KV-shared layers ({f.kv_shared_key}) refused by name")
     if f.sinks:
