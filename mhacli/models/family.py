@@ -43,6 +43,7 @@ class Family:
     keys: tuple[str, str, str] = ("num_attention_heads", "num_key_value_heads", "hidden_size")
     # (the config's keys of the heads, the key/value heads and the width)
     fused: str | None = None  # one projection for q, k and v (Phi-3's qkv_proj)
+    fused_per_head: bool = False  # its rows head by head, [q | k | v] each (Persimmon's)
     window: Window = no_window
     rope: Rope = field(default_factory=rope)  # None for a layer it does not turn (NoPE)
     scale_key: str | None = None  # s = √(this key), in place of √d_k (Gemma)
@@ -122,7 +123,8 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
         out["kv_heads"] = groups
     r.get("attention_bias")  # the biases are the tensors the layer holds
     if f.fused:
-        order = [("q", h) for h in range(heads)] + [("k", h) for h in range(g)] + \
+        order = [(letter, h) for h in range(heads) for letter in "qkv"] if f.fused_per_head \
+            else [("q", h) for h in range(heads)] + [("k", h) for h in range(g)] + \
             [("v", h) for h in range(g)]
         fused(r, stem, f.fused, order, d, out)
     elif f.gated:  # q_proj: each head's queries, then its gate (Qwen3-Next)
@@ -243,7 +245,8 @@ def features(f: Family) -> list[str]:
     README's table of families)."""
     if f.read is not None:
         return [words(f.read)] + ([f.others] if f.others else [])
-    out = ["fused q/k/v"] if f.fused else []
+    out = ["fused q/k/v" + (" ([q | k | v] head by head)" if f.fused_per_head else "")] \
+        if f.fused else []
     out.append("causal" if f.causal else f"causal with {f.causal_key}, else no mask"
                if f.causal_key else "no mask (an encoder)")
     out += [w for w in (words(f.window), words(f.rope)) if w]
