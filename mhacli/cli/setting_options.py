@@ -105,6 +105,9 @@ OPTIONS: tuple[SettingOption, ...] = (
     SettingOption("v_norm", "Divide each value by its root mean square over its head's "
                   "d_v numbers, √(mean(v²) + EPS), no weights (Gemma 3n, Gemma 4).",
                   metavar="EPS"),
+    SettingOption("sub_norm", "Normalise each row of the joined heads by its root mean "
+                  "square, √(mean(c²) + EPS), before W_O (BitNet's attn_sub_norm); its "
+                  "weights in a file's sub_norm: key.", metavar="EPS"),
     SettingOption("clip_qkv", "Clamp Q, K and V to [−C, C] as they come out of their "
                   "projections (OLMo, DBRX, MPT).", metavar="C"),
     SettingOption("w_gate", "Gated attention (Qwen3-Next): the gate's weights, d_model × "

@@ -381,6 +381,19 @@ def cell_concat(e: Entry) -> list[Any]:
             f"(head {hh + 1} fills columns {hh * d_v + 1}–{(hh + 1) * d_v})"]
 
 
+def cell_concat_normed(e: Entry) -> list[Any]:
+    """A normed entry of the joined heads: over its row's rms, times its weight."""
+    i, j = e.row, e.col
+    e.mark("concat", None, {i})
+    r = op("at", "concat_normed.rms", i, 0)
+    w = e.inp("sub_norm_weight", exact=False).at(j)
+    return [f"{e.name} = concat[{e.row_label}, {j + 1}] / rms × w_{j + 1}, rms = √(mean of "
+            f"the squares of the row {e.row_label} + eps)",
+            f"  rms = √(… + {e.num(e.c.sub_norm)}) = {e.num(r)}",
+            f"  {e.factor(e.value('concat', None, i, j))} / {e.num(r)} × {e.factor(w)}",
+            f"  = {e.result}"]
+
+
 def cell_output(e: Entry) -> list[Any]:
     p, j = e.p, e.col
     e.mark(e.reads[0], None, {e.row})
@@ -388,7 +401,7 @@ def cell_output(e: Entry) -> list[Any]:
     if p.w_o is None:
         return [f"{e.name} = concat[{e.row_label}, {j + 1}]{bias} = {e.result}  (no w_o)"]
     b_text = f" + {e.factor(e.inp('b_o', exact=False).at(j))}" if p.b_o is not None else ""
-    return [f"{e.name} = row {e.row + 1} of concat · column {j + 1} of W_O{bias}",
+    return [f"{e.name} = row {e.row + 1} of {e.reads[0]} · column {j + 1} of W_O{bias}",
             f"  = {e.dot(e.row_of(e.reads[0], None, e.row), e.inp('w_o', exact=False).col(j))}"
             f"{b_text}",
             f"  = {e.result}"]

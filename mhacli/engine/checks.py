@@ -45,7 +45,8 @@ def check_finite(p: Prepared, name: str, a: Array, head: int = 0) -> None:
                        f"{'' if dtype == 'float64' else ', or use float64'})")
 
 
-AFTER_SOFTMAX = ("weights", "head_outputs", "gated", "concat", "output")  # and the gradients
+AFTER_SOFTMAX = ("weights", "head_outputs", "gated", "concat", "concat_normed",
+                 "output")  # and the gradients
 
 
 def after_softmax(name: str) -> bool:

@@ -72,6 +72,7 @@ class Config:
     qk_layer: bool = False  # the q/k norm a LayerNorm: the mean removed first
     qk_after_rope: bool = False  # the q/k norm after RoPE (Hunyuan), not before
     v_norm: float | None = None  # eps: the values divided by their rms over each head
+    sub_norm: float | None = None  # eps: the rows of concat normed before W_O (BitNet)
     clip_qkv: float | None = None  # Q, K and V clamped to [−c, c] after their projections
     gate: bool = False  # gated attention: each head's output times σ(X·W_gate + b_gate)
     gate_bias: bool = False  # the gate has its bias b_gate
@@ -139,6 +140,7 @@ class Prepared:
     q_norm_bias: Array | None = None  # a LayerNorm's biases, as the weights
     k_norm_bias: Array | None = None
     tau: Array | None = None  # (n,) temperature tuning's factor of each query position
+    sub_norm_weight: Array | None = None  # (H·d_v,) its weights
     w_gate: Array | None = None  # (d_model, H·d_v) the gate's weights (gated attention)
     b_gate: Array | None = None  # (H·d_v,) its bias
     grad_output: Array | None = None  # (n, d_out) dL/d output, when given

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import numpy as np
 
-from . import ops, qk_norms
+from . import ops, qk_norms, sub_norm
 from .clipping import passed
 from .stage import KEY, NUMBERED, QUERY, Stage
 from .work import Work, tuned, turned
@@ -174,6 +174,16 @@ def _d_head_outputs(w: Work) -> Array | None:
     return w["d_gated"] * w.parts["gated"]["sigmoid"]  # (H, n, d_v)
 
 
+def _d_concat(w: Work) -> Array | None:
+    """dC: from dY through W_O, and back through the joined heads' norm (BitNet)."""
+    c, p = w.c, w.p
+    if c.sub_norm is None:
+        return w["d_output"] @ p.w_o.T if p.w_o is not None else w["d_output"]
+    if w.exact:
+        return None  # a square root: not rational
+    return sub_norm.back(w["concat"], p, w.parts["concat_normed"]["rms"], w["d_concat_normed"])
+
+
 def _d_gate(w: Work) -> Array:
     """dG = dGated ⊙ O ⊙ σ(G)·(1 − σ(G)), the heads side by side (n × H·d_v)."""
     sig = w.parts["gated"]["sigmoid"]
@@ -284,11 +294,20 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
     return (
         _grad("d_output", "n × d_out", lambda c: (c.n, c.d_out), QUERY, NUMBERED, _d_output,
               _d_output_text, "Y", exact=True),
-        _grad("d_concat", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,
+        _grad("d_concat_normed", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY,
+              NUMBERED,
               lambda w: w["d_output"] @ w.p.w_o.T if w.p.w_o is not None else w["d_output"],
-              lambda f: "dC = dY·W_Oᵀ" if f.c.has_w_o else "dC = dY (no w_o)", "C", exact=True),
+              lambda f: "dC_normed = dY·W_Oᵀ" if f.c.has_w_o else "dC_normed = dY (no w_o)",
+              "C_{normed}", exact=True, exists=lambda c: c.sub_norm is not None),
+        _grad("d_concat", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,
+              _d_concat,
+              lambda f: "dC = the norm's backward of dC_normed: (w⊙g)/rms − c·Σ(w⊙g⊙c)/(D·"
+              "rms³)" if f.c.sub_norm is not None else "dC = dY·W_Oᵀ" if f.c.has_w_o
+              else "dC = dY (no w_o)", "C", exact=True),
         _grad("d_w_o", "H·d_v × d_out", lambda c: (c.heads * c.d_v, c.d_out), NUMBERED,
-              NUMBERED, lambda w: w["concat"].T @ w["d_output"], _text("dW_O = Cᵀ·dY"), "W_O",
+              NUMBERED, lambda w: w[t.reads(w.c, "output")[0]].T @ w["d_output"],
+              lambda f: "dW_O = C_normedᵀ·dY" if f.c.sub_norm is not None else "dW_O = Cᵀ·dY",
+              "W_O",
               exists=lambda c: c.has_w_o),
         _grad("d_b_o", "d_out", lambda c: (c.d_out,), NUMBERED, NUMBERED,
               lambda w: _sums(w["d_output"]), _text("db_o = the column sums of dY"), "b_o",

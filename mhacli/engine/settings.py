@@ -30,7 +30,7 @@ import numpy as np
 from ..errors import MhaError
 from . import clipping, gating
 from . import parsers as read
-from . import qk_norms, rope
+from . import qk_norms, rope, sub_norm
 from .parsers import Fields
 from .values import (DTYPES, MASKS, choice, dtype_name, mask_value, positive, scale_rule,
                      whole)
@@ -153,6 +153,11 @@ SETTINGS: tuple[Setting, ...] = (
             read=lambda v: qk_norms.eps(v, "v_norm"), parse=lambda v, s: (
                 {"v_norm": v}, {}), fields=("v_norm",), shown=lambda c: {"v_norm": c.v_norm},
             write=lambda c, p, given: None if c.v_norm is None else read.written(c.v_norm)),
+    Setting("sub_norm", "the joined heads normed before W_O (BitNet's attn_sub_norm): each "
+            "row of concat over its root mean square, times its weights: eps, or {eps, "
+            "weight}.", read=sub_norm.value, parse=sub_norm.parse,
+            fields=("sub_norm", "sub_norm_weight"), shown=lambda c: {"sub_norm": c.sub_norm},
+            write=lambda c, p, given: None if c.sub_norm is None else sub_norm.write(p)),
     Setting("clip_qkv", "c: Q, K and V each clamped to [−c, c] as they come out of their "
             "projections (OLMo, DBRX, MPT).", read=lambda v: positive("clip_qkv", v),
             parse=clipping.parse, fields=("clip_qkv",),

@@ -23,14 +23,14 @@ from .gradients import gradient_stages
 from .cells import (
     cell_input, cell_projection, cell_split, cell_scores, cell_pos, cell_x_pos, cell_rot,
     cell_normed, cell_tuned, cell_alibi, cell_biased, cell_scaled, cell_masked, cell_softcapped,
-    cell_weights, cell_head_outputs, cell_gated, cell_v_normed, cell_concat, cell_output)
+    cell_weights, cell_head_outputs, cell_gated, cell_v_normed, cell_concat_normed, cell_concat, cell_output)
 from .formulas import (input_text, norm_text, output_tex, proj_tex, proj_text, rope_text,
                        split_text, tex)
 from .gating import gate_of, sigmoid
 from .head_weights import OUTPUT, PROJECTIONS
 from .reach import Reach
 from .stage import KEY, NUMBERED, QUERY, Stage
-from . import qk_norms
+from . import qk_norms, sub_norm
 from .work import Work, tuned, turned
 from .recipe import Recipe, var
 from .writing import Entry, Formula, Record, sub
@@ -104,6 +104,14 @@ def _gated(w: Work) -> Array | None:
     sig = ops.split_heads(sigmoid(g), w.c.heads)  # (H, n, d_v)
     w.parts["gated"] = {"sigmoid": sig}
     return o * sig  # (H, n, d_v)
+
+
+def _concat_normed(w: Work) -> Array | None:
+    if w.exact:
+        return None  # a square root: not rational
+    out, r = sub_norm.normed(w["concat"], w.p)
+    w.parts["concat_normed"] = {"rms": r}
+    return out
 
 
 def _gate_text(f: Formula) -> str:
@@ -411,12 +419,21 @@ FORWARD: tuple[Stage, ...] = (
                                    f"[{f.heads_list()}] stacked, one head below the other"),
           latex=tex("C", r"[O_1 \mid \dots \mid O_H]", r"[O_1; \dots; O_H]"),
           cell=cell_concat, reads=lambda c: ("gated" if c.gate else "head_outputs",)),
+    Stage("concat_normed", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,
+          compute=_concat_normed,
+          formula=lambda f: f"C / rms × w: each row of concat divided by its root mean square "
+          f"over its H·d_v numbers, √(mean(c²) + {f.c.sub_norm:g}), times the weights",
+          latex=tex(r"\frac{C}{\operatorname{rms}} \odot w"), cell=cell_concat_normed,
+          reads=lambda c: ("concat",), exists=lambda c: c.sub_norm is not None,
+          parts=(("rms", "rms"),), parts_title="the root mean square of each row",
+          parts_formula="rms = √(mean of the row's squares + eps); then c / rms × weight"),
     *OUTPUT,  # w_o: each head's rows, shown on request
     Stage("output", "n × d_out", lambda c: (c.n, c.d_out), QUERY, NUMBERED,
           compute=Work.output,
           formula=lambda f: f.proj("W_O", "concat", "b_o") if f.c.has_w_o
           else "concat" + f.bias("b_o") + " (no w_o)",
-          latex=output_tex, cell=cell_output, reads=lambda c: ("concat",)),
+          latex=output_tex, cell=cell_output,
+          reads=lambda c: ("concat" if c.sub_norm is None else "concat_normed",)),
 )
 
 TABLE: tuple[Stage, ...] = FORWARD + gradient_stages(sys.modules[__name__])  # (its chains)

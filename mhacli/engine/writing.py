@@ -96,7 +96,7 @@ Marks = dict[tuple[str, "int | None"], tuple[frozenset[int], frozenset[int]]]
 
 PARAMETERS = ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o", "bias", "pe",
               "pe_kv", "slopes", "sinks", "q_norm", "k_norm", "q_norm_bias",
-              "k_norm_bias", "w_gate", "b_gate")  # the inputs a recipe reads
+              "k_norm_bias", "w_gate", "b_gate", "sub_norm_weight")  # the inputs a recipe reads
 
 
 @dataclass

@@ -154,6 +154,7 @@ RECORDS: tuple[Family, ...] = (
            o_proj="dense", keys=HEADS_ONLY, rope=rope(partial_default=0.5), qk_norm="head",
            layer_norm=True, norm_names=("q_layernorm", "k_layernorm"),
            norm_eps_key="layer_norm_eps", unread=("qk_layernorm",)),
+    Family("bitnet", sub_norm="attn_sub_norm"),
     Family("ministral3", window=every_layer_if_used, beta_scaling=True,
            rope=rope(outside=("llama_4_scaling_beta", "max_position_embeddings"))),
     Family("olmo", clip_key="clip_qkv"),

@@ -56,6 +56,7 @@ class Family:
     layer_norm: bool = False  # its q/k norm a LayerNorm (the mean removed; a bias if stored)
     clip_key: str | None = None  # a config key clamping Q, K and V to [−c, c] (OLMo's)
     v_norm: bool = False  # a weightless RMS norm of the values (Gemma 3n), its ε norm_eps_key
+    sub_norm: str | None = None  # a norm of the joined heads before o_proj (BitNet's)
     beta_scaling: bool = False  # Ministral 3's scaling of the queries, 1 + β·log(1 + ⌊p / M⌋)
     # (rope_parameters' llama_4_scaling_beta β and original_max_position_embeddings M)
     kv_shared_key: str | None = None  # the config key of the last layers that take the
@@ -160,6 +161,11 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
     norm = qk_norm(f, r, stem, d)
     if norm is not None:
         out["qk_norm"] = norm
+    if f.sub_norm:
+        name = f"{stem}{f.sub_norm}.weight"
+        out["sub_norm"] = {"eps": r.setting("qk_norm.eps", f.norm_eps_key, 1e-6),
+                           "weight": r.tensor(name, 1)}
+        r.note("sub_norm", f"tensor {name}, config {f.norm_eps_key}")
     if f.beta_scaling:
         tuning = _beta_scaling(r)
         if tuning is not None:
@@ -266,6 +272,8 @@ def features(f: Family) -> list[str]:
                    + (", after RoPE" if f.norm_after_rope else ""))
     if f.v_norm:
         out.append("a weightless RMS norm of the values")
+    if f.sub_norm:
+        out.append(f"an RMS norm of the joined heads before {f.o_proj} ({f.sub_norm})")
     if f.beta_scaling:
         out.append("queries scaled by 1 + β·log(1 + ⌊p / M⌋) (rope_parameters' "
                    "llama_4_scaling_beta)")
