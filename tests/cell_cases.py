@@ -57,6 +57,8 @@ CASES: dict[str, tuple[dict[str, Any], int, bool]] = {
     "qk-after-rope": (dict(file=str(FIXTURES / "qk-after-rope.yaml")), 4, False),
     "mla": (dict(file=str(FIXTURES / "mla.yaml")), 4, False),
     "mla-w-q": (dict(file=str(FIXTURES / "mla-w-q.yaml")), 4, False),
+    "v-norm": (dict(file=str(FIXTURES / "v-norm.yaml")), 4, False),
+    "sub-norm": (dict(file=str(FIXTURES / "sub-norm.yaml")), 4, False),
     "relative-bias": (dict(file=str(FIXTURES / "relative-bias.yaml")), 4, False),
     "relative-bias-causal": (dict(file=str(FIXTURES / "relative-bias.yaml"), mask="causal",
                                   backward=True), 4, True),

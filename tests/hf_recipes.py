@@ -300,6 +300,19 @@ def llama_line(recipe: Callable[..., Any], decoder: Callable[..., dict[str, Any]
             vocab_size=100, d_model=32, n_heads=4, n_layers=2, expansion_ratio=2,
             max_seq_len=64, attn_config={"clip_qkv": 0.5}), notes="q, k and v clamped to "
             "±0.5"),
+        "persimmon": recipe("PersimmonConfig", "PersimmonForCausalLM", dict(
+            vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+            intermediate_size=64, max_position_embeddings=64, qk_layernorm=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 25000.0,
+                             "partial_rotary_factor": 0.5}, pad_token_id=0, bos_token_id=1,
+            eos_token_id=2), notes="fused query_key_value, [q | k | v] head by head; "
+            "LayerNorms of q and k with biases; RoPE over half of each head"),
+        "ministral3": r("Ministral3Config", "Ministral3ForCausalLM", "yarn RoPE; queries "
+                        "scaled by 1 + 0.5·log(1 + ⌊p / 4⌋)", head_dim=8, rope_parameters={
+                            "rope_type": "yarn", "rope_theta": 10000.0, "factor": 2.0,
+                            "original_max_position_embeddings": 4, "beta_fast": 32.0,
+                            "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+                            "llama_4_scaling_beta": 0.5}),
         "dbrx": recipe("DbrxConfig", "DbrxForCausalLM", dict(
             vocab_size=100, d_model=32, n_heads=4, n_layers=2, max_seq_len=64,
             attn_config={"kv_n_heads": 2, "rope_theta": 10000.0, "clip_qkv": 0.5},

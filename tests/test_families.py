@@ -102,6 +102,23 @@ def test_clamped_projections_are_clamped(family: str, models: dict,
         assert 0.02 < np.mean(np.abs(tr[s]) == 0.5) < 0.98, (s, np.mean(np.abs(tr[s]) == 0.5))
 
 
+def test_ministral3s_queries_are_scaled(models: dict,
+                                       tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Ministral 3 scales each query by 1 + β·log(1 + ⌊p / M⌋): read as the temperature
+    setting with the position unshifted; without it the numbers differ (M = 4 here)."""
+    folder = _model(models, tmp_path_factory, "ministral3")
+    x = np.random.default_rng(6).standard_normal((12, hf.read_config(folder)["hidden_size"]))
+    want = hf.attention_reference(folder, 0, x)["output"]
+    prob = _ours(folder, 0, x)
+    assert prob.config.temperature == (4.0, 0.5) and prob.config.temperature_shift == 0
+    inputs = dict(prob.inputs)
+    np.testing.assert_allclose(mhacli.attention(**inputs), want, rtol=1e-5,
+                               atol=1e-5 * np.abs(want).max())
+    inputs["temperature"] = None
+    assert not np.allclose(mhacli.attention(**inputs), want, rtol=1e-3,
+                           atol=1e-3 * np.abs(want).max())
+
+
 def test_hunyuans_norm_comes_after_rope(models: dict,
                                         tmp_path_factory: pytest.TempPathFactory) -> None:
     """Hunyuan norms each head's turned queries and keys, with weights per dimension: the

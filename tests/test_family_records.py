@@ -87,8 +87,8 @@ def test_every_record_is_read_by_its_own_layout() -> None:
     for record in families.RECORDS:
         if record.model_type in ("llama4_text", "diffllama"):  # the Llama line's, then its own
             assert record.read is not None and record.tensors == "decoder"
-        elif record.tensors in ("decoder", "phi3", "mixer", "modernbert", "attn", "distilbert",
-                                "xlm", "ctrl") or record.model_type == "exaone":
+        elif record.tensors in ("decoder", "phi3", "persimmon", "mixer", "modernbert", "attn",
+                                "distilbert", "xlm", "ctrl") or record.model_type == "exaone":
             assert record.read is None, record.model_type
             assert record.layer.__func__ is Family.layer  # type: ignore[attr-defined]
         else:

@@ -97,9 +97,10 @@ def test_the_setting_is_read_and_written(tmp_path: Path) -> None:
     p = mhacli.load(path)
     assert p.config.temperature == (8192.0, 0.1)
     for bad, words in (("temperature: 0:1", "temperature.floor_scale must be"),
-                       ("temperature: [1, 2, 3]", "temperature takes F:A"),
+                       ("temperature: [1, 2, 3, 4]", "temperature takes F:A"),
+                       ("temperature: [1, 2, 3]", "temperature.shift must be 0"),
                        ("temperature: {floor: 1, attn_scale: 2}",
-                        "temperature takes floor_scale and attn_scale, got floor")):
+                        "temperature takes floor_scale and attn_scale (and shift), got floor")):
         f = tmp_path / "bad.yaml"
         text = path.read_text()
         start = text.index("temperature:")
@@ -115,3 +116,20 @@ def test_the_setting_is_read_and_written(tmp_path: Path) -> None:
                             "--seed", "2", "-o", str(key)])
     assert r.exit_code == 0, r.output
     assert runner.invoke(app, ["check", str(key)]).exit_code == 0
+
+
+def test_ministral3s_shift_of_the_position() -> None:
+    """Ministral 3's τ_p = 1 + β·log(1 + ⌊p / M⌋): the shift 0, F = M, A = β."""
+    kw = problem(n=9)
+    kw["temperature"] = "2:0.5:0"
+    tr = mhacli.trace(**kw)
+    tau = np.array([1 + 0.5 * math.log(1 + math.floor(p / 2)) for p in range(9)])
+    np.testing.assert_allclose(np.asarray(tr["q_tuned"]), np.asarray(tr["q_heads"]) *
+                               tau[:, None], rtol=1e-13)
+    np.testing.assert_allclose(mhacli.attention(**kw), tr["output"], rtol=1e-12)
+    assert tr.config.temperature_shift == 0
+    r = runner.invoke(app, ["explain", "--random", "--seed", "3", "--tokens", "4",
+                            "--temperature", "2:0.5:0", "--cell", "q_tuned:1:4:2",
+                            "--format", "plain"])
+    assert r.exit_code == 0, r.output
+    assert "τ_p = log(⌊p / 2⌋ + 1)·0.5 + 1 = 1.3466  (p = 3)" in r.stdout

@@ -78,7 +78,8 @@ OPTIONS: tuple[SettingOption, ...] = (
                   metavar="C"),
     SettingOption("temperature", "Llama 4's temperature tuning: each query at position p "
                   "multiplied by log(⌊(p + 1) / F⌋ + 1)·A + 1 (F floor_scale, A "
-                  "attn_scale).", metavar="F:A"),
+                  "attn_scale); F:A:0 for Ministral 3's log(⌊p / F⌋ + 1)·A + 1.",
+                  metavar="F:A"),
     SettingOption("alibi", "ALiBi: add −slope_h·|i − j| to the scores, slopes 2^(−8h/H) for "
                   "H a power of two, else ALiBi's own rule (the key alibi: in a file may "
                   "give H slopes)."),
@@ -108,6 +109,12 @@ OPTIONS: tuple[SettingOption, ...] = (
                   "the whole row (width); eps, weights, a LayerNorm (norm: layer) or the "
                   "norm after RoPE (after_rope: true) in a file's qk_norm: key.",
                   metavar="head|width"),
+    SettingOption("v_norm", "Divide each value by its root mean square over its head's "
+                  "d_v numbers, √(mean(v²) + EPS), no weights (Gemma 3n, Gemma 4).",
+                  metavar="EPS"),
+    SettingOption("sub_norm", "Normalise each row of the joined heads by its root mean "
+                  "square, √(mean(c²) + EPS), before W_O (BitNet's attn_sub_norm); its "
+                  "weights in a file's sub_norm: key.", metavar="EPS"),
     SettingOption("clip_qkv", "Clamp Q, K and V to [−C, C] as they come out of their "
                   "projections (OLMo, DBRX, MPT).", metavar="C"),
     SettingOption("w_gate", "Gated attention (Qwen3-Next): the gate's weights, d_model × "

@@ -187,11 +187,11 @@ def cell_rot(e: Entry) -> list[Any]:
 
 
 def _tau(tr: Any) -> np.ndarray:
-    """Each query position's temperature factor, τ_p = log(⌊(p + 1) / F⌋ + 1)·A + 1,
+    """Each query position's temperature factor, τ_p = log(⌊(p + S) / F⌋ + 1)·A + 1,
     as the cell writes it: (n,)."""
     f, a = tr.config.temperature
     p = np.arange(tr.config.n)
-    return np.log(np.floor((p + 1) / f) + 1) * a + 1
+    return np.log(np.floor((p + tr.config.temperature_shift) / f) + 1) * a + 1
 
 
 def cell_tuned(e: Entry) -> list[Any]:
@@ -203,7 +203,8 @@ def cell_tuned(e: Entry) -> list[Any]:
     f, a = c.temperature  # type: ignore[misc]
     tau = e.derive("tuned_tau", _tau).at(i)
     e.makes(op("f*", e.value(src, h, i, j), tau))
-    return [f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] × τ_p, τ_p = log(⌊(p + 1) / "
+    at = "(p + 1)" if c.temperature_shift else "p"
+    return [f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] × τ_p, τ_p = log(⌊{at} / "
             f"{f:g}⌋ + 1)·{a:g} + 1 = {e.num(tau)}  (p = {i})",
             f"  = {e.factor(e.value(src, h, i, j))}×{e.factor(tau)} = {e.result}"]
 
@@ -247,6 +248,21 @@ def cell_normed(e: Entry) -> list[Any]:
             f"√(mean of the squares of {over} + eps)",
             f"  rms = √(… + {e.num(c.qk_eps)}) = {e.num(r)}",
             f"  {e.factor(x)} / {e.num(r)} × {e.factor(w)}", f"  = {e.result}"]
+
+
+def cell_v_normed(e: Entry) -> list[Any]:
+    """A normed value: the value over the root mean square of its head's row."""
+    h, i, j = e.head, e.row, e.col
+    src = e.reads[0]
+    e.mark(src, h, {i})
+    r = op("at", "v_normed.rms", h - 1, i, 0)
+    squares = op("fmap", op("f*", op("it", 0), op("it", 0)), e.row_of(src, h, i))
+    rms = op("sqrt", op("f+", op("f/", op("fsum", squares), float(e.c.d_v)), float(e.c.v_norm)))
+    e.makes(op("f/", e.value(src, h, i, j), rms))
+    return [f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] / rms, rms = √(mean of the "
+            f"squares of the row {e.row_label} of head {h} + eps)",
+            f"  rms = √(… + {e.num(e.c.v_norm)}) = {e.num(r)}",
+            f"  {e.factor(e.value(src, h, i, j))} / {e.num(r)}", f"  = {e.result}"]
 
 
 def cell_alibi(e: Entry) -> list[Any]:
@@ -533,6 +549,23 @@ def cell_concat(e: Entry) -> list[Any]:
             f"(head {hh + 1} fills columns {hh * d_v + 1}–{(hh + 1) * d_v})"]
 
 
+def cell_concat_normed(e: Entry) -> list[Any]:
+    """A normed entry of the joined heads: over its row's rms, times its weight."""
+    i, j = e.row, e.col
+    e.mark("concat", None, {i})
+    r = op("at", "concat_normed.rms", i, 0)
+    w = e.inp("sub_norm_weight", exact=False).at(j)
+    squares = op("fmap", op("f*", op("it", 0), op("it", 0)), e.row_of("concat", None, i))
+    width = float(e.trace.stages["concat"].shape[1])
+    rms = op("sqrt", op("f+", op("f/", op("fsum", squares), width), float(e.c.sub_norm)))
+    e.makes(op("f*", op("f/", e.value("concat", None, i, j), rms), w))
+    return [f"{e.name} = concat[{e.row_label}, {j + 1}] / rms × w_{j + 1}, rms = √(mean of "
+            f"the squares of the row {e.row_label} + eps)",
+            f"  rms = √(… + {e.num(e.c.sub_norm)}) = {e.num(r)}",
+            f"  {e.factor(e.value('concat', None, i, j))} / {e.num(r)} × {e.factor(w)}",
+            f"  = {e.result}"]
+
+
 def cell_output(e: Entry) -> list[Any]:
     p, j = e.p, e.col
     e.mark(e.reads[0], None, {e.row})
@@ -543,7 +576,7 @@ def cell_output(e: Entry) -> list[Any]:
     if p.w_o is None:
         return [f"{e.name} = concat[{e.row_label}, {j + 1}]{bias} = {e.result}  (no w_o)"]
     b_text = f" + {e.factor(e.inp('b_o', exact=False).at(j))}" if p.b_o is not None else ""
-    return [f"{e.name} = row {e.row + 1} of concat · column {j + 1} of W_O{bias}",
+    return [f"{e.name} = row {e.row + 1} of {e.reads[0]} · column {j + 1} of W_O{bias}",
             f"  = {e.dot(e.row_of(e.reads[0], None, e.row), e.inp('w_o', exact=False).col(j))}"
             f"{b_text}",
             f"  = {e.result}"]

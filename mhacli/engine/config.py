@@ -59,6 +59,7 @@ class Config:
     window: int | None = None  # sliding window: query i sees key j only if |i − j| < w
     chunk: int | None = None  # chunked attention: query i sees the keys of its chunk of C
     temperature: tuple[float, float] | None = None  # (F, A): Llama 4's tuning of the queries
+    temperature_shift: int = 1  # S of ⌊(p + S) / F⌋: 1 in Llama 4, 0 in Ministral 3
     alibi: bool = False  # ALiBi: −slope_h·|i − j| added to the scores
     bias: bool = False  # an additive bias on the scores (PyTorch's float attn_mask)
     relative: tuple[bool, int, int] | None = None  # T5's bias: (bidirectional, B, distance)
@@ -76,6 +77,8 @@ class Config:
     diff_eps: float = 0.0  # the eps of its norm of each head's output
     qk_layer: bool = False  # the q/k norm a LayerNorm: the mean removed first
     qk_after_rope: bool = False  # the q/k norm after RoPE (Hunyuan), not before
+    v_norm: float | None = None  # eps: the values divided by their rms over each head
+    sub_norm: float | None = None  # eps: the rows of concat normed before W_O (BitNet)
     clip_qkv: float | None = None  # Q, K and V clamped to [−c, c] after their projections
     gate: bool = False  # gated attention: each head's output times σ(X·W_gate + b_gate)
     gate_bias: bool = False  # the gate has its bias b_gate
@@ -173,6 +176,7 @@ class Prepared:
     k_norm_bias: Array | None = None
     tau: Array | None = None  # (n,) temperature tuning's factor of each query position
     lambdas: Array | None = None  # (4, d_k) differential attention's λ_q1, λ_k1, λ_q2, λ_k2
+    sub_norm_weight: Array | None = None  # (H·d_v,) its weights
     w_gate: Array | None = None  # (d_model, H·d_v) the gate's weights (gated attention)
     b_gate: Array | None = None  # (H·d_v,) its bias
     w_dq: Array | None = None  # MLA (latent.py): (d_model, r_q)

@@ -32,6 +32,7 @@ import numpy as np
 
 from ..errors import MhaError, shown
 from . import ops
+from . import sub_norm
 from .gating import sigmoid
 from .online import data, float_only, merge, online, record, span, start, whole_number
 from .values import given
@@ -202,6 +203,8 @@ def _steps(tr: Record, count: int | None, labels: list[str], reach: Reach
         if c.gate:  # gated attention: times σ of the token's gate (its row of the trace's)
             concat = concat * sigmoid(tr.stages["gate"][i:i + 1])
         work.stages["concat"] = concat
+        if c.sub_norm is not None:  # the joined heads' row normed (BitNet)
+            work.stages["concat_normed"] = sub_norm.normed(concat, p)[0]
         output = work.output()[0]  # (d_out,)
         chunks = combined = None
         if count is not None:

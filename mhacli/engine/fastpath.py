@@ -17,6 +17,7 @@ import numpy as np
 from . import ops
 from .checks import check_finite, warn_dead
 from .config import Prepared
+from . import sub_norm
 from .clipping import clamped
 from .gating import gate_of, sigmoid
 from .work import Work, normed, started, turned
@@ -143,6 +144,8 @@ def _attend(p: Prepared, q_t: Array, k_t: Array, v_t: Array,
         hi = min(lo + block, c.n)
         if gate is not None:  # each head's output times the sigmoid of its gate
             out[lo:hi] *= gate[lo:hi]
+        if c.sub_norm is not None:  # the joined heads' rows normed (BitNet)
+            out[lo:hi] = sub_norm.normed(out[lo:hi], p)[0]
         if final is not None:
             np.matmul(out[lo:hi], p.w_o, out=final[lo:hi])
             if p.b_o is not None:
@@ -373,6 +376,9 @@ def _turned_heads(p: Prepared, work: Work, spread: Spread | None) -> tuple[Array
                     for a in (q_t, k_t))
     if c.qk_norm is not None and after:
         q_t, k_t = _normed_heads(p, q_t, k_t)
+    if c.v_norm is not None:  # each value row over its rms (its head's d_v numbers)
+        v_t = np.ascontiguousarray(v_t / ops.rms(v_t.swapaxes(-1, -2), c.v_norm)
+                                   .swapaxes(-1, -2))
     if p.tau is not None:  # each query times its position's factor (a fresh array)
         q_t = q_t * p.tau
     ops.divide(q_t, c.scale, out=q_t)  # in place: a fresh array of this call's

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import numpy as np
 
-from . import ops, qk_norms
+from . import ops, qk_norms, sub_norm
 from .clipping import passed
 from .stage import KEY, NUMBERED, QUERY, Stage
 from .work import Work, tuned, turned
@@ -178,6 +178,16 @@ def _d_head_outputs(w: Work) -> Array | None:
     return w["d_gated"] * w.parts["gated"]["sigmoid"]  # (H, n, d_v)
 
 
+def _d_concat(w: Work) -> Array | None:
+    """dC: from dY through W_O, and back through the joined heads' norm (BitNet)."""
+    c, p = w.c, w.p
+    if c.sub_norm is None:
+        return w["d_output"] @ p.w_o.T if p.w_o is not None else w["d_output"]
+    if w.exact:
+        return None  # a square root: not rational
+    return sub_norm.back(w["concat"], p, w.parts["concat_normed"]["rms"], w["d_concat_normed"])
+
+
 def _d_gate(w: Work) -> Array:
     """dG = dGated ⊙ O ⊙ σ(G)·(1 − σ(G)), the heads side by side (n × H·d_v)."""
     sig = w.parts["gated"]["sigmoid"]
@@ -290,11 +300,20 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
     return (
         _grad("d_output", "n × d_out", lambda c: (c.n, c.d_out), QUERY, NUMBERED, _d_output,
               _d_output_text, "Y", exact=True),
-        _grad("d_concat", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,
+        _grad("d_concat_normed", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY,
+              NUMBERED,
               lambda w: w["d_output"] @ w.p.w_o.T if w.p.w_o is not None else w["d_output"],
-              lambda f: "dC = dY·W_Oᵀ" if f.c.has_w_o else "dC = dY (no w_o)", "C", exact=True),
+              lambda f: "dC_normed = dY·W_Oᵀ" if f.c.has_w_o else "dC_normed = dY (no w_o)",
+              "C_{normed}", exact=True, exists=lambda c: c.sub_norm is not None),
+        _grad("d_concat", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,
+              _d_concat,
+              lambda f: "dC = the norm's backward of dC_normed: (w⊙g)/rms − c·Σ(w⊙g⊙c)/(D·"
+              "rms³)" if f.c.sub_norm is not None else "dC = dY·W_Oᵀ" if f.c.has_w_o
+              else "dC = dY (no w_o)", "C", exact=True),
         _grad("d_w_o", "H·d_v × d_out", lambda c: (c.heads * c.d_v, c.d_out), NUMBERED,
-              NUMBERED, lambda w: w["concat"].T @ w["d_output"], _text("dW_O = Cᵀ·dY"), "W_O",
+              NUMBERED, lambda w: w[t.reads(w.c, "output")[0]].T @ w["d_output"],
+              lambda f: "dW_O = C_normedᵀ·dY" if f.c.sub_norm is not None else "dW_O = Cᵀ·dY",
+              "W_O",
               exists=lambda c: c.has_w_o),
         _grad("d_b_o", "d_out", lambda c: (c.d_out,), NUMBERED, NUMBERED,
               lambda w: _sums(w["d_output"]), _text("db_o = the column sums of dY"), "b_o",
@@ -312,13 +331,23 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
               _d_gate, _text("dG = dGated ⊙ O ⊙ σ(G)·(1 − σ(G)), the heads side by side"),
               "G", exists=lambda c: c.gate),
         _grad("d_weights", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
-              lambda w: w["d_head_outputs"] @ ops.shared(w["v_heads"], w.c.heads).swapaxes(-1, -2),
+              lambda w: w["d_head_outputs"] @ ops.shared(
+                  w[t.reads(w.c, "head_outputs")[1]], w.c.heads).swapaxes(-1, -2),
               lambda f: f"dA{f.i} = dO{f.i}·V{f.g}ᵀ (every cell, blocked ones too)", "A",
               per_head=True, exact=True),
-        _grad("d_v_heads", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,
+        _grad("d_v_normed", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,
               lambda w: ops.shared_sum(w["weights"].swapaxes(-1, -2) @ w["d_head_outputs"],
                                        w.c.groups),
-              lambda f: f"dV{f.i} = A{f.i}ᵀ·dO{f.i}" if f.c.groups == f.c.heads
+              lambda f: f"dV_normed{f.i} = A{f.i}ᵀ·dO{f.i}" if f.c.groups == f.c.heads
+              else "dV_normed_g = Σ A_hᵀ·dO_h over the query heads h that share value head g",
+              "V_{normed}", per_head=True, exists=lambda c: c.v_norm is not None),
+        _grad("d_v_heads", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,
+              lambda w: ops.rms_back(w["v_heads"], w.parts["v_normed"]["rms"], 1,
+                                     w["d_v_normed"]) if w.c.v_norm is not None else
+              ops.shared_sum(w["weights"].swapaxes(-1, -2) @ w["d_head_outputs"], w.c.groups),
+              lambda f: f"dV{f.i} = the norm's backward: g/rms − v·Σ(g⊙v)/(D·rms³), g = "
+              f"dV_normed{f.i}" if f.c.v_norm is not None else
+              f"dV{f.i} = A{f.i}ᵀ·dO{f.i}" if f.c.groups == f.c.heads
               else "dV_g = Σ A_hᵀ·dO_h over the query heads h that share value head g",
               "V", per_head=True),
         _grad("d_masked", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,

@@ -53,47 +53,62 @@ def chunk(value: Any, s: Sizes) -> Fields:
     return {"chunk": value}, {}  # as given (at most 999,999,999: safe in int64)
 
 
-def temperature_value(value: Any) -> tuple[float, float] | None:
+def temperature_value(value: Any) -> tuple[float, ...] | None:
     """``temperature``: Llama 4's tuning of the queries, its floor_scale F and attn_scale
-    A, as {floor_scale: F, attn_scale: A}, [F, A] or ``F:A``; None or false: none."""
+    A, as {floor_scale: F, attn_scale: A}, [F, A] or ``F:A``; and the shift S of the
+    position (1, Llama 4's ⌊(p + 1) / F⌋, unless given: Ministral 3's ⌊p / M⌋ is S = 0)
+    as {…, shift: S}, [F, A, S] or ``F:A:S``; None or false: none."""
     import re
 
     if value is None or value is False or isinstance(value, str) and \
             value.strip().lower() in ("", "none", "false", "no", "off"):
         return None
-    if isinstance(value, tuple) and len(value) == 2 and all(type(v) is float for v in value):
+    if isinstance(value, tuple) and len(value) in (2, 3) and \
+            all(type(v) is float for v in value):
         return value  # typed already
     if isinstance(value, dict):
-        unknown = sorted(set(value) - {"floor_scale", "attn_scale"})
-        if unknown or len(value) != 2:
-            raise MhaError(f"temperature takes floor_scale and attn_scale, got "
+        unknown = sorted(set(value) - {"floor_scale", "attn_scale", "shift"})
+        if unknown or not {"floor_scale", "attn_scale"} <= set(value):
+            raise MhaError(f"temperature takes floor_scale and attn_scale (and shift), got "
                            f"{', '.join(map(str, unknown or sorted(value))) or 'neither'}",
                            key="temperature")
-        parts = [value["floor_scale"], value["attn_scale"]]
+        parts = [value["floor_scale"], value["attn_scale"]] + \
+            ([value["shift"]] if "shift" in value else [])
     elif isinstance(value, str):
         parts = re.split(r"\s*[:,]\s*", value.strip())
     elif isinstance(value, (list, tuple, np.ndarray)):
         parts = list(np.asarray(value, dtype=object).reshape(-1))
     else:
         parts = [value]
-    if len(parts) != 2:
+    if len(parts) not in (2, 3):
         raise MhaError(f"temperature takes F:A (floor_scale and attn_scale, positive "
-                       f"numbers), got {given(value)}", key="temperature")
+                       f"numbers) or F:A:S (S the shift, 0 or 1), got {given(value)}",
+                       key="temperature")
     f = positive("temperature.floor_scale", parts[0])
     a = positive("temperature.attn_scale", parts[1])
-    return float(f), float(a)  # type: ignore[arg-type]
+    if len(parts) == 2:
+        return float(f), float(a)  # type: ignore[arg-type]
+    shift = parts[2]
+    if isinstance(shift, str) and shift.strip() in ("0", "1"):
+        shift = int(shift.strip())
+    if isinstance(shift, (bool, np.bool_)) or shift not in (0, 1):
+        raise MhaError(f"temperature.shift must be 0 (⌊p / F⌋, Ministral 3) or 1 "
+                       f"(⌊(p + 1) / F⌋, Llama 4), got {given(shift)}",
+                       key=("temperature", "shift"))
+    return float(f), float(a), float(shift)  # type: ignore[arg-type]
 
 
 def temperature(value: Any, s: Sizes) -> Fields:
-    """The factor of each query position p: τ_p = log(⌊(p + 1) / F⌋ + 1)·A + 1."""
+    """The factor of each query position p: τ_p = log(⌊(p + S) / F⌋ + 1)·A + 1."""
     if value is None:
-        return {"temperature": None}, {"tau": None}
-    f, a = value
+        return {"temperature": None, "temperature_shift": 1}, {"tau": None}
+    f, a = value[:2]
+    shift = int(value[2]) if len(value) == 3 else 1
     p = np.arange(s.n, dtype=np.float64)
-    tau = np.log(np.floor((p + 1) / f) + 1) * a + 1
+    tau = np.log(np.floor((p + shift) / f) + 1) * a + 1
     # a logarithm is never rational: the exact path leaves q_tuned, and what follows it,
     # to the floats (as it does RoPE's), so its factors are floats there too
-    return {"temperature": (f, a)}, {"tau": tau.astype(np.float64 if s.t is object else s.t)}
+    return {"temperature": (f, a), "temperature_shift": shift}, {"tau": tau.astype(np.float64 if s.t is object else s.t)}
 
 
 def key_padding_value(value: Any) -> npt.NDArray[np.bool_]:

@@ -110,17 +110,20 @@ def parse(v: Any, s: Sizes) -> Fields:
              "qk_after_rope": v["after_rope"]}, arrays)
 
 
-def eps(v: Any) -> float:
-    """qk_norm's eps: 0 or a positive number (text by the number rule, or a number)."""
+def eps(v: Any, key: str = "qk_norm") -> float:
+    """qk_norm's eps (or ``key``'s): 0 or a positive number (text by the number rule, or
+    a number)."""
     if type(v) is float and 0 <= v < np.inf:  # typed already: trusted
         return v
     if not isinstance(v, (bool, np.bool_)) and isinstance(v, (int, float, str)):
         from ..numbers import parse as number
 
-        read = number(v, ("qk_norm", "eps")) if isinstance(v, str) else v
+        read = number(v, (key, "eps") if key == "qk_norm" else (key,)) \
+            if isinstance(v, str) else v
         if read == 0:
             return 0.0
-    return positive("qk_norm.eps", v, "0 or a positive number")  # type: ignore[return-value]
+    return positive(f"{key}.eps" if key == "qk_norm" else key, v,  # type: ignore[return-value]
+                    "0 or a positive number")
 
 
 def write(c: Config, p: Prepared, given_: Any) -> Any:

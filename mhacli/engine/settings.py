@@ -30,7 +30,7 @@ import numpy as np
 from ..errors import MhaError
 from . import clipping, gating
 from . import parsers as read
-from . import qk_norms, relative, rope
+from . import qk_norms, relative, rope, sub_norm
 from .parsers import Fields
 from .values import (DTYPES, MASKS, choice, dtype_name, mask_value, positive, scale_rule,
                      whole)
@@ -101,13 +101,15 @@ SETTINGS: tuple[Setting, ...] = (
             write=lambda c, p, given: c.chunk),
     Setting("temperature", "Llama 4's temperature tuning of the queries: F:A (its "
             "floor_scale and attn_scale), each query at position p multiplied by "
-            "log(⌊(p + 1) / F⌋ + 1)·A + 1.", read=read.temperature_value,
-            parse=read.temperature, fields=("temperature", "tau"),
+            "log(⌊(p + 1) / F⌋ + 1)·A + 1; F:A:0 for Ministral 3's log(⌊p / F⌋ + 1)·A + 1.", read=read.temperature_value,
+            parse=read.temperature, fields=("temperature", "temperature_shift", "tau"),
             shown=lambda c: {"temperature": None if c.temperature is None else
-                             {"floor_scale": c.temperature[0], "attn_scale": c.temperature[1]}},
+                             {"floor_scale": c.temperature[0], "attn_scale": c.temperature[1],
+                              **({} if c.temperature_shift == 1 else {"shift": 0})}},
             write=lambda c, p, given: None if c.temperature is None else
             f"{{floor_scale: {read.written(c.temperature[0])}, attn_scale: "
-            f"{read.written(c.temperature[1])}}}"),
+            f"{read.written(c.temperature[1])}"
+            + ("" if c.temperature_shift == 1 else ", shift: 0") + "}"),
     Setting("alibi", "True for ALiBi (−slope_h·|i − j| added to the scores, slopes "
             "2^(−8h/H) for H a power of two, else ALiBi's own rule), or the H slopes.",
             kind="flag", words=("true", "false", "yes", "no", "on", "off"),
@@ -171,6 +173,16 @@ SETTINGS: tuple[Setting, ...] = (
             fields=("qk_norm", "qk_eps", "qk_layer", "qk_after_rope", "q_norm", "k_norm",
                     "q_norm_bias", "k_norm_bias"),
             shown=qk_norms.shown, write=qk_norms.write),
+    Setting("v_norm", "eps: each value divided by its root mean square over its head's d_v "
+            "numbers, √(mean(v²) + eps), no weights (Gemma 3n, Gemma 4).",
+            read=lambda v: qk_norms.eps(v, "v_norm"), parse=lambda v, s: (
+                {"v_norm": v}, {}), fields=("v_norm",), shown=lambda c: {"v_norm": c.v_norm},
+            write=lambda c, p, given: None if c.v_norm is None else read.written(c.v_norm)),
+    Setting("sub_norm", "the joined heads normed before W_O (BitNet's attn_sub_norm): each "
+            "row of concat over its root mean square, times its weights: eps, or {eps, "
+            "weight}.", read=sub_norm.value, parse=sub_norm.parse,
+            fields=("sub_norm", "sub_norm_weight"), shown=lambda c: {"sub_norm": c.sub_norm},
+            write=lambda c, p, given: None if c.sub_norm is None else sub_norm.write(p)),
     Setting("clip_qkv", "c: Q, K and V each clamped to [−c, c] as they come out of their "
             "projections (OLMo, DBRX, MPT).", read=lambda v: positive("clip_qkv", v),
             parse=clipping.parse, fields=("clip_qkv",),

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import ops
+from . import sub_norm
 from .fastpath import _turned_heads, gated
 from .checks import check_finite, warn_dead
 from .config import Prepared
@@ -41,7 +42,7 @@ def alike(p: Prepared) -> bool:
     c = p.config
     return fits(p) and c.rope is None and c.qk_norm is None and c.positional is None \
         and c.temperature is None and not c.gate and c.clip_qkv is None and not c.backward \
-        and not c.latent and c.differential is None
+        and not c.latent and c.differential is None and c.v_norm is None and c.sub_norm is None
 
 
 def small(p: Prepared) -> Array:
@@ -53,7 +54,10 @@ def small(p: Prepared) -> Array:
         q_t, k_t, v_t = _turned_heads(p, work, None)  # (H, d_k, n), (G, d_k, m), (G, d_v, m)
         concat = _concat(_attend(p, q_t, k_t, v_t))  # (n, H·d_v)
         sig = gated(p, work)  # gated attention: σ(G), (n, H·d_v)
-        work.stages["concat"] = concat if sig is None else concat * sig
+        concat = concat if sig is None else concat * sig
+        if p.config.sub_norm is not None:  # the joined heads' rows normed (BitNet)
+            work.stages["concat_normed"] = sub_norm.normed(concat, p)[0]
+        work.stages["concat"] = concat
         out = work.output()  # (n, d_out)
     check_finite(p, "output", out)  # an overflow anywhere shows here as inf or NaN
     return out

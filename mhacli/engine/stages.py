@@ -24,14 +24,15 @@ from .cells import (
     cell_input, cell_projection, cell_split, cell_scores, cell_pos, cell_x_pos, cell_rot,
     cell_normed, cell_tuned, cell_alibi, cell_biased, cell_scaled, cell_masked, cell_softcapped,
     cell_weights, cell_head_outputs, cell_gated, cell_concat, cell_output, cell_lambda,
-    cell_diff_weights, cell_diff_outputs, cell_head_normed, cell_head_scaled)
+    cell_diff_weights, cell_diff_outputs, cell_head_normed, cell_head_scaled, cell_v_normed,
+    cell_concat_normed)
 from .formulas import (input_text, norm_text, output_tex, proj_tex, proj_text, rope_text,
                        split_text, tex)
 from .gating import gate_of, sigmoid
 from .head_weights import OUTPUT, PROJECTIONS
 from .reach import Reach
 from .stage import KEY, NUMBERED, QUERY, Stage
-from . import qk_norms
+from . import qk_norms, sub_norm
 from .work import Work, tuned, turned
 from .recipe import Recipe, var
 from .writing import Entry, Formula, Record, sub
@@ -111,6 +112,16 @@ def _head_outputs_text(f: Formula) -> str:
         "side by side"
 
 
+def _v_normed(w: Work) -> Array | None:
+    """Each value row divided by its root mean square over its head, no weights."""
+    if w.exact:
+        return None  # a square root: not rational
+    v = _read(w, "v_normed")
+    r = ops.rms(v, w.c.v_norm)  # (G, m, 1)
+    w.parts["v_normed"] = {"rms": r}
+    return v / r
+
+
 def _gated(w: Work) -> Array | None:
     """Each head's output times the sigmoid of its columns of the gate."""
     if w.exact:
@@ -119,6 +130,14 @@ def _gated(w: Work) -> Array | None:
     sig = ops.split_heads(sigmoid(g), w.c.heads)  # (H, n, d_v)
     w.parts["gated"] = {"sigmoid": sig}
     return o * sig  # (H, n, d_v)
+
+
+def _concat_normed(w: Work) -> Array | None:
+    if w.exact:
+        return None  # a square root: not rational
+    out, r = sub_norm.normed(w["concat"], w.p)
+    w.parts["concat_normed"] = {"rms": r}
+    return out
 
 
 def _gate_text(f: Formula) -> str:
@@ -379,6 +398,14 @@ FORWARD: tuple[Stage, ...] = (
           exact=True, chain="v", reads=lambda c: mla.V_READS if c.latent else ("v",)),
     _norm_stage("q_normed", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), "q", False),
     _norm_stage("k_normed", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), "k", False),
+    Stage("v_normed", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,
+          compute=_v_normed, chain="v", reads=_after("v", "v_normed"),
+          formula=lambda f: f"V{f.i} / rms: each row divided by its root mean square over "
+          f"its head's d_v numbers, √(mean(v²) + {f.c.v_norm:g}), no weights",
+          latex=tex(r"\frac{V_{@h}}{\operatorname{rms}}"), cell=cell_v_normed, per_head=True,
+          exists=lambda c: c.v_norm is not None, parts=(("rms", "rms"),),
+          parts_title="the root mean square of each row",
+          parts_formula="rms = √(mean of the row's squares + eps); then v / rms"),
     Stage("q_rot", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
           compute=lambda w: _rot(w, "q"), formula=rope_text("Q"),
           chain="q", reads=_after("q", "q_rot"),
@@ -393,9 +420,11 @@ FORWARD: tuple[Stage, ...] = (
     _norm_stage("k_rot_normed", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), "k", True),
     Stage("q_tuned", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
           compute=_tuned, chain="q", reads=_after("q", "q_tuned"),
-          formula=lambda f: f"Q{f.i}'s row p times τ_p = log(⌊(p + 1) / "
-          f"{f.c.temperature[0]:g}⌋ + 1)·{f.c.temperature[1]:g} + 1, Llama 4's temperature "
-          "tuning",
+          formula=lambda f: f"Q{f.i}'s row p times τ_p = log(⌊"
+          f"{'(p + 1)' if f.c.temperature_shift else 'p'} / "
+          f"{f.c.temperature[0]:g}⌋ + 1)·{f.c.temperature[1]:g} + 1, "
+          + ("Llama 4's temperature tuning" if f.c.temperature_shift else
+             "Ministral 3's scaling of the queries"),
           latex=tex(r"\tau_p \, Q_{@h}"), cell=cell_tuned, per_head=True,
           exists=lambda c: c.temperature is not None),
     Stage("scores", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
@@ -490,12 +519,21 @@ FORWARD: tuple[Stage, ...] = (
                                    f"[{f.heads_list()}] stacked, one head below the other"),
           latex=tex("C", r"[O_1 \mid \dots \mid O_H]", r"[O_1; \dots; O_H]"),
           cell=cell_concat, reads=_after("o", "concat")),
+    Stage("concat_normed", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,
+          compute=_concat_normed,
+          formula=lambda f: f"C / rms × w: each row of concat divided by its root mean square "
+          f"over its H·d_v numbers, √(mean(c²) + {f.c.sub_norm:g}), times the weights",
+          latex=tex(r"\frac{C}{\operatorname{rms}} \odot w"), cell=cell_concat_normed,
+          reads=lambda c: ("concat",), exists=lambda c: c.sub_norm is not None,
+          parts=(("rms", "rms"),), parts_title="the root mean square of each row",
+          parts_formula="rms = √(mean of the row's squares + eps); then c / rms × weight"),
     *OUTPUT,  # w_o: each head's rows, shown on request
     Stage("output", "n × d_out", lambda c: (c.n, c.d_out), QUERY, NUMBERED,
           compute=Work.output,
           formula=lambda f: f.proj("W_O", "concat", "b_o") if f.c.has_w_o
           else "concat" + f.bias("b_o") + " (no w_o)",
-          latex=output_tex, cell=cell_output, reads=lambda c: ("concat",)),
+          latex=output_tex, cell=cell_output,
+          reads=lambda c: ("concat" if c.sub_norm is None else "concat_normed",)),
 )
 
 TABLE: tuple[Stage, ...] = FORWARD + gradient_stages(sys.modules[__name__])  # (its chains)

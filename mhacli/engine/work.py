@@ -58,7 +58,8 @@ class Work:
 
     def output(self) -> Array:
         """Y = C·W_O (+ b_o), or the concatenation itself without W_O."""
-        p, concat = self.p, self.stages["concat"]
+        p = self.p
+        concat = self.stages.get("concat_normed", self.stages["concat"])
         if p.w_o is None:
             return concat + p.b_o if p.b_o is not None else concat
         return ops.project(concat, p.w_o, p.b_o)  # (n, d_out)

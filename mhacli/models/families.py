@@ -26,6 +26,7 @@ from .layouts import (albert, approximate, bert, big_bird, bloom, codegen, deber
 from .differential import diffllama
 from .dbrx import dbrx
 from .latent import latent_attention
+from .gemma3n import GEMMA3N_AROUND, unscaled
 from .llama4 import chunks, llama4
 from .seq2seq import AROUND, bart
 from .t5 import AROUND as T5_AROUND, mpnet, t5
@@ -151,6 +152,13 @@ RECORDS: tuple[Family, ...] = (
     Family("seed_oss"),
     Family("starcoder2", window=every_layer, unread=("use_bias",)),
     Family("ministral", window=types_or(sliding_if_set)),
+    Family("persimmon", tensors="persimmon", fused="query_key_value", fused_per_head=True,
+           o_proj="dense", keys=HEADS_ONLY, rope=rope(partial_default=0.5), qk_norm="head",
+           layer_norm=True, norm_names=("q_layernorm", "k_layernorm"),
+           norm_eps_key="layer_norm_eps", unread=("qk_layernorm",)),
+    Family("bitnet", sub_norm="attn_sub_norm"),
+    Family("ministral3", window=every_layer_if_used, beta_scaling=True,
+           rope=rope(outside=("llama_4_scaling_beta", "max_position_embeddings"))),
     Family("olmo", clip_key="clip_qkv"),
     Family("olmo3", window=types_or(every_nth_full(4), "sliding windows by layer_types (all "
                                     "but every 4th layer)"), qk_norm="width"),
@@ -281,6 +289,9 @@ RECORDS: tuple[Family, ...] = (
     Family("gpt_neo", tensors="gpt_neo", read=gpt_neo),
     Family("mpt", tensors="mpt", read=mpt),
     Family("dbrx", tensors="dbrx", read=dbrx),
+    Family("gemma3n_text", window=by_layer_types(), rope=gemma3_rope, scale=unscaled,
+           qk_norm="head", v_norm=True, kv_shared_key="num_kv_shared_layers",
+           unread=GEMMA3N_AROUND),
     Family("codegen", tensors="codegen", read=codegen),
     Family("exaone", tensors="gpt_neo", o_proj="out_proj"),  # (EXAONE 3: GPT-Neo's names)
     Family("ctrl", tensors="ctrl", qkv=("Wq", "Wk", "Wv"), o_proj="dense", rope=no_rope,

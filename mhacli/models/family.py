@@ -43,6 +43,7 @@ class Family:
     keys: tuple[str, str, str] = ("num_attention_heads", "num_key_value_heads", "hidden_size")
     # (the config's keys of the heads, the key/value heads and the width)
     fused: str | None = None  # one projection for q, k and v (Phi-3's qkv_proj)
+    fused_per_head: bool = False  # its rows head by head, [q | k | v] each (Persimmon's)
     window: Window = no_window
     rope: Rope = field(default_factory=rope)  # None for a layer it does not turn (NoPE)
     scale_key: str | None = None  # s = √(this key), in place of √d_k (Gemma)
@@ -54,6 +55,12 @@ class Family:
     norm_plus_one: bool = False  # the norm's stored weight w multiplies as 1 + w (Gemma)
     layer_norm: bool = False  # its q/k norm a LayerNorm (the mean removed; a bias if stored)
     clip_key: str | None = None  # a config key clamping Q, K and V to [−c, c] (OLMo's)
+    v_norm: bool = False  # a weightless RMS norm of the values (Gemma 3n), its ε norm_eps_key
+    sub_norm: str | None = None  # a norm of the joined heads before o_proj (BitNet's)
+    beta_scaling: bool = False  # Ministral 3's scaling of the queries, 1 + β·log(1 + ⌊p / M⌋)
+    # (rope_parameters' llama_4_scaling_beta β and original_max_position_embeddings M)
+    kv_shared_key: str | None = None  # the config key of the last layers that take the
+    # keys and values of an earlier one (Gemma 3n's num_kv_shared_layers): refused by name
     sinks: bool = False  # a sink logit per head (gpt-oss's sinks tensor)
     causal: bool = True  # False: an encoder, each token sees every other
     causal_key: str | None = None  # a config flag that makes an encoder causal (XLM's)
@@ -83,6 +90,10 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
     """A layer of the Llama line: q/k/v/o projections (or one fused q/k/v), grouped-query
     heads, causal, RoPE, and what the record says of its window, scale, softcap, norms and
     sinks."""
+    if f.kv_shared_key:
+        from .gemma3n import kv_shared
+
+        kv_shared(r, f.kv_shared_key)
     heads_key, groups_key, width_key = f.keys
     hidden = r.count(width_key)
     q_name = stem + (f"{f.fused}.weight" if f.fused else f"{f.qkv[0]}.weight")
@@ -113,7 +124,8 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
         out["kv_heads"] = groups
     r.get("attention_bias")  # the biases are the tensors the layer holds
     if f.fused:
-        order = [("q", h) for h in range(heads)] + [("k", h) for h in range(g)] + \
+        order = [(letter, h) for h in range(heads) for letter in "qkv"] if f.fused_per_head \
+            else [("q", h) for h in range(heads)] + [("k", h) for h in range(g)] + \
             [("v", h) for h in range(g)]
         fused(r, stem, f.fused, order, d, out)
     elif f.gated:  # q_proj: each head's queries, then its gate (Qwen3-Next)
@@ -149,10 +161,41 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
     norm = qk_norm(f, r, stem, d)
     if norm is not None:
         out["qk_norm"] = norm
+    if f.sub_norm:
+        name = f"{stem}{f.sub_norm}.weight"
+        out["sub_norm"] = {"eps": r.setting("qk_norm.eps", f.norm_eps_key, 1e-6),
+                           "weight": r.tensor(name, 1)}
+        r.note("sub_norm", f"tensor {name}, config {f.norm_eps_key}")
+    if f.beta_scaling:
+        tuning = _beta_scaling(r)
+        if tuning is not None:
+            out["temperature"] = tuning
+    if f.v_norm:
+        out["v_norm"] = r.setting("v_norm", f.norm_eps_key, 1e-6)
+        r.note("v_norm", f"{f.model_type}'s weightless norm of the values, config "
+               f"{f.norm_eps_key}")
     if f.sinks or r.has(stem + "sinks"):
         out["sinks"] = r.tensor(stem + "sinks", 1)
         r.note("sinks", f"tensor {stem}sinks")
     return out
+
+
+def _beta_scaling(r: Reader) -> Any:
+    """Ministral 3's scaling of each query at position p by 1 + β·log(1 + ⌊p / M⌋): the
+    temperature setting with F = M, A = β and the position unshifted (Llama 4's is
+    ⌊(p + 1) / F⌋); None where rope_parameters gives no β."""
+    params = r.get("rope_parameters")
+    if not isinstance(params, dict) or params.get("llama_4_scaling_beta") is None:
+        return None
+    beta, size = params["llama_4_scaling_beta"], params.get("original_max_position_embeddings")
+    if size is None:
+        raise r.error("rope_parameters.original_max_position_embeddings", "missing: "
+                      "llama_4_scaling_beta needs it")
+    tuning = r.read("temperature", "rope_parameters.llama_4_scaling_beta",
+                    {"floor_scale": size, "attn_scale": beta, "shift": 0})
+    r.note("temperature", "config rope_parameters.llama_4_scaling_beta and "
+           "original_max_position_embeddings (Ministral 3: 1 + β·log(1 + ⌊p / M⌋))")
+    return tuning
 
 
 def qk_norm(f: Family, r: Reader, stem: str, d: int) -> dict[str, Any] | None:
@@ -208,7 +251,8 @@ def features(f: Family) -> list[str]:
     README's table of families)."""
     if f.read is not None:
         return [words(f.read)] + ([f.others] if f.others else [])
-    out = ["fused q/k/v"] if f.fused else []
+    out = ["fused q/k/v" + (" ([q | k | v] head by head)" if f.fused_per_head else "")] \
+        if f.fused else []
     out.append("causal" if f.causal else f"causal with {f.causal_key}, else no mask"
                if f.causal_key else "no mask (an encoder)")
     out += [w for w in (words(f.window), words(f.rope)) if w]
@@ -226,6 +270,15 @@ def features(f: Family) -> list[str]:
         out.append(f"q/k {kind} over {'each head' if f.qk_norm == 'head' else 'the width'}"
                    + (" (1 + w)" if f.norm_plus_one else "")
                    + (", after RoPE" if f.norm_after_rope else ""))
+    if f.v_norm:
+        out.append("a weightless RMS norm of the values")
+    if f.sub_norm:
+        out.append(f"an RMS norm of the joined heads before {f.o_proj} ({f.sub_norm})")
+    if f.beta_scaling:
+        out.append("queries scaled by 1 + β·log(1 + ⌊p / M⌋) (rope_parameters' "
+                   "llama_4_scaling_beta)")
+    if f.kv_shared_key:
+        out.append(f"its KV-shared layers ({f.kv_shared_key}) refused by name")
     if f.sinks:
         out.append("sinks")
     if f.others:

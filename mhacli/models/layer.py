@@ -45,6 +45,8 @@ LAYOUTS = (
     ("two_latent", r"(?:^|\.)layers\.(\d+)\.self_attn\.([01])\.kv_a_proj_with_mqa\."
      r"weight$", "kv_a_proj_with_mqa.weight"),  # (LongCat-Flash: two MLAs in each layer,
     # numbered 2N and 2N + 1 as the model numbers them, its layer_idx)
+    ("persimmon", r"(?:^|\.)layers\.(\d+)\.self_attn\.query_key_value\.weight$",
+     "query_key_value.weight"),
     ("decoder", r"(?:^|\.)layers\.(\d+)\.self_attn\.q_proj\.weight$", "q_proj.weight"),
     ("mixer", r"(?:^|\.)layers\.(\d+)\.mixer\.q_proj\.weight$", "q_proj.weight"),
     ("modernbert", r"(?:^|\.)layers\.(\d+)\.attn\.Wqkv\.weight$", "Wqkv.weight"),

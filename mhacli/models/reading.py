@@ -253,8 +253,8 @@ def rope_of(r: Reader, head_dim: int, *, style: str = "half", dims: int | None =
             base_key: str = "rope_theta", default_base: float = 10000.0,
             layer_type: str | None = None, scaling_key: str = "rope_scaling",
             partial_key: str | None = "partial_rotary_factor",
-            partial_default: float = 1.0, aliases: dict[str, str] | None = None
-            ) -> dict[str, Any]:
+            partial_default: float = 1.0, aliases: dict[str, str] | None = None,
+            outside: tuple[str, ...] = ()) -> dict[str, Any]:
     """The rope setting from either spelling of the config: transformers 5's
     ``rope_parameters`` (nested by layer type, as Gemma 3 writes it, or not), or
     transformers 4's ``rope_theta``, ``rope_scaling`` and ``partial_rotary_factor``."""
@@ -272,6 +272,8 @@ def rope_of(r: Reader, head_dim: int, *, style: str = "half", dims: int | None =
         raise r.error(where, f"{shown(params)}: expected a mapping")
     else:
         params = dict(params)
+    for key in outside:  # (read by another setting: Ministral 3's llama_4_scaling_beta)
+        params.pop(key, None)
     if old_scaling and where.startswith("rope_parameters") and \
             old_scaling.get("rope_type", old_scaling.get("type")) not in (None, "default"):
         raise r.error(scaling_key, "set beside rope_parameters: which one holds is unclear")

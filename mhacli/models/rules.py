@@ -187,7 +187,8 @@ def local_window(two_sided: bool) -> Window:
 
 def rope(partial_key: str | None = "partial_rotary_factor", partial_default: float = 1.0,
          aliases: dict[str, str] | None = None, default_base: float = 10000.0,
-         also_read: tuple[str, ...] = (), style: str = "half") -> Rope:
+         also_read: tuple[str, ...] = (), style: str = "half",
+         outside: tuple[str, ...] = ()) -> Rope:
     """RoPE from either spelling of the config (``reading.rope_of``): the base, scaling
     and the share of each head turned; ``style`` pairs (i, i + dims/2) or (2i, 2i + 1)."""
     share = {0.5: "half", 0.25: "a quarter"}.get(partial_default, f"{partial_default:g}")
@@ -198,7 +199,7 @@ def rope(partial_key: str | None = "partial_rotary_factor", partial_default: flo
             r.get(key)
         return rope_of(r, d, partial_key=partial_key, partial_default=partial_default,
                        aliases=aliases, default_base=default_base, style=style,
-                       layer_type=layer_type)
+                       layer_type=layer_type, outside=outside)
     return read
 
 
