@@ -308,6 +308,25 @@ def llama_line(recipe: Callable[..., Any], decoder: Callable[..., dict[str, Any]
             max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2),
             notes="run in float32: its mask code fails in float64"),
     })
+    recipes.update({
+        "flint": r("FlintConfig", "FlintForCausalLM", "sinks (saved as softmax_offset); q/k "
+                   "norms; layers 2, 3 slide with RoPE, 0, 1, 4 full without", head_dim=8,
+                   sliding_window=4, num_hidden_layers=5, **MOE,
+                   shared_expert_intermediate_size=32),
+        "kolibri1": r("Kolibri1Config", "Kolibri1ForCausalLM", "q/k norms; layers 0-3 slide "
+                      "with RoPE, layer 4 full without", head_dim=8, sliding_window=4,
+                      num_hidden_layers=5, **MOE, shared_expert_intermediate_size=32),
+        "sarvam_moe": r("SarvamMoEConfig", "Glm4MoeForCausalLM", "saved as fused "
+                        "query_key_value, dense, query_layernorm; biases; RoPE over half a head",
+                        head_dim=8, attention_bias=True, n_routed_experts=4,
+                        num_experts_per_tok=2, n_shared_experts=1, moe_intermediate_size=32,
+                        first_k_dense_replace=1, **_rope(partial_rotary_factor=0.5)),
+        "minimax_m3_vl_text": r("MiniMaxM3VLTextConfig", "MiniMaxM3VLForCausalLM", "q/k norms "
+                                "(1 + w); RoPE over half a head", head_dim=8, rotary_dim=4,
+                                num_local_experts=4, num_experts_per_tok=2,
+                                dense_intermediate_size=64, shared_intermediate_size=32,
+                                **_rope(partial_rotary_factor=0.5)),
+    })
     for name, (prefix, model_class) in BERT_LIKE.items():
         config = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                       intermediate_size=64, max_position_embeddings=64, pad_token_id=0)

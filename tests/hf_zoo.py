@@ -359,8 +359,9 @@ def _in_memory(model: torch.nn.Module, path: str) -> str:
         found = [n for n in names if n.endswith(tail)]
         if len(found) == 1:
             return found[0]
-    number = re.search(r"\.(\d+)\.", path)  # (EXAONE 3 saves GPT-Neo's names for Llama's)
-    if number and path.endswith(("attn.attention", "self_attn")):
+    # (EXAONE 3 saves GPT-Neo's names for Llama's; Sarvam, Bailing's attention.*)
+    number = re.search(r"\.(\d+)\.", path)
+    if number and path.endswith(("attention", "self_attn")):
         return attention_module(model, int(number[1]))[0]
     raise LookupError(f"no module {path} in the model as loaded")
 

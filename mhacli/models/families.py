@@ -19,7 +19,7 @@ from .rules import (by_layer_types as types_or, local_window, every_layer_if_use
                     full_layers_nope, full_layers_nope_with_window, keys_times, listed_nope,
                     no_rope, nope_on, nope_slide, odd_below, pattern_if_window, said,
                     sliding_from, sliding_if_set, times, theta_by_layer, rope_if, theta_given,
-                    dense_prefix_rope)
+                    dense_prefix_rope, first_two_every_fourth_last, refusing_kind)
 from .reading import Reader, window_of
 from .layouts import (albert, approximate, bert, big_bird, bloom, codegen, deberta, falcon,
                       gpt2, gpt_bigcode, gpt_neo, gptj, mpt, neox)
@@ -228,6 +228,26 @@ RECORDS: tuple[Family, ...] = (
         "the layers no_rope_layers marks 0", rope(style="interleaved")),
            unread=("interleave_moe_layer_step", "moe_layers", "intermediate_size_mlp",
                    "for_llm_compressor", "attn_scale", "floor_scale")),
+    Family("flint", window=types_or(first_two_every_fourth_last, "sliding windows by "
+                                    "layer_types (all but the first two, every 4th from the "
+                                    "second and the last)"),
+           rope=nope_on(full_layers_nope, "the full-attention layers"), qk_norm="head",
+           sinks=True, sinks_names=("softmax_offset", "sinks")),
+    Family("kolibri1", window=types_or(every_nth_full(5), "sliding windows by layer_types "
+                                       "(all but every 5th layer)"),
+           rope=EXAONE_ROPE, qk_norm="head"),
+    # (GLM-4 MoE's model, saved with fused [all q | all k | all v] rows, as Bailing's)
+    Family("sarvam_moe", tensors="gpt_neox", fused="query_key_value", o_proj="dense",
+           rope=rope(partial_default=0.5), qk_norm="head",
+           norm_names=("query_layernorm", "key_layernorm"), unread=("use_qk_norm",)),
+    # (MiniMax-M3's rotary_dim is not read by its model: rope_parameters gives the share)
+    Family("minimax_m3_vl_text", qk_norm="head", norm_plus_one=True,
+           window=refusing_kind("minimax_m3_sparse", "MiniMax-M3's sparse attention: its "
+                                "indexer scores blocks of index_block_size keys and each "
+                                "query keeps its top index_topk_blocks of them (a mask made "
+                                "from scores of its own), which mha does not compute"),
+           unread=("rotary_dim", "index_n_heads", "index_head_dim", "index_block_size",
+                   "index_topk_blocks", "index_local_blocks")),
     # ---- ModernBERT: an encoder whose sliding layers see both ways, and its decoder
     Family("modernbert", tensors="modernbert", fused="Wqkv", o_proj="Wo", causal=False,
            keys=HEADS_ONLY, window=local_window(two_sided=True), unread=MODERNBERT_OUTSIDE),

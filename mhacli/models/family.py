@@ -51,6 +51,7 @@ class Family:
     norm_eps_key: str = "rms_norm_eps"  # the norm's ε
     norm_plus_one: bool = False  # the norm's stored weight w multiplies as 1 + w (Gemma)
     sinks: bool = False  # a sink logit per head (gpt-oss's sinks tensor)
+    sinks_names: tuple[str, ...] = ("sinks",)  # that tensor's names, as checkpoints save it
     causal: bool = True  # False: an encoder, each token sees every other
     causal_key: str | None = None  # a config flag that makes an encoder causal (XLM's)
     input_norm: str | None = None  # a norm inside the attention module before it: the
@@ -138,9 +139,11 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
     norm = qk_norm(f, r, stem, d)
     if norm is not None:
         out["qk_norm"] = norm
-    if f.sinks or r.has(stem + "sinks"):
-        out["sinks"] = r.tensor(stem + "sinks", 1)
-        r.note("sinks", f"tensor {stem}sinks")
+    held = [n for n in f.sinks_names if r.has(stem + n)]
+    if f.sinks or held:
+        name = stem + (held[0] if held else f.sinks_names[0])
+        out["sinks"] = r.tensor(name, 1)
+        r.note("sinks", f"tensor {name}")
     return out
 
 

@@ -74,6 +74,14 @@ def every_nth_full(n: int, key: str | None = None, first_full: bool = False) -> 
     return kind
 
 
+def first_two_every_fourth_last(r: Reader, i: int) -> str:
+    """Flint's default layer_types: full attention on the first two layers, every fourth
+    from the second (i % 4 == 1) and the last; the others slide."""
+    last = (r.count("num_hidden_layers") or 0) - 1
+    full = i < 2 or i % 4 == 1 or i == last
+    return "full_attention" if full else "sliding_attention"
+
+
 def sliding_if_set(r: Reader, i: int) -> str:
     """Ministral's default layer_types: every layer slides when a window is set."""
     return "sliding_attention" if r.get("sliding_window") is not None else "full_attention"
@@ -123,6 +131,18 @@ def pattern_of(key: str, first: int = 0) -> Window:
         every = r.count(key) or r.count("_" + key) or 6
         return window_of(r, lambda i: "full_attention" if (i + 1) % every == 0
                          else "sliding_attention")
+    return window
+
+
+def refusing_kind(kind: str, why: str) -> Window:
+    """Sliding windows by layer_types, a layer of type ``kind`` (an attention mha does not
+    compute) refused, saying ``why``."""
+    @said(f"sliding windows by layer_types; its {kind} layers refused by name")
+    def window(r: Reader) -> tuple[int | None, str | None]:
+        types = r.get("layer_types")
+        if isinstance(types, list) and r.layer < len(types) and types[r.layer] == kind:
+            raise r.error("layer_types", f"{shown(kind)} at layer {r.layer}: {why}")
+        return window_of(r)
     return window
 
 
