@@ -326,6 +326,16 @@ def llama_line(recipe: Callable[..., Any], decoder: Callable[..., dict[str, Any]
                                 num_local_experts=4, num_experts_per_tok=2,
                                 dense_intermediate_size=64, shared_intermediate_size=32,
                                 **_rope(partial_rotary_factor=0.5)),
+        "recurrent_gemma": recipe("RecurrentGemmaConfig", "RecurrentGemmaForCausalLM", decoder(
+            num_hidden_layers=4, block_types=["recurrent", "attention"], lru_width=32,
+            attention_window_size=4, attention_bias=True, **_rope(partial_rotary_factor=0.5)),
+            notes="RG-LRU layers 0, 2; attention on 1, 3: a window of 4, biases, RoPE over "
+            "half a head"),
+        "gpt_neox_japanese": recipe("GPTNeoXJapaneseConfig", "GPTNeoXJapaneseForCausalLM", dict(
+            vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+            max_position_embeddings=64, **_rope(partial_rotary_factor=0.5)),
+            notes="GPT-NeoX's fused layout; RoPE over half a head; the last layer's output "
+            "bias kept apart (dense_bias)"),
     })
     for name, (prefix, model_class) in BERT_LIKE.items():
         config = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -373,6 +383,7 @@ ENCODER_DECODER = ("bart", "t5")
 SHARED = ("albert",)  # layers that share weights (tests/test_shared_layers.py)
 HYBRIDS = {"jamba": [1, 3], "bamba": [1, 3], "lfm2": [1, 3], "granitemoehybrid": [1, 3],
            "lfm2_moe": [1, 3], "lara_mini": [1, 3], "minimax": [0, 2], "nemotron_h": [1, 3],
+           "recurrent_gemma": [1, 3],
            "olmo_hybrid": [1, 3]}
 # the module's own weights leave the sinks out (they scale its output instead)
 SINKS_OUTSIDE_WEIGHTS = ("granite_swa", "granitemoe_swa")

@@ -239,7 +239,7 @@ def attention_module(model: torch.nn.Module, layer: int) -> tuple[str, str | Non
     """The path of layer ``layer``'s attention module in ``model`` (``…layers.N.self_attn``,
     ``…layer.N.attention`` …) and of its output projection when the module goes on past it
     (BERT's ``output.dense``, before the norm of the residual)."""
-    pattern = re.compile(rf"(^|\.)((layers|layer|h|blocks)\.{layer}\.(self_attn|attention|attn|mixer|"
+    pattern = re.compile(rf"(^|\.)((layers|layer|h|blocks)\.{layer}\.(self_attn|attention|attn|mixer|temporal_block|"
                          rf"self_attention|multi_head_attention)|attentions\.{layer})$")  # (XLM's: attentions.N)
     found = [name for name, _ in model.named_modules() if pattern.search(name)]
     if not found:
@@ -339,6 +339,8 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
                                                     else result)
     if out is None:
         out = result[0] if isinstance(result, tuple) else result
+    if getattr(module, "dense_bias", None) is not None:  # (GPT-NeoX-Japanese returns its
+        out = out + module.dense_bias.detach()  # output's bias, for the layer to add)
     weights = None  # the last 4-d tensor the module returns (T5's comes after its bias)
     found = [t for t in (result[1:] if isinstance(result, tuple) else ())
              if isinstance(t, torch.Tensor) and t.ndim == 4]

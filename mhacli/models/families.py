@@ -19,7 +19,7 @@ from .rules import (by_layer_types as types_or, local_window, every_layer_if_use
                     full_layers_nope, full_layers_nope_with_window, keys_times, listed_nope,
                     no_rope, nope_on, nope_slide, odd_below, pattern_if_window, said,
                     sliding_from, sliding_if_set, times, theta_by_layer, rope_if, theta_given,
-                    dense_prefix_rope, first_two_every_fourth_last, refusing_kind)
+                    dense_prefix_rope, first_two_every_fourth_last, refusing_kind, every_layer_by)
 from .reading import Reader, window_of
 from .layouts import (albert, approximate, bert, big_bird, bloom, codegen, deberta, falcon,
                       gpt2, gpt_bigcode, gpt_neo, gptj, mpt, neox)
@@ -90,6 +90,7 @@ MAMBA, CONVOLUTIONS = ("Mamba layers between (refused for good)",
 LINEAR, LIGHTNING = ("linear-attention layers between (refused for good)",
                      "lightning-attention layers between (refused for good)")
 MAMBA_AND_MLP = "Mamba, MLP and MoE layers between (refused for good)"
+RG_LRU = "RG-LRU recurrent layers between (refused for good)"
 MAMBA_BESIDE = "a Mamba mixer beside it in each layer (not read)"
 # XLM's and FlauBERT's keys of its embeddings, languages, heads and norms
 XLM_OUTSIDE = ("n_layers", "gelu_activation", "sinusoidal_embeddings", "asm", "n_langs",
@@ -127,6 +128,8 @@ RECORDS: tuple[Family, ...] = (
     Family("bert", since="0.1", tensors="bert", read=bert),
     Family("gpt_neox", since="0.1", tensors="gpt_neox", read=neox),
     Family("gptj", since="0.1", tensors="gptj", read=gptj),
+    Family("gpt_neox_japanese", tensors="gpt_neox", read=neox,
+           unread=("intermediate_multiple_size",)),
     Family("falcon", since="0.1", tensors="falcon", read=falcon),
     # ---- built like Llama, read from their records alone
     Family("arcee"), Family("jais2"), Family("aria_text"), Family("internlm3"),
@@ -248,6 +251,11 @@ RECORDS: tuple[Family, ...] = (
                                 "from scores of its own), which mha does not compute"),
            unread=("rotary_dim", "index_n_heads", "index_head_dim", "index_block_size",
                    "index_topk_blocks", "index_local_blocks")),
+    # (Griffin's attention layers, in its temporal_block; the block_types say which)
+    Family("recurrent_gemma", tensors="temporal_block", others=RG_LRU,
+           window=every_layer_by("attention_window_size"), rope=rope(partial_default=0.5),
+           unread=("block_types", "conv1d_width", "lru_width", "w_init_variance_scale",
+                   "final_w_init_variance_scale", "logits_soft_cap")),
     # ---- ModernBERT: an encoder whose sliding layers see both ways, and its decoder
     Family("modernbert", tensors="modernbert", fused="Wqkv", o_proj="Wo", causal=False,
            keys=HEADS_ONLY, window=local_window(two_sided=True), unread=MODERNBERT_OUTSIDE),

@@ -41,6 +41,8 @@ LAYOUTS = (
     ("phi3", r"(?:^|\.)layers\.(\d+)\.self_attn\.qkv_proj\.weight$", "qkv_proj.weight"),
     ("decoder", r"(?:^|\.)layers\.(\d+)\.self_attn\.q_proj\.weight$", "q_proj.weight"),
     ("mixer", r"(?:^|\.)layers\.(\d+)\.mixer\.q_proj\.weight$", "q_proj.weight"),
+    ("temporal_block", r"(?:^|\.)layers\.(\d+)\.temporal_block\.q_proj\.weight$",
+     "q_proj.weight"),
     ("modernbert", r"(?:^|\.)layers\.(\d+)\.attn\.Wqkv\.weight$", "Wqkv.weight"),
     ("attn", r"(?:^|\.)layers\.(\d+)\.attn\.q_proj\.weight$", "q_proj.weight"),
     ("distilbert", r"(?:^|\.)layer\.(\d+)\.attention\.q_lin\.weight$", "q_lin.weight"),

@@ -275,7 +275,9 @@ def bert(f: Family, r: Reader, stem: str) -> Layer:
 @said("fused query_key_value, head by head; causal; RoPE over rotary_pct")
 def neox(f: Family, r: Reader, stem: str) -> Layer:
     """GPT-NeoX and Pythia: a fused ``query_key_value`` whose rows are head by head
-    [q_h | k_h | v_h], ``dense``; RoPE half-split over ``rotary_pct`` of each head."""
+    [q_h | k_h | v_h], ``dense``; RoPE half-split over ``rotary_pct`` of each head (a
+    quarter unless said; the whole head in GPT-NeoX-Japanese, whose last layer keeps the
+    output's bias apart, as ``dense_bias``)."""
     hidden = r.count("hidden_size")
     heads, _, d = heads_of(r, "num_attention_heads", None, hidden)
     d = int(d)  # type: ignore[arg-type]  # (heads_of gives it, or says why not)
@@ -286,7 +288,10 @@ def neox(f: Family, r: Reader, stem: str) -> Layer:
     linear(r, stem, "dense", out, "o")
     r.get("attention_bias")
     out["rope"] = rope_of(r, d, base_key="rotary_emb_base", partial_key="rotary_pct",
-                          partial_default=0.25)
+                          partial_default=0.25 if f.model_type == "gpt_neox" else 1.0)
+    if r.has(f"{stem}dense_bias"):  # (GPT-NeoX-Japanese's last layer: added right after)
+        out["b_o"] = r.tensor(f"{stem}dense_bias", 1)
+        r.note("b_o", f"tensor {stem}dense_bias (the layer adds it to the output)")
     return out
 
 

@@ -48,6 +48,20 @@ def every_layer(r: Reader) -> tuple[int | None, str | None]:
     return window_of(r, every_layer=True)
 
 
+def every_layer_by(key: str) -> Window:
+    """A sliding window of ``key`` on every layer, when set (RecurrentGemma's
+    attention_window_size)."""
+    @said(f"a sliding window of {key} on every layer")
+    def window(r: Reader) -> tuple[int | None, str | None]:
+        size = r.get(key)
+        if size is None:
+            return None, None
+        size = r.read("window", key, size)
+        r.note("window", f"config {key}")
+        return size, "sliding_attention"
+    return window
+
+
 def by_layer_types(default: Callable[[Reader, int], str] | None = None,
                    text: str = "sliding windows by layer_types",
                    reads: tuple[str, ...] = ()) -> Window:
