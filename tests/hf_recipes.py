@@ -336,6 +336,18 @@ def llama_line(recipe: Callable[..., Any], decoder: Callable[..., dict[str, Any]
             max_position_embeddings=64, **_rope(partial_rotary_factor=0.5)),
             notes="GPT-NeoX's fused layout; RoPE over half a head; the last layer's output "
             "bias kept apart (dense_bias)"),
+        "mimo_v2_flash": recipe("MiMoV2FlashConfig", "MiMoV2FlashForCausalLM", decoder(
+            num_hidden_layers=3, head_dim=8, v_head_dim=4, attention_value_scale=0.6,
+            attention_bias=True, sliding_window=4, n_routed_experts=4, num_experts_per_tok=2,
+            moe_intermediate_size=32, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+            rope_parameters={
+                "full_attention": {"rope_type": "default", "rope_theta": 50000.0,
+                                   "partial_rotary_factor": 0.5},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0,
+                                      "partial_rotary_factor": 0.5}}),
+            notes="layer 0 full (2 key/value heads), 1 and 2 slide (4 key/value heads, "
+            "sinks saved as attention_sink_bias); values 4 wide × 0.6; biases; a RoPE base "
+            "per layer type over half a head"),
     })
     for name, (prefix, model_class) in BERT_LIKE.items():
         config = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,

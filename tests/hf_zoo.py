@@ -149,6 +149,9 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "zamba": dict(num_hidden_layers=4, layers_block_type=[
         "linear_attention", "hybrid", "linear_attention", "hybrid"]),
     "zaya": dict(num_experts_per_tok=1),
+    "mimo_v2_flash": dict(rope_parameters={  # (its 0.334 of 16 dimensions is not whole pairs)
+        kind: {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}
+        for kind in ("full_attention", "sliding_attention")}),
     "bamba": dict(num_hidden_layers=4, attn_layer_indices=[1, 3]),
     "granitemoehybrid": dict(num_hidden_layers=4, layer_types=[
         "mamba", "attention", "mamba", "attention"], mamba_n_heads=8),

@@ -19,7 +19,8 @@ from .rules import (by_layer_types as types_or, local_window, every_layer_if_use
                     full_layers_nope, full_layers_nope_with_window, keys_times, listed_nope,
                     no_rope, nope_on, nope_slide, odd_below, pattern_if_window, said,
                     sliding_from, sliding_if_set, times, theta_by_layer, rope_if, theta_given,
-                    dense_prefix_rope, first_two_every_fourth_last, refusing_kind, every_layer_by)
+                    dense_prefix_rope, first_two_every_fourth_last, refusing_kind, every_layer_by,
+                    first_and_every_sixth, twice_on_sliding, window_one_more_than)
 from .reading import Reader, window_of
 from .layouts import (albert, approximate, bert, big_bird, bloom, codegen, deberta, falcon,
                       gpt2, gpt_bigcode, gpt_neo, gptj, mpt, neox)
@@ -256,6 +257,12 @@ RECORDS: tuple[Family, ...] = (
            window=every_layer_by("attention_window_size"), rope=rope(partial_default=0.5),
            unread=("block_types", "conv1d_width", "lru_width", "w_init_variance_scale",
                    "final_w_init_variance_scale", "logits_soft_cap")),
+    # (its values narrower than its queries and keys, v_head_dim: the tensors say it)
+    Family("mimo_v2_flash", window=window_one_more_than("sliding_window_size", types_or(
+        first_and_every_sixth, "sliding windows by layer_types (all but the first and every "
+        "6th layer)")), rope=rope(partial_default=0.334), groups=twice_on_sliding,
+           value_scale_key="attention_value_scale", unread=("v_head_dim",),
+           sinks_names=("attention_sink_bias", "sinks")),
     # ---- ModernBERT: an encoder whose sliding layers see both ways, and its decoder
     Family("modernbert", tensors="modernbert", fused="Wqkv", o_proj="Wo", causal=False,
            keys=HEADS_ONLY, window=local_window(two_sided=True), unread=MODERNBERT_OUTSIDE),

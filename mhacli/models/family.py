@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..errors import MhaError, shown
-from .reading import Reader, fused, heads_of, linear
+from .reading import Reader, frozen, fused, heads_of, linear
 from .rules import (Rope, Scale, Window, by_layer_types, every_layer, gemma3_rope, no_window,
                     pattern_of, qwen_window, rope, root_of, words)
 
@@ -64,6 +64,10 @@ class Family:
     parts: bool = False  # an encoder-decoder model: its read takes encoder.N, decoder.N …
     norm_after_rope: bool = False  # its q/k norm comes after RoPE (refused: see qk_norm)
     gated: bool = False  # q_proj gives a sigmoid gate of each head's output (refused)
+    groups: Callable[[Reader, str | None, int | None], int | None] | None = None
+    # (this layer's key/value heads from its type and the config's count, where the two
+    # differ: MiMo-V2-Flash's sliding layers have twice as many)
+    value_scale_key: str | None = None  # the values × this key (MiMo-V2-Flash's)
 
     def layer(self, r: Reader, stem: str) -> Layer:
         """Layer ``r.layer`` (its attention module's tensors begin with ``stem``), what the
@@ -92,6 +96,9 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
     if hidden is None and not f.fused and r.has(q_name):  # the widths say it
         hidden = r.ckpt.shape(q_name)[0]
     heads, groups, d = heads_of(r, heads_key, groups_key, hidden)
+    window, layer_type = f.window(r)
+    if f.groups is not None:
+        groups = f.groups(r, layer_type, groups)
     g = groups or heads
     if d is None:
         raise MhaError("the config gives neither head_dim nor hidden_size: the width of a "
@@ -122,7 +129,8 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
         for letter, name in zip("qkv", f.qkv):
             linear(r, stem, name, out, letter)
     linear(r, stem, f.o_proj, out, "o")
-    window, layer_type = f.window(r)
+    if f.value_scale_key:
+        _scaled_values(r, f.value_scale_key, out)
     if window is not None:
         out["window"] = window
     turning = f.rope(r, d, layer_type)
@@ -145,6 +153,18 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
         out["sinks"] = r.tensor(name, 1)
         r.note("sinks", f"tensor {name}")
     return out
+
+
+def _scaled_values(r: Reader, key: str, out: Layer) -> None:
+    """Values multiplied by config ``key`` after their projection: W_V and b_V × it (the
+    same values, as the model makes them)."""
+    factor = r.number(key, 1.0)
+    if factor == 1.0:
+        return
+    for name in ("w_v", "b_v"):
+        if name in out:
+            out[name] = frozen(out[name] * factor)
+            r.note(name, f"{r.origin[name]}, × config {key} ({factor:g}: the values' scale)")
 
 
 def qk_norm(f: Family, r: Reader, stem: str, d: int) -> dict[str, Any] | None:
@@ -195,6 +215,10 @@ def features(f: Family) -> list[str]:
                    + (" (1 + w)" if f.norm_plus_one else ""))
     if f.sinks:
         out.append("sinks")
+    if f.groups is not None:
+        out.append(words(f.groups))
+    if f.value_scale_key:
+        out.append(f"values × {f.value_scale_key}")
     if f.others:
         out.append(f.others)
     return out

@@ -96,6 +96,35 @@ def first_two_every_fourth_last(r: Reader, i: int) -> str:
     return "full_attention" if full else "sliding_attention"
 
 
+def first_and_every_sixth(r: Reader, i: int) -> str:
+    """MiMo-V2-Flash's default layer_types: full attention on the first layer and every
+    6th (counting from 1); the others slide."""
+    return "full_attention" if i == 0 or (i + 1) % 6 == 0 else "sliding_attention"
+
+
+@said("twice the key/value heads on the sliding layers")
+def twice_on_sliding(r: Reader, kind: str | None, groups: int | None) -> int | None:
+    """MiMo-V2-Flash's key/value heads: twice num_key_value_heads on a sliding layer."""
+    if kind != "sliding_attention" or groups is None:
+        return groups
+    r.note("kv_heads", f"config num_key_value_heads × 2 (layer {r.layer}: {kind})")
+    return 2 * groups
+
+
+def window_one_more_than(key: str, rule: Window) -> Window:
+    """``rule``, its sliding_window checked against an older spelling ``key`` that counts
+    the keys before the query only (MiMo-V2-Flash's sliding_window_size = sliding_window
+    − 1, as its config class makes it)."""
+    @said(words(rule))
+    def window(r: Reader) -> tuple[int | None, str | None]:
+        older, size = r.get(key), r.cfg.get("sliding_window")
+        if older is not None and (size is None or older != size - 1):
+            raise r.error(key, f"{shown(older)}, but sliding_window is {shown(size)}: the "
+                          f"model's window is {key} + 1, so which one holds is unclear")
+        return rule(r)
+    return window
+
+
 def sliding_if_set(r: Reader, i: int) -> str:
     """Ministral's default layer_types: every layer slides when a window is set."""
     return "sliding_attention" if r.get("sliding_window") is not None else "full_attention"
