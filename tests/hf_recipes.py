@@ -348,6 +348,18 @@ def llama_line(recipe: Callable[..., Any], decoder: Callable[..., dict[str, Any]
             notes="layer 0 full (2 key/value heads), 1 and 2 slide (4 key/value heads, "
             "sinks saved as attention_sink_bias); values 4 wide × 0.6; biases; a RoPE base "
             "per layer type over half a head"),
+        "cohere_compass_text": recipe("CohereCompassTextConfig", "CohereCompassForCausalLM",
+                                      decoder(num_hidden_layers=3, sliding_window=4,
+                                              attention_bias=True, layer_types=[
+                                                  "sliding_attention", "full_attention",
+                                                  "sliding_attention"], rope_parameters={
+                                                  "sliding_attention": {
+                                                      "rope_type": "default",
+                                                      "rope_theta": 5000.0,
+                                                      "mrope_section": [2, 1, 1]},
+                                                  "full_attention": None}),
+                                      notes="M-RoPE (as RoPE for text) on the sliding layers "
+                                      "0 and 2; layer 1 full without; biases"),
     })
     for name, (prefix, model_class) in BERT_LIKE.items():
         config = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,

@@ -149,6 +149,11 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "zamba": dict(num_hidden_layers=4, layers_block_type=[
         "linear_attention", "hybrid", "linear_attention", "hybrid"]),
     "zaya": dict(num_experts_per_tok=1),
+    "cohere_compass_text": dict(  # (its config class keeps a flat rope_parameters; the
+        layer_types=["sliding_attention", "full_attention"],  # model reads it by layer type)
+        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0,
+                                               "mrope_section": [4, 2, 2]},
+                         "full_attention": None}),
     "mimo_v2_flash": dict(rope_parameters={  # (its 0.334 of 16 dimensions is not whole pairs)
         kind: {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}
         for kind in ("full_attention", "sliding_attention")}),

@@ -20,7 +20,8 @@ from .rules import (by_layer_types as types_or, local_window, every_layer_if_use
                     no_rope, nope_on, nope_slide, odd_below, pattern_if_window, said,
                     sliding_from, sliding_if_set, times, theta_by_layer, rope_if, theta_given,
                     dense_prefix_rope, first_two_every_fourth_last, refusing_kind, every_layer_by,
-                    first_and_every_sixth, twice_on_sliding, window_one_more_than)
+                    first_and_every_sixth, twice_on_sliding, window_one_more_than,
+                    null_for_its_type)
 from .reading import Reader, window_of
 from .layouts import (albert, approximate, bert, big_bird, bloom, codegen, deberta, falcon,
                       gpt2, gpt_bigcode, gpt_neo, gptj, mpt, neox)
@@ -263,6 +264,13 @@ RECORDS: tuple[Family, ...] = (
         "6th layer)")), rope=rope(partial_default=0.334), groups=twice_on_sliding,
            value_scale_key="attention_value_scale", unread=("v_head_dim",),
            sinks_names=("attention_sink_bias", "sinks")),
+    # (Cohere Compass's text model: M-RoPE, which turns text as RoPE does)
+    Family("cohere_compass_text", window=types_or(lambda r, i: "full_attention", "sliding "
+                                                  "windows by layer_types",
+                                                  ("sliding_window_pattern",)),
+           rope=nope_on(null_for_its_type, "the layer types whose rope_parameters are null",
+                        rope(same_for_text=("mrope_section", "mrope_interleaved"))),
+           unread=("pooling",)),
     # ---- ModernBERT: an encoder whose sliding layers see both ways, and its decoder
     Family("modernbert", tensors="modernbert", fused="Wqkv", o_proj="Wo", causal=False,
            keys=HEADS_ONLY, window=local_window(two_sided=True), unread=MODERNBERT_OUTSIDE),

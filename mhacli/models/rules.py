@@ -250,7 +250,8 @@ def local_window(two_sided: bool) -> Window:
 
 def rope(partial_key: str | None = "partial_rotary_factor", partial_default: float = 1.0,
          aliases: dict[str, str] | None = None, default_base: float = 10000.0,
-         also_read: tuple[str, ...] = (), style: str = "half") -> Rope:
+         also_read: tuple[str, ...] = (), style: str = "half",
+         same_for_text: tuple[str, ...] = ()) -> Rope:
     """RoPE from either spelling of the config (``reading.rope_of``): the base, scaling
     and the share of each head turned; ``style`` pairs (i, i + dims/2) or (2i, 2i + 1)."""
     share = {0.5: "half", 0.25: "a quarter"}.get(partial_default, f"{partial_default:g}")
@@ -261,7 +262,7 @@ def rope(partial_key: str | None = "partial_rotary_factor", partial_default: flo
             r.get(key)
         return rope_of(r, d, partial_key=partial_key, partial_default=partial_default,
                        aliases=aliases, default_base=default_base, style=style,
-                       layer_type=layer_type)
+                       layer_type=layer_type, same_for_text=same_for_text)
     return read
 
 
@@ -378,6 +379,15 @@ def dense_prefix_rope(r: Reader, layer_type: str | None) -> str | None:
     if dense and pattern == 1:
         return None
     return f"a {layer_type} layer (layer_types)"
+
+
+def null_for_its_type(r: Reader, layer_type: str | None) -> str | None:
+    """Cohere Compass's rule: a layer type whose rope_parameters entry is null turns
+    nothing."""
+    params = r.get("rope_parameters")
+    if isinstance(params, dict) and layer_type in params and params[layer_type] is None:
+        return f"config rope_parameters.{layer_type} is null"
+    return None
 
 
 def full_layers_nope(r: Reader, layer_type: str | None) -> str | None:
