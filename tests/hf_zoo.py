@@ -138,7 +138,11 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "dbrx": dict(attn_config={"kv_n_heads": 2, "rope_theta": 10000.0},
                  ffn_config={"ffn_hidden_size": 64, "moe_num_experts": 4, "moe_top_k": 2,
                              "hidden_size": 64}),
-    "esmc": dict(num_key_value_heads=4), "dots3_note_text": dict(num_key_value_heads=4),
+    "esmc": dict(num_key_value_heads=4),
+    "dots3_note_text": dict(num_key_value_heads=4, swa_num_attention_heads=4,  # (its sliding
+        swa_num_key_value_heads=4, swa_q_lora_rank=24, swa_kv_lora_rank=16,  # layers' sizes)
+        swa_head_dim=16, swa_qk_nope_head_dim=8, swa_v_head_dim=16, index_n_heads=2,
+        index_head_dim=16, index_topk=4),
     "mamba2": dict(head_dim=32),
     "llama4_text": dict(num_hidden_layers=4),  # (a NoPE layer every 4th)
     "esm": dict(position_embedding_type="rotary", pad_token_id=1, mask_token_id=2),
@@ -149,6 +153,10 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "zamba": dict(num_hidden_layers=4, layers_block_type=[
         "linear_attention", "hybrid", "linear_attention", "hybrid"]),
     "zaya": dict(num_experts_per_tok=1),
+    "qwen4_exp_text": dict(indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=16,
+                           indexer_budget=8, indexer_compress_ratio=4),  # (no defaults)
+    "dory": dict(num_hidden_layers=2, n_input_layers=1, n_output_layers=1,  # (no recurrent
+                 layer_types=["sliding_attention", "full_attention"]),  # middle: 2 layers)
     "cohere_compass_text": dict(  # (its config class keeps a flat rope_parameters; the
         layer_types=["sliding_attention", "full_attention"],  # model reads it by layer type)
         rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0,
@@ -167,13 +175,31 @@ OVERRIDES: dict[str, dict[str, Any]] = {
 }
 
 
+# The same for a sub-config's keys (the drafters of Gemma 4 keep their model in text_config).
+# (Their layers all read the target model's keys and values: every layer shared.)
+_DRAFTER = dict(hidden_size_per_layer_input=0, vocab_size_per_layer_input=0,
+                enable_moe_block=False, num_hidden_layers=6, num_kv_shared_layers=6)
+SUB_OVERRIDES: dict[str, dict[str, dict[str, Any]]] = {
+    name: {"text_config": {**_DRAFTER, "per_layer_config": DROP}}
+    for name in ("gemma4_assistant", "gemma4_unified_assistant")
+}
+# The keywords a type's config class needs to be made at all (its defaults fail its checks).
+BASE: dict[str, dict[str, Any]] = {
+    name: dict(text_config=dict(model_type=text, hidden_size_per_layer_input=0,
+                                vocab_size_per_layer_input=0, enable_moe_block=False))
+    for name, text in (("gemma4_assistant", "gemma4_text"),
+                       ("gemma4_unified_assistant", "gemma4_unified_text"))}
+
+
 def tiny_config(model_type: str) -> Any:
     """The type's config class with small sizes; a list of layer kinds (``layer_types``
     …) is cut to the fewest layers that hold each of its kinds, and the layer count set to
     match; a sub-config (an encoder's, an attention's) is made small the same way."""
     config_class = getattr(transformers, configuration_auto.CONFIG_MAPPING_NAMES[model_type])
-    kwargs = _small(config_class, config_class().to_dict())
+    kwargs = _small(config_class, config_class(**BASE.get(model_type, {})).to_dict())
     kwargs.update(OVERRIDES.get(model_type, {}))
+    for name, changes in SUB_OVERRIDES.get(model_type, {}).items():
+        kwargs[name] = {k: v for k, v in {**kwargs[name], **changes}.items() if v is not DROP}
     return config_class(**{k: v for k, v in kwargs.items() if v is not DROP})
 
 
