@@ -360,6 +360,18 @@ def llama_line(recipe: Callable[..., Any], decoder: Callable[..., dict[str, Any]
                                                   "full_attention": None}),
                                       notes="M-RoPE (as RoPE for text) on the sliding layers "
                                       "0 and 2; layer 1 full without; biases"),
+        "zamba": recipe("ZambaConfig", "ZambaForCausalLM", decoder(
+            num_hidden_layers=4, layers_block_type=["mamba", "hybrid", "mamba", "hybrid"],
+            mamba_d_state=8, mamba_dt_rank=4, use_mamba_kernels=False, rope_parameters=None),
+            notes="Mamba layers 0, 2; one attention block run by layers 1 and 3 (saved under "
+            "layer 1), on x twice the width; scores ÷ √(d_k / 2)"),
+        "zamba2": recipe("Zamba2Config", "Zamba2ForCausalLM", decoder(
+            num_hidden_layers=6, layers_block_type=["mamba", "hybrid"] * 3, num_mem_blocks=2,
+            use_shared_attention_adapter=True, adapter_rank=4, use_mem_rope=True,
+            mamba_d_state=8, n_mamba_heads=4, chunk_size=16, use_mamba_kernels=False,
+            num_key_value_heads=4),  # (its adapters are as wide as the queries)
+            notes="two attention blocks run in turn by layers 1, 3, 5 (layer 5 runs layer 1's), "
+            "each layer's low-rank adapters of q, k, v added; RoPE (use_mem_rope)"),
     })
     for name, (prefix, model_class) in BERT_LIKE.items():
         config = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -407,7 +419,7 @@ ENCODER_DECODER = ("bart", "t5")
 SHARED = ("albert",)  # layers that share weights (tests/test_shared_layers.py)
 HYBRIDS = {"jamba": [1, 3], "bamba": [1, 3], "lfm2": [1, 3], "granitemoehybrid": [1, 3],
            "lfm2_moe": [1, 3], "lara_mini": [1, 3], "minimax": [0, 2], "nemotron_h": [1, 3],
-           "recurrent_gemma": [1, 3],
+           "recurrent_gemma": [1, 3], "zamba": [1, 3], "zamba2": [1, 3, 5],
            "olmo_hybrid": [1, 3]}
 # the module's own weights leave the sinks out (they scale its output instead)
 SINKS_OUTSIDE_WEIGHTS = ("granite_swa", "granitemoe_swa")

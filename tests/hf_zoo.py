@@ -273,8 +273,10 @@ def attention_module(model: torch.nn.Module, layer: int) -> tuple[str, str | Non
     """The path of layer ``layer``'s attention module in ``model`` (``…layers.N.self_attn``,
     ``…layer.N.attention`` …) and of its output projection when the module goes on past it
     (BERT's ``output.dense``, before the norm of the residual)."""
-    pattern = re.compile(rf"(^|\.)((layers|layer|h|blocks)\.{layer}\.(self_attn|attention|attn|mixer|temporal_block|"
-                         rf"self_attention|multi_head_attention)|attentions\.{layer})$")  # (XLM's: attentions.N)
+    pattern = re.compile(rf"(^|\.)((layers|layer|h|blocks)\.{layer}\.(self_attn|attention|attn|mixer|"
+                         rf"temporal_block|self_attention|multi_head_attention|"
+                         rf"shared_transf(ormer)?\.self_attn)|attentions\.{layer})$")
+    # (XLM's: attentions.N; Zamba's hybrid layers: layers.N.shared_transf.self_attn)
     found = [name for name, _ in model.named_modules() if pattern.search(name)]
     if not found:
         raise LookupError(f"no attention module of layer {layer}")

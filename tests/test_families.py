@@ -65,8 +65,9 @@ def test_every_layer_agrees_with_the_model(family: str, models: dict,
                    if config.get(k)), None) or len(config["layers_block_type"])  # (Nemotron-H)
     rng = np.random.default_rng(1)
     n = hf.recipe(family).length
-    width = next(config[k] for k in ("hidden_size", "n_embd", "d_model", "dim", "emb_dim")
-                 if config.get(k))
+    width = next(config[k] for k in ("attention_hidden_size", "hidden_size", "n_embd",
+                                     "d_model", "dim", "emb_dim") if config.get(k))
+    # (Zamba's attention reads its hidden state beside the embeddings: twice the width)
     tol = _tolerance(folder)
     attention = HYBRIDS.get(family, range(layers))
     for layer in range(layers):

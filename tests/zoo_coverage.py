@@ -112,6 +112,8 @@ def run_type(model_type: str, model_class: str, base: Path) -> Result:
                 f"{_short(exc, folder)}"
             return out
         path, output = reading.stem.rstrip("."), _output_module(reading.origin.get("w_o"))
+        if isinstance(layer, int) and not re.search(rf"\.{layer}\.", f".{path}."):
+            path, output = zoo.attention_module(model, layer)  # (a block shared, saved once)
         try:
             try:
                 want = zoo.module_reference(model, path, x, output, x_kv=given.get("x_kv"))

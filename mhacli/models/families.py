@@ -26,6 +26,7 @@ from .reading import Reader, window_of
 from .layouts import (albert, approximate, bert, big_bird, bloom, codegen, deberta, falcon,
                       gpt2, gpt_bigcode, gpt_neo, gptj, mpt, neox)
 from .llama4 import chunks, llama4
+from .zamba import zamba
 from .seq2seq import AROUND, bart
 from .t5 import AROUND as T5_AROUND, mpnet, t5
 
@@ -271,6 +272,12 @@ RECORDS: tuple[Family, ...] = (
            rope=nope_on(null_for_its_type, "the layer types whose rope_parameters are null",
                         rope(same_for_text=("mrope_section", "mrope_interleaved"))),
            unread=("pooling",)),
+    # (one attention block shared by the hybrid layers, x its input beside the embeddings)
+    *(Family(name, tensors="zamba", read=zamba, others=MAMBA, unread=(
+        "n_mamba_heads", "chunk_size", "use_conv_bias", "use_mem_eff_path", "add_bias_linear",
+        "use_long_context", "kv_channels", "num_query_groups", "layers_block_type",
+        "num_logits_to_keep", "hidden_mamba_act", "num_mem_blocks", "hybrid_layer_ids"))
+      for name in ("zamba", "zamba2")),
     # ---- ModernBERT: an encoder whose sliding layers see both ways, and its decoder
     Family("modernbert", tensors="modernbert", fused="Wqkv", o_proj="Wo", causal=False,
            keys=HEADS_ONLY, window=local_window(two_sided=True), unread=MODERNBERT_OUTSIDE),

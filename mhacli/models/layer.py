@@ -24,6 +24,7 @@ from . import families as fam
 from .reading import IRRELEVANT, OTHER_LAYERS, NotAttention, Reader, linear
 from .files import open_checkpoint
 from .parts import Part, part_of
+from .zamba import shared_blocks
 
 # a family: how its layer's attention tensors are named (one (\d+), the layer) and read
 LAYOUTS = (
@@ -41,6 +42,8 @@ LAYOUTS = (
     ("phi3", r"(?:^|\.)layers\.(\d+)\.self_attn\.qkv_proj\.weight$", "qkv_proj.weight"),
     ("decoder", r"(?:^|\.)layers\.(\d+)\.self_attn\.q_proj\.weight$", "q_proj.weight"),
     ("mixer", r"(?:^|\.)layers\.(\d+)\.mixer\.q_proj\.weight$", "q_proj.weight"),
+    ("zamba", r"(?:^|\.)layers\.(\d+)\.shared_transf(?:ormer)?\.self_attn\.q_proj\.weight$",
+     "q_proj.weight"),
     ("temporal_block", r"(?:^|\.)layers\.(\d+)\.temporal_block\.q_proj\.weight$",
      "q_proj.weight"),
     ("modernbert", r"(?:^|\.)layers\.(\d+)\.attn\.Wqkv\.weight$", "Wqkv.weight"),
@@ -129,6 +132,8 @@ def read_layer(path: str | Path, layer: int | str = 0, dtype: Any = np.float64
     kind, found = _attention(names, cross=part is not None and part.cross)
     if kind == "albert":  # (its layers share the weights of their group)
         found = _shared_groups(ckpt, found)
+    elif kind == "zamba":  # (its hybrid layers share one attention block, or a few)
+        found = shared_blocks(ckpt, found)
     if number not in found:
         if part is not None:
             _part_not_found(ckpt, part, sorted(found))
