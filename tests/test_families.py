@@ -146,3 +146,30 @@ def test_the_json_config_says_where_each_setting_came_from(tmp_path: Path) -> No
     assert read["settings"]["softcap"] == "config attn_logit_softcapping"
     assert "query_pre_attn_scalar" in read["settings"]["scale"]
     assert "sliding_window" in read["settings"]["window"]
+
+
+# Softmax attention with a step of its own that mha does not compute: the model type's
+# tiny model from the registry (tests/hf_zoo.py), its layer refused naming the tensor and
+# the step.
+NOT_FOLLOWED = {"inkling_text": ("self_attn.k_sconv", "short convolutions over the keys"),
+                "inkling2_text": ("attn.k_sconv", "relative-position logits"),
+                "zaya": ("qkv_proj.conv_qk", "ZAYA's CCA projection"),
+                "doge": ("self_attn.A", "Doge's dynamic mask"),
+                "jetmoe": ("self_attention.experts", "mixture of attention heads"),
+                "cpmant": ("self_att.self_attention.project_q", "bucketed distance"),
+                "neomme": ("self_attn.exclusive_self_attention", "projection on its value")}
+
+
+@pytest.mark.parametrize("model_type", sorted(NOT_FOLLOWED))
+def test_a_step_mha_does_not_compute_is_refused_by_name(model_type: str, tmp_path: Path) -> None:
+    from . import hf_zoo
+
+    folder = hf_zoo.make_zoo_model(model_type, tmp_path / model_type,
+                                   hf_zoo.text_types()[model_type])
+    tensor, step = NOT_FOLLOWED[model_type]
+    with pytest.raises(mhacli.MhaError) as caught:
+        from mhacli.models.layer import read_layer
+        read_layer(folder, 0)
+    assert not isinstance(caught.value, NotAttention)
+    assert f".0.{tensor}" in str(caught.value) and step in str(caught.value)
+    assert "which mha does not compute" in str(caught.value)

@@ -129,6 +129,8 @@ def read_layer(path: str | Path, layer: int | str = 0, dtype: Any = np.float64
     part = part_of(layer, ckpt.names, str(ckpt.path))  # (None: a model of one part)
     names = ckpt.names if part is None else part.names(ckpt.names)
     number = int(layer) if part is None else part.number
+    if part is None:
+        _not_followed(ckpt, number)
     kind, found = _attention(names, cross=part is not None and part.cross)
     if kind == "albert":  # (its layers share the weights of their group)
         found = _shared_groups(ckpt, found)
@@ -179,6 +181,39 @@ NOT_ATTENTION = (
     (r"^mixer\.(up_proj|down_proj)\.", "a feed-forward layer"),
 )
 _LAYER_NAME = re.compile(r"(?:^|\.)(?:layers|blocks|h|layer)\.(\d+)\.(.+)$")
+
+# Softmax attention with steps of its own that mha does not compute, known by a tensor
+# (the name after the layer's number): refused by name, saying what the step is.
+NOT_FOLLOWED = (
+    (r"^(self_attn|attn)\.k_sconv\.", "Inkling's attention: short convolutions over the "
+     "keys and values, and relative-position logits of its own (its r_proj or wr_du, "
+     "rel_logits_proj) added to the scores"),
+    (r"^self_attn\.qkv_proj\.conv_qk", "ZAYA's CCA projection: the queries and keys "
+     "convolved over neighbouring tokens, the values made from the current and the previous "
+     "token"),
+    (r"^self_attn\.(A$|dt_proj\.)", "Doge's dynamic mask: a bias exp(A · softplus(v · W_dt)) "
+     "for each key and key/value head added to the scores, only the top keep_window_size "
+     "keys kept"),
+    (r"^self_attention\.experts\.", "JetMoE's mixture of attention heads: a router picks, "
+     "for each token, the query and output projections (experts) it uses"),
+    (r"^self_att\.self_attention\.project_q\.", "CPM-Ant's attention: a bias by segment and "
+     "bucketed distance from the model's shared position_bias table, and its mask of "
+     "segments and spans"),
+    (r"^self_attn\.exclusive_self_attention\.", "NeoMME's attention: value embeddings added "
+     "to the values, each head's output less its projection on its value (× tanh α), and a "
+     "sigmoid gate before the output projection"),
+)
+
+
+def _not_followed(ckpt: Any, layer: int) -> None:
+    """A layer of softmax attention with a step mha does not compute (``NOT_FOLLOWED``)
+    is refused naming the tensor and what the step is."""
+    for pattern, what in NOT_FOLLOWED:
+        for name in ckpt.names:
+            m = _LAYER_NAME.search(name)
+            if m and int(m[1]) == layer and re.search(pattern, m[2]):
+                raise MhaError(f"{name}: {what}, which mha does not compute",
+                               source=ckpt.source_of(name), key=name)
 
 
 def _kinds(names: tuple[str, ...]) -> dict[int, tuple[str, str]]:
