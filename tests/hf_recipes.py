@@ -372,6 +372,8 @@ def llama_line(recipe: Callable[..., Any], decoder: Callable[..., dict[str, Any]
             num_key_value_heads=4),  # (its adapters are as wide as the queries)
             notes="two attention blocks run in turn by layers 1, 3, 5 (layer 5 runs layer 1's), "
             "each layer's low-rank adapters of q, k, v added; RoPE (use_mem_rope)"),
+        "nanochat": r("NanoChatConfig", "NanoChatForCausalLM", "RoPE turned the other way; "
+                      "weightless q/k norms after it; biases", attention_bias=True),
     })
     for name, (prefix, model_class) in BERT_LIKE.items():
         config = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,

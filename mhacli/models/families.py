@@ -278,6 +278,8 @@ RECORDS: tuple[Family, ...] = (
         "use_long_context", "kv_channels", "num_query_groups", "layers_block_type",
         "num_logits_to_keep", "hidden_mamba_act", "num_mem_blocks", "hybrid_layer_ids"))
       for name in ("zamba", "zamba2")),
+    # (NanoChat's rotate_half is cat(x₂, −x₁): its pairs turn the other way)
+    Family("nanochat", rope=rope(style="half-reversed"), weightless_qk_norm=True),
     # ---- ModernBERT: an encoder whose sliding layers see both ways, and its decoder
     Family("modernbert", tensors="modernbert", fused="Wqkv", o_proj="Wo", causal=False,
            keys=HEADS_ONLY, window=local_window(two_sided=True), unread=MODERNBERT_OUTSIDE),

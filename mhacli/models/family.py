@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import numpy as np
+
 from ..errors import MhaError, shown
 from .reading import Reader, frozen, fused, heads_of, linear
 from .rules import (Rope, Scale, Window, by_layer_types, every_layer, gemma3_rope, no_window,
@@ -68,6 +70,9 @@ class Family:
     # (this layer's key/value heads from its type and the config's count, where the two
     # differ: MiMo-V2-Flash's sliding layers have twice as many)
     value_scale_key: str | None = None  # the values × this key (MiMo-V2-Flash's)
+    weightless_qk_norm: bool = False  # an RMS norm of each head's q and k with no weight
+    # (NanoChat's, after RoPE in the model: a rotation keeps each row's mean square, so
+    # it is the same before RoPE, where mha computes it)
 
     def layer(self, r: Reader, stem: str) -> Layer:
         """Layer ``r.layer`` (its attention module's tensors begin with ``stem``), what the
@@ -145,6 +150,12 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
             out["softcap"] = cap
             r.note("softcap", f"config {f.softcap_key}")
     norm = qk_norm(f, r, stem, d)
+    if norm is None and f.weightless_qk_norm:
+        ones: Any = frozen(np.ones(d, dtype=r.dtype))
+        norm = {"over": "head", "eps": r.setting("qk_norm.eps", f.norm_eps_key, 1e-6),
+                "q": ones, "k": ones}
+        r.note("qk_norm", f"{f.model_type}'s weightless norm of each head (after RoPE in "
+               f"the model, the same before it), config {f.norm_eps_key}")
     if norm is not None:
         out["qk_norm"] = norm
     held = [n for n in f.sinks_names if r.has(stem + n)]
@@ -210,6 +221,8 @@ def features(f: Family) -> list[str]:
         out.append("its sigmoid output gate refused by name")
     if f.norm_after_rope:
         out.append("q/k RMS norms after RoPE refused by name")
+    elif f.weightless_qk_norm:
+        out.append("weightless q/k RMS norms over each head (after RoPE in the model)")
     elif f.qk_norm:
         out.append(f"q/k RMS norms over {'each head' if f.qk_norm == 'head' else 'the width'}"
                    + (" (1 + w)" if f.norm_plus_one else ""))

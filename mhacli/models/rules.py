@@ -255,7 +255,8 @@ def rope(partial_key: str | None = "partial_rotary_factor", partial_default: flo
     """RoPE from either spelling of the config (``reading.rope_of``): the base, scaling
     and the share of each head turned; ``style`` pairs (i, i + dims/2) or (2i, 2i + 1)."""
     share = {0.5: "half", 0.25: "a quarter"}.get(partial_default, f"{partial_default:g}")
-    @said("RoPE" + (" (interleaved pairs)" if style == "interleaved" else "")
+    @said("RoPE" + {"interleaved": " (interleaved pairs)", "half-reversed": " (each pair "
+                    "turned the other way)"}.get(style, "")
           + (f" over {share} of each head" if partial_default != 1 else ""))
     def read(r: Reader, d: int, layer_type: str | None) -> dict[str, Any] | None:
         for key in also_read:
