@@ -173,3 +173,18 @@ def test_a_step_mha_does_not_compute_is_refused_by_name(model_type: str, tmp_pat
     assert not isinstance(caught.value, NotAttention)
     assert f".0.{tensor}" in str(caught.value) and step in str(caught.value)
     assert "which mha does not compute" in str(caught.value)
+
+
+@pytest.mark.parametrize("model_type", ["gemma4_assistant", "gemma4_unified_assistant"])
+def test_a_drafter_whose_keys_are_the_target_models_is_refused_by_name(
+        model_type: str, tmp_path: Path) -> None:
+    from mhacli.models.layer import read_layer
+
+    from . import hf_zoo
+
+    folder = hf_zoo.make_zoo_model(model_type, tmp_path / model_type,
+                                   hf_zoo.text_types()[model_type])
+    with pytest.raises(mhacli.MhaError, match=r"layers\.1\.self_attn\.q_proj\.weight: .* has "
+                       "q_proj and o_proj only: it attends over the keys and values of the "
+                       "target model"):
+        read_layer(folder, 1)

@@ -23,8 +23,8 @@ from .rules import (by_layer_types as types_or, local_window, every_layer_if_use
                     first_and_every_sixth, twice_on_sliding, window_one_more_than,
                     null_for_its_type)
 from .reading import Reader, window_of
-from .layouts import (albert, approximate, bert, big_bird, bloom, codegen, deberta, falcon,
-                      gpt2, gpt_bigcode, gpt_neo, gptj, mpt, neox)
+from .layouts import (albert, approximate, bert, big_bird, bloom, codegen, deberta, drafter,
+                      falcon, gpt2, gpt_bigcode, gpt_neo, gptj, mpt, neox)
 from .llama4 import chunks, llama4
 from .zamba import zamba
 from .seq2seq import AROUND, bart
@@ -280,6 +280,7 @@ RECORDS: tuple[Family, ...] = (
       for name in ("zamba", "zamba2")),
     # (NanoChat's rotate_half is cat(x₂, −x₁): its pairs turn the other way)
     Family("nanochat", rope=rope(style="half-reversed"), weightless_qk_norm=True),
+    *(Family(name, read=drafter) for name in ("gemma4_assistant", "gemma4_unified_assistant")),
     # ---- ModernBERT: an encoder whose sliding layers see both ways, and its decoder
     Family("modernbert", tensors="modernbert", fused="Wqkv", o_proj="Wo", causal=False,
            keys=HEADS_ONLY, window=local_window(two_sided=True), unread=MODERNBERT_OUTSIDE),

@@ -383,3 +383,20 @@ def approximate(f: Family, r: Reader, stem: str) -> Layer:
            "mra": "MRA's multiresolution approximation of softmax attention"}[f.model_type]
     raise NotAttention(f"--layer {r.layer}: layer {r.layer} is {how}, not softmax attention; "
                        "this model has no softmax attention layer", source=r.config_file)
+
+
+@said("q_proj and o_proj only: the keys and values are the target model's (refused)")
+def drafter(f: Family, r: Reader, stem: str) -> Layer:
+    """Gemma 4's drafters (its assistants for speculative decoding): every layer shares the
+    key/value cache of the model it drafts for (text_config's num_kv_shared_layers is all of
+    them), so a layer holds its queries' and output's projections only, and its keys and
+    values are not in its checkpoint."""
+    name = f"{stem}k_proj.weight"
+    if r.has(name):
+        raise MhaError(f"{name}: a drafter's layer with keys of its own, which mha does not "
+                       "expect", source=r.ckpt.source_of(name), key=name)
+    raise MhaError(f"{stem}q_proj.weight: {f.model_type}'s layer {r.layer} has q_proj and "
+                   "o_proj only: it attends over the keys and values of the target model it "
+                   "drafts for (every layer shares that model's cache), which its checkpoint "
+                   "does not hold", source=r.ckpt.source_of(f"{stem}q_proj.weight"),
+                   key=f"{stem}q_proj.weight")
