@@ -188,3 +188,16 @@ def test_a_drafter_whose_keys_are_the_target_models_is_refused_by_name(
                        "q_proj and o_proj only: it attends over the keys and values of the "
                        "target model"):
         read_layer(folder, 1)
+
+
+def test_a_shared_block_reads_each_layers_own_text(tmp_path: Path) -> None:
+    """--text on Zamba 2's hybrid layers: layer 5 runs the block saved under layer 1 with
+    adapters of its own, and x is what enters layer 5's own call of it (not layer 1's)."""
+    from mhacli.io.on_model import load_text_layers
+
+    folder = hf.make_model("zamba2", tmp_path / "zamba2", tokenizer=True)
+    first, last = load_text_layers(folder, "Mary went to the garden", [1, 5])
+    assert first.read["settings"]["w_q"].startswith("tensor model.layers.1.")
+    assert "linear_q_adapter_list.2." in last.read["settings"]["w_q"]
+    assert last.read["agreement"] <= 1e-5
+    assert not np.allclose(first.inputs["x"], last.inputs["x"])

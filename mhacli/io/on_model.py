@@ -83,7 +83,7 @@ def load_text_layers(checkpoint: str | Path, text: str, layers: list[int], *,
                            "does not label yet; --text reads its encoder.N layers",
                            source=str(path), key="layer")
     _refuse_changes(path, text, found, settings, tuple(command))  # before the model loads
-    reading = read_text(path, text, {k: f.stem for k, f in found.items()})
+    reading = read_text(path, text, {k: f.module or f.stem for k, f in found.items()})
     return from_reading(path, text, reading, layers, layout=layout, found=found, **settings)
 
 

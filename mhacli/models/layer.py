@@ -91,6 +91,8 @@ class LayerReading:
     dtype: np.dtype = np.dtype(np.float64)  # the weights' working precision
     cross: bool = False  # a cross-attention: its keys and values read x_kv
     position_bias: Any = None  # (n, m) -> the bias H × n × m, when it depends on them (T5)
+    module: str = ""  # the layer's attention module in the model as loaded, where it is
+    # not the stem (a block shared by several layers, saved under another's name)
 
     @property
     def width(self) -> int:
@@ -159,7 +161,8 @@ def read_layer(path: str | Path, layer: int | str = 0, dtype: Any = np.float64
     return LayerReading(str(ckpt.path), layer if part is None else part.name, family, stem,
                         MappingProxyType(weights), MappingProxyType(settings),
                         MappingProxyType(dict(r.origin)), r.dtype,
-                        cross=part is not None and part.cross, position_bias=bias)
+                        cross=part is not None and part.cross, position_bias=bias,
+                        module=_own_module(stem, number) if kind == "zamba" else stem)
 
 
 # Layers that are not softmax attention, known by their tensors (the name after the
@@ -274,6 +277,12 @@ def _not_found(ckpt: Any, layer: int, found: dict[int, str]) -> None:
                        f"{_listed(attention)}", source=str(ckpt.path))
     raise MhaError(f"--layer {layer}: the checkpoint has layers {min(found)}–{max(found)}",
                    source=str(ckpt.path))
+
+
+def _own_module(stem: str, number: int) -> str:
+    """A shared block's module as layer ``number`` holds it in the model as loaded (its
+    tensors saved under the first layer that runs it)."""
+    return re.sub(r"(^|\.)layers\.\d+\.", rf"\g<1>layers.{number}.", stem, count=1)
 
 
 def _shared_groups(ckpt: Any, groups: dict[int, str]) -> dict[int, str]:
