@@ -201,3 +201,18 @@ def test_a_shared_block_reads_each_layers_own_text(tmp_path: Path) -> None:
     assert "linear_q_adapter_list.2." in last.read["settings"]["w_q"]
     assert last.read["agreement"] <= 1e-5
     assert not np.allclose(first.inputs["x"], last.inputs["x"])
+
+
+@pytest.mark.parametrize("family", ["sarvam_moe", "exaone", "gpt_neox_japanese",
+                                    "recurrent_gemma", "mimo_v2_flash"])
+def test_text_read_by_the_model_agrees(family: str, tmp_path: Path) -> None:
+    """--text where the model renames its tensors as it loads them (Sarvam's attention.,
+    EXAONE 3's GPT-Neo names), keeps its output's bias apart (GPT-NeoX-Japanese's last
+    layer) or holds its attention in a block of its own (RecurrentGemma's temporal_block):
+    x is caught where the layer's attention is called, and mha agrees with its output."""
+    from mhacli.io.on_model import load_text_layers
+
+    folder = hf.make_model(family, tmp_path / family, tokenizer=True)
+    layers = HYBRIDS.get(family, [0, 1])
+    for problem in load_text_layers(folder, "Mary went to the garden", layers):
+        assert problem.read["agreement"] <= 1e-5

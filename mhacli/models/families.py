@@ -245,7 +245,8 @@ RECORDS: tuple[Family, ...] = (
     # (GLM-4 MoE's model, saved with fused [all q | all k | all v] rows, as Bailing's)
     Family("sarvam_moe", tensors="gpt_neox", fused="query_key_value", o_proj="dense",
            rope=rope(partial_default=0.5), qk_norm="head",
-           norm_names=("query_layernorm", "key_layernorm"), unread=("use_qk_norm",)),
+           norm_names=("query_layernorm", "key_layernorm"), unread=("use_qk_norm",),
+           loaded_as=(r"\.attention\.$", ".self_attn.")),
     # (MiniMax-M3's rotary_dim is not read by its model: rope_parameters gives the share)
     Family("minimax_m3_vl_text", qk_norm="head", norm_plus_one=True,
            window=refusing_kind("minimax_m3_sparse", "MiniMax-M3's sparse attention: its "
@@ -307,7 +308,9 @@ RECORDS: tuple[Family, ...] = (
     Family("gpt_neo", tensors="gpt_neo", read=gpt_neo),
     Family("mpt", tensors="mpt", read=mpt),
     Family("codegen", tensors="codegen", read=codegen),
-    Family("exaone", tensors="gpt_neo", o_proj="out_proj"),  # (EXAONE 3: GPT-Neo's names)
+    Family("exaone", tensors="gpt_neo", o_proj="out_proj",  # (EXAONE 3: GPT-Neo's names)
+           loaded_as=(r"^transformer\.h\.(\d+)\.attn\.attention\.$",
+                      r"model.layers.\1.self_attn.")),
     Family("ctrl", tensors="ctrl", qkv=("Wq", "Wk", "Wv"), o_proj="dense", rope=no_rope,
            keys=("n_head", "", "n_embd"), unread=("dff",)),  # (Falcon's names, BLOOM's layout)
     Family("distilbert", tensors="distilbert", qkv=("q_lin", "k_lin", "v_lin"),

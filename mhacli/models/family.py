@@ -70,6 +70,9 @@ class Family:
     # (this layer's key/value heads from its type and the config's count, where the two
     # differ: MiMo-V2-Flash's sliding layers have twice as many)
     value_scale_key: str | None = None  # the values × this key (MiMo-V2-Flash's)
+    loaded_as: tuple[str, str] | None = None  # (pattern, replacement): the attention
+    # module's name in the model as loaded, from its tensors' stem, where transformers
+    # renames a checkpoint's tensors as it loads them (Sarvam's attention., EXAONE 3's)
     weightless_qk_norm: bool = False  # an RMS norm of each head's q and k with no weight
     # (NanoChat's, after RoPE in the model: a rotation keeps each row's mean square, so
     # it is the same before RoPE, where mha computes it)

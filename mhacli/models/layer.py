@@ -147,6 +147,7 @@ def read_layer(path: str | Path, layer: int | str = 0, dtype: Any = np.float64
     r = Reader(ckpt, number, np.dtype(dtype), part=part)
     model_type = r.get("model_type")
     model_type = fam.ALIASES.get(model_type, model_type)
+    module = _own_module(stem, number) if kind == "zamba" else stem
     if ckpt.config_file is None and kind in ("decoder", "phi3"):
         out = _bare_decoder(r, stem)  # no config.json: the problem gives the heads
         family = kind
@@ -154,6 +155,8 @@ def read_layer(path: str | Path, layer: int | str = 0, dtype: Any = np.float64
         record = _record(r, kind, model_type)  # type: ignore[arg-type]
         out = record.layer(r, stem)
         family = record.model_type if model_type is not None else kind or "unknown"
+        if record.loaded_as:
+            module = re.sub(*record.loaded_as, stem)
     _refuse_the_rest(r, stem)
     bias = out.pop("position_bias", None)  # a rule of n and m (T5's): made with the problem
     weights = {k: v for k, v in out.items() if k in WEIGHTS}
@@ -162,7 +165,7 @@ def read_layer(path: str | Path, layer: int | str = 0, dtype: Any = np.float64
                         MappingProxyType(weights), MappingProxyType(settings),
                         MappingProxyType(dict(r.origin)), r.dtype,
                         cross=part is not None and part.cross, position_bias=bias,
-                        module=_own_module(stem, number) if kind == "zamba" else stem)
+                        module=module)
 
 
 # Layers that are not softmax attention, known by their tensors (the name after the
