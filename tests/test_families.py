@@ -153,7 +153,7 @@ def test_the_json_config_says_where_each_setting_came_from(tmp_path: Path) -> No
 # the step.
 NOT_FOLLOWED = {"inkling_text": ("self_attn.k_sconv", "short convolutions over the keys"),
                 "inkling2_text": ("attn.k_sconv", "relative-position logits"),
-                "zaya": ("qkv_proj.conv_qk", "ZAYA's CCA projection"),
+                "zaya": ("self_attn.qkv_proj.conv_qk", "ZAYA's CCA projection"),
                 "doge": ("self_attn.A", "Doge's dynamic mask"),
                 "jetmoe": ("self_attention.experts", "mixture of attention heads"),
                 "cpmant": ("self_att.self_attention.project_q", "bucketed distance"),
