@@ -231,6 +231,8 @@ def features(f: Family) -> list[str]:
                    + (" (1 + w)" if f.norm_plus_one else ""))
     if f.sinks:
         out.append("sinks")
+    elif f.sinks_names != ("sinks",):
+        out.append(f"sinks where a layer holds them ({f.sinks_names[0]})")
     if f.groups is not None:
         out.append(words(f.groups))
     if f.value_scale_key:
