@@ -15,13 +15,13 @@ from __future__ import annotations
 from ..errors import shown
 from .family import (Family, by_layer_types, every_layer, gemma3_rope,
                      pattern_of, qwen_window, rope)
-from .rules import (by_layer_types as types_or, local_window, every_layer_if_used, every_nth_full,
-                    full_layers_nope, full_layers_nope_with_window, keys_times, listed_nope,
-                    no_rope, nope_on, nope_slide, odd_below, pattern_if_window, said,
-                    sliding_from, sliding_if_set, times, theta_by_layer, rope_if, theta_given,
-                    dense_prefix_rope, first_two_every_fourth_last, refusing_kind, every_layer_by,
-                    first_and_every_sixth, twice_on_sliding, window_one_more_than,
-                    null_for_its_type)
+from .rules import (dense_prefix_rope, full_layers_nope, full_layers_nope_with_window,
+                    keys_times, listed_nope, no_rope, nope_on, null_for_its_type, rope_if,
+                    said, theta_by_layer, theta_given, times)
+from .windows import (by_layer_types as types_or, every_layer_by, every_layer_if_used,
+                      every_nth_full, first_and_every_sixth, first_two_every_fourth_last,
+                      local_window, nope_slide, odd_below, pattern_if_window, refusing_kind,
+                      sliding_from, sliding_if_set, twice_on_sliding, window_one_more_than)
 from .reading import Reader, window_of
 from .layouts import (albert, approximate, bert, big_bird, bloom, codegen, deberta, drafter,
                       falcon, gpt2, gpt_bigcode, gpt_neo, gptj, mpt, neox)

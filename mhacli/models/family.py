@@ -18,8 +18,8 @@ import numpy as np
 
 from ..errors import MhaError, shown
 from .reading import Reader, frozen, fused, heads_of, linear
-from .rules import (Rope, Scale, Window, by_layer_types, every_layer, gemma3_rope, no_window,
-                    pattern_of, qwen_window, rope, root_of, words)
+from .rules import Rope, Scale, Window, gemma3_rope, rope, root_of, words
+from .windows import by_layer_types, every_layer, no_window, pattern_of, qwen_window
 
 __all__ = ["Family", "decoder", "qk_norm", "features", "by_layer_types", "every_layer",
            "gemma3_rope", "no_window", "pattern_of", "qwen_window", "rope"]
