@@ -342,6 +342,73 @@ def llama_line(recipe: Callable[..., Any], decoder: Callable[..., dict[str, Any]
             max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2),
             notes="run in float32: its mask code fails in float64"),
     })
+    recipes.update({
+        "flint": r("FlintConfig", "FlintForCausalLM", "sinks (saved as softmax_offset); q/k "
+                   "norms; layers 2, 3 slide with RoPE, 0, 1, 4 full without", head_dim=8,
+                   sliding_window=4, num_hidden_layers=5, **MOE,
+                   shared_expert_intermediate_size=32),
+        "kolibri1": r("Kolibri1Config", "Kolibri1ForCausalLM", "q/k norms; layers 0-3 slide "
+                      "with RoPE, layer 4 full without", head_dim=8, sliding_window=4,
+                      num_hidden_layers=5, **MOE, shared_expert_intermediate_size=32),
+        "sarvam_moe": r("SarvamMoEConfig", "Glm4MoeForCausalLM", "saved as fused "
+                        "query_key_value, dense, query_layernorm; biases; RoPE over half a head",
+                        head_dim=8, attention_bias=True, n_routed_experts=4,
+                        num_experts_per_tok=2, n_shared_experts=1, moe_intermediate_size=32,
+                        first_k_dense_replace=1, **_rope(partial_rotary_factor=0.5)),
+        "minimax_m3_vl_text": r("MiniMaxM3VLTextConfig", "MiniMaxM3VLForCausalLM", "q/k norms "
+                                "(1 + w); RoPE over half a head", head_dim=8, rotary_dim=4,
+                                num_local_experts=4, num_experts_per_tok=2,
+                                dense_intermediate_size=64, shared_intermediate_size=32,
+                                **_rope(partial_rotary_factor=0.5)),
+        "recurrent_gemma": recipe("RecurrentGemmaConfig", "RecurrentGemmaForCausalLM", decoder(
+            num_hidden_layers=4, block_types=["recurrent", "attention"], lru_width=32,
+            attention_window_size=4, attention_bias=True, **_rope(partial_rotary_factor=0.5)),
+            notes="RG-LRU layers 0, 2; attention on 1, 3: a window of 4, biases, RoPE over "
+            "half a head"),
+        "gpt_neox_japanese": recipe("GPTNeoXJapaneseConfig", "GPTNeoXJapaneseForCausalLM", dict(
+            vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+            max_position_embeddings=64, **_rope(partial_rotary_factor=0.5)),
+            notes="GPT-NeoX's fused layout; RoPE over half a head; the last layer's output "
+            "bias kept apart (dense_bias)"),
+        "mimo_v2_flash": recipe("MiMoV2FlashConfig", "MiMoV2FlashForCausalLM", decoder(
+            num_hidden_layers=3, head_dim=8, v_head_dim=4, attention_value_scale=0.6,
+            attention_bias=True, sliding_window=4, n_routed_experts=4, num_experts_per_tok=2,
+            moe_intermediate_size=32, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+            rope_parameters={
+                "full_attention": {"rope_type": "default", "rope_theta": 50000.0,
+                                   "partial_rotary_factor": 0.5},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0,
+                                      "partial_rotary_factor": 0.5}}),
+            notes="layer 0 full (2 key/value heads), 1 and 2 slide (4 key/value heads, "
+            "sinks saved as attention_sink_bias); values 4 wide × 0.6; biases; a RoPE base "
+            "per layer type over half a head"),
+        "cohere_compass_text": recipe("CohereCompassTextConfig", "CohereCompassForCausalLM",
+                                      decoder(num_hidden_layers=3, sliding_window=4,
+                                              attention_bias=True, layer_types=[
+                                                  "sliding_attention", "full_attention",
+                                                  "sliding_attention"], rope_parameters={
+                                                  "sliding_attention": {
+                                                      "rope_type": "default",
+                                                      "rope_theta": 5000.0,
+                                                      "mrope_section": [2, 1, 1]},
+                                                  "full_attention": None}),
+                                      notes="M-RoPE (as RoPE for text) on the sliding layers "
+                                      "0 and 2; layer 1 full without; biases"),
+        "zamba": recipe("ZambaConfig", "ZambaForCausalLM", decoder(
+            num_hidden_layers=4, layers_block_type=["mamba", "hybrid", "mamba", "hybrid"],
+            mamba_d_state=8, mamba_dt_rank=4, use_mamba_kernels=False, rope_parameters=None),
+            notes="Mamba layers 0, 2; one attention block run by layers 1 and 3 (saved under "
+            "layer 1), on x twice the width; scores ÷ √(d_k / 2)"),
+        "zamba2": recipe("Zamba2Config", "Zamba2ForCausalLM", decoder(
+            num_hidden_layers=6, layers_block_type=["mamba", "hybrid"] * 3, num_mem_blocks=2,
+            use_shared_attention_adapter=True, adapter_rank=4, use_mem_rope=True,
+            mamba_d_state=8, n_mamba_heads=4, chunk_size=16, use_mamba_kernels=False,
+            num_key_value_heads=4),  # (its adapters are as wide as the queries)
+            notes="two attention blocks run in turn by layers 1, 3, 5 (layer 5 runs layer 1's), "
+            "each layer's low-rank adapters of q, k, v added; RoPE (use_mem_rope)"),
+        "nanochat": r("NanoChatConfig", "NanoChatForCausalLM", "RoPE turned the other way; "
+                      "weightless q/k norms after it; biases", attention_bias=True),
+    })
     for name, (prefix, model_class) in BERT_LIKE.items():
         config = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                       intermediate_size=64, max_position_embeddings=64, pad_token_id=0)
@@ -388,6 +455,7 @@ ENCODER_DECODER = ("bart", "t5")
 SHARED = ("albert",)  # layers that share weights (tests/test_shared_layers.py)
 HYBRIDS = {"jamba": [1, 3], "bamba": [1, 3], "lfm2": [1, 3], "granitemoehybrid": [1, 3],
            "lfm2_moe": [1, 3], "lara_mini": [1, 3], "minimax": [0, 2], "nemotron_h": [1, 3],
+           "recurrent_gemma": [1, 3], "zamba": [1, 3], "zamba2": [1, 3, 5],
            "olmo_hybrid": [1, 3], "qwen3_next": [1, 3]}
 # the module's own weights leave the sinks out (they scale its output instead)
 SINKS_OUTSIDE_WEIGHTS = ("granite_swa", "granitemoe_swa")

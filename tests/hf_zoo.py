@@ -138,7 +138,11 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "dbrx": dict(attn_config={"kv_n_heads": 2, "rope_theta": 10000.0, "clip_qkv": 0.5},
                  ffn_config={"ffn_hidden_size": 64, "moe_num_experts": 4, "moe_top_k": 2,
                              "hidden_size": 64}),
-    "esmc": dict(num_key_value_heads=4), "dots3_note_text": dict(num_key_value_heads=4),
+    "esmc": dict(num_key_value_heads=4),
+    "dots3_note_text": dict(num_key_value_heads=4, swa_num_attention_heads=4,  # (its sliding
+        swa_num_key_value_heads=4, swa_q_lora_rank=24, swa_kv_lora_rank=16,  # layers' sizes)
+        swa_head_dim=16, swa_qk_nope_head_dim=8, swa_v_head_dim=16, index_n_heads=2,
+        index_head_dim=16, index_topk=4),
     "mamba2": dict(head_dim=32),
     "llama4_text": dict(num_hidden_layers=4),  # (a NoPE layer every 4th)
     "esm": dict(position_embedding_type="rotary", pad_token_id=1, mask_token_id=2),
@@ -149,6 +153,18 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "zamba": dict(num_hidden_layers=4, layers_block_type=[
         "linear_attention", "hybrid", "linear_attention", "hybrid"]),
     "zaya": dict(num_experts_per_tok=1),
+    "qwen4_exp_text": dict(indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=16,
+                           indexer_budget=8, indexer_compress_ratio=4),  # (no defaults)
+    "dory": dict(num_hidden_layers=2, n_input_layers=1, n_output_layers=1,  # (no recurrent
+                 layer_types=["sliding_attention", "full_attention"]),  # middle: 2 layers)
+    "cohere_compass_text": dict(  # (its config class keeps a flat rope_parameters; the
+        layer_types=["sliding_attention", "full_attention"],  # model reads it by layer type)
+        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0,
+                                               "mrope_section": [4, 2, 2]},
+                         "full_attention": None}),
+    "mimo_v2_flash": dict(rope_parameters={  # (its 0.334 of 16 dimensions is not whole pairs)
+        kind: {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}
+        for kind in ("full_attention", "sliding_attention")}),
     "bamba": dict(num_hidden_layers=4, attn_layer_indices=[1, 3]),
     "granitemoehybrid": dict(num_hidden_layers=4, layer_types=[
         "mamba", "attention", "mamba", "attention"], mamba_n_heads=8),
@@ -164,13 +180,31 @@ OVERRIDES: dict[str, dict[str, Any]] = {
 }
 
 
+# The same for a sub-config's keys (the drafters of Gemma 4 keep their model in text_config).
+# (Their layers all read the target model's keys and values: every layer shared.)
+_DRAFTER = dict(hidden_size_per_layer_input=0, vocab_size_per_layer_input=0,
+                enable_moe_block=False, num_hidden_layers=6, num_kv_shared_layers=6)
+SUB_OVERRIDES: dict[str, dict[str, dict[str, Any]]] = {
+    name: {"text_config": {**_DRAFTER, "per_layer_config": DROP}}
+    for name in ("gemma4_assistant", "gemma4_unified_assistant")
+}
+# The keywords a type's config class needs to be made at all (its defaults fail its checks).
+BASE: dict[str, dict[str, Any]] = {
+    name: dict(text_config=dict(model_type=text, hidden_size_per_layer_input=0,
+                                vocab_size_per_layer_input=0, enable_moe_block=False))
+    for name, text in (("gemma4_assistant", "gemma4_text"),
+                       ("gemma4_unified_assistant", "gemma4_unified_text"))}
+
+
 def tiny_config(model_type: str) -> Any:
     """The type's config class with small sizes; a list of layer kinds (``layer_types``
     …) is cut to the fewest layers that hold each of its kinds, and the layer count set to
     match; a sub-config (an encoder's, an attention's) is made small the same way."""
     config_class = getattr(transformers, configuration_auto.CONFIG_MAPPING_NAMES[model_type])
-    kwargs = _small(config_class, config_class().to_dict())
+    kwargs = _small(config_class, config_class(**BASE.get(model_type, {})).to_dict())
     kwargs.update(OVERRIDES.get(model_type, {}))
+    for name, changes in SUB_OVERRIDES.get(model_type, {}).items():
+        kwargs[name] = {k: v for k, v in {**kwargs[name], **changes}.items() if v is not DROP}
     return config_class(**{k: v for k, v in kwargs.items() if v is not DROP})
 
 
@@ -253,8 +287,10 @@ def attention_module(model: torch.nn.Module, layer: int) -> tuple[str, str | Non
             raise LookupError(f"no attention module of layer {layer}")
         return paired[0], None
     pattern = re.compile(rf"(^|\.)((layers|layer|h|blocks)\.{layer}\.(norm_attn_norm\.)?"
-                         rf"(self_attn|attention|attn|mixer|"
-                         rf"self_attention|multi_head_attention)|attentions\.{layer})$")  # (XLM's: attentions.N)
+                         rf"(self_attn|attention|attn|mixer|temporal_block|self_attention|"
+                         rf"multi_head_attention|shared_transf(ormer)?\.self_attn)|"
+                         rf"attentions\.{layer})$")
+    # (XLM's: attentions.N; Zamba's hybrid layers: layers.N.shared_transf.self_attn)
     found = [name for name, _ in model.named_modules() if pattern.search(name)]
     if not found:
         raise LookupError(f"no attention module of layer {layer}")
@@ -352,6 +388,8 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
                                                     else result)
     if out is None:
         out = result[0] if isinstance(result, tuple) else result
+    if getattr(module, "dense_bias", None) is not None:  # (GPT-NeoX-Japanese returns its
+        out = out + module.dense_bias.detach()  # output's bias, for the layer to add)
     weights = None  # the last 4-d tensor the module returns (T5's comes after its bias)
     found = [t for t in (result[1:] if isinstance(result, tuple) else ())
              if isinstance(t, torch.Tensor) and t.ndim == 4]
@@ -372,8 +410,9 @@ def _in_memory(model: torch.nn.Module, path: str) -> str:
         found = [n for n in names if n.endswith(tail)]
         if len(found) == 1:
             return found[0]
-    number = re.search(r"\.(\d+)\.", path)  # (EXAONE 3 saves GPT-Neo's names for Llama's)
-    if number and path.endswith(("attn.attention", "self_attn")):
+    # (EXAONE 3 saves GPT-Neo's names for Llama's; Sarvam, Bailing's attention.*)
+    number = re.search(r"\.(\d+)\.", path)
+    if number and path.endswith(("attention", "self_attn")):
         return attention_module(model, int(number[1]))[0]
     raise LookupError(f"no module {path} in the model as loaded")
 

@@ -127,6 +127,7 @@ def reference(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, 
         for p, r in enumerate(rows):
             for i in range(dims // 2):
                 a, b = (2 * i, 2 * i + 1) if spec["style"] == "interleaved" else \
+                    (i + dims // 2, i) if spec["style"] == "half-reversed" else \
                     (i, i + dims // 2)
                 angle = p * (float(freqs[i]) if freqs is not None else base ** (-2 * i / dims))
                 out[p][a] = f * (r[a] * math.cos(angle) - r[b] * math.sin(angle))

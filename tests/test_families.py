@@ -60,8 +60,9 @@ def test_every_layer_agrees_with_the_model(family: str, models: dict,
                    if config.get(k)), None) or len(config["layers_block_type"])  # (Nemotron-H)
     rng = np.random.default_rng(1)
     n = hf.recipe(family).length
-    width = next(config[k] for k in ("hidden_size", "n_embd", "d_model", "dim", "emb_dim")
-                 if config.get(k))
+    width = next(config[k] for k in ("attention_hidden_size", "hidden_size", "n_embd",
+                                     "d_model", "dim", "emb_dim") if config.get(k))
+    # (Zamba's attention reads its hidden state beside the embeddings: twice the width)
     tol = _tolerance(folder)
     attention = HYBRIDS.get(family, range(layers))
     for layer in range(layers):
@@ -190,3 +191,73 @@ def test_the_json_config_says_where_each_setting_came_from(tmp_path: Path) -> No
     assert read["settings"]["softcap"] == "config attn_logit_softcapping"
     assert "query_pre_attn_scalar" in read["settings"]["scale"]
     assert "sliding_window" in read["settings"]["window"]
+
+
+# Softmax attention with a step of its own that mha does not compute: the model type's
+# tiny model from the registry (tests/hf_zoo.py), its layer refused naming the tensor and
+# the step.
+NOT_FOLLOWED = {"inkling_text": ("self_attn.k_sconv", "short convolutions over the keys"),
+                "inkling2_text": ("attn.k_sconv", "relative-position logits"),
+                "zaya": ("self_attn.qkv_proj.conv_qk", "ZAYA's CCA projection"),
+                "doge": ("self_attn.A", "Doge's dynamic mask"),
+                "jetmoe": ("self_attention.experts", "mixture of attention heads"),
+                "cpmant": ("self_att.self_attention.project_q", "bucketed distance"),
+                "neomme": ("self_attn.exclusive_self_attention", "projection on its value")}
+
+
+@pytest.mark.parametrize("model_type", sorted(NOT_FOLLOWED))
+def test_a_step_mha_does_not_compute_is_refused_by_name(model_type: str, tmp_path: Path) -> None:
+    from . import hf_zoo
+
+    folder = hf_zoo.make_zoo_model(model_type, tmp_path / model_type,
+                                   hf_zoo.text_types()[model_type])
+    tensor, step = NOT_FOLLOWED[model_type]
+    with pytest.raises(mhacli.MhaError) as caught:
+        from mhacli.models.layer import read_layer
+        read_layer(folder, 0)
+    assert not isinstance(caught.value, NotAttention)
+    assert f".0.{tensor}" in str(caught.value) and step in str(caught.value)
+    assert "which mha does not compute" in str(caught.value)
+
+
+@pytest.mark.parametrize("model_type", ["gemma4_assistant", "gemma4_unified_assistant"])
+def test_a_drafter_whose_keys_are_the_target_models_is_refused_by_name(
+        model_type: str, tmp_path: Path) -> None:
+    from mhacli.models.layer import read_layer
+
+    from . import hf_zoo
+
+    folder = hf_zoo.make_zoo_model(model_type, tmp_path / model_type,
+                                   hf_zoo.text_types()[model_type])
+    with pytest.raises(mhacli.MhaError, match=r"layers\.1\.self_attn\.q_proj\.weight: .* has "
+                       "q_proj and o_proj only: it attends over the keys and values of the "
+                       "target model"):
+        read_layer(folder, 1)
+
+
+def test_a_shared_block_reads_each_layers_own_text(tmp_path: Path) -> None:
+    """--text on Zamba 2's hybrid layers: layer 5 runs the block saved under layer 1 with
+    adapters of its own, and x is what enters layer 5's own call of it (not layer 1's)."""
+    from mhacli.io.on_model import load_text_layers
+
+    folder = hf.make_model("zamba2", tmp_path / "zamba2", tokenizer=True)
+    first, last = load_text_layers(folder, "Mary went to the garden", [1, 5])
+    assert first.read["settings"]["w_q"].startswith("tensor model.layers.1.")
+    assert "linear_q_adapter_list.2." in last.read["settings"]["w_q"]
+    assert last.read["agreement"] <= 1e-5
+    assert not np.allclose(first.inputs["x"], last.inputs["x"])
+
+
+@pytest.mark.parametrize("family", ["sarvam_moe", "exaone", "gpt_neox_japanese",
+                                    "recurrent_gemma", "mimo_v2_flash"])
+def test_text_read_by_the_model_agrees(family: str, tmp_path: Path) -> None:
+    """--text where the model renames its tensors as it loads them (Sarvam's attention.,
+    EXAONE 3's GPT-Neo names), keeps its output's bias apart (GPT-NeoX-Japanese's last
+    layer) or holds its attention in a block of its own (RecurrentGemma's temporal_block):
+    x is caught where the layer's attention is called, and mha agrees with its output."""
+    from mhacli.io.on_model import load_text_layers
+
+    folder = hf.make_model(family, tmp_path / family, tokenizer=True)
+    layers = HYBRIDS.get(family, [0, 1])
+    for problem in load_text_layers(folder, "Mary went to the garden", layers):
+        assert problem.read["agreement"] <= 1e-5

@@ -14,6 +14,7 @@ import pytest
 from mhacli.errors import MhaError
 from mhacli.models import families
 from mhacli.models.family import Family, decoder, every_layer, features
+from mhacli.models.layouts import drafter
 from mhacli.models.layer import read_layer
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "models"
@@ -85,10 +86,12 @@ def test_every_record_is_read_by_its_own_layout() -> None:
     """Each record's reading is the shared one unless its tensors are laid out another
     way; the Llama line's records name no reading of their own."""
     for record in families.RECORDS:
-        if record.model_type in ("llama4_text", "diffllama"):  # the Llama line's, then its own
+        if record.model_type in ("llama4_text", "diffllama") or record.read is drafter:
+            # (Llama 4, DiffLlama: the Llama line's reading, then their own; a drafter: refused)
             assert record.read is not None and record.tensors == "decoder"
         elif record.tensors in ("decoder", "phi3", "persimmon", "mixer", "modernbert", "attn",
-                                "distilbert", "xlm", "ctrl") or record.model_type == "exaone":
+                                "distilbert", "xlm", "ctrl", "temporal_block") or \
+                record.model_type in ("exaone", "sarvam_moe"):
             assert record.read is None, record.model_type
             assert record.layer.__func__ is Family.layer  # type: ignore[attr-defined]
         else:

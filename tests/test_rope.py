@@ -119,8 +119,8 @@ def test_rope_errors_name_the_key(spec: dict, words: str) -> None:
 @pytest.mark.parametrize("spec, words", [
     ({"over": "head", "q": [[1, 2, 3, 4]]}, "qk_norm q must be a list of numbers"),
     ({"over": "row"}, "qk_norm over must be head"),
-    ({"over": "head", "q": [1, 2]}, "qk_norm q needs d_k = 16 weights"),
-    ({"over": "head", "epsilon": 1}, "qk_norm takes over, eps, q, k, not epsilon"),
+    ({"over": "head", "q": [1, 2]}, "qk_norm q needs d_k = 16 numbers"),
+    ({"over": "head", "epsilon": 1}, "qk_norm takes over, norm, eps, after_rope, q, k, q_bias, k_bias, not epsilon"),
 ])
 def test_qk_norm_errors_name_the_key(spec: dict, words: str) -> None:
     rng = np.random.default_rng(0)
@@ -131,3 +131,31 @@ def test_qk_norm_errors_name_the_key(spec: dict, words: str) -> None:
     # eps 0 as a file writes it: text
     tr = mhacli.trace(x, w, w, w, heads=1, qk_norm={"over": "head", "eps": "0"})
     np.testing.assert_allclose(np.sqrt((tr["q_normed"] ** 2).mean(axis=-1)), 1.0, rtol=1e-12)
+
+
+def test_half_reversed_turns_each_pair_the_other_way() -> None:
+    """NanoChat's rotate_half, cat(x₂, −x₁): each pair (x₁, x₂) of (i, i + d/2) becomes
+    (x₁·cos + x₂·sin, x₂·cos − x₁·sin) at p·θ_i; the plain loop, the tiles and the
+    decoding steps agree with it."""
+    from .reference import reference
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((6, 8))
+    w_q, w_k, w_v = (rng.standard_normal((8, 2 * D_K)) for _ in range(3))
+    spec = {"style": "half-reversed", "base": 100.0, "dims": 12}
+    tr = mhacli.trace(x, w_q, w_k, w_v, heads=2, rope=spec, mask="causal")
+    theta = 100.0 ** (-2.0 * np.arange(6) / 12)
+    q = tr["q_heads"][1]
+    for p in range(6):
+        cos, sin = np.cos(p * theta), np.sin(p * theta)
+        x1, x2 = q[p, :6], q[p, 6:12]
+        want = np.concatenate([x1 * cos + x2 * sin, x2 * cos - x1 * sin, q[p, 12:]])
+        np.testing.assert_allclose(tr["q_rot"][1, p], want, rtol=1e-12, atol=1e-12)
+    plain = reference(x, w_q, w_k, w_v, heads=2, rope=spec, mask="causal")
+    np.testing.assert_allclose(tr["output"], np.array(plain["output"]), rtol=1e-10, atol=1e-10)
+    tiles = mhacli.trace(x, w_q, w_k, w_v, heads=2, rope=spec, mask="causal", tiles=(2, 2))
+    steps = mhacli.trace(x, w_q, w_k, w_v, heads=2, rope=spec, mask="causal", decode=True)
+    np.testing.assert_allclose(tiles["output"], tr["output"], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(steps["decode"][-1].output, tr["output"][-1], rtol=1e-12,
+                               atol=1e-12)
+    assert tr.config.rope == "half-reversed"

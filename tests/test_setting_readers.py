@@ -52,8 +52,8 @@ CASES: list[tuple[str, str, Any, str]] = [
      "(blocked)"),
     ("sinks", "a b", "a b", "sinks[1] is 'a': expected a number (an integer, a decimal, "
      "1e-3 or a fraction such as 1/3)"),
-    ("rope", "sideways", "sideways", "rope style must be half or interleaved, got "
-     "'sideways'"),
+    ("rope", "sideways", "sideways", "rope style must be half, interleaved or half-reversed, "
+     "got 'sideways'"),
     ("qk_norm", "depth", "depth", "qk_norm over must be head (each head's d_k numbers) or "
      "width (the whole row, every head), got 'depth'"),
     ("tiles", "0", 0, "tiles takes BR or BR:BC, whole numbers of 1 or more (BR query rows "

@@ -111,7 +111,10 @@ def run_type(model_type: str, model_class: str, base: Path) -> Result:
             out.result, out.detail = "mha failed", f"layer {layer}: {type(exc).__name__}: " \
                 f"{_short(exc, folder)}"
             return out
-        path, output = reading.stem.rstrip("."), _output_module(reading.origin.get("w_o"))
+        path = (reading.module or reading.stem).rstrip(".")  # (a block shared: its own)
+        output = _output_module(reading.origin.get("w_o"))
+        if reading.module and reading.module != reading.stem:
+            output = None  # (the module's own output: its o_proj is another layer's name)
         try:
             try:
                 want = zoo.module_reference(model, path, x, output, x_kv=given.get("x_kv"))

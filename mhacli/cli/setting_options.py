@@ -97,10 +97,11 @@ OPTIONS: tuple[SettingOption, ...] = (
     SettingOption("sinks", "Attention sinks: one extra logit per head in the softmax, its "
                   "weight dropped (gpt-oss).", metavar="'s1 s2 …'"),
     SettingOption("rope", "Rotary embedding of each head's queries and keys: pairs "
-                  "(i, i + d/2) as Llama (half) or (2i, 2i+1) as GPT-J (interleaved); base, "
+                  "(i, i + d/2) as Llama (half), (2i, 2i+1) as GPT-J (interleaved) or "
+                  "(i + d/2, i) as NanoChat (half-reversed); base, "
                   "dims, scaling (linear, dynamic, llama3, yarn, longrope) or the "
                   "frequencies themselves in a file's rope: key.",
-                  metavar="half|interleaved"),
+                  metavar="half|interleaved|half-reversed"),
     SettingOption("positional", "Add positional encodings to the inputs: the paper's "
                   "sinusoids, or a learned table (.npy, YAML or JSON).",
                   metavar="sinusoidal|FILE"),

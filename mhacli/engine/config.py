@@ -65,7 +65,7 @@ class Config:
     relative: tuple[bool, int, int] | None = None  # T5's bias: (bidirectional, B, distance)
     padding: bool = False  # key_padding: some keys blocked for every query
     sinks: bool = False  # an extra logit per head in the softmax, its weight dropped
-    rope: str | None = None  # "half" or "interleaved": rotary embedding of q and k
+    rope: str | None = None  # "half", "interleaved" or "half-reversed": RoPE of q and k
     rope_base: float = 10000.0
     rope_dims: int = 0  # the leading dimensions of each head that RoPE turns
     rope_freqs: tuple[float, ...] = ()  # θ_i of each pair when scaled or given (rope.py)

@@ -17,7 +17,9 @@ if TYPE_CHECKING:
 def rope_text(letter: str) -> Callable[[Formula], str]:
     def text(f: Formula) -> str:
         c = f.c
-        pairs = "(2i, 2i+1)" if c.rope == "interleaved" else f"(i, i + {c.rope_dims // 2})"
+        half = c.rope_dims // 2
+        pairs = {"interleaved": "(2i, 2i+1)", "half-reversed": f"(i + {half}, i)"}.get(
+            c.rope, f"(i, i + {half})")
         theta = f"θ_i = {c.rope_base:g}^(−2i/{c.rope_dims})" if not c.rope_freqs else \
             f"θ_i as {c.rope_scaling} gives them (the config's rope freqs)"
         factor = f", times {c.rope_factor:.6g}" if c.rope_factor != 1.0 else ""

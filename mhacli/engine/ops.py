@@ -257,9 +257,14 @@ def sinusoidal(rows: int, width: int, dtype: Any = np.float64) -> Array:
 
 def rope_pairs(style: str, dims: int) -> tuple[Array, Array]:
     """The dimensions RoPE turns together: (first, second) index arrays of the dims/2
-    pairs. ``interleaved`` pairs (2i, 2i+1); ``half`` pairs (i, i + dims/2)."""
+    pairs. ``interleaved`` pairs (2i, 2i+1); ``half`` pairs (i, i + dims/2);
+    ``half-reversed`` pairs (i + dims/2, i): the same dimensions turned the other way."""
     i = np.arange(dims // 2)
-    return (2 * i, 2 * i + 1) if style == "interleaved" else (i, i + dims // 2)
+    if style == "interleaved":
+        return 2 * i, 2 * i + 1
+    if style == "half-reversed":
+        return i + dims // 2, i
+    return i, i + dims // 2
 
 
 def rope_theta(dims: int, base: float) -> Array:

@@ -102,6 +102,7 @@ def parse(v: Any, s: Sizes) -> Fields:
             if arr.shape not in [(w,) for w in widths]:
                 what = "H·d_k" if side == "q" else "G·d_k"
                 want = f"{what} = {widths[0]}" if over == "width" else \
+                    f"d_k = {widths[0]}" if count == 1 else \
                     f"d_k = {widths[0]} (shared by the heads) or {what} = {widths[1]}"
                 raise MhaError(f"qk_norm {part} needs {want} numbers, got shape "
                                f"{shape_text(arr)}", key=("qk_norm", part))

@@ -2,7 +2,10 @@
 
 ``rope: half`` (or ``interleaved``), or a mapping:
 
-    style: half | interleaved      which dimensions turn together
+    style: half | interleaved | half-reversed
+                                   which dimensions turn together: (i, i + dims/2),
+                                   (2i, 2i+1), or (i + dims/2, i) (NanoChat's
+                                   rotate_half: each pair turned the other way)
     base: 10000                    θ_i = base^(−2i/dims), unless scaled or given
     dims: d_k                      the leading dimensions turned (partial rotary)
     scaling: {type: …, …}          the frequencies rescaled, as a published rule does:
@@ -34,7 +37,7 @@ import numpy as np
 from ..errors import MhaError, shown
 from .values import given, positive
 
-STYLES = ("half", "interleaved")
+STYLES = ("half", "interleaved", "half-reversed")
 RULES = ("linear", "dynamic", "llama3", "yarn", "longrope")
 KEYS = ("style", "base", "dims", "scaling", "freqs", "attention_factor")
 RULE_KEYS = {
@@ -65,7 +68,8 @@ def read(value: Any) -> dict[str, Any] | None:
                        key=("rope", unknown[0]), on_key=True)
     style = spec.get("style", "half")
     if not isinstance(style, str) or style.strip().lower() not in STYLES:
-        raise MhaError(f"rope style must be half or interleaved, got {given(style)}",
+        raise MhaError("rope style must be half, interleaved or half-reversed, got "
+                       f"{given(style)}",
                        key="rope")
     spec["style"] = style.strip().lower()
     for key in ("base", "attention_factor"):

@@ -153,7 +153,8 @@ SETTINGS: tuple[Setting, ...] = (
             fields=("sinks",), shown=lambda c: {"sinks": c.sinks},
             write=lambda c, p, given: p.sinks),
     Setting("rope", 'rotary embedding of each head\'s queries and keys: "half" (pairs '
-            '(i, i + d/2), as Llama) or "interleaved" (pairs (2i, 2i+1), as GPT-J), or a '
+            '(i, i + d/2), as Llama), "interleaved" (pairs (2i, 2i+1), as GPT-J) or '
+            '"half-reversed" (pairs (i + d/2, i), as NanoChat), or a '
             "mapping {style, base, dims, scaling, freqs, attention_factor}.",
             read=rope.read, parse=read.rope,
             fields=("rope", "rope_base", "rope_dims", "rope_freqs", "rope_factor",

@@ -77,7 +77,7 @@ def load_text_layers(checkpoint: str | Path, text: str, layers: list[int], *,
     path = Path(checkpoint)
     found = {k: ckpt.read_layer(path, k) for k in layers}
     _refuse_changes(path, text, found, settings, tuple(command))  # before the model loads
-    reading = read_text(path, text, {k: f.stem for k, f in found.items()})
+    reading = read_text(path, text, {k: f.module or f.stem for k, f in found.items()})
     return from_reading(path, text, reading, layers, layout=layout, found=found, **settings)
 
 

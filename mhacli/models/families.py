@@ -15,19 +15,22 @@ from __future__ import annotations
 from ..errors import shown
 from .family import (Family, by_layer_types, every_layer, gemma3_rope,
                      pattern_of, qwen_window, rope)
-from .rules import (by_layer_types as types_or, local_window, every_layer_if_used, every_nth_full,
-                    full_layers_nope, full_layers_nope_with_window, keys_times, listed_nope,
-                    no_rope, nope_on, nope_slide, odd_below, pattern_if_window, said,
-                    sliding_from, sliding_if_set, times, theta_by_layer, rope_if, theta_given,
-                    dense_prefix_rope)
+from .rules import (dense_prefix_rope, full_layers_nope, full_layers_nope_with_window,
+                    keys_times, listed_nope, no_rope, nope_on, null_for_its_type, rope_if,
+                    said, theta_by_layer, theta_given, times)
+from .windows import (by_layer_types as types_or, every_layer_by, every_layer_if_used,
+                      every_nth_full, first_and_every_sixth, first_two_every_fourth_last,
+                      local_window, nope_slide, odd_below, pattern_if_window, refusing_kind,
+                      sliding_from, sliding_if_set, twice_on_sliding, window_one_more_than)
 from .reading import Reader, window_of
-from .layouts import (albert, approximate, bert, big_bird, bloom, codegen, deberta, falcon,
-                      gpt2, gpt_bigcode, gpt_neo, gptj, mpt, neox)
+from .layouts import (albert, approximate, bert, big_bird, bloom, codegen, deberta, drafter,
+                      falcon, gpt2, gpt_bigcode, gpt_neo, gptj, mpt, neox)
 from .differential import diffllama
 from .dbrx import dbrx
 from .latent import latent_attention
 from .gemma3n import GEMMA3N_AROUND, unscaled
 from .llama4 import chunks, llama4
+from .zamba import zamba
 from .seq2seq import AROUND, bart
 from .t5 import AROUND as T5_AROUND, mpnet, t5
 
@@ -92,6 +95,7 @@ MAMBA, CONVOLUTIONS = ("Mamba layers between (refused for good)",
 LINEAR, LIGHTNING = ("linear-attention layers between (refused for good)",
                      "lightning-attention layers between (refused for good)")
 MAMBA_AND_MLP = "Mamba, MLP and MoE layers between (refused for good)"
+RG_LRU = "RG-LRU recurrent layers between (refused for good)"
 MAMBA_BESIDE = "a Mamba mixer beside it in each layer (not read)"
 # XLM's and FlauBERT's keys of its embeddings, languages, heads and norms
 XLM_OUTSIDE = ("n_layers", "gelu_activation", "sinusoidal_embeddings", "asm", "n_langs",
@@ -129,6 +133,8 @@ RECORDS: tuple[Family, ...] = (
     Family("bert", since="0.1", tensors="bert", read=bert),
     Family("gpt_neox", since="0.1", tensors="gpt_neox", read=neox),
     Family("gptj", since="0.1", tensors="gptj", read=gptj),
+    Family("gpt_neox_japanese", tensors="gpt_neox", read=neox,
+           unread=("intermediate_multiple_size",)),
     Family("falcon", since="0.1", tensors="falcon", read=falcon),
     # ---- built like Llama, read from their records alone
     Family("arcee"), Family("jais2"), Family("aria_text"), Family("internlm3"),
@@ -240,6 +246,54 @@ RECORDS: tuple[Family, ...] = (
            unread=("interleave_moe_layer_step", "moe_layers", "intermediate_size_mlp",
                    "for_llm_compressor", "attn_scale", "floor_scale")),
     Family("diffllama", read=diffllama),
+    Family("flint", window=types_or(first_two_every_fourth_last, "sliding windows by "
+                                    "layer_types (all but the first two, every 4th from the "
+                                    "second and the last)"),
+           rope=nope_on(full_layers_nope, "the full-attention layers"), qk_norm="head",
+           sinks=True, sinks_names=("softmax_offset", "sinks")),
+    Family("kolibri1", window=types_or(every_nth_full(5), "sliding windows by layer_types "
+                                       "(all but every 5th layer)"),
+           rope=EXAONE_ROPE, qk_norm="head"),
+    # (GLM-4 MoE's model, saved with fused [all q | all k | all v] rows, as Bailing's)
+    Family("sarvam_moe", tensors="gpt_neox", fused="query_key_value", o_proj="dense",
+           rope=rope(partial_default=0.5), qk_norm="head",
+           norm_names=("query_layernorm", "key_layernorm"), unread=("use_qk_norm",),
+           loaded_as=(r"\.attention\.$", ".self_attn.")),
+    # (MiniMax-M3's rotary_dim is not read by its model: rope_parameters gives the share)
+    Family("minimax_m3_vl_text", qk_norm="head", norm_plus_one=True,
+           window=refusing_kind("minimax_m3_sparse", "MiniMax-M3's sparse attention: its "
+                                "indexer scores blocks of index_block_size keys and each "
+                                "query keeps its top index_topk_blocks of them (a mask made "
+                                "from scores of its own), which mha does not compute"),
+           unread=("rotary_dim", "index_n_heads", "index_head_dim", "index_block_size",
+                   "index_topk_blocks", "index_local_blocks")),
+    # (Griffin's attention layers, in its temporal_block; the block_types say which)
+    Family("recurrent_gemma", tensors="temporal_block", others=RG_LRU,
+           window=every_layer_by("attention_window_size"), rope=rope(partial_default=0.5),
+           unread=("block_types", "conv1d_width", "lru_width", "w_init_variance_scale",
+                   "final_w_init_variance_scale", "logits_soft_cap")),
+    # (its values narrower than its queries and keys, v_head_dim: the tensors say it)
+    Family("mimo_v2_flash", window=window_one_more_than("sliding_window_size", types_or(
+        first_and_every_sixth, "sliding windows by layer_types (all but the first and every "
+        "6th layer)")), rope=rope(partial_default=0.334), groups=twice_on_sliding,
+           value_scale_key="attention_value_scale", unread=("v_head_dim",),
+           sinks_names=("attention_sink_bias", "sinks")),
+    # (Cohere Compass's text model: M-RoPE, which turns text as RoPE does)
+    Family("cohere_compass_text", window=types_or(lambda r, i: "full_attention", "sliding "
+                                                  "windows by layer_types",
+                                                  ("sliding_window_pattern",)),
+           rope=nope_on(null_for_its_type, "the layer types whose rope_parameters are null",
+                        rope(same_for_text=("mrope_section", "mrope_interleaved"))),
+           unread=("pooling",)),
+    # (one attention block shared by the hybrid layers, x its input beside the embeddings)
+    *(Family(name, tensors="zamba", read=zamba, others=MAMBA, unread=(
+        "n_mamba_heads", "chunk_size", "use_conv_bias", "use_mem_eff_path", "add_bias_linear",
+        "use_long_context", "kv_channels", "num_query_groups", "layers_block_type",
+        "num_logits_to_keep", "hidden_mamba_act", "num_mem_blocks", "hybrid_layer_ids"))
+      for name in ("zamba", "zamba2")),
+    # (NanoChat's rotate_half is cat(x₂, −x₁): its pairs turn the other way)
+    Family("nanochat", rope=rope(style="half-reversed"), weightless_qk_norm=True),
+    *(Family(name, read=drafter) for name in ("gemma4_assistant", "gemma4_unified_assistant")),
     # ---- ModernBERT: an encoder whose sliding layers see both ways, and its decoder
     Family("modernbert", tensors="modernbert", fused="Wqkv", o_proj="Wo", causal=False,
            keys=HEADS_ONLY, window=local_window(two_sided=True), unread=MODERNBERT_OUTSIDE),
@@ -293,7 +347,9 @@ RECORDS: tuple[Family, ...] = (
            qk_norm="head", v_norm=True, kv_shared_key="num_kv_shared_layers",
            unread=GEMMA3N_AROUND),
     Family("codegen", tensors="codegen", read=codegen),
-    Family("exaone", tensors="gpt_neo", o_proj="out_proj"),  # (EXAONE 3: GPT-Neo's names)
+    Family("exaone", tensors="gpt_neo", o_proj="out_proj",  # (EXAONE 3: GPT-Neo's names)
+           loaded_as=(r"^transformer\.h\.(\d+)\.attn\.attention\.$",
+                      r"model.layers.\1.self_attn.")),
     Family("ctrl", tensors="ctrl", qkv=("Wq", "Wk", "Wv"), o_proj="dense", rope=no_rope,
            keys=("n_head", "", "n_embd"), unread=("dff",)),  # (Falcon's names, BLOOM's layout)
     Family("distilbert", tensors="distilbert", qkv=("q_lin", "k_lin", "v_lin"),

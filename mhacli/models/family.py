@@ -17,9 +17,9 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import MhaError, shown
-from .reading import Reader, fused, heads_of, linear
-from .rules import (Rope, Scale, Window, by_layer_types, every_layer, gemma3_rope, no_window,
-                    pattern_of, qwen_window, rope, root_of, words)
+from .reading import Reader, frozen, fused, heads_of, linear
+from .rules import Rope, Scale, Window, gemma3_rope, rope, root_of, words
+from .windows import by_layer_types, every_layer, no_window, pattern_of, qwen_window
 
 __all__ = ["Family", "decoder", "qk_norm", "features", "by_layer_types", "every_layer",
            "gemma3_rope", "no_window", "pattern_of", "qwen_window", "rope"]
@@ -62,6 +62,7 @@ class Family:
     kv_shared_key: str | None = None  # the config key of the last layers that take the
     # keys and values of an earlier one (Gemma 3n's num_kv_shared_layers): refused by name
     sinks: bool = False  # a sink logit per head (gpt-oss's sinks tensor)
+    sinks_names: tuple[str, ...] = ("sinks",)  # that tensor's names, as checkpoints save it
     causal: bool = True  # False: an encoder, each token sees every other
     causal_key: str | None = None  # a config flag that makes an encoder causal (XLM's)
     input_norm: str | None = None  # a norm inside the attention module before it: the
@@ -74,6 +75,16 @@ class Family:
     parts: bool = False  # an encoder-decoder model: its read takes encoder.N, decoder.N …
     norm_after_rope: bool = False  # its q/k norm comes after RoPE (Hunyuan)
     gated: bool = False  # q_proj gives each head's queries, then a gate of its output
+    groups: Callable[[Reader, str | None, int | None], int | None] | None = None
+    # (this layer's key/value heads from its type and the config's count, where the two
+    # differ: MiMo-V2-Flash's sliding layers have twice as many)
+    value_scale_key: str | None = None  # the values × this key (MiMo-V2-Flash's)
+    loaded_as: tuple[str, str] | None = None  # (pattern, replacement): the attention
+    # module's name in the model as loaded, from its tensors' stem, where transformers
+    # renames a checkpoint's tensors as it loads them (Sarvam's attention., EXAONE 3's)
+    weightless_qk_norm: bool = False  # an RMS norm of each head's q and k with no weight
+    # (NanoChat's, after RoPE in the model: a rotation keeps each row's mean square, so
+    # it is the same before RoPE, where mha computes it)
 
     def layer(self, r: Reader, stem: str) -> Layer:
         """Layer ``r.layer`` (its attention module's tensors begin with ``stem``), what the
@@ -100,6 +111,9 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
     if hidden is None and not f.fused and r.has(q_name):  # the widths say it
         hidden = r.ckpt.shape(q_name)[0]
     heads, groups, d = heads_of(r, heads_key, groups_key, hidden)
+    window, layer_type = f.window(r)
+    if f.groups is not None:
+        groups = f.groups(r, layer_type, groups)
     g = groups or heads
     if d is None:
         raise MhaError("the config gives neither head_dim nor hidden_size: the width of a "
@@ -139,7 +153,8 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
         for letter, name in zip("qkv", f.qkv):
             linear(r, stem, name, out, letter)
     linear(r, stem, f.o_proj, out, "o")
-    window, layer_type = f.window(r)
+    if f.value_scale_key:
+        _scaled_values(r, f.value_scale_key, out)
     if window is not None:
         out["window"] = window
     turning = f.rope(r, d, layer_type)
@@ -159,6 +174,12 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
             out["clip_qkv"] = clip
             r.note("clip_qkv", f"config {f.clip_key}")
     norm = qk_norm(f, r, stem, d)
+    if norm is None and f.weightless_qk_norm:
+        ones: Any = frozen(np.ones(d, dtype=r.dtype))
+        norm = {"over": "head", "eps": r.setting("qk_norm.eps", f.norm_eps_key, 1e-6),
+                "q": ones, "k": ones}
+        r.note("qk_norm", f"{f.model_type}'s weightless norm of each head (after RoPE in "
+               f"the model, the same before it), config {f.norm_eps_key}")
     if norm is not None:
         out["qk_norm"] = norm
     if f.sub_norm:
@@ -174,10 +195,24 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
         out["v_norm"] = r.setting("v_norm", f.norm_eps_key, 1e-6)
         r.note("v_norm", f"{f.model_type}'s weightless norm of the values, config "
                f"{f.norm_eps_key}")
-    if f.sinks or r.has(stem + "sinks"):
-        out["sinks"] = r.tensor(stem + "sinks", 1)
-        r.note("sinks", f"tensor {stem}sinks")
+    held = [n for n in f.sinks_names if r.has(stem + n)]
+    if f.sinks or held:
+        name = stem + (held[0] if held else f.sinks_names[0])
+        out["sinks"] = r.tensor(name, 1)
+        r.note("sinks", f"tensor {name}")
     return out
+
+
+def _scaled_values(r: Reader, key: str, out: Layer) -> None:
+    """Values multiplied by config ``key`` after their projection: W_V and b_V × it (the
+    same values, as the model makes them)."""
+    factor = r.number(key, 1.0)
+    if factor == 1.0:
+        return
+    for name in ("w_v", "b_v"):
+        if name in out:
+            out[name] = frozen(out[name] * factor)
+            r.note(name, f"{r.origin[name]}, × config {key} ({factor:g}: the values' scale)")
 
 
 def _beta_scaling(r: Reader) -> Any:
@@ -265,7 +300,9 @@ def features(f: Family) -> list[str]:
         out.append(f"q, k, v clamped ({f.clip_key})")
     if f.gated:
         out.append("a sigmoid gate of each head's output (q_proj's second half of each head)")
-    if f.qk_norm:
+    if f.weightless_qk_norm:
+        out.append("weightless q/k RMS norms over each head (after RoPE in the model)")
+    elif f.qk_norm:
         kind = "LayerNorms" if f.layer_norm else "RMS norms"
         out.append(f"q/k {kind} over {'each head' if f.qk_norm == 'head' else 'the width'}"
                    + (" (1 + w)" if f.norm_plus_one else "")
@@ -281,6 +318,12 @@ def features(f: Family) -> list[str]:
         out.append(f"its KV-shared layers ({f.kv_shared_key}) refused by name")
     if f.sinks:
         out.append("sinks")
+    elif f.sinks_names != ("sinks",):
+        out.append(f"sinks where a layer holds them ({f.sinks_names[0]})")
+    if f.groups is not None:
+        out.append(words(f.groups))
+    if f.value_scale_key:
+        out.append(f"values × {f.value_scale_key}")
     if f.others:
         out.append(f.others)
     return out

@@ -24,6 +24,7 @@ from . import families as fam
 from .reading import IRRELEVANT, OTHER_LAYERS, NotAttention, Reader, linear
 from .files import open_checkpoint
 from .parts import Part, part_of
+from .zamba import shared_blocks
 
 # a family: how its layer's attention tensors are named (one (\d+), the layer) and read
 LAYOUTS = (
@@ -49,6 +50,10 @@ LAYOUTS = (
      "query_key_value.weight"),
     ("decoder", r"(?:^|\.)layers\.(\d+)\.self_attn\.q_proj\.weight$", "q_proj.weight"),
     ("mixer", r"(?:^|\.)layers\.(\d+)\.mixer\.q_proj\.weight$", "q_proj.weight"),
+    ("zamba", r"(?:^|\.)layers\.(\d+)\.shared_transf(?:ormer)?\.self_attn\.q_proj\.weight$",
+     "q_proj.weight"),
+    ("temporal_block", r"(?:^|\.)layers\.(\d+)\.temporal_block\.q_proj\.weight$",
+     "q_proj.weight"),
     ("modernbert", r"(?:^|\.)layers\.(\d+)\.attn\.Wqkv\.weight$", "Wqkv.weight"),
     ("attn", r"(?:^|\.)layers\.(\d+)\.attn\.q_proj\.weight$", "q_proj.weight"),
     ("distilbert", r"(?:^|\.)layer\.(\d+)\.attention\.q_lin\.weight$", "q_lin.weight"),
@@ -96,6 +101,8 @@ class LayerReading:
     cross: bool = False  # a cross-attention: its keys and values read x_kv
     most_tokens: int | None = None  # the most tokens the layer is read for (V3.2's indexer
     # keeps every key up to its index_topk: past it, a sparse mask mha does not compute)
+    module: str = ""  # the layer's attention module in the model as loaded, where it is
+    # not the stem (a block shared by several layers, saved under another's name)
 
     @property
     def width(self) -> int:
@@ -141,9 +148,13 @@ def read_layer(path: str | Path, layer: int | str = 0, dtype: Any = np.float64
     part = part_of(layer, ckpt.names, str(ckpt.path))  # (None: a model of one part)
     names = ckpt.names if part is None else part.names(ckpt.names)
     number = int(layer) if part is None else part.number
+    if part is None:
+        _not_followed(ckpt, number)
     kind, found = _attention(names, cross=part is not None and part.cross)
     if kind == "albert":  # (its layers share the weights of their group)
         found = _shared_groups(ckpt, found)
+    elif kind == "zamba":  # (its hybrid layers share one attention block, or a few)
+        found = shared_blocks(ckpt, found)
     if number not in found:
         if part is not None:
             _part_not_found(ckpt, part, sorted(found))
@@ -153,6 +164,7 @@ def read_layer(path: str | Path, layer: int | str = 0, dtype: Any = np.float64
     r = Reader(ckpt, number, np.dtype(dtype), part=part)
     model_type = r.get("model_type")
     model_type = fam.ALIASES.get(model_type, model_type)
+    module = _own_module(stem, number) if kind == "zamba" else stem
     if ckpt.config_file is None and kind in ("decoder", "phi3"):
         out = _bare_decoder(r, stem)  # no config.json: the problem gives the heads
         family = kind
@@ -160,6 +172,8 @@ def read_layer(path: str | Path, layer: int | str = 0, dtype: Any = np.float64
         record = _record(r, kind, model_type)  # type: ignore[arg-type]
         out = record.layer(r, stem)
         family = record.model_type if model_type is not None else kind or "unknown"
+        if record.loaded_as:
+            module = re.sub(*record.loaded_as, stem)
     _refuse_the_rest(r, stem)
     most = out.pop("most_tokens", None)  # (DeepSeek-V3.2's indexer: dense up to index_topk)
     weights = {k: v for k, v in out.items() if k in WEIGHTS}
@@ -167,7 +181,8 @@ def read_layer(path: str | Path, layer: int | str = 0, dtype: Any = np.float64
     return LayerReading(str(ckpt.path), layer if part is None else part.name, family, stem,
                         MappingProxyType(weights), MappingProxyType(settings),
                         MappingProxyType(dict(r.origin)), r.dtype,
-                        cross=part is not None and part.cross, most_tokens=most)
+                        cross=part is not None and part.cross, most_tokens=most,
+                        module=module)
 
 
 # Layers that are not softmax attention, known by their tensors (the name after the
@@ -189,6 +204,39 @@ NOT_ATTENTION = (
     (r"^mixer\.(up_proj|down_proj)\.", "a feed-forward layer"),
 )
 _LAYER_NAME = re.compile(r"(?:^|\.)(?:layers|blocks|h|layer)\.(\d+)\.(.+)$")
+
+# Softmax attention with steps of its own that mha does not compute, known by a tensor
+# (the name after the layer's number): refused by name, saying what the step is.
+NOT_FOLLOWED = (
+    (r"^(self_attn|attn)\.k_sconv\.", "Inkling's attention: short convolutions over the "
+     "keys and values, and relative-position logits of its own (its r_proj or wr_du, "
+     "rel_logits_proj) added to the scores"),
+    (r"^self_attn\.qkv_proj\.conv_qk", "ZAYA's CCA projection: the queries and keys "
+     "convolved over neighbouring tokens, the values made from the current and the previous "
+     "token"),
+    (r"^self_attn\.(A$|dt_proj\.)", "Doge's dynamic mask: a bias exp(A · softplus(v · W_dt)) "
+     "for each key and key/value head added to the scores, only the top keep_window_size "
+     "keys kept"),
+    (r"^self_attention\.experts\.", "JetMoE's mixture of attention heads: a router picks, "
+     "for each token, the query and output projections (experts) it uses"),
+    (r"^self_att\.self_attention\.project_q\.", "CPM-Ant's attention: a bias by segment and "
+     "bucketed distance from the model's shared position_bias table, and its mask of "
+     "segments and spans"),
+    (r"^self_attn\.exclusive_self_attention\.", "NeoMME's attention: value embeddings added "
+     "to the values, each head's output less its projection on its value (× tanh α), and a "
+     "sigmoid gate before the output projection"),
+)
+
+
+def _not_followed(ckpt: Any, layer: int) -> None:
+    """A layer of softmax attention with a step mha does not compute (``NOT_FOLLOWED``)
+    is refused naming the tensor and what the step is."""
+    for pattern, what in NOT_FOLLOWED:
+        for name in ckpt.names:
+            m = _LAYER_NAME.search(name)
+            if m and int(m[1]) == layer and re.search(pattern, m[2]):
+                raise MhaError(f"{name}: {what}, which mha does not compute",
+                               source=ckpt.source_of(name), key=name)
 
 
 def _kinds(names: tuple[str, ...]) -> dict[int, tuple[str, str]]:
@@ -249,6 +297,12 @@ def _not_found(ckpt: Any, layer: int, found: dict[int, str]) -> None:
                        f"{_listed(attention)}", source=str(ckpt.path))
     raise MhaError(f"--layer {layer}: the checkpoint has layers {min(found)}–{max(found)}",
                    source=str(ckpt.path))
+
+
+def _own_module(stem: str, number: int) -> str:
+    """A shared block's module as layer ``number`` holds it in the model as loaded (its
+    tensors saved under the first layer that runs it)."""
+    return re.sub(r"(^|\.)layers\.\d+\.", rf"\g<1>layers.{number}.", stem, count=1)
 
 
 def _shared_groups(ckpt: Any, groups: dict[int, str]) -> dict[int, str]:

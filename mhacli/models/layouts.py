@@ -278,7 +278,9 @@ def bert(f: Family, r: Reader, stem: str) -> Layer:
 @said("fused query_key_value, head by head; causal; RoPE over rotary_pct")
 def neox(f: Family, r: Reader, stem: str) -> Layer:
     """GPT-NeoX and Pythia: a fused ``query_key_value`` whose rows are head by head
-    [q_h | k_h | v_h], ``dense``; RoPE half-split over ``rotary_pct`` of each head."""
+    [q_h | k_h | v_h], ``dense``; RoPE half-split over ``rotary_pct`` of each head (a
+    quarter unless said; the whole head in GPT-NeoX-Japanese, whose last layer keeps the
+    output's bias apart, as ``dense_bias``)."""
     hidden = r.count("hidden_size")
     heads, _, d = heads_of(r, "num_attention_heads", None, hidden)
     d = int(d)  # type: ignore[arg-type]  # (heads_of gives it, or says why not)
@@ -289,7 +291,10 @@ def neox(f: Family, r: Reader, stem: str) -> Layer:
     linear(r, stem, "dense", out, "o")
     r.get("attention_bias")
     out["rope"] = rope_of(r, d, base_key="rotary_emb_base", partial_key="rotary_pct",
-                          partial_default=0.25)
+                          partial_default=0.25 if f.model_type == "gpt_neox" else 1.0)
+    if r.has(f"{stem}dense_bias"):  # (GPT-NeoX-Japanese's last layer: added right after)
+        out["b_o"] = r.tensor(f"{stem}dense_bias", 1)
+        r.note("b_o", f"tensor {stem}dense_bias (the layer adds it to the output)")
     return out
 
 
@@ -381,3 +386,20 @@ def approximate(f: Family, r: Reader, stem: str) -> Layer:
            "mra": "MRA's multiresolution approximation of softmax attention"}[f.model_type]
     raise NotAttention(f"--layer {r.layer}: layer {r.layer} is {how}, not softmax attention; "
                        "this model has no softmax attention layer", source=r.config_file)
+
+
+@said("q_proj and o_proj only: the keys and values are the target model's (refused)")
+def drafter(f: Family, r: Reader, stem: str) -> Layer:
+    """Gemma 4's drafters (its assistants for speculative decoding): every layer shares the
+    key/value cache of the model it drafts for (text_config's num_kv_shared_layers is all of
+    them), so a layer holds its queries' and output's projections only, and its keys and
+    values are not in its checkpoint."""
+    name = f"{stem}k_proj.weight"
+    if r.has(name):
+        raise MhaError(f"{name}: a drafter's layer with keys of its own, which mha does not "
+                       "expect", source=r.ckpt.source_of(name), key=name)
+    raise MhaError(f"{stem}q_proj.weight: {f.model_type}'s layer {r.layer} has q_proj and "
+                   "o_proj only: it attends over the keys and values of the target model it "
+                   "drafts for (every layer shares that model's cache), which its checkpoint "
+                   "does not hold", source=r.ckpt.source_of(f"{stem}q_proj.weight"),
+                   key=f"{stem}q_proj.weight")

@@ -59,6 +59,7 @@ gradient_checkpointing output_past transformers_version_original
     "router_z_loss_coef input_jitter_noise router_scaling_factor shared_intermediate_size "
     "moe_layer_interval moe_norm_min mlp_multipliers expert_selection_fn "
     "shared_expert_combination_strategy mlp_alpha_factor mlp_beta_factor "
+    "dense_intermediate_size "
     # the embeddings, the norms between layers and the head
     "norm_epsilon embedding_multiplier residual_multiplier logits_scaling logit_scale "
     "classifier_pooling lm_head_multiplier mask_token_id num_logits_to_keep "
@@ -254,10 +255,13 @@ def rope_of(r: Reader, head_dim: int, *, style: str = "half", dims: int | None =
             layer_type: str | None = None, scaling_key: str = "rope_scaling",
             partial_key: str | None = "partial_rotary_factor",
             partial_default: float = 1.0, aliases: dict[str, str] | None = None,
-            outside: tuple[str, ...] = ()) -> dict[str, Any]:
+            outside: tuple[str, ...] = (),
+            same_for_text: tuple[str, ...] = ()) -> dict[str, Any]:
     """The rope setting from either spelling of the config: transformers 5's
     ``rope_parameters`` (nested by layer type, as Gemma 3 writes it, or not), or
-    transformers 4's ``rope_theta``, ``rope_scaling`` and ``partial_rotary_factor``."""
+    transformers 4's ``rope_theta``, ``rope_scaling`` and ``partial_rotary_factor``.
+    ``same_for_text``: parameters read off because text does not feel them (M-RoPE's
+    sections: a text token's positions on its three axes are one position)."""
     params = r.get("rope_parameters")
     where = "rope_parameters"
     if isinstance(params, dict) and layer_type is not None and layer_type in params:
@@ -277,6 +281,7 @@ def rope_of(r: Reader, head_dim: int, *, style: str = "half", dims: int | None =
     if old_scaling and where.startswith("rope_parameters") and \
             old_scaling.get("rope_type", old_scaling.get("type")) not in (None, "default"):
         raise r.error(scaling_key, "set beside rope_parameters: which one holds is unclear")
+    unfelt = [key for key in same_for_text if params.pop(key, None) is not None]
     kind = params.pop("rope_type", None) or params.pop("type", None) or "default"
     params.pop("type", None)
     if not isinstance(kind, str):
@@ -299,8 +304,10 @@ def rope_of(r: Reader, head_dim: int, *, style: str = "half", dims: int | None =
             raise r.error(partial_key or where, f"{partial}: it turns {dims} of the "
                           f"{head_dim} dimensions of a head, not an even number from 2")
     spec: dict[str, Any] = {"style": style, "base": float(base), "dims": dims}
-    r.note("rope", f"config {where}" if where != "rope_scaling" or old_scaling
-           else f"config {base_key}")
+    r.note("rope", (f"config {where}" if where != "rope_scaling" or old_scaling
+                    else f"config {base_key}") + (f" ({', '.join(unfelt)} read off: a text "
+                                                  "token's three position axes agree, so "
+                                                  "M-RoPE turns it as RoPE)" if unfelt else ""))
     if kind == "default":
         if params:
             raise r.error(f"{where}.{sorted(params)[0]}", f"{shown(params[sorted(params)[0]])}: "

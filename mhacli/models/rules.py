@@ -1,8 +1,9 @@
-"""The rules a family's record names (``family.Family``): which layers slide and by how
-much, how a layer turns its queries and keys (RoPE, or none on a NoPE layer), and what
-the scores are divided by. Each is written from the family's modeling code and config
-class in transformers, and each says in a few words what it does (``said``: the README's
-table of families is made from these words, so it cannot drift from what is read).
+"""The rules a family's record names (``family.Family``): how a layer turns its queries
+and keys (RoPE, or none on a NoPE layer) and what the scores are divided by (which layers
+slide and by how much: ``windows.py``). Each is written from the family's modeling code
+and config class in transformers, and each says in a few words what it does (``said``:
+the README's table of families is made from these words, so it cannot drift from what is
+read).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import math
 from typing import Any, Callable, TypeVar
 
 from ..errors import shown
-from .reading import Reader, rope_of, window_of
+from .reading import Reader, rope_of
 
 Window = Callable[[Reader], "tuple[int | None, str | None]"]  # this layer's window, type
 Rope = Callable[[Reader, int, "str | None"], "dict[str, Any] | None"]  # None: no RoPE here
@@ -31,175 +32,25 @@ def words(rule: Any) -> str:
     return getattr(rule, "said", "")
 
 
-# --------------------------------------------------------------------------- windows
-
-
-@said("")
-def no_window(r: Reader) -> tuple[int | None, str | None]:
-    """Causal everywhere, whatever the config's window keys say (Llama, OLMo 2, Phi: their
-    attention reads no window)."""
-    r.get("sliding_window"), r.get("layer_types")
-    return None, None
-
-
-@said("a sliding window on every layer")
-def every_layer(r: Reader) -> tuple[int | None, str | None]:
-    """Mistral's rule: ``sliding_window`` slides every layer when it is set."""
-    return window_of(r, every_layer=True)
-
-
-def by_layer_types(default: Callable[[Reader, int], str] | None = None,
-                   text: str = "sliding windows by layer_types",
-                   reads: tuple[str, ...] = ()) -> Window:
-    """The config's ``layer_types`` (sliding_attention or full_attention), else the
-    family's own rule for layer i (``default``, as its config class makes layer_types),
-    else sliding wherever a window is set. ``reads``: the keys that rule reads, read off
-    where layer_types is given (the config class made it from them)."""
-    @said(text)
-    def window(r: Reader) -> tuple[int | None, str | None]:
-        for key in reads:
-            r.get(key)
-        rule = (lambda i: default(r, i)) if default is not None else None
-        return window_of(r, rule)
-    return window
-
-
-def every_nth_full(n: int, key: str | None = None, first_full: bool = False) -> Callable:
-    """A default layer_types: every n-th layer (counting from 1; from 0 with
-    ``first_full``) attends fully, the others slide; ``key`` may give n."""
-    def kind(r: Reader, i: int) -> str:
-        every = (r.count(key) if key else None) or n
-        full = i % every == 0 if first_full else (i + 1) % every == 0
-        return "full_attention" if full else "sliding_attention"
-    return kind
-
-
-def sliding_if_set(r: Reader, i: int) -> str:
-    """Ministral's default layer_types: every layer slides when a window is set."""
-    return "sliding_attention" if r.get("sliding_window") is not None else "full_attention"
-
-
-def sliding_from(r: Reader, i: int) -> str:
-    """dots.llm1's default layer_types: with a window, the layers from max_window_layers
-    on slide."""
-    start = r.count("max_window_layers", 0) or 0
-    return "sliding_attention" if r.get("sliding_window") is not None and i >= start \
-        else "full_attention"
-
-
-def odd_below(r: Reader, i: int) -> str:
-    """Qwen 2 MoE's default layer_types: with use_sliding_window, every other layer below
-    max_window_layers slides (the 1st, 3rd …)."""
-    on = r.flag("use_sliding_window")
-    below = r.count("max_window_layers", 0) or 0
-    return "sliding_attention" if on and (i + 1) % 2 and i < below else "full_attention"
-
-
-def nope_slide(r: Reader, i: int) -> str:
-    """SmolLM3's default layer_types: with use_sliding_window, the NoPE layers slide."""
-    flags = r.get("no_rope_layers")
-    every = r.count("no_rope_layer_interval", 4) or 4
-    turns = flags[i] if isinstance(flags, list) and i < len(flags) else int((i + 1) % every != 0)
-    on = r.flag("use_sliding_window") and r.get("sliding_window") is not None
-    return "sliding_attention" if on and not turns else "full_attention"
-
-
-def pattern_if_window(key: str) -> Callable[[Reader, int], str]:
-    """EXAONE 4's default layer_types: with a window, every ``key``-th layer (from 1)
-    attends fully and the rest slide; without one, none slides."""
-    def kind(r: Reader, i: int) -> str:
-        if r.get("sliding_window") is None:
-            r.get(key)
-            return "full_attention"
-        return every_nth_full(4, key)(r, i)
-    return kind
-
-
-def pattern_of(key: str, first: int = 0) -> Window:
-    """Gemma 3's rule: every ``key``-th layer (counting from 1) attends fully, the rest
-    slide (transformers 4's spelling; transformers 5 writes layer_types)."""
-    @said("sliding windows but every n-th layer (layer_types)")
-    def window(r: Reader) -> tuple[int | None, str | None]:
-        every = r.count(key) or r.count("_" + key) or 6
-        return window_of(r, lambda i: "full_attention" if (i + 1) % every == 0
-                         else "sliding_attention")
-    return window
-
-
-@said("a sliding window from max_window_layers on, with use_sliding_window")
-def qwen_window(r: Reader) -> tuple[int | None, str | None]:
-    """Qwen 2's rule: with use_sliding_window, the layers from max_window_layers on slide."""
-    on = r.flag("use_sliding_window")
-    start = r.count("max_window_layers", 0) or 0  # (read off: it matters only on)
-    window, kind = window_of(r, lambda i: "sliding_attention" if on and i >= start
-                             else "full_attention")
-    if not on and r.get("layer_types") is None:
-        r.origin.pop("window", None)
-        return None, kind
-    return window, kind
-
-
-@said("a sliding window on every layer, with use_sliding_window")
-def every_layer_if_used(r: Reader) -> tuple[int | None, str | None]:
-    """Qwen 3 MoE's rule: its config keeps sliding_window only with use_sliding_window,
-    and the model then slides every layer (max_window_layers is not read by the model)."""
-    r.get("max_window_layers")
-    if not r.flag("use_sliding_window"):
-        r.get("sliding_window"), r.get("layer_types")
-        return None, None
-    return every_layer(r)
-
-
-def local_window(two_sided: bool) -> Window:
-    """ModernBERT's rule: the sliding layers of layer_types see the keys within
-    local_attention / 2 of the query (its sliding_window): both ways in the encoder
-    (|i − j| ≤ it, a window of it + 1 in mha's |i − j| < w), the keys before in the
-    decoder (i − j < it, a window of it)."""
-    @said("two-sided local windows by layer_types (|i − j| ≤ local_attention / 2)"
-          if two_sided else "sliding windows of local_attention / 2 by layer_types")
-    def window(r: Reader) -> tuple[int | None, str | None]:
-        local = r.count("local_attention")
-        half = None if local is None else local // 2
-        given = r.get("sliding_window")  # the decoder's config makes it anew from local;
-        if two_sided and given is not None and given != half:  # the encoder's sets local
-            raise r.error("sliding_window", f"{shown(given)}, but local_attention is "
-                          f"{shown(local)}: the model slides by local_attention / 2")
-        r.get("global_attn_every_n_layers")  # (its config class made layer_types from it)
-        types = r.get("layer_types")
-        if not isinstance(types, list) or r.layer >= len(types):
-            raise r.error("layer_types", f"{shown(types)}: expected one type for each layer")
-        kind = types[r.layer]
-        if kind == "full_attention":
-            return None, kind
-        if kind != "sliding_attention":
-            raise r.error("layer_types", f"{shown(kind)} at layer {r.layer}: an attention "
-                          "mha does not compute")
-        if half is None or half < 1:
-            raise r.error("local_attention", f"{shown(local)}: expected a window of 2 or more")
-        r.note("window", f"config local_attention (÷ 2{', + 1: |i − j| ≤ it' if two_sided else ''}; "
-               f"layer {r.layer}: {kind})")
-        return (half + 1 if two_sided else half), kind
-    return window
-
-
 # --------------------------------------------------------------------------- RoPE
 
 
 def rope(partial_key: str | None = "partial_rotary_factor", partial_default: float = 1.0,
          aliases: dict[str, str] | None = None, default_base: float = 10000.0,
          also_read: tuple[str, ...] = (), style: str = "half",
-         outside: tuple[str, ...] = ()) -> Rope:
+         outside: tuple[str, ...] = (), same_for_text: tuple[str, ...] = ()) -> Rope:
     """RoPE from either spelling of the config (``reading.rope_of``): the base, scaling
     and the share of each head turned; ``style`` pairs (i, i + dims/2) or (2i, 2i + 1)."""
     share = {0.5: "half", 0.25: "a quarter"}.get(partial_default, f"{partial_default:g}")
-    @said("RoPE" + (" (interleaved pairs)" if style == "interleaved" else "")
+    @said("RoPE" + {"interleaved": " (interleaved pairs)", "half-reversed": " (each pair "
+                    "turned the other way)"}.get(style, "")
           + (f" over {share} of each head" if partial_default != 1 else ""))
     def read(r: Reader, d: int, layer_type: str | None) -> dict[str, Any] | None:
         for key in also_read:
             r.get(key)
         return rope_of(r, d, partial_key=partial_key, partial_default=partial_default,
                        aliases=aliases, default_base=default_base, style=style,
-                       layer_type=layer_type, outside=outside)
+                       layer_type=layer_type, outside=outside, same_for_text=same_for_text)
     return read
 
 
@@ -316,6 +167,15 @@ def dense_prefix_rope(r: Reader, layer_type: str | None) -> str | None:
     if dense and pattern == 1:
         return None
     return f"a {layer_type} layer (layer_types)"
+
+
+def null_for_its_type(r: Reader, layer_type: str | None) -> str | None:
+    """Cohere Compass's rule: a layer type whose rope_parameters entry is null turns
+    nothing."""
+    params = r.get("rope_parameters")
+    if isinstance(params, dict) and layer_type in params and params[layer_type] is None:
+        return f"config rope_parameters.{layer_type} is null"
+    return None
 
 
 def full_layers_nope(r: Reader, layer_type: str | None) -> str | None:

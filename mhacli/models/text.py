@@ -192,6 +192,8 @@ def _catch(caught: dict, what: str, layer: Any, stop: set[Any] | None = None) ->
 
     def after(module: Any, args: tuple, output: Any) -> None:
         value = output[0] if isinstance(output, tuple) else output
+        if getattr(module, "dense_bias", None) is not None:  # (GPT-NeoX-Japanese returns
+            value = value + module.dense_bias  # its output's bias for the layer to add)
         caught[(what, layer)] = value[0].detach().double().numpy().copy()
         if stop and all(("out", k) in caught for k in stop):
             raise _Enough
