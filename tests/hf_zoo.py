@@ -334,9 +334,13 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
     if isinstance(result, list):  # (GPT-1's module returns a list)
         result = tuple(result)
     if after_inner is not None:
+        inner = result
+        while isinstance(inner, tuple):  # (I-BERT's: ((context,), its scaling factor))
+            inner = inner[0]
         with torch.no_grad():
-            out = model.get_submodule(after_inner)(result[0] if isinstance(result, tuple)
-                                                    else result)
+            out = model.get_submodule(after_inner)(inner)
+        if isinstance(out, tuple):  # (I-BERT's QuantLinear: (output, its scaling factor))
+            out = out[0]
     if out is None:
         out = result[0] if isinstance(result, tuple) else result
     weights = None  # the last 4-d tensor the module returns (T5's comes after its bias)
@@ -360,7 +364,8 @@ def _in_memory(model: torch.nn.Module, path: str) -> str:
         if len(found) == 1:
             return found[0]
     number = re.search(r"\.(\d+)\.", path)  # (EXAONE 3 saves GPT-Neo's names for Llama's)
-    if number and path.endswith(("attn.attention", "self_attn")):
+    if number and path.endswith(("attn.attention", "self_attn", ".attn", ".attention",
+                                 ".mixer")):  # (GTE, Nomic, Jina: saved as released)
         return attention_module(model, int(number[1]))[0]
     raise LookupError(f"no module {path} in the model as loaded")
 

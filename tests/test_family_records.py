@@ -88,7 +88,7 @@ def test_every_record_is_read_by_its_own_layout() -> None:
         if record.model_type == "llama4_text":  # the Llama line's reading, then its own
             assert record.read is not None and record.tensors == "decoder"
         elif record.tensors in ("decoder", "phi3", "mixer", "modernbert", "attn", "distilbert",
-                                "xlm", "ctrl") or record.model_type == "exaone":
+                                "xlm", "ctrl", "gte") or record.model_type == "exaone":
             assert record.read is None, record.model_type
             assert record.layer.__func__ is Family.layer  # type: ignore[attr-defined]
         else:

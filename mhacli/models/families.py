@@ -15,7 +15,7 @@ from __future__ import annotations
 from ..errors import shown
 from .family import (Family, by_layer_types, every_layer, gemma3_rope,
                      pattern_of, qwen_window, rope)
-from .rules import (by_layer_types as types_or, local_window, every_layer_if_used, every_nth_full,
+from .rules import (by_layer_types as types_or, both_ways_by_layer_types, local_window, every_layer_if_used, every_nth_full,
                     full_layers_nope, full_layers_nope_with_window, keys_times, listed_nope,
                     no_rope, nope_on, nope_slide, odd_below, pattern_if_window, said,
                     sliding_from, sliding_if_set, times, theta_by_layer, rope_if, theta_given,
@@ -23,6 +23,7 @@ from .rules import (by_layer_types as types_or, local_window, every_layer_if_use
 from .reading import Reader, window_of
 from .layouts import (albert, approximate, bert, big_bird, bloom, codegen, deberta, falcon,
                       gpt2, gpt_bigcode, gpt_neo, gptj, mpt, neox)
+from .encoders import ibert, jina, luke, roformer
 from .llama4 import chunks, llama4
 from .seq2seq import AROUND, bart
 from .t5 import AROUND as T5_AROUND, mpnet, t5
@@ -233,6 +234,17 @@ RECORDS: tuple[Family, ...] = (
            keys=HEADS_ONLY, window=local_window(two_sided=True), unread=MODERNBERT_OUTSIDE),
     Family("modernbert-decoder", tensors="attn", o_proj="Wo", keys=HEADS_ONLY,
            window=local_window(two_sided=False), unread=MODERNBERT_OUTSIDE),
+    # ---- encoders with RoPE, laid out as the Llama line or fused
+    Family("nomic_bert", tensors="modernbert", fused="Wqkv", o_proj="out_proj", causal=False,
+           keys=HEADS_ONLY),
+    Family("gte", tensors="gte", fused="qkv_proj", causal=False, keys=HEADS_ONLY, unread=(
+        "pack_qkv", "unpad_inputs", "use_memory_efficient_attention", "layer_norm_type"),
+           refused=(("logn_attention_scale", "the queries scaled by the log of the length, a "
+                     "step mha does not compute"),)),
+    Family("jina_embeddings_v3", tensors="mixer_wqkv", read=jina, fused="Wqkv",
+           o_proj="out_proj", causal=False, keys=HEADS_ONLY),
+    Family("ultrabert", causal=False, window=both_ways_by_layer_types,
+           unread=("classifier_pooling", "prediction_head_size")),
     # ---- decoders whose positions are added to the tokens before the layers
     Family("openai-gpt", tensors="gpt2", read=gpt2, unread=("afn",)),
     Family("opt", o_proj="out_proj", rope=no_rope, keys=HEADS_ONLY,
@@ -272,6 +284,9 @@ RECORDS: tuple[Family, ...] = (
              unread=XLM_OUTSIDE) for name in ("xlm", "flaubert")),
     # ---- encoders laid out as BERT is
     *(Family(name, tensors="bert", read=bert, unread=unread) for name, unread in BERT_LIKE.items()),
+    Family("roformer", tensors="bert", read=roformer),
+    Family("ibert", tensors="bert", read=ibert),
+    Family("luke", tensors="bert", read=luke, unread=("bert_model_name",)),
     Family("big_bird", tensors="bert", read=big_bird),
     *(Family(name, tensors="bert", read=approximate) for name in ("nystromformer", "yoso", "mra")),
     Family("roberta-prelayernorm", tensors="bert", read=bert, input_norm="LayerNorm"),

@@ -53,6 +53,8 @@ LAYOUTS = (
     ("albert", r"(?:^|\.)albert_layer_groups\.(\d+)\.albert_layers\.0\.attention\.query\."
      r"weight$", "query.weight"),
     ("t5", r"(?:^|\.)block\.(\d+)\.layer\.0\.SelfAttention\.q\.weight$", "q.weight"),
+    ("gte", r"(?:^|\.)layer\.(\d+)\.attention\.qkv_proj\.weight$", "qkv_proj.weight"),
+    ("mixer_wqkv", r"(?:^|\.)layers\.(\d+)\.mixer\.Wqkv\.weight$", "Wqkv.weight"),
 )
 # an encoder-decoder model's cross-attention (its decoder's tensors only)
 CROSS = (

@@ -1,0 +1,47 @@
+"""The tiny models of the encoders (and encoder-decoder models) read by records of their own
+beyond BERT's and BART's, one recipe each, every feature the record reads switched on
+(RoPE bases of their own, two-sided windows, biases, grouped projections …).
+``hf_reference.LLAMA_LINE`` takes them in; the model's own attention comes from
+``hf_zoo.module_reference``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+ROPE = {"rope_type": "default", "rope_theta": 5000.0}
+BERT = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+            intermediate_size=64, max_position_embeddings=64, pad_token_id=0)
+# the families whose attention turns no RoPE: agreement to 1e-9 (the rest, 1e-5)
+NO_ROPE = ("ibert", "luke")
+
+
+def encoders(recipe: Callable[..., Any]) -> dict[str, Any]:
+    """The recipes (``recipe`` is hf_reference.Recipe)."""
+    def r(config: str, model: str, notes: str, **kw: Any) -> Any:
+        return recipe(config, model, {**BERT, **kw}, notes=notes)
+
+    return {
+        "roformer": r("RoFormerConfig", "RoFormerForMaskedLM", "interleaved RoPE from its "
+                      "sinusoidal table; embeddings of 16 projected", embedding_size=16),
+        "roformer-decoder": r("RoFormerConfig", "RoFormerForCausalLM", "causal (is_decoder)",
+                              is_decoder=True),
+        "nomic_bert": r("NomicBertConfig", "NomicBertForMaskedLM", "fused Wqkv; RoPE base 5000",
+                        rope_parameters=ROPE),
+        "gte": r("GteConfig", "GteForMaskedLM", "fused qkv_proj with biases; RoPE base 5000",
+                 rope_parameters=ROPE),
+        "jina_embeddings_v3": r("JinaEmbeddingsV3Config", "JinaEmbeddingsV3ForMaskedLM",
+                                "fused mixer.Wqkv with biases; RoPE base 5000",
+                                rope_parameters=ROPE),
+        "ultrabert": r("UltrabertConfig", "UltrabertForMaskedLM", "layers 0 and 2 see "
+                       "|i − j| ≤ 3 both ways, layer 1 every token; a base per layer type; "
+                       "2 key/value heads", num_hidden_layers=3, num_key_value_heads=2,
+                       sliding_window=3, attention_bias=True,
+                       layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                       rope_parameters={
+                           "sliding_attention": {"rope_type": "default", "rope_theta": 5000.0},
+                           "full_attention": {"rope_type": "default", "rope_theta": 80000.0}}),
+        "ibert": r("IBertConfig", "IBertForMaskedLM", "its float mode (quant_mode false)"),
+        "luke": r("LukeConfig", "LukeForMaskedLM", "words only: its entity queries unused",
+                  entity_vocab_size=20, entity_emb_size=16),
+    }

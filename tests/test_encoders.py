@@ -1,0 +1,87 @@
+"""The encoders read by records of their own (``mhacli/models/encoders.py`` and their
+records): what each reads from the model is shown where it came from, and what mha does
+not follow in them is refused by name (their agreement with the model's own attention is
+tests/test_families.py's). Needs transformers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+
+from safetensors.numpy import load_file, save_file  # noqa: E402
+
+from mhacli.errors import MhaError  # noqa: E402
+from mhacli.models.layer import read_layer  # noqa: E402
+
+from . import hf_reference as hf  # noqa: E402
+
+
+def _edit_config(folder: Path, **changes: object) -> None:
+    config = json.loads((folder / "config.json").read_text())
+    config.update(changes)
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+def _edit_tensors(folder: Path, change) -> None:
+    tensors = load_file(folder / "model.safetensors")
+    change(tensors)
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+
+
+def test_roformer_turns_by_its_sinusoid_and_refuses_another_table(tmp_path: Path) -> None:
+    folder = hf.make_model("roformer", tmp_path / "roformer")
+    reading = read_layer(folder, 1)
+    assert reading.settings["rope"] == {"style": "interleaved", "base": 10000.0, "dims": 8}
+    assert "checked" in reading.origin["rope"] and "mask" not in reading.settings
+    decoder = hf.make_model("roformer-decoder", tmp_path / "decoder")
+    assert read_layer(decoder, 0).settings["mask"] == "causal"
+
+    def learned(tensors: dict) -> None:
+        tensors["roformer.encoder.embed_positions.weight"][3, 1] += 1e-3
+    _edit_tensors(folder, learned)
+    with pytest.raises(MhaError, match="embed_positions.weight: not the sinusoid RoFormer"):
+        read_layer(folder, 0)
+    _edit_config(decoder, rotary_value=True)
+    with pytest.raises(MhaError, match="rotary_value is true: RoFormer turns the values"):
+        read_layer(decoder, 0)
+
+
+def test_ultrabert_slides_both_ways_on_its_sliding_layers(tmp_path: Path) -> None:
+    folder = hf.make_model("ultrabert", tmp_path / "ultrabert")
+    first, full = read_layer(folder, 0), read_layer(folder, 1)
+    assert first.settings["window"] == 4 and "mask" not in first.settings
+    assert "both ways" in first.origin["window"]
+    assert "window" not in full.settings
+    assert first.settings["rope"]["base"] == 5000.0 and full.settings["rope"]["base"] == 80000.0
+    assert first.settings["kv_heads"] == 2
+
+
+def test_ibert_reads_its_float_mode_and_refuses_its_integer_one(tmp_path: Path) -> None:
+    folder = hf.make_model("ibert", tmp_path / "ibert")
+    assert read_layer(folder, 0).settings["heads"] == 4
+    _edit_config(folder, quant_mode=True)
+    with pytest.raises(MhaError, match="quant_mode is true: I-BERT's integer-only"):
+        read_layer(folder, 0)
+
+
+def test_luke_reads_the_words_attention(tmp_path: Path) -> None:
+    folder = hf.make_model("luke", tmp_path / "luke")
+    reading = read_layer(folder, 0)
+    assert "no entities" in reading.origin["w_q"]
+
+
+def test_jinas_lora_adapters_are_refused_by_name(tmp_path: Path) -> None:
+    folder = hf.make_model("jina_embeddings_v3", tmp_path / "jina")
+    assert read_layer(folder, 0).settings["rope"]["base"] == 5000.0
+    lora = "roberta.encoder.layers.0.mixer.Wqkv.parametrizations.weight.0.lora_A"
+
+    def adapter(tensors: dict) -> None:
+        tensors[lora] = np.ones((5, 4, 32), dtype=np.float32)
+    _edit_tensors(folder, adapter)
+    with pytest.raises(MhaError, match=f"{lora}: a LoRA adapter"):
+        read_layer(folder, 0)
