@@ -13,7 +13,9 @@ ROPE = {"rope_type": "default", "rope_theta": 5000.0}
 BERT = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
             intermediate_size=64, max_position_embeddings=64, pad_token_id=0)
 # the families whose attention turns no RoPE: agreement to 1e-9 (the rest, 1e-5)
-NO_ROPE = ("ibert", "luke")
+NO_ROPE = ("ibert", "luke", "squeezebert", "mobilebert")
+# read by tests/test_encoders.py (x is narrower than the model's hidden_size, or its parts)
+OWN_TESTS = ("mobilebert", "mobilebert-plain")
 
 
 def encoders(recipe: Callable[..., Any]) -> dict[str, Any]:
@@ -41,6 +43,18 @@ def encoders(recipe: Callable[..., Any]) -> dict[str, Any]:
                        rope_parameters={
                            "sliding_attention": {"rope_type": "default", "rope_theta": 5000.0},
                            "full_attention": {"rope_type": "default", "rope_theta": 80000.0}}),
+        "squeezebert": r("SqueezeBertConfig", "SqueezeBertForMaskedLM", "1 × 1 convolutions "
+                         "in 2, 4, 1 and 2 groups (q, k, v, the output)", q_groups=2,
+                         k_groups=4, v_groups=1, post_attention_groups=2, intermediate_groups=2,
+                         output_groups=2, embedding_size=32),
+        "mobilebert": r("MobileBertConfig", "MobileBertForMaskedLM", "use_bottleneck_attention: "
+                        "q, k, v on a bottleneck of 16", intra_bottleneck_size=16,
+                        embedding_size=16, use_bottleneck_attention=True,
+                        num_feedforward_networks=2),
+        "mobilebert-plain": r("MobileBertConfig", "MobileBertForMaskedLM", "no bottleneck: q, "
+                              "k, v on the layer's input", use_bottleneck=False,
+                              key_query_shared_bottleneck=False, embedding_size=16,
+                              normalization_type="layer_norm"),
         "ibert": r("IBertConfig", "IBertForMaskedLM", "its float mode (quant_mode false)"),
         "luke": r("LukeConfig", "LukeForMaskedLM", "words only: its entity queries unused",
                   entity_vocab_size=20, entity_emb_size=16),

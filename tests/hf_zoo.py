@@ -249,7 +249,10 @@ def attention_module(model: torch.nn.Module, layer: int) -> tuple[str, str | Non
     if f"{path}.attn" in names and path.endswith(".attention"):  # (MPNet's, inside its norm)
         path = f"{path}.attn"
     # (BLOOM's module adds the residual after its dense: the output is dense's)
-    dense = next((d for d in (f"{path}.output.dense", f"{path}.dense") if d in names), None)
+    # (SqueezeBERT's output projection is its layer's post_attention.conv1d)
+    dense = next((d for d in (f"{path}.output.dense", f"{path}.dense",
+                              f"{path.rsplit('.', 1)[0]}.post_attention.conv1d") if d in names),
+                 None)
     return path, dense
 
 
@@ -308,6 +311,9 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
     args, kwargs = caught["args"], dict(caught["kwargs"])
     dtype = next(model.parameters()).dtype
     hidden = torch.from_numpy(np.asarray(x, dtype=np.float64))[None].to(dtype)
+    channels_first = type(module).__name__.startswith("SqueezeBert")  # (its [N, C, W])
+    if channels_first:
+        hidden = hidden.transpose(1, 2)
     if args:
         same = sum(1 for a in args[:3] if a is args[0])  # (CTRL's is called (x, x, x, …))
         args = (hidden,) * same + tuple(args[same:])
@@ -331,6 +337,12 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
         for h in hooks:
             h.remove()
     out = seen.get("output")
+    if channels_first:  # (its output projection, post_attention.conv1d, called after it)
+        out = result["context_layer"]
+        if output is not None:
+            with torch.no_grad():
+                out = model.get_submodule(output)(out)
+        out, result = out.transpose(1, 2), ()
     if isinstance(result, list):  # (GPT-1's module returns a list)
         result = tuple(result)
     if after_inner is not None:

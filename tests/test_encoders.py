@@ -15,10 +15,39 @@ pytest.importorskip("transformers")
 
 from safetensors.numpy import load_file, save_file  # noqa: E402
 
+import mhacli  # noqa: E402
 from mhacli.errors import MhaError  # noqa: E402
+from mhacli.io.problem import from_mapping  # noqa: E402
 from mhacli.models.layer import read_layer  # noqa: E402
 
 from . import hf_reference as hf  # noqa: E402
+from .hf_zoo import layer_addresses, load, module_reference  # noqa: E402
+
+
+def agrees(folder: Path, tol: float = 1e-9, n: int = 9) -> list[str]:
+    """Every layer of a saved model, read by mha and computed on random x (and x_kv for a
+    cross-attention), against the model's own attention module; the weights too where the
+    module returns them. Returns the layers."""
+    model = load(folder)
+    rng = np.random.default_rng(4)
+    layers = layer_addresses(folder)
+    for layer in layers:
+        reading = read_layer(folder, layer)
+        x = rng.standard_normal((n, reading.width))
+        given = {"x": x, "checkpoint": folder, "layer": layer}
+        if reading.cross:
+            given["x_kv"] = rng.standard_normal((n, reading.weights["w_k"].shape[0]))
+        out = reading.origin.get("w_o", "").split()[1].rsplit(".", 1)[0]
+        want = module_reference(model, reading.stem.rstrip("."), x, out, x_kv=given.get("x_kv"))
+        prob = from_mapping(given, "test")
+        tr = mhacli.trace(**prob.inputs)
+        top = np.abs(want["output"]).max()
+        np.testing.assert_allclose(tr["output"], want["output"], rtol=tol, atol=tol * top,
+                                   err_msg=f"{folder.name} layer {layer}")
+        if want["weights"] is not None:
+            np.testing.assert_allclose(tr["weights"], want["weights"], rtol=tol, atol=tol,
+                                       err_msg=f"{folder.name} layer {layer} weights")
+    return layers
 
 
 def _edit_config(folder: Path, **changes: object) -> None:
@@ -84,4 +113,31 @@ def test_jinas_lora_adapters_are_refused_by_name(tmp_path: Path) -> None:
         tensors[lora] = np.ones((5, 4, 32), dtype=np.float32)
     _edit_tensors(folder, adapter)
     with pytest.raises(MhaError, match=f"{lora}: a LoRA adapter"):
+        read_layer(folder, 0)
+
+
+def test_squeezebert_reads_its_groups_as_blocks(tmp_path: Path) -> None:
+    folder = hf.make_model("squeezebert", tmp_path / "squeezebert")
+    reading = read_layer(folder, 0)
+    w_k = reading.weights["w_k"]  # 4 groups of 8: off its diagonal blocks, zero
+    assert not w_k[:8, 8:].any() and w_k[:8, :8].any()
+    assert reading.weights["w_v"][:8, 8:].any()  # 1 group: full
+    assert "post_attention.conv1d" in reading.origin["w_o"]
+    _edit_config(folder, q_groups=8)
+    with pytest.raises(MhaError, match="q_groups = 8 makes"):
+        read_layer(folder, 0)
+
+
+@pytest.mark.parametrize("family", ["mobilebert", "mobilebert-plain"])
+def test_mobilebert_agrees_with_the_model(family: str, tmp_path: Path) -> None:
+    folder = hf.make_model(family, tmp_path / family)
+    assert agrees(folder) == [0, 1]
+    assert read_layer(folder, 0).width == (16 if family == "mobilebert" else 32)
+
+
+def test_mobileberts_shared_bottleneck_is_refused_by_name(tmp_path: Path) -> None:
+    folder = hf.make_model("mobilebert", tmp_path / "mobilebert")
+    _edit_config(folder, use_bottleneck_attention=False)
+    with pytest.raises(MhaError, match="key_query_shared_bottleneck is true: MobileBERT's "
+                                       "queries and keys read a bottleneck of their own"):
         read_layer(folder, 0)

@@ -1,10 +1,11 @@
-"""The encoders laid out as BERT is that bring something of their own: RoFormer's rotary
-positions (its sinusoidal table, checked), I-BERT in its float mode (its integer
-tensors unused), LUKE's attention over words (its entity queries unused without
-entities), and the LoRA adapters of Jina's embeddings refused by name.
+"""The encoders that bring something of their own: RoFormer's rotary positions (its
+sinusoidal table, checked), I-BERT in its float mode (its integer tensors unused), LUKE's
+attention over words (its entity queries unused without entities), SqueezeBERT's grouped
+convolutions, and the LoRA adapters of Jina's embeddings refused by name.
 
-Written from transformers' ``modeling_roformer.py``, ``modeling_ibert.py`` and
-``modeling_luke.py``: weights stored as PyTorch's (out, in) are turned to mha's x·W.
+Written from transformers' ``modeling_roformer.py``, ``modeling_ibert.py``,
+``modeling_luke.py`` and ``modeling_squeezebert.py``: weights stored as PyTorch's
+(out, in) are turned to mha's x·W.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import numpy as np
 from ..errors import MhaError, shown
 from .family import Family, Layer, decoder
 from .layouts import bert
-from .reading import Reader
+from .reading import Reader, heads_of
 from .rules import said
 
 
@@ -111,3 +112,68 @@ def jina(f: Family, r: Reader, stem: str) -> Layer:
                           "does not merge")
     return decoder(f, r, stem)
 
+
+
+def _grouped(r: Reader, name: str, groups_key: str, width: int) -> np.ndarray:
+    """A 1 × 1 Conv1d of ``groups`` groups (weight (out, in / groups, 1)) as mha's x·W: a
+    block-diagonal matrix, group g's inputs to group g's outputs."""
+    groups = r.count(groups_key, 1)
+    shape = r.shape(name, 3)
+    if groups is None or width % groups or shape != (width, width // groups, 1):
+        raise MhaError(f"{name} is {shape}: {groups_key} = {shown(groups)} makes "
+                       f"({width}, {width} ÷ {shown(groups)}, 1)", source=r.ckpt.source_of(name),
+                       key=name)
+    stored = r.tensor(name, 3)[:, :, 0]  # (out, in / groups)
+    size = width // groups
+    w = np.zeros((width, width), dtype=stored.dtype)
+    for g in range(groups):
+        block = slice(g * size, (g + 1) * size)
+        w[block, block] = stored[block].T
+    w.flags.writeable = False
+    return w
+
+
+@said("grouped 1 × 1 convolutions query, key, value and post_attention.conv1d (block-"
+      "diagonal x·W); no mask")
+def squeezebert(f: Family, r: Reader, stem: str) -> Layer:
+    """SqueezeBERT: BERT's attention whose projections are 1 × 1 convolutions over the
+    tokens, each of its groups (q_groups, k_groups, v_groups, post_attention_groups)
+    a block of a block-diagonal matrix; the output projection is the layer's
+    ``post_attention.conv1d`` (its LayerNorm of output + input after it)."""
+    heads, _, _ = heads_of(r, "num_attention_heads", None, r.count("hidden_size"))
+    width = int(r.count("hidden_size"))  # type: ignore[arg-type]  # (heads_of checked it)
+    out: dict[str, Any] = {"heads": heads}
+    after = stem[:-len("attention.")] + "post_attention."
+    for letter, name, key in (("q", f"{stem}query", "q_groups"), ("k", f"{stem}key", "k_groups"),
+                              ("v", f"{stem}value", "v_groups"),
+                              ("o", f"{after}conv1d", "post_attention_groups")):
+        out[f"w_{letter}"] = _grouped(r, f"{name}.weight", key, width)
+        r.note(f"w_{letter}", f"tensor {name}.weight (a 1 × 1 convolution in config {key} "
+               "groups: block-diagonal, transposed)")
+        if r.has(f"{name}.bias"):
+            out[f"b_{letter}"] = r.tensor(f"{name}.bias", 1)
+            r.note(f"b_{letter}", f"tensor {name}.bias")
+    for key in ("intermediate_groups", "output_groups", "embedding_size"):
+        r.get(key)  # (the feed-forward's groups, the embeddings' width)
+    return out
+
+
+@said("query, key, value and output.dense on the bottleneck; no mask; "
+      "key_query_shared_bottleneck refused by name")
+def mobilebert(f: Family, r: Reader, stem: str) -> Layer:
+    """MobileBERT: BERT's attention inside its bottleneck. With use_bottleneck_attention
+    q, k and v read the bottlenecked input (x, intra_bottleneck_size wide); with neither
+    that nor key_query_shared_bottleneck they read the layer's input. Its released
+    layout, key_query_shared_bottleneck, gives the queries and keys a bottleneck of their
+    own and the values the layer's input: two inputs of their own widths, refused by name."""
+    for key in ("use_bottleneck", "intra_bottleneck_size", "true_hidden_size", "embedding_size",
+                "trigram_input", "num_feedforward_networks", "normalization_type",
+                "classifier_activation"):
+        r.get(key)  # (the bottlenecks, feed-forward networks and norms around the attention)
+    both, shared = r.flag("use_bottleneck_attention"), r.flag("key_query_shared_bottleneck", True)
+    if shared and not both:
+        raise r.error("key_query_shared_bottleneck", "true: MobileBERT's queries and keys "
+                      "read a bottleneck of their own and its values the layer's input, two "
+                      "inputs of different widths, which mha's x does not hold (it reads "
+                      "MobileBERT with use_bottleneck_attention, or neither)")
+    return bert(f, r, stem)

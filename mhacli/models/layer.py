@@ -52,6 +52,7 @@ LAYOUTS = (
      "in_proj.weight"),
     ("albert", r"(?:^|\.)albert_layer_groups\.(\d+)\.albert_layers\.0\.attention\.query\."
      r"weight$", "query.weight"),
+    ("squeezebert", r"(?:^|\.)layers\.(\d+)\.attention\.query\.weight$", "query.weight"),
     ("t5", r"(?:^|\.)block\.(\d+)\.layer\.0\.SelfAttention\.q\.weight$", "q.weight"),
     ("gte", r"(?:^|\.)layer\.(\d+)\.attention\.qkv_proj\.weight$", "qkv_proj.weight"),
     ("mixer_wqkv", r"(?:^|\.)layers\.(\d+)\.mixer\.Wqkv\.weight$", "Wqkv.weight"),
