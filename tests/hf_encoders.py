@@ -15,7 +15,7 @@ BERT = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_h
 # the families whose attention turns no RoPE: agreement to 1e-9 (the rest, 1e-5)
 NO_ROPE = ("ibert", "luke", "squeezebert", "mobilebert")
 # read by tests/test_encoders.py (x is narrower than the model's hidden_size, or its parts)
-OWN_TESTS = ("mobilebert", "mobilebert-plain")
+OWN_TESTS = ("mobilebert", "mobilebert-plain", "convbert")
 
 
 def encoders(recipe: Callable[..., Any]) -> dict[str, Any]:
@@ -55,6 +55,8 @@ def encoders(recipe: Callable[..., Any]) -> dict[str, Any]:
                               "k, v on the layer's input", use_bottleneck=False,
                               key_query_shared_bottleneck=False, embedding_size=16,
                               normalization_type="layer_norm"),
+        "convbert": r("ConvBertConfig", "ConvBertForMaskedLM", "half its heads dynamic "
+                      "convolutions (refused for good)", embedding_size=32),
         "ibert": r("IBertConfig", "IBertForMaskedLM", "its float mode (quant_mode false)"),
         "luke": r("LukeConfig", "LukeForMaskedLM", "words only: its entity queries unused",
                   entity_vocab_size=20, entity_emb_size=16),

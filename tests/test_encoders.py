@@ -18,7 +18,7 @@ from safetensors.numpy import load_file, save_file  # noqa: E402
 import mhacli  # noqa: E402
 from mhacli.errors import MhaError  # noqa: E402
 from mhacli.io.problem import from_mapping  # noqa: E402
-from mhacli.models.layer import read_layer  # noqa: E402
+from mhacli.models.layer import NotAttention, read_layer  # noqa: E402
 
 from . import hf_reference as hf  # noqa: E402
 from .hf_zoo import layer_addresses, load, module_reference  # noqa: E402
@@ -141,3 +141,10 @@ def test_mobileberts_shared_bottleneck_is_refused_by_name(tmp_path: Path) -> Non
     with pytest.raises(MhaError, match="key_query_shared_bottleneck is true: MobileBERT's "
                                        "queries and keys read a bottleneck of their own"):
         read_layer(folder, 0)
+
+
+def test_convberts_mixed_layers_are_refused_for_good(tmp_path: Path) -> None:
+    folder = hf.make_model("convbert", tmp_path / "convbert")
+    with pytest.raises(NotAttention, match="layer 1 is ConvBERT's mixed attention: its "
+                                           "softmax attention heads and as many span-based"):
+        read_layer(folder, 1)

@@ -1,7 +1,8 @@
 """The encoders that bring something of their own: RoFormer's rotary positions (its
 sinusoidal table, checked), I-BERT in its float mode (its integer tensors unused), LUKE's
 attention over words (its entity queries unused without entities), SqueezeBERT's grouped
-convolutions, and the LoRA adapters of Jina's embeddings refused by name.
+convolutions, MobileBERT's bottleneck, and the LoRA adapters of Jina's embeddings refused
+by name; ConvBERT, whose layers are half dynamic convolutions, refused for good.
 
 Written from transformers' ``modeling_roformer.py``, ``modeling_ibert.py``,
 ``modeling_luke.py`` and ``modeling_squeezebert.py``: weights stored as PyTorch's
@@ -16,7 +17,7 @@ import numpy as np
 from ..errors import MhaError, shown
 from .family import Family, Layer, decoder
 from .layouts import bert
-from .reading import Reader, heads_of
+from .reading import NotAttention, Reader, heads_of
 from .rules import said
 
 
@@ -177,3 +178,17 @@ def mobilebert(f: Family, r: Reader, stem: str) -> Layer:
                       "inputs of different widths, which mha's x does not hold (it reads "
                       "MobileBERT with use_bottleneck_attention, or neither)")
     return bert(f, r, stem)
+
+
+@said("refused for good: half of each layer's heads are span-based dynamic convolutions, "
+      "joined with its attention heads before output.dense")
+def convbert(f: Family, r: Reader, stem: str) -> Layer:
+    """ConvBERT: each layer's module joins num_attention_heads / head_ratio heads of
+    softmax attention with as many span-based dynamic convolution heads (kernels made
+    from the tokens, conv_kernel_size wide), side by side before ``output.dense``; its
+    output is never softmax attention's alone, so no layer of it is: refused for good."""
+    raise NotAttention(f"--layer {r.layer}: layer {r.layer} is ConvBERT's mixed attention: "
+                       "its softmax attention heads and as many span-based dynamic convolution "
+                       "heads (conv_kernel_size wide) joined before output.dense, so its output "
+                       "is not softmax attention's; this model has no layer of softmax "
+                       "attention alone", source=r.config_file)

@@ -23,7 +23,7 @@ from .rules import (by_layer_types as types_or, both_ways_by_layer_types, local_
 from .reading import Reader, window_of
 from .layouts import (albert, approximate, bert, big_bird, bloom, codegen, deberta, falcon,
                       gpt2, gpt_bigcode, gpt_neo, gptj, mpt, neox)
-from .encoders import ibert, jina, luke, mobilebert, roformer, squeezebert
+from .encoders import convbert, ibert, jina, luke, mobilebert, roformer, squeezebert
 from .llama4 import chunks, llama4
 from .seq2seq import AROUND, bart
 from .t5 import AROUND as T5_AROUND, mpnet, t5
@@ -286,6 +286,7 @@ RECORDS: tuple[Family, ...] = (
     *(Family(name, tensors="bert", read=bert, unread=unread) for name, unread in BERT_LIKE.items()),
     Family("roformer", tensors="bert", read=roformer),
     Family("ibert", tensors="bert", read=ibert),
+    Family("convbert", tensors="bert", read=convbert),
     Family("mobilebert", tensors="bert", read=mobilebert),
     Family("squeezebert", tensors="squeezebert", read=squeezebert, causal=False),
     Family("luke", tensors="bert", read=luke, unread=("bert_model_name",)),
