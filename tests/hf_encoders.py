@@ -15,7 +15,7 @@ BERT = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_h
 # the families whose attention turns no RoPE: agreement to 1e-9 (the rest, 1e-5)
 NO_ROPE = ("ibert", "luke", "squeezebert", "mobilebert")
 # read by tests/test_encoders.py (x is narrower than the model's hidden_size, or its parts)
-OWN_TESTS = ("mobilebert", "mobilebert-plain", "convbert")
+OWN_TESTS = ("mobilebert", "mobilebert-plain", "convbert", "longformer", "led")
 
 
 def encoders(recipe: Callable[..., Any]) -> dict[str, Any]:
@@ -57,6 +57,16 @@ def encoders(recipe: Callable[..., Any]) -> dict[str, Any]:
                               normalization_type="layer_norm"),
         "convbert": r("ConvBertConfig", "ConvBertForMaskedLM", "half its heads dynamic "
                       "convolutions (refused for good)", embedding_size=32),
+        "longformer": r("LongformerConfig", "LongformerForMaskedLM", "windows of 4 and 8 "
+                        "(|i − j| ≤ 2, ≤ 4), softmax in float32", attention_window=[4, 8]),
+        "led": recipe("LEDConfig", "LEDForConditionalGeneration", dict(
+            vocab_size=100, d_model=32, encoder_layers=2, decoder_layers=2,
+            encoder_attention_heads=4, decoder_attention_heads=2, encoder_ffn_dim=64,
+            decoder_ffn_dim=64, max_encoder_position_embeddings=64,
+            max_decoder_position_embeddings=64, attention_window=[4, 8], pad_token_id=0,
+            bos_token_id=1, eos_token_id=2, decoder_start_token_id=2),
+            notes="encoder.N: Longformer's windows of 4 and 8; decoder.N, decoder.N.cross: "
+            "BART's"),
         "ibert": r("IBertConfig", "IBertForMaskedLM", "its float mode (quant_mode false)"),
         "luke": r("LukeConfig", "LukeForMaskedLM", "words only: its entity queries unused",
                   entity_vocab_size=20, entity_emb_size=16),

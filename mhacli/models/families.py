@@ -25,6 +25,7 @@ from .layouts import (albert, approximate, bert, big_bird, bloom, codegen, deber
                       gpt2, gpt_bigcode, gpt_neo, gptj, mpt, neox)
 from .encoders import convbert, ibert, jina, luke, mobilebert, roformer, squeezebert
 from .llama4 import chunks, llama4
+from .longformer import led, longformer
 from .seq2seq import AROUND, bart
 from .t5 import AROUND as T5_AROUND, mpnet, t5
 
@@ -255,6 +256,8 @@ RECORDS: tuple[Family, ...] = (
     *(Family(name, tensors="bart", read=bart, o_proj="out_proj", parts=True, unread=AROUND)
       for name in ("bart", "mbart", "marian", "pegasus", "blenderbot", "blenderbot-small",
                    "m2m_100", "plbart", "nllb-moe")),
+    Family("led", tensors="led", read=led, o_proj="out_proj", parts=True, unread=AROUND + (
+        "max_encoder_position_embeddings", "max_decoder_position_embeddings")),
     Family("mvp", tensors="bart", read=bart, o_proj="out_proj", parts=True,
            unread=AROUND + ("prompt_length", "prompt_mid_dim"), refused=(
                ("use_prompt", "MVP's prompts, key and value rows of its own put before each "
@@ -291,6 +294,7 @@ RECORDS: tuple[Family, ...] = (
     Family("squeezebert", tensors="squeezebert", read=squeezebert, causal=False),
     Family("luke", tensors="bert", read=luke, unread=("bert_model_name",)),
     Family("big_bird", tensors="bert", read=big_bird),
+    Family("longformer", tensors="bert", read=longformer, unread=BERT_LIKE["roberta"]),
     *(Family(name, tensors="bert", read=approximate) for name in ("nystromformer", "yoso", "mra")),
     Family("roberta-prelayernorm", tensors="bert", read=bert, input_norm="LayerNorm"),
     Family("xlm-roberta-xl", tensors="bert", read=bert, input_norm="self_attn_layer_norm"),

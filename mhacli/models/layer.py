@@ -52,6 +52,8 @@ LAYOUTS = (
      "in_proj.weight"),
     ("albert", r"(?:^|\.)albert_layer_groups\.(\d+)\.albert_layers\.0\.attention\.query\."
      r"weight$", "query.weight"),
+    ("led", r"(?:^|\.)layers\.(\d+)\.self_attn\.longformer_self_attn\.query\.weight$",
+     "longformer_self_attn.query.weight"),
     ("squeezebert", r"(?:^|\.)layers\.(\d+)\.attention\.query\.weight$", "query.weight"),
     ("t5", r"(?:^|\.)block\.(\d+)\.layer\.0\.SelfAttention\.q\.weight$", "q.weight"),
     ("gte", r"(?:^|\.)layer\.(\d+)\.attention\.qkv_proj\.weight$", "qkv_proj.weight"),
@@ -64,7 +66,8 @@ CROSS = (
     ("t5_cross", r"(?:^|\.)block\.(\d+)\.layer\.1\.EncDecAttention\.q\.weight$", "q.weight"),
 )
 # the layouts of an encoder-decoder family's parts: its self-attention's, its cross's
-PART_KINDS = {"bart": ("decoder", "cross"), "t5": ("t5", "t5_cross")}
+PART_KINDS = {"bart": ("decoder", "cross"), "t5": ("t5", "t5_cross"),
+              "led": ("led", "decoder", "cross")}
 BUFFERS = ("attn.bias", "attn.masked_bias", "rotary_emb.inv_freq")  # not weights
 
 
