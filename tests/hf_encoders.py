@@ -15,7 +15,8 @@ BERT = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_h
 # the families whose attention turns no RoPE: agreement to 1e-9 (the rest, 1e-5)
 NO_ROPE = ("ibert", "luke", "squeezebert", "mobilebert")
 # read by tests/test_encoders.py (x is narrower than the model's hidden_size, or its parts)
-OWN_TESTS = ("mobilebert", "mobilebert-plain", "convbert", "longformer", "led")
+OWN_TESTS = ("mobilebert", "mobilebert-plain", "convbert", "longformer", "led", "fsmt",
+             "trocr")
 
 
 def encoders(recipe: Callable[..., Any]) -> dict[str, Any]:
@@ -67,6 +68,17 @@ def encoders(recipe: Callable[..., Any]) -> dict[str, Any]:
             bos_token_id=1, eos_token_id=2, decoder_start_token_id=2),
             notes="encoder.N: Longformer's windows of 4 and 8; decoder.N, decoder.N.cross: "
             "BART's"),
+        "fsmt": recipe("FSMTConfig", "FSMTForConditionalGeneration", dict(
+            langs=["en", "de"], src_vocab_size=100, tgt_vocab_size=100, d_model=32,
+            encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+            decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64,
+            max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+            decoder_start_token_id=2), notes="fairseq's attention, time-first"),
+        "trocr": recipe("TrOCRConfig", "TrOCRForCausalLM", dict(
+            vocab_size=100, d_model=32, decoder_layers=2, decoder_attention_heads=4,
+            decoder_ffn_dim=64, max_position_embeddings=64, pad_token_id=0, bos_token_id=1,
+            eos_token_id=2), notes="its text decoder: causal (its cross-attention reads "
+            "an image encoder)"),
         "ibert": r("IBertConfig", "IBertForMaskedLM", "its float mode (quant_mode false)"),
         "luke": r("LukeConfig", "LukeForMaskedLM", "words only: its entity queries unused",
                   entity_vocab_size=20, entity_emb_size=16),

@@ -316,16 +316,22 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
     channels_first = type(module).__name__.startswith("SqueezeBert")  # (its [N, C, W])
     if channels_first:
         hidden = hidden.transpose(1, 2)
-    if args:
+    time_first = not args and "query" in kwargs and "key" in kwargs  # (FSMT's: T × B × C)
+    if time_first:
+        kwargs["query"] = kwargs["key"] = hidden.transpose(0, 1)
+    elif args:
         same = sum(1 for a in args[:3] if a is args[0])  # (CTRL's is called (x, x, x, …))
         args = (hidden,) * same + tuple(args[same:])
     else:
         kwargs["hidden_states"] = hidden
     if x_kv is not None:
         names = [k for k in ("key_value_states", "encoder_hidden_states") if k in kwargs]
+        if time_first:
+            names = ["key"]
         if not names:
             raise RuntimeError(f"{path} was not called as a cross-attention")
-        kwargs[names[0]] = torch.from_numpy(np.asarray(x_kv, dtype=np.float64))[None].to(dtype)
+        kv = torch.from_numpy(np.asarray(x_kv, dtype=np.float64))[None].to(dtype)
+        kwargs[names[0]] = kv.transpose(0, 1) if time_first else kv
     seen: dict[str, torch.Tensor] = {}
     hooks = []
     if output is not None and after_inner is None:
@@ -357,6 +363,8 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
             out = out[0]
     if out is None:
         out = result[0] if isinstance(result, tuple) else result
+    if time_first:
+        out = out.transpose(0, 1)
     weights = None  # the last 4-d tensor the module returns (T5's comes after its bias)
     found = [t for t in (result[1:] if isinstance(result, tuple) else ())
              if isinstance(t, torch.Tensor) and t.ndim == 4]

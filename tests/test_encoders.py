@@ -24,11 +24,14 @@ from . import hf_reference as hf  # noqa: E402
 from .hf_zoo import layer_addresses, load, module_reference  # noqa: E402
 
 
-def agrees(folder: Path, tol: float = 1e-9, n: int = 9) -> list[str]:
+def agrees(folder: Path, tol: float = 1e-9, n: int = 9, float32: bool = False) -> list[str]:
     """Every layer of a saved model, read by mha and computed on random x (and x_kv for a
-    cross-attention), against the model's own attention module; the weights too where the
-    module returns them. Returns the layers."""
-    model = load(folder)
+    cross-attention), against the model's own attention module (in float64, or float32
+    for a model whose code fails in float64); the weights too where the module returns
+    them as mha does (H × n × m). Returns the layers."""
+    import torch
+
+    model = load(folder, torch.float32 if float32 else torch.float64)
     rng = np.random.default_rng(4)
     layers = layer_addresses(folder)
     for layer in layers:
@@ -172,3 +175,19 @@ def test_led_reads_longformers_encoder_and_barts_decoder(tmp_path: Path) -> None
     assert "output.weight" in encoder.origin["w_o"]
     assert decoder.settings["mask"] == "causal" and decoder.settings["heads"] == 2
     assert "window" not in read_layer(folder, "decoder.1.cross").settings
+
+
+def test_fsmt_agrees_part_by_part(tmp_path: Path) -> None:
+    """FSMT's attention, called time-first (T × B × C); its own code fails in float64
+    (its causal mask's fill), so the model runs in float32: 1e-5."""
+    folder = hf.make_model("fsmt", tmp_path / "fsmt")
+    assert len(agrees(folder, tol=1e-5, float32=True)) == 6
+    assert read_layer(folder, "encoder.0").settings["heads"] == 4
+    assert read_layer(folder, "decoder.1").settings["heads"] == 2
+
+
+def test_trocrs_decoder_is_causal_and_agrees(tmp_path: Path) -> None:
+    folder = hf.make_model("trocr", tmp_path / "trocr")
+    assert agrees(folder) == [0, 1]
+    reading = read_layer(folder, 1)
+    assert reading.settings["mask"] == "causal" and reading.stem.endswith("layers.1.self_attn.")

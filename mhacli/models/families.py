@@ -256,6 +256,10 @@ RECORDS: tuple[Family, ...] = (
     *(Family(name, tensors="bart", read=bart, o_proj="out_proj", parts=True, unread=AROUND)
       for name in ("bart", "mbart", "marian", "pegasus", "blenderbot", "blenderbot-small",
                    "m2m_100", "plbart", "nllb-moe")),
+    Family("fsmt", tensors="bart", read=bart, o_proj="out_proj", parts=True,
+           unread=AROUND + ("langs", "src_vocab_size", "tgt_vocab_size")),
+    Family("trocr", tensors="bart", read=bart, o_proj="out_proj", parts=True,
+           unread=AROUND + ("use_learned_position_embeddings", "cross_attention_hidden_size")),
     Family("led", tensors="led", read=led, o_proj="out_proj", parts=True, unread=AROUND + (
         "max_encoder_position_embeddings", "max_decoder_position_embeddings")),
     Family("mvp", tensors="bart", read=bart, o_proj="out_proj", parts=True,
