@@ -16,7 +16,7 @@ BERT = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_h
 NO_ROPE = ("ibert", "luke", "squeezebert", "mobilebert")
 # read by tests/test_encoders.py (x is narrower than the model's hidden_size, or its parts)
 OWN_TESTS = ("mobilebert", "mobilebert-plain", "convbert", "longformer", "led", "fsmt",
-             "trocr")
+             "trocr", "longt5", "longt5-global")
 
 
 def encoders(recipe: Callable[..., Any]) -> dict[str, Any]:
@@ -79,6 +79,16 @@ def encoders(recipe: Callable[..., Any]) -> dict[str, Any]:
             decoder_ffn_dim=64, max_position_embeddings=64, pad_token_id=0, bos_token_id=1,
             eos_token_id=2), notes="its text decoder: causal (its cross-attention reads "
             "an image encoder)"),
+        "longt5": recipe("LongT5Config", "LongT5ForConditionalGeneration", dict(
+            vocab_size=100, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2,
+            num_heads=4, relative_attention_num_buckets=8, relative_attention_max_distance=16,
+            local_radius=2, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0),
+            notes="its encoder's local attention: |i − j| ≤ 2, in blocks of 3"),
+        "longt5-global": recipe("LongT5Config", "LongT5ForConditionalGeneration", dict(
+            vocab_size=100, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2,
+            num_heads=4, local_radius=2, global_block_size=4,
+            encoder_attention_type="transient-global", pad_token_id=0, eos_token_id=1,
+            decoder_start_token_id=0), notes="transient-global (refused by name)"),
         "ibert": r("IBertConfig", "IBertForMaskedLM", "its float mode (quant_mode false)"),
         "luke": r("LukeConfig", "LukeForMaskedLM", "words only: its entity queries unused",
                   entity_vocab_size=20, entity_emb_size=16),

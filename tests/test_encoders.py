@@ -191,3 +191,18 @@ def test_trocrs_decoder_is_causal_and_agrees(tmp_path: Path) -> None:
     assert agrees(folder) == [0, 1]
     reading = read_layer(folder, 1)
     assert reading.settings["mask"] == "causal" and reading.stem.endswith("layers.1.self_attn.")
+
+
+def test_longt5s_local_attention_is_a_window_with_t5s_bias(tmp_path: Path) -> None:
+    """Its blocks of 3 (local_radius 2) over 10 tokens, padded, are mha's two-sided window
+    of 3 with T5's bias (its softmax in float32: 1e-5)."""
+    folder = hf.make_model("longt5", tmp_path / "longt5")
+    assert len(agrees(folder, tol=1e-5, n=10)) == 6
+    encoder = read_layer(folder, "encoder.1")
+    assert encoder.settings["window"] == 3 and "shared" in encoder.origin["bias"]
+    assert "window" not in read_layer(folder, "decoder.0").settings
+    other = hf.make_model("longt5-global", tmp_path / "global")
+    with pytest.raises(MhaError, match="encoder_attention_type is 'transient-global': LongT5's "
+                                       "transient-global attention"):
+        read_layer(other, "encoder.0")
+    assert read_layer(other, "decoder.0.cross").cross

@@ -27,7 +27,7 @@ from .encoders import convbert, ibert, jina, luke, mobilebert, roformer, squeeze
 from .llama4 import chunks, llama4
 from .longformer import led, longformer
 from .seq2seq import AROUND, bart
-from .t5 import AROUND as T5_AROUND, mpnet, t5
+from .t5 import AROUND as T5_AROUND, longt5, mpnet, t5
 
 # --------------------------------------------------------------------------- the records
 
@@ -268,6 +268,7 @@ RECORDS: tuple[Family, ...] = (
                               "layer's keys and values, which mha does not add"),)),
     *(Family(name, tensors="t5", read=t5, parts=True, unread=T5_AROUND)
       for name in ("t5", "mt5", "umt5", "switch_transformers")),
+    Family("longt5", tensors="longt5", read=longt5, parts=True, unread=T5_AROUND),
     Family("gpt_bigcode", tensors="gpt2", read=gpt_bigcode),
     Family("bloom", tensors="falcon", read=bloom),
     Family("gpt_neo", tensors="gpt_neo", read=gpt_neo),

@@ -52,6 +52,8 @@ LAYOUTS = (
      "in_proj.weight"),
     ("albert", r"(?:^|\.)albert_layer_groups\.(\d+)\.albert_layers\.0\.attention\.query\."
      r"weight$", "query.weight"),
+    ("longt5", r"(?:^|\.)block\.(\d+)\.layer\.0\.(?:Local|TransientGlobal)SelfAttention\.q\."
+     r"weight$", "q.weight"),
     ("led", r"(?:^|\.)layers\.(\d+)\.self_attn\.longformer_self_attn\.query\.weight$",
      "longformer_self_attn.query.weight"),
     ("squeezebert", r"(?:^|\.)layers\.(\d+)\.attention\.query\.weight$", "query.weight"),
@@ -67,7 +69,7 @@ CROSS = (
 )
 # the layouts of an encoder-decoder family's parts: its self-attention's, its cross's
 PART_KINDS = {"bart": ("decoder", "cross"), "t5": ("t5", "t5_cross"),
-              "led": ("led", "decoder", "cross")}
+              "led": ("led", "decoder", "cross"), "longt5": ("longt5", "t5", "t5_cross")}
 BUFFERS = ("attn.bias", "attn.masked_bias", "rotary_emb.inv_freq")  # not weights
 
 
