@@ -16,7 +16,7 @@ BERT = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_h
 NO_ROPE = ("ibert", "luke", "squeezebert", "mobilebert")
 # read by tests/test_encoders.py (x is narrower than the model's hidden_size, or its parts)
 OWN_TESTS = ("mobilebert", "mobilebert-plain", "convbert", "longformer", "led", "fsmt",
-             "trocr", "longt5", "longt5-global")
+             "trocr", "longt5", "longt5-global", "prophetnet")
 
 
 def encoders(recipe: Callable[..., Any]) -> dict[str, Any]:
@@ -89,6 +89,13 @@ def encoders(recipe: Callable[..., Any]) -> dict[str, Any]:
             num_heads=4, local_radius=2, global_block_size=4,
             encoder_attention_type="transient-global", pad_token_id=0, eos_token_id=1,
             decoder_start_token_id=0), notes="transient-global (refused by name)"),
+        "prophetnet": recipe("ProphetNetConfig", "ProphetNetForConditionalGeneration", dict(
+            vocab_size=100, hidden_size=32, encoder_ffn_dim=64, decoder_ffn_dim=64,
+            num_encoder_layers=2, num_decoder_layers=2, num_encoder_attention_heads=4,
+            num_decoder_attention_heads=2, max_position_embeddings=64, ngram=2, num_buckets=8,
+            relative_max_distance=16, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+            decoder_start_token_id=0), notes="encoder.N and decoder.N.cross read; the "
+            "decoder's n-gram self-attention refused"),
         "ibert": r("IBertConfig", "IBertForMaskedLM", "its float mode (quant_mode false)"),
         "luke": r("LukeConfig", "LukeForMaskedLM", "words only: its entity queries unused",
                   entity_vocab_size=20, entity_emb_size=16),

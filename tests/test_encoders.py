@@ -24,16 +24,17 @@ from . import hf_reference as hf  # noqa: E402
 from .hf_zoo import layer_addresses, load, module_reference  # noqa: E402
 
 
-def agrees(folder: Path, tol: float = 1e-9, n: int = 9, float32: bool = False) -> list[str]:
+def agrees(folder: Path, tol: float = 1e-9, n: int = 9, float32: bool = False,
+           skip: tuple[str, ...] = ()) -> list[str]:
     """Every layer of a saved model, read by mha and computed on random x (and x_kv for a
     cross-attention), against the model's own attention module (in float64, or float32
     for a model whose code fails in float64); the weights too where the module returns
-    them as mha does (H × n × m). Returns the layers."""
+    them as mha does (H × n × m). Returns the layers (but those in ``skip``)."""
     import torch
 
     model = load(folder, torch.float32 if float32 else torch.float64)
     rng = np.random.default_rng(4)
-    layers = layer_addresses(folder)
+    layers = [a for a in layer_addresses(folder) if a not in skip]
     for layer in layers:
         reading = read_layer(folder, layer)
         x = rng.standard_normal((n, reading.width))
@@ -206,3 +207,15 @@ def test_longt5s_local_attention_is_a_window_with_t5s_bias(tmp_path: Path) -> No
                                        "transient-global attention"):
         read_layer(other, "encoder.0")
     assert read_layer(other, "decoder.0.cross").cross
+
+
+def test_prophetnets_encoder_and_cross_attention_agree(tmp_path: Path) -> None:
+    """Its encoder and its decoder's cross-attention are read; its decoder's n-gram
+    self-attention is refused by name."""
+    folder = hf.make_model("prophetnet", tmp_path / "prophetnet")
+    assert agrees(folder, skip=("decoder.0", "decoder.1")) == [
+        "encoder.0", "encoder.1", "decoder.0.cross", "decoder.1.cross"]
+    assert read_layer(folder, "decoder.1.cross").settings["heads"] == 2
+    with pytest.raises(MhaError, match="ngram is 2: ProphetNet's decoder self-attention is "
+                                       "n-gram attention"):
+        read_layer(folder, "decoder.0")

@@ -26,7 +26,7 @@ from .layouts import (albert, approximate, bert, big_bird, bloom, codegen, deber
 from .encoders import convbert, ibert, jina, luke, mobilebert, roformer, squeezebert
 from .llama4 import chunks, llama4
 from .longformer import led, longformer
-from .seq2seq import AROUND, bart
+from .seq2seq import AROUND, bart, prophetnet
 from .t5 import AROUND as T5_AROUND, longt5, mpnet, t5
 
 # --------------------------------------------------------------------------- the records
@@ -260,6 +260,7 @@ RECORDS: tuple[Family, ...] = (
            unread=AROUND + ("langs", "src_vocab_size", "tgt_vocab_size")),
     Family("trocr", tensors="bart", read=bart, o_proj="out_proj", parts=True,
            unread=AROUND + ("use_learned_position_embeddings", "cross_attention_hidden_size")),
+    Family("prophetnet", tensors="prophetnet", read=prophetnet, parts=True, unread=AROUND),
     Family("led", tensors="led", read=led, o_proj="out_proj", parts=True, unread=AROUND + (
         "max_encoder_position_embeddings", "max_decoder_position_embeddings")),
     Family("mvp", tensors="bart", read=bart, o_proj="out_proj", parts=True,

@@ -54,6 +54,7 @@ LAYOUTS = (
      r"weight$", "query.weight"),
     ("longt5", r"(?:^|\.)block\.(\d+)\.layer\.0\.(?:Local|TransientGlobal)SelfAttention\.q\."
      r"weight$", "q.weight"),
+    ("prophetnet", r"(?:^|\.)layers\.(\d+)\.self_attn\.query_proj\.weight$", "query_proj.weight"),
     ("led", r"(?:^|\.)layers\.(\d+)\.self_attn\.longformer_self_attn\.query\.weight$",
      "longformer_self_attn.query.weight"),
     ("squeezebert", r"(?:^|\.)layers\.(\d+)\.attention\.query\.weight$", "query.weight"),
@@ -65,11 +66,13 @@ LAYOUTS = (
 CROSS = (
     ("cross", r"(?:^|\.)layers\.(\d+)\.encoder_attn\.q_proj\.weight$", "q_proj.weight"),
     ("cross", r"(?:^|\.)layers\.(\d+)\.cross_attention\.q_proj\.weight$", "q_proj.weight"),
+    ("cross_qp", r"(?:^|\.)layers\.(\d+)\.cross_attn\.query_proj\.weight$", "query_proj.weight"),
     ("t5_cross", r"(?:^|\.)block\.(\d+)\.layer\.1\.EncDecAttention\.q\.weight$", "q.weight"),
 )
 # the layouts of an encoder-decoder family's parts: its self-attention's, its cross's
 PART_KINDS = {"bart": ("decoder", "cross"), "t5": ("t5", "t5_cross"),
-              "led": ("led", "decoder", "cross"), "longt5": ("longt5", "t5", "t5_cross")}
+              "led": ("led", "decoder", "cross"), "longt5": ("longt5", "t5", "t5_cross"),
+              "prophetnet": ("prophetnet", "cross_qp")}
 BUFFERS = ("attn.bias", "attn.masked_bias", "rotary_emb.inv_freq")  # not weights
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import shown
 from .family import Family, Layer
 from .reading import Reader, heads_of, linear
 from .rules import said
@@ -53,4 +54,32 @@ def bart(f: Family, r: Reader, stem: str) -> Layer:
     if part == "decoder" and not cross:
         out["mask"] = "causal"
         r.note("mask", f"{f.model_type}: the decoder's self-attention is causal")
+    return out
+
+
+@said("encoder: no mask; decoder: its cross-attention over the encoder's output (x_kv); "
+      "its n-gram self-attention refused by name")
+def prophetnet(f: Family, r: Reader, stem: str) -> Layer:
+    """ProphetNet: query_proj, key_proj, value_proj and out_proj with biases, the
+    queries ÷ √d_k; its encoder sees every token, its decoder's cross-attention every
+    token of the encoder's output. Its decoder's self-attention is n-gram attention (a
+    main stream and ngram streams predicting further tokens, each with relative position
+    buckets of its own): refused by name."""
+    part = r.part.part if r.part is not None else "decoder"
+    cross = r.part is not None and r.part.cross
+    for key in ("ngram", "num_buckets", "relative_max_distance", "disable_ngram_loss", "eps",
+                "num_encoder_layers", "num_decoder_layers"):
+        r.get(key)  # (the decoder's n-gram streams; the layers and the loss around them)
+    if part == "decoder" and not cross:
+        raise r.error("ngram", f"{shown(r.cfg.get('ngram'))}: ProphetNet's decoder "
+                      "self-attention is n-gram attention (a main stream and ngram streams "
+                      "predicting further tokens, with relative position buckets of their "
+                      "own), which mha does not build; its encoder.N and decoder.N.cross "
+                      "layers are read")
+    r.get(f"num_{'encoder' if part == 'decoder' else 'decoder'}_attention_heads")
+    heads, _, _ = heads_of(r, f"num_{part}_attention_heads", None, r.count("hidden_size"))
+    out: dict[str, Any] = {"heads": heads}
+    for ours, theirs in (("q", "query_proj"), ("k", "key_proj"), ("v", "value_proj"),
+                         ("o", "out_proj")):
+        linear(r, stem, theirs, out, ours)
     return out
