@@ -16,7 +16,7 @@ BERT = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_h
 NO_ROPE = ("ibert", "luke", "squeezebert", "mobilebert")
 # read by tests/test_encoders.py (x is narrower than the model's hidden_size, or its parts)
 OWN_TESTS = ("mobilebert", "mobilebert-plain", "convbert", "longformer", "led", "fsmt",
-             "trocr", "longt5", "longt5-global", "prophetnet")
+             "trocr", "longt5", "longt5-global", "prophetnet", "t5gemma")
 
 
 def encoders(recipe: Callable[..., Any]) -> dict[str, Any]:
@@ -96,7 +96,22 @@ def encoders(recipe: Callable[..., Any]) -> dict[str, Any]:
             relative_max_distance=16, pad_token_id=0, bos_token_id=1, eos_token_id=2,
             decoder_start_token_id=0), notes="encoder.N and decoder.N.cross read; the "
             "decoder's n-gram self-attention refused"),
+        "t5gemma": recipe("T5GemmaConfig", "T5GemmaForConditionalGeneration", dict(
+            encoder=_gemma(), decoder=_gemma(num_attention_heads=2, num_key_value_heads=1,
+                                             rope_parameters={**ROPE, "rope_theta": 20000.0}),
+            vocab_size=100, pad_token_id=0, bos_token_id=1, eos_token_id=2),
+            notes="Gemma 2's layers in both parts: softcap 2, scale 1/√12; layer 0 slides "
+            "(|i − j| ≤ 3 both ways in the encoder, 3 keys up to i in the decoder)"),
         "ibert": r("IBertConfig", "IBertForMaskedLM", "its float mode (quant_mode false)"),
         "luke": r("LukeConfig", "LukeForMaskedLM", "words only: its entity queries unused",
                   entity_vocab_size=20, entity_emb_size=16),
     }
+
+
+def _gemma(**kw: Any) -> dict[str, Any]:
+    """A part of T5Gemma: Gemma 2's layers, tiny, every setting of its attention biting."""
+    return {"vocab_size": 100, "hidden_size": 32, "intermediate_size": 64,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "head_dim": 8, "query_pre_attn_scalar": 12, "attn_logit_softcapping": 2.0,
+            "sliding_window": 3, "layer_types": ["sliding_attention", "full_attention"],
+            "max_position_embeddings": 64, "rope_parameters": ROPE, **kw}

@@ -219,3 +219,24 @@ def test_prophetnets_encoder_and_cross_attention_agree(tmp_path: Path) -> None:
     with pytest.raises(MhaError, match="ngram is 2: ProphetNet's decoder self-attention is "
                                        "n-gram attention"):
         read_layer(folder, "decoder.0")
+
+
+def test_t5gemma_reads_each_part_from_its_own_config(tmp_path: Path) -> None:
+    """Gemma 2's settings from the part's config (softcap, scale, windows both ways in the
+    encoder, causal in the decoder), none of RoPE or window in the cross-attention; its
+    softmax in float32: 1e-5."""
+    folder = hf.make_model("t5gemma", tmp_path / "t5gemma")
+    assert len(agrees(folder, tol=1e-5, n=10)) == 6
+    encoder, decoder = read_layer(folder, "encoder.0"), read_layer(folder, "decoder.0")
+    cross = read_layer(folder, "decoder.1.cross")
+    assert (encoder.settings["window"], decoder.settings["window"]) == (4, 3)
+    assert "mask" not in encoder.settings and decoder.settings["mask"] == "causal"
+    assert decoder.settings["rope"]["base"] == 20000.0 and decoder.settings["kv_heads"] == 1
+    assert encoder.settings["softcap"] == 2.0 and "encoder.attn_logit" in encoder.origin["softcap"]
+    assert "rope" not in cross.settings and "window" not in cross.settings
+    assert cross.settings["heads"] == 2 and "mask" not in cross.settings
+    config = json.loads((folder / "config.json").read_text())
+    config["decoder"]["use_bidirectional_attention"] = True
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(MhaError, match="decoder.use_bidirectional_attention is True: a setting"):
+        read_layer(folder, "decoder.0")

@@ -66,6 +66,7 @@ LAYOUTS = (
 CROSS = (
     ("cross", r"(?:^|\.)layers\.(\d+)\.encoder_attn\.q_proj\.weight$", "q_proj.weight"),
     ("cross", r"(?:^|\.)layers\.(\d+)\.cross_attention\.q_proj\.weight$", "q_proj.weight"),
+    ("cross", r"(?:^|\.)layers\.(\d+)\.cross_attn\.q_proj\.weight$", "q_proj.weight"),
     ("cross_qp", r"(?:^|\.)layers\.(\d+)\.cross_attn\.query_proj\.weight$", "query_proj.weight"),
     ("t5_cross", r"(?:^|\.)block\.(\d+)\.layer\.1\.EncDecAttention\.q\.weight$", "q.weight"),
 )
