@@ -16,7 +16,8 @@ BERT = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_h
 NO_ROPE = ("ibert", "luke", "squeezebert", "mobilebert")
 # read by tests/test_encoders.py (x is narrower than the model's hidden_size, or its parts)
 OWN_TESTS = ("mobilebert", "mobilebert-plain", "convbert", "longformer", "led", "fsmt",
-             "trocr", "longt5", "longt5-global", "prophetnet", "t5gemma")
+             "trocr", "longt5", "longt5-global", "prophetnet", "t5gemma",
+             "pegasus_x")
 
 
 def encoders(recipe: Callable[..., Any]) -> dict[str, Any]:
@@ -102,6 +103,13 @@ def encoders(recipe: Callable[..., Any]) -> dict[str, Any]:
             vocab_size=100, pad_token_id=0, bos_token_id=1, eos_token_id=2),
             notes="Gemma 2's layers in both parts: softcap 2, scale 1/√12; layer 0 slides "
             "(|i − j| ≤ 3 both ways in the encoder, 3 keys up to i in the decoder)"),
+        "pegasus_x": recipe("PegasusXConfig", "PegasusXForConditionalGeneration", dict(
+            vocab_size=100, d_model=32, encoder_layers=2, decoder_layers=2,
+            encoder_attention_heads=4, decoder_attention_heads=2, encoder_ffn_dim=64,
+            decoder_ffn_dim=64, max_position_embeddings=64, num_global_tokens=4, block_size=4,
+            pad_token_id=0, eos_token_id=1, decoder_start_token_id=0),
+            notes="decoder.N and decoder.N.cross read; the encoder's global-local "
+            "attention refused"),
         "ibert": r("IBertConfig", "IBertForMaskedLM", "its float mode (quant_mode false)"),
         "luke": r("LukeConfig", "LukeForMaskedLM", "words only: its entity queries unused",
                   entity_vocab_size=20, entity_emb_size=16),

@@ -240,3 +240,13 @@ def test_t5gemma_reads_each_part_from_its_own_config(tmp_path: Path) -> None:
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(MhaError, match="decoder.use_bidirectional_attention is True: a setting"):
         read_layer(folder, "decoder.0")
+
+
+def test_pegasus_xs_decoder_agrees_and_its_encoder_is_refused_by_name(tmp_path: Path) -> None:
+    folder = hf.make_model("pegasus_x", tmp_path / "pegasus_x")
+    assert agrees(folder, n=8, skip=("encoder.0", "encoder.1")) == [
+        "decoder.0", "decoder.0.cross", "decoder.1", "decoder.1.cross"]
+    assert read_layer(folder, "decoder.0").settings["mask"] == "causal"
+    with pytest.raises(MhaError, match="num_global_tokens is 4: PEGASUS-X's encoder attends "
+                                       "in blocks"):
+        read_layer(folder, "encoder.1")

@@ -26,7 +26,7 @@ from .layouts import (albert, approximate, bert, big_bird, bloom, codegen, deber
 from .encoders import convbert, ibert, jina, luke, mobilebert, roformer, squeezebert
 from .llama4 import chunks, llama4
 from .longformer import led, longformer
-from .seq2seq import AROUND, bart, prophetnet
+from .seq2seq import AROUND, bart, pegasus_x, prophetnet
 from .t5gemma import t5gemma
 from .t5 import AROUND as T5_AROUND, longt5, mpnet, t5
 
@@ -263,6 +263,8 @@ RECORDS: tuple[Family, ...] = (
            unread=AROUND + ("use_learned_position_embeddings", "cross_attention_hidden_size")),
     Family("prophetnet", tensors="prophetnet", read=prophetnet, parts=True, unread=AROUND),
     Family("t5gemma", tensors="bart", read=t5gemma, parts=True),
+    Family("pegasus_x", tensors="bart", read=pegasus_x, o_proj="out_proj", parts=True,
+           unread=AROUND),
     Family("led", tensors="led", read=led, o_proj="out_proj", parts=True, unread=AROUND + (
         "max_encoder_position_embeddings", "max_decoder_position_embeddings")),
     Family("mvp", tensors="bart", read=bart, o_proj="out_proj", parts=True,

@@ -83,3 +83,21 @@ def prophetnet(f: Family, r: Reader, stem: str) -> Layer:
                          ("o", "out_proj")):
         linear(r, stem, theirs, out, ours)
     return out
+
+
+@said("decoder: causal, and its cross-attention over the encoder's output (x_kv); its "
+      "encoder's block-local attention with global tokens refused by name")
+def pegasus_x(f: Family, r: Reader, stem: str) -> Layer:
+    """PEGASUS-X: its decoder is BART's; its encoder's layers attend in blocks of
+    block_size tokens, each block also reading num_global_tokens learned global tokens (a
+    stream of their own, normed apart) which read every token, the blocks staggered on
+    every other layer: two inputs, refused by name."""
+    for key in ("block_size", "stagger_local_blocks"):
+        r.get(key)
+    globals_ = r.get("num_global_tokens")
+    if r.part is not None and r.part.part == "encoder":
+        raise r.error("num_global_tokens", f"{shown(globals_)}: PEGASUS-X's encoder attends "
+                      "in blocks of block_size tokens beside learned global tokens, a stream "
+                      "of their own that reads every token, which mha's x does not hold; its "
+                      "decoder.N and decoder.N.cross layers are read")
+    return bart(f, r, stem)
