@@ -17,7 +17,7 @@ NO_ROPE = ("ibert", "luke", "squeezebert", "mobilebert")
 # read by tests/test_encoders.py (x is narrower than the model's hidden_size, or its parts)
 OWN_TESTS = ("mobilebert", "mobilebert-plain", "convbert", "longformer", "led", "fsmt",
              "trocr", "longt5", "longt5-global", "prophetnet", "t5gemma",
-             "pegasus_x")
+             "pegasus_x", "big_bird", "bigbird_pegasus")
 
 
 def encoders(recipe: Callable[..., Any]) -> dict[str, Any]:
@@ -110,6 +110,17 @@ def encoders(recipe: Callable[..., Any]) -> dict[str, Any]:
             pad_token_id=0, eos_token_id=1, decoder_start_token_id=0),
             notes="decoder.N and decoder.N.cross read; the encoder's global-local "
             "attention refused"),
+        "big_bird": r("BigBirdConfig", "BigBirdForMaskedLM", "block-sparse: blocks of 2, "
+                      "one random block (block 0 in eval mode)", attention_type="block_sparse",
+                      block_size=2, num_random_blocks=1),
+        "bigbird_pegasus": recipe("BigBirdPegasusConfig",
+                                  "BigBirdPegasusForConditionalGeneration", dict(
+            vocab_size=100, d_model=32, encoder_layers=2, decoder_layers=2,
+            encoder_attention_heads=4, decoder_attention_heads=2, encoder_ffn_dim=64,
+            decoder_ffn_dim=64, max_position_embeddings=64, attention_type="block_sparse",
+            block_size=2, num_random_blocks=2, use_bias=True, pad_token_id=0, bos_token_id=2,
+            eos_token_id=1, decoder_start_token_id=2),
+            notes="encoder: block-sparse, blocks of 2, two random blocks; decoder: BART's"),
         "ibert": r("IBertConfig", "IBertForMaskedLM", "its float mode (quant_mode false)"),
         "luke": r("LukeConfig", "LukeForMaskedLM", "words only: its entity queries unused",
                   entity_vocab_size=20, entity_emb_size=16),

@@ -279,7 +279,6 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
         # BERT's layout: its self module, then output.dense on what it gives (a pre-norm
         # inside the module, as RoBERTa-PreLayerNorm's or ESM's, is the layer's input norm)
         path, after_inner = f"{path}.self", output
-    module = model.get_submodule(path)
     n = len(x)
     caught: dict[str, Any] = {}
 
@@ -290,7 +289,6 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
         caught["args"], caught["kwargs"] = args, kwargs
         raise Caught
 
-    handle = module.register_forward_pre_hook(before, with_kwargs=True)
     languages = getattr(model.config, "languages", None)
     if languages and hasattr(model, "set_default_language"):  # X-MOD's adapters need one
         model.set_default_language(languages[0])
@@ -298,16 +296,19 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
         else model.config
     vocab = getattr(config, "vocab_size", 100) or 100
     ids = torch.from_numpy(np.random.default_rng(seed).integers(3, min(vocab, 100), (1, n)))
-    try:
-        with torch.no_grad():
-            inputs: dict[str, Any] = {"input_ids": ids}
-            if model.config.is_encoder_decoder:
-                inputs["decoder_input_ids"] = ids
-            model(**inputs, use_cache=False)
-    except Caught:
-        pass
-    finally:
-        handle.remove()
+    for _ in range(2):  # (BigBird's forward may swap its attention module: then again)
+        module = model.get_submodule(path)
+        handle = module.register_forward_pre_hook(before, with_kwargs=True)
+        try:
+            with torch.no_grad():
+                inputs: dict[str, Any] = {"input_ids": ids}
+                if model.config.is_encoder_decoder:
+                    inputs["decoder_input_ids"] = ids
+                model(**inputs, use_cache=False)
+        except Caught:
+            break
+        finally:
+            handle.remove()
     if "args" not in caught:
         raise RuntimeError(f"the forward pass never reached {path}")
     args, kwargs = caught["args"], dict(caught["kwargs"])

@@ -25,11 +25,12 @@ from .hf_zoo import layer_addresses, load, module_reference  # noqa: E402
 
 
 def agrees(folder: Path, tol: float = 1e-9, n: int = 9, float32: bool = False,
-           skip: tuple[str, ...] = ()) -> list[str]:
+           skip: tuple[str, ...] = (), weights: bool = True) -> list[str]:
     """Every layer of a saved model, read by mha and computed on random x (and x_kv for a
     cross-attention), against the model's own attention module (in float64, or float32
     for a model whose code fails in float64); the weights too where the module returns
-    them as mha does (H × n × m). Returns the layers (but those in ``skip``)."""
+    them as mha does (H × n × m; ``weights`` false where the module's map is not the
+    softmax's, as BigBird's block-sparse one). Returns the layers (but those in ``skip``)."""
     import torch
 
     model = load(folder, torch.float32 if float32 else torch.float64)
@@ -48,7 +49,8 @@ def agrees(folder: Path, tol: float = 1e-9, n: int = 9, float32: bool = False,
         top = np.abs(want["output"]).max()
         np.testing.assert_allclose(tr["output"], want["output"], rtol=tol, atol=tol * top,
                                    err_msg=f"{folder.name} layer {layer}")
-        if want["weights"] is not None and want["weights"].shape == tr["weights"].shape:
+        if weights and want["weights"] is not None and \
+                want["weights"].shape == tr["weights"].shape:
             np.testing.assert_allclose(tr["weights"], want["weights"], rtol=tol, atol=tol,
                                        err_msg=f"{folder.name} layer {layer} weights")
     return layers
@@ -250,3 +252,59 @@ def test_pegasus_xs_decoder_agrees_and_its_encoder_is_refused_by_name(tmp_path: 
     with pytest.raises(MhaError, match="num_global_tokens is 4: PEGASUS-X's encoder attends "
                                        "in blocks"):
         read_layer(folder, "encoder.1")
+
+
+@pytest.mark.parametrize("n", [20, 24, 14])
+def test_big_birds_block_sparse_attention_is_a_mask_and_a_bias(n: int, tmp_path: Path) -> None:
+    """In eval mode BigBird's blocks are a mask, its random blocks all block 0 (a bias of
+    log 2 on its keys); at 14 tokens or fewer (blocks of 2, one random block) the model
+    attends fully, as mha does."""
+    folder = hf.make_model("big_bird", tmp_path / "big_bird")
+    assert agrees(folder, n=n, weights=False) == [0, 1]  # (its map counts block 0 once)
+    problem = from_mapping({"x": np.ones((n, 32)), "checkpoint": folder, "layer": 1}, "test")
+    mask = problem.inputs.get("mask")
+    if n == 14:
+        assert mask is None and problem.inputs.get("bias") is None
+        return
+    assert mask[5].tolist() == [j // 2 in (0, 1, 2, 3, n // 2 - 1) for j in range(n)]
+    assert mask[0].all() and mask[-1].all()
+    np.testing.assert_allclose(problem.inputs["bias"][5, :2], np.log(2))
+
+
+def test_big_bird_pads_as_its_model_does(tmp_path: Path) -> None:
+    """21 tokens: the model pads them to 22 (blocks of 2), the padding key blocked; mha's
+    blocks of the 21 agree with what leaves the layer in the model's own forward pass."""
+    import torch
+
+    folder = hf.make_model("big_bird", tmp_path / "big_bird")
+    model = load(folder)
+    attention = model.bert.encoder.layer[0].attention
+    caught: dict = {}
+
+    def before(module: object, args: tuple, kwargs: dict) -> None:
+        caught.setdefault("x", (args[0] if args else kwargs["hidden_states"])[0].clone())
+
+    def after(module: object, args: tuple, out: torch.Tensor) -> None:
+        caught.setdefault("out", out[0].clone())
+
+    handles = [attention.register_forward_pre_hook(before, with_kwargs=True),
+               attention.output.dense.register_forward_hook(after)]
+    ids = torch.from_numpy(np.random.default_rng(2).integers(3, 100, (1, 21)))
+    with torch.no_grad():
+        model(input_ids=ids)
+    for h in handles:
+        h.remove()
+    assert caught["x"].shape[0] == 22
+    x = caught["x"][:21].numpy()
+    got = mhacli.attention(**from_mapping({"x": x, "checkpoint": folder, "layer": 0}, "t").inputs)
+    want = caught["out"][:21].numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9 * np.abs(want).max())
+
+
+def test_bigbird_pegasus_reads_its_blocks_and_barts_decoder(tmp_path: Path) -> None:
+    folder = hf.make_model("bigbird_pegasus", tmp_path / "bigbird_pegasus")
+    assert len(agrees(folder, n=24, weights=False)) == 6
+    encoder = read_layer(folder, "encoder.0")
+    assert encoder.position_mask is not None and "output.weight" in encoder.origin["w_o"]
+    assert "log(3)" in encoder.origin["bias"]
+    assert read_layer(folder, "decoder.0").position_mask is None

@@ -33,7 +33,15 @@ def on_layer(inputs: dict[str, Any], reading: Any, heads: int | None,
         # (T5's relative position bias: its rule made into the bias of these n and m)
         n = np.shape(inputs["x"])[0] if inputs.get("x") is not None else 0
         m = np.shape(inputs["x_kv"])[0] if inputs.get("x_kv") is not None else n
-        inputs["bias"] = reading.position_bias(n, m)
+        bias = reading.position_bias(n, m)
+        if bias is not None:
+            inputs["bias"] = bias
+    if getattr(reading, "position_mask", None) is not None and inputs.get("mask") is None:
+        # (BigBird's block-sparse attention: its blocks made into the mask of these n and m)
+        n = np.shape(inputs["x"])[0] if inputs.get("x") is not None else 0
+        mask = reading.position_mask(n, n)
+        if mask is not None:
+            inputs["mask"] = mask
     inputs.update(reading.weights)
     if reading.dtype != np.float64:  # read in the working precision: the problem's too
         inputs.setdefault("dtype", reading.dtype.name)

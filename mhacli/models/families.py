@@ -21,9 +21,10 @@ from .rules import (by_layer_types as types_or, both_ways_by_layer_types, local_
                     sliding_from, sliding_if_set, times, theta_by_layer, rope_if, theta_given,
                     dense_prefix_rope)
 from .reading import Reader, window_of
-from .layouts import (albert, approximate, bert, big_bird, bloom, codegen, deberta, falcon,
+from .layouts import (albert, approximate, bert, bloom, codegen, deberta, falcon,
                       gpt2, gpt_bigcode, gpt_neo, gptj, mpt, neox)
 from .encoders import convbert, ibert, jina, luke, mobilebert, roformer, squeezebert
+from .bigbird import big_bird, bigbird_pegasus
 from .llama4 import chunks, llama4
 from .longformer import led, longformer
 from .seq2seq import AROUND, bart, pegasus_x, prophetnet
@@ -265,6 +266,8 @@ RECORDS: tuple[Family, ...] = (
     Family("t5gemma", tensors="bart", read=t5gemma, parts=True),
     Family("pegasus_x", tensors="bart", read=pegasus_x, o_proj="out_proj", parts=True,
            unread=AROUND),
+    Family("bigbird_pegasus", tensors="bigbird_pegasus", read=bigbird_pegasus,
+           o_proj="out_proj", parts=True, unread=AROUND),
     Family("led", tensors="led", read=led, o_proj="out_proj", parts=True, unread=AROUND + (
         "max_encoder_position_embeddings", "max_decoder_position_embeddings")),
     Family("mvp", tensors="bart", read=bart, o_proj="out_proj", parts=True,

@@ -55,6 +55,8 @@ LAYOUTS = (
     ("longt5", r"(?:^|\.)block\.(\d+)\.layer\.0\.(?:Local|TransientGlobal)SelfAttention\.q\."
      r"weight$", "q.weight"),
     ("prophetnet", r"(?:^|\.)layers\.(\d+)\.self_attn\.query_proj\.weight$", "query_proj.weight"),
+    ("bigbird_pegasus", r"(?:^|\.)layers\.(\d+)\.self_attn\.self\.query\.weight$",
+     "self.query.weight"),
     ("led", r"(?:^|\.)layers\.(\d+)\.self_attn\.longformer_self_attn\.query\.weight$",
      "longformer_self_attn.query.weight"),
     ("squeezebert", r"(?:^|\.)layers\.(\d+)\.attention\.query\.weight$", "query.weight"),
@@ -73,7 +75,8 @@ CROSS = (
 # the layouts of an encoder-decoder family's parts: its self-attention's, its cross's
 PART_KINDS = {"bart": ("decoder", "cross"), "t5": ("t5", "t5_cross"),
               "led": ("led", "decoder", "cross"), "longt5": ("longt5", "t5", "t5_cross"),
-              "prophetnet": ("prophetnet", "cross_qp")}
+              "prophetnet": ("prophetnet", "cross_qp"),
+              "bigbird_pegasus": ("bigbird_pegasus", "decoder", "cross")}
 BUFFERS = ("attn.bias", "attn.masked_bias", "rotary_emb.inv_freq")  # not weights
 
 
@@ -98,6 +101,7 @@ class LayerReading:
     dtype: np.dtype = np.dtype(np.float64)  # the weights' working precision
     cross: bool = False  # a cross-attention: its keys and values read x_kv
     position_bias: Any = None  # (n, m) -> the bias H × n × m, when it depends on them (T5)
+    position_mask: Any = None  # (n, m) -> the mask n × m (or None), when it depends on them
 
     @property
     def width(self) -> int:
@@ -157,12 +161,14 @@ def read_layer(path: str | Path, layer: int | str = 0, dtype: Any = np.float64
         family = record.model_type if model_type is not None else kind or "unknown"
     _refuse_the_rest(r, stem)
     bias = out.pop("position_bias", None)  # a rule of n and m (T5's): made with the problem
+    mask = out.pop("position_mask", None)  # (BigBird's blocks: the same)
     weights = {k: v for k, v in out.items() if k in WEIGHTS}
     settings = {k: v for k, v in out.items() if k not in WEIGHTS}
     return LayerReading(str(ckpt.path), layer if part is None else part.name, family, stem,
                         MappingProxyType(weights), MappingProxyType(settings),
                         MappingProxyType(dict(r.origin)), r.dtype,
-                        cross=part is not None and part.cross, position_bias=bias)
+                        cross=part is not None and part.cross, position_bias=bias,
+                        position_mask=mask)
 
 
 # Layers that are not softmax attention, known by their tensors (the name after the
