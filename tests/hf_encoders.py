@@ -17,7 +17,7 @@ NO_ROPE = ("ibert", "luke", "squeezebert", "mobilebert")
 # read by tests/test_encoders.py (x is narrower than the model's hidden_size, or its parts)
 OWN_TESTS = ("mobilebert", "mobilebert-plain", "convbert", "longformer", "led", "fsmt",
              "trocr", "longt5", "longt5-global", "prophetnet", "t5gemma",
-             "pegasus_x", "big_bird", "bigbird_pegasus")
+             "pegasus_x", "big_bird", "bigbird_pegasus", "reformer", "reformer-encoder")
 
 
 def encoders(recipe: Callable[..., Any]) -> dict[str, Any]:
@@ -121,6 +121,12 @@ def encoders(recipe: Callable[..., Any]) -> dict[str, Any]:
             block_size=2, num_random_blocks=2, use_bias=True, pad_token_id=0, bos_token_id=2,
             eos_token_id=1, decoder_start_token_id=2),
             notes="encoder: block-sparse, blocks of 2, two random blocks; decoder: BART's"),
+        "reformer": recipe("ReformerConfig", "ReformerModelWithLMHead", _reformer(
+            is_decoder=True, local_num_chunks_before=1, local_num_chunks_after=0),
+            notes="a decoder: chunks of 4, one before; layer 1 LSH (refused for good)"),
+        "reformer-encoder": recipe("ReformerConfig", "ReformerForMaskedLM", _reformer(
+            is_decoder=False, local_num_chunks_before=1, local_num_chunks_after=1),
+            notes="an encoder: chunks of 4, one before and one after, round the sequence"),
         "ibert": r("IBertConfig", "IBertForMaskedLM", "its float mode (quant_mode false)"),
         "luke": r("LukeConfig", "LukeForMaskedLM", "words only: its entity queries unused",
                   entity_vocab_size=20, entity_emb_size=16),
@@ -134,3 +140,13 @@ def _gemma(**kw: Any) -> dict[str, Any]:
             "head_dim": 8, "query_pre_attn_scalar": 12, "attn_logit_softcapping": 2.0,
             "sliding_window": 3, "layer_types": ["sliding_attention", "full_attention"],
             "max_position_embeddings": 64, "rope_parameters": ROPE, **kw}
+
+
+def _reformer(**kw: Any) -> dict[str, Any]:
+    """Reformer, tiny: layers local, LSH, local; chunks of 4; 2 heads of 8."""
+    return {"vocab_size": 100, "hidden_size": 16, "num_attention_heads": 2,
+            "attention_head_size": 8, "attn_layers": ["local", "lsh", "local"],
+            "local_attn_chunk_length": 4, "lsh_attn_chunk_length": 4, "num_buckets": 2,
+            "num_hashes": 1, "axial_pos_shape": [8, 8], "axial_pos_embds_dim": [8, 8],
+            "max_position_embeddings": 64, "feed_forward_size": 32, "pad_token_id": 0,
+            "eos_token_id": 2, **kw}

@@ -275,7 +275,10 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
         output = None
     names = dict(model.named_modules())
     after_inner = None
-    if output == f"{path}.output.dense" and f"{path}.self" in names:
+    if output == f"{path}.output.dense" and f"{path}.self_attention" in names:
+        # Reformer's: its layer norm, then self_attention, then output.dense
+        path, after_inner = f"{path}.self_attention", output
+    elif output == f"{path}.output.dense" and f"{path}.self" in names:
         # BERT's layout: its self module, then output.dense on what it gives (a pre-norm
         # inside the module, as RoBERTa-PreLayerNorm's or ESM's, is the layer's input norm)
         path, after_inner = f"{path}.self", output

@@ -308,3 +308,22 @@ def test_bigbird_pegasus_reads_its_blocks_and_barts_decoder(tmp_path: Path) -> N
     assert encoder.position_mask is not None and "output.weight" in encoder.origin["w_o"]
     assert "log(3)" in encoder.origin["bias"]
     assert read_layer(folder, "decoder.0").position_mask is None
+
+
+@pytest.mark.parametrize("family", ["reformer", "reformer-encoder"])
+def test_reformers_local_layers_are_a_mask_of_chunks(family: str, tmp_path: Path) -> None:
+    """Its local layers over 16 tokens in chunks of 4 (and at 4 tokens, plain attention)
+    agree with the model; its LSH layer is refused for good, naming the local ones."""
+    folder = hf.make_model(family, tmp_path / family)
+    for n in (16, 4):
+        assert agrees(folder, n=n, skip=(1,), weights=False) == [0, 2]
+    with pytest.raises(NotAttention, match="layer 1 is Reformer's LSH attention .* the "
+                                           "attention layers are 0, 2"):
+        read_layer(folder, 1)
+    mask = from_mapping({"x": np.ones((16, 16)), "checkpoint": folder, "layer": 0},
+                        "t").inputs["mask"]
+    if family == "reformer":  # chunk 0 reads only itself; chunk 2 reads chunks 1 and 2
+        assert mask[1].tolist() == [True, True] + [False] * 14
+        assert mask[9, 4:10].all() and not mask[9, :4].any() and not mask[9, 10:].any()
+    else:  # chunk 0 reads chunks 3, 0 and 1, round the sequence, not chunk 2
+        assert mask[0].tolist() == [True] * 8 + [False] * 4 + [True] * 4

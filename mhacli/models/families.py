@@ -26,6 +26,7 @@ from .layouts import (albert, approximate, bert, bloom, codegen, deberta, falcon
 from .encoders import convbert, ibert, jina, luke, mobilebert, roformer, squeezebert
 from .bigbird import big_bird, bigbird_pegasus
 from .llama4 import chunks, llama4
+from .reformer import reformer
 from .longformer import led, longformer
 from .seq2seq import AROUND, bart, pegasus_x, prophetnet
 from .t5gemma import t5gemma
@@ -307,6 +308,7 @@ RECORDS: tuple[Family, ...] = (
     Family("squeezebert", tensors="squeezebert", read=squeezebert, causal=False),
     Family("luke", tensors="bert", read=luke, unread=("bert_model_name",)),
     Family("big_bird", tensors="bert", read=big_bird),
+    Family("reformer", tensors="reformer", read=reformer),
     Family("longformer", tensors="bert", read=longformer, unread=BERT_LIKE["roberta"]),
     *(Family(name, tensors="bert", read=approximate) for name in ("nystromformer", "yoso", "mra")),
     Family("roberta-prelayernorm", tensors="bert", read=bert, input_norm="LayerNorm"),

@@ -57,6 +57,8 @@ LAYOUTS = (
     ("prophetnet", r"(?:^|\.)layers\.(\d+)\.self_attn\.query_proj\.weight$", "query_proj.weight"),
     ("bigbird_pegasus", r"(?:^|\.)layers\.(\d+)\.self_attn\.self\.query\.weight$",
      "self.query.weight"),
+    ("reformer", r"(?:^|\.)layers\.(\d+)\.attention\.self_attention\.value\.weight$",
+     "self_attention.value.weight"),
     ("led", r"(?:^|\.)layers\.(\d+)\.self_attn\.longformer_self_attn\.query\.weight$",
      "longformer_self_attn.query.weight"),
     ("squeezebert", r"(?:^|\.)layers\.(\d+)\.attention\.query\.weight$", "query.weight"),
