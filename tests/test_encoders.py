@@ -327,3 +327,16 @@ def test_reformers_local_layers_are_a_mask_of_chunks(family: str, tmp_path: Path
         assert mask[9, 4:10].all() and not mask[9, :4].any() and not mask[9, 10:].any()
     else:  # chunk 0 reads chunks 3, 0 and 1, round the sequence, not chunk 2
         assert mask[0].tolist() == [True] * 8 + [False] * 4 + [True] * 4
+
+
+@pytest.mark.parametrize("model_type, model_class, words", [
+    ("xlnet", "XLNetLMHeadModel", "rel_attn.r_w_bias: XLNet's two-stream relative attention"),
+    ("funnel", "FunnelForMaskedLM", "attention.r_kernel: Funnel Transformer's relative "
+                                    "attention")])
+def test_relative_attention_not_read_yet_is_named(model_type: str, model_class: str, words: str,
+                                                  tmp_path: Path) -> None:
+    from .hf_zoo import make_zoo_model
+
+    folder = make_zoo_model(model_type, tmp_path / model_type, model_class)
+    with pytest.raises(MhaError, match=words):
+        read_layer(folder, 0)

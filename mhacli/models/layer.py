@@ -191,6 +191,16 @@ NOT_ATTENTION = (
     (r"^mixer\.(experts|gate|shared_experts)\.", "a mixture-of-experts feed-forward layer"),
     (r"^mixer\.(up_proj|down_proj)\.", "a feed-forward layer"),
 )
+# Softmax attention laid out in a way mha does not read yet, known by a tensor: refused by
+# name, saying what it is (never "no attention layer found").
+NOT_READ_YET = (
+    (r"(?:^|\.)rel_attn\.r_w_bias$", "XLNet's two-stream relative attention (Transformer-XL's "
+     "position terms r_w_bias, r_r_bias and r, a segment term seg_embed, its query stream "
+     "beside the content stream), which mha does not compute yet"),
+    (r"(?:^|\.)attention\.r_kernel$", "Funnel Transformer's relative attention (position "
+     "terms r_w_bias, r_r_bias and r_kernel, a token-type term seg_embed) over queries pooled "
+     "block by block, which mha does not compute yet"),
+)
 _LAYER_NAME = re.compile(r"(?:^|\.)(?:layers|blocks|h|layer)\.(\d+)\.(.+)$")
 
 
@@ -218,10 +228,20 @@ def _listed(layers: list[int]) -> str:
     return ", ".join(map(str, layers))
 
 
+def _not_read_yet(ckpt: Any) -> None:
+    """A model whose attention mha knows but does not read yet: that, by name."""
+    for pattern, what in NOT_READ_YET:
+        name = next((n for n in ckpt.names if re.search(pattern, n)), None)
+        if name is not None:
+            raise MhaError(f"{name}: {what}", source=ckpt.source_of(name), key=name)
+
+
 def _not_found(ckpt: Any, layer: int, found: dict[int, str]) -> None:
     """Layer ``layer`` holds no attention mha finds: a layer of another kind (Mamba,
     linear attention …) is refused for good, saying what it is and which layers are
     attention; anything else is an error saying what is there."""
+    if not found:
+        _not_read_yet(ckpt)
     kinds = {k: what for k, (what, _) in _kinds(ckpt.names).items() if k not in found}
     attention = sorted(found)
     numbered = {int(m[1]) for n in ckpt.names if (m := _LAYER_NAME.search(n))}
@@ -274,6 +294,8 @@ def _shared_groups(ckpt: Any, groups: dict[int, str]) -> dict[int, str]:
 
 def _part_not_found(ckpt: Any, part: Part, found: list[int]) -> None:
     """An encoder-decoder model's layer that is not there: which are."""
+    if not found:
+        _not_read_yet(ckpt)
     where = f"its {part.part}'s {'cross-' if part.cross else ''}attention layers are " \
         f"{_listed(found)}" if found else \
         f"its {part.part} has no {'cross-' if part.cross else ''}attention layer mha finds"
