@@ -340,3 +340,12 @@ def test_relative_attention_not_read_yet_is_named(model_type: str, model_class: 
     folder = make_zoo_model(model_type, tmp_path / model_type, model_class)
     with pytest.raises(MhaError, match=words):
         read_layer(folder, 0)
+
+
+def test_esm_cs_layernorm_of_q_and_k_is_refused_by_name(tmp_path: Path) -> None:
+    from .hf_zoo import make_zoo_model
+
+    folder = make_zoo_model("esmc", tmp_path / "esmc", "EsmcForMaskedLM")
+    with pytest.raises(MhaError, match="self_attn.q_norm.weight: a norm of the queries and "
+                                       "keys, which mha does not follow for esmc"):
+        read_layer(folder, 0)

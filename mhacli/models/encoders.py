@@ -192,3 +192,4 @@ def convbert(f: Family, r: Reader, stem: str) -> Layer:
                        "heads (conv_kernel_size wide) joined before output.dense, so its output "
                        "is not softmax attention's; this model has no layer of softmax "
                        "attention alone", source=r.config_file)
+
