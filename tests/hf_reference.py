@@ -207,11 +207,13 @@ FAMILIES: dict[str, Recipe] = {
 }
 
 
+from .hf_encoders import NO_ROPE, encoders  # noqa: E402
 from .hf_recipes import llama_line  # noqa: E402
 
 # The families mha reads from their records alone (tests/hf_recipes.py); the rulebook below
 # (layout_attention) covers FAMILIES only.
 LLAMA_LINE: dict[str, Recipe] = llama_line(Recipe, _decoder)
+LLAMA_LINE.update(encoders(Recipe))  # (the encoders with records of their own)
 
 
 def recipe(family: str) -> Recipe:
@@ -272,6 +274,8 @@ def layout_notes(folder: str | Path) -> dict[str, Any]:
     RoPE is ~1e-7 relative for short sequences, and the angle's error grows with p);
     ``float32_steps``: every such step, in words."""
     config = read_config(folder)
+    if config["model_type"] in NO_ROPE:  # (their softmax runs in the model's float64)
+        return {"rope_float32": False, "float32_steps": []}
     steps = [step for step in _layout(config).float32
              if (_uses_rope(config) or not step.startswith("rope"))
              and (config.get("alibi") or not step.startswith("alibi"))]
@@ -280,7 +284,8 @@ def layout_notes(folder: str | Path) -> dict[str, Any]:
 
 def _uses_rope(config: dict[str, Any]) -> bool:
     """Whether the saved model turns q and k by RoPE (all but GPT-2, BERT and ALiBi Falcon)."""
-    return config["model_type"] not in ("gpt2", "bert") and not config.get("alibi", False)
+    return config["model_type"] not in ("gpt2", "bert", *NO_ROPE) and \
+        not config.get("alibi", False)
 
 
 # A family built like Llama without a layout of its own: its attention module called with
@@ -301,11 +306,14 @@ def read_config(folder: str | Path) -> dict[str, Any]:
 def _randomise(model: torch.nn.Module, seed: int) -> None:
     """Seeded weights that hide nothing: matrices N(0, 1/fan_in) (embeddings N(0, 1)), and
     every vector (norm weights, biases, sinks) moved off its initial 1 or 0 by N(0, 0.3²)
-    (for Gemma's norms, stored as w with the factor 1 + w, that is w ~ N(0, 0.3²))."""
+    (for Gemma's norms, stored as w with the factor 1 + w, that is w ~ N(0, 0.3²)); a
+    parameter the model does not learn (a fixed table, as RoFormer's sinusoid) is kept."""
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, param in sorted(model.named_parameters()):
             noise = torch.randn(param.shape, generator=generator, dtype=torch.float64)
+            if not param.requires_grad:  # a fixed table the model makes (RoFormer's sinusoid)
+                continue
             if param.ndim >= 2:
                 fan_in = 1 if "embed" in name or name.endswith(("wte.weight", "wpe.weight")) \
                     else param.shape[-1]

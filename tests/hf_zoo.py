@@ -138,6 +138,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "dbrx": dict(attn_config={"kv_n_heads": 2, "rope_theta": 10000.0, "clip_qkv": 0.5},
                  ffn_config={"ffn_hidden_size": 64, "moe_num_experts": 4, "moe_top_k": 2,
                              "hidden_size": 64}),
+    "longformer": dict(attention_window=4), "led": dict(attention_window=4),  # (12 tokens:
+    # a multiple of the window, as its attention module asks)
     "esmc": dict(num_key_value_heads=4),
     "dots3_note_text": dict(num_key_value_heads=4, swa_num_attention_heads=4,  # (its sliding
         swa_num_key_value_heads=4, swa_q_lora_rank=24, swa_kv_lora_rank=16,  # layers' sizes)
@@ -298,7 +300,10 @@ def attention_module(model: torch.nn.Module, layer: int) -> tuple[str, str | Non
     if f"{path}.attn" in names and path.endswith(".attention"):  # (MPNet's, inside its norm)
         path = f"{path}.attn"
     # (BLOOM's module adds the residual after its dense: the output is dense's)
-    dense = next((d for d in (f"{path}.output.dense", f"{path}.dense") if d in names), None)
+    # (SqueezeBERT's output projection is its layer's post_attention.conv1d)
+    dense = next((d for d in (f"{path}.output.dense", f"{path}.dense",
+                              f"{path.rsplit('.', 1)[0]}.post_attention.conv1d") if d in names),
+                 None)
     return path, dense
 
 
@@ -319,11 +324,13 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
         output = None
     names = dict(model.named_modules())
     after_inner = None
-    if output == f"{path}.output.dense" and f"{path}.self" in names:
+    if output == f"{path}.output.dense" and f"{path}.self_attention" in names:
+        # Reformer's: its layer norm, then self_attention, then output.dense
+        path, after_inner = f"{path}.self_attention", output
+    elif output == f"{path}.output.dense" and f"{path}.self" in names:
         # BERT's layout: its self module, then output.dense on what it gives (a pre-norm
         # inside the module, as RoBERTa-PreLayerNorm's or ESM's, is the layer's input norm)
         path, after_inner = f"{path}.self", output
-    module = model.get_submodule(path)
     n = len(x)
     caught: dict[str, Any] = {}
 
@@ -334,7 +341,6 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
         caught["args"], caught["kwargs"] = args, kwargs
         raise Caught
 
-    handle = module.register_forward_pre_hook(before, with_kwargs=True)
     languages = getattr(model.config, "languages", None)
     if languages and hasattr(model, "set_default_language"):  # X-MOD's adapters need one
         model.set_default_language(languages[0])
@@ -342,31 +348,43 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
         else model.config
     vocab = getattr(config, "vocab_size", 100) or 100
     ids = torch.from_numpy(np.random.default_rng(seed).integers(3, min(vocab, 100), (1, n)))
-    try:
-        with torch.no_grad():
-            inputs: dict[str, Any] = {"input_ids": ids}
-            if model.config.is_encoder_decoder:
-                inputs["decoder_input_ids"] = ids
-            model(**inputs, use_cache=False)
-    except Caught:
-        pass
-    finally:
-        handle.remove()
+    for _ in range(2):  # (BigBird's forward may swap its attention module: then again)
+        module = model.get_submodule(path)
+        handle = module.register_forward_pre_hook(before, with_kwargs=True)
+        try:
+            with torch.no_grad():
+                inputs: dict[str, Any] = {"input_ids": ids}
+                if model.config.is_encoder_decoder:
+                    inputs["decoder_input_ids"] = ids
+                model(**inputs, use_cache=False)
+        except Caught:
+            break
+        finally:
+            handle.remove()
     if "args" not in caught:
         raise RuntimeError(f"the forward pass never reached {path}")
     args, kwargs = caught["args"], dict(caught["kwargs"])
     dtype = next(model.parameters()).dtype
     hidden = torch.from_numpy(np.asarray(x, dtype=np.float64))[None].to(dtype)
-    if args:
+    channels_first = type(module).__name__.startswith("SqueezeBert")  # (its [N, C, W])
+    if channels_first:
+        hidden = hidden.transpose(1, 2)
+    time_first = not args and "query" in kwargs and "key" in kwargs  # (FSMT's: T × B × C)
+    if time_first:
+        kwargs["query"] = kwargs["key"] = hidden.transpose(0, 1)
+    elif args:
         same = sum(1 for a in args[:3] if a is args[0])  # (CTRL's is called (x, x, x, …))
         args = (hidden,) * same + tuple(args[same:])
     else:
         kwargs["hidden_states"] = hidden
     if x_kv is not None:
         names = [k for k in ("key_value_states", "encoder_hidden_states") if k in kwargs]
+        if time_first:
+            names = ["key"]
         if not names:
             raise RuntimeError(f"{path} was not called as a cross-attention")
-        kwargs[names[0]] = torch.from_numpy(np.asarray(x_kv, dtype=np.float64))[None].to(dtype)
+        kv = torch.from_numpy(np.asarray(x_kv, dtype=np.float64))[None].to(dtype)
+        kwargs[names[0]] = kv.transpose(0, 1) if time_first else kv
     seen: dict[str, torch.Tensor] = {}
     hooks = []
     if output is not None and after_inner is None:
@@ -380,16 +398,28 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
         for h in hooks:
             h.remove()
     out = seen.get("output")
+    if channels_first:  # (its output projection, post_attention.conv1d, called after it)
+        out = result["context_layer"]
+        if output is not None:
+            with torch.no_grad():
+                out = model.get_submodule(output)(out)
+        out, result = out.transpose(1, 2), ()
     if isinstance(result, list):  # (GPT-1's module returns a list)
         result = tuple(result)
     if after_inner is not None:
+        inner = result
+        while isinstance(inner, tuple):  # (I-BERT's: ((context,), its scaling factor))
+            inner = inner[0]
         with torch.no_grad():
-            out = model.get_submodule(after_inner)(result[0] if isinstance(result, tuple)
-                                                    else result)
+            out = model.get_submodule(after_inner)(inner)
+        if isinstance(out, tuple):  # (I-BERT's QuantLinear: (output, its scaling factor))
+            out = out[0]
     if out is None:
         out = result[0] if isinstance(result, tuple) else result
     if getattr(module, "dense_bias", None) is not None:  # (GPT-NeoX-Japanese returns its
         out = out + module.dense_bias.detach()  # output's bias, for the layer to add)
+    if time_first:
+        out = out.transpose(0, 1)
     weights = None  # the last 4-d tensor the module returns (T5's comes after its bias)
     found = [t for t in (result[1:] if isinstance(result, tuple) else ())
              if isinstance(t, torch.Tensor) and t.ndim == 4]
@@ -410,9 +440,11 @@ def _in_memory(model: torch.nn.Module, path: str) -> str:
         found = [n for n in names if n.endswith(tail)]
         if len(found) == 1:
             return found[0]
-    # (EXAONE 3 saves GPT-Neo's names for Llama's; Sarvam, Bailing's attention.*)
+    # (EXAONE 3 saves GPT-Neo's names for Llama's; Sarvam, Bailing's attention.*; GTE, Nomic,
+    # Jina: saved as released)
     number = re.search(r"\.(\d+)\.", path)
-    if number and path.endswith(("attention", "self_attn")):
+    if number and path.endswith(("attn.attention", "self_attn", ".attn", ".attention",
+                                 ".mixer", "attention")):
         return attention_module(model, int(number[1]))[0]
     raise LookupError(f"no module {path} in the model as loaded")
 

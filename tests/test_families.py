@@ -19,13 +19,14 @@ from mhacli.io.problem import from_mapping  # noqa: E402
 from mhacli.models.layer import NotAttention  # noqa: E402
 
 from . import hf_reference as hf  # noqa: E402
+from .hf_encoders import OWN_TESTS  # noqa: E402
 from .hf_recipes import (ENCODER_DECODER, HYBRIDS, SHARED,  # noqa: E402
                          SINKS_OUTSIDE_WEIGHTS)
 
 REFUSED = {"falcon-alibi": "alibi is true"}
 FOLLOWED = sorted(set(hf.FAMILIES) - set(REFUSED))
 LLAMA_LINE = sorted(set(hf.LLAMA_LINE) - set(HYBRIDS) - set(REFUSED) - set(ENCODER_DECODER)
-                    - set(SHARED))
+                    - set(SHARED) - set(OWN_TESTS))
 
 
 def _ours(folder: Path, layer: int, x: np.ndarray) -> mhacli.Problem:

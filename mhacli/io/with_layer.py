@@ -39,6 +39,19 @@ def on_layer(inputs: dict[str, Any], reading: Any, heads: int | None,
     own = set(inputs)
     if inputs.get("bias") is not None:  # the problem's own bias, in place of T5's
         own.add("relative_bias")
+    if getattr(reading, "position_bias", None) is not None and inputs.get("bias") is None:
+        # (T5's relative position bias: its rule made into the bias of these n and m)
+        n = np.shape(inputs["x"])[0] if inputs.get("x") is not None else 0
+        m = np.shape(inputs["x_kv"])[0] if inputs.get("x_kv") is not None else n
+        bias = reading.position_bias(n, m)
+        if bias is not None:
+            inputs["bias"] = bias
+    if getattr(reading, "position_mask", None) is not None and inputs.get("mask") is None:
+        # (BigBird's block-sparse attention: its blocks made into the mask of these n and m)
+        n = np.shape(inputs["x"])[0] if inputs.get("x") is not None else 0
+        mask = reading.position_mask(n, n)
+        if mask is not None:
+            inputs["mask"] = mask
     inputs.update(reading.weights)
     if reading.dtype != np.float64:  # read in the working precision: the problem's too
         inputs.setdefault("dtype", reading.dtype.name)

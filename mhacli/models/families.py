@@ -18,21 +18,27 @@ from .family import (Family, by_layer_types, every_layer, gemma3_rope,
 from .rules import (dense_prefix_rope, full_layers_nope, full_layers_nope_with_window,
                     keys_times, listed_nope, no_rope, nope_on, null_for_its_type, rope_if,
                     said, theta_by_layer, theta_given, times)
-from .windows import (by_layer_types as types_or, every_layer_by, every_layer_if_used,
-                      every_nth_full, first_and_every_sixth, first_two_every_fourth_last,
-                      local_window, nope_slide, odd_below, pattern_if_window, refusing_kind,
-                      sliding_from, sliding_if_set, twice_on_sliding, window_one_more_than)
+from .windows import (both_ways_by_layer_types, by_layer_types as types_or, every_layer_by,
+                      every_layer_if_used, every_nth_full, first_and_every_sixth,
+                      first_two_every_fourth_last, local_window, nope_slide, odd_below,
+                      pattern_if_window, refusing_kind, sliding_from, sliding_if_set,
+                      twice_on_sliding, window_one_more_than)
 from .reading import Reader, window_of
-from .layouts import (albert, approximate, bert, big_bird, bloom, codegen, deberta, drafter,
-                      falcon, gpt2, gpt_bigcode, gpt_neo, gptj, mpt, neox)
+from .layouts import (albert, approximate, bert, bloom, codegen, deberta, drafter, falcon,
+                      gpt2, gpt_bigcode, gpt_neo, gptj, mpt, neox)
+from .encoders import convbert, ibert, jina, luke, mobilebert, roformer, squeezebert
+from .bigbird import big_bird, bigbird_pegasus
 from .differential import diffllama
 from .dbrx import dbrx
 from .latent import latent_attention
 from .gemma3n import GEMMA3N_AROUND, unscaled
 from .llama4 import chunks, llama4
 from .zamba import zamba
-from .seq2seq import AROUND, bart
-from .t5 import AROUND as T5_AROUND, mpnet, t5
+from .reformer import reformer
+from .longformer import led, longformer
+from .seq2seq import AROUND, bart, pegasus_x, prophetnet
+from .t5gemma import t5gemma
+from .t5 import AROUND as T5_AROUND, longt5, mpnet, t5
 
 # --------------------------------------------------------------------------- the records
 
@@ -299,6 +305,19 @@ RECORDS: tuple[Family, ...] = (
            keys=HEADS_ONLY, window=local_window(two_sided=True), unread=MODERNBERT_OUTSIDE),
     Family("modernbert-decoder", tensors="attn", o_proj="Wo", keys=HEADS_ONLY,
            window=local_window(two_sided=False), unread=MODERNBERT_OUTSIDE),
+    # ---- encoders with RoPE, laid out as the Llama line or fused
+    Family("nomic_bert", tensors="modernbert", fused="Wqkv", o_proj="out_proj", causal=False,
+           keys=HEADS_ONLY),
+    Family("gte", tensors="gte", fused="qkv_proj", causal=False, keys=HEADS_ONLY, unread=(
+        "pack_qkv", "unpad_inputs", "use_memory_efficient_attention", "layer_norm_type"),
+           refused=(("logn_attention_scale", "the queries scaled by the log of the length, a "
+                     "step mha does not compute"),)),
+    Family("jina_embeddings_v3", tensors="mixer_wqkv", read=jina, fused="Wqkv",
+           o_proj="out_proj", causal=False, keys=HEADS_ONLY),
+    Family("esmc", causal=False, others="its LayerNorm of q and k over the width refused by "
+           "name"),
+    Family("ultrabert", causal=False, window=both_ways_by_layer_types,
+           unread=("classifier_pooling", "prediction_head_size")),
     # ---- decoders whose positions are added to the tokens before the layers
     Family("openai-gpt", tensors="gpt2", read=gpt2, unread=("afn",)),
     Family("opt", o_proj="out_proj", rope=no_rope, keys=HEADS_ONLY,
@@ -309,6 +328,18 @@ RECORDS: tuple[Family, ...] = (
     *(Family(name, tensors="bart", read=bart, o_proj="out_proj", parts=True, unread=AROUND)
       for name in ("bart", "mbart", "marian", "pegasus", "blenderbot", "blenderbot-small",
                    "m2m_100", "plbart", "nllb-moe")),
+    Family("fsmt", tensors="bart", read=bart, o_proj="out_proj", parts=True,
+           unread=AROUND + ("langs", "src_vocab_size", "tgt_vocab_size")),
+    Family("trocr", tensors="bart", read=bart, o_proj="out_proj", parts=True,
+           unread=AROUND + ("use_learned_position_embeddings", "cross_attention_hidden_size")),
+    Family("prophetnet", tensors="prophetnet", read=prophetnet, parts=True, unread=AROUND),
+    Family("t5gemma", tensors="bart", read=t5gemma, parts=True),
+    Family("pegasus_x", tensors="bart", read=pegasus_x, o_proj="out_proj", parts=True,
+           unread=AROUND),
+    Family("bigbird_pegasus", tensors="bigbird_pegasus", read=bigbird_pegasus,
+           o_proj="out_proj", parts=True, unread=AROUND),
+    Family("led", tensors="led", read=led, o_proj="out_proj", parts=True, unread=AROUND + (
+        "max_encoder_position_embeddings", "max_decoder_position_embeddings")),
     Family("mvp", tensors="bart", read=bart, o_proj="out_proj", parts=True,
            unread=AROUND + ("prompt_length", "prompt_mid_dim"), refused=(
                ("use_prompt", "MVP's prompts, key and value rows of its own put before each "
@@ -338,6 +369,7 @@ RECORDS: tuple[Family, ...] = (
            unread=("expert_ffn_hidden_size", "zero_expert_num"),  # (its experts)
            others="two in each layer, --layer 2N and 2N + 1 (self_attn.0 and .1 of layer N, "
            "the model's layer_idx)"),
+    Family("longt5", tensors="longt5", read=longt5, parts=True, unread=T5_AROUND),
     Family("gpt_bigcode", tensors="gpt2", read=gpt_bigcode),
     Family("bloom", tensors="falcon", read=bloom),
     Family("gpt_neo", tensors="gpt_neo", read=gpt_neo),
@@ -367,7 +399,15 @@ RECORDS: tuple[Family, ...] = (
              unread=XLM_OUTSIDE) for name in ("xlm", "flaubert")),
     # ---- encoders laid out as BERT is
     *(Family(name, tensors="bert", read=bert, unread=unread) for name, unread in BERT_LIKE.items()),
+    Family("roformer", tensors="bert", read=roformer),
+    Family("ibert", tensors="bert", read=ibert),
+    Family("convbert", tensors="bert", read=convbert),
+    Family("mobilebert", tensors="bert", read=mobilebert),
+    Family("squeezebert", tensors="squeezebert", read=squeezebert, causal=False),
+    Family("luke", tensors="bert", read=luke, unread=("bert_model_name",)),
     Family("big_bird", tensors="bert", read=big_bird),
+    Family("reformer", tensors="reformer", read=reformer),
+    Family("longformer", tensors="bert", read=longformer, unread=BERT_LIKE["roberta"]),
     *(Family(name, tensors="bert", read=approximate) for name in ("nystromformer", "yoso", "mra")),
     Family("roberta-prelayernorm", tensors="bert", read=bert, input_norm="LayerNorm"),
     Family("xlm-roberta-xl", tensors="bert", read=bert, input_norm="self_attn_layer_norm"),

@@ -65,16 +65,33 @@ LAYOUTS = (
      "in_proj.weight"),
     ("albert", r"(?:^|\.)albert_layer_groups\.(\d+)\.albert_layers\.0\.attention\.query\."
      r"weight$", "query.weight"),
+    ("longt5", r"(?:^|\.)block\.(\d+)\.layer\.0\.(?:Local|TransientGlobal)SelfAttention\.q\."
+     r"weight$", "q.weight"),
+    ("prophetnet", r"(?:^|\.)layers\.(\d+)\.self_attn\.query_proj\.weight$", "query_proj.weight"),
+    ("bigbird_pegasus", r"(?:^|\.)layers\.(\d+)\.self_attn\.self\.query\.weight$",
+     "self.query.weight"),
+    ("reformer", r"(?:^|\.)layers\.(\d+)\.attention\.self_attention\.value\.weight$",
+     "self_attention.value.weight"),
+    ("led", r"(?:^|\.)layers\.(\d+)\.self_attn\.longformer_self_attn\.query\.weight$",
+     "longformer_self_attn.query.weight"),
+    ("squeezebert", r"(?:^|\.)layers\.(\d+)\.attention\.query\.weight$", "query.weight"),
     ("t5", r"(?:^|\.)block\.(\d+)\.layer\.0\.SelfAttention\.q\.weight$", "q.weight"),
+    ("gte", r"(?:^|\.)layer\.(\d+)\.attention\.qkv_proj\.weight$", "qkv_proj.weight"),
+    ("mixer_wqkv", r"(?:^|\.)layers\.(\d+)\.mixer\.Wqkv\.weight$", "Wqkv.weight"),
 )
 # an encoder-decoder model's cross-attention (its decoder's tensors only)
 CROSS = (
     ("cross", r"(?:^|\.)layers\.(\d+)\.encoder_attn\.q_proj\.weight$", "q_proj.weight"),
     ("cross", r"(?:^|\.)layers\.(\d+)\.cross_attention\.q_proj\.weight$", "q_proj.weight"),
+    ("cross", r"(?:^|\.)layers\.(\d+)\.cross_attn\.q_proj\.weight$", "q_proj.weight"),
+    ("cross_qp", r"(?:^|\.)layers\.(\d+)\.cross_attn\.query_proj\.weight$", "query_proj.weight"),
     ("t5_cross", r"(?:^|\.)block\.(\d+)\.layer\.1\.EncDecAttention\.q\.weight$", "q.weight"),
 )
 # the layouts of an encoder-decoder family's parts: its self-attention's, its cross's
-PART_KINDS = {"bart": ("decoder", "cross"), "t5": ("t5", "t5_cross")}
+PART_KINDS = {"bart": ("decoder", "cross"), "t5": ("t5", "t5_cross"),
+              "led": ("led", "decoder", "cross"), "longt5": ("longt5", "t5", "t5_cross"),
+              "prophetnet": ("prophetnet", "cross_qp"),
+              "bigbird_pegasus": ("bigbird_pegasus", "decoder", "cross")}
 BUFFERS = ("attn.bias", "attn.masked_bias", "rotary_emb.inv_freq")  # not weights
 
 
@@ -103,6 +120,8 @@ class LayerReading:
     # keeps every key up to its index_topk: past it, a sparse mask mha does not compute)
     module: str = ""  # the layer's attention module in the model as loaded, where it is
     # not the stem (a block shared by several layers, saved under another's name)
+    position_bias: Any = None  # (n, m) -> the bias H × n × m, when it depends on them (T5)
+    position_mask: Any = None  # (n, m) -> the mask n × m (or None), when it depends on them
 
     @property
     def width(self) -> int:
@@ -176,13 +195,15 @@ def read_layer(path: str | Path, layer: int | str = 0, dtype: Any = np.float64
             module = re.sub(*record.loaded_as, stem)
     _refuse_the_rest(r, stem)
     most = out.pop("most_tokens", None)  # (DeepSeek-V3.2's indexer: dense up to index_topk)
+    bias = out.pop("position_bias", None)  # a rule of n and m (T5's): made with the problem
+    mask = out.pop("position_mask", None)  # (BigBird's blocks: the same)
     weights = {k: v for k, v in out.items() if k in WEIGHTS}
     settings = {k: v for k, v in out.items() if k not in WEIGHTS}
     return LayerReading(str(ckpt.path), layer if part is None else part.name, family, stem,
                         MappingProxyType(weights), MappingProxyType(settings),
                         MappingProxyType(dict(r.origin)), r.dtype,
                         cross=part is not None and part.cross, most_tokens=most,
-                        module=module)
+                        module=module, position_bias=bias, position_mask=mask)
 
 
 # Layers that are not softmax attention, known by their tensors (the name after the
@@ -202,6 +223,16 @@ NOT_ATTENTION = (
     (r"^fourier\.", "a Fourier transform of the tokens (FNet's, in place of attention)"),
     (r"^mixer\.(experts|gate|shared_experts)\.", "a mixture-of-experts feed-forward layer"),
     (r"^mixer\.(up_proj|down_proj)\.", "a feed-forward layer"),
+)
+# Softmax attention laid out in a way mha does not read yet, known by a tensor: refused by
+# name, saying what it is (never "no attention layer found").
+NOT_READ_YET = (
+    (r"(?:^|\.)rel_attn\.r_w_bias$", "XLNet's two-stream relative attention (Transformer-XL's "
+     "position terms r_w_bias, r_r_bias and r, a segment term seg_embed, its query stream "
+     "beside the content stream), which mha does not compute yet"),
+    (r"(?:^|\.)attention\.r_kernel$", "Funnel Transformer's relative attention (position "
+     "terms r_w_bias, r_r_bias and r_kernel, a token-type term seg_embed) over queries pooled "
+     "block by block, which mha does not compute yet"),
 )
 _LAYER_NAME = re.compile(r"(?:^|\.)(?:layers|blocks|h|layer)\.(\d+)\.(.+)$")
 
@@ -263,10 +294,20 @@ def _listed(layers: list[int]) -> str:
     return ", ".join(map(str, layers))
 
 
+def _not_read_yet(ckpt: Any) -> None:
+    """A model whose attention mha knows but does not read yet: that, by name."""
+    for pattern, what in NOT_READ_YET:
+        name = next((n for n in ckpt.names if re.search(pattern, n)), None)
+        if name is not None:
+            raise MhaError(f"{name}: {what}", source=ckpt.source_of(name), key=name)
+
+
 def _not_found(ckpt: Any, layer: int, found: dict[int, str]) -> None:
     """Layer ``layer`` holds no attention mha finds: a layer of another kind (Mamba,
     linear attention …) is refused for good, saying what it is and which layers are
     attention; anything else is an error saying what is there."""
+    if not found:
+        _not_read_yet(ckpt)
     kinds = {k: what for k, (what, _) in _kinds(ckpt.names).items() if k not in found}
     attention = sorted(found)
     numbered = {int(m[1]) for n in ckpt.names if (m := _LAYER_NAME.search(n))}
@@ -325,6 +366,8 @@ def _shared_groups(ckpt: Any, groups: dict[int, str]) -> dict[int, str]:
 
 def _part_not_found(ckpt: Any, part: Part, found: list[int]) -> None:
     """An encoder-decoder model's layer that is not there: which are."""
+    if not found:
+        _not_read_yet(ckpt)
     where = f"its {part.part}'s {'cross-' if part.cross else ''}attention layers are " \
         f"{_listed(found)}" if found else \
         f"its {part.part} has no {'cross-' if part.cross else ''}attention layer mha finds"

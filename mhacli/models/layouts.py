@@ -1,6 +1,6 @@
 """The readings of the families whose attention is laid out their own way (GPT-2's Conv1D,
 BERT's query/key/value, GPT-NeoX's, Falcon's, BLOOM's, MPT's and CodeGen's fused
-projections, GPT-J, GPT-Neo, GPTBigCode, ALBERT's shared groups, BigBird), and those refused
+projections, GPT-J, GPT-Neo, GPTBigCode, ALBERT's shared groups), and those refused
 by name or for good by their record (DeBERTa; the approximations of softmax attention).
 Each names itself in its record in ``families.py``; the Llama line needs none of these.
 
@@ -363,18 +363,6 @@ def falcon(f: Family, r: Reader, stem: str) -> Layer:
         out["kv_heads"] = groups
     out["rope"] = rope_of(r, d, partial_key=None)
     return out
-
-
-@said("query, key, value and output.dense; no mask; refused unless original_full")
-def big_bird(f: Family, r: Reader, stem: str) -> Layer:
-    """BigBird: BERT's attention when attention_type is original_full; its block-sparse
-    attention (a window, global blocks and random blocks) is refused."""
-    kind = r.get("attention_type")
-    if kind != "original_full":
-        raise r.error("attention_type", f"{shown(kind)}: block-sparse attention (a window, "
-                      "global and random blocks of keys), a mask mha does not build")
-    r.get("block_size"), r.get("num_random_blocks"), r.get("use_bias")
-    return bert(f, r, stem)
 
 
 @said("an approximation of softmax attention (refused for good)")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import shown
 from .family import Family, Layer
 from .reading import Reader, heads_of, linear
 from .rules import said
@@ -54,3 +55,49 @@ def bart(f: Family, r: Reader, stem: str) -> Layer:
         out["mask"] = "causal"
         r.note("mask", f"{f.model_type}: the decoder's self-attention is causal")
     return out
+
+
+@said("encoder: no mask; decoder: its cross-attention over the encoder's output (x_kv); "
+      "its n-gram self-attention refused by name")
+def prophetnet(f: Family, r: Reader, stem: str) -> Layer:
+    """ProphetNet: query_proj, key_proj, value_proj and out_proj with biases, the
+    queries ÷ √d_k; its encoder sees every token, its decoder's cross-attention every
+    token of the encoder's output. Its decoder's self-attention is n-gram attention (a
+    main stream and ngram streams predicting further tokens, each with relative position
+    buckets of its own): refused by name."""
+    part = r.part.part if r.part is not None else "decoder"
+    cross = r.part is not None and r.part.cross
+    for key in ("ngram", "num_buckets", "relative_max_distance", "disable_ngram_loss", "eps",
+                "num_encoder_layers", "num_decoder_layers"):
+        r.get(key)  # (the decoder's n-gram streams; the layers and the loss around them)
+    if part == "decoder" and not cross:
+        raise r.error("ngram", f"{shown(r.cfg.get('ngram'))}: ProphetNet's decoder "
+                      "self-attention is n-gram attention (a main stream and ngram streams "
+                      "predicting further tokens, with relative position buckets of their "
+                      "own), which mha does not build; its encoder.N and decoder.N.cross "
+                      "layers are read")
+    r.get(f"num_{'encoder' if part == 'decoder' else 'decoder'}_attention_heads")
+    heads, _, _ = heads_of(r, f"num_{part}_attention_heads", None, r.count("hidden_size"))
+    out: dict[str, Any] = {"heads": heads}
+    for ours, theirs in (("q", "query_proj"), ("k", "key_proj"), ("v", "value_proj"),
+                         ("o", "out_proj")):
+        linear(r, stem, theirs, out, ours)
+    return out
+
+
+@said("decoder: causal, and its cross-attention over the encoder's output (x_kv); its "
+      "encoder's block-local attention with global tokens refused by name")
+def pegasus_x(f: Family, r: Reader, stem: str) -> Layer:
+    """PEGASUS-X: its decoder is BART's; its encoder's layers attend in blocks of
+    block_size tokens, each block also reading num_global_tokens learned global tokens (a
+    stream of their own, normed apart) which read every token, the blocks staggered on
+    every other layer: two inputs, refused by name."""
+    for key in ("block_size", "stagger_local_blocks"):
+        r.get(key)
+    globals_ = r.get("num_global_tokens")
+    if r.part is not None and r.part.part == "encoder":
+        raise r.error("num_global_tokens", f"{shown(globals_)}: PEGASUS-X's encoder attends "
+                      "in blocks of block_size tokens beside learned global tokens, a stream "
+                      "of their own that reads every token, which mha's x does not hold; its "
+                      "decoder.N and decoder.N.cross layers are read")
+    return bart(f, r, stem)

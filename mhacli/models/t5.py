@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import MhaError
+from ..errors import MhaError, shown
 from .family import Family, Layer
 from .reading import Reader, heads_of, linear
 from .rules import said
@@ -106,4 +106,29 @@ def mpnet(f: Family, r: Reader, stem: str) -> Layer:
     out["relative_bias"] = relative_bias(table[:32], True, 128)  # (its rows past 32: unused)
     r.note("relative_bias", f"tensor {name} (MPNet's relative position buckets of j − i, before and "
            "after told apart: 32 buckets up to 128 apart, as its model fixes them)")
+    return out
+
+
+@said("T5's, its encoder's local attention a two-sided window of local_radius (|i − j| ≤ "
+      "it); transient-global attention refused by name")
+def longt5(f: Family, r: Reader, stem: str) -> Layer:
+    """LongT5: T5's layers, its encoder's local attention (``LocalSelfAttention``) seeing
+    the keys within local_radius of the query both ways, in blocks of local_radius + 1 as
+    its model computes it (the same keys, the same relative position bias); its
+    transient-global attention, which adds keys made from sums of blocks of tokens, is
+    refused by name."""
+    kind = r.get("encoder_attention_type")
+    r.get("global_block_size")  # (its transient-global attention's)
+    if "TransientGlobalSelfAttention" in stem:
+        raise r.error("encoder_attention_type", f"{shown(kind)}: LongT5's transient-global "
+                      "attention, whose keys add one made from each block of "
+                      "global_block_size tokens (their sum, normed), which mha does not build")
+    radius = r.count("local_radius")
+    out = t5(f, r, stem)
+    if "LocalSelfAttention" in stem:
+        if radius is None:
+            raise r.error("local_radius", "missing: LongT5's local attention needs it")
+        out["window"] = radius + 1
+        r.note("window", f"config local_radius ({radius}: |i − j| ≤ it both ways, in blocks "
+               f"of {radius + 1})")
     return out

@@ -220,3 +220,16 @@ def local_window(two_sided: bool) -> Window:
                f"layer {r.layer}: {kind})")
         return (half + 1 if two_sided else half), kind
     return window
+
+
+@said("two-sided sliding windows by layer_types (|i − j| ≤ sliding_window)")
+def both_ways_by_layer_types(r: Reader) -> tuple[int | None, str | None]:
+    """An encoder's sliding layers (Ultrabert's): layer_types says which, and each sees
+    the keys within sliding_window of the query both ways, |i − j| ≤ it (a window of it
+    + 1 in mha's |i − j| < w)."""
+    size, kind = window_of(r)
+    if size is None:
+        return None, kind
+    r.note("window", f"config sliding_window (+ 1: |i − j| ≤ it both ways; layer {r.layer}: "
+           f"{kind})")
+    return size + 1, kind
