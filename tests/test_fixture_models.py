@@ -209,7 +209,7 @@ def test_every_layer_of_all_heads_reads_the_same_tokens() -> None:
 
 @pytest.mark.parametrize("args, words", [
     (["--all-heads", "--head", "1"], "--head is for one head's tables"),
-    (["--all-heads", "--format", "latex"], "--format rich, plain, markdown or json"),
+    (["--all-heads", "--format", "latex"], "--format rich, plain, markdown, json or html"),
     (["--all-heads", "--svg", "/nonexistent/x.svg"], "cannot write"),
     (["--all-heads", "--format", "json", "--svg", "x.svg"], "leave out --format"),
     (["--layer", "all"], "--layer takes a layer number from 0"),
