@@ -34,6 +34,12 @@ def test_sample_runs_and_matches_reference(name: str) -> None:
         a = np.exp(z - z.max(axis=1, keepdims=True))
         close(tr["weights"][0], a / a.sum(axis=1, keepdims=True))
         assert out.shape == (9, 512) and tr.config.heads == 8 and tr.config.d_k == 64
+    elif p.inputs.get("w_dkv") is not None:  # MLA: the loop written in test_latent
+        from .test_latent import by_hand
+
+        c = p.config
+        close(out, by_hand(dict(p.inputs), c.heads, c.d_k - c.d_rope, c.d_rope,
+                           eps=c.latent_eps, style=c.rope))
     else:
         close(out, reference(**p.inputs)["output"])
     for cmd in (["run", "--sample", name], ["explain", "--sample", name, "--format", "plain"]):
