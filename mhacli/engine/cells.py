@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from . import ops
-from .recipe import each, fdot, op, when
+from .recipe import each, fdot, op, rms_of, squares, when
 from .writing import Entry, sub
 
 
@@ -233,16 +233,15 @@ def cell_normed(e: Entry) -> list[Any]:
                 f"  μ = {e.num(mean)}, rms = √(… + {e.num(c.qk_eps)}) = {e.num(r)}",
                 f"  ({e.factor(x)} − {e.factor(mean)}) / {e.num(r)} × {e.factor(w)} + "
                 f"{e.factor(b)}", f"  = {e.result}"]
-    squares = op("fmap", op("f*", op("it", 0), op("it", 0)), e.row_of(src, h, i))
+    summed = squares(e.row_of(src, h, i))
     if c.qk_norm == "width":  # over the row of every head: the sum of each head's
         heads = e.trace.stages[src].shape[0]
-        squares = op("fmap", op("fsum", op("fmap", op("f*", op("it", 0), op("it", 0)),
-                                           op("row", src, op("it", 0), i))),
-                     op("range", 0, heads))
+        summed = op("fmap", op("fsum", squares(op("row", src, op("it", 0), i))),
+                    op("range", 0, heads))
         count = heads * c.d_k
     else:
         count = c.d_k
-    rms = op("sqrt", op("f+", op("f/", op("fsum", squares), float(count)), float(c.qk_eps)))
+    rms = rms_of(summed, count, c.qk_eps)
     e.makes(op("f*", op("f/", x, rms), w))
     return [f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] / rms × w_{at + 1}, rms = "
             f"√(mean of the squares of {over} + eps)",
@@ -256,8 +255,7 @@ def cell_v_normed(e: Entry) -> list[Any]:
     src = e.reads[0]
     e.mark(src, h, {i})
     r = op("at", "v_normed.rms", h - 1, i, 0)
-    squares = op("fmap", op("f*", op("it", 0), op("it", 0)), e.row_of(src, h, i))
-    rms = op("sqrt", op("f+", op("f/", op("fsum", squares), float(e.c.d_v)), float(e.c.v_norm)))
+    rms = rms_of(squares(e.row_of(src, h, i)), e.c.d_v, e.c.v_norm)
     e.makes(op("f/", e.value(src, h, i, j), rms))
     return [f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] / rms, rms = √(mean of the "
             f"squares of the row {e.row_label} of head {h} + eps)",
@@ -505,7 +503,8 @@ def cell_head_normed(e: Entry) -> list[Any]:
     src = e.reads[0]
     e.mark(src, h, {i})
     r = op("at", f"{e.stage}.rms", h - 1, i, 0)
-    e.makes(op("f/", e.value(src, h, i, j), r))
+    e.makes(op("f/", e.value(src, h, i, j),
+               rms_of(squares(e.row_of(src, h, i)), e.c.out_width, e.c.diff_eps)))
     return [f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] / rms, rms = √(mean of the "
             f"squares of the row {e.row_label} of head {h} + eps)",
             f"  rms = √(… + {e.c.diff_eps:g}) = {e.num(r)}",
@@ -555,9 +554,8 @@ def cell_concat_normed(e: Entry) -> list[Any]:
     e.mark("concat", None, {i})
     r = op("at", "concat_normed.rms", i, 0)
     w = e.inp("sub_norm_weight", exact=False).at(j)
-    squares = op("fmap", op("f*", op("it", 0), op("it", 0)), e.row_of("concat", None, i))
-    width = float(e.trace.stages["concat"].shape[1])
-    rms = op("sqrt", op("f+", op("f/", op("fsum", squares), width), float(e.c.sub_norm)))
+    rms = rms_of(squares(e.row_of("concat", None, i)), e.trace.stages["concat"].shape[1],
+                 e.c.sub_norm)
     e.makes(op("f*", op("f/", e.value("concat", None, i, j), rms), w))
     return [f"{e.name} = concat[{e.row_label}, {j + 1}] / rms × w_{j + 1}, rms = √(mean of "
             f"the squares of the row {e.row_label} + eps)",

@@ -12,7 +12,7 @@ import numpy as np
 
 from . import latent
 from .formulas import tex
-from .recipe import fdot, op, when
+from .recipe import fdot, op, rms_of, squares, when
 from .stage import KEY, NUMBERED, QUERY, Stage
 from .writing import Entry, Formula
 
@@ -60,10 +60,8 @@ def _cell_normed(e: Entry) -> list[Any]:
     weight = e.inp(e.stage.removesuffix("ed"), exact=False).at(j)  # q_latent_norm …
     x = e.value(src, None, i, j)
     width = c.r_q if e.stage == "q_latent_normed" else c.r_kv
-    squares = op("fmap", op("f*", op("it", 0), op("it", 0)),
-                 op("slice", e.row_of(src, None, i), 0, width))  # (c_KV's: k_R not normed)
-    rms = op("sqrt", op("f+", op("f/", op("fsum", squares), float(width)),
-                        float(c.latent_eps)))
+    rms = rms_of(squares(op("slice", e.row_of(src, None, i), 0, width)),  # (k_R not normed)
+                 width, c.latent_eps)
     e.makes(op("f*", op("f/", x, rms), weight))
     return [f"{e.name} = {src}[{e.row_label}, {j + 1}] / rms × w_{j + 1}, rms = √(mean of "
             f"the squares of its first {width} columns + eps)",

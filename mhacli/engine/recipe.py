@@ -388,6 +388,17 @@ def _f(v: Any) -> float:
     return float(v)
 
 
+def squares(v: Any) -> X:
+    """Each entry of the vector ``v`` squared: how a norm's sum is made."""
+    return op("fmap", op("f*", op("it", 0), op("it", 0)), v)
+
+
+def rms_of(summed: Any, count: float, eps: float) -> X:
+    """√(Σ x² / count + eps), ``summed`` the squares (``squares``): a norm's root mean
+    square, made again from a reader's own row as the engine's ``ops.rms`` makes it."""
+    return op("sqrt", op("f+", op("f/", op("fsum", summed), float(count)), float(eps)))
+
+
 def fdot(v: Any, w: Any) -> X:
     """Σ v·w, in order: how a product's entry is made."""
     return op("fdot", v, w)
