@@ -79,7 +79,7 @@ def generate(
             others = [o for o, v in (("--ints", s.ints), ("--d-model", s.d_model),
                                      ("--kv-tokens", s.kv_tokens), ("--d-kv", s.d_kv),
                                      ("--d-k", s.d_k), ("--no-w-o", s.no_w_o),
-                                     ("--no-biases", s.no_biases),
+                                     ("--no-biases", s.no_biases), ("--latent", s.latent),
                                      ("--max-score", max_score)) if v]
             if others and s.checkpoint is not None:
                 raise MhaError(f"--checkpoint gives the weights and their sizes: it cannot be "
@@ -100,7 +100,7 @@ def generate(
                 if s.kv_tokens is not None else None,
                 d_kv=s.d_kv, w_o=not s.no_w_o, most=gen.MOST_WRITTEN, d_k=s.d_k,
                 max_score=max_score, settings=option_values(settings), backward=backward,
-                biases=False if s.no_biases else None)
+                biases=False if s.no_biases else None, latent=s.latent)
         if backward:
             prob = prob.with_overrides(backward=True)
         chosen = [engine.canonical(s) for s in stage] if stage else None

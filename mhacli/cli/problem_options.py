@@ -78,6 +78,11 @@ OPTIONS: tuple[SourceOption, ...] = (
         "--no-biases", help="--ints: leave out the biases b_q, b_k, b_v, b_o (an --ints "
         "exercise has them, so that one left out shows).", rich_help_panel=PROBLEM)], False,
         commands=("generate",)),
+    SourceOption("latent", Annotated[Optional[int], typer.Option(
+        "--latent", metavar="R", help="Multi-head latent attention (DeepSeek's MLA): queries, "
+        "keys and values made from latents R wide; d_model 6 and 2 heads of d_k 4 by "
+        "default, RoPE on each head's last 2 columns (k_R, shared by the heads), values of "
+        "d_model / heads, no biases; an --ints exercise norms its latents with eps 0.", rich_help_panel=PROBLEM)], commands=("generate",)),
     SourceOption("checkpoint", Annotated[Optional[Path], typer.Option(
         "--checkpoint", metavar="MODEL", help=Words(
             f"{_MODEL} On the problem file's x, or on random tokens (--random, --tokens N, "
@@ -119,6 +124,7 @@ class Source:
     d_k: Optional[int] = None
     no_w_o: bool = False
     no_biases: bool = False
+    latent: Optional[int] = None
     checkpoint: Optional[Path] = None
     layer: Optional[str] = None
     text: Optional[str] = None

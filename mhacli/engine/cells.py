@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from . import ops
-from .recipe import each, fdot, op, rms_of, squares, when
+from .recipe import each, fdot, op, rms_line, rms_of, squares, when
 from .writing import Entry, sub
 
 
@@ -243,9 +243,11 @@ def cell_normed(e: Entry) -> list[Any]:
         count = c.d_k
     rms = rms_of(summed, count, c.qk_eps)
     e.makes(op("f*", op("f/", x, rms), w))
+    line = rms_line(e.row_of(src, h, i), count, c.qk_eps, r) if c.qk_norm != "width" else \
+        f"  rms = √({e.num(op('f/', op('fsum', summed), float(count)))} + {c.qk_eps:g}) = " \
+        f"{e.num(r)}"
     return [f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] / rms × w_{at + 1}, rms = "
-            f"√(mean of the squares of {over} + eps)",
-            f"  rms = √(… + {e.num(c.qk_eps)}) = {e.num(r)}",
+            f"√(mean of the squares of {over} + eps)", line,
             f"  {e.factor(x)} / {e.num(r)} × {e.factor(w)}", f"  = {e.result}"]
 
 
@@ -259,7 +261,7 @@ def cell_v_normed(e: Entry) -> list[Any]:
     e.makes(op("f/", e.value(src, h, i, j), rms))
     return [f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] / rms, rms = √(mean of the "
             f"squares of the row {e.row_label} of head {h} + eps)",
-            f"  rms = √(… + {e.num(e.c.v_norm)}) = {e.num(r)}",
+            rms_line(e.row_of(src, h, i), e.c.d_v, e.c.v_norm, r),
             f"  {e.factor(e.value(src, h, i, j))} / {e.num(r)}", f"  = {e.result}"]
 
 
@@ -507,7 +509,7 @@ def cell_head_normed(e: Entry) -> list[Any]:
                rms_of(squares(e.row_of(src, h, i)), e.c.out_width, e.c.diff_eps)))
     return [f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] / rms, rms = √(mean of the "
             f"squares of the row {e.row_label} of head {h} + eps)",
-            f"  rms = √(… + {e.c.diff_eps:g}) = {e.num(r)}",
+            rms_line(e.row_of(src, h, i), e.c.out_width, e.c.diff_eps, r),
             f"  {e.factor(e.value(src, h, i, j))} / {e.num(r)}", f"  = {e.result}"]
 
 
@@ -559,7 +561,8 @@ def cell_concat_normed(e: Entry) -> list[Any]:
     e.makes(op("f*", op("f/", e.value("concat", None, i, j), rms), w))
     return [f"{e.name} = concat[{e.row_label}, {j + 1}] / rms × w_{j + 1}, rms = √(mean of "
             f"the squares of the row {e.row_label} + eps)",
-            f"  rms = √(… + {e.num(e.c.sub_norm)}) = {e.num(r)}",
+            rms_line(e.row_of("concat", None, i), e.trace.stages["concat"].shape[1],
+                     e.c.sub_norm, r),
             f"  {e.factor(e.value('concat', None, i, j))} / {e.num(r)} × {e.factor(w)}",
             f"  = {e.result}"]
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from . import latent
 from .formulas import tex
-from .recipe import fdot, op, rms_of, squares, when
+from .recipe import fdot, op, rms_line, rms_of, squares, when
 from .stage import KEY, NUMBERED, QUERY, Stage
 from .writing import Entry, Formula
 
@@ -65,7 +65,7 @@ def _cell_normed(e: Entry) -> list[Any]:
     e.makes(op("f*", op("f/", x, rms), weight))
     return [f"{e.name} = {src}[{e.row_label}, {j + 1}] / rms × w_{j + 1}, rms = √(mean of "
             f"the squares of its first {width} columns + eps)",
-            f"  rms = √(… + {e.num(c.latent_eps)}) = {e.num(r)}",
+            rms_line(op("slice", e.row_of(src, None, i), 0, width), width, c.latent_eps, r),
             f"  {e.factor(x)} / {e.num(r)} × {e.factor(weight)}", f"  = {e.result}"]
 
 

@@ -399,6 +399,14 @@ def rms_of(summed: Any, count: float, eps: float) -> X:
     return op("sqrt", op("f+", op("f/", op("fsum", summed), float(count)), float(eps)))
 
 
+def rms_line(row: Any, count: int, eps: float, rms: Any) -> str:
+    """A norm's root mean square written out from its row: ``  rms = √(((-2)² + 0²) / 2
+    + 1e-06) = √(2.0000 + 1e-06) = 1.4142`` (a long row's middle terms left out)."""
+    mean = op("f/", op("fsum", squares(row)), float(count))
+    terms = each(" + ", lambda x: f"{factor(x)}²", row, most=MAX_TERMS)
+    return f"  rms = √(({terms}) / {count} + {eps:g}) = √({num(mean)} + {eps:g}) = {num(rms)}"
+
+
 def fdot(v: Any, w: Any) -> X:
     """Σ v·w, in order: how a product's entry is made."""
     return op("fdot", v, w)

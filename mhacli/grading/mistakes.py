@@ -158,7 +158,77 @@ def _no_bias(stage: str, bias: str) -> Callable[[Prepared, Stages], Stages | Non
     return redo
 
 
+# ---------------------------------------------------------- multi-head latent attention
+
+def _latent_unnormed(side: str) -> Callable[[Prepared, Stages], Stages | None]:
+    """A latent carried on as it comes out of its projection, not normed (c_KV alone:
+    the first r_kv columns of kv_latent)."""
+    def redo(p: Prepared, st: Stages) -> Stages | None:
+        c = p.config
+        if not c.latent or (side == "q" and not c.r_q):
+            return None
+        if side == "q":
+            return {"q_latent_normed": st["q_latent"]}
+        return {"kv_latent_normed": st["kv_latent"][:, :c.r_kv]}
+    return redo
+
+
+def _latent_weightless(side: str) -> Callable[[Prepared, Stages], Stages | None]:
+    """A latent divided by its root mean square, its norm's weights left out."""
+    def redo(p: Prepared, st: Stages) -> Stages | None:
+        c = p.config
+        if not c.latent or (side == "q" and not c.r_q):
+            return None
+        name, weight = (("q_latent_normed", p.q_latent_norm) if side == "q" else
+                        ("kv_latent_normed", p.kv_latent_norm))
+        if weight is None or np.all(weight == 1):
+            return None
+        return {name: st[name] / weight}
+    return redo
+
+
+def _rope_whole(p: Prepared, st: Stages) -> Stages | None:
+    """RoPE turned over each head's whole d_k columns (its frequencies for a width of
+    d_k), instead of over the last d_R that hold q_rope and k_R."""
+    c = p.config
+    if not c.latent or c.rope is None or c.d_rope == c.d_k or c.d_k % 2:
+        return None
+    theta = ops.rope_theta(c.d_k, c.rope_base)
+    return {f"{side}_rot": ops.rotate(_read(p, st, f"{side}_rot"), c.rope, c.d_k, theta,
+                                      factor=c.rope_factor)
+            for side in ("q", "k")}
+
+
+def _k_r_unshared(p: Prepared, st: Stages) -> Stages | None:
+    """k_R joined to the first head's keys only: the other heads' last d_R columns 0."""
+    c = p.config
+    if not c.latent or c.heads == 1 or not c.d_rope:
+        return None
+    k = st["k_heads"].copy()  # (H, m, d_k)
+    k[1:, :, c.d_k - c.d_rope:] = 0
+    return {"k_heads": k}
+
+
+LATENT: tuple[Mistake, ...] = (
+    Mistake("q_latent_normed", "the query latent is not normed: q_latent is carried on as "
+            "it is", _latent_unnormed("q")),
+    Mistake("q_latent_normed", "the query latent's norm leaves out its weights "
+            "(q_latent_norm): each row is only divided by its root mean square",
+            _latent_weightless("q")),
+    Mistake("kv_latent_normed", "the key/value latent c_KV is not normed: kv_latent's first "
+            "r_kv columns are carried on as they are", _latent_unnormed("kv")),
+    Mistake("kv_latent_normed", "c_KV's norm leaves out its weights (kv_latent_norm): each "
+            "row is only divided by its root mean square", _latent_weightless("kv")),
+    Mistake("k_heads", "the shared rotary key k_R is not shared: only the first head's keys "
+            "end in k_R, the other heads' last d_R columns are 0", _k_r_unshared),
+    Mistake("q_rot", "RoPE is applied to the whole of each head's queries and keys (all "
+            "d_k columns, at the frequencies of a width d_k) instead of to their last d_R "
+            "columns (q_rope and k_R) alone", _rope_whole),
+)
+
+
 MISTAKES: tuple[Mistake, ...] = (
+    *LATENT,
     Mistake("q_heads", "the heads are split from interleaved columns (every H-th column) "
             "instead of from consecutive blocks of d_k columns", _interleaved),
     Mistake("q", "the bias b_q is left out of q", _no_bias("q", "b_q")),

@@ -142,7 +142,7 @@ def hand_sized(rng: np.random.Generator, ints: tuple[int, int], n: int, m: int, 
 
             with np.errstate(all="ignore"):
                 tr = traced(prob.prepared, checked=False)
-            if _hand_sized_weights(prob, tr.stages, bound):
+            if hand_sized_weights(prob, tr.stages, bound):
                 hides = hidden(prob, tr, set(sizes))
                 if not hides:
                     return prob, list(sizes.values())
@@ -169,7 +169,7 @@ def _varied(scaled: np.ndarray, allowed: np.ndarray | None) -> np.ndarray:
     return ((top != bottom) & (live.sum(axis=1) > 1)).any(axis=-1)
 
 
-def _hand_sized_weights(prob: Problem, st: dict[str, np.ndarray], bound: float) -> bool:
+def hand_sized_weights(prob: Problem, st: dict[str, np.ndarray], bound: float) -> bool:
     """Every scaled score within ±bound, and no weight that prints as 0.0000 or 1.0000
     where the mask leaves a query more than one key."""
     if np.abs(st["scaled"]).max() > bound:

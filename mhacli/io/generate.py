@@ -15,6 +15,7 @@ from ..errors import ExerciseNote, MhaError
 from .exercise import (
     HAND_D_MODEL, HAND_MAX_SCORE, HAND_MOST, HAND_TOKENS, default_scale, hand_sized, head_width,
 )
+from .latent_exercise import LATENT_D_MODEL, latent_problem, latent_sizes
 from .problem import Problem
 
 DEFAULT_TOKENS = 4
@@ -53,7 +54,7 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
                    w_o: bool = True, most: int = MOST_NUMBERS, d_k: int | None = None,
                    max_score: float | None = None, settings: dict[str, Any] | None = None,
                    strict: bool = True, backward: bool = False,
-                   biases: bool | None = None) -> Problem:
+                   biases: bool | None = None, latent: int | None = None) -> Problem:
     """A random problem: self-attention, or cross-attention when ``kv_tokens`` is given.
 
     Decimal entries are rounded to a few places (two at unit spread), so that what is
@@ -64,7 +65,8 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
     give other numbers than the right ones (`io.exercise`); an --ints self-attention is
     causal unless a mask is given, and has the biases b_q, b_k, b_v, b_o unless
     ``biases`` is False (decimals have them only when it is True), so that a mask misused
-    or a bias left out shows. ``kv_heads`` makes W_K and W_V
+    or a bias left out shows. ``latent`` R makes a problem of multi-head latent attention
+    (latents R wide: `io.latent_exercise`). ``kv_heads`` makes W_K and W_V
     G·d_k wide (grouped-query); the other ``settings`` (of the settings table: heads,
     mask, scale, window, alibi, …) are set as options are.
     Not ``strict`` (`explain`/`run --ints`), a problem too large to be hand-sized, or one
@@ -79,7 +81,8 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
     hand = ints is not None
     n = len(labels) if labels else (
         (HAND_TOKENS if hand else DEFAULT_TOKENS) if tokens is None else tokens)
-    d = (HAND_D_MODEL if hand else DEFAULT_D_MODEL) if d_model is None else d_model
+    d = (LATENT_D_MODEL if latent is not None else HAND_D_MODEL if hand else
+         DEFAULT_D_MODEL) if d_model is None else d_model
     h = DEFAULT_HEADS if heads is None else heads
     if seed is not None and seed < 0:
         raise MhaError(f"--seed must be 0 or more, got {seed}")
@@ -98,6 +101,12 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
             raise MhaError(f"an --ints exercise is worked by hand: {h} head(s) of {n} × {m} "
                            f"scores is more than a person does ({HAND_MOST} at most)")
         hand = False  # plain integers
+    if latent is not None:
+        return _latent(rng_seed=seed, ints=ints if hand else None, n=n, d=d, h=h, r=latent,
+                       d_k=d_k, w_o=w_o, max_score=max_score, settings=settings,
+                       labels=labels, backward=backward, strict=strict,
+                       refused=[o for o, v in (("--kv-tokens", cross), ("--kv-heads", kv_heads))
+                                if v])
     rope = settings.get("rope") is not None
     width = head_width(d, h, d_k, hand and default_scale(scale), even=rope)
     g = h if kv_heads is None else kv_heads
@@ -165,6 +174,43 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
 
         for note in notes:
             warnings.warn(ExerciseNote(note), stacklevel=2)
+    return prob
+
+
+def _latent(*, rng_seed: int | None, ints: tuple[int, int] | None, n: int, d: int, h: int,
+            r: int, d_k: int | None, w_o: bool, max_score: float | None,
+            settings: dict[str, Any], labels: list[str] | None, backward: bool,
+            strict: bool, refused: list[str]) -> Problem:
+    """A problem of multi-head latent attention (`io.latent_exercise`): RoPE interleaved
+    on each head's last d_R columns unless --rope says otherwise; no biases (MLA's
+    projections have none), one key/value latent for every head, self-attention."""
+    if refused:
+        raise MhaError(f"--latent makes multi-head latent attention: it cannot be combined "
+                       f"with {refused[0]} (every head reads the one latent of the same "
+                       "tokens)")
+    width, d_rope, d_v = latent_sizes(d, h, r, d_k)
+    count = n * d + d * r + r * h * width + d * (r + d_rope) + r * h * (width - d_rope) \
+        + r * h * d_v + (h * d_v * d if w_o else 0)
+    if count > MOST_WRITTEN:
+        raise MhaError(f"an MLA problem of these sizes would hold {count} numbers; this is "
+                       f"limited to {MOST_WRITTEN} (too large to generate)")
+    # an exercise's latents normed with eps 0: √(mean(x²)) of whole numbers, as by hand
+    settings = {"rope": "interleaved", **({"latent_eps": 0.0} if ints else {}), **settings}
+    source = "random problem" + (f" (seed {rng_seed})" if rng_seed is not None else "")
+
+    def build(inputs: dict) -> Problem:
+        prob = Problem.build({**inputs, "heads": h}, tokens=labels, source=source,
+                             written=dict(inputs))
+        return prob.with_overrides(backward=backward or None, **settings)
+
+    bound = HAND_MAX_SCORE if max_score is None else max_score
+    prob, notes = latent_problem(np.random.default_rng(rng_seed), ints, n, d, h, r, width,
+                                 d_rope, d_v, w_o, bound, build)
+    if strict and ints is not None:
+        import warnings
+
+        for note in notes:
+            warnings.warn(ExerciseNote(note), stacklevel=3)
     return prob
 
 

@@ -119,8 +119,8 @@ def hidden(prob: Problem, tr: Any, known: set[str]) -> dict[str, str]:
         if not seen(o, o[::-1]):
             out["order"] = ("the heads' outputs read the same in reverse order: "
                             "concatenating them in the wrong order gives the right numbers")
-        q = st["q"]  # (n, H·d_k): head h's columns h, h + H, … against its block
-        if "interleaved" not in known and \
+        q = st.get("q")  # (n, H·d_k): head h's columns h, h + H, … against its block
+        if "interleaved" not in known and q is not None and \
                 not seen(q.reshape(c.n, -1, c.heads).transpose(2, 0, 1), st["q_heads"]):
             out["interleaved"] = ("splitting the heads from interleaved columns gives the "
                                   "right numbers")
@@ -128,6 +128,8 @@ def hidden(prob: Problem, tr: Any, known: set[str]) -> dict[str, str]:
         if not seen(st["concat"] @ p.w_o.T, st["concat"] @ p.w_o):
             out["w_o"] = "concat·W_Oᵀ = concat·W_O here: W_O on the wrong side gives the " \
                          "right numbers"
+    if c.latent:
+        out.update(_latent_hidden(p, st, seen))
     masked = st["masked"]  # (H, n, m), −∞ where blocked
     with np.errstate(all="ignore"):
         e = np.exp(masked - masked.max(axis=-2, keepdims=True))
@@ -178,3 +180,31 @@ def _splits_hidden(tr: Any, splits: int) -> dict[str, str]:
             return {}
     return {"splits": "every chunk holds its step's maximum: adding the chunks without "
                       "rescaling gives the right numbers"}
+
+
+def _latent_hidden(p: Any, st: dict[str, np.ndarray], seen: Any) -> dict[str, str]:
+    """MLA's mistakes need a latent whose norm moves it (rms ≠ 1), a norm weight other
+    than 1, a k_R that is not 0, and RoPE over the whole head giving other queries."""
+    from ..engine import ops
+
+    c = p.config
+    out: dict[str, str] = {}
+    sides = [("q", "the query latent", "q_latent", p.q_latent_norm)] if c.r_q else []
+    sides.append(("kv", "c_KV", "kv_latent", p.kv_latent_norm))
+    for side, name, stage, weight in sides:
+        raw, normed = st[stage][:, :c.r_kv if side == "kv" else None], st[f"{stage}_normed"]
+        if not seen(raw, normed):
+            out[f"{side}_latent"] = f"{name} is as long as its norm makes it: leaving the " \
+                                    "norm out gives the right numbers"
+        if not seen(normed, normed / weight):
+            out[f"{side}_weights"] = f"{name}'s norm weights are all 1: leaving them out " \
+                                     "gives the right numbers"
+    if c.heads > 1 and c.d_rope and not seen(st["kv_latent"][:, c.r_kv:], 0 * st["kv_latent"][:, c.r_kv:]):
+        out["k_r"] = "k_R is 0: giving it to the first head only gives the right numbers"
+    if c.rope is not None and c.d_rope < c.d_k and c.d_k % 2 == 0:
+        theta = ops.rope_theta(c.d_k, c.rope_base)
+        whole = ops.rotate(st["q_heads"], c.rope, c.d_k, theta, factor=c.rope_factor)
+        if not seen(whole, st["q_rot"]):
+            out["rope_whole"] = "RoPE over the whole head gives the same queries: turning " \
+                                "every column gives the right numbers"
+    return out
