@@ -141,8 +141,9 @@ def q_text(f: Formula) -> str:
 
 
 def k_text(f: Formula) -> str:
-    return (f"K{f.i} = [c_KV·W_UK{f.i} | k_R]: {f.c.d_k - f.c.d_rope} columns of its own, "
-            f"then k_R's {f.c.d_rope}, shared by every head")
+    own = f.c.d_k - f.c.d_rope
+    return (f"K{f.i} = [c_KV·W_UK{f.i} | k_R]: {own} column{'s' if own != 1 else ''} of its "
+            f"own, then k_R's {f.c.d_rope}, shared by every head")
 
 
 def v_text(f: Formula) -> str:
