@@ -95,6 +95,10 @@ FILES = [
      ["--dtype", "float32"], ["too large for float32", "use float64"]),
     ("all blocked, error", with_("mask: [[1, 0], [0, 0]]\n"), ["--masked-row", "error"],
      ["mask blocks every key for query row(s) 2"]),
+    ("a word for a matrix", with_("w_gate: null\n"), [],
+     ["line 5, column 9", "w_gate is 'null': expected a matrix of numbers"]),
+    ("a word in a matrix", with_("w_gate: [[1, 0], [a, 1]]\n"), [],
+     ["w_gate[2][1] is 'a'"]),
     ("npz reference missing", OK.replace("[[1, 0], [0, 1]]", "nope.npz", 1), [],
      ["nope.npz", "no such file"]),
 ]

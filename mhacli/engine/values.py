@@ -47,7 +47,13 @@ def as_array(name: str, value: Any, dtype: Any) -> np.ndarray:
             raise MhaError(f"{name} is not a rectangular array of numbers ({exc})",
                            key=name) from None
         if arr.dtype.kind not in "iuf":
-            raise MhaError(f"{name} must hold numbers, got an array of {arr.dtype}", key=name)
+            if arr.ndim == 0:  # one word or value where numbers belong (w_gate: null)
+                raise MhaError(f"{name} is {str(value)!r}: expected a matrix of numbers",
+                               key=name)
+            bad = next((v for v in arr.flat if not isinstance(v, (int, float, np.number))
+                        or isinstance(v, bool)), None)
+            what = f"an entry {str(bad)!r}" if bad is not None else f"{arr.dtype} entries"
+            raise MhaError(f"{name} must hold numbers, got {what}", key=name)
         if arr.dtype == dtype:  # no cast (and np.array made a copy): nothing became 0
             if in_range(arr):  # the common case, found without a mask
                 arr.flags.writeable = False
