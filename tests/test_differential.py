@@ -137,7 +137,6 @@ def test_written_and_read_back_and_given_by_option(tmp_path: Path) -> None:
 @pytest.mark.parametrize("args,words", [
     (["--tiles", "2"], "the tiled view does not follow differential attention"),
     (["--decode"], "the decoding view does not follow differential attention"),
-    (["--backward"], "the backward pass does not follow differential attention"),
     (["--heads", "1"], "H = 1 and G = 1 must both be even"),
 ])
 def test_what_is_not_followed_is_refused_by_name(args: list[str], words: str) -> None:

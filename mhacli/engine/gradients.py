@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import numpy as np
 
-from . import ops, qk_norms, sub_norm
+from . import diff_gradients as dg, ops, qk_norms, sub_norm
 from .clipping import passed
 from .stage import KEY, NUMBERED, QUERY, Stage
 from .work import Work, tuned, turned
@@ -169,8 +169,11 @@ def _d_input(t: Chains, w: Work) -> Array:
 
 
 def _d_head_outputs(w: Work) -> Array | None:
-    """dO_h: head h's columns of dC, or, gated, dGated_h ⊙ σ(G_h)."""
+    """dO_h: head h's columns of dC, or, gated, dGated_h ⊙ σ(G_h); a differential
+    head's, back through its norm (diff_gradients.py)."""
     c = w.c
+    if c.differential is not None:
+        return dg.d_head_outputs(w)
     if not c.gate:
         return ops.split_heads(w["d_concat"], c.heads)
     if w.exact:
@@ -322,31 +325,42 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
               lambda w: ops.split_heads(w["d_concat"], w.c.heads),
               lambda f: f"dGated{f.i} = head {f.h or 'h'}'s columns of dC", "(O \\odot "
               "\\sigma(G))", per_head=True, exact=True, exists=lambda c: c.gate),
-        _grad("d_head_outputs", "H × n × d_v", lambda c: (c.heads, c.n, c.d_v), QUERY, NUMBERED,
-              _d_head_outputs,
-              lambda f: f"dO{f.i} = dGated{f.i} ⊙ σ(G{f.i})" if f.c.gate else
+        *dg.head_stages(_grad),  # differential attention's (1 − λ_init) and norm
+        _grad("d_head_outputs", "H × n × d_v", lambda c: (c.out_heads, c.n, c.out_width),
+              QUERY, NUMBERED, _d_head_outputs,
+              lambda f: f"dO{f.i} = the norm's backward: g/rms − o·Σ(g⊙o)/(D·rms³), g = "
+              f"dO_normed{f.i}" if f.c.differential is not None else
+              f"dO{f.i} = dGated{f.i} ⊙ σ(G{f.i})" if f.c.gate else
               f"dO{f.i} = head {f.h or 'h'}'s columns of dC", "O", per_head=True,
               exact=True),
         _grad("d_gate", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,
               _d_gate, _text("dG = dGated ⊙ O ⊙ σ(G)·(1 − σ(G)), the heads side by side"),
               "G", exists=lambda c: c.gate),
+        *dg.map_stages(_grad),  # differential attention's D, λ and its vectors
         _grad("d_weights", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
-              lambda w: w["d_head_outputs"] @ ops.shared(
+              lambda w: dg.d_weights(w) if w.c.differential is not None else
+              w["d_head_outputs"] @ ops.shared(
                   w[t.reads(w.c, "head_outputs")[1]], w.c.heads).swapaxes(-1, -2),
-              lambda f: f"dA{f.i} = dO{f.i}·V{f.g}ᵀ (every cell, blocked ones too)", "A",
+              lambda f: f"dA{f.i} = dD{f.i} for the first map of a pair, −λ·dD for the "
+              "second (every cell, blocked ones too)" if f.c.differential is not None else
+              f"dA{f.i} = dO{f.i}·V{f.g}ᵀ (every cell, blocked ones too)", "A",
               per_head=True, exact=True),
         _grad("d_v_normed", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,
-              lambda w: ops.shared_sum(w["weights"].swapaxes(-1, -2) @ w["d_head_outputs"],
-                                       w.c.groups),
+              lambda w: dg.d_values(w) if w.c.differential is not None else
+              ops.shared_sum(w["weights"].swapaxes(-1, -2) @ w["d_head_outputs"],
+                             w.c.groups),
               lambda f: f"dV_normed{f.i} = A{f.i}ᵀ·dO{f.i}" if f.c.groups == f.c.heads
               else "dV_normed_g = Σ A_hᵀ·dO_h over the query heads h that share value head g",
               "V_{normed}", per_head=True, exists=lambda c: c.v_norm is not None),
         _grad("d_v_heads", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,
               lambda w: ops.rms_back(w["v_heads"], w.parts["v_normed"]["rms"], 1,
                                      w["d_v_normed"]) if w.c.v_norm is not None else
+              dg.d_values(w) if w.c.differential is not None else
               ops.shared_sum(w["weights"].swapaxes(-1, -2) @ w["d_head_outputs"], w.c.groups),
               lambda f: f"dV{f.i} = the norm's backward: g/rms − v·Σ(g⊙v)/(D·rms³), g = "
               f"dV_normed{f.i}" if f.c.v_norm is not None else
+              "dV_g and dV_(g+G/2) = the two halves of Σ D_hᵀ·dO_h over the differential "
+              "heads h that read them" if f.c.differential is not None else
               f"dV{f.i} = A{f.i}ᵀ·dO{f.i}" if f.c.groups == f.c.heads
               else "dV_g = Σ A_hᵀ·dO_h over the query heads h that share value head g",
               "V", per_head=True),

@@ -295,7 +295,7 @@ def head_kind(c: Config, name: str) -> str:
     """Whose heads a per-head stage has: the query heads ("query"), the key/value heads
     of grouped-query attention ("kv"), or differential attention's pairs of query heads
     h and h + H/2 ("pair")."""
-    if c.differential is not None and name in PAIRED:
+    if c.differential is not None and name.removeprefix("d_") in PAIRED:
         return "pair"
     return "query" if BY_NAME[name].dims(c)[0] == c.heads else "kv"
 

@@ -202,9 +202,6 @@ def prepare(
         raise MhaError("give grad_output or target, not both (each sets dL/d output)",
                        key="target")
     backward = bool(backward) or any(a is not None for a in upstream.values())
-    if backward and fields.get("differential") is not None:
-        raise MhaError("the backward pass does not follow differential attention (two "
-                       "softmax maps a head) yet", key="differential")
     loss = "given" if upstream["grad_output"] is not None else \
         "target" if upstream["target"] is not None else "sum"
     config = Config(
