@@ -136,3 +136,46 @@ def test_generate_writes_the_setting_back(tmp_path: Path) -> None:
     layer = from_mapping({"x": x, "checkpoint": folder, "layer": 1}, "test")
     np.testing.assert_allclose(mhacli.attention(**written.inputs),
                                mhacli.attention(**layer.inputs), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("model_type, name", [("deberta", "clamped"), ("deberta-v2", "v3"),
+                                              ("deberta-v2", "shared-p2c"),
+                                              ("deberta-v2", "own-projections")])
+def test_the_backward_pass_is_torchs_autograd(tmp_path: Path, model_type: str,
+                                              name: str) -> None:
+    """d_x and the weights' gradients against autograd through the model's own modules
+    (its self-attention and output.dense, L = the sum of the outputs)."""
+    changes = (V1 if model_type == "deberta" else V2)[name]
+    folder = build(tmp_path / name, model_type, changes)
+    model = zoo.load(folder)
+    encoder = model.encoder
+    n = 11
+    x = np.random.default_rng(3).standard_normal((n, model.config.hidden_size))
+    hidden = torch.from_numpy(x)[None].requires_grad_(True)
+    mask = encoder.get_attention_mask(torch.ones(1, n, dtype=torch.long))
+    rel = encoder.get_rel_pos(hidden)
+    attention = encoder.layer[1].attention
+    context = attention.self(hidden, mask, relative_pos=rel,
+                             rel_embeddings=encoder.get_rel_embedding())[0]
+    attention.output.dense(context).sum().backward()
+    prob = from_mapping({"x": x, "checkpoint": folder, "layer": 1}, "test")
+    tr = mhacli.trace(**prob.inputs, backward=True)
+
+    def close(ours: np.ndarray, theirs: torch.Tensor, what: str) -> None:
+        want = theirs.detach().numpy()
+        np.testing.assert_allclose(ours, want, rtol=1e-9, atol=1e-9 * np.abs(want).max(),
+                                   err_msg=what)
+
+    close(tr["d_x"], hidden.grad[0], "d_x")
+    own = attention.self
+    if model_type == "deberta":
+        close(tr["d_w_pos_q"], own.pos_q_proj.weight.grad.T, "d_w_pos_q")
+        close(tr["d_b_pos_q"], own.pos_q_proj.bias.grad, "d_b_pos_q")
+        close(tr["d_w_pos_k"], own.pos_proj.weight.grad.T, "d_w_pos_k")
+        close(tr["d_b_q"], own.q_bias.grad, "d_b_q")
+    else:
+        for ours, theirs in (("q", "query_proj"), ("k", "key_proj")):
+            close(tr[f"d_w_{ours}"], getattr(own, theirs).weight.grad.T, f"d_w_{ours}")
+            close(tr[f"d_b_{ours}"], getattr(own, theirs).bias.grad, f"d_b_{ours}")
+    if changes.get("norm_rel_ebd", "none") == "none":  # (normed: the table is the norm's)
+        close(tr["d_pos_table"], encoder.rel_embeddings.weight.grad, "d_pos_table")

@@ -138,3 +138,87 @@ def test_the_config_json_shows_the_rule() -> None:
     shown = json.loads(json.dumps(mhacli.engine.settings.config_shown(tr.config)))
     assert shown["disentangled"] == {"terms": ["c2p", "p2c"], "position_buckets": 4,
                                      "max_relative_positions": 8, "share_att_key": True}
+
+
+def _loss(given: dict, target: np.ndarray) -> float:
+    """½·Σ(output − target)² from the plain-loop reference: independent of the engine."""
+    out = np.array(reference(**given)["output"])
+    return 0.5 * float(np.sum((out - target) ** 2))
+
+
+@pytest.mark.parametrize("rule", RULES[:3] + [RULES[4]],
+                         ids=["clamped", "shared-buckets", "own-buckets", "shared-p2c"])
+def test_the_backward_pass_is_central_differences(rule: tuple) -> None:
+    given = problem(6, *rule)
+    given["x"] = given["x"][:7]  # (past the span still: 7 > 2·2, 2·3; buckets past 2)
+    rng = np.random.default_rng(7)
+    target = rng.standard_normal((7, H * D_K))
+    tr = mhacli.trace(**given, target=target)
+    spec = given["disentangled"]
+    places = [(k, "d_" + k, None) for k in ("x", "w_q", "w_k", "w_v", "b_q", "b_k", "b_v")]
+    places += [(k, "d_" + k, k) for k in ("w_pos_k", "b_pos_k", "w_pos_q", "b_pos_q")
+               if k in spec and ("c2p" if k.endswith("k") else "p2c") in spec["terms"]]
+    places.append(("table", "d_pos_table", "table"))
+    h = 1e-6
+    for key, stage, inner in places:
+        held = spec[inner] if inner else given[key]
+        grad = tr[stage]
+        assert grad.shape == np.shape(held), stage
+        for _ in range(5):
+            idx = tuple(int(rng.integers(s)) for s in np.shape(held))
+            sides = []
+            for step in (h, -h):
+                moved = np.array(held, dtype=float)
+                moved[idx] += step
+                other = dict(given)
+                if inner:
+                    other["disentangled"] = {**spec, inner: moved}
+                else:
+                    other[key] = moved
+                sides.append(_loss(other, target))
+            fd = (sides[0] - sides[1]) / (2 * h)
+            assert grad[idx] == pytest.approx(fd, rel=1e-5, abs=1e-6), (stage, idx)
+    for name in ("d_c2p", "d_p2c"):  # each term's gradient is d_scaled / s, as dZ is
+        if name in tr.stages:
+            np.testing.assert_allclose(tr[name], tr["d_scores"], rtol=0, atol=0)
+
+
+def test_check_grades_the_terms_with_the_carried_error_rule(tmp_path) -> None:
+    """A wrong c2p entry is wrong; the scaled score made from it is counted right, as
+    carried."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from mhacli.cli import app
+
+    from .cell_cases import FIXTURES
+
+    given = yaml.safe_load((FIXTURES / "disentangled.yaml").read_text())
+    tr = mhacli.trace(**{k: v for k, v in given.items() if k != "tokens"})
+    c2p = np.round(tr["c2p"], 4)
+    c2p[0, 2, 1] += 1.0
+    given["answers"] = {"c2p": c2p.tolist(), "p2c": np.round(tr["p2c"], 4).tolist(),
+                        "scaled": np.round((tr["scores"] + c2p + tr["p2c"]) / 3, 4).tolist()}
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump(given))
+    r = CliRunner().invoke(app, ["check", str(tmp_path / "a.yaml"), "--format", "plain"])
+    assert r.exit_code == 1, r.output
+    assert "✗ c2p     1 of 98 cells wrong" in r.stdout
+    assert "head 1, row 3 (c), column 2 (b): wrote 1.75, expected 0.75" in r.stdout
+    assert "✓ scaled  all 98 cells correct" in r.stdout and "follow from your own c2p" in r.stdout
+
+
+def test_a_cell_names_the_distance_its_bucket_and_the_row() -> None:
+    from typer.testing import CliRunner
+
+    from mhacli.cli import app
+
+    from .cell_cases import FIXTURES
+
+    r = CliRunner().invoke(app, ["explain", str(FIXTURES / "disentangled.yaml"), "--cell",
+                                 "c2p:1:7:1", "--format", "plain"])
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.split("# c2p · head 1, row 7 (g), column 1 (a)\n")[1].splitlines()
+    assert lines[1].startswith("  i − j = 6 − 0 = 6 (positions from 0), log-bucketed to δ = 4")
+    assert lines[2] == ("  r = clamp(δ + k, 0, 2k − 1) = clamp(4 + 4, 0, 7) = 7  "
+                        "(k = position_buckets = 4; row 8 of the table, from 1)")
+    assert lines[-1] == "  = 0.2500"

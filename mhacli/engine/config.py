@@ -92,6 +92,7 @@ class Config:
     rel_buckets: int = 0  # its position_buckets (0: none, distances as they are)
     rel_max: int = 0  # its max_relative_positions
     share_att_key: bool = False  # its positions projected by W_K and W_Q themselves
+    pos_biases: tuple[str, ...] = ()  # which of b_pos_k, b_pos_q it has
     backward: bool = False  # the gradients too
     loss: str = "sum"  # the loss: "sum" of the outputs, ½·Σ(output − "target")², or "given"
     tiles: tuple[int, int] | None = None  # (BR, BC): the tiled view (FlashAttention)

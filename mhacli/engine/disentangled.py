@@ -139,19 +139,6 @@ def back(p: Prepared, grad: Array, content: Array, side: str) -> tuple[Array, Ar
     return d_content, d_pos.transpose(1, 0, 2).reshape(count, heads * pos.shape[2])
 
 
-def shared_grads(p: Prepared, w: Any, side: str) -> tuple[Array, Array] | None:
-    """Under share_att_key, what W_K and b_k (side "k") or W_Q, b_q ("q") get from the
-    positions they project: Rᵀ·dP and dP's column sums; None otherwise."""
-    c = p.config
-    term = "c2p" if side == "k" else "p2c"
-    if not c.share_att_key or term not in (c.disentangled or ()):
-        return None
-    content = w[w.reads("c2p")[0]] if side == "k" else w[w.reads("p2c")[0]]
-    _, d_pos = back(p, w["d_" + term], content, side)
-    used = np.unique(p.pos_row)
-    return p.pos_table[used].T @ d_pos, d_pos.sum(axis=0)
-
-
 # --------------------------------------------------------------------------- the setting
 
 
@@ -234,7 +221,8 @@ def parse(v: Any, s: Sizes) -> Fields:
     """The table, the projections and each (query, key)'s row, checked against the
     problem's sizes."""
     if v is None:
-        return ({"disentangled": None, "rel_buckets": 0, "rel_max": 0, "share_att_key": False},
+        return ({"disentangled": None, "rel_buckets": 0, "rel_max": 0, "share_att_key": False,
+                 "pos_biases": ()},
                 {"pos_table": None, "w_pos_k": None, "b_pos_k": None, "w_pos_q": None,
                  "b_pos_q": None, "pos_row": None})
     if s.x_kv is not None:
@@ -251,9 +239,9 @@ def parse(v: Any, s: Sizes) -> Fields:
                        key=("disentangled", "max_relative_positions"))
     arrays: dict[str, Any] = {}
     table = as_array("disentangled.table", v["table"], s.t)
-    if table.ndim != 2 or table.shape[1] != s.d_model or table.shape[0] < 2 * k:
+    if table.shape != (2 * k, s.d_model):
         raise MhaError(f"disentangled table is {shape_text(table)}: expected 2k × d_model = "
-                       f"{2 * k} × {s.d_model} or more rows (k = "
+                       f"{2 * k} × {s.d_model} (k = "
                        f"{'position_buckets' if buckets > 0 else 'max_relative_positions'} "
                        f"= {k})", key=("disentangled", "table"))
     arrays["pos_table"] = table
@@ -272,8 +260,9 @@ def parse(v: Any, s: Sizes) -> Fields:
     row = rows(s.n, s.m, buckets, most)
     row.flags.writeable = False
     arrays["pos_row"] = row
+    biases = tuple(name for name in ("b_pos_k", "b_pos_q") if arrays[name] is not None)
     return ({"disentangled": v["terms"], "rel_buckets": buckets, "rel_max": most,
-             "share_att_key": v["share_att_key"]}, arrays)
+             "share_att_key": v["share_att_key"], "pos_biases": biases}, arrays)
 
 
 def shown(c: Any) -> dict[str, Any]:

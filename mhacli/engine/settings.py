@@ -137,7 +137,8 @@ SETTINGS: tuple[Setting, ...] = (
             "p2c = K_h[j]·P_Q,h[row], added to the scores before the scale "
             "(disentangled.py).", kind="file", read=disentangled.value,
             parse=disentangled.parse,
-            fields=("disentangled", "rel_buckets", "rel_max", "share_att_key", "pos_table",
+            fields=("disentangled", "rel_buckets", "rel_max", "share_att_key", "pos_biases",
+                    "pos_table",
                     "w_pos_k", "b_pos_k", "w_pos_q", "b_pos_q", "pos_row"),
             excludes=(("tiles", "the tiled view does not follow disentangled attention: "
                                 "DeBERTa is an encoder, whose c2p and p2c terms each tile "
