@@ -131,6 +131,9 @@ def test_kernel_views_and_cross_attention_are_refused_by_name() -> None:
         mhacli.trace(**given, mask="causal", decode=True)
     with pytest.raises(MhaError, match="does not go with x_kv"):
         mhacli.trace(**given, x_kv=given["x"][:4])
+    with pytest.raises(MhaError, match="does not go with kv_heads"):
+        mhacli.trace(**{**given, "w_k": given["w_k"][:, :D_K], "w_v": given["w_v"][:, :D_K],
+                        "b_k": given["b_k"][:D_K], "b_v": given["b_v"][:D_K]}, kv_heads=1)
 
 
 def test_the_config_json_shows_the_rule() -> None:

@@ -75,12 +75,6 @@ def rows(n: int, m: int, buckets: int, most: int) -> Array:
     return np.clip(rel + k, 0, 2 * k - 1)
 
 
-def distance(i: int, j: int, buckets: int, most: int) -> int:
-    """δ of query i and key j: i − j, or its bucket."""
-    rel = np.array([[i - j]])
-    return int(bucket(rel, buckets, most)[0, 0]) if buckets > 0 else i - j
-
-
 # --------------------------------------------------------------------------- the terms
 
 
@@ -228,6 +222,9 @@ def parse(v: Any, s: Sizes) -> Fields:
     if s.x_kv is not None:
         raise MhaError("disentangled attention is self-attention (the distances of one "
                        "sequence): it does not go with x_kv", key="disentangled")
+    if s.groups != s.heads:
+        raise MhaError("disentangled attention (DeBERTa's) gives every query head its own "
+                       "key head: it does not go with kv_heads", key="disentangled")
     if s.d_model is None:
         raise MhaError("disentangled attention projects its table with weights of d_model "
                        "rows: give x and the weights, not q, k and v", key="disentangled")
