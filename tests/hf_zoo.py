@@ -176,6 +176,14 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     **{t: dict(num_key_value_heads=HEADS, head_dim=8) for t in (
         "deepseek_v2", "deepseek_v3", "deepseek_v32", "glm4_moe_lite", "youtu", "sarvam_mla",
         "minicpm3", "kimi_linear", "longcat_flash")},
+    # DeBERTa's disentangled attention on (its config classes leave it off), the table
+    # shorter than the tokens: v1 clamps past max_relative_positions, v2 log-buckets past
+    # position_buckets / 2, with DeBERTa-v3's share_att_key and normed table
+    "deberta": dict(relative_attention=True, pos_att_type=["c2p", "p2c"],
+                    max_relative_positions=4),
+    "deberta-v2": dict(relative_attention=True, pos_att_type=["p2c", "c2p"],
+                       position_buckets=4, max_relative_positions=8, share_att_key=True,
+                       norm_rel_ebd="layer_norm"),
     "gemma3n_text": dict(num_hidden_layers=10, num_kv_shared_layers=5, layer_types=[
         "sliding_attention"] * 4 + ["full_attention"] + ["sliding_attention"] * 4 + [
         "full_attention"], intermediate_size=[64] * 10, activation_sparsity_pattern=[0.0] * 10),

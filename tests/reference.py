@@ -39,7 +39,7 @@ def reference(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, 
               alibi: Any = None, bias: Any = None, key_padding: Any = None,
               sinks: Any = None, rope: Any = None, positional: Any = None,
               qk_norm: Any = None, relative_bias: Any = None, differential: Any = None,
-              **rest: Any) -> dict[str, Any]:
+              disentangled: Any = None, **rest: Any) -> dict[str, Any]:
     """Every stage as nested lists; per-head stages are lists of H matrices (G for the
     key/value heads of grouped-query attention). The variants follow the contract's
     table: ALiBi and bias added after the softcap, then mask ∧ window ∧ key padding,
@@ -178,7 +178,12 @@ def reference(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, 
         vh = columns(v, g * d_v, (g + 1) * d_v)
         z = [[math.fsum(qh[i][t] * kh[j][t] for t in range(d_k)) for j in range(m)]
              for i in range(n)]
-        zs = [[z[i][j] / s for j in range(m)] for i in range(n)]
+        terms = {} if disentangled is None else _disentangled(
+            disentangled, qh, kh, h, heads, x, L(w_q), V(b_q), L(w_k), V(b_k))
+        for name, t in terms.items():
+            st.setdefault(name, []).append(t)
+        zs = [[math.fsum([z[i][j]] + [t[i][j] for t in terms.values()]) / s
+               for j in range(m)] for i in range(n)]
         c = None if softcap is None else float(softcap)
         zc = zs if c is None else [[c * math.tanh(zs[i][j] / c) for j in range(m)]
                                    for i in range(n)]
@@ -250,6 +255,58 @@ def _relative(spec: dict, n: int, m: int, heads: int) -> list[list[list[float]]]
 
     return [[[table[bucket(j - i)][h] for j in range(m)] for i in range(n)]
             for h in range(heads)]
+
+
+def _disentangled(spec: dict, qh: list, kh: list, h: int, heads: int, x: Any,
+                  w_q: Any, b_q: Any, w_k: Any, b_k: Any) -> dict[str, list]:
+    """DeBERTa's c2p and p2c of head h, entry by entry: query i and key j pick the table
+    row clamp(δ + k, 0, 2k − 1), δ = i − j (log-bucketed past position_buckets / 2, its
+    logarithm in float32 as DeBERTa-v2's code takes it); c2p = q_i · P_K[row], p2c =
+    k_j · P_Q[row], P = table row · W (+ b), head h's columns."""
+    import numpy as np
+
+    if x is None:
+        raise NotImplementedError("the reference computes disentangled attention from x")
+    table = [[float(t) for t in row] for row in spec["table"]]
+    terms = list(spec.get("terms", ["c2p", "p2c"]))
+    if isinstance(terms, str):
+        terms = [t.strip() for t in terms.split("|")]
+    most = int(spec["max_relative_positions"])
+    buckets = int(spec.get("position_buckets") or 0)
+    shared = bool(spec.get("share_att_key", False))
+    d_k = len(qh[0])
+    n, m = len(qh), len(kh)
+
+    def delta(i: int, j: int) -> int:
+        rel = i - j
+        mid = buckets // 2
+        if buckets <= 0 or abs(rel) <= mid:
+            return rel
+        f = np.float32
+        far = math.ceil(np.log(f(abs(rel)) / f(mid)) / np.log(f((most - 1) / mid))
+                        * f(mid - 1)) + mid
+        return far if rel > 0 else -far
+
+    span = buckets if buckets > 0 else most
+
+    def row(i: int, j: int) -> int:
+        return min(max(delta(i, j) + span, 0), 2 * span - 1)
+
+    def projected(w: Any, b: Any, r: int) -> list[float]:
+        return [math.fsum(table[r][c] * float(w[c][h * d_k + t]) for c in range(len(table[r])))
+                + (float(b[h * d_k + t]) if b is not None else 0.0) for t in range(d_k)]
+
+    dot = lambda a, b: math.fsum(s * t for s, t in zip(a, b))  # noqa: E731
+    out: dict[str, list] = {}
+    if "c2p" in terms:
+        w, b = (w_k, b_k) if shared else (spec["w_pos_k"], spec.get("b_pos_k"))
+        out["c2p"] = [[dot(qh[i], projected(w, b, row(i, j))) for j in range(m)]
+                      for i in range(n)]
+    if "p2c" in terms:
+        w, b = (w_q, b_q) if shared else (spec["w_pos_q"], spec.get("b_pos_q"))
+        out["p2c"] = [[dot(kh[j], projected(w, b, row(i, j))) for j in range(m)]
+                      for i in range(n)]
+    return out
 
 
 def _differential(st: dict, spec: dict, heads: int, groups: int) -> None:

@@ -88,6 +88,11 @@ OPTIONS: tuple[SettingOption, ...] = (
     SettingOption("relative_bias", "T5's relative position bias: a YAML/JSON file with "
                   "table (B buckets × H), bidirectional and max_distance; the bias of query "
                   "i and key j is the table's row of the bucket of j − i.", metavar="FILE"),
+    SettingOption("disentangled", "DeBERTa's disentangled attention: a YAML/JSON file "
+                  "with table (2k × d_model relative embeddings), terms (c2p, p2c), "
+                  "max_relative_positions, position_buckets, share_att_key and w_pos_k, "
+                  "b_pos_k, w_pos_q, b_pos_q; c2p and p2c are added to the scores before the "
+                  "scale.", metavar="FILE"),
     SettingOption("differential", "Differential attention (DiffLlama): a YAML/JSON file "
                   "with lambda_q1, lambda_k1, lambda_q2, lambda_k2 (d_k numbers each), "
                   "lambda_init and eps; heads h and h + H/2 make one, A_h − λ·A_{h+H/2}.",

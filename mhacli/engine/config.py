@@ -88,6 +88,11 @@ class Config:
     r_kv: int = 0  # MLA: the key/value latent c_KV's width (0: not MLA)
     d_rope: int = 0  # MLA: d_R, the last columns of each head's q and k (k_R: shared)
     latent_eps: float = 0.0  # MLA: the latents' norms' eps, √(mean(x²) + eps)
+    disentangled: tuple[str, ...] | None = None  # DeBERTa's terms: c2p, p2c (disentangled.py)
+    rel_buckets: int = 0  # its position_buckets (0: none, distances as they are)
+    rel_max: int = 0  # its max_relative_positions
+    share_att_key: bool = False  # its positions projected by W_K and W_Q themselves
+    pos_biases: tuple[str, ...] = ()  # which of b_pos_k, b_pos_q it has
     backward: bool = False  # the gradients too
     loss: str = "sum"  # the loss: "sum" of the outputs, ½·Σ(output − "target")², or "given"
     tiles: tuple[int, int] | None = None  # (BR, BC): the tiled view (FlashAttention)
@@ -186,6 +191,12 @@ class Prepared:
     kv_latent_norm: Array | None = None  # (r_kv,)
     w_uk: Array | None = None  # (r_kv, H·d_nope)
     w_uv: Array | None = None  # (r_kv, H·d_v)
+    pos_table: Array | None = None  # (2k, d_model) DeBERTa's relative embeddings
+    w_pos_k: Array | None = None  # (d_model, H·d_k) their key-side projection (c2p)
+    b_pos_k: Array | None = None  # (H·d_k,)
+    w_pos_q: Array | None = None  # (d_model, H·d_k) their query-side projection (p2c)
+    b_pos_q: Array | None = None  # (H·d_k,)
+    pos_row: npt.NDArray[np.int64] | None = None  # (n, m) each entry's row of pos_table
     grad_output: Array | None = None  # (n, d_out) dL/d output, when given
     target: Array | None = None  # (n, d_out), for L = ½·Σ(output − target)²
 

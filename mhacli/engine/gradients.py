@@ -20,6 +20,7 @@ from .work import Work, tuned, turned
 from .gradient_cells import cell_d_masked, cell_d_scores, cell_with_formula
 from .latent_gradients import d_input as latent_d_input, d_input_text as latent_text
 from .latent_gradients import latent_gradients
+from . import disentangled_gradients as dis_grads
 from .writing import Entry, Formula
 
 if TYPE_CHECKING:
@@ -93,8 +94,11 @@ def _from_scores(t: Chains, w: Work, side: str) -> Array:
     c = w.c
     q, k = t.reads(c, "scores")
     if side == "q":
-        return w["d_scores"] @ ops.shared(w[k], c.heads)
-    return ops.shared_sum(w["d_scores"].swapaxes(-1, -2) @ w[q], c.groups)
+        out = w["d_scores"] @ ops.shared(w[k], c.heads)
+    else:
+        out = ops.shared_sum(w["d_scores"].swapaxes(-1, -2) @ w[q], c.groups)
+    more = dis_grads.to_content(t, w, side)  # DeBERTa's c2p (into Q), p2c (into K)
+    return out if more is None else out + more
 
 
 def _back(t: Chains, w: Work, side: str, name: str) -> Array:
@@ -125,10 +129,11 @@ def _back_text(t: Chains, f: Formula, name: str) -> str:
     r = t.reader(c, name)
     if r == "scores":
         q, k = t.reads(c, "scores")
+        more = dis_grads.to_content_text(c, name[0])
         if name.startswith("q"):
-            return f"{me}{f.i} = dZ{f.i}·{_symbol(k)}{f.g}"
-        return f"{me}{f.i} = dZ{f.i}ᵀ·{_symbol(q)}{f.i}" if c.groups == c.heads else \
-            f"{me}_g = Σ dZ_hᵀ·{_symbol(q)}_h over the query heads that share key head g"
+            return f"{me}{f.i} = dZ{f.i}·{_symbol(k)}{f.g}{more}"
+        return f"{me}{f.i} = dZ{f.i}ᵀ·{_symbol(q)}{f.i}{more}" if c.groups == c.heads else \
+            f"{me}_g = Σ dZ_hᵀ·{_symbol(q)}_h over the query heads that share key head g{more}"
     if r.endswith("_normed"):
         centred = ", x less its mean (and the sum's mean taken off)" if c.qk_layer else ""
         return (f"{me}{f.i} = the norm's backward: (w⊙g)/rms − x·Σ(w⊙g⊙x)/(D·rms³), g = "
@@ -272,6 +277,18 @@ def _clip_text(f: Formula) -> str:
     return "" if c is None else f", 0 where the clamp to [−{c:g}, {c:g}] held the entry"
 
 
+def _plus(a: Array, b: Array | None) -> Array:
+    return a if b is None else a + b
+
+
+def _shared_text(f: Formula, big: str) -> str:
+    """What share_att_key adds to W_K's (W_Q's) gradient, in words (or nothing)."""
+    term = "c2p" if big == "K" else "p2c"
+    if not f.c.share_att_key or term not in (f.c.disentangled or ()):
+        return ""
+    return f" + (from the positions it projects, share_att_key) tableᵀ·dP_{big}"
+
+
 def _tex(symbol: str) -> Callable[[Formula], str]:
     return lambda f: f.tex(rf"\frac{{\partial L}}{{\partial {symbol}}}")
 
@@ -389,6 +406,7 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
         _grad("d_scores", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
               lambda w: w["d_scaled"] / w.c.scale, lambda f: f"dZ{f.i} = d_scaled{f.i} / s", "Z",
               per_head=True, cell=cell_d_scores),
+        *dis_grads.disentangled_gradients(t, _grad)[:2],  # d_c2p, d_p2c (DeBERTa)
         _grad("d_q_tuned", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
               lambda w: _back(t, w, "q", "q_tuned"), lambda f: _back_text(t, f, "q_tuned"),
               "Q_{tuned}", per_head=True, exists=lambda c: c.temperature is not None),
@@ -437,23 +455,29 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
               lambda w: ops.merge_heads(w["d_v_heads"]), _text("the heads' dV side by side"), "V",
               exists=lambda c: not c.latent),
         _grad("d_w_q", "d_model × H·d_k", lambda c: (c.d_model, c.heads * c.d_k), NUMBERED,
-              NUMBERED, lambda w: _source(t, w, False).T @ (
+              NUMBERED, lambda w: _plus(_source(t, w, False).T @ (
                   ops.merge_heads(w["d_q_heads"]) if w.c.latent else _through(t, w, "q")),
-              lambda f: f"dW_Q = {_src(f, False)}ᵀ·dQ{_clip_text(f)}", "W_Q",
+                  dis_grads.to_shared(t, w, "q", False)),
+              lambda f: f"dW_Q = {_src(f, False)}ᵀ·dQ{_clip_text(f)}{_shared_text(f, 'Q')}",
+              "W_Q",
               exists=lambda c: not c.direct and not c.r_q),
         _grad("d_w_k", "d_kv × G·d_k", lambda c: (c.d_kv, c.groups * c.d_k), NUMBERED,
-              NUMBERED, lambda w: _source(t, w, True).T @ _through(t, w, "k"),
-              lambda f: f"dW_K = {_src(f, True)}ᵀ·dK{_clip_text(f)}", "W_K",
+              NUMBERED, lambda w: _plus(_source(t, w, True).T @ _through(t, w, "k"),
+                                        dis_grads.to_shared(t, w, "k", False)),
+              lambda f: f"dW_K = {_src(f, True)}ᵀ·dK{_clip_text(f)}{_shared_text(f, 'K')}",
+              "W_K",
               exists=lambda c: not c.direct and not c.latent),
         _grad("d_w_v", "d_kv × G·d_v", lambda c: (c.d_kv, c.groups * c.d_v), NUMBERED,
               NUMBERED, lambda w: _source(t, w, True).T @ _through(t, w, "v"),
               lambda f: f"dW_V = {_src(f, True)}ᵀ·dV{_clip_text(f)}", "W_V",
               exists=lambda c: not c.direct and not c.latent),
         _grad("d_b_q", "H·d_k", lambda c: (c.heads * c.d_k,), NUMBERED, NUMBERED,
-              lambda w: _sums(_through(t, w, "q")), _text("db_q = the column sums of dQ"), "b_q",
+              lambda w: _plus(_sums(_through(t, w, "q")), dis_grads.to_shared(t, w, "q", True)),
+              lambda f: "db_q = the column sums of dQ" + _shared_text(f, "Q"), "b_q",
               exists=lambda c: "b_q" in c.biases),
         _grad("d_b_k", "G·d_k", lambda c: (c.groups * c.d_k,), NUMBERED, NUMBERED,
-              lambda w: _sums(_through(t, w, "k")), _text("db_k = the column sums of dK"), "b_k",
+              lambda w: _plus(_sums(_through(t, w, "k")), dis_grads.to_shared(t, w, "k", True)),
+              lambda f: "db_k = the column sums of dK" + _shared_text(f, "K"), "b_k",
               exists=lambda c: "b_k" in c.biases),
         _grad("d_b_v", "G·d_v", lambda c: (c.groups * c.d_v,), NUMBERED, NUMBERED,
               lambda w: _sums(_through(t, w, "v")), _text("db_v = the column sums of dV"), "b_v",
@@ -465,6 +489,7 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
         _grad("d_b_gate", "H·d_v", lambda c: (c.heads * c.d_v,), NUMBERED, NUMBERED,
               lambda w: _sums(w["d_gate"]), _text("db_gate = the column sums of dG"),
               "b_{gate}", exists=lambda c: c.gate_bias),
+        *dis_grads.disentangled_gradients(t, _grad)[2:],  # its projections and table
         _grad("d_x_pos", "n × d_model", lambda c: (c.n, c.d_model), QUERY, NUMBERED,
               lambda w: _d_input(t, w),
               _d_input_text, "(X + PE)", exists=lambda c: c.positional is not None and not c.direct),

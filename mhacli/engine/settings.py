@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from ..errors import MhaError
-from . import clipping, gating
+from . import clipping, disentangled, gating
 from . import parsers as read
 from . import qk_norms, relative, rope, sub_norm
 from .parsers import Fields
@@ -128,6 +128,28 @@ SETTINGS: tuple[Setting, ...] = (
                                "the other"),),
             shown=lambda c: {} if c.relative is None else
             {"relative_bias": relative.shown(c.relative)}, write=read.write_relative_bias),
+    Setting("disentangled", "DeBERTa's disentangled attention: {table, terms, "
+            "max_relative_positions, position_buckets, share_att_key, w_pos_k, b_pos_k, "
+            "w_pos_q, b_pos_q}; the table (2k × d_model, the relative embeddings as the "
+            "layers receive them) projected to P_K = R·W_pos_k + b_pos_k and P_Q = R·W_pos_q + "
+            "b_pos_q (W_K, b_k and W_Q, b_q with share_att_key); query i and key j pick row "
+            "clamp(δ + k, 0, 2k − 1), δ = i − j or its log bucket; c2p = Q_h[i]·P_K,h[row], "
+            "p2c = K_h[j]·P_Q,h[row], added to the scores before the scale "
+            "(disentangled.py).", kind="file", read=disentangled.value,
+            parse=disentangled.parse,
+            fields=("disentangled", "rel_buckets", "rel_max", "share_att_key", "pos_biases",
+                    "pos_table",
+                    "w_pos_k", "b_pos_k", "w_pos_q", "b_pos_q", "pos_row"),
+            excludes=(("tiles", "the tiled view does not follow disentangled attention: "
+                                "DeBERTa is an encoder, whose c2p and p2c terms each tile "
+                                "would gather from the whole table (not a kernel it runs)"),
+                      ("decode", "disentangled attention is DeBERTa's, an encoder: every "
+                                 "token sees every other, so there is no decoding with a "
+                                 "KV cache"),
+                      ("w_gate", "a gate on disentangled attention's heads is not followed"),
+                      ("differential", "disentangled and differential attention do not go "
+                                       "together")),
+            shown=disentangled.shown, write=disentangled.write),
     Setting("differential", "differential attention (DiffLlama): {lambda_q1, lambda_k1, "
             "lambda_q2, lambda_k2, lambda_init, eps}; query heads h and h + H/2 make one "
             "head, A_h − λ·A_{h+H/2} over the values of key/value heads g and g + G/2, "

@@ -32,7 +32,8 @@ def fits(p: Prepared) -> bool:
     path does (float64, whose blocks' products are not turned round)?"""
     c = p.config
     return c.dtype == "float64" and c.n <= MOST_QUERIES and \
-        c.heads * c.n * c.m <= MOST_SCORES and c.differential is None  # (two maps a head)
+        c.heads * c.n * c.m <= MOST_SCORES and c.differential is None \
+        and c.disentangled is None  # (two maps a head; DeBERTa's terms)
 
 
 def alike(p: Prepared) -> bool:

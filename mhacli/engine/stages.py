@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 import numpy as np
 
 from ..errors import MhaError
-from . import latent_stages as mla, ops
+from . import disentangled, latent_stages as mla, ops
+from .disentangled_cells import cell_scaled_terms, cell_term
 from .gradients import gradient_stages
 from .cells import (
     cell_input, cell_projection, cell_split, cell_scores, cell_pos, cell_x_pos, cell_rot,
@@ -53,7 +54,39 @@ def _read(w: Work, name: str) -> Array:
 
 def _scaled(w: Work) -> Array | None:
     s = w.divisor
-    return None if s is None else ops.divide(_read(w, "scaled"), s)  # (H, n, m)
+    if s is None:
+        return None
+    first, *terms = reads(w.c, "scaled")  # the scores, and DeBERTa's c2p and p2c
+    out = w[first]
+    for name in terms:
+        out = out + w[name]
+    return ops.divide(out, s)  # (H, n, m)
+
+
+def _has(term: str) -> Callable[[Config], bool]:
+    return lambda c: c.disentangled is not None and term in c.disentangled
+
+
+def _term_text(f: Formula, term: str) -> str:
+    """c2p's or p2c's formula: the content against the projection of the table's row."""
+    c = f.c
+    side = "K" if term == "c2p" else "Q"
+    proj = f"W_{side}" if c.share_att_key else f"W_pos_{side.lower()}"
+    shared = ", share_att_key: with the content's own W" if c.share_att_key else ""
+    rule = "δ = i − j" + (f" log-bucketed (position_buckets {c.rel_buckets}, "
+                          f"max_relative_positions {c.rel_max})" if c.rel_buckets > 0 else "")
+    k = disentangled.span(c.rel_buckets, c.rel_max)
+    what = f"Q{f.i}[i]·P_K{f.i}[r]" if term == "c2p" else f"K{f.g}[j]·P_Q{f.i}[r]"
+    return (f"{term}{f.i}[i, j] = {what}, P_{side} = table·{proj} + b (the relative "
+            f"embeddings projected{shared}), r = clamp(δ + {k}, 0, {2 * k - 1}), {rule}")
+
+
+def _scaled_text(f: Formula) -> str:
+    terms = reads(f.c, "scaled")
+    if len(terms) == 1:
+        return f"Z{f.i} / s, {f.scale_text()}"
+    return "(" + " + ".join(("Z" if t == "scores" else t) + f.i for t in terms) + \
+        f") / s, {f.scale_text()}: the disentangled terms added before the scale"
 
 
 def _weights(w: Work) -> Array:
@@ -432,10 +465,25 @@ FORWARD: tuple[Stage, ...] = (
           latex=tex("Z_{@h}", r"Q_{@h} K_{@h}^{\top}", r"K_{@h}^{\top} Q_{@h}"),
           cell=cell_scores, per_head=True, chain="z", exact=True, aliases=("z",),
           reads=lambda c: (latest(c, "q", "scores"), latest(c, "k", "scores"))),
+    Stage("c2p", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
+          compute=lambda w: disentangled.c2p(w.p, w[reads(w.c, "c2p")[0]]),
+          formula=lambda f: _term_text(f, "c2p"),
+          latex=tex(r"Q_{@h} P_{K,@h}^{\top}[r(i, j)]"), cell=cell_term, per_head=True,
+          exact=True, reads=lambda c: (latest(c, "q", "c2p"),), exists=_has("c2p")),
+    Stage("p2c", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
+          compute=lambda w: disentangled.p2c(
+              w.p, ops.shared(w[reads(w.c, "p2c")[0]], w.c.heads)),
+          formula=lambda f: _term_text(f, "p2c"),
+          latex=tex(r"K_{@h} P_{Q,@h}^{\top}[r(i, j)]"), cell=cell_term, per_head=True,
+          exact=True, reads=lambda c: (latest(c, "k", "p2c"),), exists=_has("p2c")),
     Stage("scaled", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
-          compute=_scaled, formula=lambda f: f"Z{f.i} / s, {f.scale_text()}",
-          latex=tex(r"\frac{Z_{@h}}{s}"), cell=cell_scaled, per_head=True, chain="z",
-          exact=True, reads=_after("z", "scaled")),
+          compute=_scaled, formula=_scaled_text,
+          latex=lambda f: tex(r"\frac{Z_{@h} + c2p_{@h} + p2c_{@h}}{s}"
+                              if f.c.disentangled else r"\frac{Z_{@h}}{s}")(f),
+          cell=lambda e: cell_scaled_terms(e) if len(e.reads) > 1 else cell_scaled(e),
+          per_head=True, chain="z", exact=True,
+          reads=lambda c: _after("z", "scaled")(c) + tuple(
+              t for t in disentangled.TERMS if c.disentangled and t in c.disentangled)),
     Stage("softcapped", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=lambda w: ops.softcap(_read(w, "softcapped"), w.c.softcap),
           formula=lambda f: f"c·tanh(Z{f.i} / s / c), c = {f.c.softcap:g}: every score "

@@ -24,10 +24,11 @@ from .windows import (both_ways_by_layer_types, by_layer_types as types_or, ever
                       pattern_if_window, refusing_kind, sliding_from, sliding_if_set,
                       twice_on_sliding, window_one_more_than)
 from .reading import Reader, window_of
-from .layouts import (albert, approximate, bert, bloom, codegen, deberta, drafter, falcon,
+from .layouts import (albert, approximate, bert, bloom, codegen, drafter, falcon,
                       gpt2, gpt_bigcode, gpt_neo, gptj, mpt, neox)
 from .encoders import convbert, ibert, jina, luke, mobilebert, roformer, squeezebert
 from .bigbird import big_bird, bigbird_pegasus
+from .deberta import deberta, deberta_v2
 from .differential import diffllama
 from .dbrx import dbrx
 from .latent import latent_attention
@@ -392,7 +393,7 @@ RECORDS: tuple[Family, ...] = (
     Family("albert", tensors="albert", read=albert, qkv=("query", "key", "value"),
            o_proj="dense", causal=False, rope=no_rope, keys=HEADS_ONLY,
            unread=("embedding_size", "classifier_dropout_prob")),
-    Family("deberta-v2", tensors="deberta", read=deberta),
+    Family("deberta-v2", tensors="deberta", read=deberta_v2),
     Family("deberta", tensors="deberta_v1", read=deberta),
     *(Family(name, tensors="xlm", qkv=("q_lin", "k_lin", "v_lin"), o_proj="out_lin",
              causal=False, causal_key="causal", rope=no_rope, keys=("n_heads", "", "emb_dim"),

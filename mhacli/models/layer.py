@@ -60,9 +60,9 @@ LAYOUTS = (
     ("mpnet", r"(?:^|\.)layer\.(\d+)\.attention\.attn\.q\.weight$", "q.weight"),
     ("xlm", r"(?:^|\.)attentions\.(\d+)\.q_lin\.weight$", "q_lin.weight"),
     ("deberta", r"(?:^|\.)layer\.(\d+)\.attention\.self\.query_proj\.weight$",
-     "query_proj.weight"),
+     "self.query_proj.weight"),
     ("deberta_v1", r"(?:^|\.)layer\.(\d+)\.attention\.self\.in_proj\.weight$",
-     "in_proj.weight"),
+     "self.in_proj.weight"),
     ("albert", r"(?:^|\.)albert_layer_groups\.(\d+)\.albert_layers\.0\.attention\.query\."
      r"weight$", "query.weight"),
     ("longt5", r"(?:^|\.)block\.(\d+)\.layer\.0\.(?:Local|TransientGlobal)SelfAttention\.q\."

@@ -1,7 +1,7 @@
 """The readings of the families whose attention is laid out their own way (GPT-2's Conv1D,
 BERT's query/key/value, GPT-NeoX's, Falcon's, BLOOM's, MPT's and CodeGen's fused
 projections, GPT-J, GPT-Neo, GPTBigCode, ALBERT's shared groups), and those refused
-by name or for good by their record (DeBERTa; the approximations of softmax attention).
+by name or for good by their record (the approximations of softmax attention).
 Each names itself in its record in ``families.py``; the Llama line needs none of these.
 
 Every one is written from the modeling code of Hugging Face transformers (4 and 5):
@@ -156,21 +156,6 @@ def albert(f: Family, r: Reader, stem: str) -> Layer:
     r.note("w_q", f"tensor {stem}query.weight (transposed; layer {r.layer} runs this group's "
            "weights)")
     return out
-
-
-@said("refused by name: its disentangled attention (relative_attention, pos_att_type)")
-def deberta(f: Family, r: Reader, stem: str) -> Layer:
-    """DeBERTa (v1, v2, v3): its scores add content-to-position and position-to-content
-    terms of relative positions, and divide by √(d_k · (1 + the terms)); refused by name
-    until mha computes them."""
-    kinds = r.get("pos_att_type")
-    if r.flag("relative_attention"):
-        raise r.error("relative_attention", f"true: DeBERTa's disentangled attention "
-                      f"(pos_att_type {shown(kinds)}: scores between contents and relative "
-                      "positions, ÷ √(d_k · (1 + their count))), which mha does not compute yet")
-    raise r.error("model_type", f"{shown(f.model_type)}: DeBERTa's attention (its "
-                  f"{'in_proj' if f.tensors == 'deberta_v1' else 'query_proj'} layout, scores "
-                  "÷ √(d_k · (1 + len(pos_att_type)))), which mha does not read yet")
 
 
 def _mpt_slopes(heads: int) -> list[float]:
