@@ -174,7 +174,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # multi-head latent attention: every head its own keys and values (a key/value head
     # each, as repeat_kv needs), and head_dim the rotary's width, qk_rope_head_dim's
     **{t: dict(num_key_value_heads=HEADS, head_dim=8) for t in (
-        "deepseek_v2", "deepseek_v3", "deepseek_v32", "glm4_moe_lite", "youtu", "sarvam_mla",
+        "deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa", "glm4_moe_lite", "youtu",
+        "sarvam_mla",
         "minicpm3", "kimi_linear", "longcat_flash")},
     "gemma3n_text": dict(num_hidden_layers=10, num_kv_shared_layers=5, layer_types=[
         "sliding_attention"] * 4 + ["full_attention"] + ["sliding_attention"] * 4 + [

@@ -36,8 +36,8 @@ def _allowed(w: Any) -> Array | None:
     return reach.without("top_k").allowed() if "top_k" in reach.kinds else reach.allowed()
 
 
-def _index_k(w: Work) -> Array:
-    k, mean, root = sparse.index_k(w[reads_x(w.c, "index_k")], w.p)
+def _index_k(w: Work, x: str) -> Array:
+    k, mean, root = sparse.index_k(w[x], w.p)
     w.parts["index_k"] = {"mean": mean, "root": root}
     return k  # (m, d_I)
 
@@ -45,13 +45,6 @@ def _index_k(w: Work) -> Array:
 def _scores(w: Work) -> Array:
     q, k, weights = (w[name] for name in ("index_q", "index_k", "index_weights"))
     return sparse.index_scores(q, k, weights, _allowed(w), w.c)  # (n, m)
-
-
-def reads_x(c: Config, name: str) -> str:
-    """The input the indexer's keys and weights read: X, or X with its positions."""
-    from .stages import latest
-
-    return latest(c, "x", name)
 
 
 def keep_mask(w: Work, before: Array) -> Array:
@@ -65,13 +58,14 @@ def keep_mask(w: Work, before: Array) -> Array:
 # --------------------------------------------------------------------------- cells
 
 
-def _raw(name: str) -> Any:
-    """The indexer's queries or keys before RoPE (keys: after their LayerNorm)."""
+def _raw(name: str, src: str) -> Any:
+    """The indexer's queries or keys before RoPE (keys: after their LayerNorm), made
+    from the stage ``src``."""
     def make(tr: Any) -> Array:
         p = tr.prepared
         if name == "q":
-            return tr.stages["q_latent_normed"] @ p.w_iq  # (n, E·d_I)
-        x = tr.stages[reads_x(tr.config, "index_k")]
+            return tr.stages[src] @ p.w_iq  # (n, E·d_I)
+        x = tr.stages[src]
         return sparse.layer_norm(x @ p.w_ik, p.ik_norm, p.ik_bias, tr.config.index_eps)[0]
     return make
 
@@ -115,7 +109,7 @@ def cell_index_q(e: Entry) -> list[Any]:
     c, i, j = e.c, e.row, e.col
     d = c.index_dim
     e.mark("q_latent_normed", None, {i})
-    raw = e.derive("index_q_raw", _raw("q"))
+    raw = e.derive("index_q_raw", _raw("q", "q_latent_normed"))
     first = (f"{e.name}: index head {j // d + 1}, its column {j % d + 1}; before RoPE, row "
              f"{i + 1} of q_latent_normed · column {j + 1} of W_IQ = "
              f"{e.dot(e.row_of('q_latent_normed', None, i), e.inp('w_iq', exact=False).col(j))}"
@@ -127,7 +121,7 @@ def cell_index_k(e: Entry) -> list[Any]:
     c, i, j = e.c, e.row, e.col
     src = e.reads[0]
     e.mark(src, None, {i})
-    raw = e.derive("index_k_raw", _raw("k"))
+    raw = e.derive("index_k_raw", _raw("k", src))
     mean, root = op("at", "index_k.mean", i, 0), op("at", "index_k.root", i, 0)
     made = fdot(e.row_of(src, None, i), e.inp("w_ik", exact=False).col(j))
     first = [f"{e.name}: row {i + 1} of {src} · column {j + 1} of W_IK = {e.num(made)}, "
@@ -248,8 +242,13 @@ def _keep_text(f: Any) -> str:
 
 
 
-def sparse_stages() -> tuple[Stage, ...]:
-    """The indexer's stages, in order (before ``masked``, which reads index_keep)."""
+def sparse_stages(t: Any) -> tuple[Stage, ...]:
+    """The indexer's stages, in order (before ``masked``, which reads index_keep); ``t``
+    (the stage table's module) says how far the input's chain has come before each (X,
+    or X with its positions)."""
+    def x(c: Config, name: str) -> str:
+        return t.latest(c, "x", name)
+
     return (
         Stage("index_q", "n × E·d_I", lambda c: (c.n, c.index_heads * c.index_dim), QUERY,
               NUMBERED, compute=lambda w: sparse.index_q(w["q_latent_normed"], w.p),
@@ -260,22 +259,22 @@ def sparse_stages() -> tuple[Stage, ...]:
                         r"\operatorname{RoPE}(W_{IQ}^{\top} C_Q)"),
               cell=cell_index_q, reads=lambda c: ("q_latent_normed",), exists=_on),
         Stage("index_k", "m × d_I", lambda c: (c.m, c.index_dim), KEY, NUMBERED,
-              compute=_index_k,
+              compute=lambda w: _index_k(w, x(w.c, "index_k")),
               formula=lambda f: f"LayerNorm(X·W_IK) (eps {f.c.index_eps:g}, weight and bias): "
               f"the indexer's keys, one head; the first {f.c.d_rope} columns turned by RoPE "
               f"({f.c.index_rope} pairs)",
               latex=tex("K_I", r"\operatorname{RoPE}(\operatorname{LN}(X W_{IK}))",
                         r"\operatorname{RoPE}(\operatorname{LN}(W_{IK}^{\top} X))"),
-              cell=cell_index_k, reads=lambda c: (reads_x(c, "index_k"),), exists=_on,
+              cell=cell_index_k, reads=lambda c: (x(c, "index_k"),), exists=_on,
               parts=(("mean", "mean"), ("root", "√(var + eps)")),
               parts_title="the LayerNorm of each row",
               parts_formula="(x − mean) / √(variance + eps) × weight + bias"),
         Stage("index_weights", "n × E", lambda c: (c.n, c.index_heads), QUERY, NUMBERED,
-              compute=lambda w: sparse.index_weights(w[reads_x(w.c, "index_weights")], w.p),
+              compute=lambda w: sparse.index_weights(w[x(w.c, "index_weights")], w.p),
               formula=lambda f: f"X·W_IW / √{f.c.index_heads}: each index head's weight for "
               "each query",
               latex=tex("W_I", r"X W_{IW} / \sqrt{E}", r"W_{IW}^{\top} X / \sqrt{E}"),
-              cell=cell_index_weights, reads=lambda c: (reads_x(c, "index_weights"),),
+              cell=cell_index_weights, reads=lambda c: (x(c, "index_weights"),),
               exists=_on),
         Stage("index_scores", "n × m", lambda c: (c.n, c.m), QUERY, KEY, compute=_scores,
               formula=lambda f: f"I[i, j] = Σ_e index_weights[i, e]·ReLU(q_(i,e)·k_j / "

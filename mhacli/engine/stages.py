@@ -457,7 +457,7 @@ FORWARD: tuple[Stage, ...] = (
           latex=tex(r"Z_{@h} + B_{@h}"), cell=cell_biased, per_head=True, chain="z",
           exact=True, exists=lambda c: c.alibi or c.bias,
           reads=lambda c: (latest(c, "z", "biased"),) + (("alibi",) if c.alibi else ())),
-    *sparse_stages(),  # the indexer's (sparse attention: sparse_stages.py)
+    *sparse_stages(sys.modules[__name__]),  # the indexer's (sparse attention: sparse_stages.py)
     Stage("masked", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=lambda w: keep_mask(w, _read(w, "masked")) if w.c.indexer
           else ops.mask_scores(_read(w, "masked"), w.p.reach.allowed()),
