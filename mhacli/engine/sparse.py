@@ -100,9 +100,6 @@ def parse(v: Any, s: Sizes) -> Fields:
            "index_eps": 0.0}
     if v is None:
         return off, {name: None for name in ARRAYS.values()}
-    if s.t is object:
-        raise MhaError(f"{NAME} is not followed in exact arithmetic (its LayerNorm and RoPE "
-                       "are not rational)", key="indexer")
     if not s.r_q:
         raise MhaError(f"{NAME} reads the normed query latent of multi-head latent attention "
                        "(w_dq, q_latent_norm, w_uq): this problem has none", key="indexer")
@@ -238,9 +235,17 @@ def kth(scores: Array, top_k: int) -> Array:
 def keep_of(p: Prepared, allowed: Array | None) -> tuple[Array, Array]:
     """The index scores and the keep mask of a problem, from its inputs (the mask's
     ``allowed`` positions, without the indexer): (n, m) each."""
+    from types import SimpleNamespace
+
     from .latent import normed
 
     c = p.config
+    if c.dtype == "exact":  # (the exact twin of a problem: its keys chosen in floats, as
+        # the indexer's LayerNorm and RoPE are not rational)
+        f = {name: None if getattr(p, name) is None else
+             np.asarray(getattr(p, name), dtype=np.float64)
+             for name in ("x", "pe", "w_dq", "q_latent_norm", *ARRAYS.values())}
+        p = SimpleNamespace(config=c, **f)
     x = p.x if p.pe is None else p.x + p.pe
     c_q, _ = normed(x @ p.w_dq, p.q_latent_norm, c.latent_eps)  # (n, r_q)
     scores = index_scores(index_q(c_q, p), index_k(x, p)[0], index_weights(x, p), allowed, c)
