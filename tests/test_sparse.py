@@ -137,6 +137,11 @@ def test_backward_holds_the_mask_fixed() -> None:
         np.testing.assert_allclose(tr[name], want[name], rtol=1e-12, atol=1e-13,
                                    err_msg=name)
     assert not [s for s in tr if s.startswith("d_index")]
+    from mhacli.engine.stages import BY_NAME
+    from mhacli.engine.writing import Formula
+
+    assert "the indexer gets no gradient" in BY_NAME["index_keep"].formula(
+        Formula(tr.config, None))
 
 
 def write(path: Any, n: int = 7, top_k: int = 3) -> Any:
@@ -179,7 +184,7 @@ def test_cells_write_the_arithmetic(tmp_path: Any) -> None:
     kth = np.sort(scores[i][np.isfinite(scores[i])])[::-1][2]
     assert f"the k-th largest (k = 3) is {kth:.4f}" in out
     out = explain(str(path), "--cell", f"masked:1:{i + 1}:{j + 1}")
-    assert "the indexer's top-3" in out and "−∞" in out
+    assert "not among the query's top 3 keys by the indexer" in out and "−∞" in out
 
 
 def test_json_and_generate_write_the_setting(tmp_path: Any) -> None:

@@ -108,3 +108,19 @@ def test_generate_writes_the_indexer_back(made: dict[str, Path], tmp_path: Path)
                                mhacli.attention(**prob.inputs), rtol=1e-6)
     np.testing.assert_array_equal(mhacli.trace(**written.inputs)["index_keep"],
                                   mhacli.trace(**prob.inputs)["index_keep"])
+
+
+def test_explain_says_where_it_is_dense(made: dict[str, Path]) -> None:
+    from typer.testing import CliRunner
+
+    from mhacli.cli import app
+
+    def header(tokens: str) -> str:
+        r = CliRunner().invoke(app, ["explain", "--checkpoint", str(made["deepseek_v32"]),
+                                     "--layer", "0", "--tokens", tokens, "--seed", "1",
+                                     "--stage", "index_keep", "--format", "plain"])
+        assert r.exit_code == 0, r.output
+        return r.stdout
+    assert "n = 3 ≤ top_k = 3: the indexer keeps every key, and the attention equals dense " \
+        "multi-head latent attention" in header("3")
+    assert "keeps every key" not in header("5")

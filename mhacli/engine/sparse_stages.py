@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import ops, sparse
-from .cells import _rope
+from .cells import _rope, blocked_by
 from .formulas import tex
 from .recipe import fdot, op, when
 from .stage import KEY, NUMBERED, QUERY, Stage
@@ -224,6 +224,27 @@ def cell_index_keep(e: Entry) -> list[Any]:
                                    "  (a tie with the k-th: the earlier key kept)", ""))]))]
 
 
+def cell_masked_kept(e: Entry) -> list[Any]:
+    """An entry of ``masked`` with the indexer: −∞ where the problem's other rules block
+    it or ``index_keep`` is 0 (as the reader's own keep mask has it), else the score."""
+    h, i, j = e.head, e.row, e.col
+    before = e.reads[0]  # the score chain as far as it has come
+    e.mark(before, h, {i}, {j})
+    e.mark("index_keep", None, {i}, {j})
+    allowed = e.derive("index_allowed", _others).at(i, j)
+    kept = e.value("index_keep", None, i, j)
+    e.makes(when((allowed > 0) & (kept > 0), e.value(before, h, i, j), op("inf", -1)))
+    return [when(allowed > 0, when(
+        kept > 0, f"{e.name} = {before}{e.hs}[{e.row_label}, {e.col_label}] = {e.result}  "
+                  f"({e.row_label} may attend to {e.col_label}, among its top "
+                  f"{e.c.indexer} keys by the indexer)",
+        f"{e.name} = −∞  (index_keep[{e.row_label}, {e.col_label}] = 0: {e.col_label} is "
+        f"not among the query's top {e.c.indexer} keys by the indexer)"),
+        blocked_by(e, i, j, e.col_label,
+                   lambda said: f"{e.name} = −∞  ({said} blocks {e.col_label} for the query "
+                                f"{e.row_label})", ""))]
+
+
 # --------------------------------------------------------------------------- stages
 
 
@@ -235,10 +256,13 @@ def dense_line(c: Config) -> str:
 
 def _keep_text(f: Any) -> str:
     c = f.c
+    held = "; the backward pass holds it fixed (piecewise constant: the indexer gets no " \
+        "gradient)" if c.backward else ""
     if c.n <= c.indexer:
-        return f"1 everywhere the mask allows: {dense_line(c)}"
+        return f"1 everywhere the mask allows: {dense_line(c)}{held}"
     return (f"1 where key j is among query i's top {c.indexer} index scores, else 0 (ties: "
-            f"the earlier key; every key the mask allows when it allows at most {c.indexer})")
+            f"the earlier key; every key the mask allows when it allows at most {c.indexer})"
+            f"{held}")
 
 
 

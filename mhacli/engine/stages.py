@@ -31,7 +31,7 @@ from .formulas import (input_text, norm_text, output_tex, proj_tex, proj_text, r
 from .gating import gate_of, sigmoid
 from .head_weights import OUTPUT, PROJECTIONS
 from .reach import Reach
-from .sparse_stages import keep_mask, sparse_stages
+from .sparse_stages import cell_masked_kept, keep_mask, sparse_stages
 from .stage import KEY, NUMBERED, QUERY, Stage
 from . import qk_norms, sub_norm
 from .work import Work, tuned, turned
@@ -462,7 +462,8 @@ FORWARD: tuple[Stage, ...] = (
           compute=lambda w: keep_mask(w, _read(w, "masked")) if w.c.indexer
           else ops.mask_scores(_read(w, "masked"), w.p.reach.allowed()),
           formula=_mask_text, latex=tex(r"\operatorname{mask}\left(\frac{Z_{@h}}{s}\right)"),
-          cell=cell_masked, per_head=True, chain="z", exact=True,
+          cell=lambda e: cell_masked_kept(e) if e.c.indexer else cell_masked(e),
+          per_head=True, chain="z", exact=True,
           reads=lambda c: (latest(c, "z", "masked"),) + (("index_keep",) if c.indexer
                                                           else ())),
     Stage("weights", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
