@@ -20,10 +20,13 @@ half pairs (i, i + d_R/2); GLM-5: interleaved (2i, 2i+1)). ``index_keep`` is app
 the mask stage, before the softmax, as one more rule of who may attend to whom
 (``reach.TopK``); with n ≤ top_k it keeps every key and the attention is the dense one.
 
-Ties. torch.topk does not say which of equal scores it keeps. Here the earlier key is
+Ties. torch.topk does not say which of equal scores it keeps, and its choice is not the
+same from one row length to another (among equal scores it keeps the last ones of a row
+of 4 and the first of a row of 3000, on CPU): it is not followed. Here the earlier key is
 kept (a stable sort of the scores, largest first). Only a tie at the k-th largest score
-of a row changes what is kept; random weights make one improbable, and ``--cell
-index_keep`` says when a row has one. Keys the mask blocks score −∞ and are never kept.
+of a row changes what is kept; random weights make one improbable (a tie at 0, where
+every index head's ReLU is 0, has chance 2^−E a key), and ``--cell index_keep`` says
+when an entry is dropped by one. Keys the mask blocks score −∞ and are never kept.
 """
 
 from __future__ import annotations
