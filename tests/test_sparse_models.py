@@ -124,3 +124,21 @@ def test_explain_says_where_it_is_dense(made: dict[str, Path]) -> None:
     assert "n = 3 ≤ top_k = 3: the indexer keeps every key, and the attention equals dense " \
         "multi-head latent attention" in header("3")
     assert "keeps every key" not in header("5")
+
+
+def test_a_pattern_of_shared_layers_is_read_as_the_config_class_reads_it(
+        made: dict[str, Path], tmp_path: Path) -> None:
+    """glm_moe_dsa's index_topk_pattern (F full, S shared) in place of indexer_types."""
+    import json
+    import shutil
+
+    folder = tmp_path / "pattern"
+    shutil.copytree(made["glm_moe_dsa"], folder)
+    config = json.loads((folder / "config.json").read_text())
+    config.pop("indexer_types")
+    config["index_topk_pattern"] = "FS"
+    (folder / "config.json").write_text(json.dumps(config))
+    x = np.ones((7, config["hidden_size"]))
+    assert from_mapping({"x": x, "checkpoint": folder, "layer": 0}, "t").config.indexer == 3
+    with pytest.raises(mhacli.MhaError, match="layer 1 takes the top-3 keys"):
+        from_mapping({"x": x, "checkpoint": folder, "layer": 1}, "t")

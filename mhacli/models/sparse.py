@@ -73,10 +73,23 @@ def read_indexer(r: Reader, stem: str, style: str, out: dict[str, Any],
 
 def shared_from(r: Reader, stem: str, model_type: str, out: dict[str, Any]) -> bool:
     """A layer that takes an earlier layer's top-k keys (glm_moe_dsa's "shared" entry
-    of ``indexer_types``): read dense up to index_topk tokens (``most_tokens``), its
+    of ``indexer_types``, or of the pattern its config class makes it from:
+    index_topk_pattern, or index_topk_freq and index_skip_topk_offset): read dense up to index_topk tokens (``most_tokens``), its
     refusal beyond naming the layer whose indexer chose them. False: a layer with its
     own indexer."""
     types = r.get("indexer_types")
+    pattern, freq = r.get("index_topk_pattern"), r.count("index_topk_freq")
+    offset = r.get("index_skip_topk_offset")
+    if offset is not None and (isinstance(offset, bool) or not isinstance(offset, int)
+                               or offset < 0):
+        raise r.error("index_skip_topk_offset", f"{shown(offset)}: expected a whole number")
+    if types is None and pattern is not None:  # (as GlmMoeDsaConfig makes indexer_types)
+        types = [{"F": "full", "S": "shared"}.get(c, c) for c in pattern] \
+            if isinstance(pattern, str) else pattern
+    elif types is None and freq is not None:
+        step, first = max(freq, 1), 2 if offset is None else offset
+        types = ["full" if max(i - first + 1, 0) % step == 0 else "shared"
+                 for i in range(r.layer + 1)]
     if types is None:
         return False
     if not isinstance(types, list) or r.layer >= len(types) or \
@@ -90,9 +103,9 @@ def shared_from(r: Reader, stem: str, model_type: str, out: dict[str, Any]) -> b
     source = next((k for k in range(r.layer - 1, -1, -1) if types[k] == "full"), None)
     top = r.count("index_topk")
     if source is None or top is None:
-        raise r.error("indexer_types", f"layer {r.layer} is shared, but "
-                      + ("no earlier layer is full" if source is None else
-                         "index_topk is missing"))
+        raise r.error("indexer_types", f"shared at layer {r.layer}, but "
+                      + ("no earlier layer is full: no top-k to take" if source is None
+                         else "index_topk is missing"))
     out["most_tokens"] = top
     out["most_said"] = (f"layer {r.layer} takes the top-{top} keys (index_topk) that layer "
                         f"{source}'s indexer chose (indexer_types: shared), from layer "
