@@ -195,13 +195,20 @@ def index_weights(x: Array, p: Prepared) -> Array:
 def terms(q: Array, k: Array, c: Config) -> Array:
     """ReLU(q_{i,e}·k_j / √d_I) of each query, index head and key: (n, E, m)."""
     qh = q.reshape(q.shape[0], c.index_heads, c.index_dim)  # (n, E, d_I)
-    return np.maximum(np.einsum("ned,md->nem", qh, k) * (c.index_dim ** -0.5), 0.0)
+    return np.maximum((qh @ k.T) * (c.index_dim ** -0.5), 0.0)  # (n, E, m)
 
 
 def index_scores(q: Array, k: Array, weights: Array, allowed: Array | None,
                  c: Config) -> Array:
-    """Σ_e weights[i, e]·ReLU(q_{i,e}·k_j / √d_I), −∞ where ``allowed`` blocks: (n, m)."""
-    out = np.einsum("ne,nem->nm", weights, terms(q, k, c))  # (n, m)
+    """Σ_e weights[i, e]·ReLU(q_{i,e}·k_j / √d_I), −∞ where ``allowed`` blocks: (n, m).
+    Made a block of queries at a time: the terms of all of them at once, n × E × m,
+    would be gigabytes for a long text (E = 64 in DeepSeek-V3.2)."""
+    n, m = q.shape[0], k.shape[0]
+    out = np.empty((n, m), dtype=np.result_type(q, k, weights))
+    step = max(1, (1 << 22) // max(1, c.index_heads * m))  # a few million terms a block
+    for lo in range(0, n, step):
+        hi = min(n, lo + step)
+        out[lo:hi] = (weights[lo:hi, None, :] @ terms(q[lo:hi], k, c))[:, 0]  # (rows, m)
     return out if allowed is None else np.where(allowed, out, -np.inf)
 
 
