@@ -263,3 +263,17 @@ def test_mistakes_in_words(change: dict[str, Any], words: str) -> None:
 def test_refused_without_a_query_latent() -> None:
     with pytest.raises(mhacli.MhaError, match="normed query latent"):
         mhacli.attention(**problem(n=4, r_q=None), indexer=indexer())
+
+
+def test_leaving_out_the_top_k_is_a_named_mistake() -> None:
+    """check's mistake "the indexer's top-k is left out" gives MLA's own (dense) weights."""
+    from mhacli.engine.paths import traced
+    from mhacli.grading.mistakes import MISTAKES
+
+    kw = problem(n=8, rope="interleaved")
+    tr = mhacli.trace(**kw, indexer=indexer())
+    p = tr.prepared
+    made = [m for m in MISTAKES if m.stage == "masked" and m.redo(p, tr.stages) is not None]
+    (left_out,) = [m for m in made if "the indexer's top-k is left out" in m.wording(p)]
+    then = traced(p, left_out.redo(p, tr.stages), checked=False).stages["weights"]
+    np.testing.assert_allclose(then, mhacli.trace(**kw)["weights"], rtol=1e-12, atol=1e-14)
