@@ -131,6 +131,10 @@ OPTIONS: tuple[SettingOption, ...] = (
     SettingOption("latent_eps", "Multi-head latent attention (a file's w_dkv …): the eps of "
                   "its two latent norms, √(mean(x²) + eps); 1e-6 if not given.",
                   metavar="EPS"),
+    SettingOption("indexer", "Sparse attention (DeepSeek-V3.2's indexer, with multi-head "
+                  "latent attention): a YAML/JSON file with top_k, rope (half or "
+                  "interleaved), eps, w_q, w_k, k_norm, k_norm_bias and w_weights; each "
+                  "query keeps only the keys of its top_k index scores.", metavar="FILE"),
     SettingOption("masked_row", "A query row whose every key is blocked: zero weights (with "
                   "a warning), nan, or error.", ADVANCED,
                   commands=("explain", "run", "check")),

@@ -93,6 +93,11 @@ class Config:
     rel_max: int = 0  # its max_relative_positions
     share_att_key: bool = False  # its positions projected by W_K and W_Q themselves
     pos_biases: tuple[str, ...] = ()  # which of b_pos_k, b_pos_q it has
+    indexer: int | None = None  # sparse attention (sparse.py): top_k, the keys a query keeps
+    index_heads: int = 0  # E, the indexer's heads
+    index_dim: int = 0  # d_I, their width
+    index_rope: str = "half"  # the pairs its RoPE turns: "half" or "interleaved"
+    index_eps: float = 0.0  # its key LayerNorm's eps
     backward: bool = False  # the gradients too
     loss: str = "sum"  # the loss: "sum" of the outputs, ½·Σ(output − "target")², or "given"
     tiles: tuple[int, int] | None = None  # (BR, BC): the tiled view (FlashAttention)
@@ -197,6 +202,11 @@ class Prepared:
     w_pos_q: Array | None = None  # (d_model, H·d_k) their query-side projection (p2c)
     b_pos_q: Array | None = None  # (H·d_k,)
     pos_row: npt.NDArray[np.int64] | None = None  # (n, m) each entry's row of pos_table
+    w_iq: Array | None = None  # the indexer (sparse.py): (r_q, E·d_I)
+    w_ik: Array | None = None  # (d_model, d_I)
+    ik_norm: Array | None = None  # (d_I,) its key LayerNorm's weight
+    ik_bias: Array | None = None  # (d_I,) and bias
+    w_iw: Array | None = None  # (d_model, E) the index heads' weights
     grad_output: Array | None = None  # (n, d_out) dL/d output, when given
     target: Array | None = None  # (n, d_out), for L = ½·Σ(output − target)²
 
@@ -206,7 +216,13 @@ class Prepared:
         object (``reach.py``), asked by everything that needs the rule."""
         from .reach import Reach
 
-        return Reach.of(self.config, self.mask, self.key_padding)
+        reach = Reach.of(self.config, self.mask, self.key_padding)
+        if not self.config.indexer:
+            return reach
+        from .sparse import keep_of  # the indexer's top-k keys: one more rule
+
+        scores, keep = keep_of(self, reach.allowed())
+        return Reach.of(self.config, self.mask, self.key_padding, (keep > 0, scores))
 
     def allowed(self, lo: int = 0, hi: int | None = None, k0: int = 0,
                 k1: int | None = None) -> npt.NDArray[np.bool_] | None:
@@ -231,3 +247,4 @@ class Sizes:
     x: Array | None
     x_kv: Array | None
     d_rope: int = 0  # MLA: the width RoPE turns by default (d_R), else d_k
+    r_q: int = 0  # MLA: the query latent's width (the indexer reads it)

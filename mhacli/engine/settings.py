@@ -30,7 +30,7 @@ import numpy as np
 from ..errors import MhaError
 from . import clipping, disentangled, gating
 from . import parsers as read
-from . import qk_norms, relative, rope, sub_norm
+from . import qk_norms, relative, rope, sparse, sub_norm
 from .parsers import Fields
 from .values import (DTYPES, MASKS, choice, dtype_name, mask_value, positive, scale_rule,
                      whole)
@@ -228,6 +228,16 @@ SETTINGS: tuple[Setting, ...] = (
                                         "d_nope": c.d_k - c.d_rope, "d_rope": c.d_rope},
                              "latent_eps": c.latent_eps} if c.latent else {},
             write=lambda c, p, given: read.written(c.latent_eps) if c.latent else None),
+    Setting("indexer", "sparse attention (DeepSeek-V3.2's indexer, with multi-head latent "
+            "attention): {top_k, rope, eps, w_q, w_k, k_norm, k_norm_bias, w_weights}; "
+            "index_q = C_Q·W_IQ (r_q × E·d_I), index_k = LayerNorm(X·W_IK) (weight k_norm, "
+            "bias k_norm_bias, eps), each turned by RoPE on its first d_R columns (rope: "
+            "half or interleaved pairs), index_weights = X·W_IW / √E (d_model × E); each "
+            "query keeps the keys of its top_k scores Σ_e w_e·ReLU(q_e·k / √d_I), the rest "
+            "masked before the softmax.", kind="file", read=sparse.value, parse=sparse.parse,
+            fields=("indexer", "index_heads", "index_dim", "index_rope", "index_eps",
+                    "w_iq", "w_ik", "ik_norm", "ik_bias", "w_iw"),
+            shown=sparse.shown, write=lambda c, p, given: sparse.write(c, p, read.written)),
     Setting("masked_row", 'a query row whose every key is blocked: "zero" (zero weights, '
             'with a warning), "nan", or "error".', kind="choice",
             choices=("zero", "nan", "error"), default="zero",

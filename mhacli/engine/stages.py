@@ -32,6 +32,7 @@ from .formulas import (input_text, norm_text, output_tex, proj_tex, proj_text, r
 from .gating import gate_of, sigmoid
 from .head_weights import OUTPUT, PROJECTIONS
 from .reach import Reach
+from .sparse_stages import cell_masked_kept, keep_mask, sparse_stages
 from .stage import KEY, NUMBERED, QUERY, Stage
 from . import qk_norms, sub_norm
 from .work import Work, tuned, turned
@@ -252,9 +253,11 @@ def _mask_text(f: Formula) -> str:
     c = f.c
     before = source(c, "masked")
     rules = Reach.of(c).rules  # named, not asked: the formula has no arrays
-    if not rules:
+    top = [f"index_keep 0 (not among the query's top {c.indexer} keys by the indexer)"
+           + (" set to −∞" if not rules else "")] if c.indexer else []
+    if not rules and not top:
         return f"no mask: the same as {before}"
-    words = "; ".join(r.text(alone=len(rules) == 1) for r in rules)
+    words = "; ".join([r.text(alone=len(rules) == 1 and not top) for r in rules] + top)
     return words if words.endswith("set to −∞") else words + "; blocked entries set to −∞"
 
 
@@ -502,10 +505,15 @@ FORWARD: tuple[Stage, ...] = (
           latex=tex(r"Z_{@h} + B_{@h}"), cell=cell_biased, per_head=True, chain="z",
           exact=True, exists=lambda c: c.alibi or c.bias,
           reads=lambda c: (latest(c, "z", "biased"),) + (("alibi",) if c.alibi else ())),
+    *sparse_stages(sys.modules[__name__]),  # the indexer's (sparse attention: sparse_stages.py)
     Stage("masked", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
-          compute=lambda w: ops.mask_scores(_read(w, "masked"), w.p.reach.allowed()),
+          compute=lambda w: keep_mask(w, _read(w, "masked")) if w.c.indexer
+          else ops.mask_scores(_read(w, "masked"), w.p.reach.allowed()),
           formula=_mask_text, latex=tex(r"\operatorname{mask}\left(\frac{Z_{@h}}{s}\right)"),
-          cell=cell_masked, per_head=True, chain="z", exact=True, reads=_after("z", "masked")),
+          cell=lambda e: cell_masked_kept(e) if e.c.indexer else cell_masked(e),
+          per_head=True, chain="z", exact=True,
+          reads=lambda c: (latest(c, "z", "masked"),) + (("index_keep",) if c.indexer
+                                                          else ())),
     Stage("weights", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=_weights,
           formula=lambda f: f"A{f.i} = softmax of each {f.pick('row', 'column')} of masked{f.i}"

@@ -182,7 +182,8 @@ def prepare(
         raise MhaError(f"b_o has {bo.shape[0]} entries but {where}", key="b_o")
 
     d_rope = 0 if latent_shapes is None else latent_shapes.d_rope
-    sizes = Sizes(n, m, heads, groups, d_k, d_v, d_model, t, x_a, xkv_a, d_rope)
+    r_q = 0 if latent_shapes is None else latent_shapes.r_q
+    sizes = Sizes(n, m, heads, groups, d_k, d_v, d_model, t, x_a, xkv_a, d_rope, r_q)
     fields, arrays = parse_all(settings, sizes)
     if latent_shapes is not None:
         s_ = latent_shapes

@@ -354,10 +354,13 @@ RECORDS: tuple[Family, ...] = (
     Family("youtu", tensors="latent", read=latent_attention(),
            unread=("embedding_initializer_range",)),
     Family("deepseek_v32", tensors="latent",
-           read=latent_attention(interleave_key=None, indexer=True),
-           unread=("mlp_layer_types",),
-           others="its indexer's top-k keys (index_topk) all the keys of a problem of at most "
-           "index_topk tokens (dense); more refused by name"),
+           read=latent_attention(interleave_key=None, indexer="half"),
+           unread=("mlp_layer_types",)),
+    Family("glm_moe_dsa", tensors="latent",
+           read=latent_attention(interleave_key=None, indexer="interleaved"),
+           unread=("mlp_layer_types", "first_k_dense_replace"),
+           others="its layers that take an earlier layer's top-k keys (indexer_types "
+           "shared) on at most index_topk tokens (dense); more refused by name"),
     Family("minicpm3", tensors="latent",
            read=latent_attention(style="half", interleave_key=None),
            unread=("scale_emb", "scale_depth", "dim_model_base")),

@@ -23,6 +23,7 @@ import numpy as np
 from ..errors import MhaError, shown
 from .reading import Reader, _dtype, frozen, linear, rope_of
 from .rules import said
+from .sparse import read_indexer, shared_from
 
 Layer = dict[str, Any]
 EPS = 1e-6  # DeepseekV3RMSNorm's (and its kin's) default: the latent norms are made so
@@ -88,25 +89,33 @@ def _up(r: Reader, stem: str, heads: int, d_nope: int, d_v: int, out: Layer) -> 
 
 
 def _indexer(f: Any, r: Reader, stem: str, names: list[str], out: Layer) -> None:
-    """DeepSeek-V3.2's indexer keeps for each query its top index_topk keys by scores of
-    its own: with no more tokens than that it keeps every key (topk = min(index_topk, T)),
-    and the attention is the dense one. Read so: its tensors change nothing then, and a
-    problem of more tokens is refused (``most_tokens``)."""
+    """An indexer read only where it keeps every key (``latent_attention(indexer=True)``,
+    for an indexer whose own steps mha does not compute): for each query its top
+    index_topk keys by scores of its own; with no more tokens than that it keeps every key
+    (topk = min(index_topk, T)), and the attention is the dense one. Read so: its tensors
+    change nothing then, and a problem of more tokens is refused (``most_tokens``)."""
     top = r.count("index_topk")
     r.get("index_n_heads"), r.get("index_head_dim")
+    _layer_type(r)
+    if top is None:
+        raise MhaError(f"{names[0]}: {f.model_type}'s indexer without index_topk, the number "
+                       "of keys it keeps", source=r.config_file, key="index_topk")
+    r.taken.update(names)
+    out["most_tokens"] = top
+    out["most_said"] = (f"{f.model_type}'s indexer keeps each query's top {top} keys "
+                        "(index_topk), by steps of its own")
+    r.note("most_tokens", f"config index_topk: the indexer keeps each query's top {top} keys, "
+                          "every key of a problem of at most that many tokens (then dense)")
+
+
+def _layer_type(r: Reader) -> None:
+    """DeepSeek-V3.2's and GLM-5's layer_types: every layer indexed_attention."""
     types = r.get("layer_types")
     if types is not None and (not isinstance(types, list) or r.layer >= len(types)
                               or types[r.layer] != "indexed_attention"):
         kind = types[r.layer] if isinstance(types, list) and r.layer < len(types) else types
         raise r.error("layer_types", f"{shown(kind)} at layer {r.layer}: an attention mha "
                       "does not compute (it reads indexed_attention)")
-    if top is None:
-        raise MhaError(f"{names[0]}: {f.model_type}'s indexer without index_topk, the number "
-                       "of keys it keeps", source=r.config_file, key="index_topk")
-    r.taken.update(names)
-    out["most_tokens"] = top
-    r.note("most_tokens", f"config index_topk: the indexer keeps each query's top {top} keys, "
-                          "every key of a problem of at most that many tokens (then dense)")
 
 
 def _lora_scales(r: Reader, out: Layer) -> None:
@@ -126,11 +135,14 @@ def _lora_scales(r: Reader, out: Layer) -> None:
 
 def latent_attention(style: str | None = "interleaved", yarn: bool = True,
                      interleave_key: str | None = "rope_interleave",
-                     indexer: bool = False, lora_scale: bool = False) -> Any:
+                     indexer: str | bool | None = None, lora_scale: bool = False) -> Any:
     """A family's reading of its MLA layer: RoPE in pairs of ``style`` (None: no RoPE,
     Kimi Linear's NoPE; ``interleave_key``: a config flag that picks interleaved, true, or
-    half pairs), yarn's mscale² folded into the scale where ``yarn``; ``indexer``:
-    DeepSeek-V3.2's, read where it keeps every key (``_indexer``); ``lora_scale``:
+    half pairs), yarn's mscale² folded into the scale where ``yarn``; ``indexer``: the
+    RoPE pairs of DeepSeek sparse attention's indexer, "half" (V3.2) or "interleaved"
+    (GLM-5), read by ``sparse.read_indexer`` (a layer sharing an earlier layer's
+    top-k: ``sparse.shared_from``), or True: an indexer read only where it keeps every
+    key (``_indexer``); ``lora_scale``:
     LongCat-Flash's scalings of the latents (``_lora_scales``)."""
     turn = "no RoPE" if style is None else f"RoPE on the last qk_rope_head_dim columns " \
         f"({'interleaved' if style == 'interleaved' else 'half'} pairs" + \
@@ -138,7 +150,11 @@ def latent_attention(style: str | None = "interleaved", yarn: bool = True,
 
     @said(f"multi-head latent attention (q_a/q_b or q_proj, kv_a_proj_with_mqa, kv_b_proj); "
           f"causal; {turn}" + ("; s = √qk_head_dim / yarn's mscale²" if yarn else "")
-          + ("; the latents' LoRA scalings in the norms' weights" if lora_scale else ""))
+          + ("; the latents' LoRA scalings in the norms' weights" if lora_scale else "")
+          + (f"; sparse attention: the indexer's top index_topk keys ({indexer} RoPE pairs)"
+             if isinstance(indexer, str) else "; its indexer's top-k keys (index_topk) all "
+             "the keys of a problem of at most index_topk tokens (dense); more refused by "
+             "name" if indexer else ""))
     def read(f: Any, r: Reader, stem: str) -> Layer:
         found = sorted(n for n in r.ckpt.names if n.startswith(f"{stem}indexer."))
         if found and not indexer:
@@ -166,8 +182,10 @@ def latent_attention(style: str | None = "interleaved", yarn: bool = True,
                           f"{heads}: multi-head latent attention makes every head's keys and "
                           "values from the latent")
         out: Layer = {"heads": heads, "mask": "causal", "latent_eps": EPS}
-        if indexer:
+        if indexer is True:
             _indexer(f, r, stem, found, out)
+        elif indexer:
+            _layer_type(r)
         r.note("heads", "config num_attention_heads")
         r.note("mask", f"{f.model_type}: causal")
         r.note("latent_eps", "1e-6, the latent norms' own (the RMS norm's default)")
@@ -204,6 +222,8 @@ def latent_attention(style: str | None = "interleaved", yarn: bool = True,
                 r.get(key)
             r.note("rope", f"none: {f.model_type}'s MLA layers have no RoPE (k_R is shared, "
                            "not turned)")
+        if indexer and indexer is not True and not shared_from(r, stem, f.model_type, out):
+            read_indexer(r, stem, indexer, out, f.model_type)
         scale = _scale(r, d_nope + d_rope, yarn and style is not None)
         if scale is not None:
             out["scale"] = scale

@@ -116,8 +116,9 @@ class LayerReading:
     origin: Mapping[str, str]  # a weight or setting -> where it came from
     dtype: np.dtype = np.dtype(np.float64)  # the weights' working precision
     cross: bool = False  # a cross-attention: its keys and values read x_kv
-    most_tokens: int | None = None  # the most tokens the layer is read for (V3.2's indexer
-    # keeps every key up to its index_topk: past it, a sparse mask mha does not compute)
+    most_tokens: int | None = None  # the most tokens the layer is read for (a layer that
+    # takes an earlier layer's top-k keys, glm_moe_dsa's: dense up to its index_topk)
+    most_said: str = ""  # why not past it, in words
     module: str = ""  # the layer's attention module in the model as loaded, where it is
     # not the stem (a block shared by several layers, saved under another's name)
     position_bias: Any = None  # (n, m) -> the bias H × n × m, when it depends on them (T5)
@@ -194,7 +195,8 @@ def read_layer(path: str | Path, layer: int | str = 0, dtype: Any = np.float64
         if record.loaded_as:
             module = re.sub(*record.loaded_as, stem)
     _refuse_the_rest(r, stem)
-    most = out.pop("most_tokens", None)  # (DeepSeek-V3.2's indexer: dense up to index_topk)
+    most = out.pop("most_tokens", None)  # (a shared top-k: dense up to index_topk)
+    most_said = out.pop("most_said", "")
     bias = out.pop("position_bias", None)  # a rule of n and m (T5's): made with the problem
     mask = out.pop("position_mask", None)  # (BigBird's blocks: the same)
     weights = {k: v for k, v in out.items() if k in WEIGHTS}
@@ -203,7 +205,7 @@ def read_layer(path: str | Path, layer: int | str = 0, dtype: Any = np.float64
                         MappingProxyType(weights), MappingProxyType(settings),
                         MappingProxyType(dict(r.origin)), r.dtype,
                         cross=part is not None and part.cross, most_tokens=most,
-                        module=module, position_bias=bias, position_mask=mask)
+                        most_said=most_said, module=module, position_bias=bias, position_mask=mask)
 
 
 # Layers that are not softmax attention, known by their tensors (the name after the
