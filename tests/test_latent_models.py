@@ -2,7 +2,7 @@
 them (tiny, every parameter random, the latent norms' weights off 1), against the model's
 own attention module run on the same x (tests/hf_zoo.py): DeepSeek-V2 and V3 (with the
 queries compressed and not, yarn's mscale on and off, RoPE's pairs interleaved and not),
-GLM-4-MoE-Lite, Youtu, Sarvam-MLA, MiniCPM3, Kimi Linear's MLA layers, LongCat-Flash (two
+GLM-4-MoE-Lite, A.X K1, Youtu, Sarvam-MLA, MiniCPM3, Kimi Linear's MLA layers, LongCat-Flash (two
 MLAs a layer, each with its LoRA scalings), and DeepSeek-V3.2 with no more tokens than its
 indexer keeps (dense). 1e-5 relative:
 the models compute RoPE's cos and sin and their RMS norms in float32. And what is refused:
@@ -48,6 +48,9 @@ CASES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "minicpm3": ("minicpm3", "MiniCPM3ForCausalLM", {}),
     "kimi_linear": ("kimi_linear", "KimiLinearForCausalLM", {}),
     "longcat_flash": ("longcat_flash", "LongcatFlashForCausalLM", {}),  # (two a layer)
+    "axk1": ("axk1", "AXK1ForCausalLM", {}),
+    "axk1-half-pairs-yarn": ("axk1", "AXK1ForCausalLM", {"rope_interleave": False,
+                                                         "rope_parameters": YARN}),
     "deepseek_v32": ("deepseek_v32", "DeepseekV32ForCausalLM", {"index_topk": 9}),  # (9
     # tokens: its indexer keeps every key)
 }

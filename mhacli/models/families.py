@@ -350,6 +350,7 @@ RECORDS: tuple[Family, ...] = (
     Family("deepseek_v2", tensors="latent", read=latent_attention(interleave_key=None)),
     *(Family(name, tensors="latent", read=latent_attention())
       for name in ("deepseek_v3", "glm4_moe_lite", "sarvam_mla")),
+    Family("axk1", tensors="latent", read=latent_attention(), unread=("mlp_layer_types",)),
     Family("youtu", tensors="latent", read=latent_attention(),
            unread=("embedding_initializer_range",)),
     Family("deepseek_v32", tensors="latent",
