@@ -175,7 +175,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # each, as repeat_kv needs), and head_dim the rotary's width, qk_rope_head_dim's
     **{t: dict(num_key_value_heads=HEADS, head_dim=8) for t in (
         "deepseek_v2", "deepseek_v3", "deepseek_v32", "glm4_moe_lite", "youtu", "sarvam_mla",
-        "minicpm3", "kimi_linear", "longcat_flash", "axk1")},
+        "minicpm3", "kimi_linear", "longcat_flash", "axk1", "bailing_hybrid")},
     "gemma3n_text": dict(num_hidden_layers=10, num_kv_shared_layers=5, layer_types=[
         "sliding_attention"] * 4 + ["full_attention"] + ["sliding_attention"] * 4 + [
         "full_attention"], intermediate_size=[64] * 10, activation_sparsity_pattern=[0.0] * 10),

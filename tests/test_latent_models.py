@@ -3,7 +3,8 @@ them (tiny, every parameter random, the latent norms' weights off 1), against th
 own attention module run on the same x (tests/hf_zoo.py): DeepSeek-V2 and V3 (with the
 queries compressed and not, yarn's mscale on and off, RoPE's pairs interleaved and not),
 GLM-4-MoE-Lite, A.X K1, Youtu, Sarvam-MLA, MiniCPM3, Kimi Linear's MLA layers, LongCat-Flash (two
-MLAs a layer, each with its LoRA scalings), and DeepSeek-V3.2 with no more tokens than its
+MLAs a layer, each with its LoRA scalings), Ling 3 (bailing_hybrid: MLA with a sigmoid gate
+a head, among Kimi delta attention layers), and DeepSeek-V3.2 with no more tokens than its
 indexer keeps (dense). 1e-5 relative:
 the models compute RoPE's cos and sin and their RMS norms in float32. And what is refused:
 Kimi Linear's KDA layers (for good), DeepSeek-V3.2 on more tokens than its indexer
@@ -51,6 +52,11 @@ CASES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "axk1": ("axk1", "AXK1ForCausalLM", {}),
     "axk1-half-pairs-yarn": ("axk1", "AXK1ForCausalLM", {"rope_interleave": False,
                                                          "rope_parameters": YARN}),
+    "bailing_hybrid": ("bailing_hybrid", "BailingHybridForCausalLM", {}),  # (its MLA layer
+    # the 6th, a gate a head; the others Kimi delta attention)
+    "bailing_hybrid-q-latent-yarn": ("bailing_hybrid", "BailingHybridForCausalLM",
+                                     {"q_lora_rank": 24, "rope_parameters": {
+                                         **YARN, "rope_theta": 6e6}}),
     "deepseek_v32": ("deepseek_v32", "DeepseekV32ForCausalLM", {"index_topk": 9}),  # (9
     # tokens: its indexer keeps every key)
 }
@@ -197,6 +203,27 @@ def test_longcat_folds_its_lora_scalings_into_the_norms(made: dict[str, Path],
         stored = f.get_tensor("model.layers.1.self_attn.1.kv_a_layernorm.weight")
     np.testing.assert_allclose(prob.inputs["kv_latent_norm"], stored * 2.0, rtol=1e-7)
     assert "LoRA scaling" in prob.read["settings"]["q_latent_norm"]
+
+
+def test_ling3_gates_each_head_by_one_logit(made: dict[str, Path],
+                                           tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Ling 3's g_proj (H × d_model) read as w_gate: each of head h's d_v columns is its
+    row h, so that σ of one logit multiplies all the head's outputs."""
+    from safetensors import safe_open
+
+    folder = model_of(made, tmp_path_factory, "bailing_hybrid")
+    prob = from_mapping({"x": np.ones((2, 64)), "checkpoint": folder, "layer": 5}, "t")
+    with safe_open(str(folder / "model.safetensors"), "np") as f:
+        stored = f.get_tensor("model.layers.5.attention.g_proj.weight")  # (H, d_model)
+    gate = prob.inputs["w_gate"]  # (d_model, H·d_v)
+    d_v = prob.config.d_v
+    for h in range(4):
+        for j in range(d_v):
+            np.testing.assert_array_equal(gate[:, h * d_v + j], stored[h])
+    assert "g_proj" in prob.read["settings"]["w_gate"]
+    with pytest.raises(NotAttention, match="layer 2 is linear attention.*the attention "
+                                           "layers are 5"):
+        from_mapping({"x": np.ones((2, 64)), "checkpoint": folder, "layer": 2}, "t")
 
 
 def test_generate_writes_the_layer_back(made: dict[str, Path],

@@ -365,6 +365,14 @@ RECORDS: tuple[Family, ...] = (
            unread=("layer_types", "model_max_length", "moe_renormalize", "num_expert_group",
                    "num_experts_per_token"),  # (the tensors say which layers are attention)
            read=latent_attention(style=None, yarn=False, interleave_key=None)),
+    # (Ling 3: MLA layers with a gate a head, among Kimi delta attention layers)
+    Family("bailing_hybrid", tensors="attention_latent", others=LINEAR,
+           read=latent_attention(interleave_key=None, head_gate=True, o_proj="dense"),
+           loaded_as=(r"\.attention\.$", ".self_attn."),
+           unread=("layer_types", "layer_group_size", "short_conv_kernel_size",  # (the
+                   "kda_safe_gate", "kda_lower_bound", "model_max_length",  # tensors say
+                   "moe_renormalize", "num_expert_group", "num_experts_per_token")),  # which
+    # layers are MLA; the rest: its delta attention's and experts')
     Family("longcat_flash", tensors="two_latent",
            read=latent_attention(interleave_key=None, lora_scale=True),
            unread=("expert_ffn_hidden_size", "zero_expert_num"),  # (its experts)

@@ -124,21 +124,41 @@ def _lora_scales(r: Reader, out: Layer) -> None:
                      f"√({hidden} / {rank}) (its LoRA scaling)")
 
 
+def _head_gate(r: Reader, stem: str, heads: int, d_v: int, out: Layer) -> None:
+    """Ling 3's (bailing_hybrid's) gate: g_proj (H, d_model) makes one logit a head from
+    x, and σ of it multiplies all d_v outputs of that head; read as the gate w_gate
+    (d_model × H·d_v) whose d_v columns of head h are each g_proj's row h."""
+    name = f"{stem}g_proj.weight"
+    rows, width = r.shape(name, 2)
+    if rows != heads:
+        raise MhaError(f"{name} has {rows} rows: one gate a head makes {heads}",
+                       source=r.ckpt.source_of(name), key=name)
+    one = r.tensor(name, 2)  # (H, d_model)
+    out["w_gate"] = frozen(np.repeat(np.ascontiguousarray(one.T), d_v, axis=1))  # (d_model, H·d_v)
+    r.note("w_gate", f"tensor {name} (row h, transposed, as each of head h's "
+                     f"v_head_dim = {d_v} columns: one gate a head)")
+    _refuse_bias(r, stem, "g_proj")
+
+
 def latent_attention(style: str | None = "interleaved", yarn: bool = True,
                      interleave_key: str | None = "rope_interleave",
-                     indexer: bool = False, lora_scale: bool = False) -> Any:
+                     indexer: bool = False, lora_scale: bool = False,
+                     head_gate: bool = False, o_proj: str = "o_proj") -> Any:
     """A family's reading of its MLA layer: RoPE in pairs of ``style`` (None: no RoPE,
     Kimi Linear's NoPE; ``interleave_key``: a config flag that picks interleaved, true, or
     half pairs), yarn's mscale² folded into the scale where ``yarn``; ``indexer``:
     DeepSeek-V3.2's, read where it keeps every key (``_indexer``); ``lora_scale``:
-    LongCat-Flash's scalings of the latents (``_lora_scales``)."""
+    LongCat-Flash's scalings of the latents (``_lora_scales``); ``head_gate``: Ling 3's
+    sigmoid gate of each head's output (``_head_gate``); ``o_proj``: the output
+    projection's module."""
     turn = "no RoPE" if style is None else f"RoPE on the last qk_rope_head_dim columns " \
         f"({'interleaved' if style == 'interleaved' else 'half'} pairs" + \
         (f", or as {interleave_key} says)" if interleave_key else ")")
 
     @said(f"multi-head latent attention (q_a/q_b or q_proj, kv_a_proj_with_mqa, kv_b_proj); "
           f"causal; {turn}" + ("; s = √qk_head_dim / yarn's mscale²" if yarn else "")
-          + ("; the latents' LoRA scalings in the norms' weights" if lora_scale else ""))
+          + ("; the latents' LoRA scalings in the norms' weights" if lora_scale else "")
+          + ("; each head's output times σ(x·g_proj's row)" if head_gate else ""))
     def read(f: Any, r: Reader, stem: str) -> Layer:
         found = sorted(n for n in r.ckpt.names if n.startswith(f"{stem}indexer."))
         if found and not indexer:
@@ -190,7 +210,9 @@ def latent_attention(style: str | None = "interleaved", yarn: bool = True,
             if r_q is None:
                 raise r.error("q_lora_rank", "missing: LongCat-Flash compresses its queries")
             _lora_scales(r, out)
-        linear(r, stem, "o_proj", out, "o")
+        linear(r, stem, o_proj, out, "o")
+        if head_gate:
+            _head_gate(r, stem, heads, d_v, out)
         if style is not None:
             pairs = style
             if interleave_key is not None:

@@ -43,6 +43,8 @@ LAYOUTS = (
     ("phi3", r"(?:^|\.)layers\.(\d+)\.self_attn\.qkv_proj\.weight$", "qkv_proj.weight"),
     ("latent", r"(?:^|\.)layers\.(\d+)\.self_attn\.kv_a_proj_with_mqa\.weight$",
      "kv_a_proj_with_mqa.weight"),  # (multi-head latent attention: before q_proj's)
+    ("attention_latent", r"(?:^|\.)layers\.(\d+)\.attention\.kv_a_proj_with_mqa\.weight$",
+     "kv_a_proj_with_mqa.weight"),  # (Ling 3's MLA layers: attention. and dense, as saved)
     ("two_latent", r"(?:^|\.)layers\.(\d+)\.self_attn\.([01])\.kv_a_proj_with_mqa\."
      r"weight$", "kv_a_proj_with_mqa.weight"),  # (LongCat-Flash: two MLAs in each layer,
     # numbered 2N and 2N + 1 as the model numbers them, its layer_idx)
