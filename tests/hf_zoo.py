@@ -176,6 +176,9 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     **{t: dict(num_key_value_heads=HEADS, head_dim=8) for t in (
         "deepseek_v2", "deepseek_v3", "deepseek_v32", "glm4_moe_lite", "youtu", "sarvam_mla",
         "minicpm3", "kimi_linear", "longcat_flash", "axk1", "bailing_hybrid")},
+    "hy_v4": dict(num_key_value_heads=HEADS, head_dim=8, num_hidden_layers=3,  # (a layer
+        index_n_heads=2, index_head_dim=16, index_topk=16, layer_types=None,  # that shares
+        mlp_layer_types=None, indexer_types=["full", "full", "shared"]),  # the top-k)
     "gemma3n_text": dict(num_hidden_layers=10, num_kv_shared_layers=5, layer_types=[
         "sliding_attention"] * 4 + ["full_attention"] + ["sliding_attention"] * 4 + [
         "full_attention"], intermediate_size=[64] * 10, activation_sparsity_pattern=[0.0] * 10),

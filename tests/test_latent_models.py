@@ -4,8 +4,8 @@ own attention module run on the same x (tests/hf_zoo.py): DeepSeek-V2 and V3 (wi
 queries compressed and not, yarn's mscale on and off, RoPE's pairs interleaved and not),
 GLM-4-MoE-Lite, A.X K1, Youtu, Sarvam-MLA, MiniCPM3, Kimi Linear's MLA layers, LongCat-Flash (two
 MLAs a layer, each with its LoRA scalings), Ling 3 (bailing_hybrid: MLA with a sigmoid gate
-a head, among Kimi delta attention layers), and DeepSeek-V3.2 with no more tokens than its
-indexer keeps (dense). 1e-5 relative:
+a head, among Kimi delta attention layers), DeepSeek-V3.2 and HY-V4 (a gate of the heads' outputs,
+sinks, its top-k shared by layers) with no more tokens than their indexers keep (dense). 1e-5 relative:
 the models compute RoPE's cos and sin and their RMS norms in float32. And what is refused:
 Kimi Linear's KDA layers (for good), DeepSeek-V3.2 on more tokens than its indexer
 keeps, a bias of the latents' projections. Skipped where transformers (and torch) are not installed."""
@@ -57,6 +57,9 @@ CASES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "bailing_hybrid-q-latent-yarn": ("bailing_hybrid", "BailingHybridForCausalLM",
                                      {"q_lora_rank": 24, "rope_parameters": {
                                          **YARN, "rope_theta": 6e6}}),
+    "hy_v4": ("hy_v4", "HYV4ForCausalLM", {}),  # (16 keys kept, 9 tokens: every key; a
+    # gate, sinks; layer 2 shares layer 1's top-k)
+    "hy_v4-yarn": ("hy_v4", "HYV4ForCausalLM", {"rope_parameters": YARN}),
     "deepseek_v32": ("deepseek_v32", "DeepseekV32ForCausalLM", {"index_topk": 9}),  # (9
     # tokens: its indexer keeps every key)
 }
@@ -159,6 +162,12 @@ def test_what_is_not_followed_is_refused_by_name(tmp_path: Path) -> None:
         from_mapping({"x": np.ones((5, 64)), "checkpoint": v32, "layer": 0}, "t")
     assert from_mapping({"x": np.ones((4, 64)), "checkpoint": v32, "layer": 0},
                         "t").read["settings"]["most_tokens"].startswith("config index_topk")
+    hy = build("hy_v4", "HYV4ForCausalLM", tmp_path / "hy", index_topk=4)
+    for layer in (0, 2):  # (its own indexer; the last one's top-k, shared)
+        with pytest.raises(mhacli.MhaError, match="indexer keeps each query's top 4 keys"):
+            from_mapping({"x": np.ones((5, 64)), "checkpoint": hy, "layer": layer}, "t")
+    assert "shared" in from_mapping({"x": np.ones((4, 64)), "checkpoint": hy, "layer": 2},
+                                    "t").read["settings"]["most_tokens"]
     biased = build("deepseek_v3", "DeepseekV3ForCausalLM", tmp_path / "bias",
                    attention_bias=True)
     with pytest.raises(mhacli.MhaError, match="q_a_proj.bias: a bias of the latent's "
@@ -203,6 +212,22 @@ def test_longcat_folds_its_lora_scalings_into_the_norms(made: dict[str, Path],
         stored = f.get_tensor("model.layers.1.self_attn.1.kv_a_layernorm.weight")
     np.testing.assert_allclose(prob.inputs["kv_latent_norm"], stored * 2.0, rtol=1e-7)
     assert "LoRA scaling" in prob.read["settings"]["q_latent_norm"]
+
+
+def test_hy_v4_reads_its_gate_and_sinks(made: dict[str, Path],
+                                        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """HY-V4's linear_gate (H·d_v × d_model) is w_gate transposed; its learnable sinks (random
+    here, as every parameter) are the sinks; RoPE in half pairs."""
+    from safetensors import safe_open
+
+    folder = model_of(made, tmp_path_factory, "hy_v4")
+    prob = from_mapping({"x": np.ones((2, 64)), "checkpoint": folder, "layer": 1}, "t")
+    with safe_open(str(folder / "model.safetensors"), "np") as f:
+        gate = f.get_tensor("model.layers.1.self_attn.linear_gate.weight")
+        sinks = f.get_tensor("model.layers.1.self_attn.learnable_sink_param")
+    np.testing.assert_array_equal(prob.inputs["w_gate"], gate.T)
+    np.testing.assert_array_equal(prob.inputs["sinks"], sinks)
+    assert np.abs(sinks).min() > 0 and prob.config.rope == "half"
 
 
 def test_ling3_gates_each_head_by_one_logit(made: dict[str, Path],

@@ -358,6 +358,15 @@ RECORDS: tuple[Family, ...] = (
            unread=("mlp_layer_types",),
            others="its indexer's top-k keys (index_topk) all the keys of a problem of at most "
            "index_topk tokens (dense); more refused by name"),
+    # (HY-V4: DeepSeek-V3.2's MLA and indexer, its top-k shared by layers, a gate of the
+    # heads' outputs and a sink logit a head; hyper-connections outside the attention)
+    Family("hy_v4", tensors="latent",
+           read=latent_attention(style="half", interleave_key=None, indexer=True,
+                                 gate=("linear_gate", False), sinks="learnable_sink_param"),
+           unread=("mlp_layer_types", "hc_mult", "hc_magnitude", "hc_eps",
+                   "learnable_sink_init", "swiglu_limit"),
+           others="its indexer's top-k keys (index_topk) all the keys of a problem of at most "
+           "index_topk tokens (dense); more refused by name"),
     Family("minicpm3", tensors="latent",
            read=latent_attention(style="half", interleave_key=None),
            unread=("scale_emb", "scale_depth", "dim_model_base")),
@@ -367,7 +376,7 @@ RECORDS: tuple[Family, ...] = (
            read=latent_attention(style=None, yarn=False, interleave_key=None)),
     # (Ling 3: MLA layers with a gate a head, among Kimi delta attention layers)
     Family("bailing_hybrid", tensors="attention_latent", others=LINEAR,
-           read=latent_attention(interleave_key=None, head_gate=True, o_proj="dense"),
+           read=latent_attention(interleave_key=None, gate=("g_proj", True), o_proj="dense"),
            loaded_as=(r"\.attention\.$", ".self_attn."),
            unread=("layer_types", "layer_group_size", "short_conv_kernel_size",  # (the
                    "kda_safe_gate", "kda_lower_bound", "model_max_length",  # tensors say

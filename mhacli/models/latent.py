@@ -100,13 +100,21 @@ def _indexer(f: Any, r: Reader, stem: str, names: list[str], out: Layer) -> None
         kind = types[r.layer] if isinstance(types, list) and r.layer < len(types) else types
         raise r.error("layer_types", f"{shown(kind)} at layer {r.layer}: an attention mha "
                       "does not compute (it reads indexed_attention)")
+    shared = r.get("indexer_types")  # (HY-V4: "shared" layers reuse the last "full" one's)
+    if shared is not None and (not isinstance(shared, list) or r.layer >= len(shared)
+                               or shared[r.layer] not in ("full", "shared")):
+        raise r.error("indexer_types", f"{shown(shared)}: mha reads full or shared for each "
+                      "layer")
     if top is None:
-        raise MhaError(f"{names[0]}: {f.model_type}'s indexer without index_topk, the number "
+        raise MhaError(f"{stem}indexer: {f.model_type}'s indexer without index_topk, the number "
                        "of keys it keeps", source=r.config_file, key="index_topk")
     r.taken.update(names)
     out["most_tokens"] = top
     r.note("most_tokens", f"config index_topk: the indexer keeps each query's top {top} keys, "
-                          "every key of a problem of at most that many tokens (then dense)")
+                          "every key of a problem of at most that many tokens (then dense)"
+           + ("; this layer reuses the keys of the last layer with an indexer of its own "
+              "(indexer_types: shared), as many" if shared and shared[r.layer] == "shared"
+              else ""))
 
 
 def _lora_scales(r: Reader, out: Layer) -> None:
@@ -124,33 +132,38 @@ def _lora_scales(r: Reader, out: Layer) -> None:
                      f"√({hidden} / {rank}) (its LoRA scaling)")
 
 
-def _head_gate(r: Reader, stem: str, heads: int, d_v: int, out: Layer) -> None:
-    """Ling 3's (bailing_hybrid's) gate: g_proj (H, d_model) makes one logit a head from
-    x, and σ of it multiplies all d_v outputs of that head; read as the gate w_gate
-    (d_model × H·d_v) whose d_v columns of head h are each g_proj's row h."""
-    name = f"{stem}g_proj.weight"
-    rows, width = r.shape(name, 2)
-    if rows != heads:
-        raise MhaError(f"{name} has {rows} rows: one gate a head makes {heads}",
-                       source=r.ckpt.source_of(name), key=name)
-    one = r.tensor(name, 2)  # (H, d_model)
-    out["w_gate"] = frozen(np.repeat(np.ascontiguousarray(one.T), d_v, axis=1))  # (d_model, H·d_v)
-    r.note("w_gate", f"tensor {name} (row h, transposed, as each of head h's "
-                     f"v_head_dim = {d_v} columns: one gate a head)")
-    _refuse_bias(r, stem, "g_proj")
+def _gate(r: Reader, stem: str, module: str, per_head: bool, heads: int, d_v: int,
+          out: Layer) -> None:
+    """A sigmoid gate of the heads' outputs made from x, read as w_gate (d_model × H·d_v):
+    HY-V4's (``per_head`` False: H·d_v rows, head h's d_v rows its own) as it is; Ling 3's
+    (bailing_hybrid's, ``per_head``: one logit a head, H rows) with row h as each of head
+    h's d_v columns, so that σ of that one logit multiplies all the head's outputs."""
+    name = f"{stem}{module}.weight"
+    rows, _ = r.shape(name, 2)
+    want = heads if per_head else heads * d_v
+    if rows != want:
+        raise MhaError(f"{name} has {rows} rows: a gate of {'one logit a head' if per_head else 'each head output'} "
+                       f"makes {want}", source=r.ckpt.source_of(name), key=name)
+    w = np.ascontiguousarray(r.tensor(name, 2).T)  # (d_model, H) or (d_model, H·d_v)
+    out["w_gate"] = frozen(np.repeat(w, d_v, axis=1) if per_head else w)  # (d_model, H·d_v)
+    r.note("w_gate", f"tensor {name} " + (f"(row h, transposed, as each of head h's "
+                                          f"v_head_dim = {d_v} columns: one gate a head)"
+                                          if per_head else "(transposed)"))
+    _refuse_bias(r, stem, module)
 
 
 def latent_attention(style: str | None = "interleaved", yarn: bool = True,
                      interleave_key: str | None = "rope_interleave",
                      indexer: bool = False, lora_scale: bool = False,
-                     head_gate: bool = False, o_proj: str = "o_proj") -> Any:
+                     gate: tuple[str, bool] | None = None, sinks: str | None = None,
+                     o_proj: str = "o_proj") -> Any:
     """A family's reading of its MLA layer: RoPE in pairs of ``style`` (None: no RoPE,
     Kimi Linear's NoPE; ``interleave_key``: a config flag that picks interleaved, true, or
     half pairs), yarn's mscale² folded into the scale where ``yarn``; ``indexer``:
     DeepSeek-V3.2's, read where it keeps every key (``_indexer``); ``lora_scale``:
-    LongCat-Flash's scalings of the latents (``_lora_scales``); ``head_gate``: Ling 3's
-    sigmoid gate of each head's output (``_head_gate``); ``o_proj``: the output
-    projection's module."""
+    LongCat-Flash's scalings of the latents (``_lora_scales``); ``gate``: (its module, one
+    logit a head) of a sigmoid gate of the heads' outputs (``_gate``); ``sinks``: the
+    module of a sink logit a head; ``o_proj``: the output projection's module."""
     turn = "no RoPE" if style is None else f"RoPE on the last qk_rope_head_dim columns " \
         f"({'interleaved' if style == 'interleaved' else 'half'} pairs" + \
         (f", or as {interleave_key} says)" if interleave_key else ")")
@@ -158,7 +171,8 @@ def latent_attention(style: str | None = "interleaved", yarn: bool = True,
     @said(f"multi-head latent attention (q_a/q_b or q_proj, kv_a_proj_with_mqa, kv_b_proj); "
           f"causal; {turn}" + ("; s = √qk_head_dim / yarn's mscale²" if yarn else "")
           + ("; the latents' LoRA scalings in the norms' weights" if lora_scale else "")
-          + ("; each head's output times σ(x·g_proj's row)" if head_gate else ""))
+          + (f"; the heads' outputs times σ(x·{gate[0]})" if gate else "")
+          + (f"; a sink logit a head ({sinks})" if sinks else ""))
     def read(f: Any, r: Reader, stem: str) -> Layer:
         found = sorted(n for n in r.ckpt.names if n.startswith(f"{stem}indexer."))
         if found and not indexer:
@@ -211,8 +225,11 @@ def latent_attention(style: str | None = "interleaved", yarn: bool = True,
                 raise r.error("q_lora_rank", "missing: LongCat-Flash compresses its queries")
             _lora_scales(r, out)
         linear(r, stem, o_proj, out, "o")
-        if head_gate:
-            _head_gate(r, stem, heads, d_v, out)
+        if gate is not None:
+            _gate(r, stem, gate[0], gate[1], heads, d_v, out)
+        if sinks is not None:
+            out["sinks"] = r.tensor(f"{stem}{sinks}", 1)
+            r.note("sinks", f"tensor {stem}{sinks}")
         if style is not None:
             pairs = style
             if interleave_key is not None:
