@@ -7,7 +7,8 @@ MLAs a layer, each with its LoRA scalings), Ling 3 (bailing_hybrid: MLA with a s
 a head, among Kimi delta attention layers), DeepSeek-V3.2 and HY-V4 (a gate of the heads' outputs,
 sinks, its top-k shared by layers) with no more tokens than their indexers keep (dense). 1e-5 relative:
 the models compute RoPE's cos and sin and their RMS norms in float32. And what is refused:
-Kimi Linear's KDA layers (for good), DeepSeek-V3.2 on more tokens than its indexer
+Kimi Linear's KDA layers (for good), A.X K2's queries made from its query latent normed and
+not, DeepSeek-V3.2 on more tokens than its indexer
 keeps, a bias of the latents' projections. Skipped where transformers (and torch) are not installed."""
 
 from __future__ import annotations
@@ -168,6 +169,11 @@ def test_what_is_not_followed_is_refused_by_name(tmp_path: Path) -> None:
             from_mapping({"x": np.ones((5, 64)), "checkpoint": hy, "layer": layer}, "t")
     assert "shared" in from_mapping({"x": np.ones((4, 64)), "checkpoint": hy, "layer": 2},
                                     "t").read["settings"]["most_tokens"]
+    axk2 = build("axk2", "AXK2ForCausalLM", tmp_path / "axk2")
+    with pytest.raises(mhacli.MhaError, match=r"q_b_proj.weight: axk2's query projection "
+                       r"reads the query latent both normed and not \(\[q_a_layernorm\(c_Q\) "
+                       r"\| c_Q\], 48 = 2·q_lora_rank 24 columns\)"):
+        from_mapping({"x": np.ones((2, 64)), "checkpoint": axk2, "layer": 0}, "t")
     biased = build("deepseek_v3", "DeepseekV3ForCausalLM", tmp_path / "bias",
                    attention_bias=True)
     with pytest.raises(mhacli.MhaError, match="q_a_proj.bias: a bias of the latent's "

@@ -30,7 +30,7 @@ from .encoders import convbert, ibert, jina, luke, mobilebert, roformer, squeeze
 from .bigbird import big_bird, bigbird_pegasus
 from .differential import diffllama
 from .dbrx import dbrx
-from .latent import latent_attention
+from .latent import doubled_query_latent, latent_attention
 from .gemma3n import GEMMA3N_AROUND, unscaled
 from .llama4 import chunks, llama4
 from .zamba import zamba
@@ -351,6 +351,7 @@ RECORDS: tuple[Family, ...] = (
     *(Family(name, tensors="latent", read=latent_attention())
       for name in ("deepseek_v3", "glm4_moe_lite", "sarvam_mla")),
     Family("axk1", tensors="latent", read=latent_attention(), unread=("mlp_layer_types",)),
+    Family("axk2", tensors="latent", read=doubled_query_latent),
     Family("youtu", tensors="latent", read=latent_attention(),
            unread=("embedding_initializer_range",)),
     Family("deepseek_v32", tensors="latent",

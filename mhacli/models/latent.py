@@ -249,3 +249,19 @@ def latent_attention(style: str | None = "interleaved", yarn: bool = True,
         return out
     return read
 
+
+
+@said("MLA whose queries and gate are made from the query latent both normed and not "
+      "(refused)")
+def doubled_query_latent(f: Any, r: Reader, stem: str) -> Layer:
+    """A.X K2: q_b_proj (its model's q_gate_proj) reads [q_a_layernorm(c_Q) | c_Q], 2·r_q
+    columns, and makes each head's queries and a sigmoid gate of its outputs from both:
+    the queries are not a projection of the normed latent alone, as mha's w_uq is."""
+    name = f"{stem}q_b_proj.weight"
+    _, cols = r.shape(name, 2)
+    r_q = r.count("q_lora_rank")
+    raise MhaError(f"{name}: {f.model_type}'s query projection reads the query latent both "
+                   f"normed and not ([q_a_layernorm(c_Q) | c_Q], {cols} = 2·q_lora_rank "
+                   f"{r_q} columns) and makes each head's queries and a sigmoid gate of its "
+                   "output from both, which mha does not compute", source=r.ckpt.source_of(name),
+                   key=name)
