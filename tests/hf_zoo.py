@@ -156,7 +156,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
         "linear_attention", "hybrid", "linear_attention", "hybrid"]),
     "zaya": dict(num_experts_per_tok=1),
     "qwen4_exp_text": dict(indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=16,
-                           indexer_budget=8, indexer_compress_ratio=4),  # (no defaults)
+                           indexer_budget=12, indexer_compress_ratio=4),  # (no defaults;
+    # 3 blocks of 4 kept: every key of 15 tokens)
     "dory": dict(num_hidden_layers=2, n_input_layers=1, n_output_layers=1,  # (no recurrent
                  layer_types=["sliding_attention", "full_attention"]),  # middle: 2 layers)
     "cohere_compass_text": dict(  # (its config class keeps a flat rope_parameters; the

@@ -32,10 +32,14 @@ def on_layer(inputs: dict[str, Any], reading: Any, heads: int | None,
     most = getattr(reading, "most_tokens", None)
     n = np.shape(inputs["x"])[0] if inputs.get("x") is not None else 0
     if most is not None and n > most:
-        raise MhaError(f"--layer {reading.layer}: {reading.family}'s indexer keeps each "
-                       f"query's top {most} keys (index_topk): with {n} tokens it would drop "
-                       f"some, a sparse mask mha does not compute; give at most {most} tokens "
-                       "(every key kept: the dense attention)", key="x")
+        note = reading.origin.get("most_tokens", "")  # (where the reader found it)
+        kept = f"each query's top {most} keys (index_topk)" if note.startswith(
+            "config index_topk") else f"every key of at most {most} tokens only " \
+            f"({note.split(':')[0].removeprefix('config ')})"
+        raise MhaError(f"--layer {reading.layer}: {reading.family}'s indexer keeps {kept}: "
+                       f"with {n} tokens it would drop some, a sparse mask mha does not "
+                       f"compute; give at most {most} tokens (every key kept: the dense "
+                       "attention)", key="x")
     own = set(inputs)
     if inputs.get("bias") is not None:  # the problem's own bias, in place of T5's
         own.add("relative_bias")

@@ -33,6 +33,7 @@ from .dbrx import dbrx
 from .latent import doubled_query_latent, latent_attention
 from .gemma3n import GEMMA3N_AROUND, unscaled
 from .llama4 import chunks, llama4
+from .qsa import qsa
 from .zamba import zamba
 from .reformer import reformer
 from .longformer import led, longformer
@@ -246,6 +247,14 @@ RECORDS: tuple[Family, ...] = (
     Family("lfm3", others=CONVOLUTIONS, qk_norm="head", window=types_or()),
     *(Family(name, gated=True, qk_norm="head", norm_plus_one=True, others=LINEAR)
       for name in ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")),
+    # (Qwen4-Exp: Qwen3-Next's attention with a QSA indexer; hyper-connections, n-gram
+    # embeddings and linear attention outside it)
+    Family("qwen4_exp_text", read=qsa, gated=True, qk_norm="head", norm_plus_one=True,
+           others=LINEAR, unread=(
+               "hc_count", "hc_lowrank", "ple_layer_ids", "ple_embed_dim",
+               "ple_conv_kernel_size", "ngram_size", "heads_per_ngram", "ngram_vocab_size_base",
+               "make_ngram_vocab_size_divisible_by", "seed", "split_ngram_parts",
+               "number_of_conv_states", "output_gate_type")),
     Family("llama4_text", read=llama4, window=chunks, rope=nope_on(
         listed_nope("no_rope_layers", "no_rope_layer_interval"),
         "the layers no_rope_layers marks 0", rope(style="interleaved")),
