@@ -255,6 +255,10 @@ NOT_FOLLOWED = (
     (r"^self_att\.self_attention\.project_q\.", "CPM-Ant's attention: a bias by segment and "
      "bucketed distance from the model's shared position_bias table, and its mask of "
      "segments and spans"),
+    (r"^attn\.wkv\.", "DeepSeek-V4's attention: one key/value head whose values are its "
+     "keys, turned by RoPE at the key's position, and each head's output turned back at the "
+     "query's (so a value enters turned by its distance, j − i), with keys pooled from "
+     "blocks of tokens (its compressor) on the compressed layers"),
     (r"^self_attn\.exclusive_self_attention\.", "NeoMME's attention: value embeddings added "
      "to the values, each head's output less its projection on its value (× tanh α), and a "
      "sigmoid gate before the output projection"),
