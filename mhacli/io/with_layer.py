@@ -11,7 +11,8 @@ import numpy as np
 from ..errors import MhaError
 
 WEIGHTS = ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o", "q", "k", "v", "w_dq",
-           "q_latent_norm", "w_uq", "w_dkv", "kv_latent_norm", "w_uk", "w_uv")
+           "q_latent_norm", "w_uq", "w_dkv", "kv_latent_norm", "w_uk", "w_uv",
+           "k_rope_norm")
 
 
 def on_layer(inputs: dict[str, Any], reading: Any, heads: int | None,

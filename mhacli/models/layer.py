@@ -98,7 +98,8 @@ BUFFERS = ("attn.bias", "attn.masked_bias", "rotary_emb.inv_freq")  # not weight
 
 
 WEIGHTS = ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o", "w_dq", "q_latent_norm",
-           "w_uq", "w_dkv", "kv_latent_norm", "w_uk", "w_uv")  # (the last: MLA's, latent.py)
+           "w_uq", "w_dkv", "kv_latent_norm", "w_uk", "w_uv", "k_rope_norm")  # (the last:
+# MLA's, latent.py)
 
 
 @dataclass(frozen=True, eq=False)  # its arrays have no == of one truth value
