@@ -141,10 +141,10 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "longformer": dict(attention_window=4), "led": dict(attention_window=4),  # (12 tokens:
     # a multiple of the window, as its attention module asks)
     "esmc": dict(num_key_value_heads=4),
-    "dots3_note_text": dict(num_key_value_heads=4, swa_num_attention_heads=4,  # (its sliding
-        swa_num_key_value_heads=4, swa_q_lora_rank=24, swa_kv_lora_rank=16,  # layers' sizes)
-        swa_head_dim=16, swa_qk_nope_head_dim=8, swa_v_head_dim=16, index_n_heads=2,
-        index_head_dim=16, index_topk=4),
+    "dots3_note_text": dict(num_key_value_heads=4, swa_num_attention_heads=2,  # (its sliding
+        swa_num_key_value_heads=2, swa_q_lora_rank=16, swa_kv_lora_rank=8,  # layers' sizes,
+        swa_head_dim=16, swa_qk_nope_head_dim=12, swa_v_head_dim=8, index_n_heads=2,  # its
+        index_head_dim=16, index_topk=16),  # own: per_layer_config; 16 keys kept, as many)
     "mamba2": dict(head_dim=32),
     "llama4_text": dict(num_hidden_layers=4),  # (a NoPE layer every 4th)
     "esm": dict(position_embedding_type="rotary", pad_token_id=1, mask_token_id=2),

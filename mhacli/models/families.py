@@ -30,6 +30,7 @@ from .encoders import convbert, ibert, jina, luke, mobilebert, roformer, squeeze
 from .bigbird import big_bird, bigbird_pegasus
 from .differential import diffllama
 from .dbrx import dbrx
+from .dots3 import dots3
 from .latent import doubled_query_latent, latent_attention
 from .gemma3n import GEMMA3N_AROUND, unscaled
 from .llama4 import chunks, llama4
@@ -377,6 +378,8 @@ RECORDS: tuple[Family, ...] = (
                    "learnable_sink_init", "swiglu_limit"),
            others="its indexer's top-k keys (index_topk) all the keys of a problem of at most "
            "index_topk tokens (dense); more refused by name"),
+    Family("dots3_note_text", tensors="latent", read=dots3,
+           unread=("mlp_layer_types", "mlp_bias", "shared_experts_intermediate_size")),
     Family("minicpm3", tensors="latent",
            read=latent_attention(style="half", interleave_key=None),
            unread=("scale_emb", "scale_depth", "dim_model_base")),

@@ -156,14 +156,17 @@ def latent_attention(style: str | None = "interleaved", yarn: bool = True,
                      interleave_key: str | None = "rope_interleave",
                      indexer: bool = False, lora_scale: bool = False,
                      gate: tuple[str, bool] | None = None, sinks: str | None = None,
-                     o_proj: str = "o_proj") -> Any:
+                     o_proj: str = "o_proj", rope_norm: str | None = None,
+                     eps_key: str | None = None) -> Any:
     """A family's reading of its MLA layer: RoPE in pairs of ``style`` (None: no RoPE,
     Kimi Linear's NoPE; ``interleave_key``: a config flag that picks interleaved, true, or
     half pairs), yarn's mscale² folded into the scale where ``yarn``; ``indexer``:
     DeepSeek-V3.2's, read where it keeps every key (``_indexer``); ``lora_scale``:
     LongCat-Flash's scalings of the latents (``_lora_scales``); ``gate``: (its module, one
     logit a head) of a sigmoid gate of the heads' outputs (``_gate``); ``sinks``: the
-    module of a sink logit a head; ``o_proj``: the output projection's module."""
+    module of a sink logit a head; ``o_proj``: the output projection's module;
+    ``rope_norm``: the module of an RMS norm of k_R before RoPE (dots3's); ``eps_key``: the
+    config key of the norms' eps (else the RMS norm's default, 1e-6)."""
     turn = "no RoPE" if style is None else f"RoPE on the last qk_rope_head_dim columns " \
         f"({'interleaved' if style == 'interleaved' else 'half'} pairs" + \
         (f", or as {interleave_key} says)" if interleave_key else ")")
@@ -172,7 +175,8 @@ def latent_attention(style: str | None = "interleaved", yarn: bool = True,
           f"causal; {turn}" + ("; s = √qk_head_dim / yarn's mscale²" if yarn else "")
           + ("; the latents' LoRA scalings in the norms' weights" if lora_scale else "")
           + (f"; the heads' outputs times σ(x·{gate[0]})" if gate else "")
-          + (f"; a sink logit a head ({sinks})" if sinks else ""))
+          + (f"; a sink logit a head ({sinks})" if sinks else "")
+          + (f"; k_R RMS-normed ({rope_norm}) before RoPE" if rope_norm else ""))
     def read(f: Any, r: Reader, stem: str) -> Layer:
         found = sorted(n for n in r.ckpt.names if n.startswith(f"{stem}indexer."))
         if found and not indexer:
@@ -199,12 +203,14 @@ def latent_attention(style: str | None = "interleaved", yarn: bool = True,
             raise r.error("num_key_value_heads", f"{groups}, but num_attention_heads is "
                           f"{heads}: multi-head latent attention makes every head's keys and "
                           "values from the latent")
-        out: Layer = {"heads": heads, "mask": "causal", "latent_eps": EPS}
+        eps = EPS if eps_key is None else r.number(eps_key, EPS)
+        out: Layer = {"heads": heads, "mask": "causal", "latent_eps": eps}
         if indexer:
             _indexer(f, r, stem, found, out)
         r.note("heads", "config num_attention_heads")
         r.note("mask", f"{f.model_type}: causal")
-        r.note("latent_eps", "1e-6, the latent norms' own (the RMS norm's default)")
+        r.note("latent_eps", "1e-6, the latent norms' own (the RMS norm's default)"
+               if eps_key is None else f"config {eps_key} (the latent norms' eps)")
         if r_q is not None:
             linear(r, stem, "q_a_proj", out, "dq", bias=False)
             _refuse_bias(r, stem, "q_a_proj")
@@ -227,6 +233,9 @@ def latent_attention(style: str | None = "interleaved", yarn: bool = True,
         linear(r, stem, o_proj, out, "o")
         if gate is not None:
             _gate(r, stem, gate[0], gate[1], heads, d_v, out)
+        if rope_norm is not None:
+            out["k_rope_norm"] = r.tensor(f"{stem}{rope_norm}.weight", 1)
+            r.note("k_rope_norm", f"tensor {stem}{rope_norm}.weight")
         if sinks is not None:
             out["sinks"] = r.tensor(f"{stem}{sinks}", 1)
             r.note("sinks", f"tensor {stem}{sinks}")
@@ -234,7 +243,8 @@ def latent_attention(style: str | None = "interleaved", yarn: bool = True,
             pairs = style
             if interleave_key is not None:
                 pairs = "interleaved" if r.flag(interleave_key, True) else "half"
-            out["rope"] = rope_of(r, d_rope, style=pairs, partial_key=None)
+            out["rope"] = rope_of(r, d_rope, style=pairs, partial_key=None, dims=d_rope,
+                                  layer_type=getattr(r, "kind", None))  # (dots3's)
             r.note("rope", f"{r.origin.get('rope', 'config')}; the last qk_rope_head_dim = "
                            f"{d_rope} columns of each head, {pairs} pairs"
                            + (f" (config {interleave_key})" if interleave_key else ""))

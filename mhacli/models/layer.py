@@ -256,8 +256,6 @@ NOT_FOLLOWED = (
     (r"^self_att\.self_attention\.project_q\.", "CPM-Ant's attention: a bias by segment and "
      "bucketed distance from the model's shared position_bias table, and its mask of "
      "segments and spans"),
-    (r"^self_attn\.k_rope_only_layernorm\.", "dots3's multi-head latent attention: an RMS "
-     "norm with weights of k_R (the key columns every head shares) before RoPE"),
     (r"^attn\.wkv\.", "DeepSeek-V4's attention: one key/value head whose values are its "
      "keys, turned by RoPE at the key's position, and each head's output turned back at the "
      "query's (so a value enters turned by its distance, j − i), with keys pooled from "
