@@ -41,7 +41,8 @@ def torch_mla(kw: dict[str, Any], style: str, eps: float) -> tuple[Any, dict[str
         ang = torch.arange(n, dtype=torch.float64)[:, None] * theta
         a1, a2 = (a[:, 0::2], a[:, 1::2]) if style == "interleaved" else \
             (a[:, :d_rope // 2], a[:, d_rope // 2:])
-        b1, b2 = a1 * torch.cos(ang) - a2 * torch.sin(ang), a1 * torch.sin(ang) + a2 * torch.cos(ang)
+        cos, sin = torch.cos(ang), torch.sin(ang)
+        b1, b2 = a1 * cos - a2 * sin, a1 * sin + a2 * cos
         if style == "interleaved":
             return torch.stack((b1, b2), dim=-1).reshape(n, d_rope)
         return torch.cat((b1, b2), dim=-1)

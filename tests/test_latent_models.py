@@ -2,14 +2,15 @@
 them (tiny, every parameter random, the latent norms' weights off 1), against the model's
 own attention module run on the same x (tests/hf_zoo.py): DeepSeek-V2 and V3 (with the
 queries compressed and not, yarn's mscale on and off, RoPE's pairs interleaved and not),
-GLM-4-MoE-Lite, A.X K1, Youtu, Sarvam-MLA, MiniCPM3, Kimi Linear's MLA layers, LongCat-Flash (two
-MLAs a layer, each with its LoRA scalings), Ling 3 (bailing_hybrid: MLA with a sigmoid gate
-a head, among Kimi delta attention layers), DeepSeek-V3.2 and HY-V4 (a gate of the heads' outputs,
-sinks, its top-k shared by layers) with no more tokens than their indexers keep (dense). 1e-5 relative:
-the models compute RoPE's cos and sin and their RMS norms in float32. And what is refused:
-Kimi Linear's KDA layers (for good), A.X K2's queries made from its query latent normed and
-not, DeepSeek-V3.2 on more tokens than its indexer
-keeps, a bias of the latents' projections. Skipped where transformers (and torch) are not installed."""
+GLM-4-MoE-Lite, A.X K1, Youtu, Sarvam-MLA, MiniCPM3, Kimi Linear's MLA layers,
+LongCat-Flash (two MLAs a layer, each with its LoRA scalings), Ling 3 (bailing_hybrid: MLA
+with a sigmoid gate a head, among Kimi delta attention layers), DeepSeek-V3.2 and HY-V4 (a
+gate of the heads' outputs, sinks, its top-k shared by layers) with no more tokens than
+their indexers keep (dense). 1e-5 relative: the models compute RoPE's cos and sin and
+their RMS norms in float32. And what is refused: Kimi Linear's KDA layers (for good), A.X
+K2's queries made from its query latent normed and not, DeepSeek-V3.2 and HY-V4 on more
+tokens than their indexers keep, a bias of the latents' projections. Skipped where
+transformers (and torch) are not installed."""
 
 from __future__ import annotations
 

@@ -113,8 +113,9 @@ class Shapes:
 
 def shapes(x: Array, given: dict[str, Any], w_q: Any, heads: int | None, t: Any) -> Shapes:
     """Read and check MLA's weights (``given``: w_dq, q_latent_norm, w_uq, w_dkv,
-    kv_latent_norm, w_uk, w_uv, and k_rope_norm where k_R is normed) against each other and against X (n × d_model); ``w_q``
-    in place of w_dq, q_latent_norm and w_uq when the queries are not compressed.
+    kv_latent_norm, w_uk, w_uv, and k_rope_norm where k_R is normed) against each other
+    and against X (n × d_model); ``w_q`` in place of w_dq, q_latent_norm and w_uq when the
+    queries are not compressed.
     Raises MhaError naming the key."""
     a = {name: matrix(name, given.get(name), t) for name in MATRICES}
     a.update({name: vector(name, given.get(name), t) for name in NORMS})

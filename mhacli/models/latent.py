@@ -1,5 +1,6 @@
 """Multi-head latent attention as the DeepSeek line ships it (DeepSeek-V2/V3, Kimi K2 as
-deepseek_v3, GLM-4-MoE-Lite, MiniCPM3, Youtu, Sarvam-MLA, Kimi Linear's MLA layers): the
+deepseek_v3, GLM-4-MoE-Lite, MiniCPM3, Youtu, Sarvam-MLA, Kimi Linear's MLA layers, A.X K1,
+Ling 3's MLA layers with a gate a head, HY-V4 with a gate and sinks, dots3): the
 tensors q_a_proj, q_a_layernorm, q_b_proj (or q_proj), kv_a_proj_with_mqa,
 kv_a_layernorm, kv_b_proj and o_proj read as the problem's w_dq, q_latent_norm, w_uq
 (or w_q), w_dkv, kv_latent_norm, w_uk, w_uv and w_o (``engine/latent.py``).
@@ -142,8 +143,9 @@ def _gate(r: Reader, stem: str, module: str, per_head: bool, heads: int, d_v: in
     rows, _ = r.shape(name, 2)
     want = heads if per_head else heads * d_v
     if rows != want:
-        raise MhaError(f"{name} has {rows} rows: a gate of {'one logit a head' if per_head else 'each head output'} "
-                       f"makes {want}", source=r.ckpt.source_of(name), key=name)
+        what = "one logit a head" if per_head else "one logit a head's output"
+        raise MhaError(f"{name} has {rows} rows: a gate of {what} makes {want}",
+                       source=r.ckpt.source_of(name), key=name)
     w = np.ascontiguousarray(r.tensor(name, 2).T)  # (d_model, H) or (d_model, H·d_v)
     out["w_gate"] = frozen(np.repeat(w, d_v, axis=1) if per_head else w)  # (d_model, H·d_v)
     r.note("w_gate", f"tensor {name} " + (f"(row h, transposed, as each of head h's "
@@ -258,7 +260,6 @@ def latent_attention(style: str | None = "interleaved", yarn: bool = True,
             out["scale"] = scale
         return out
     return read
-
 
 
 @said("MLA whose queries and gate are made from the query latent both normed and not "
