@@ -29,11 +29,10 @@ def _most_tokens(f: Family, r: Reader, stem: str) -> int | None:
     budget, ratio = r.count("indexer_budget"), r.count("indexer_compress_ratio")
     if not names:
         return None
-    for key, value in (("indexer_budget", budget), ("indexer_compress_ratio", ratio)):
-        if value is None:
-            raise r.error(key, f"missing: {f.model_type}'s indexer ({names[0]}) keeps the "
-                          "keys of its top blocks, which it needs")
-    assert budget is not None and ratio is not None
+    if budget is None or ratio is None:
+        key = "indexer_budget" if budget is None else "indexer_compress_ratio"
+        raise r.error(key, f"missing: {f.model_type}'s indexer ({names[0]}) keeps the keys "
+                      "of its top blocks, which it needs")
     r.taken.update(names)
     return (budget // ratio + 1) * ratio - 1
 
