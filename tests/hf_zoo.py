@@ -141,10 +141,10 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "longformer": dict(attention_window=4), "led": dict(attention_window=4),  # (12 tokens:
     # a multiple of the window, as its attention module asks)
     "esmc": dict(num_key_value_heads=4),
-    "dots3_note_text": dict(num_key_value_heads=4, swa_num_attention_heads=4,  # (its sliding
-        swa_num_key_value_heads=4, swa_q_lora_rank=24, swa_kv_lora_rank=16,  # layers' sizes)
-        swa_head_dim=16, swa_qk_nope_head_dim=8, swa_v_head_dim=16, index_n_heads=2,
-        index_head_dim=16, index_topk=4),
+    "dots3_note_text": dict(num_key_value_heads=4, swa_num_attention_heads=2,  # (its sliding
+        swa_num_key_value_heads=2, swa_q_lora_rank=16, swa_kv_lora_rank=8,  # layers' sizes,
+        swa_head_dim=16, swa_qk_nope_head_dim=12, swa_v_head_dim=8, index_n_heads=2,  # its
+        index_head_dim=16, index_topk=16),  # own: per_layer_config; 16 keys kept, as many)
     "mamba2": dict(head_dim=32),
     "llama4_text": dict(num_hidden_layers=4),  # (a NoPE layer every 4th)
     "esm": dict(position_embedding_type="rotary", pad_token_id=1, mask_token_id=2),
@@ -156,7 +156,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
         "linear_attention", "hybrid", "linear_attention", "hybrid"]),
     "zaya": dict(num_experts_per_tok=1),
     "qwen4_exp_text": dict(indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=16,
-                           indexer_budget=8, indexer_compress_ratio=4),  # (no defaults)
+                           indexer_budget=12, indexer_compress_ratio=4),  # (no defaults;
+    # 3 blocks of 4 kept: every key of 15 tokens)
     "dory": dict(num_hidden_layers=2, n_input_layers=1, n_output_layers=1,  # (no recurrent
                  layer_types=["sliding_attention", "full_attention"]),  # middle: 2 layers)
     "cohere_compass_text": dict(  # (its config class keeps a flat rope_parameters; the
@@ -175,8 +176,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # each, as repeat_kv needs), and head_dim the rotary's width, qk_rope_head_dim's
     **{t: dict(num_key_value_heads=HEADS, head_dim=8) for t in (
         "deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa", "glm4_moe_lite", "youtu",
-        "sarvam_mla",
-        "minicpm3", "kimi_linear", "longcat_flash")},
+        "sarvam_mla", "minicpm3", "kimi_linear", "longcat_flash", "axk1", "bailing_hybrid")},
     # DeBERTa's disentangled attention on (its config classes leave it off), the table
     # shorter than the tokens: v1 clamps past max_relative_positions, v2 log-buckets past
     # position_buckets / 2, with DeBERTa-v3's share_att_key and normed table
@@ -185,6 +185,9 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "deberta-v2": dict(relative_attention=True, pos_att_type=["p2c", "c2p"],
                        position_buckets=4, max_relative_positions=8, share_att_key=True,
                        norm_rel_ebd="layer_norm"),
+    "hy_v4": dict(num_key_value_heads=HEADS, head_dim=8, num_hidden_layers=3,  # (a layer
+        index_n_heads=2, index_head_dim=16, index_topk=16, layer_types=None,  # that shares
+        mlp_layer_types=None, indexer_types=["full", "full", "shared"]),  # the top-k)
     "gemma3n_text": dict(num_hidden_layers=10, num_kv_shared_layers=5, layer_types=[
         "sliding_attention"] * 4 + ["full_attention"] + ["sliding_attention"] * 4 + [
         "full_attention"], intermediate_size=[64] * 10, activation_sparsity_pattern=[0.0] * 10),

@@ -23,14 +23,14 @@ MATRICES = ("x", "x_kv", "w_q", "w_k", "w_v", "w_o", "q", "k", "v", "grad_output
             "target", "w_dq", "w_uq", "w_dkv", "w_uk", "w_uv")  # the input matrices
 # (the last five: multi-head latent attention's, latent.py)
 PER_HEAD_MATRICES = frozenset({"w_q", "w_k", "w_v", "w_o"})  # or a list of H of them
-VECTORS = ("b_q", "b_k", "b_v", "b_o", "q_latent_norm", "kv_latent_norm")  # the biases,
-# and the weights of multi-head latent attention's two latent norms
+VECTORS = ("b_q", "b_k", "b_v", "b_o", "q_latent_norm", "kv_latent_norm", "k_rope_norm")
+# (the biases, and the weights of multi-head latent attention's latent norms and k_R's)
 # The fields of Config and Prepared that no setting fills (each entry of the settings
 # table names those it fills): the sizes, the inputs, and what prepare works out from
 # them; a test holds the two lists to the dataclasses below
 DERIVED = ("n", "m", "d_k", "d_v", "d_out", "d_model", "d_kv", "cross", "direct", "biases",
            "has_w_o", "backward", "loss", "config", *MATRICES, *VECTORS, "dead_rows",
-           "r_q", "r_kv", "d_rope")
+           "r_q", "r_kv", "d_rope", "rope_normed")
 
 
 @dataclass(frozen=True)
@@ -98,6 +98,7 @@ class Config:
     index_dim: int = 0  # d_I, their width
     index_rope: str = "half"  # the pairs its RoPE turns: "half" or "interleaved"
     index_eps: float = 0.0  # its key LayerNorm's eps
+    rope_normed: bool = False  # MLA: k_R RMS-normed (k_rope_norm) before RoPE (dots3)
     backward: bool = False  # the gradients too
     loss: str = "sum"  # the loss: "sum" of the outputs, ½·Σ(output − "target")², or "given"
     tiles: tuple[int, int] | None = None  # (BR, BC): the tiled view (FlashAttention)
@@ -194,6 +195,7 @@ class Prepared:
     w_uq: Array | None = None  # (r_q, H·d_k)
     w_dkv: Array | None = None  # (d_model, r_kv + d_R)
     kv_latent_norm: Array | None = None  # (r_kv,)
+    k_rope_norm: Array | None = None  # (d_R,) k_R's norm's weights, where it is normed
     w_uk: Array | None = None  # (r_kv, H·d_nope)
     w_uv: Array | None = None  # (r_kv, H·d_v)
     pos_table: Array | None = None  # (2k, d_model) DeBERTa's relative embeddings

@@ -163,12 +163,13 @@ def _d_input(t: Chains, w: Work) -> Array:
     """The gradient arriving at the query-side input of the projections (X, or X + PE)."""
     p = w.p
     if w.c.latent:  # through the latents (latent_gradients.py)
-        return latent_d_input(w)
-    out = _through(t, w, "q") @ p.w_q.T  # type: ignore[union-attr]
-    if not w.c.cross:
-        out = out + _through(t, w, "k") @ p.w_k.T + \
-            _through(t, w, "v") @ p.w_v.T  # type: ignore[union-attr]
-    if w.c.gate:
+        out = latent_d_input(w)
+    else:
+        out = _through(t, w, "q") @ p.w_q.T  # type: ignore[union-attr]
+        if not w.c.cross:
+            out = out + _through(t, w, "k") @ p.w_k.T + \
+                _through(t, w, "v") @ p.w_v.T  # type: ignore[union-attr]
+    if w.c.gate:  # (in MLA too: the gate reads X)
         out = out + w["d_gate"] @ p.w_gate.T  # type: ignore[union-attr]
     return out
 
@@ -243,9 +244,9 @@ def _d_scaled_text(t: Chains, f: Formula) -> str:
 
 def _d_input_text(f: Formula) -> str:
     src = "(X + PE)" if f.c.positional else "X"
-    if f.c.latent:
-        return latent_text(src)
     gate = " + dG·W_gateᵀ" if f.c.gate else ""
+    if f.c.latent:
+        return latent_text(src) + (f"{gate} (the gate reads X too)" if gate else "")
     if f.c.cross:
         return f"d{src} = dQ·W_Qᵀ{gate}"
     feeds = "all four" if f.c.gate else "all three"

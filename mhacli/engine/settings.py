@@ -220,12 +220,13 @@ SETTINGS: tuple[Setting, ...] = (
             array=(1,), read=lambda v: read.numbers_value("b_gate", v), parse=gating.b_gate,
             fields=("gate_bias", "b_gate"), needs="w_gate",
             write=lambda c, p, given: p.b_gate),
-    Setting("latent_eps", "multi-head latent attention (w_dkv …): the eps of its two "
-            "latent norms, √(mean(x²) + eps); 1e-6 if not given.",
-            read=lambda v: read.qk_eps(v, "latent_eps"), parse=read.latent_eps,
+    Setting("latent_eps", "multi-head latent attention (w_dkv …): the eps of its "
+            "latent norms (and of k_R's, with k_rope_norm), √(mean(x²) + eps); 1e-6 if not "
+            "given.", read=lambda v: read.qk_eps(v, "latent_eps"), parse=read.latent_eps,
             fields=("latent_eps",),
             shown=lambda c: {"latent": {"r_q": c.r_q, "r_kv": c.r_kv,
-                                        "d_nope": c.d_k - c.d_rope, "d_rope": c.d_rope},
+                                        "d_nope": c.d_k - c.d_rope, "d_rope": c.d_rope,
+                                        **({"k_rope_normed": True} if c.rope_normed else {})},
                              "latent_eps": c.latent_eps} if c.latent else {},
             write=lambda c, p, given: read.written(c.latent_eps) if c.latent else None),
     Setting("indexer", "sparse attention (DeepSeek-V3.2's indexer, with multi-head latent "

@@ -425,7 +425,7 @@ FORWARD: tuple[Stage, ...] = (
           else ops.split_heads(w["k"], w.c.groups),
           formula=_latent_or(mla.k_text, split_text("K", lambda c: c.d_k, "d_k")),
           latex=tex("K_{@h}"), cell=_cell_or(mla.cell_k_heads, cell_split), per_head=True,
-          exact=True, chain="k", reads=lambda c: mla.K_READS if c.latent else ("k",)),
+          exact=True, chain="k", reads=lambda c: mla.k_reads(c) if c.latent else ("k",)),
     Stage("v_heads", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,
           compute=lambda w: mla.v_heads(w) if w.c.latent
           else ops.split_heads(w["v"], w.c.groups),

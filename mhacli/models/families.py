@@ -31,9 +31,11 @@ from .bigbird import big_bird, bigbird_pegasus
 from .deberta import deberta, deberta_v2
 from .differential import diffllama
 from .dbrx import dbrx
-from .latent import latent_attention
+from .dots3 import dots3
+from .latent import doubled_query_latent, latent_attention
 from .gemma3n import GEMMA3N_AROUND, unscaled
 from .llama4 import chunks, llama4
+from .qsa import qsa
 from .zamba import zamba
 from .reformer import reformer
 from .longformer import led, longformer
@@ -247,6 +249,14 @@ RECORDS: tuple[Family, ...] = (
     Family("lfm3", others=CONVOLUTIONS, qk_norm="head", window=types_or()),
     *(Family(name, gated=True, qk_norm="head", norm_plus_one=True, others=LINEAR)
       for name in ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")),
+    # (Qwen4-Exp: Qwen3-Next's attention with a QSA indexer; hyper-connections, n-gram
+    # embeddings and linear attention outside it)
+    Family("qwen4_exp_text", read=qsa, gated=True, qk_norm="head", norm_plus_one=True,
+           others=LINEAR, unread=(
+               "hc_count", "hc_lowrank", "ple_layer_ids", "ple_embed_dim",
+               "ple_conv_kernel_size", "ngram_size", "heads_per_ngram", "ngram_vocab_size_base",
+               "make_ngram_vocab_size_divisible_by", "seed", "split_ngram_parts",
+               "number_of_conv_states", "output_gate_type")),
     Family("llama4_text", read=llama4, window=chunks, rope=nope_on(
         listed_nope("no_rope_layers", "no_rope_layer_interval"),
         "the layers no_rope_layers marks 0", rope(style="interleaved")),
@@ -351,6 +361,8 @@ RECORDS: tuple[Family, ...] = (
     Family("deepseek_v2", tensors="latent", read=latent_attention(interleave_key=None)),
     *(Family(name, tensors="latent", read=latent_attention())
       for name in ("deepseek_v3", "glm4_moe_lite", "sarvam_mla")),
+    Family("axk1", tensors="latent", read=latent_attention(), unread=("mlp_layer_types",)),
+    Family("axk2", tensors="latent", read=doubled_query_latent),
     Family("youtu", tensors="latent", read=latent_attention(),
            unread=("embedding_initializer_range",)),
     Family("deepseek_v32", tensors="latent",
@@ -361,6 +373,17 @@ RECORDS: tuple[Family, ...] = (
            unread=("mlp_layer_types", "first_k_dense_replace"),
            others="its layers that take an earlier layer's top-k keys (indexer_types "
            "shared) on at most index_topk tokens (dense); more refused by name"),
+    # (HY-V4: DeepSeek-V3.2's MLA and indexer, its top-k shared by layers, a gate of the
+    # heads' outputs and a sink logit a head; hyper-connections outside the attention)
+    Family("hy_v4", tensors="latent",
+           read=latent_attention(style="half", interleave_key=None, indexer=True,
+                                 gate=("linear_gate", False), sinks="learnable_sink_param"),
+           unread=("mlp_layer_types", "hc_mult", "hc_magnitude", "hc_eps",
+                   "learnable_sink_init", "swiglu_limit"),
+           others="its indexer's top-k keys (index_topk) all the keys of a problem of at most "
+           "index_topk tokens (dense); more refused by name"),
+    Family("dots3_note_text", tensors="latent", read=dots3,
+           unread=("mlp_layer_types", "mlp_bias", "shared_experts_intermediate_size")),
     Family("minicpm3", tensors="latent",
            read=latent_attention(style="half", interleave_key=None),
            unread=("scale_emb", "scale_depth", "dim_model_base")),
@@ -368,6 +391,14 @@ RECORDS: tuple[Family, ...] = (
            unread=("layer_types", "model_max_length", "moe_renormalize", "num_expert_group",
                    "num_experts_per_token"),  # (the tensors say which layers are attention)
            read=latent_attention(style=None, yarn=False, interleave_key=None)),
+    # (Ling 3: MLA layers with a gate a head, among Kimi delta attention layers)
+    Family("bailing_hybrid", tensors="attention_latent", others=LINEAR,
+           read=latent_attention(interleave_key=None, gate=("g_proj", True), o_proj="dense"),
+           loaded_as=(r"\.attention\.$", ".self_attn."),
+           unread=("layer_types", "layer_group_size", "short_conv_kernel_size",  # (the
+                   "kda_safe_gate", "kda_lower_bound", "model_max_length",  # tensors say
+                   "moe_renormalize", "num_expert_group", "num_experts_per_token")),  # which
+    # layers are MLA; the rest: its delta attention's and experts')
     Family("longcat_flash", tensors="two_latent",
            read=latent_attention(interleave_key=None, lora_scale=True),
            unread=("expert_ffn_hidden_size", "zero_expert_num"),  # (its experts)

@@ -43,6 +43,8 @@ LAYOUTS = (
     ("phi3", r"(?:^|\.)layers\.(\d+)\.self_attn\.qkv_proj\.weight$", "qkv_proj.weight"),
     ("latent", r"(?:^|\.)layers\.(\d+)\.self_attn\.kv_a_proj_with_mqa\.weight$",
      "kv_a_proj_with_mqa.weight"),  # (multi-head latent attention: before q_proj's)
+    ("attention_latent", r"(?:^|\.)layers\.(\d+)\.attention\.kv_a_proj_with_mqa\.weight$",
+     "kv_a_proj_with_mqa.weight"),  # (Ling 3's MLA layers: attention. and dense, as saved)
     ("two_latent", r"(?:^|\.)layers\.(\d+)\.self_attn\.([01])\.kv_a_proj_with_mqa\."
      r"weight$", "kv_a_proj_with_mqa.weight"),  # (LongCat-Flash: two MLAs in each layer,
     # numbered 2N and 2N + 1 as the model numbers them, its layer_idx)
@@ -96,7 +98,8 @@ BUFFERS = ("attn.bias", "attn.masked_bias", "rotary_emb.inv_freq")  # not weight
 
 
 WEIGHTS = ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o", "w_dq", "q_latent_norm",
-           "w_uq", "w_dkv", "kv_latent_norm", "w_uk", "w_uv")  # (the last: MLA's, latent.py)
+           "w_uq", "w_dkv", "kv_latent_norm", "w_uk", "w_uv", "k_rope_norm")  # (the last:
+# MLA's, latent.py)
 
 
 @dataclass(frozen=True, eq=False)  # its arrays have no == of one truth value
@@ -255,6 +258,10 @@ NOT_FOLLOWED = (
     (r"^self_att\.self_attention\.project_q\.", "CPM-Ant's attention: a bias by segment and "
      "bucketed distance from the model's shared position_bias table, and its mask of "
      "segments and spans"),
+    (r"^attn\.wkv\.", "DeepSeek-V4's attention: one key/value head whose values are its "
+     "keys, turned by RoPE at the key's position, and each head's output turned back at the "
+     "query's (so a value enters turned by its distance, j − i), with keys pooled from "
+     "blocks of tokens (its compressor) on the compressed layers"),
     (r"^self_attn\.exclusive_self_attention\.", "NeoMME's attention: value embeddings added "
      "to the values, each head's output less its projection on its value (× tanh α), and a "
      "sigmoid gate before the output projection"),
