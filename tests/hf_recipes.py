@@ -406,6 +406,11 @@ def llama_line(recipe: Callable[..., Any], decoder: Callable[..., dict[str, Any]
             num_key_value_heads=4),  # (its adapters are as wide as the queries)
             notes="two attention blocks run in turn by layers 1, 3, 5 (layer 5 runs layer 1's), "
             "each layer's low-rank adapters of q, k, v added; RoPE (use_mem_rope)"),
+        "afmoe": r("AfmoeConfig", "AfmoeForCausalLM", "a sigmoid gate of each head's output "
+                   "(gate_proj); q/k norms; layers 0, 2 slide with RoPE, 1, 3 full without",
+                   head_dim=8, sliding_window=4, num_hidden_layers=4,
+                   global_attn_every_n_layers=2, num_dense_layers=1, num_shared_experts=1,
+                   **MOE),
         "nanochat": r("NanoChatConfig", "NanoChatForCausalLM", "RoPE turned the other way; "
                       "weightless q/k norms after it; biases", attention_bias=True),
     })

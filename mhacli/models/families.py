@@ -252,6 +252,12 @@ RECORDS: tuple[Family, ...] = (
            unread=("interleave_moe_layer_step", "moe_layers", "intermediate_size_mlp",
                    "for_llm_compressor", "attn_scale", "floor_scale")),
     Family("diffllama", read=diffllama),
+    # (AFMoE's mup_enabled scales the embeddings, outside the attention)
+    Family("afmoe", window=types_or(every_nth_full(4, "global_attn_every_n_layers"),
+                                    "sliding windows by layer_types (all but every n-th "
+                                    "layer)", ("global_attn_every_n_layers",)),
+           rope=nope_on(full_layers_nope, "the full-attention layers"), qk_norm="head",
+           gate_proj="gate_proj", unread=("mup_enabled",)),
     Family("flint", window=types_or(first_two_every_fourth_last, "sliding windows by "
                                     "layer_types (all but the first two, every 4th from the "
                                     "second and the last)"),

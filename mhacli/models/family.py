@@ -75,6 +75,10 @@ class Family:
     parts: bool = False  # an encoder-decoder model: its read takes encoder.N, decoder.N …
     norm_after_rope: bool = False  # its q/k norm comes after RoPE (Hunyuan)
     gated: bool = False  # q_proj gives each head's queries, then a gate of its output
+    gate_proj: str | None = None  # a module of its own giving that gate, H·d_v outputs
+    # (AFMoE's gate_proj), read as w_gate
+    gate_bias: str | None = None  # the gate's bias, one number per head, each head's d_v
+    # outputs sharing it (Beam's gate_bias), read as b_gate
     groups: Callable[[Reader, str | None, int | None], int | None] | None = None
     # (this layer's key/value heads from its type and the config's count, where the two
     # differ: MiMo-V2-Flash's sliding layers have twice as many)
@@ -152,6 +156,8 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
     else:
         for letter, name in zip("qkv", f.qkv):
             linear(r, stem, name, out, letter)
+    if f.gate_proj:
+        _gate(f, r, stem, heads, d, out)
     linear(r, stem, f.o_proj, out, "o")
     if f.value_scale_key:
         _scaled_values(r, f.value_scale_key, out)
@@ -201,6 +207,25 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
         out["sinks"] = r.tensor(name, 1)
         r.note("sinks", f"tensor {name}")
     return out
+
+
+def _gate(f: Family, r: Reader, stem: str, heads: int, d: int, out: Layer) -> None:
+    """The gate of each head's output from a module of its own (w_gate: its weight,
+    transposed), and a bias of one number per head where the record names one (b_gate:
+    each number repeated over its head's d_v outputs)."""
+    name = f"{stem}{f.gate_proj}.weight"
+    if r.has(name) and r.ckpt.shape(name)[0] != heads * d:
+        raise MhaError(f"{name} has {r.ckpt.shape(name)[0]} rows, not {heads} × {d} (a "
+                       "gate for each head's outputs)", source=r.ckpt.source_of(name), key=name)
+    linear(r, stem, f.gate_proj, out, "gate")
+    if f.gate_bias:
+        bias = f"{stem}{f.gate_bias}"
+        numbers = r.tensor(bias, 1)  # (H,)
+        if numbers.shape != (heads,):
+            raise MhaError(f"{bias} has {numbers.shape[0]} numbers, not one for each of "
+                           f"{heads} heads", source=r.ckpt.source_of(bias), key=bias)
+        out["b_gate"] = frozen(np.repeat(numbers, d))  # (H·d_v,)
+        r.note("b_gate", f"tensor {bias} (each head's number over its {d} outputs)")
 
 
 def _scaled_values(r: Reader, key: str, out: Layer) -> None:
@@ -300,6 +325,9 @@ def features(f: Family) -> list[str]:
         out.append(f"q, k, v clamped ({f.clip_key})")
     if f.gated:
         out.append("a sigmoid gate of each head's output (q_proj's second half of each head)")
+    if f.gate_proj:
+        out.append(f"a sigmoid gate of each head's output ({f.gate_proj}"
+                   + (f", a bias per head {f.gate_bias}" if f.gate_bias else "") + ")")
     if f.weightless_qk_norm:
         out.append("weightless q/k RMS norms over each head (after RoPE in the model)")
     elif f.qk_norm:

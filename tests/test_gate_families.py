@@ -1,0 +1,48 @@
+"""The families whose heads' outputs pass a gate of their own before the output
+projection (AFMoE's gate_proj, Beam's with a bias per head …): the gate read where the
+model keeps it and shown to matter — without it, or with it mis-read, the numbers are not
+the model's. Each model tiny and random (every parameter), against its own attention
+module (tests/hf_zoo.py). Skipped where transformers (and torch) are not installed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+
+import mhacli  # noqa: E402
+from mhacli.io.problem import from_mapping  # noqa: E402
+
+from . import hf_reference as hf  # noqa: E402
+
+
+def _read(family: str, tmp_path: Path, layer: int, seed: int = 3
+          ) -> tuple[mhacli.Problem, np.ndarray]:
+    """Layer ``layer`` of the tiny model ``family`` read by mha, and the model's own output
+    on the same random x."""
+    folder = tmp_path / family
+    if not folder.exists():
+        hf.make_model(family, folder)
+    x = np.random.default_rng(seed).standard_normal((12, hf.read_config(folder)["hidden_size"]))
+    want = hf.attention_reference(folder, layer, x)["output"]
+    return from_mapping({"x": x, "checkpoint": folder, "layer": layer}, "test"), want
+
+
+def _close(got: np.ndarray, want: np.ndarray, tol: float = 1e-5) -> bool:
+    return bool(np.allclose(got, want, rtol=tol, atol=tol * np.abs(want).max()))
+
+
+def test_afmoes_gate_is_its_own_projection(tmp_path: Path) -> None:
+    """AFMoE: σ(x·gate_proj) times each head's output; its full layers turn nothing."""
+    for layer, turned in ((0, True), (1, False)):
+        prob, want = _read("afmoe", tmp_path, layer)
+        assert prob.read["settings"]["w_gate"] == \
+            f"tensor model.layers.{layer}.self_attn.gate_proj.weight (transposed)"
+        assert ("rope" in prob.inputs and prob.inputs["rope"] is not None) == turned
+        inputs = dict(prob.inputs)
+        assert _close(mhacli.attention(**inputs), want)
+        inputs["w_gate"] = None
+        assert not _close(mhacli.attention(**inputs), want, 1e-3)
