@@ -320,8 +320,9 @@ RECORDS: tuple[Family, ...] = (
                      "step mha does not compute"),)),
     Family("jina_embeddings_v3", tensors="mixer_wqkv", read=jina, fused="Wqkv",
            o_proj="out_proj", causal=False, keys=HEADS_ONLY),
-    Family("esmc", causal=False, others="its LayerNorm of q and k over the width refused by "
-           "name"),
+    # (ESM C: LayerNorms of q and k over the whole width, before the heads are split, at
+    # PyTorch's ε; its residual scaling is outside the attention)
+    Family("esmc", causal=False, qk_norm="width", layer_norm=True, norm_eps=1e-5),
     Family("ultrabert", causal=False, window=both_ways_by_layer_types,
            unread=("classifier_pooling", "prediction_head_size")),
     # ---- decoders whose positions are added to the tokens before the layers

@@ -52,6 +52,7 @@ class Family:
     qk_norm: str | None = None  # "head" or "width": an RMS norm of q and k (its tensors)
     norm_names: tuple[str, str] = ("q_norm", "k_norm")  # those tensors' modules
     norm_eps_key: str = "rms_norm_eps"  # the norm's ε
+    norm_eps: float = 1e-6  # its ε where the config gives none (PyTorch's LayerNorm: 1e-5)
     norm_plus_one: bool = False  # the norm's stored weight w multiplies as 1 + w (Gemma)
     layer_norm: bool = False  # its q/k norm a LayerNorm (the mean removed; a bias if stored)
     clip_key: str | None = None  # a config key clamping Q, K and V to [−c, c] (OLMo's)
@@ -280,13 +281,14 @@ def qk_norm(f: Family, r: Reader, stem: str, d: int) -> dict[str, Any] | None:
             numbers = _norm_tensor(r, at, part, per_head)
             if numbers is not None:
                 out[key] = 1 + numbers if f.norm_plus_one and part == "weight" else numbers
-    out["eps"] = r.setting("qk_norm.eps", f.norm_eps_key, 1e-6)
+    out["eps"] = r.setting("qk_norm.eps", f.norm_eps_key, f.norm_eps)
     kind = "LayerNorm" if f.layer_norm else "RMS norm"
     where = f"{q_stem}.norms.N, {k_stem}.norms.N" if per_head else f"{q_stem}, {k_stem}"
     r.note("qk_norm", f"tensors {where} ({kind}" + (", 1 + w, as Gemma stores it"
                                                     if f.norm_plus_one else "") + ")"
            + (" (after RoPE, as the model applies it)" if f.norm_after_rope else "")
-           + f", config {f.norm_eps_key}")
+           + (f", config {f.norm_eps_key}" if r.get(f.norm_eps_key) is not None else
+              f", ε {f.norm_eps:g} (the config gives no {f.norm_eps_key})"))
     out["after_rope"] = f.norm_after_rope
     return out
 
