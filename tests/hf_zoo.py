@@ -157,8 +157,12 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "zaya": dict(num_experts_per_tok=1),
     "qwen4_exp_text": dict(indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=16,
                            indexer_budget=8, indexer_compress_ratio=4),  # (no defaults)
+    # (Dory's sqk and s_gate are stored ÷ initializer_range and start at it: moved off by
+    # N(0, 0.3²), a range as small as its own would scale the scores by thousands, and the
+    # model's float32 RoPE with them)
     "dory": dict(num_hidden_layers=2, n_input_layers=1, n_output_layers=1,  # (no recurrent
-                 layer_types=["sliding_attention", "full_attention"]),  # middle: 2 layers)
+                 layer_types=["sliding_attention", "full_attention"],  # middle: 2 layers)
+                 initializer_range=0.3),
     "cohere_compass_text": dict(  # (its config class keeps a flat rope_parameters; the
         layer_types=["sliding_attention", "full_attention"],  # model reads it by layer type)
         rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0,

@@ -46,3 +46,30 @@ def test_afmoes_gate_is_its_own_projection(tmp_path: Path) -> None:
         assert _close(mhacli.attention(**inputs), want)
         inputs["w_gate"] = None
         assert not _close(mhacli.attention(**inputs), want, 1e-3)
+
+
+def test_dorys_unit_norms_and_scales_are_settings_mha_has(tmp_path: Path) -> None:
+    """Dory (nGPT): unit-norm q and k, the queries × (sqk · √d_k / r)² after RoPE, the gate
+    × (s_gate · d_model^¼ / r)², the joined heads unit-normed: as qk_norm, w_gate and
+    sub_norm. Each left out (or the queries' scale), the numbers are not the model's."""
+    import torch
+
+    from .hf_zoo import load, make_zoo_model, module_reference
+
+    folder = make_zoo_model("dory", tmp_path / "dory", "DoryForCausalLM")
+    model = load(folder, torch.float64)
+    for layer in (0, 1):
+        x = np.random.default_rng(layer).standard_normal((12, 64))
+        prob = from_mapping({"x": x, "checkpoint": folder, "layer": layer}, "test")
+        want = module_reference(model, f"model.layers.{layer}.self_attn", x)["output"]
+        inputs = dict(prob.inputs)
+        assert _close(mhacli.attention(**inputs), want)  # (its norms and RoPE in float32)
+        norm, heads = inputs["qk_norm"], inputs["heads"]
+        d = inputs["w_q"].shape[1] // heads
+        assert norm["after_rope"] and norm["eps"] == 1e-6 / d
+        assert prob.read["settings"]["w_gate"].startswith(
+            f"tensor backbone.layers.{layer}.self_attn.g_proj.weight (transposed), each column")
+        for change in ({"sub_norm": None}, {"qk_norm": None},
+                       {"qk_norm": {**norm, "q": norm["k"]}},
+                       {"w_gate": np.asarray(inputs["w_gate"]) * 0.5}):
+            assert not _close(mhacli.attention(**{**inputs, **change}), want, 1e-3), change

@@ -29,6 +29,7 @@ from .layouts import (albert, approximate, bert, bloom, codegen, deberta, drafte
 from .encoders import convbert, ibert, jina, luke, mobilebert, roformer, squeezebert
 from .bigbird import big_bird, bigbird_pegasus
 from .differential import diffllama
+from .dory import dory, paired_types
 from .dbrx import dbrx
 from .latent import latent_attention
 from .gemma3n import GEMMA3N_AROUND, unscaled
@@ -320,6 +321,7 @@ RECORDS: tuple[Family, ...] = (
                      "step mha does not compute"),)),
     Family("jina_embeddings_v3", tensors="mixer_wqkv", read=jina, fused="Wqkv",
            o_proj="out_proj", causal=False, keys=HEADS_ONLY),
+    Family("dory", read=dory, window=paired_types, gate_proj="g_proj"),  # (saved as g_proj)
     # (ESM C: LayerNorms of q and k over the whole width, before the heads are split, at
     # PyTorch's ε; its residual scaling is outside the attention)
     Family("esmc", causal=False, qk_norm="width", layer_norm=True, norm_eps=1e-5),
