@@ -50,7 +50,8 @@ def _window(r: Reader, own: list) -> tuple[int | None, str | None]:
     return size, "sliding_attention"
 
 
-@said("causal; RoPE; nGPT's unit-norm queries and keys (after RoPE, the queries × (sqk · "
+@said("causal; sliding windows by layer_types (saved as attention/mlp pairs); RoPE, a "
+      "base per layer type; nGPT's unit-norm queries and keys (after RoPE, the queries × (sqk · "
       "√d_k / initializer_range)²), a sigmoid gate of each head's output (gate_proj × "
       "(s_gate · d_model^¼ / initializer_range)²), the joined heads L2-normed before o_proj")
 def dory(f: Family, r: Reader, stem: str) -> Layer:
