@@ -233,6 +233,9 @@ NOT_READ_YET = (
     (r"(?:^|\.)attention\.r_kernel$", "Funnel Transformer's relative attention (position "
      "terms r_w_bias, r_r_bias and r_kernel, a token-type term seg_embed) over queries pooled "
      "block by block, which mha does not compute yet"),
+    (r"(?:^|\.)H_module\.layers\.\d+\.attn\.gqkv_proj\.weight$", "HRM's two stacks of layers "
+     "(L_module and H_module, run in turn H_cycles × L_cycles times, their attention's gate, "
+     "q, k and v fused in gqkv_proj), which mha does not number as layers yet"),
 )
 _LAYER_NAME = re.compile(r"(?:^|\.)(?:layers|blocks|h|layer)\.(\d+)\.(.+)$")
 
