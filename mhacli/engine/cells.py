@@ -187,11 +187,22 @@ def cell_rot(e: Entry) -> list[Any]:
 
 
 def _tau(tr: Any) -> np.ndarray:
-    """Each query position's temperature factor, τ_p = log(⌊(p + S) / F⌋ + 1)·A + 1,
-    as the cell writes it: (n,)."""
+    """Each query position's temperature factor τ_p as the cell writes it (the setting's
+    own ``tau_of``): (n,)."""
+    from .parsers import tau_of
+
     f, a = tr.config.temperature
-    p = np.arange(tr.config.n)
-    return np.log(np.floor((p + tr.config.temperature_shift) / f) + 1) * a + 1
+    return tau_of(f, a, tr.config.temperature_shift, tr.config.temperature_power,
+                  tr.config.n)
+
+
+def tau_text(c: Any) -> str:
+    """τ_p's formula, as the setting gives it."""
+    f, a = c.temperature
+    if c.temperature_power:
+        return f"(1 + (p + 1) / {f:g})^{a:g}"
+    at = "(p + 1)" if c.temperature_shift else "p"
+    return f"log(⌊{at} / {f:g}⌋ + 1)·{a:g} + 1"
 
 
 def cell_tuned(e: Entry) -> list[Any]:
@@ -200,12 +211,10 @@ def cell_tuned(e: Entry) -> list[Any]:
     h, i, j = e.head, e.row, e.col
     src = e.reads[0]  # as split, normed or turned
     e.mark(src, h, {i}, {j})
-    f, a = c.temperature  # type: ignore[misc]
     tau = e.derive("tuned_tau", _tau).at(i)
     e.makes(op("f*", e.value(src, h, i, j), tau))
-    at = "(p + 1)" if c.temperature_shift else "p"
-    return [f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] × τ_p, τ_p = log(⌊{at} / "
-            f"{f:g}⌋ + 1)·{a:g} + 1 = {e.num(tau)}  (p = {i})",
+    return [f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] × τ_p, τ_p = {tau_text(c)} = "
+            f"{e.num(tau)}  (p = {i})",
             f"  = {e.factor(e.value(src, h, i, j))}×{e.factor(tau)} = {e.result}"]
 
 

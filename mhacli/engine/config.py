@@ -60,6 +60,7 @@ class Config:
     chunk: int | None = None  # chunked attention: query i sees the keys of its chunk of C
     temperature: tuple[float, float] | None = None  # (F, A): Llama 4's tuning of the queries
     temperature_shift: int = 1  # S of ⌊(p + S) / F⌋: 1 in Llama 4, 0 in Ministral 3
+    temperature_power: bool = False  # (1 + (p + 1) / F)^A instead (Beam's NoPE layers)
     alibi: bool = False  # ALiBi: −slope_h·|i − j| added to the scores
     bias: bool = False  # an additive bias on the scores (PyTorch's float attn_mask)
     relative: tuple[bool, int, int] | None = None  # T5's bias: (bidirectional, B, distance)

@@ -22,7 +22,8 @@ from . import latent_stages as mla, ops
 from .gradients import gradient_stages
 from .cells import (
     cell_input, cell_projection, cell_split, cell_scores, cell_pos, cell_x_pos, cell_rot,
-    cell_normed, cell_tuned, cell_alibi, cell_biased, cell_scaled, cell_masked, cell_softcapped,
+    cell_normed, cell_tuned, tau_text, cell_alibi, cell_biased, cell_scaled, cell_masked,
+    cell_softcapped,
     cell_weights, cell_head_outputs, cell_gated, cell_concat, cell_output, cell_lambda,
     cell_diff_weights, cell_diff_outputs, cell_head_normed, cell_head_scaled, cell_v_normed,
     cell_concat_normed)
@@ -420,10 +421,9 @@ FORWARD: tuple[Stage, ...] = (
     _norm_stage("k_rot_normed", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), "k", True),
     Stage("q_tuned", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
           compute=_tuned, chain="q", reads=_after("q", "q_tuned"),
-          formula=lambda f: f"Q{f.i}'s row p times τ_p = log(⌊"
-          f"{'(p + 1)' if f.c.temperature_shift else 'p'} / "
-          f"{f.c.temperature[0]:g}⌋ + 1)·{f.c.temperature[1]:g} + 1, "
-          + ("Llama 4's temperature tuning" if f.c.temperature_shift else
+          formula=lambda f: f"Q{f.i}'s row p times τ_p = {tau_text(f.c)}, "
+          + ("Beam's scaling of the queries" if f.c.temperature_power else
+             "Llama 4's temperature tuning" if f.c.temperature_shift else
              "Ministral 3's scaling of the queries"),
           latex=tex(r"\tau_p \, Q_{@h}"), cell=cell_tuned, per_head=True,
           exists=lambda c: c.temperature is not None),
