@@ -73,3 +73,37 @@ def test_dorys_unit_norms_and_scales_are_settings_mha_has(tmp_path: Path) -> Non
                        {"qk_norm": {**norm, "q": norm["k"]}},
                        {"w_gate": np.asarray(inputs["w_gate"]) * 0.5}):
             assert not _close(mhacli.attention(**{**inputs, **change}), want, 1e-3), change
+
+
+def test_beams_gate_bias_and_its_unturned_layers_scaled_queries(tmp_path: Path) -> None:
+    """Beam: the gate's bias one number per head (random here), repeated over its head's
+    outputs; a full-attention layer turns nothing and scales each query by
+    (1 + (p + 1) / 2048)^0.1. Without either, the numbers are not the model's."""
+    import torch
+
+    from .hf_zoo import load, make_zoo_model, module_reference
+
+    folder = make_zoo_model("beam", tmp_path / "beam", "BeamForCausalLM")
+    model = load(folder, torch.float64)
+    kinds = hf.read_config(folder)["layer_types"]
+    full = kinds.index("full_attention")
+    for layer in (0, full):
+        x = np.random.default_rng(layer).standard_normal((12, 64))
+        prob = from_mapping({"x": x, "checkpoint": folder, "layer": layer}, "test")
+        want = module_reference(model, f"model.layers.{layer}.self_attn", x,
+                                f"model.layers.{layer}.self_attn.o_proj")["output"]
+        inputs = dict(prob.inputs)
+        assert _close(mhacli.attention(**inputs), want)
+        heads, b_gate = inputs["heads"], np.asarray(inputs["b_gate"])
+        per_head = b_gate.reshape(heads, -1)
+        assert np.all(per_head == per_head[:, :1]) and np.ptp(per_head[:, 0]) > 0
+        changes: list[tuple[dict, float]] = [({"b_gate": None}, 1e-3)]
+        if layer == full:  # (over 12 tokens the factor is at most 1.0006: a small change,
+            # but far past the agreement)
+            assert prob.config.temperature == (2048.0, 0.1) and prob.config.temperature_power
+            assert inputs.get("rope") is None
+            changes.append(({"temperature": None}, 1e-5))
+        else:
+            assert prob.config.temperature is None and inputs["rope"] is not None
+        for change, tol in changes:
+            assert not _close(mhacli.attention(**{**inputs, **change}), want, tol), change

@@ -30,6 +30,7 @@ from .encoders import convbert, ibert, jina, luke, mobilebert, roformer, squeeze
 from .bigbird import big_bird, bigbird_pegasus
 from .differential import diffllama
 from .dory import dory, paired_types
+from .beam import beam, sixth_and_last
 from .dbrx import dbrx
 from .latent import latent_attention
 from .gemma3n import GEMMA3N_AROUND, unscaled
@@ -321,6 +322,9 @@ RECORDS: tuple[Family, ...] = (
                      "step mha does not compute"),)),
     Family("jina_embeddings_v3", tensors="mixer_wqkv", read=jina, fused="Wqkv",
            o_proj="out_proj", causal=False, keys=HEADS_ONLY),
+    Family("beam", read=beam, window=types_or(sixth_and_last), qk_norm="head",
+           rope=nope_on(null_for_its_type, "the layer types whose rope_parameters are null"),
+           gate_proj="gate_proj", gate_bias="gate_bias"),
     Family("dory", read=dory, window=paired_types, gate_proj="g_proj"),  # (saved as g_proj)
     # (ESM C: LayerNorms of q and k over the whole width, before the heads are split, at
     # PyTorch's ε; its residual scaling is outside the attention)
