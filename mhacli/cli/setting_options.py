@@ -124,6 +124,8 @@ OPTIONS: tuple[SettingOption, ...] = (
                   "σ(X·W_gate + b_gate) before the heads are joined.", metavar="FILE"),
     SettingOption("b_gate", "The gate's bias, H·d_v numbers (.npy, YAML or JSON), with "
                   "--w-gate.", metavar="FILE"),
+    SettingOption("gate_fn", "The gate's function, with --w-gate: sigmoid (the default) or "
+                  "softplus, log(1 + e^g) (Laguna's).", metavar="sigmoid|softplus"),
     SettingOption("latent_eps", "Multi-head latent attention (a file's w_dkv …): the eps of "
                   "its two latent norms, √(mean(x²) + eps); 1e-6 if not given.",
                   metavar="EPS"),

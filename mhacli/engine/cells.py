@@ -533,19 +533,26 @@ def cell_head_scaled(e: Entry) -> list[Any]:
 
 
 def cell_gated(e: Entry) -> list[Any]:
-    """A gated head output: the head's output times the sigmoid of its gate's column."""
+    """A gated head output: the head's output times the sigmoid (or softplus) of its
+    gate's column."""
     h, i, j = e.head, e.row, e.col
     o, g = e.reads  # head_outputs, gate
     col = (h - 1) * e.c.d_v + j  # head h's columns of the gate
     e.mark(o, h, {i}, {j})
     e.mark(g, None, {i}, {col})
-    sig = op("at", "gated.sigmoid", h - 1, i, j)
-    e.makes(op("f*", e.value(o, h, i, j),
-               op("f/", 1.0, op("f+", 1.0, op("exp", op("f-", 0.0, e.value(g, None, i, col)))))))
-    return [f"{e.name} = {o}{e.hs}[{e.row_label}, {j + 1}] × σ(gate[{e.row_label}, "
-            f"{col + 1}]), σ(g) = 1 / (1 + e^(−g))",
-            f"  σ({e.num(e.value(g, None, i, col))}) = {e.num(sig)}",
-            f"  = {e.factor(e.value(o, h, i, j))}×{e.factor(sig)} = {e.result}"]
+    f = op("at", "gated.act", h - 1, i, j)
+    gv = e.value(g, None, i, col)
+    if e.c.gate_fn == "softplus":  # (a logarithm: the stage's own number, as RoPE's cos)
+        e.makes(op("f*", e.value(o, h, i, j), f))
+        name, rule = "softplus", "softplus(g) = log(1 + e^g)"
+    else:
+        e.makes(op("f*", e.value(o, h, i, j),
+                   op("f/", 1.0, op("f+", 1.0, op("exp", op("f-", 0.0, gv))))))
+        name, rule = "σ", "σ(g) = 1 / (1 + e^(−g))"
+    return [f"{e.name} = {o}{e.hs}[{e.row_label}, {j + 1}] × {name}(gate[{e.row_label}, "
+            f"{col + 1}]), {rule}",
+            f"  {name}({e.num(gv)}) = {e.num(f)}",
+            f"  = {e.factor(e.value(o, h, i, j))}×{e.factor(f)} = {e.result}"]
 
 
 def cell_concat(e: Entry) -> list[Any]:

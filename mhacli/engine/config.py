@@ -83,6 +83,8 @@ class Config:
     clip_qkv: float | None = None  # Q, K and V clamped to [−c, c] after their projections
     gate: bool = False  # gated attention: each head's output times σ(X·W_gate + b_gate)
     gate_bias: bool = False  # the gate has its bias b_gate
+    gate_fn: str | None = None  # the gate's function: sigmoid (None: not given), or
+    # softplus (Laguna's)
     positional: str | None = None  # "sinusoidal" or "learned": added to the inputs
     table_rows: int = 0  # a learned positional table's rows (its gradient has them all)
     r_q: int = 0  # MLA: the query latent's width (0: queries made from X with W_Q)

@@ -15,6 +15,7 @@ import numpy as np
 
 from . import ops, qk_norms, sub_norm
 from .clipping import passed
+from .gating import slope
 from .stage import KEY, NUMBERED, QUERY, Stage
 from .work import Work, tuned, turned
 from .gradient_cells import cell_d_masked, cell_d_scores, cell_with_formula
@@ -169,13 +170,13 @@ def _d_input(t: Chains, w: Work) -> Array:
 
 
 def _d_head_outputs(w: Work) -> Array | None:
-    """dO_h: head h's columns of dC, or, gated, dGated_h ⊙ σ(G_h)."""
+    """dO_h: head h's columns of dC, or, gated, dGated_h ⊙ f(G_h) (σ or softplus)."""
     c = w.c
     if not c.gate:
         return ops.split_heads(w["d_concat"], c.heads)
     if w.exact:
         return None  # σ: not rational
-    return w["d_gated"] * w.parts["gated"]["sigmoid"]  # (H, n, d_v)
+    return w["d_gated"] * w.parts["gated"]["act"]  # (H, n, d_v)
 
 
 def _d_concat(w: Work) -> Array | None:
@@ -189,9 +190,10 @@ def _d_concat(w: Work) -> Array | None:
 
 
 def _d_gate(w: Work) -> Array:
-    """dG = dGated ⊙ O ⊙ σ(G)·(1 − σ(G)), the heads side by side (n × H·d_v)."""
-    sig = w.parts["gated"]["sigmoid"]
-    return ops.merge_heads(w["d_gated"] * w["head_outputs"] * sig * (1 - sig))
+    """dG = dGated ⊙ O ⊙ f′(G): σ(G)·(1 − σ(G)), or softplus' σ(G); the heads side by
+    side (n × H·d_v)."""
+    return ops.merge_heads(w["d_gated"] * w["head_outputs"] *
+                           ops.split_heads(slope(w["gate"], w.c.gate_fn), w.c.heads))
 
 
 def _d_kv_input(t: Chains, w: Work) -> Array:
@@ -213,6 +215,11 @@ def _d_positional(w: Work) -> Array:
 
 
 # --------------------------------------------------------------------------- text
+
+
+def _f(c: Any) -> str:
+    """The gate's function as a formula names it."""
+    return "softplus" if c.gate_fn == "softplus" else "σ"
 
 
 def _text(rows: str, grouped: str | None = None) -> Callable[[Formula], str]:
@@ -324,11 +331,13 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
               "\\sigma(G))", per_head=True, exact=True, exists=lambda c: c.gate),
         _grad("d_head_outputs", "H × n × d_v", lambda c: (c.heads, c.n, c.d_v), QUERY, NUMBERED,
               _d_head_outputs,
-              lambda f: f"dO{f.i} = dGated{f.i} ⊙ σ(G{f.i})" if f.c.gate else
+              lambda f: f"dO{f.i} = dGated{f.i} ⊙ {_f(f.c)}(G{f.i})" if f.c.gate else
               f"dO{f.i} = head {f.h or 'h'}'s columns of dC", "O", per_head=True,
               exact=True),
         _grad("d_gate", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,
-              _d_gate, _text("dG = dGated ⊙ O ⊙ σ(G)·(1 − σ(G)), the heads side by side"),
+              _d_gate, lambda f: "dG = dGated ⊙ O ⊙ " + (
+                  "σ(G) (softplus′), " if f.c.gate_fn == "softplus" else
+                  "σ(G)·(1 − σ(G)), ") + "the heads side by side",
               "G", exists=lambda c: c.gate),
         _grad("d_weights", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
               lambda w: w["d_head_outputs"] @ ops.shared(

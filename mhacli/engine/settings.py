@@ -204,6 +204,11 @@ SETTINGS: tuple[Setting, ...] = (
             array=(1,), read=lambda v: read.numbers_value("b_gate", v), parse=gating.b_gate,
             fields=("gate_bias", "b_gate"), needs="w_gate",
             write=lambda c, p, given: p.b_gate),
+    Setting("gate_fn", "the gate's function: sigmoid (σ(g) = 1 / (1 + e^(−g)), the default) "
+            "or softplus (log(1 + e^g), Laguna's), with w_gate.", words=gating.FUNCTIONS,
+            read=gating.gate_fn_value, parse=gating.gate_fn, fields=("gate_fn",),
+            needs="w_gate", shown=lambda c: {"gate_fn": c.gate_fn or "sigmoid"} if c.gate else {},
+            write=lambda c, p, given: c.gate_fn),
     Setting("latent_eps", "multi-head latent attention (w_dkv …): the eps of its two "
             "latent norms, √(mean(x²) + eps); 1e-6 if not given.",
             read=lambda v: read.qk_eps(v, "latent_eps"), parse=read.latent_eps,

@@ -29,7 +29,7 @@ from .cells import (
     cell_concat_normed)
 from .formulas import (input_text, norm_text, output_tex, proj_tex, proj_text, rope_text,
                        split_text, tex)
-from .gating import gate_of, sigmoid
+from .gating import act, gate_of
 from .head_weights import OUTPUT, PROJECTIONS
 from .reach import Reach
 from .stage import KEY, NUMBERED, QUERY, Stage
@@ -124,13 +124,14 @@ def _v_normed(w: Work) -> Array | None:
 
 
 def _gated(w: Work) -> Array | None:
-    """Each head's output times the sigmoid of its columns of the gate."""
+    """Each head's output times the gate's function (σ, or softplus) of its columns of
+    the gate."""
     if w.exact:
         return None  # an exponential: not rational
     o, g = (w[name] for name in reads(w.c, "gated"))
-    sig = ops.split_heads(sigmoid(g), w.c.heads)  # (H, n, d_v)
-    w.parts["gated"] = {"sigmoid": sig}
-    return o * sig  # (H, n, d_v)
+    f = ops.split_heads(act(g, w.c.gate_fn), w.c.heads)  # (H, n, d_v)
+    w.parts["gated"] = {"act": f}
+    return o * f  # (H, n, d_v)
 
 
 def _concat_normed(w: Work) -> Array | None:
@@ -506,13 +507,16 @@ FORWARD: tuple[Stage, ...] = (
           chain="o", reads=_after("o", "head_scaled"), exists=_differential),
     Stage("gated", "H × n × d_v", lambda c: (c.heads, c.n, c.d_v), QUERY, NUMBERED,
           compute=_gated,
-          formula=lambda f: f"O{f.i} ⊙ σ(G{f.i}): each head output times the sigmoid of its "
-          "columns of the gate, σ(g) = 1 / (1 + e^(−g))",
-          latex=tex(r"O_{@h} \odot \sigma(G_{@h})"), cell=cell_gated, per_head=True,
+          formula=lambda f: f"O{f.i} ⊙ softplus(G{f.i}): each head output times the "
+          "softplus of its columns of the gate, softplus(g) = log(1 + e^g)"
+          if f.c.gate_fn == "softplus" else f"O{f.i} ⊙ σ(G{f.i}): each head output times "
+          "the sigmoid of its columns of the gate, σ(g) = 1 / (1 + e^(−g))",
+          latex=tex(r"O_{@h} \odot f(G_{@h})"), cell=cell_gated, per_head=True,
           chain="o", reads=lambda c: (latest(c, "o", "gated"), "gate"),
           exists=lambda c: c.gate,
-          parts=(("sigmoid", "σ(gate)"),), parts_title="the sigmoid of the gate",
-          parts_formula="σ(g) = 1 / (1 + e^(−g)) of each of the head's columns of the gate"),
+          parts=(("act", "f(gate)"),), parts_title="the gate's function of the gate",
+          parts_formula="f(g) = σ(g) = 1 / (1 + e^(−g)), or softplus(g) = log(1 + e^g) "
+          "(gate_fn), of each of the head's columns of the gate"),
     Stage("concat", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,
           compute=lambda w: ops.merge_heads(_read(w, "concat")),
           formula=lambda f: f.pick(f"[{f.heads_list()}], the heads side by side",
