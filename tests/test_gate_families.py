@@ -107,3 +107,17 @@ def test_beams_gate_bias_and_its_unturned_layers_scaled_queries(tmp_path: Path) 
             assert prob.config.temperature is None and inputs["rope"] is not None
         for change, tol in changes:
             assert not _close(mhacli.attention(**{**inputs, **change}), want, tol), change
+
+
+@pytest.mark.parametrize("family", ["laguna", "laguna-per-output"])
+def test_lagunas_softplus_gate_and_heads_per_layer(family: str, tmp_path: Path) -> None:
+    """Laguna: each layer its own count of heads (4, then 8), each head's output times
+    softplus(x·g_proj), a number per head (repeated over its outputs) or per output."""
+    for layer, heads in ((0, 4), (1, 8)):
+        prob, want = _read(family, tmp_path, layer)
+        inputs = dict(prob.inputs)
+        assert inputs["heads"] == heads and inputs["gate_fn"] == "softplus"
+        assert _close(mhacli.attention(**inputs), want)
+        w_gate = np.asarray(inputs["w_gate"]).reshape(-1, heads, 8)
+        assert np.all(w_gate == w_gate[..., :1]) == (family == "laguna")
+        assert not _close(mhacli.attention(**{**inputs, "gate_fn": None}), want, 1e-3)

@@ -31,6 +31,7 @@ from .bigbird import big_bird, bigbird_pegasus
 from .differential import diffllama
 from .dory import dory, paired_types
 from .beam import beam, sixth_and_last
+from .laguna import laguna
 from .dbrx import dbrx
 from .latent import latent_attention
 from .gemma3n import GEMMA3N_AROUND, unscaled
@@ -325,6 +326,10 @@ RECORDS: tuple[Family, ...] = (
     Family("beam", read=beam, window=types_or(sixth_and_last), qk_norm="head",
            rope=nope_on(null_for_its_type, "the layer types whose rope_parameters are null"),
            gate_proj="gate_proj", gate_bias="gate_bias"),
+    Family("laguna", read=laguna, window=types_or(), qk_norm="head",
+           heads_per_layer="num_attention_heads_per_layer",
+           unread=("moe_routed_scaling_factor", "moe_apply_router_weight_on_input",
+                   "moe_router_logit_softcapping")),
     Family("dory", read=dory, window=paired_types, gate_proj="g_proj"),  # (saved as g_proj)
     # (ESM C: LayerNorms of q and k over the whole width, before the heads are split, at
     # PyTorch's ε; its residual scaling is outside the attention)

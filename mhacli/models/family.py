@@ -76,6 +76,8 @@ class Family:
     parts: bool = False  # an encoder-decoder model: its read takes encoder.N, decoder.N …
     norm_after_rope: bool = False  # its q/k norm comes after RoPE (Hunyuan)
     gated: bool = False  # q_proj gives each head's queries, then a gate of its output
+    heads_per_layer: str | None = None  # a config list of each layer's query heads, where
+    # they differ (Laguna's num_attention_heads_per_layer)
     gate_proj: str | None = None  # a module of its own giving that gate, H·d_v outputs
     # (AFMoE's gate_proj), read as w_gate
     gate_bias: str | None = None  # the gate's bias, one number per head, each head's d_v
@@ -116,6 +118,8 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
     if hidden is None and not f.fused and r.has(q_name):  # the widths say it
         hidden = r.ckpt.shape(q_name)[0]
     heads, groups, d = heads_of(r, heads_key, groups_key, hidden)
+    if f.heads_per_layer:
+        heads = _layer_heads(r, f.heads_per_layer, heads, groups)
     window, layer_type = f.window(r)
     if f.groups is not None:
         groups = f.groups(r, layer_type, groups)
@@ -208,6 +212,21 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
         out["sinks"] = r.tensor(name, 1)
         r.note("sinks", f"tensor {name}")
     return out
+
+
+def _layer_heads(r: Reader, key: str, heads: int, groups: int | None) -> int:
+    """This layer's query heads from config list ``key`` (the config's count where it
+    gives none)."""
+    counts = r.get(key)
+    if counts is None:
+        return heads
+    if not isinstance(counts, list) or r.layer >= len(counts) or \
+            isinstance(counts[r.layer], bool) or not isinstance(counts[r.layer], int) or \
+            counts[r.layer] < 1 or groups is not None and counts[r.layer] % groups:
+        raise r.error(key, f"{shown(counts)}: expected a count of heads for each layer"
+                      + (f", each a multiple of the {groups} key/value heads" if groups else ""))
+    r.note("heads", f"config {key}[{r.layer}]")
+    return counts[r.layer]
 
 
 def _gate(f: Family, r: Reader, stem: str, heads: int, d: int, out: Layer) -> None:
