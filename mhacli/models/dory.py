@@ -44,6 +44,8 @@ def _window(r: Reader, own: list) -> tuple[int | None, str | None]:
     if own[r.layer] == "full_attention":
         r.get("sliding_window")
         return None, "full_attention"
+    if r.get("sliding_window") is None:
+        raise r.error("sliding_window", "missing, but layer_types makes this layer slide")
     size = r.read("window", "sliding_window", r.get("sliding_window"))
     r.note("window", f"config sliding_window (layer {r.layer}: layer_types[{2 * r.layer}] "
            "is sliding_attention)")
@@ -52,7 +54,7 @@ def _window(r: Reader, own: list) -> tuple[int | None, str | None]:
 
 @said("causal; sliding windows by layer_types (saved as attention/mlp pairs); RoPE, a "
       "base per layer type; nGPT's unit-norm queries and keys (after RoPE, the queries × (sqk · "
-      "√d_k / initializer_range)²), a sigmoid gate of each head's output (gate_proj × "
+      "√d_k / initializer_range)²), a sigmoid gate of each head's output (g_proj × "
       "(s_gate · d_model^¼ / initializer_range)²), the joined heads L2-normed before o_proj")
 def dory(f: Family, r: Reader, stem: str) -> Layer:
     """A Dory layer: AFMoE's reading (q/k/v/o, gate_proj, window, RoPE by layer type),
