@@ -332,9 +332,7 @@ def test_reformers_local_layers_are_a_mask_of_chunks(family: str, tmp_path: Path
 @pytest.mark.parametrize("model_type, model_class, words", [
     ("xlnet", "XLNetLMHeadModel", "rel_attn.r_w_bias: XLNet's two-stream relative attention"),
     ("funnel", "FunnelForMaskedLM", "attention.r_kernel: Funnel Transformer's relative "
-                                    "attention"),
-    ("hrm_text", "HrmTextForCausalLM", "H_module.layers.0.attn.gqkv_proj.weight: HRM's two "
-                                       "stacks of layers")])
+                                    "attention")])
 def test_relative_attention_not_read_yet_is_named(model_type: str, model_class: str, words: str,
                                                   tmp_path: Path) -> None:
     from .hf_zoo import make_zoo_model

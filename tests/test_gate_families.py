@@ -121,3 +121,36 @@ def test_lagunas_softplus_gate_and_heads_per_layer(family: str, tmp_path: Path) 
         w_gate = np.asarray(inputs["w_gate"]).reshape(-1, heads, 8)
         assert np.all(w_gate == w_gate[..., :1]) == (family == "laguna")
         assert not _close(mhacli.attention(**{**inputs, "gate_fn": None}), want, 1e-3)
+
+
+def test_hrms_two_stacks_are_parts_and_gated(tmp_path: Path) -> None:
+    """HRM: its layers are L_module.N and H_module.N (a bare number is an error naming
+    them), each a fused [gate | q | k | v] with a sigmoid gate; every one agrees with the
+    model's own attention, and without the gate it does not."""
+    import torch
+
+    from mhacli.errors import MhaError
+    from mhacli.models.layer import read_layer
+
+    from .hf_zoo import layer_addresses, load, make_zoo_model, module_reference
+
+    folder = make_zoo_model("hrm_text", tmp_path / "hrm", "HrmTextForCausalLM")
+    model = load(folder, torch.float64)
+    layers = layer_addresses(folder)
+    assert layers == ["L_module.0", "L_module.1", "H_module.0", "H_module.1"]
+    for i, layer in enumerate(layers):
+        reading = read_layer(folder, layer)
+        assert reading.module == f"model.{layer.split('.')[0]}.layers.{layer[-1]}.self_attn."
+        x = np.random.default_rng(i).standard_normal((12, reading.width))
+        want = module_reference(model, reading.module.rstrip("."), x)["output"]
+        inputs = dict(from_mapping({"x": x, "checkpoint": folder, "layer": layer},
+                                   "test").inputs)
+        assert _close(mhacli.attention(**inputs), want)  # (its RoPE in float32)
+        assert not _close(mhacli.attention(**{**inputs, "w_gate": None}), want, 1e-3)
+    for layer, words in ((1, "this model's layers are in two stacks; give L_module.N or "
+                             "H_module.N"),
+                         ("encoder.0", "this model's layers are in two stacks"),
+                         ("L_module.0.cross", "HRM's stacks have no cross-attention"),
+                         ("H_module.5", "H_module")):
+        with pytest.raises(MhaError, match=words):
+            read_layer(folder, layer)

@@ -32,6 +32,7 @@ from .differential import diffllama
 from .dory import dory, paired_types
 from .beam import beam, sixth_and_last
 from .laguna import laguna
+from .hrm import hrm
 from .dbrx import dbrx
 from .latent import latent_attention
 from .gemma3n import GEMMA3N_AROUND, unscaled
@@ -330,6 +331,8 @@ RECORDS: tuple[Family, ...] = (
            heads_per_layer="num_attention_heads_per_layer",
            unread=("moe_routed_scaling_factor", "moe_apply_router_weight_on_input",
                    "moe_router_logit_softcapping")),
+    Family("hrm_text", tensors="hrm", read=hrm, parts=True,
+           loaded_as=(r"\.attn\.$", ".self_attn.")),
     Family("dory", read=dory, window=paired_types, gate_proj="g_proj"),  # (saved as g_proj)
     # (ESM C: LayerNorms of q and k over the whole width, before the heads are split, at
     # PyTorch's ε; its residual scaling is outside the attention)

@@ -56,6 +56,7 @@ LAYOUTS = (
      "q_proj.weight"),
     ("modernbert", r"(?:^|\.)layers\.(\d+)\.attn\.Wqkv\.weight$", "Wqkv.weight"),
     ("attn", r"(?:^|\.)layers\.(\d+)\.attn\.q_proj\.weight$", "q_proj.weight"),
+    ("hrm", r"(?:^|\.)layers\.(\d+)\.attn\.gqkv_proj\.weight$", "gqkv_proj.weight"),
     ("distilbert", r"(?:^|\.)layer\.(\d+)\.attention\.q_lin\.weight$", "q_lin.weight"),
     ("mpnet", r"(?:^|\.)layer\.(\d+)\.attention\.attn\.q\.weight$", "q.weight"),
     ("xlm", r"(?:^|\.)attentions\.(\d+)\.q_lin\.weight$", "q_lin.weight"),
@@ -233,9 +234,6 @@ NOT_READ_YET = (
     (r"(?:^|\.)attention\.r_kernel$", "Funnel Transformer's relative attention (position "
      "terms r_w_bias, r_r_bias and r_kernel, a token-type term seg_embed) over queries pooled "
      "block by block, which mha does not compute yet"),
-    (r"(?:^|\.)H_module\.layers\.\d+\.attn\.gqkv_proj\.weight$", "HRM's two stacks of layers "
-     "(L_module and H_module, run in turn H_cycles × L_cycles times, their attention's gate, "
-     "q, k and v fused in gqkv_proj), which mha does not number as layers yet"),
 )
 _LAYER_NAME = re.compile(r"(?:^|\.)(?:layers|blocks|h|layer)\.(\d+)\.(.+)$")
 
