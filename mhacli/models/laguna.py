@@ -40,7 +40,7 @@ def laguna(f: Family, r: Reader, stem: str) -> Layer:
         out["w_gate"] = frozen(np.repeat(out["w_gate"], d, axis=1))  # (d_model, H·d_v)
     r.note("w_gate", f"tensor {name} (transposed" + (f", each head's column over its {d} "
                                                       "outputs)" if per_head else ")")
-           + f", config gating {shown(gating)}")
+           + f", config gating {str(gating).lower() if isinstance(gating, bool) else gating}")
     out["gate_fn"] = "softplus"
     r.note("gate_fn", "Laguna's softplus gate")
     return out
