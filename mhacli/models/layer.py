@@ -254,9 +254,10 @@ NOT_FOLLOWED = (
     (r"^self_att\.self_attention\.project_q\.", "CPM-Ant's attention: a bias by segment and "
      "bucketed distance from the model's shared position_bias table, and its mask of "
      "segments and spans"),
-    (r"^self_attn\.exclusive_self_attention\.", "NeoMME's attention: value embeddings added "
-     "to the values, each head's output less its projection on its value (× tanh α), and a "
-     "sigmoid gate before the output projection"),
+    (r"^self_attn\.exclusive_self_attention\.", "NeoMME's attention: each head's output less "
+     "its projection on its own token's unit value (× tanh α, exclusive self-attention), a "
+     "sigmoid gate before the output projection, and on its first and last global layers "
+     "value embeddings looked up by the token ids added to the values"),
 )
 
 
