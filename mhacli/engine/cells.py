@@ -18,6 +18,7 @@ import numpy as np
 
 from . import ops
 from .recipe import each, fdot, op, rms_of, squares, when
+from .tuning import tau_of, tau_text
 from .writing import Entry, sub
 
 
@@ -189,20 +190,9 @@ def cell_rot(e: Entry) -> list[Any]:
 def _tau(tr: Any) -> np.ndarray:
     """Each query position's temperature factor τ_p as the cell writes it (the setting's
     own ``tau_of``): (n,)."""
-    from .parsers import tau_of
-
     f, a = tr.config.temperature
     return tau_of(f, a, tr.config.temperature_shift, tr.config.temperature_power,
                   tr.config.n)
-
-
-def tau_text(c: Any) -> str:
-    """τ_p's formula, as the setting gives it."""
-    f, a = c.temperature
-    if c.temperature_power:
-        return f"(1 + (p + 1) / {f:g})^{a:g}"
-    at = "(p + 1)" if c.temperature_shift else "p"
-    return f"log(⌊{at} / {f:g}⌋ + 1)·{a:g} + 1"
 
 
 def cell_tuned(e: Entry) -> list[Any]:

@@ -12,6 +12,7 @@ import numpy as np
 from ..errors import MhaError, key_text, shown
 from . import rope as rope_setting
 from .config import Sizes
+from .tuning import tau_of
 from .values import (as_array, given, mask_matrix, mask_value, matrix, positive, scale_divisor,
                      shape_text)
 
@@ -110,16 +111,6 @@ def temperature_value(value: Any) -> tuple[Any, ...] | None:
                        f"(⌊(p + 1) / F⌋, Llama 4), got {given(shift)}",
                        key=("temperature", "shift"))
     return float(f), float(a), int(shift)  # type: ignore[arg-type]
-
-
-def tau_of(f: float, a: float, shift: int, power: bool, n: int) -> Array:
-    """Each query position's factor (n,): log(⌊(p + S) / F⌋ + 1)·A + 1, or with
-    ``power`` (1 + (p + 1) / F)^A (Beam's, exp(A·log1p((p + 1) / F)) as its model
-    writes it)."""
-    p = np.arange(n, dtype=np.float64)
-    if power:
-        return np.exp(a * np.log1p((p + 1) / f))
-    return np.log(np.floor((p + shift) / f) + 1) * a + 1
 
 
 def temperature(value: Any, s: Sizes) -> Fields:

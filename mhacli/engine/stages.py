@@ -22,7 +22,7 @@ from . import latent_stages as mla, ops
 from .gradients import gradient_stages
 from .cells import (
     cell_input, cell_projection, cell_split, cell_scores, cell_pos, cell_x_pos, cell_rot,
-    cell_normed, cell_tuned, tau_text, cell_alibi, cell_biased, cell_scaled, cell_masked,
+    cell_normed, cell_tuned, cell_alibi, cell_biased, cell_scaled, cell_masked,
     cell_softcapped,
     cell_weights, cell_head_outputs, cell_gated, cell_concat, cell_output, cell_lambda,
     cell_diff_weights, cell_diff_outputs, cell_head_normed, cell_head_scaled, cell_v_normed,
@@ -30,6 +30,7 @@ from .cells import (
 from .formulas import (input_text, norm_text, output_tex, proj_tex, proj_text, rope_text,
                        split_text, tex)
 from .gating import act, gate_of
+from .tuning import tau_text
 from .head_weights import OUTPUT, PROJECTIONS
 from .reach import Reach
 from .stage import KEY, NUMBERED, QUERY, Stage
