@@ -158,8 +158,12 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "qwen4_exp_text": dict(indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=16,
                            indexer_budget=12, indexer_compress_ratio=4),  # (no defaults;
     # 3 blocks of 4 kept: every key of 15 tokens)
+    # (Dory's sqk and s_gate are stored ÷ initializer_range and start at it: moved off by
+    # N(0, 0.3²), a range as small as its own would scale the scores by thousands, and the
+    # model's float32 RoPE with them)
     "dory": dict(num_hidden_layers=2, n_input_layers=1, n_output_layers=1,  # (no recurrent
-                 layer_types=["sliding_attention", "full_attention"]),  # middle: 2 layers)
+                 layer_types=["sliding_attention", "full_attention"],  # middle: 2 layers)
+                 initializer_range=0.3),
     "cohere_compass_text": dict(  # (its config class keeps a flat rope_parameters; the
         layer_types=["sliding_attention", "full_attention"],  # model reads it by layer type)
         rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0,
@@ -470,16 +474,21 @@ def relative(got: np.ndarray, want: np.ndarray) -> float:
 def layer_addresses(folder: str | Path) -> list[int | str]:
     """Each layer of a saved model as ``--layer`` names it: 0 … L − 1 (layer 0 where the
     count finds none), or in an encoder-decoder model encoder.N, decoder.N and
-    decoder.N.cross."""
+    decoder.N.cross (in HRM's two stacks L_module.N and H_module.N)."""
     from safetensors import safe_open
 
-    from mhacli.models.parts import is_encoder_decoder
+    from mhacli.models.parts import parts_of
 
     names: list[str] = []
     for file in Path(folder).glob("*.safetensors"):
         with safe_open(str(file), "np") as handle:
             names += list(handle.keys())
-    if not is_encoder_decoder(tuple(names)):
+    parts = parts_of(tuple(names))
+    if parts == {"L_module", "H_module"}:  # (HRM's two stacks: L_module.N, H_module.N)
+        top = {p: 1 + max(int(m[1]) for n in names if (m := re.search(
+            rf"(?:^|\.){p}\.layers\.(\d+)\.", n))) for p in ("L_module", "H_module")}
+        return [f"{p}.{i}" for p in ("L_module", "H_module") for i in range(top[p])]
+    if not parts:
         count = layer_count(folder)
         if any(re.search(r"\.self_attn\.1\.kv_a_proj_with_mqa\.", n) for n in names):
             count *= 2  # (LongCat-Flash: two MLAs a layer, numbered as its layer_idx)

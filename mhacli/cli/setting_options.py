@@ -78,7 +78,8 @@ OPTIONS: tuple[SettingOption, ...] = (
                   metavar="C"),
     SettingOption("temperature", "Llama 4's temperature tuning: each query at position p "
                   "multiplied by log(⌊(p + 1) / F⌋ + 1)·A + 1 (F floor_scale, A "
-                  "attn_scale); F:A:0 for Ministral 3's log(⌊p / F⌋ + 1)·A + 1.",
+                  "attn_scale); F:A:0 for Ministral 3's log(⌊p / F⌋ + 1)·A + 1; F:A:power "
+                  "for Beam's (1 + (p + 1) / F)^A.",
                   metavar="F:A"),
     SettingOption("alibi", "ALiBi: add −slope_h·|i − j| to the scores, slopes 2^(−8h/H) for "
                   "H a power of two, else ALiBi's own rule (the key alibi: in a file may "
@@ -128,6 +129,8 @@ OPTIONS: tuple[SettingOption, ...] = (
                   "σ(X·W_gate + b_gate) before the heads are joined.", metavar="FILE"),
     SettingOption("b_gate", "The gate's bias, H·d_v numbers (.npy, YAML or JSON), with "
                   "--w-gate.", metavar="FILE"),
+    SettingOption("gate_fn", "The gate's function, with --w-gate: sigmoid (the default) or "
+                  "softplus, log(1 + e^g) (Laguna's).", metavar="sigmoid|softplus"),
     SettingOption("latent_eps", "Multi-head latent attention (a file's w_dkv …): the eps of "
                   "its two latent norms, √(mean(x²) + eps); 1e-6 if not given.",
                   metavar="EPS"),

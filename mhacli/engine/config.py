@@ -60,6 +60,7 @@ class Config:
     chunk: int | None = None  # chunked attention: query i sees the keys of its chunk of C
     temperature: tuple[float, float] | None = None  # (F, A): Llama 4's tuning of the queries
     temperature_shift: int = 1  # S of ⌊(p + S) / F⌋: 1 in Llama 4, 0 in Ministral 3
+    temperature_power: bool = False  # (1 + (p + 1) / F)^A instead (Beam's NoPE layers)
     alibi: bool = False  # ALiBi: −slope_h·|i − j| added to the scores
     bias: bool = False  # an additive bias on the scores (PyTorch's float attn_mask)
     relative: tuple[bool, int, int] | None = None  # T5's bias: (bidirectional, B, distance)
@@ -82,6 +83,8 @@ class Config:
     clip_qkv: float | None = None  # Q, K and V clamped to [−c, c] after their projections
     gate: bool = False  # gated attention: each head's output times σ(X·W_gate + b_gate)
     gate_bias: bool = False  # the gate has its bias b_gate
+    gate_fn: str | None = None  # the gate's function: sigmoid (None: not given), or
+    # softplus (Laguna's)
     positional: str | None = None  # "sinusoidal" or "learned": added to the inputs
     table_rows: int = 0  # a learned positional table's rows (its gradient has them all)
     r_q: int = 0  # MLA: the query latent's width (0: queries made from X with W_Q)

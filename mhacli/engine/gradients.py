@@ -15,6 +15,7 @@ import numpy as np
 
 from . import diff_gradients as dg, ops, qk_norms, sub_norm
 from .clipping import passed
+from .gating import slope
 from .stage import KEY, NUMBERED, QUERY, Stage
 from .work import Work, tuned, turned
 from .gradient_cells import cell_d_masked, cell_d_scores, cell_with_formula
@@ -175,8 +176,8 @@ def _d_input(t: Chains, w: Work) -> Array:
 
 
 def _d_head_outputs(w: Work) -> Array | None:
-    """dO_h: head h's columns of dC, or, gated, dGated_h ⊙ σ(G_h); a differential
-    head's, back through its norm (diff_gradients.py)."""
+    """dO_h: head h's columns of dC, or, gated, dGated_h ⊙ f(G_h) (σ or softplus); a
+    differential head's, back through its norm (diff_gradients.py)."""
     c = w.c
     if c.differential is not None:
         return dg.d_head_outputs(w)
@@ -184,7 +185,7 @@ def _d_head_outputs(w: Work) -> Array | None:
         return ops.split_heads(w["d_concat"], c.heads)
     if w.exact:
         return None  # σ: not rational
-    return w["d_gated"] * w.parts["gated"]["sigmoid"]  # (H, n, d_v)
+    return w["d_gated"] * w.parts["gated"]["act"]  # (H, n, d_v)
 
 
 def _d_concat(w: Work) -> Array | None:
@@ -198,9 +199,10 @@ def _d_concat(w: Work) -> Array | None:
 
 
 def _d_gate(w: Work) -> Array:
-    """dG = dGated ⊙ O ⊙ σ(G)·(1 − σ(G)), the heads side by side (n × H·d_v)."""
-    sig = w.parts["gated"]["sigmoid"]
-    return ops.merge_heads(w["d_gated"] * w["head_outputs"] * sig * (1 - sig))
+    """dG = dGated ⊙ O ⊙ f′(G): σ(G)·(1 − σ(G)), or softplus' σ(G); the heads side by
+    side (n × H·d_v)."""
+    return ops.merge_heads(w["d_gated"] * w["head_outputs"] *
+                           ops.split_heads(slope(w["gate"], w.c.gate_fn), w.c.heads))
 
 
 def _d_kv_input(t: Chains, w: Work) -> Array:
@@ -222,6 +224,11 @@ def _d_positional(w: Work) -> Array:
 
 
 # --------------------------------------------------------------------------- text
+
+
+def _f(c: Any) -> str:
+    """The gate's function as a formula names it."""
+    return "softplus" if c.gate_fn == "softplus" else "σ"
 
 
 def _text(rows: str, grouped: str | None = None) -> Callable[[Formula], str]:
@@ -348,11 +355,13 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
               QUERY, NUMBERED, _d_head_outputs,
               lambda f: f"dO{f.i} = the norm's backward: g/rms − o·Σ(g⊙o)/(D·rms³), g = "
               f"dO_normed{f.i}" if f.c.differential is not None else
-              f"dO{f.i} = dGated{f.i} ⊙ σ(G{f.i})" if f.c.gate else
+              f"dO{f.i} = dGated{f.i} ⊙ {_f(f.c)}(G{f.i})" if f.c.gate else
               f"dO{f.i} = head {f.h or 'h'}'s columns of dC", "O", per_head=True,
               exact=True),
         _grad("d_gate", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,
-              _d_gate, _text("dG = dGated ⊙ O ⊙ σ(G)·(1 − σ(G)), the heads side by side"),
+              _d_gate, lambda f: "dG = dGated ⊙ O ⊙ " + (
+                  "σ(G) (softplus′), " if f.c.gate_fn == "softplus" else
+                  "σ(G)·(1 − σ(G)), ") + "the heads side by side",
               "G", exists=lambda c: c.gate),
         *dg.map_stages(_grad),  # differential attention's D, λ and its vectors
         _grad("d_weights", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,

@@ -101,12 +101,18 @@ SETTINGS: tuple[Setting, ...] = (
             write=lambda c, p, given: c.chunk),
     Setting("temperature", "Llama 4's temperature tuning of the queries: F:A (its "
             "floor_scale and attn_scale), each query at position p multiplied by "
-            "log(⌊(p + 1) / F⌋ + 1)·A + 1; F:A:0 for Ministral 3's log(⌊p / F⌋ + 1)·A + 1.", read=read.temperature_value,
-            parse=read.temperature, fields=("temperature", "temperature_shift", "tau"),
+            "log(⌊(p + 1) / F⌋ + 1)·A + 1; F:A:0 for Ministral 3's log(⌊p / F⌋ + 1)·A + 1; "
+            "F:A:power ({size: F, power: A}) for Beam's (1 + (p + 1) / F)^A.",
+            read=read.temperature_value, parse=read.temperature,
+            fields=("temperature", "temperature_shift", "temperature_power", "tau"),
             shown=lambda c: {"temperature": None if c.temperature is None else
+                             {"size": c.temperature[0], "power": c.temperature[1]}
+                             if c.temperature_power else
                              {"floor_scale": c.temperature[0], "attn_scale": c.temperature[1],
                               **({} if c.temperature_shift == 1 else {"shift": 0})}},
             write=lambda c, p, given: None if c.temperature is None else
+            f"{{size: {read.written(c.temperature[0])}, power: "
+            f"{read.written(c.temperature[1])}}}" if c.temperature_power else
             f"{{floor_scale: {read.written(c.temperature[0])}, attn_scale: "
             f"{read.written(c.temperature[1])}"
             + ("" if c.temperature_shift == 1 else ", shift: 0") + "}"),
@@ -220,6 +226,11 @@ SETTINGS: tuple[Setting, ...] = (
             array=(1,), read=lambda v: read.numbers_value("b_gate", v), parse=gating.b_gate,
             fields=("gate_bias", "b_gate"), needs="w_gate",
             write=lambda c, p, given: p.b_gate),
+    Setting("gate_fn", "the gate's function: sigmoid (σ(g) = 1 / (1 + e^(−g)), the default) "
+            "or softplus (log(1 + e^g), Laguna's), with w_gate.", words=gating.FUNCTIONS,
+            read=gating.gate_fn_value, parse=gating.gate_fn, fields=("gate_fn",),
+            needs="w_gate", shown=lambda c: {"gate_fn": c.gate_fn or "sigmoid"} if c.gate else {},
+            write=lambda c, p, given: c.gate_fn),
     Setting("latent_eps", "multi-head latent attention (w_dkv …): the eps of its "
             "latent norms (and of k_R's, with k_rope_norm), √(mean(x²) + eps); 1e-6 if not "
             "given.", read=lambda v: read.qk_eps(v, "latent_eps"), parse=read.latent_eps,

@@ -23,13 +23,15 @@ from .disentangled_cells import cell_scaled_terms, cell_term
 from .gradients import gradient_stages
 from .cells import (
     cell_input, cell_projection, cell_split, cell_scores, cell_pos, cell_x_pos, cell_rot,
-    cell_normed, cell_tuned, cell_alibi, cell_biased, cell_scaled, cell_masked, cell_softcapped,
+    cell_normed, cell_tuned, cell_alibi, cell_biased, cell_scaled, cell_masked,
+    cell_softcapped,
     cell_weights, cell_head_outputs, cell_gated, cell_concat, cell_output, cell_lambda,
     cell_diff_weights, cell_diff_outputs, cell_head_normed, cell_head_scaled, cell_v_normed,
     cell_concat_normed)
 from .formulas import (input_text, norm_text, output_tex, proj_tex, proj_text, rope_text,
                        split_text, tex)
-from .gating import gate_of, sigmoid
+from .gating import act, gate_of
+from .tuning import tau_text
 from .head_weights import OUTPUT, PROJECTIONS
 from .reach import Reach
 from .sparse_stages import cell_masked_kept, keep_mask, sparse_stages
@@ -157,13 +159,14 @@ def _v_normed(w: Work) -> Array | None:
 
 
 def _gated(w: Work) -> Array | None:
-    """Each head's output times the sigmoid of its columns of the gate."""
+    """Each head's output times the gate's function (σ, or softplus) of its columns of
+    the gate."""
     if w.exact:
         return None  # an exponential: not rational
     o, g = (w[name] for name in reads(w.c, "gated"))
-    sig = ops.split_heads(sigmoid(g), w.c.heads)  # (H, n, d_v)
-    w.parts["gated"] = {"sigmoid": sig}
-    return o * sig  # (H, n, d_v)
+    f = ops.split_heads(act(g, w.c.gate_fn), w.c.heads)  # (H, n, d_v)
+    w.parts["gated"] = {"act": f}
+    return o * f  # (H, n, d_v)
 
 
 def _concat_normed(w: Work) -> Array | None:
@@ -456,10 +459,9 @@ FORWARD: tuple[Stage, ...] = (
     _norm_stage("k_rot_normed", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), "k", True),
     Stage("q_tuned", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
           compute=_tuned, chain="q", reads=_after("q", "q_tuned"),
-          formula=lambda f: f"Q{f.i}'s row p times τ_p = log(⌊"
-          f"{'(p + 1)' if f.c.temperature_shift else 'p'} / "
-          f"{f.c.temperature[0]:g}⌋ + 1)·{f.c.temperature[1]:g} + 1, "
-          + ("Llama 4's temperature tuning" if f.c.temperature_shift else
+          formula=lambda f: f"Q{f.i}'s row p times τ_p = {tau_text(f.c)}, "
+          + ("Beam's scaling of the queries" if f.c.temperature_power else
+             "Llama 4's temperature tuning" if f.c.temperature_shift else
              "Ministral 3's scaling of the queries"),
           latex=tex(r"\tau_p \, Q_{@h}"), cell=cell_tuned, per_head=True,
           exists=lambda c: c.temperature is not None),
@@ -562,13 +564,16 @@ FORWARD: tuple[Stage, ...] = (
           chain="o", reads=_after("o", "head_scaled"), exists=_differential),
     Stage("gated", "H × n × d_v", lambda c: (c.heads, c.n, c.d_v), QUERY, NUMBERED,
           compute=_gated,
-          formula=lambda f: f"O{f.i} ⊙ σ(G{f.i}): each head output times the sigmoid of its "
-          "columns of the gate, σ(g) = 1 / (1 + e^(−g))",
-          latex=tex(r"O_{@h} \odot \sigma(G_{@h})"), cell=cell_gated, per_head=True,
+          formula=lambda f: f"O{f.i} ⊙ softplus(G{f.i}): each head output times the "
+          "softplus of its columns of the gate, softplus(g) = log(1 + e^g)"
+          if f.c.gate_fn == "softplus" else f"O{f.i} ⊙ σ(G{f.i}): each head output times "
+          "the sigmoid of its columns of the gate, σ(g) = 1 / (1 + e^(−g))",
+          latex=tex(r"O_{@h} \odot f(G_{@h})"), cell=cell_gated, per_head=True,
           chain="o", reads=lambda c: (latest(c, "o", "gated"), "gate"),
           exists=lambda c: c.gate,
-          parts=(("sigmoid", "σ(gate)"),), parts_title="the sigmoid of the gate",
-          parts_formula="σ(g) = 1 / (1 + e^(−g)) of each of the head's columns of the gate"),
+          parts=(("act", "f(gate)"),), parts_title="the gate's function of the gate",
+          parts_formula="f(g) = σ(g) = 1 / (1 + e^(−g)), or softplus(g) = log(1 + e^g) "
+          "(gate_fn), of each of the head's columns of the gate"),
     Stage("concat", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,
           compute=lambda w: ops.merge_heads(_read(w, "concat")),
           formula=lambda f: f.pick(f"[{f.heads_list()}], the heads side by side",

@@ -30,6 +30,10 @@ from .encoders import convbert, ibert, jina, luke, mobilebert, roformer, squeeze
 from .bigbird import big_bird, bigbird_pegasus
 from .deberta import deberta, deberta_v2
 from .differential import diffllama
+from .dory import dory, paired_types
+from .beam import beam, sixth_and_last
+from .laguna import laguna
+from .hrm import hrm
 from .dbrx import dbrx
 from .dots3 import dots3
 from .latent import doubled_query_latent, latent_attention
@@ -263,6 +267,12 @@ RECORDS: tuple[Family, ...] = (
            unread=("interleave_moe_layer_step", "moe_layers", "intermediate_size_mlp",
                    "for_llm_compressor", "attn_scale", "floor_scale")),
     Family("diffllama", read=diffllama),
+    # (AFMoE's mup_enabled scales the embeddings, outside the attention)
+    Family("afmoe", window=types_or(every_nth_full(4, "global_attn_every_n_layers"),
+                                    "sliding windows by layer_types (all but every n-th "
+                                    "layer)", ("global_attn_every_n_layers",)),
+           rope=nope_on(full_layers_nope, "the full-attention layers"), qk_norm="head",
+           gate_proj="gate_proj", unread=("mup_enabled",)),
     Family("flint", window=types_or(first_two_every_fourth_last, "sliding windows by "
                                     "layer_types (all but the first two, every 4th from the "
                                     "second and the last)"),
@@ -325,8 +335,19 @@ RECORDS: tuple[Family, ...] = (
                      "step mha does not compute"),)),
     Family("jina_embeddings_v3", tensors="mixer_wqkv", read=jina, fused="Wqkv",
            o_proj="out_proj", causal=False, keys=HEADS_ONLY),
-    Family("esmc", causal=False, others="its LayerNorm of q and k over the width refused by "
-           "name"),
+    Family("beam", read=beam, window=types_or(sixth_and_last), qk_norm="head",
+           rope=nope_on(null_for_its_type, "the layer types whose rope_parameters are null"),
+           gate_proj="gate_proj", gate_bias="gate_bias"),
+    Family("laguna", read=laguna, window=types_or(), qk_norm="head",
+           heads_per_layer="num_attention_heads_per_layer",
+           unread=("moe_routed_scaling_factor", "moe_apply_router_weight_on_input",
+                   "moe_router_logit_softcapping")),
+    Family("hrm_text", tensors="hrm", read=hrm, parts=True,
+           loaded_as=(r"\.attn\.$", ".self_attn.")),
+    Family("dory", read=dory, window=paired_types, gate_proj="g_proj"),  # (saved as g_proj)
+    # (ESM C: LayerNorms of q and k over the whole width, before the heads are split, at
+    # PyTorch's ε; its residual scaling is outside the attention)
+    Family("esmc", causal=False, qk_norm="width", layer_norm=True, norm_eps=1e-5),
     Family("ultrabert", causal=False, window=both_ways_by_layer_types,
            unread=("classifier_pooling", "prediction_head_size")),
     # ---- decoders whose positions are added to the tokens before the layers

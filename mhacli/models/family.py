@@ -52,6 +52,7 @@ class Family:
     qk_norm: str | None = None  # "head" or "width": an RMS norm of q and k (its tensors)
     norm_names: tuple[str, str] = ("q_norm", "k_norm")  # those tensors' modules
     norm_eps_key: str = "rms_norm_eps"  # the norm's ε
+    norm_eps: float = 1e-6  # its ε where the config gives none (PyTorch's LayerNorm: 1e-5)
     norm_plus_one: bool = False  # the norm's stored weight w multiplies as 1 + w (Gemma)
     layer_norm: bool = False  # its q/k norm a LayerNorm (the mean removed; a bias if stored)
     clip_key: str | None = None  # a config key clamping Q, K and V to [−c, c] (OLMo's)
@@ -75,6 +76,12 @@ class Family:
     parts: bool = False  # an encoder-decoder model: its read takes encoder.N, decoder.N …
     norm_after_rope: bool = False  # its q/k norm comes after RoPE (Hunyuan)
     gated: bool = False  # q_proj gives each head's queries, then a gate of its output
+    heads_per_layer: str | None = None  # a config list of each layer's query heads, where
+    # they differ (Laguna's num_attention_heads_per_layer)
+    gate_proj: str | None = None  # a module of its own giving that gate, H·d_v outputs
+    # (AFMoE's gate_proj), read as w_gate
+    gate_bias: str | None = None  # the gate's bias, one number per head, each head's d_v
+    # outputs sharing it (Beam's gate_bias), read as b_gate
     groups: Callable[[Reader, str | None, int | None], int | None] | None = None
     # (this layer's key/value heads from its type and the config's count, where the two
     # differ: MiMo-V2-Flash's sliding layers have twice as many)
@@ -111,6 +118,8 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
     if hidden is None and not f.fused and r.has(q_name):  # the widths say it
         hidden = r.ckpt.shape(q_name)[0]
     heads, groups, d = heads_of(r, heads_key, groups_key, hidden)
+    if f.heads_per_layer:
+        heads = _layer_heads(r, f.heads_per_layer, heads, groups)
     window, layer_type = f.window(r)
     if f.groups is not None:
         groups = f.groups(r, layer_type, groups)
@@ -152,6 +161,8 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
     else:
         for letter, name in zip("qkv", f.qkv):
             linear(r, stem, name, out, letter)
+    if f.gate_proj:
+        _gate(f, r, stem, heads, d, out)
     linear(r, stem, f.o_proj, out, "o")
     if f.value_scale_key:
         _scaled_values(r, f.value_scale_key, out)
@@ -201,6 +212,40 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
         out["sinks"] = r.tensor(name, 1)
         r.note("sinks", f"tensor {name}")
     return out
+
+
+def _layer_heads(r: Reader, key: str, heads: int, groups: int | None) -> int:
+    """This layer's query heads from config list ``key`` (the config's count where it
+    gives none)."""
+    counts = r.get(key)
+    if counts is None:
+        return heads
+    if not isinstance(counts, list) or r.layer >= len(counts) or \
+            isinstance(counts[r.layer], bool) or not isinstance(counts[r.layer], int) or \
+            counts[r.layer] < 1 or groups is not None and counts[r.layer] % groups:
+        raise r.error(key, f"{shown(counts)}: expected a count of heads for each layer"
+                      + (f", each a multiple of the {groups} key/value heads" if groups else ""))
+    r.note("heads", f"config {key}[{r.layer}]")
+    return counts[r.layer]
+
+
+def _gate(f: Family, r: Reader, stem: str, heads: int, d: int, out: Layer) -> None:
+    """The gate of each head's output from a module of its own (w_gate: its weight,
+    transposed), and a bias of one number per head where the record names one (b_gate:
+    each number repeated over its head's d_v outputs)."""
+    name = f"{stem}{f.gate_proj}.weight"
+    if r.has(name) and r.ckpt.shape(name)[0] != heads * d:
+        raise MhaError(f"{name} has {r.ckpt.shape(name)[0]} rows, not {heads} × {d} (a "
+                       "gate for each head's outputs)", source=r.ckpt.source_of(name), key=name)
+    linear(r, stem, f.gate_proj, out, "gate")
+    if f.gate_bias:
+        bias = f"{stem}{f.gate_bias}"
+        numbers = r.tensor(bias, 1)  # (H,)
+        if numbers.shape != (heads,):
+            raise MhaError(f"{bias} has {numbers.shape[0]} numbers, not one for each of "
+                           f"{heads} heads", source=r.ckpt.source_of(bias), key=bias)
+        out["b_gate"] = frozen(np.repeat(numbers, d))  # (H·d_v,)
+        r.note("b_gate", f"tensor {bias} (each head's number over its {d} outputs)")
 
 
 def _scaled_values(r: Reader, key: str, out: Layer) -> None:
@@ -255,13 +300,14 @@ def qk_norm(f: Family, r: Reader, stem: str, d: int) -> dict[str, Any] | None:
             numbers = _norm_tensor(r, at, part, per_head)
             if numbers is not None:
                 out[key] = 1 + numbers if f.norm_plus_one and part == "weight" else numbers
-    out["eps"] = r.setting("qk_norm.eps", f.norm_eps_key, 1e-6)
+    out["eps"] = r.setting("qk_norm.eps", f.norm_eps_key, f.norm_eps)
     kind = "LayerNorm" if f.layer_norm else "RMS norm"
     where = f"{q_stem}.norms.N, {k_stem}.norms.N" if per_head else f"{q_stem}, {k_stem}"
     r.note("qk_norm", f"tensors {where} ({kind}" + (", 1 + w, as Gemma stores it"
                                                     if f.norm_plus_one else "") + ")"
            + (" (after RoPE, as the model applies it)" if f.norm_after_rope else "")
-           + f", config {f.norm_eps_key}")
+           + (f", config {f.norm_eps_key}" if r.get(f.norm_eps_key) is not None else
+              f", ε {f.norm_eps:g} (the config gives no {f.norm_eps_key})"))
     out["after_rope"] = f.norm_after_rope
     return out
 
@@ -300,6 +346,9 @@ def features(f: Family) -> list[str]:
         out.append(f"q, k, v clamped ({f.clip_key})")
     if f.gated:
         out.append("a sigmoid gate of each head's output (q_proj's second half of each head)")
+    if f.gate_proj:
+        out.append(f"a sigmoid gate of each head's output ({f.gate_proj}"
+                   + (f", a bias per head {f.gate_bias}" if f.gate_bias else "") + ")")
     if f.weightless_qk_norm:
         out.append("weightless q/k RMS norms over each head (after RoPE in the model)")
     elif f.qk_norm:

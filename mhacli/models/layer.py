@@ -58,6 +58,7 @@ LAYOUTS = (
      "q_proj.weight"),
     ("modernbert", r"(?:^|\.)layers\.(\d+)\.attn\.Wqkv\.weight$", "Wqkv.weight"),
     ("attn", r"(?:^|\.)layers\.(\d+)\.attn\.q_proj\.weight$", "q_proj.weight"),
+    ("hrm", r"(?:^|\.)layers\.(\d+)\.attn\.gqkv_proj\.weight$", "gqkv_proj.weight"),
     ("distilbert", r"(?:^|\.)layer\.(\d+)\.attention\.q_lin\.weight$", "q_lin.weight"),
     ("mpnet", r"(?:^|\.)layer\.(\d+)\.attention\.attn\.q\.weight$", "q.weight"),
     ("xlm", r"(?:^|\.)attentions\.(\d+)\.q_lin\.weight$", "q_lin.weight"),
@@ -262,9 +263,10 @@ NOT_FOLLOWED = (
      "keys, turned by RoPE at the key's position, and each head's output turned back at the "
      "query's (so a value enters turned by its distance, j − i), with keys pooled from "
      "blocks of tokens (its compressor) on the compressed layers"),
-    (r"^self_attn\.exclusive_self_attention\.", "NeoMME's attention: value embeddings added "
-     "to the values, each head's output less its projection on its value (× tanh α), and a "
-     "sigmoid gate before the output projection"),
+    (r"^self_attn\.exclusive_self_attention\.", "NeoMME's attention: each head's output less "
+     "its projection on its own token's unit value (× tanh α, exclusive self-attention), a "
+     "sigmoid gate before the output projection, and on its first and last global layers "
+     "value embeddings looked up by the token ids added to the values"),
 )
 
 

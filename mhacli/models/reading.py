@@ -59,7 +59,7 @@ gradient_checkpointing output_past transformers_version_original
     "router_z_loss_coef input_jitter_noise router_scaling_factor shared_intermediate_size "
     "moe_layer_interval moe_norm_min mlp_multipliers expert_selection_fn "
     "shared_expert_combination_strategy mlp_alpha_factor mlp_beta_factor "
-    "dense_intermediate_size "
+    "dense_intermediate_size route_scale "
     # the embeddings, the norms between layers and the head
     "norm_epsilon embedding_multiplier residual_multiplier logits_scaling logit_scale "
     "classifier_pooling lm_head_multiplier mask_token_id num_logits_to_keep "
