@@ -58,6 +58,7 @@ CASES: dict[str, tuple[dict[str, Any], int, bool]] = {
     "mla": (dict(file=str(FIXTURES / "mla.yaml")), 4, False),
     "mla-w-q": (dict(file=str(FIXTURES / "mla-w-q.yaml")), 4, False),
     "v-norm": (dict(file=str(FIXTURES / "v-norm.yaml")), 4, False),
+    "rope-proportional": (dict(file=str(FIXTURES / "rope-proportional.yaml")), 4, False),
     "sub-norm": (dict(file=str(FIXTURES / "sub-norm.yaml")), 4, False),
     "relative-bias": (dict(file=str(FIXTURES / "relative-bias.yaml")), 4, False),
     "relative-bias-causal": (dict(file=str(FIXTURES / "relative-bias.yaml"), mask="causal",

@@ -243,7 +243,9 @@ RECORDS: tuple[Family, ...] = (
       for name in ("hunyuan_v1_dense", "hunyuan_v1_moe")),
     Family("olmo_hybrid", others=LINEAR, qk_norm="width",
            rope=nope_on(theta_given, "a model whose rope_parameters give no rope_theta")),
-    Family("lfm3", others=CONVOLUTIONS, qk_norm="head", window=types_or()),
+    Family("lfm3", others=CONVOLUTIONS, qk_norm="head", window=types_or(),
+           head_gate=("gate_proj", "g_proj"), norm_eps_key="norm_eps",
+           unread=("use_attention_gate", "use_sandwich_norm")),
     *(Family(name, gated=True, qk_norm="head", norm_plus_one=True, others=LINEAR)
       for name in ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")),
     Family("llama4_text", read=llama4, window=chunks, rope=nope_on(

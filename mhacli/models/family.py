@@ -75,6 +75,8 @@ class Family:
     parts: bool = False  # an encoder-decoder model: its read takes encoder.N, decoder.N …
     norm_after_rope: bool = False  # its q/k norm comes after RoPE (Hunyuan)
     gated: bool = False  # q_proj gives each head's queries, then a gate of its output
+    head_gate: tuple[str, ...] = ()  # a gate of one number a head, σ(x·w) times all its
+    # outputs (LFM3's, saved as gate_proj, loaded as g_proj): its names as stored
     groups: Callable[[Reader, str | None, int | None], int | None] | None = None
     # (this layer's key/value heads from its type and the config's count, where the two
     # differ: MiMo-V2-Flash's sliding layers have twice as many)
@@ -153,6 +155,9 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
         for letter, name in zip("qkv", f.qkv):
             linear(r, stem, name, out, letter)
     linear(r, stem, f.o_proj, out, "o")
+    held = [n for n in f.head_gate if r.has(f"{stem}{n}.weight")]
+    if held:
+        _head_gate(r, f"{stem}{held[0]}", heads, d, out)
     if f.value_scale_key:
         _scaled_values(r, f.value_scale_key, out)
     if window is not None:
@@ -201,6 +206,24 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
         out["sinks"] = r.tensor(name, 1)
         r.note("sinks", f"tensor {name}")
     return out
+
+
+def _head_gate(r: Reader, stem: str, heads: int, d: int, out: Layer) -> None:
+    """A gate of one number a head (weight (H, d_model)): mha's w_gate gives one a column
+    of each head's output, so each head's row is its d_v columns (the same number, σ of
+    the same sum, on each)."""
+    name = f"{stem}.weight"
+    rows, width = r.shape(name, 2)
+    if rows != heads:
+        raise r.error("num_attention_heads", f"{heads}, but {name} has {rows} rows, not one "
+                      "a head")
+    w = r.tensor(name, 2)  # (H, d_model)
+    out["w_gate"] = frozen(np.repeat(w.T, d, axis=1))  # (d_model, H·d_v)
+    r.note("w_gate", f"tensor {name} (transposed, each head's row repeated for its {d} "
+           "outputs: one gate a head)")
+    if r.has(f"{stem}.bias"):
+        out["b_gate"] = frozen(np.repeat(r.tensor(f"{stem}.bias", 1), d))
+        r.note("b_gate", f"tensor {stem}.bias (each head's repeated {d} times)")
 
 
 def _scaled_values(r: Reader, key: str, out: Layer) -> None:
@@ -300,6 +323,8 @@ def features(f: Family) -> list[str]:
         out.append(f"q, k, v clamped ({f.clip_key})")
     if f.gated:
         out.append("a sigmoid gate of each head's output (q_proj's second half of each head)")
+    if f.head_gate:
+        out.append(f"a sigmoid gate of one number a head ({f.head_gate[0]})")
     if f.weightless_qk_norm:
         out.append("weightless q/k RMS norms over each head (after RoPE in the model)")
     elif f.qk_norm:

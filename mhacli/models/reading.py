@@ -298,6 +298,11 @@ def rope_of(r: Reader, head_dim: int, *, style: str = "half", dims: int | None =
         partial = _positive(r, f"{where}.partial_rotary_factor", partial)
     elif partial_key is not None:
         partial = r.number(partial_key, partial_default)
+    proportional = (aliases or {}).get(kind, kind) == "proportional"
+    if proportional:  # (its share is the scaling's: the pairs span the whole head)
+        dims = head_dim
+        if partial is not None:
+            params["partial_rotary_factor"] = partial
     if dims is None:
         dims = int(head_dim * (partial if partial is not None else partial_default))
         if dims < 2 or dims % 2 or dims > head_dim:
@@ -327,7 +332,7 @@ def rope_of(r: Reader, head_dim: int, *, style: str = "half", dims: int | None =
         length = r.count("max_position_embeddings")
     elif top is not None and kind == "longrope":
         length = top  # Phi-3 keeps it beside the scaling, and it takes priority
-    elif length is None and kind != "linear":
+    elif length is None and kind not in ("linear", "proportional"):
         length = r.count("max_position_embeddings")
     for key in list(params):
         if key in RULE_KEYS[kind]:
