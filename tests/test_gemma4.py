@@ -56,3 +56,60 @@ def test_lfm3_agrees_proportional_rope_and_its_gate(tmp_path: Path) -> None:
     assert not prob.config.rope_freqs
     with pytest.raises(NotAttention):
         from_mapping({"x": np.ones((3, 64)), "checkpoint": folder, "layer": 0}, "test")
+
+
+def _shared_agrees(folder: Path, model: Any, layer: int, seed: int = 0) -> mhacli.Problem:
+    """A KV-shared layer on random x and x_kv (the input of the layer it shares from)
+    agrees with the model's module given the keys and values its own storing layer makes
+    from x_kv."""
+    width = model.config.get_text_config().hidden_size
+    rng = np.random.default_rng(seed)
+    x, x_kv = rng.standard_normal((TOKENS, width)), rng.standard_normal((TOKENS, width))
+    path, dense = zoo.attention_module(model, layer)
+    want = zoo.module_reference(model, path, x, dense, x_kv=x_kv)["output"]
+    prob = from_mapping({"x": x, "x_kv": x_kv, "checkpoint": folder, "layer": layer}, "test")
+    got = mhacli.attention(**prob.inputs)
+    assert zoo.relative(got, want) <= 1e-5, (layer, zoo.relative(got, want))
+    return prob
+
+
+@pytest.fixture(scope="module", params=["gemma4_text", "gemma4_unified_text"])
+def gemma4(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+           ) -> tuple[Path, Any]:
+    """The zoo's tiny Gemma 4 (tests/hf_zoo.py): sliding and full layers in turn, heads of
+    16 and 32, the full layers' values from k_proj with one key/value head, the last two
+    layers KV-shared (layer 4 from 2, layer 5 from 3)."""
+    name = request.param
+    folder = zoo.make_zoo_model(name, tmp_path_factory.mktemp(name), zoo.text_types()[name])
+    return folder, zoo.load(folder)
+
+
+def test_gemma4_every_layer_agrees(gemma4: tuple[Path, Any]) -> None:
+    folder, model = gemma4
+    config = model.config
+    assert config.attention_k_eq_v and config.num_kv_shared_layers == 2
+    for layer in range(4):
+        prob = _agrees(folder, model, layer, seed=layer)
+        c = prob.config
+        full = config.layer_types[layer] == "full_attention"
+        assert c.d_k == (32 if full else 16) and c.scale == 1.0
+        assert c.v_norm == config.rms_norm_eps and c.qk_norm
+        assert (c.kv_heads == 1) if full else (c.kv_heads == 2)
+        assert c.window == (None if full else config.sliding_window)
+        assert c.rope_scaling == ("proportional" if full else None)
+        if full:  # the values are k_proj's output
+            assert prob.inputs["w_v"] is prob.inputs["w_k"]
+            assert "as W_K: config attention_k_eq_v" in prob.read["settings"]["w_v"]
+            turned = [t for t in c.rope_freqs if t > 0]  # ⌊0.25·32/2⌋ = 4 pairs of 16
+            assert len(c.rope_freqs) == 16 and c.rope_freqs[:4] == tuple(turned)
+    for layer, source in ((4, 2), (5, 3)):
+        prob = _shared_agrees(folder, model, layer, seed=layer)
+        said = prob.read["settings"]
+        assert said["w_k"].startswith(f"tensor model.layers.{source}.self_attn.k_proj")
+        assert f"layer {source}'s keys and values" in said["kv_layer"]
+        assert "num_kv_shared_layers" in said["kv_layer"]
+        assert f"model.layers.{layer}.self_attn.q_norm, model.layers.{source}.self_attn" \
+               ".k_norm" in said["qk_norm"]
+        with pytest.raises(mhacli.MhaError, match=f"--layer {layer} takes its keys and values "
+                           f"from layer {source}: .* give x_kv"):
+            from_mapping({"x": np.ones((3, 64)), "checkpoint": folder, "layer": layer}, "t")

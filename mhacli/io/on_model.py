@@ -4,6 +4,7 @@ against the model's own."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Sequence
@@ -77,7 +78,10 @@ def load_text_layers(checkpoint: str | Path, text: str, layers: list[int], *,
     path = Path(checkpoint)
     found = {k: ckpt.read_layer(path, k) for k in layers}
     _refuse_changes(path, text, found, settings, tuple(command))  # before the model loads
-    reading = read_text(path, text, {k: f.module or f.stem for k, f in found.items()})
+    shared = {k: re.sub(r"(^|\.)layers\.\d+\.", rf"\g<1>layers.{f.kv_layer}.",
+                        f.module or f.stem, count=1)
+              for k, f in found.items() if f.kv_layer is not None}
+    reading = read_text(path, text, {k: f.module or f.stem for k, f in found.items()}, shared)
     return from_reading(path, text, reading, layers, layout=layout, found=found, **settings)
 
 
@@ -98,7 +102,8 @@ def from_reading(checkpoint: str | Path, text: str, reading: Any, layers: list[i
     for k in layers:
         layer = found[k] if found is not None else read_layer(path, k)
         given = {"x": reading.x[k], "tokens": reading.rows(k)}
-        if k in reading.x_kv:  # a cross-attention: the encoder's output on the text
+        if k in reading.x_kv:  # a cross-attention: the encoder's output on the text (a
+            # KV-shared layer: the input of the layer it shares from)
             given.update(x_kv=reading.x_kv[k], kv_tokens=reading.labels)
         prob = from_mapping(given, f"the text on {path}", None, layout, reading=layer)
         changes = {key: v for key, v in settings.items() if v is not None and not (

@@ -32,6 +32,7 @@ from .differential import diffllama
 from .dbrx import dbrx
 from .latent import latent_attention
 from .gemma3n import GEMMA3N_AROUND, unscaled
+from .gemma4 import GEMMA4_AROUND, layer_sizes
 from .llama4 import chunks, llama4
 from .zamba import zamba
 from .reformer import reformer
@@ -380,6 +381,10 @@ RECORDS: tuple[Family, ...] = (
     Family("gemma3n_text", window=by_layer_types(), rope=gemma3_rope, scale=unscaled,
            qk_norm="head", v_norm=True, kv_shared_key="num_kv_shared_layers",
            unread=GEMMA3N_AROUND),
+    *(Family(name, window=by_layer_types(), scale=unscaled, qk_norm="head", v_norm=True,
+             kv_shared_key="num_kv_shared_layers", k_eq_v_key="attention_k_eq_v",
+             per_layer=layer_sizes, unread=GEMMA4_AROUND)
+      for name in ("gemma4_text", "gemma4_unified_text")),
     Family("codegen", tensors="codegen", read=codegen),
     Family("exaone", tensors="gpt_neo", o_proj="out_proj",  # (EXAONE 3: GPT-Neo's names)
            loaded_as=(r"^transformer\.h\.(\d+)\.attn\.attention\.$",

@@ -11,6 +11,7 @@ Falcon's fused layouts …) names its own ``read``.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -60,7 +61,12 @@ class Family:
     beta_scaling: bool = False  # Ministral 3's scaling of the queries, 1 + β·log(1 + ⌊p / M⌋)
     # (rope_parameters' llama_4_scaling_beta β and original_max_position_embeddings M)
     kv_shared_key: str | None = None  # the config key of the last layers that take the
-    # keys and values of an earlier one (Gemma 3n's num_kv_shared_layers): refused by name
+    # keys and values of an earlier one (Gemma 3n's num_kv_shared_layers): that layer's
+    # projections (and k norm) of its own input, x_kv (``gemma3n.kv_source``)
+    k_eq_v_key: str | None = None  # a config flag by which a layer that does not slide
+    # takes its values from k_proj, as its keys (Gemma 4's attention_k_eq_v)
+    per_layer: Callable[[Reader], None] | None = None  # this layer's own config values,
+    # set in ``Reader.own`` before it is read (Gemma 4's per_layer_config)
     sinks: bool = False  # a sink logit per head (gpt-oss's sinks tensor)
     sinks_names: tuple[str, ...] = ("sinks",)  # that tensor's names, as checkpoints save it
     causal: bool = True  # False: an encoder, each token sees every other
@@ -103,10 +109,16 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
     """A layer of the Llama line: q/k/v/o projections (or one fused q/k/v), grouped-query
     heads, causal, RoPE, and what the record says of its window, scale, softcap, norms and
     sinks."""
+    if f.per_layer is not None:
+        f.per_layer(r)
+    kv_stem, source = stem, None  # where the keys and values come from
     if f.kv_shared_key:
-        from .gemma3n import kv_shared
+        from .gemma3n import kv_source
 
-        kv_shared(r, f.kv_shared_key)
+        source = kv_source(r, f.kv_shared_key)
+        if source is not None:
+            kv_stem = re.sub(rf"(^|\.)layers\.{r.layer}\.", rf"\g<1>layers.{source}.", stem,
+                             count=1)
     heads_key, groups_key, width_key = f.keys
     hidden = r.count(width_key)
     q_name = stem + (f"{f.fused}.weight" if f.fused else f"{f.qkv[0]}.weight")
@@ -123,7 +135,7 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
     if not f.fused:  # the config's sizes against the tensors'
         gated = " × 2 (each head's queries and its gate)" if f.gated else ""
         sides = [(f"{stem}{f.qkv[0]}.weight", heads, gated)] + \
-            ([(f"{stem}{f.qkv[1]}.weight", g, "")] if groups is not None else [])  # (else:
+            ([(f"{kv_stem}{f.qkv[1]}.weight", g, "")] if groups is not None else [])  # (else:
         for name, count, times in sides:  # counted)
             if r.has(name) and r.ckpt.shape(name)[0] != count * d * (2 if times else 1):
                 key = "head_dim" if r.cfg.get("head_dim") is not None else heads_key
@@ -152,8 +164,13 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
         for letter, name in zip("kv", f.qkv[1:]):
             linear(r, stem, name, out, letter)
     else:
+        same = r.flag(f.k_eq_v_key) and layer_type != "sliding_attention" \
+            if f.k_eq_v_key else False
         for letter, name in zip("qkv", f.qkv):
-            linear(r, stem, name, out, letter)
+            if letter == "v" and same:  # the values: k_proj's output, as the keys (before
+                _values_are_keys(r, f, kv_stem, out)  # the keys' norm and RoPE)
+            else:
+                linear(r, stem if letter == "q" else kv_stem, name, out, letter)
     linear(r, stem, f.o_proj, out, "o")
     held = [n for n in f.head_gate if r.has(f"{stem}{n}.weight")]
     if held:
@@ -178,7 +195,7 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
         if clip is not None:
             out["clip_qkv"] = clip
             r.note("clip_qkv", f"config {f.clip_key}")
-    norm = qk_norm(f, r, stem, d)
+    norm = qk_norm(f, r, stem, d, kv_stem)
     if norm is None and f.weightless_qk_norm:
         ones: Any = frozen(np.ones(d, dtype=r.dtype))
         norm = {"over": "head", "eps": r.setting("qk_norm.eps", f.norm_eps_key, 1e-6),
@@ -205,7 +222,24 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
         name = stem + (held[0] if held else f.sinks_names[0])
         out["sinks"] = r.tensor(name, 1)
         r.note("sinks", f"tensor {name}")
+    if source is not None:
+        out["kv_layer"] = source
+        r.note("kv_layer", f"layer {source}'s keys and values, made by its weights (w_k, "
+               f"w_v, the k norm) from its own input, x_kv (config {f.kv_shared_key}: the last "
+               f"{r.get(f.kv_shared_key)} layers take those of the last earlier layer of "
+               "their type)")
     return out
+
+
+def _values_are_keys(r: Reader, f: Family, stem: str, out: Layer) -> None:
+    """W_V = W_K (and b_V = b_K): the layer's values are its k_proj's output (config
+    ``f.k_eq_v_key``), normed as values, not as keys."""
+    out["w_v"] = out["w_k"]
+    r.note("w_v", f"tensor {stem}{f.qkv[1]}.weight (transposed), as W_K: config "
+           f"{f.k_eq_v_key}, the values are k_proj's output")
+    if "b_k" in out:
+        out["b_v"] = out["b_k"]
+        r.note("b_v", f"tensor {stem}{f.qkv[1]}.bias, as b_K (config {f.k_eq_v_key})")
 
 
 def _head_gate(r: Reader, stem: str, heads: int, d: int, out: Layer) -> None:
@@ -256,12 +290,13 @@ def _beta_scaling(r: Reader) -> Any:
     return tuning
 
 
-def qk_norm(f: Family, r: Reader, stem: str, d: int) -> dict[str, Any] | None:
+def qk_norm(f: Family, r: Reader, stem: str, d: int,
+            kv_stem: str | None = None) -> dict[str, Any] | None:
     """A norm of each head's queries and keys (or over the whole width), from the
     layer's q and k norm tensors: d_k weights shared by the heads, a (heads, d_k) tensor,
     or a module per head (StableLM's ``norms.N``); a LayerNorm's biases where stored. A
     family that has none refuses them."""
-    q_stem, k_stem = (f"{stem}{name}" for name in f.norm_names)
+    q_stem, k_stem = f"{stem}{f.norm_names[0]}", f"{kv_stem or stem}{f.norm_names[1]}"
     q_name, k_name = (f"{s}.weight" for s in (q_stem, k_stem))
     per_head = not r.has(q_name) and r.has(f"{q_stem}.norms.0.weight")
     if not r.has(q_name) and not r.has(k_name) and not per_head:
@@ -339,8 +374,11 @@ def features(f: Family) -> list[str]:
     if f.beta_scaling:
         out.append("queries scaled by 1 + β·log(1 + ⌊p / M⌋) (rope_parameters' "
                    "llama_4_scaling_beta)")
+    if f.k_eq_v_key:
+        out.append(f"values from k_proj on the layers that do not slide ({f.k_eq_v_key})")
     if f.kv_shared_key:
-        out.append(f"its KV-shared layers ({f.kv_shared_key}) refused by name")
+        out.append(f"its KV-shared layers' keys and values made by the layer they share "
+                   f"from, on its input x_kv ({f.kv_shared_key})")
     if f.sinks:
         out.append("sinks")
     elif f.sinks_names != ("sinks",):

@@ -116,6 +116,8 @@ class LayerReading:
     origin: Mapping[str, str]  # a weight or setting -> where it came from
     dtype: np.dtype = np.dtype(np.float64)  # the weights' working precision
     cross: bool = False  # a cross-attention: its keys and values read x_kv
+    kv_layer: int | None = None  # a KV-shared layer's: the layer whose keys and values it
+    # takes, made by that layer's weights from that layer's input, x_kv (cross is true)
     most_tokens: int | None = None  # the most tokens the layer is read for (V3.2's indexer
     # keeps every key up to its index_topk: past it, a sparse mask mha does not compute)
     module: str = ""  # the layer's attention module in the model as loaded, where it is
@@ -197,12 +199,14 @@ def read_layer(path: str | Path, layer: int | str = 0, dtype: Any = np.float64
     most = out.pop("most_tokens", None)  # (DeepSeek-V3.2's indexer: dense up to index_topk)
     bias = out.pop("position_bias", None)  # a rule of n and m (T5's): made with the problem
     mask = out.pop("position_mask", None)  # (BigBird's blocks: the same)
+    kv_layer = out.pop("kv_layer", None)  # (Gemma 3n's, Gemma 4's KV-shared layers)
     weights = {k: v for k, v in out.items() if k in WEIGHTS}
     settings = {k: v for k, v in out.items() if k not in WEIGHTS}
     return LayerReading(str(ckpt.path), layer if part is None else part.name, family, stem,
                         MappingProxyType(weights), MappingProxyType(settings),
                         MappingProxyType(dict(r.origin)), r.dtype,
-                        cross=part is not None and part.cross, most_tokens=most,
+                        cross=part is not None and part.cross or kv_layer is not None,
+                        kv_layer=kv_layer, most_tokens=most,
                         module=module, position_bias=bias, position_mask=mask)
 
 

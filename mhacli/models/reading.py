@@ -91,10 +91,13 @@ class Reader:
     taken: set[str] = field(default_factory=set)  # tensors read
     origin: dict[str, str] = field(default_factory=dict)  # problem key -> its source
     part: Any = None  # an encoder-decoder model's part (``parts.Part``), else None
+    own: dict[str, Any] = field(default_factory=dict)  # config keys this layer overrides
+    # (Gemma 4's per_layer_config: its global layers' head_dim …), read in their place
+    own_origin: dict[str, str] = field(default_factory=dict)  # where each of those is from
 
     @property
     def cfg(self) -> dict[str, Any]:
-        return self.ckpt.config
+        return {**self.ckpt.config, **self.own} if self.own else self.ckpt.config
 
     @property
     def config_file(self) -> str:
@@ -218,7 +221,7 @@ def heads_of(r: Reader, heads_key: str, groups_key: str | None = None,
         if heads % groups:
             raise r.error(groups_key, f"{groups}, which does not divide "  # type: ignore[arg-type]
                           f"{heads_key} = {heads}")
-        r.note("kv_heads", f"config {groups_key}")
+        r.note("kv_heads", r.own_origin.get(groups_key, f"config {groups_key}"))
     head_dim = r.count("head_dim")
     if head_dim is None and width is not None:
         if width % heads:
