@@ -113,3 +113,71 @@ def test_gemma4_every_layer_agrees(gemma4: tuple[Path, Any]) -> None:
         with pytest.raises(mhacli.MhaError, match=f"--layer {layer} takes its keys and values "
                            f"from layer {source}: .* give x_kv"):
             from_mapping({"x": np.ones((3, 64)), "checkpoint": folder, "layer": layer}, "t")
+
+
+def test_gemma4_as_a_config_without_per_layer_config(gemma4: tuple[Path, Any],
+                                                      tmp_path: Path) -> None:
+    """A config as released (global_head_dim, num_global_key_value_heads, no
+    per_layer_config): transformers makes the same layers of it, and so does mha."""
+    import json
+    import shutil
+
+    folder, model = gemma4
+    other = tmp_path / "released"
+    shutil.copytree(folder, other)
+    config = json.loads((other / "config.json").read_text())
+    del config["per_layer_config"]
+    config.update(global_head_dim=32, num_global_key_value_heads=1)
+    (other / "config.json").write_text(json.dumps(config))
+    again = zoo.load(other)
+    assert again.config.per_layer_config[3].head_dim == 32
+    for layer in (2, 3):
+        prob = _agrees(other, again, layer, seed=layer)
+        assert prob.config.d_k == (32 if layer == 3 else 16)
+    said = _agrees(other, again, 3).read["settings"]
+    assert said["head_dim"] == "config global_head_dim (layer 3 is a full-attention layer)"
+    assert said["kv_heads"].startswith("config num_global_key_value_heads")
+    prob = _shared_agrees(other, again, 5)
+    assert prob.config.d_k == 32 and prob.config.kv_heads == 1
+
+
+def test_gemma4_text_gives_a_shared_layer_both_inputs(tmp_path: Path) -> None:
+    """--text: the model runs on the text; a KV-shared layer's x_kv is what enters the
+    attention of the layer it shares from, and mha agrees with the model's own output."""
+    from mhacli.io.on_model import load_text_layers
+
+    from . import hf_reference as hf
+
+    folder = zoo.make_zoo_model("gemma4_text", tmp_path / "g", zoo.text_types()["gemma4_text"])
+    hf.save_tokenizer(folder)
+    problems = load_text_layers(folder, "Mary went to the garden", [2, 3, 4, 5])
+    for prob in problems:
+        assert prob.read["agreement"] <= 1e-5
+    np.testing.assert_array_equal(problems[2].inputs["x_kv"], problems[0].inputs["x"])
+    np.testing.assert_array_equal(problems[3].inputs["x_kv"], problems[1].inputs["x"])
+    assert not np.array_equal(problems[2].inputs["x"], problems[0].inputs["x"])
+
+
+def test_gemma4_refuses_attention_both_ways(tmp_path: Path) -> None:
+    import json
+
+    folder = zoo.make_zoo_model("gemma4_text", tmp_path / "g", zoo.text_types()["gemma4_text"])
+    config = json.loads((folder / "config.json").read_text())
+    config["use_bidirectional_attention"] = "all"
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(mhacli.MhaError, match="use_bidirectional_attention is 'all': every "
+                       "token attending both ways"):
+        from_mapping({"x": np.ones((3, 64)), "checkpoint": folder, "layer": 0}, "test")
+
+
+def test_gemma3n_every_layer_agrees_its_shared_ones_too(tmp_path: Path) -> None:
+    """Gemma 3n (the zoo's: ten layers, the last five KV-shared): layers 5 … 9 take the
+    keys and values of layer 3 (sliding) or 4 (full), made from that layer's input."""
+    name = "gemma3n_text"
+    folder = zoo.make_zoo_model(name, tmp_path / "g", zoo.text_types()[name])
+    model = zoo.load(folder)
+    for layer in range(5):
+        assert _agrees(folder, model, layer, seed=layer).config.scale == 1.0
+    for layer, source in ((5, 3), (8, 3), (9, 4)):
+        prob = _shared_agrees(folder, model, layer, seed=layer)
+        assert f"layer {source}'s keys and values" in prob.read["settings"]["kv_layer"]

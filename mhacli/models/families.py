@@ -32,7 +32,7 @@ from .differential import diffllama
 from .dbrx import dbrx
 from .latent import latent_attention
 from .gemma3n import GEMMA3N_AROUND, unscaled
-from .gemma4 import GEMMA4_AROUND, layer_sizes
+from .gemma4 import BY_TYPE, GEMMA4_AROUND, layer_sizes
 from .llama4 import chunks, llama4
 from .zamba import zamba
 from .reformer import reformer
@@ -244,7 +244,7 @@ RECORDS: tuple[Family, ...] = (
       for name in ("hunyuan_v1_dense", "hunyuan_v1_moe")),
     Family("olmo_hybrid", others=LINEAR, qk_norm="width",
            rope=nope_on(theta_given, "a model whose rope_parameters give no rope_theta")),
-    Family("lfm3", others=CONVOLUTIONS, qk_norm="head", window=types_or(),
+    Family("lfm3", others=CONVOLUTIONS, qk_norm="head", window=types_or(), rope=BY_TYPE,
            head_gate=("gate_proj", "g_proj"), norm_eps_key="norm_eps",
            unread=("use_attention_gate", "use_sandwich_norm")),
     *(Family(name, gated=True, qk_norm="head", norm_plus_one=True, others=LINEAR)
@@ -381,7 +381,8 @@ RECORDS: tuple[Family, ...] = (
     Family("gemma3n_text", window=by_layer_types(), rope=gemma3_rope, scale=unscaled,
            qk_norm="head", v_norm=True, kv_shared_key="num_kv_shared_layers",
            unread=GEMMA3N_AROUND),
-    *(Family(name, window=by_layer_types(), scale=unscaled, qk_norm="head", v_norm=True,
+    *(Family(name, window=by_layer_types(), rope=BY_TYPE, scale=unscaled, qk_norm="head",
+             v_norm=True,
              kv_shared_key="num_kv_shared_layers", k_eq_v_key="attention_k_eq_v",
              per_layer=layer_sizes, unread=GEMMA4_AROUND)
       for name in ("gemma4_text", "gemma4_unified_text")),

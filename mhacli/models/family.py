@@ -349,6 +349,8 @@ def features(f: Family) -> list[str]:
     out.append("causal" if f.causal else f"causal with {f.causal_key}, else no mask"
                if f.causal_key else "no mask (an encoder)")
     out += [w for w in (words(f.window), words(f.rope)) if w]
+    if f.per_layer is not None:
+        out.append(words(f.per_layer))
     scale = f.scale or (root_of(f.scale_key) if f.scale_key else None)
     if scale is not None:
         out.append(words(scale))

@@ -21,10 +21,13 @@ from __future__ import annotations
 
 from ..errors import shown
 from .reading import IRRELEVANT, Reader
+from .rules import rope, said
 
 SIZES = ("head_dim", "num_key_value_heads")  # what a layer's own config may change
 
 
+@said("each layer's own head_dim and key/value heads (per_layer_config, or the full "
+      "layers' global_head_dim)")
 def layer_sizes(r: Reader) -> None:
     """This layer's head_dim and key/value heads where they are its own (``r.own``), as
     transformers resolves them: ``per_layer_config`` when the config has it (then
@@ -89,6 +92,10 @@ def _both_ways(r: Reader) -> None:
                   "both ways, its sliding window made two-sided ((sliding_window // 2) + 1), "
                   "a mask mha does not follow for Gemma 4")
 
+
+# (Gemma 4's and LFM3's: rope_parameters by layer type, proportional on the full layers)
+BY_TYPE = said("RoPE by layer type (proportional on the full-attention layers, as "
+               "rope_parameters gives it)")(rope())
 
 GEMMA4_AROUND = ("hidden_size_per_layer_input", "vocab_size_per_layer_input",
                  "enable_moe_block", "use_double_wide_mlp", "top_k_experts",
