@@ -156,6 +156,8 @@ def test_gemma4_text_gives_a_shared_layer_both_inputs(tmp_path: Path) -> None:
     np.testing.assert_array_equal(problems[2].inputs["x_kv"], problems[0].inputs["x"])
     np.testing.assert_array_equal(problems[3].inputs["x_kv"], problems[1].inputs["x"])
     assert not np.array_equal(problems[2].inputs["x"], problems[0].inputs["x"])
+    assert problems[3].read["kv_input"] == ("the model's own hidden state entering layer 3's "
+                                            "attention, whose keys and values layer 5 takes")
 
 
 def test_gemma4_refuses_attention_both_ways(tmp_path: Path) -> None:
@@ -181,3 +183,11 @@ def test_gemma3n_every_layer_agrees_its_shared_ones_too(tmp_path: Path) -> None:
     for layer, source in ((5, 3), (8, 3), (9, 4)):
         prob = _shared_agrees(folder, model, layer, seed=layer)
         assert f"layer {source}'s keys and values" in prob.read["settings"]["kv_layer"]
+    from mhacli.io.on_model import load_text_layers
+
+    from . import hf_reference as hf
+
+    hf.save_tokenizer(folder)  # --text: x_kv is what enters layer 4's attention
+    full, shared = load_text_layers(folder, "Mary went to the garden", [4, 9])
+    assert full.read["agreement"] <= 1e-5 and shared.read["agreement"] <= 1e-5
+    np.testing.assert_array_equal(shared.inputs["x_kv"], full.inputs["x"])

@@ -123,6 +123,10 @@ def from_reading(checkpoint: str | Path, text: str, reading: Any, layers: list[i
                            f"to its largest entry; at most {AGREEMENT:g} is accepted): these "
                            "numbers would not be the model's", source=str(path))
         read = {**prob.read, "text": text, "ids": reading.ids, "agreement": diff}
+        if layer.kv_layer is not None:  # a KV-shared layer: x_kv from the model too
+            read["kv_input"] = (f"the model's own hidden state entering layer "
+                                f"{layer.kv_layer}'s attention, whose keys and values "
+                                f"layer {k} takes")
         if str(k).startswith("decoder."):  # what the decoder read: said, as it is not the text
             read["decoder_input"] = (f"the decoder's start token {reading.start_labels[0]} "
                                      f"(id {reading.start[0]}, config decoder_start_token_id)"
