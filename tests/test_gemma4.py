@@ -191,3 +191,27 @@ def test_gemma3n_every_layer_agrees_its_shared_ones_too(tmp_path: Path) -> None:
     full, shared = load_text_layers(folder, "Mary went to the garden", [4, 9])
     assert full.read["agreement"] <= 1e-5 and shared.read["agreement"] <= 1e-5
     np.testing.assert_array_equal(shared.inputs["x_kv"], full.inputs["x"])
+
+
+def test_a_shared_layers_own_keys_in_the_checkpoint_are_left_as_the_model_leaves_them(
+        gemma4: tuple[Path, Any], tmp_path: Path) -> None:
+    """A checkpoint that keeps a KV-shared layer's own k_proj, v_proj and k_norm (the model
+    ignores them as it loads): mha leaves them too, says so, and still agrees."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    folder, _ = gemma4
+    other = tmp_path / "kept"
+    shutil.copytree(folder, other)
+    tensors = load_file(str(other / "model.safetensors"))
+    rng = np.random.default_rng(9)
+    stem = "model.layers.4.self_attn."
+    for name, shape in (("k_proj.weight", (32, 64)), ("v_proj.weight", (32, 64)),
+                        ("k_norm.weight", (16,))):
+        tensors[stem + name] = rng.standard_normal(shape).astype(np.float32)
+    save_file(tensors, str(other / "model.safetensors"), metadata={"format": "pt"})
+    model = zoo.load(other)
+    prob = _shared_agrees(other, model, 4)
+    assert f"this layer's own {stem}k_proj.weight, {stem}v_proj.weight, {stem}k_norm.weight " \
+           "unused" in prob.read["settings"]["kv_layer"]

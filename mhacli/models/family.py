@@ -224,10 +224,15 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
         r.note("sinks", f"tensor {name}")
     if source is not None:
         out["kv_layer"] = source
+        unused = [n for n in (f"{stem}{f.qkv[1]}.weight", f"{stem}{f.qkv[2]}.weight",
+                              f"{stem}{f.norm_names[1]}.weight") if r.has(n)]
+        for name in unused:  # (a checkpoint may keep them; the model does not load them)
+            r.outside(name)
         r.note("kv_layer", f"layer {source}'s keys and values, made by its weights (w_k, "
                f"w_v, the k norm) from its own input, x_kv (config {f.kv_shared_key}: the last "
                f"{r.get(f.kv_shared_key)} layers take those of the last earlier layer of "
-               "their type)")
+               "their type)" + (f"; this layer's own {', '.join(unused)} unused, as the "
+                                "model leaves them" if unused else ""))
     return out
 
 
