@@ -264,3 +264,27 @@ def test_proportional_errors() -> None:
     spec = {"style": "half", "scaling": {"type": "proportional", "beta": 1}}
     with pytest.raises(mhacli.MhaError, match="takes partial_rotary_factor, factor, not beta"):
         mhacli.trace(x, w, w, w, heads=1, rope=spec)
+
+
+def test_proportional_backward_agrees_with_finite_differences() -> None:
+    """d_x, d_w_q and d_w_k under proportional RoPE (the loss the sum of the outputs) are
+    the slopes of the forward pass, central differences of it."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((4, 6))
+    w_q, w_k, w_v = (rng.standard_normal((6, 8)) for _ in range(3))
+    spec = {"style": "half", "base": 50.0,
+            "scaling": {"type": "proportional", "partial_rotary_factor": 0.5, "factor": 2}}
+    tr = mhacli.trace(x, w_q, w_k, w_v, heads=1, rope=spec, mask="causal", backward=True)
+
+    def loss(**given: np.ndarray) -> float:
+        args = {**dict(x=x, w_q=w_q, w_k=w_k, w_v=w_v), **given}
+        return float(mhacli.attention(heads=1, rope=spec, mask="causal", **args).sum())
+
+    h = 1e-6
+    for name, value in (("x", x), ("w_q", w_q), ("w_k", w_k)):
+        for index in [(0, 1), (3, 7 if name != "x" else 5), (2, 2)]:
+            up, down = value.copy(), value.copy()
+            up[index] += h
+            down[index] -= h
+            slope = (loss(**{name: up}) - loss(**{name: down})) / (2 * h)
+            assert tr[f"d_{name}"][index] == pytest.approx(slope, rel=1e-6, abs=1e-8), name
