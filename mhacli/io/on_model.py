@@ -81,7 +81,8 @@ def load_text_layers(checkpoint: str | Path, text: str, layers: list[int], *,
     shared = {k: re.sub(r"(^|\.)layers\.\d+\.", rf"\g<1>layers.{f.kv_layer}.",
                         f.module or f.stem, count=1)
               for k, f in found.items() if f.kv_layer is not None}
-    reading = read_text(path, text, {k: f.module or f.stem for k, f in found.items()}, shared)
+    reading = read_text(path, text, {k: f.module or f.stem for k, f in found.items()},
+                        kv_from=shared)
     return from_reading(path, text, reading, layers, layout=layout, found=found, **settings)
 
 
