@@ -66,6 +66,7 @@ CASES: dict[str, tuple[dict[str, Any], int, bool]] = {
     "dsa-decode": (dict(file=str(FIXTURES / "dsa.yaml"), decode=True), 4, False),
     "dsa-backward": (dict(file=str(FIXTURES / "dsa.yaml"), backward=True), 4, False),
     "v-norm": (dict(file=str(FIXTURES / "v-norm.yaml")), 4, False),
+    "rope-proportional": (dict(file=str(FIXTURES / "rope-proportional.yaml")), 4, False),
     "sub-norm": (dict(file=str(FIXTURES / "sub-norm.yaml")), 4, False),
     "relative-bias": (dict(file=str(FIXTURES / "relative-bias.yaml")), 4, False),
     "relative-bias-causal": (dict(file=str(FIXTURES / "relative-bias.yaml"), mask="causal",

@@ -192,6 +192,11 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "hy_v4": dict(num_key_value_heads=HEADS, head_dim=8, num_hidden_layers=3,  # (a layer
         index_n_heads=2, index_head_dim=16, index_topk=16, layer_types=None,  # that shares
         mlp_layer_types=None, indexer_types=["full", "full", "shared"]),  # the top-k)
+    # (Gemma 4: layers of two head sizes, the full-attention layers' values from k_proj
+    # and one key/value head, the last two layers KV-shared, one of each type)
+    **{t: dict(global_head_dim=32, num_global_key_value_heads=1, attention_k_eq_v=True,
+               num_kv_shared_layers=2, layer_types=["sliding_attention", "full_attention"] * 3)
+       for t in ("gemma4_text", "gemma4_unified_text")},
     "gemma3n_text": dict(num_hidden_layers=10, num_kv_shared_layers=5, layer_types=[
         "sliding_attention"] * 4 + ["full_attention"] + ["sliding_attention"] * 4 + [
         "full_attention"], intermediate_size=[64] * 10, activation_sparsity_pattern=[0.0] * 10),
@@ -330,7 +335,8 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
     first the model's own forward pass on n random token ids, which hands the module its
     mask, rotary cos/sin and the rest (caught, the pass stopped there), then the module
     itself on ``x`` with the same (a cross-attention's keys and values on ``x_kv``, as many
-    rows as ``x``, in place of the encoder's output). Returns ``output``: what ``output`` (the output
+    rows as ``x``, in place of the encoder's output; a KV-shared layer's, Gemma 3n's and
+    Gemma 4's, as the model's own layer that stores them makes them from ``x_kv``). Returns ``output``: what ``output`` (the output
     projection's module path) gives in that call, else the module's own output; and
     ``weights`` when the module returns them (H × n × m)."""
     path = _in_memory(model, path)
@@ -364,9 +370,17 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
         else model.config
     vocab = getattr(config, "vocab_size", 100) or 100
     ids = torch.from_numpy(np.random.default_rng(seed).integers(3, min(vocab, 100), (1, n)))
+    stores: dict[str, tuple[Any, tuple, dict]] = {}  # a layer type's module storing the
+    # keys and values its KV-shared layers take, and its call
+
+    def store(mod: Any, args: tuple, kwargs: dict) -> None:
+        stores[mod.layer_type] = (mod, args, dict(kwargs))
+
     for _ in range(2):  # (BigBird's forward may swap its attention module: then again)
         module = model.get_submodule(path)
         handle = module.register_forward_pre_hook(before, with_kwargs=True)
+        keeps = [m.register_forward_pre_hook(store, with_kwargs=True)
+                 for m in model.modules() if getattr(m, "store_full_length_kv", False)]
         try:
             with torch.no_grad():
                 inputs: dict[str, Any] = {"input_ids": ids}
@@ -377,6 +391,8 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
             break
         finally:
             handle.remove()
+            for keep in keeps:
+                keep.remove()
     if "args" not in caught:
         raise RuntimeError(f"the forward pass never reached {path}")
     args, kwargs = caught["args"], dict(caught["kwargs"])
@@ -393,7 +409,9 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
         args = (hidden,) * same + tuple(args[same:])
     else:
         kwargs["hidden_states"] = hidden
-    if x_kv is not None:
+    if x_kv is not None and getattr(module, "is_kv_shared_layer", False):
+        _shared_keys(stores[module.layer_type], x_kv, dtype, kwargs)
+    elif x_kv is not None:
         names = [k for k in ("key_value_states", "encoder_hidden_states") if k in kwargs]
         if time_first:
             names = ["key"]
@@ -442,6 +460,25 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
     if found:
         weights = found[-1][0].double().numpy().copy()
     return {"output": out[0].double().numpy().copy(), "weights": weights}
+
+
+def _shared_keys(store: tuple[Any, tuple, dict], x_kv: np.ndarray, dtype: torch.dtype,
+                 kwargs: dict) -> None:
+    """A KV-shared layer's keys and values (``kwargs["shared_kv_states"]``) as the
+    model's own layer that stores them makes them, run on ``x_kv`` with the call the
+    forward pass gave it."""
+    module, args, given = store
+    given = dict(given)
+    hidden = torch.from_numpy(np.asarray(x_kv, dtype=np.float64))[None].to(dtype)
+    shared = type(given["shared_kv_states"])()
+    given["shared_kv_states"] = shared
+    if args:
+        args = (hidden,) + tuple(args[1:])
+    else:
+        given["hidden_states"] = hidden
+    with torch.no_grad():
+        module(*args, **given)
+    kwargs["shared_kv_states"] = shared
 
 
 def _in_memory(model: torch.nn.Module, path: str) -> str:

@@ -105,7 +105,7 @@ OPTIONS: tuple[SettingOption, ...] = (
     SettingOption("rope", "Rotary embedding of each head's queries and keys: pairs "
                   "(i, i + d/2) as Llama (half), (2i, 2i+1) as GPT-J (interleaved) or "
                   "(i + d/2, i) as NanoChat (half-reversed); base, "
-                  "dims, scaling (linear, dynamic, llama3, yarn, longrope) or the "
+                  "dims, scaling (linear, dynamic, llama3, yarn, longrope, proportional) or the "
                   "frequencies themselves in a file's rope: key.",
                   metavar="half|interleaved|half-reversed"),
     SettingOption("positional", "Add positional encodings to the inputs: the paper's "

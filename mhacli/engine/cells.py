@@ -164,7 +164,8 @@ def cell_rot(e: Entry) -> list[Any]:
     if not c.rope_freqs:
         theta = f"{e.num(angle)} = {i}·{c.rope_base:g}^(−{2 * pair}/{c.rope_dims})"
     else:
-        shown = op("pick", pair, *(f"{float(t):.6g}" for t in c.rope_theta))
+        shown = op("pick", pair, *(f"{float(t):.6g}" if t else "0: this pair is not turned"
+                                   for t in c.rope_theta))
         theta = f"{e.num(angle)} = {i}·θ_{pair + 1}, θ_{pair + 1} = {shown} ({c.rope_scaling})"
     first = ("x·cos − y·sin", f"{e.factor(x)}×{cos} − {e.factor(y)}×{sin}")
     second = ("x·sin + y·cos", f"{e.factor(x)}×{sin} + {e.factor(y)}×{cos}")

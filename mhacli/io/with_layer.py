@@ -26,6 +26,12 @@ def on_layer(inputs: dict[str, Any], reading: Any, heads: int | None,
     if clash:
         raise MhaError(f"the problem gives {', '.join(clash)} and a checkpoint too: one or "
                        "the other", key=clash[0])
+    source = getattr(reading, "kv_layer", None)
+    if source is not None and inputs.get("x_kv") is None:
+        raise MhaError(f"--layer {reading.layer} takes its keys and values from layer "
+                       f"{source}: layer {source}'s projections of its own input, x_kv; give "
+                       "x_kv in the problem (or --text, which runs the model, or leave out "
+                       "the file for random tokens of both)", key="x_kv")
     if getattr(reading, "cross", False) and inputs.get("x_kv") is None:
         raise MhaError(f"--layer {reading.layer} is a cross-attention: its keys and values "
                        "read the encoder's output, x_kv; give x_kv in the problem (or leave "

@@ -38,6 +38,7 @@ from .dbrx import dbrx
 from .dots3 import dots3
 from .latent import doubled_query_latent, latent_attention
 from .gemma3n import GEMMA3N_AROUND, unscaled
+from .gemma4 import BY_TYPE, GEMMA4_AROUND, layer_sizes
 from .llama4 import chunks, llama4
 from .qsa import qsa
 from .zamba import zamba
@@ -250,7 +251,9 @@ RECORDS: tuple[Family, ...] = (
       for name in ("hunyuan_v1_dense", "hunyuan_v1_moe")),
     Family("olmo_hybrid", others=LINEAR, qk_norm="width",
            rope=nope_on(theta_given, "a model whose rope_parameters give no rope_theta")),
-    Family("lfm3", others=CONVOLUTIONS, qk_norm="head", window=types_or()),
+    Family("lfm3", others=CONVOLUTIONS, qk_norm="head", window=types_or(), rope=BY_TYPE,
+           head_gate=("gate_proj", "g_proj"), norm_eps_key="norm_eps",
+           unread=("use_attention_gate", "use_sandwich_norm")),
     *(Family(name, gated=True, qk_norm="head", norm_plus_one=True, others=LINEAR)
       for name in ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")),
     # (Qwen4-Exp: Qwen3-Next's attention with a QSA indexer; hyper-connections, n-gram
@@ -434,6 +437,11 @@ RECORDS: tuple[Family, ...] = (
     Family("gemma3n_text", window=by_layer_types(), rope=gemma3_rope, scale=unscaled,
            qk_norm="head", v_norm=True, kv_shared_key="num_kv_shared_layers",
            unread=GEMMA3N_AROUND),
+    *(Family(name, window=by_layer_types(), rope=BY_TYPE, scale=unscaled, qk_norm="head",
+             v_norm=True,
+             kv_shared_key="num_kv_shared_layers", k_eq_v_key="attention_k_eq_v",
+             per_layer=layer_sizes, unread=GEMMA4_AROUND)
+      for name in ("gemma4_text", "gemma4_unified_text")),
     Family("codegen", tensors="codegen", read=codegen),
     Family("exaone", tensors="gpt_neo", o_proj="out_proj",  # (EXAONE 3: GPT-Neo's names)
            loaded_as=(r"^transformer\.h\.(\d+)\.attn\.attention\.$",

@@ -120,8 +120,10 @@ class LayerReading:
     origin: Mapping[str, str]  # a weight or setting -> where it came from
     dtype: np.dtype = np.dtype(np.float64)  # the weights' working precision
     cross: bool = False  # a cross-attention: its keys and values read x_kv
-    most_tokens: int | None = None  # the most tokens the layer is read for (a layer that
-    # takes an earlier layer's top-k keys, glm_moe_dsa's: dense up to its index_topk)
+    kv_layer: int | None = None  # a KV-shared layer's: the layer whose keys and values it
+    # takes, made by that layer's weights from that layer's input, x_kv (cross is true)
+    most_tokens: int | None = None  # the most tokens the layer is read for (an indexer that
+    # keeps every key up to its index_topk: past it, refused; glm_moe_dsa's shared layers)
     most_said: str = ""  # why not past it, in words
     module: str = ""  # the layer's attention module in the model as loaded, where it is
     # not the stem (a block shared by several layers, saved under another's name)
@@ -203,13 +205,15 @@ def read_layer(path: str | Path, layer: int | str = 0, dtype: Any = np.float64
     most_said = out.pop("most_said", "")
     bias = out.pop("position_bias", None)  # a rule of n and m (T5's): made with the problem
     mask = out.pop("position_mask", None)  # (BigBird's blocks: the same)
+    kv_layer = out.pop("kv_layer", None)  # (Gemma 3n's, Gemma 4's KV-shared layers)
     weights = {k: v for k, v in out.items() if k in WEIGHTS}
     settings = {k: v for k, v in out.items() if k not in WEIGHTS}
     return LayerReading(str(ckpt.path), layer if part is None else part.name, family, stem,
                         MappingProxyType(weights), MappingProxyType(settings),
                         MappingProxyType(dict(r.origin)), r.dtype,
-                        cross=part is not None and part.cross, most_tokens=most,
-                        most_said=most_said, module=module, position_bias=bias, position_mask=mask)
+                        cross=part is not None and part.cross or kv_layer is not None,
+                        kv_layer=kv_layer, most_tokens=most, most_said=most_said,
+                        module=module, position_bias=bias, position_mask=mask)
 
 
 # Layers that are not softmax attention, known by their tensors (the name after the
