@@ -202,7 +202,6 @@ NOT_FOLLOWED = {"inkling_text": ("self_attn.k_sconv", "short convolutions over t
                 "zaya": ("self_attn.qkv_proj.conv_qk", "ZAYA's CCA projection"),
                 "doge": ("self_attn.A", "Doge's dynamic mask"),
                 "jetmoe": ("self_attention.experts", "mixture of attention heads"),
-                "cpmant": ("self_att.self_attention.project_q", "bucketed distance"),
                 "neomme": ("self_attn.exclusive_self_attention", "projection on its value")}
 
 

@@ -78,6 +78,8 @@ LAYOUTS = (
     ("t5", r"(?:^|\.)block\.(\d+)\.layer\.0\.SelfAttention\.q\.weight$", "q.weight"),
     ("gte", r"(?:^|\.)layer\.(\d+)\.attention\.qkv_proj\.weight$", "qkv_proj.weight"),
     ("mixer_wqkv", r"(?:^|\.)layers\.(\d+)\.mixer\.Wqkv\.weight$", "Wqkv.weight"),
+    ("cpmant", r"(?:^|\.)layers\.(\d+)\.self_att\.self_attention\.project_q\.weight$",
+     "project_q.weight"),
 )
 # an encoder-decoder model's cross-attention (its decoder's tensors only)
 CROSS = (
@@ -250,9 +252,6 @@ NOT_FOLLOWED = (
      "keys kept"),
     (r"^self_attention\.experts\.", "JetMoE's mixture of attention heads: a router picks, "
      "for each token, the query and output projections (experts) it uses"),
-    (r"^self_att\.self_attention\.project_q\.", "CPM-Ant's attention: a bias by segment and "
-     "bucketed distance from the model's shared position_bias table, and its mask of "
-     "segments and spans"),
     (r"^self_attn\.exclusive_self_attention\.", "NeoMME's attention: value embeddings added "
      "to the values, each head's output less its projection on its value (× tanh α), and a "
      "sigmoid gate before the output projection"),

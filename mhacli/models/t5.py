@@ -132,3 +132,55 @@ def longt5(f: Family, r: Reader, stem: str) -> Layer:
         r.note("window", f"config local_radius ({radius}: |i − j| ≤ it both ways, in blocks "
                f"of {radius + 1})")
     return out
+
+
+# CPM-Ant's keys of the parts around the attention, none inside it
+CPMANT_AROUND = ("dim_ff", "num_hidden_layers", "dropout_p", "eps", "init_std",
+                 "prompt_types", "segment_types")
+
+
+@said("q, k, v, o without biases; no mask (its context all ones: plain text sees both "
+      "ways); T5's bidirectional relative position bias from the first "
+      "position_bias_num_buckets rows of the model's position_bias table; prompt_length "
+      "above 0 refused by name")
+def cpmant(f: Family, r: Reader, stem: str) -> Layer:
+    """CPM-Ant: its bias is T5's bidirectional buckets of j − i (the same rule, logarithm
+    in float32) for a key in the query's segment, and one row per pair of segments
+    (position_bias_num_buckets + q_segment · segment_types + k_segment) across segments.
+    Its mask is all ones for plain text. With no prompt (prompt_length 0) the text is one
+    segment, and the layer is T5's encoder attention scaled by √dim_head; the prompt rows
+    the model otherwise puts before the text (segment 0 beside the text's 2) are refused
+    by name, since their bias across segments is no bucket of distance."""
+    heads, _, _ = heads_of(r, "num_attention_heads", None, r.count("hidden_size"))
+    dim_head = r.count("dim_head")
+    out: dict[str, Any] = {"heads": heads}
+    for name, letter in (("project_q", "q"), ("project_k", "k"), ("project_v", "v"),
+                         ("attention_out", "o")):
+        linear(r, stem, name, out, letter)
+    if dim_head is not None and out["w_q"].shape[1] != heads * dim_head:
+        raise r.error("dim_head", f"{dim_head}, but {stem}project_q.weight has "
+                      f"{out['w_q'].shape[1]} rows, not {heads} × {dim_head}")
+    buckets = r.count("position_bias_num_buckets", 512)
+    distance = r.count("position_bias_max_distance", 2048)
+    segments = r.count("segment_types", 32)
+    prompt = r.get("prompt_length", 32)
+    if prompt:
+        raise r.error("prompt_length", f"{shown(prompt)}: CPM-Ant puts that many prompt "
+                      "tokens (segment 0) before the text (segment 2), and a query and key in "
+                      "different segments get the position_bias table's row "
+                      "position_bias_num_buckets + q_segment · segment_types + k_segment "
+                      f"({buckets} + 2 and {buckets} + 2 · {segments}) in place of the "
+                      "bucket of their distance, which mha does not compute")
+    name = re.sub(r"encoder\.layers\.\d+\.self_att\.self_attention\.$", "", stem) + \
+        "position_bias.relative_attention_bias"
+    table = r.tensor(name, 2)  # (segments² + buckets, H)
+    if table.shape[0] < buckets or table.shape[1] != heads or buckets < 4:  # type: ignore[operator]
+        raise MhaError(f"{name} is {table.shape}: expected segment_types² + "
+                       f"position_bias_num_buckets rows ({buckets} or more, 4 at least) of "
+                       f"num_attention_heads = {heads}", source=r.ckpt.source_of(name), key=name)
+    out["relative_bias"] = relative_bias(table[:buckets], True, int(distance))  # type: ignore[misc]
+    r.note("relative_bias", f"tensor {name}, its first {buckets} rows (CPM-Ant's buckets of "
+           f"j − i within the text's one segment, before and after told apart: "
+           f"position_bias_num_buckets {buckets}, position_bias_max_distance {distance}; "
+           "its rows past them, across segments, unused with no prompt)")
+    return out
