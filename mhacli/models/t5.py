@@ -136,21 +136,22 @@ def longt5(f: Family, r: Reader, stem: str) -> Layer:
 
 # CPM-Ant's keys of the parts around the attention, none inside it
 CPMANT_AROUND = ("dim_ff", "num_hidden_layers", "dropout_p", "eps", "init_std",
-                 "prompt_types", "segment_types")
+                 "prompt_types")
+PROMPT, TEXT = 0, 2  # the segments of CPM-Ant's prompt and of its text
 
 
 @said("q, k, v, o without biases; no mask (its context all ones: plain text sees both "
       "ways); T5's bidirectional relative position bias from the first "
-      "position_bias_num_buckets rows of the model's position_bias table; prompt_length "
-      "above 0 refused by name")
+      "position_bias_num_buckets rows of the model's position_bias table, the first "
+      "prompt_length rows of x (its prompt) a segment of their own, the pairs across it "
+      "the table's row of their two segments")
 def cpmant(f: Family, r: Reader, stem: str) -> Layer:
     """CPM-Ant: its bias is T5's bidirectional buckets of j − i (the same rule, logarithm
     in float32) for a key in the query's segment, and one row per pair of segments
     (position_bias_num_buckets + q_segment · segment_types + k_segment) across segments.
-    Its mask is all ones for plain text. With no prompt (prompt_length 0) the text is one
-    segment, and the layer is T5's encoder attention scaled by √dim_head; the prompt rows
-    the model otherwise puts before the text (segment 0 beside the text's 2) are refused
-    by name, since their bias across segments is no bucket of distance."""
+    The model puts prompt_length prompt tokens (segment 0) before the text (segment 2),
+    so the layer's input, and the problem's x, begins with them; its mask is all ones for
+    plain text. The setting ``relative_bias`` with its prefix says exactly that."""
     heads, _, _ = heads_of(r, "num_attention_heads", None, r.count("hidden_size"))
     dim_head = r.count("dim_head")
     out: dict[str, Any] = {"heads": heads}
@@ -160,27 +161,36 @@ def cpmant(f: Family, r: Reader, stem: str) -> Layer:
     if dim_head is not None and out["w_q"].shape[1] != heads * dim_head:
         raise r.error("dim_head", f"{dim_head}, but {stem}project_q.weight has "
                       f"{out['w_q'].shape[1]} rows, not {heads} × {dim_head}")
-    buckets = r.count("position_bias_num_buckets", 512)
-    distance = r.count("position_bias_max_distance", 2048)
-    segments = r.count("segment_types", 32)
+    buckets = int(r.count("position_bias_num_buckets", 512))  # type: ignore[arg-type]
+    distance = int(r.count("position_bias_max_distance", 2048))  # type: ignore[arg-type]
+    segments = int(r.count("segment_types", 32))  # type: ignore[arg-type]
     prompt = r.get("prompt_length", 32)
-    if prompt:
-        raise r.error("prompt_length", f"{shown(prompt)}: CPM-Ant puts that many prompt "
-                      "tokens (segment 0) before the text (segment 2), and a query and key in "
-                      "different segments get the position_bias table's row "
-                      "position_bias_num_buckets + q_segment · segment_types + k_segment "
-                      f"({buckets} + 2 and {buckets} + 2 · {segments}) in place of the "
-                      "bucket of their distance, which mha does not compute")
+    if isinstance(prompt, bool) or not isinstance(prompt, int) or prompt < 0:
+        raise r.error("prompt_length", f"{shown(prompt)}: expected a whole number, 0 or more")
+    if prompt and segments <= TEXT:
+        raise r.error("segment_types", f"{segments}: CPM-Ant's text is segment {TEXT}, so it "
+                      f"needs {TEXT + 1} or more")
     name = re.sub(r"encoder\.layers\.\d+\.self_att\.self_attention\.$", "", stem) + \
         "position_bias.relative_attention_bias"
     table = r.tensor(name, 2)  # (segments² + buckets, H)
-    if table.shape[0] < buckets or table.shape[1] != heads or buckets < 4:  # type: ignore[operator]
+    if table.shape != (segments * segments + buckets, heads) or buckets < 4:
         raise MhaError(f"{name} is {table.shape}: expected segment_types² + "
-                       f"position_bias_num_buckets rows ({buckets} or more, 4 at least) of "
-                       f"num_attention_heads = {heads}", source=r.ckpt.source_of(name), key=name)
-    out["relative_bias"] = relative_bias(table[:buckets], True, int(distance))  # type: ignore[misc]
-    r.note("relative_bias", f"tensor {name}, its first {buckets} rows (CPM-Ant's buckets of "
-           f"j − i within the text's one segment, before and after told apart: "
-           f"position_bias_num_buckets {buckets}, position_bias_max_distance {distance}; "
-           "its rows past them, across segments, unused with no prompt)")
+                       f"position_bias_num_buckets = {segments * segments + buckets} rows (4 "
+                       f"buckets at least) of num_attention_heads = {heads}",
+                       source=r.ckpt.source_of(name), key=name)
+    setting = relative_bias(table, True, distance)
+    setting["buckets"] = buckets
+    across = ""
+    if prompt:  # (a prompt query and a text key; a text query and a prompt key)
+        rows = [buckets + PROMPT * segments + TEXT, buckets + TEXT * segments + PROMPT]
+        setting.update(prefix=prompt, across=rows)
+        across = (f"; x's first prompt_length = {prompt} rows are its prompt (segment "
+                  f"{PROMPT}, the text {TEXT}): a pair across them gets row "
+                  f"position_bias_num_buckets + q_segment · segment_types + k_segment "
+                  f"({rows[0]} or {rows[1]}, from 0)")
+    out["relative_bias"] = setting
+    r.note("relative_bias", f"tensor {name}, its first {buckets} rows the buckets (CPM-Ant's "
+           f"buckets of j − i within a segment, before and after told apart: "
+           f"position_bias_num_buckets {buckets}, position_bias_max_distance {distance})"
+           + across)
     return out
