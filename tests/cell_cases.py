@@ -71,6 +71,7 @@ CASES: dict[str, tuple[dict[str, Any], int, bool]] = {
     "relative-bias": (dict(file=str(FIXTURES / "relative-bias.yaml")), 4, False),
     "relative-bias-causal": (dict(file=str(FIXTURES / "relative-bias.yaml"), mask="causal",
                                   backward=True), 4, True),
+    "relative-bias-prefix": (dict(file=str(FIXTURES / "relative-bias-prefix.yaml")), 4, False),
     "disentangled": (dict(file=str(FIXTURES / "disentangled.yaml")), 4, False),
     "disentangled-fractions": (dict(file=str(FIXTURES / "disentangled.yaml")), 4, True),
     "disentangled-shared-backward": (dict(**RANDOM, heads=2, backward=True, disentangled=str(

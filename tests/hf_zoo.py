@@ -155,6 +155,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "zamba": dict(num_hidden_layers=4, layers_block_type=[
         "linear_attention", "hybrid", "linear_attention", "hybrid"]),
     "zaya": dict(num_experts_per_tok=1),
+    "cpmant": dict(prompt_length=0),  # (x here holds the text alone; its prompt rows before
+    # the text, the layer's input with them: tests/test_cpmant.py)
     "qwen4_exp_text": dict(indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=16,
                            indexer_budget=12, indexer_compress_ratio=4),  # (no defaults;
     # 3 blocks of 4 kept: every key of 15 tokens)

@@ -239,7 +239,7 @@ def _relative(spec: dict, n: int, m: int, heads: int) -> list[list[list[float]]]
     both, far = spec.get("bidirectional", True), int(spec.get("max_distance", 128))
 
     def bucket(d: int) -> int:
-        count, out = len(table), 0
+        count, out = int(spec.get("buckets") or len(table)), 0
         if both:
             count //= 2
             out = count if d > 0 else 0
@@ -253,7 +253,16 @@ def _relative(spec: dict, n: int, m: int, heads: int) -> list[list[list[float]]]
         big = exact + int(np.log(f(d) / f(exact)) / f(math.log(far / exact)) * f(count - exact))
         return out + min(big, count - 1)
 
-    return [[[table[bucket(j - i)][h] for j in range(m)] for i in range(n)]
+    prefix, rows = int(spec.get("prefix") or 0), spec.get("across")
+
+    def row(i: int, j: int) -> int:  # (the first prefix positions a segment of their own)
+        if prefix and i < prefix <= j:
+            return int(rows[0])
+        if prefix and j < prefix <= i:
+            return int(rows[1])
+        return bucket(j - i)
+
+    return [[[table[row(i, j)][h] for j in range(m)] for i in range(n)]
             for h in range(heads)]
 
 

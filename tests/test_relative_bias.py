@@ -120,6 +120,57 @@ def test_written_and_read_back_and_given_by_option(tmp_path: Path) -> None:
                                                 "max_distance": 5}
 
 
+def _prefixed() -> dict:
+    """8 buckets of 10 rows both ways; the first 2 positions a segment of their own, the
+    pairs across it rows 9 (a query in it) and 8 (a query after it)."""
+    spec = _problem(True)
+    spec["relative_bias"].update(table=RNG.normal(size=(10, 2)).round(3).tolist(), buckets=8,
+                                 prefix=2, across=[9, 8])
+    return spec
+
+
+def test_a_prefix_is_a_segment_of_its_own(tmp_path: Path) -> None:
+    """Decided by hand: query 0 and key 5 (from 0) across the prefix of 2: row 9; query 4
+    and key 1: row 8; query 3 and key 5, both after it: j − i = 2, after the query (4 on),
+    not below the 2 counted one by one: 4 + 2 + ⌊log(2/2) / log(5/2) · 2⌋ = 6; query 0 and
+    key 1, both in it: 4 + 1 = 5."""
+    spec = _prefixed()
+    table = np.array(spec["relative_bias"]["table"])
+    bias = mhacli.trace(**spec).prepared.bias  # (H, n, m)
+    assert bias[1, 0, 5] == table[9, 1] and bias[0, 4, 1] == table[8, 0]
+    assert bias[0, 3, 5] == table[6, 0] and bias[1, 0, 1] == table[4 + 1, 1]
+    path = _write(tmp_path, spec)
+    r = runner.invoke(app, ["explain", str(path), "--cell", "biased:2:1:6", "--format", "plain"])
+    assert r.exit_code == 0, r.stderr
+    assert "bias[1, 6] = relative_bias.table[10, 2]: across[0] = row 9 (from 0): query 0 and " \
+        "key 5 (from 0) on two sides of the prefix's 2 positions" in r.stdout
+    shown = json.loads(runner.invoke(app, ["explain", str(path), "--format", "json"]).stdout)
+    assert shown["config"]["relative_bias"] == {"buckets": 8, "bidirectional": True,
+                                                "max_distance": 5, "prefix": 2,
+                                                "across": [9, 8]}
+    again = _write(tmp_path, yaml.safe_load(problem_yaml(from_mapping(spec, "t"), "again")),
+                   "again.yaml")
+    outs = [runner.invoke(app, ["run", str(f), "--format", "json"]).stdout for f in (path, again)]
+    assert outs[0] == outs[1] and '"output"' in outs[0]
+
+
+@pytest.mark.parametrize("change,words", [
+    ({"across": None}, "prefix and across go together"),
+    ({"prefix": 0}, "prefix and across go together"),
+    ({"across": [9]}, "prefix and across go together"),
+    ({"across": [10, 8]}, "its buckets (8) and across [10, 8] must be among them"),
+    ({"buckets": 11}, "its buckets (11)"),
+])
+def test_what_a_prefix_refuses_says_why(tmp_path: Path, change: dict, words: str) -> None:
+    spec = _prefixed()
+    spec["relative_bias"].update(change)
+    spec["relative_bias"] = {k: v for k, v in spec["relative_bias"].items() if v is not None}
+    path = _write(tmp_path, spec)
+    r = runner.invoke(app, ["run", str(path)])
+    assert r.exit_code == 2 and r.stderr.startswith("Error: ") and words in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
 @pytest.mark.parametrize("change,words", [
     ({"bias": np.zeros((7, 7)).tolist()}, "relative_bias and bias both add to the scores"),
     ({"relative_bias": {"table": [[1.0, 2.0] for _ in range(8)], "heads": 2}}, "not heads"),

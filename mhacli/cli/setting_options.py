@@ -88,7 +88,9 @@ OPTIONS: tuple[SettingOption, ...] = (
                   "YAML/JSON holding the matrix (or a bias: key).", metavar="FILE"),
     SettingOption("relative_bias", "T5's relative position bias: a YAML/JSON file with "
                   "table (B buckets × H), bidirectional and max_distance; the bias of query "
-                  "i and key j is the table's row of the bucket of j − i.", metavar="FILE"),
+                  "i and key j is the table's row of the bucket of j − i; buckets (the rows the "
+                  "rule uses), prefix P and across [row, row] (the first P positions a "
+                  "segment of their own) if given.", metavar="FILE"),
     SettingOption("disentangled", "DeBERTa's disentangled attention: a YAML/JSON file "
                   "with table (2k × d_model relative embeddings), terms (c2p, p2c), "
                   "max_relative_positions, position_buckets, share_att_key and w_pos_k, "

@@ -289,9 +289,19 @@ def cell_biased(e: Entry) -> list[Any]:
         side, count, distance = e.c.relative
         bucket = e.derive("rel_bucket", lambda t: t.prepared.rel_bucket).at(i, j)
         d = j - i
-        origin = [f"  bias[{i + 1}, {j + 1}] = relative_bias.table[{bucket + 1}, {h}]: the row "
+        pre = e.c.rel_prefix
+        normal = (f"  bias[{i + 1}, {j + 1}] = relative_bias.table[{bucket + 1}, {h}]: the row "
                   f"of bucket {bucket} (from 0, of {count}) for j − i = {j} − {i} = {d}  "
-                  f"(positions from 0; {_bucket_rule(d, count, side, distance)})"]
+                  f"(positions from 0; {_bucket_rule(d, count, side, distance)})")
+        origin = [normal]
+        if pre is not None:  # (a pair across the prefix: its row, whatever the distance)
+            def across(k: int) -> str:
+                return (f"  bias[{i + 1}, {j + 1}] = relative_bias.table[{bucket + 1}, {h}]: "
+                        f"across[{k}] = row {bucket} (from 0): query {i} and key {j} (from 0) "
+                        f"on two sides of the prefix's {pre[0]} positions, whatever their "
+                        "distance")
+            origin = [when(i < pre[0], when(j < pre[0], normal, across(0)),
+                           when(j < pre[0], across(1), normal))]
     made = terms[0][1]
     for _, v in terms[1:]:  # in the engine's order: the scores, then each added
         made = op("f+", made, v)

@@ -64,6 +64,7 @@ class Config:
     alibi: bool = False  # ALiBi: −slope_h·|i − j| added to the scores
     bias: bool = False  # an additive bias on the scores (PyTorch's float attn_mask)
     relative: tuple[bool, int, int] | None = None  # T5's bias: (bidirectional, B, distance)
+    rel_prefix: tuple[int, int, int] | None = None  # its prefix: (P, row P → after, after → P)
     padding: bool = False  # key_padding: some keys blocked for every query
     sinks: bool = False  # an extra logit per head in the softmax, its weight dropped
     rope: str | None = None  # "half", "interleaved" or "half-reversed": RoPE of q and k

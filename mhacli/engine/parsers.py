@@ -357,7 +357,7 @@ def rope(value: Any, s: Sizes) -> Fields:
     return rope_setting.parse(value, s.d_k, max(s.n, s.m)), {}
 
 
-RELATIVE_KEYS = ("table", "bidirectional", "max_distance")
+RELATIVE_KEYS = ("table", "bidirectional", "max_distance", "buckets", "prefix", "across")
 
 
 def relative_bias_value(value: Any) -> dict[str, Any] | None:
@@ -398,7 +398,23 @@ def relative_bias_value(value: Any) -> dict[str, Any] | None:
     from .values import whole
 
     distance = whole("relative_bias.max_distance", value.get("max_distance", 128))
-    return {"table": table, "bidirectional": bool(side), "max_distance": distance}
+    count = value.get("buckets")
+    count = None if count is None else whole("relative_bias.buckets", count)
+    prefix = value.get("prefix", 0)
+    prefix = 0 if prefix in (0, "0", None) else whole("relative_bias.prefix", prefix)
+    rows = value.get("across")
+    if (rows is None) != (prefix == 0) or rows is not None and (
+            not isinstance(rows, list) or len(rows) != 2):
+        raise MhaError("relative_bias prefix and across go together: prefix P (the first P "
+                       "positions a segment of their own) and across [row, row] (the table's "
+                       "rows, from 0, of a query in it and a key after, and of a query after "
+                       f"and a key in it), got prefix {given(prefix)}, across {given(rows)}",
+                       key=("relative_bias", "across" if prefix else "prefix"))
+    if rows is not None:
+        rows = [0 if r in (0, "0") else whole(f"relative_bias.across.{i}", r)
+                for i, r in enumerate(rows)]
+    return {"table": table, "bidirectional": bool(side), "max_distance": distance,
+            "buckets": count, "prefix": prefix, "across": rows}
 
 
 def relative_bias(value: Any, s: Sizes) -> Fields:
@@ -407,12 +423,17 @@ def relative_bias(value: Any, s: Sizes) -> Fields:
     from . import relative
 
     if value is None:
-        return {"relative": None}, {"rel_table": None, "rel_bucket": None}
+        return {"relative": None, "rel_prefix": None}, {"rel_table": None, "rel_bucket": None}
     table = as_array("relative_bias.table", value["table"], s.t)
     if table.ndim != 2 or table.shape[1] != s.heads:
         raise MhaError(f"relative_bias table is {shape_text(table)}: expected buckets × H "
                        f"(H = {s.heads}), a row per bucket", key=("relative_bias", "table"))
-    count = table.shape[0]
+    count = value.get("buckets") or table.shape[0]
+    rows = value.get("across")
+    if count > table.shape[0] or rows is not None and max(rows) >= table.shape[0]:
+        raise MhaError(f"relative_bias table has {table.shape[0]} rows: its buckets ({count})"
+                       f"{' and across ' + str(rows) if rows else ''} must be among them "
+                       "(rows from 0)", key=("relative_bias", "table"))
     side, distance = value["bidirectional"], value["max_distance"]
     exact = (count // 2 if side else count) // 2
     if exact < 1:
@@ -424,18 +445,24 @@ def relative_bias(value: Any, s: Sizes) -> Fields:
                        f"its {count} buckets count one by one, got {distance}",
                        key=("relative_bias", "max_distance"))
     bucket = relative.buckets(s.n, s.m, count, side, distance)  # (n, m)
+    prefix = (value["prefix"], *rows) if rows is not None else None
+    if prefix is not None:  # (the first P positions a segment of their own)
+        bucket = relative.across(bucket, prefix[0], (prefix[1], prefix[2]))
     bias = relative.bias(table, bucket)  # (H, n, m)
     bucket.flags.writeable = bias.flags.writeable = False
-    return ({"relative": (side, count, distance), "bias": True},
+    return ({"relative": (side, count, distance), "rel_prefix": prefix, "bias": True},
             {"rel_table": table, "rel_bucket": bucket, "bias": bias})
 
 
 def write_relative_bias(c: Config, p: Prepared, given: Any) -> Any:
     if c.relative is None:
         return None
-    side, _, distance = c.relative
+    side, count, distance = c.relative
     rows = ", ".join("[" + ", ".join(written(v) for v in row) + "]" for row in p.rel_table)
-    return (f"{{bidirectional: {str(side).lower()}, max_distance: {distance}, "
+    more = "" if p.rel_table is None or count == len(p.rel_table) else f"buckets: {count}, "
+    if c.rel_prefix is not None:
+        more += f"prefix: {c.rel_prefix[0]}, across: [{c.rel_prefix[1]}, {c.rel_prefix[2]}], "
+    return (f"{{bidirectional: {str(side).lower()}, max_distance: {distance}, {more}"
             f"table: [{rows}]}}")
 
 

@@ -9,7 +9,11 @@ a key after shares bucket 0. The logarithm is taken in float32, as T5 takes it: 
 is an index, so a model's own rounding is the rule.
 
 The setting ``relative_bias`` holds {table, bidirectional, max_distance}; the problem's
-bias (H × n × m) is the table's rows by these buckets, added at stage ``biased``.
+bias (H × n × m) is the table's rows by these buckets, added at stage ``biased``. Its
+``buckets`` says how many of the table's rows the rule uses (all unless given); its
+``prefix`` P and ``across`` (two rows) make the first P positions a segment of their own,
+as CPM-Ant's prompt: a query of the first P and a key after them get row ``across[0]``,
+a query after them and a key of the first P row ``across[1]``, whatever their distance.
 """
 
 from __future__ import annotations
@@ -42,6 +46,17 @@ def buckets(n: int, m: int, count: int, bidirectional: bool, max_distance: int
     return out + np.where(relative < exact, relative, large)
 
 
+def across(bucket: npt.NDArray[np.int64], prefix: int, rows: tuple[int, int]
+           ) -> npt.NDArray[np.int64]:
+    """The buckets with the first ``prefix`` positions a segment of their own: the pairs
+    across it get rows[0] (a query in it, a key after) or rows[1] (a query after, a key in
+    it), (n, m)."""
+    out = bucket.copy()
+    out[:prefix, prefix:] = rows[0]
+    out[prefix:, :prefix] = rows[1]
+    return out
+
+
 def bias(table: np.ndarray, bucket: npt.NDArray[np.int64]) -> np.ndarray:
     """The bias of each head, query and key: the table's row of its bucket, (H, n, m)."""
     return np.ascontiguousarray(table[bucket].transpose(2, 0, 1))  # (n, m, H) -> (H, n, m)
@@ -67,7 +82,10 @@ def why(d: int, count: int, bidirectional: bool, max_distance: int) -> str:
     return f"{side}; {rule}"
 
 
-def shown(relative: Any) -> dict[str, Any]:
+def shown(relative: Any, prefix: Any = None) -> dict[str, Any]:
     """The setting as the config JSON shows it (the table's size, not its numbers)."""
     bidirectional, count, max_distance = relative
-    return {"buckets": count, "bidirectional": bidirectional, "max_distance": max_distance}
+    out = {"buckets": count, "bidirectional": bidirectional, "max_distance": max_distance}
+    if prefix is not None:
+        out.update(prefix=prefix[0], across=[prefix[1], prefix[2]])
+    return out

@@ -127,13 +127,16 @@ SETTINGS: tuple[Setting, ...] = (
             write=lambda c, p, given: None if c.relative else p.bias),
     Setting("relative_bias", "T5's relative position bias: {table, bidirectional, "
             "max_distance}, the table B buckets × H; the bias of query i and key j is the "
-            "table's row of the bucket of j − i (relative.py), added to the scores.",
+            "table's row of the bucket of j − i (relative.py), added to the scores; buckets "
+            "(the rows the rule uses), prefix P and across [row, row] (the first P positions "
+            "a segment of their own, the pairs across it those rows) if given.",
             kind="file", read=read.relative_bias_value, parse=read.relative_bias,
-            fields=("relative", "rel_table", "rel_bucket"),
+            fields=("relative", "rel_prefix", "rel_table", "rel_bucket"),
             excludes=(("bias", "relative_bias and bias both add to the scores: give one or "
                                "the other"),),
             shown=lambda c: {} if c.relative is None else
-            {"relative_bias": relative.shown(c.relative)}, write=read.write_relative_bias),
+            {"relative_bias": relative.shown(c.relative, c.rel_prefix)},
+            write=read.write_relative_bias),
     Setting("disentangled", "DeBERTa's disentangled attention: {table, terms, "
             "max_relative_positions, position_buckets, share_att_key, w_pos_k, b_pos_k, "
             "w_pos_q, b_pos_q}; the table (2k × d_model, the relative embeddings as the "

@@ -46,7 +46,7 @@ from .reformer import reformer
 from .longformer import led, longformer
 from .seq2seq import AROUND, bart, pegasus_x, prophetnet
 from .t5gemma import t5gemma
-from .t5 import AROUND as T5_AROUND, longt5, mpnet, t5
+from .t5 import AROUND as T5_AROUND, CPMANT_AROUND, cpmant, longt5, mpnet, t5
 
 # --------------------------------------------------------------------------- the records
 
@@ -453,6 +453,7 @@ RECORDS: tuple[Family, ...] = (
            unread=("n_layers", "hidden_dim", "activation", "sinusoidal_pos_embds",
                    "qa_dropout", "seq_classif_dropout")),
     Family("mpnet", tensors="mpnet", read=mpnet),
+    Family("cpmant", tensors="cpmant", read=cpmant, unread=CPMANT_AROUND),
     Family("albert", tensors="albert", read=albert, qkv=("query", "key", "value"),
            o_proj="dense", causal=False, rope=no_rope, keys=HEADS_ONLY,
            unread=("embedding_size", "classifier_dropout_prob")),

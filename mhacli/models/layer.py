@@ -81,6 +81,8 @@ LAYOUTS = (
     ("t5", r"(?:^|\.)block\.(\d+)\.layer\.0\.SelfAttention\.q\.weight$", "q.weight"),
     ("gte", r"(?:^|\.)layer\.(\d+)\.attention\.qkv_proj\.weight$", "qkv_proj.weight"),
     ("mixer_wqkv", r"(?:^|\.)layers\.(\d+)\.mixer\.Wqkv\.weight$", "Wqkv.weight"),
+    ("cpmant", r"(?:^|\.)layers\.(\d+)\.self_att\.self_attention\.project_q\.weight$",
+     "project_q.weight"),
 )
 # an encoder-decoder model's cross-attention (its decoder's tensors only)
 CROSS = (
@@ -249,20 +251,31 @@ _LAYER_NAME = re.compile(r"(?:^|\.)(?:layers|blocks|h|layer)\.(\d+)\.(.+)$")
 # Softmax attention with steps of its own that mha does not compute, known by a tensor
 # (the name after the layer's number): refused by name, saying what the step is.
 NOT_FOLLOWED = (
-    (r"^(self_attn|attn)\.k_sconv\.", "Inkling's attention: short convolutions over the "
-     "keys and values, and relative-position logits of its own (its r_proj or wr_du, "
-     "rel_logits_proj) added to the scores"),
-    (r"^self_attn\.qkv_proj\.conv_qk", "ZAYA's CCA projection: the queries and keys "
-     "convolved over neighbouring tokens, the values made from the current and the previous "
-     "token"),
+    (r"^self_attn\.k_sconv\.", "Inkling's attention: its keys and values each x·W plus a "
+     "causal convolution of it over the last sconv_kernel_size tokens (k_sconv, v_sconv), and "
+     "each query's scores a bias made from its own hidden state (x_i·r_proj, d_rel per head, "
+     "times rel_logits_proj's profile of the distance i − j, for 0 ≤ i − j < rel_extent), "
+     "both query and bias × 1 + log_scaling_alpha·log(max((i + 1) / log_scaling_n_floor, 1)) "
+     "on its full-attention layers"),
+    (r"^attn\.k_sconv\.", "Inkling 2's attention: its keys and values each x·W plus a causal "
+     "convolution of it over the last sconv_kernel_size tokens (k_sconv, v_sconv), each "
+     "query's scores a bias made from its own hidden state (x_i·wr_du, clipped in L2, times "
+     "rel_logits_proj's profile of the distance i − j, for 0 ≤ i − j < rel_extent), a sink "
+     "logit per query made from x_i (attn_sink_proj) and a sigmoid gate of x (gate_attn) on the "
+     "heads' outputs"),
+    (r"^self_attn\.qkv_proj\.conv_qk", "ZAYA's CCA projection: its queries and keys a "
+     "causal convolution of x·[W_q W_k] over the last cca_time0 + cca_time1 − 1 tokens "
+     "(depthwise, then grouped by head) plus (q + its key head's k) / 2, and for a key that "
+     "averaged over the key head's queries; its values half x_i·v_proj_current and half "
+     "x_(i−1)·v_proj_delayed, the previous token's"),
     (r"^self_attn\.(A$|dt_proj\.)", "Doge's dynamic mask: a bias exp(A · softplus(v · W_dt)) "
      "for each key and key/value head added to the scores, only the top keep_window_size "
      "keys kept"),
-    (r"^self_attention\.experts\.", "JetMoE's mixture of attention heads: a router picks, "
-     "for each token, the query and output projections (experts) it uses"),
-    (r"^self_att\.self_attention\.project_q\.", "CPM-Ant's attention: a bias by segment and "
-     "bucketed distance from the model's shared position_bias table, and its mask of "
-     "segments and spans"),
+    (r"^self_attention\.experts\.", "JetMoE's mixture of attention heads: for each token a "
+     "router (router.layer) picks num_experts_per_tok of num_local_experts experts, each its "
+     "own query projection (input_linear) and output projection (output_linear) over the "
+     "keys and values all share (kv_proj), their outputs summed weighted by the softmax of "
+     "the chosen router logits, plus experts.bias: projections that differ token by token"),
     (r"^attn\.wkv\.", "DeepSeek-V4's attention: one key/value head whose values are its "
      "keys, turned by RoPE at the key's position, and each head's output turned back at the "
      "query's (so a value enters turned by its distance, j − i), with keys pooled from "

@@ -72,10 +72,13 @@ def prophetnet(f: Family, r: Reader, stem: str) -> Layer:
         r.get(key)  # (the decoder's n-gram streams; the layers and the loss around them)
     if part == "decoder" and not cross:
         raise r.error("ngram", f"{shown(r.cfg.get('ngram'))}: ProphetNet's decoder "
-                      "self-attention is n-gram attention (a main stream and ngram streams "
-                      "predicting further tokens, with relative position buckets of their "
-                      "own), which mha does not build; its encoder.N and decoder.N.cross "
-                      "layers are read")
+                      "self-attention is n-gram attention: its x holds the main stream and "
+                      "ngram predicting streams (1 + ngram blocks of rows), each query's "
+                      "scores gain a bias made from its own hidden state (relative_pos_"
+                      "embeddings: x_i to num_buckets × heads, the row of the bucket of "
+                      "i − j), and each predicting stream attends over the main stream's "
+                      "keys and its own, which mha does not compute; its encoder.N and "
+                      "decoder.N.cross layers are read")
     r.get(f"num_{'encoder' if part == 'decoder' else 'decoder'}_attention_heads")
     heads, _, _ = heads_of(r, f"num_{part}_attention_heads", None, r.count("hidden_size"))
     out: dict[str, Any] = {"heads": heads}
@@ -96,8 +99,11 @@ def pegasus_x(f: Family, r: Reader, stem: str) -> Layer:
         r.get(key)
     globals_ = r.get("num_global_tokens")
     if r.part is not None and r.part.part == "encoder":
-        raise r.error("num_global_tokens", f"{shown(globals_)}: PEGASUS-X's encoder attends "
-                      "in blocks of block_size tokens beside learned global tokens, a stream "
-                      "of their own that reads every token, which mha's x does not hold; its "
+        raise r.error("num_global_tokens", f"{shown(globals_)}: PEGASUS-X's encoder "
+                      "attention reads two streams with the same q, k, v, o: its learned "
+                      "global tokens (a stream of their own, not in x) attend to each other "
+                      "and every token, and each token attends to the global tokens and its "
+                      "block of block_size tokens (shifted by half a block on every other "
+                      "layer with stagger_local_blocks), which mha does not compute; its "
                       "decoder.N and decoder.N.cross layers are read")
     return bart(f, r, stem)

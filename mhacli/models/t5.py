@@ -132,3 +132,65 @@ def longt5(f: Family, r: Reader, stem: str) -> Layer:
         r.note("window", f"config local_radius ({radius}: |i − j| ≤ it both ways, in blocks "
                f"of {radius + 1})")
     return out
+
+
+# CPM-Ant's keys of the parts around the attention, none inside it
+CPMANT_AROUND = ("dim_ff", "num_hidden_layers", "dropout_p", "eps", "init_std",
+                 "prompt_types")
+PROMPT, TEXT = 0, 2  # the segments of CPM-Ant's prompt and of its text
+
+
+@said("q, k, v, o without biases; no mask (its context all ones: plain text sees both "
+      "ways); T5's bidirectional relative position bias from the first "
+      "position_bias_num_buckets rows of the model's position_bias table, the first "
+      "prompt_length rows of x (its prompt) a segment of their own, the pairs across it "
+      "the table's row of their two segments")
+def cpmant(f: Family, r: Reader, stem: str) -> Layer:
+    """CPM-Ant: its bias is T5's bidirectional buckets of j − i (the same rule, logarithm
+    in float32) for a key in the query's segment, and one row per pair of segments
+    (position_bias_num_buckets + q_segment · segment_types + k_segment) across segments.
+    The model puts prompt_length prompt tokens (segment 0) before the text (segment 2),
+    so the layer's input, and the problem's x, begins with them; its mask is all ones for
+    plain text. The setting ``relative_bias`` with its prefix says exactly that."""
+    heads, _, _ = heads_of(r, "num_attention_heads", None, r.count("hidden_size"))
+    dim_head = r.count("dim_head")
+    out: dict[str, Any] = {"heads": heads}
+    for name, letter in (("project_q", "q"), ("project_k", "k"), ("project_v", "v"),
+                         ("attention_out", "o")):
+        linear(r, stem, name, out, letter)
+    if dim_head is not None and out["w_q"].shape[1] != heads * dim_head:
+        raise r.error("dim_head", f"{dim_head}, but {stem}project_q.weight has "
+                      f"{out['w_q'].shape[1]} rows, not {heads} × {dim_head}")
+    buckets = int(r.count("position_bias_num_buckets", 512))  # type: ignore[arg-type]
+    distance = int(r.count("position_bias_max_distance", 2048))  # type: ignore[arg-type]
+    segments = int(r.count("segment_types", 32))  # type: ignore[arg-type]
+    prompt = r.get("prompt_length", 32)
+    if isinstance(prompt, bool) or not isinstance(prompt, int) or prompt < 0:
+        raise r.error("prompt_length", f"{shown(prompt)}: expected a whole number, 0 or more")
+    if prompt and segments <= TEXT:
+        raise r.error("segment_types", f"{segments}: CPM-Ant's text is segment {TEXT}, so it "
+                      f"needs {TEXT + 1} or more")
+    name = re.sub(r"encoder\.layers\.\d+\.self_att\.self_attention\.$", "", stem) + \
+        "position_bias.relative_attention_bias"
+    table = r.tensor(name, 2)  # (segments² + buckets, H)
+    if table.shape != (segments * segments + buckets, heads) or buckets < 4:
+        raise MhaError(f"{name} is {table.shape}: expected segment_types² + "
+                       f"position_bias_num_buckets = {segments * segments + buckets} rows (4 "
+                       f"buckets at least) of num_attention_heads = {heads}",
+                       source=r.ckpt.source_of(name), key=name)
+    setting = relative_bias(table, True, distance)
+    setting["buckets"] = buckets
+    across = ""
+    if prompt:  # (a prompt query and a text key; a text query and a prompt key)
+        rows = [buckets + PROMPT * segments + TEXT, buckets + TEXT * segments + PROMPT]
+        setting.update(prefix=prompt, across=rows)
+        across = (f"; x's first prompt_length = {prompt} rows are its prompt (segment "
+                  f"{PROMPT}, the text {TEXT}): a pair across them gets row "
+                  f"position_bias_num_buckets + q_segment · segment_types + k_segment "
+                  f"({rows[0]} or {rows[1]}, from 0)")
+    out["relative_bias"] = setting
+    r.note("relative_bias", f"tensor {name}, its first {buckets} rows the buckets (CPM-Ant's "
+           f"buckets of j − i within a segment, before and after told apart: "
+           f"position_bias_num_buckets {buckets}, position_bias_max_distance {distance})"
+           + across)
+    return out
