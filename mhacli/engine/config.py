@@ -93,6 +93,7 @@ class Config:
     rel_max: int = 0  # its max_relative_positions
     share_att_key: bool = False  # its positions projected by W_K and W_Q themselves
     pos_biases: tuple[str, ...] = ()  # which of b_pos_k, b_pos_q it has
+    relative_xl: int | None = None  # Transformer-XL's position term: its clamp_len (0: none)
     backward: bool = False  # the gradients too
     loss: str = "sum"  # the loss: "sum" of the outputs, ½·Σ(output − "target")², or "given"
     tiles: tuple[int, int] | None = None  # (BR, BC): the tiled view (FlashAttention)
@@ -197,6 +198,9 @@ class Prepared:
     w_pos_q: Array | None = None  # (d_model, H·d_k) their query-side projection (p2c)
     b_pos_q: Array | None = None  # (H·d_k,)
     pos_row: npt.NDArray[np.int64] | None = None  # (n, m) each entry's row of pos_table
+    w_r: Array | None = None  # (d_model, H·d_k) Transformer-XL's positions' projection
+    xl_r_bias: Array | None = None  # (H, d_k) its r_r_bias
+    xl_delta: npt.NDArray[np.int64] | None = None  # (n, m) each entry's clamped i − j
     grad_output: Array | None = None  # (n, d_out) dL/d output, when given
     target: Array | None = None  # (n, d_out), for L = ½·Σ(output − target)²
 

@@ -63,6 +63,7 @@ LAYOUTS = (
      "self.query_proj.weight"),
     ("deberta_v1", r"(?:^|\.)layer\.(\d+)\.attention\.self\.in_proj\.weight$",
      "self.in_proj.weight"),
+    ("xlnet", r"(?:^|\.)layer\.(\d+)\.rel_attn\.r_w_bias$", "r_w_bias"),
     ("albert", r"(?:^|\.)albert_layer_groups\.(\d+)\.albert_layers\.0\.attention\.query\."
      r"weight$", "query.weight"),
     ("longt5", r"(?:^|\.)block\.(\d+)\.layer\.0\.(?:Local|TransientGlobal)SelfAttention\.q\."
@@ -227,9 +228,6 @@ NOT_ATTENTION = (
 # Softmax attention laid out in a way mha does not read yet, known by a tensor: refused by
 # name, saying what it is (never "no attention layer found").
 NOT_READ_YET = (
-    (r"(?:^|\.)rel_attn\.r_w_bias$", "XLNet's two-stream relative attention (Transformer-XL's "
-     "position terms r_w_bias, r_r_bias and r, a segment term seg_embed, its query stream "
-     "beside the content stream), which mha does not compute yet"),
     (r"(?:^|\.)attention\.r_kernel$", "Funnel Transformer's relative attention (position "
      "terms r_w_bias, r_r_bias and r_kernel, a token-type term seg_embed) over queries pooled "
      "block by block, which mha does not compute yet"),
