@@ -96,7 +96,6 @@ def test_check_carries_a_wrong_rel_pos_into_scaled(tmp_path: Path) -> None:
     (dict(relative_xl={"w_r": np.zeros((8, 8)), "r_r_bias": np.zeros((2, 4)), "bias": 1}),
      "relative_xl takes w_r, r_r_bias, clamp_len, not bias"),
     (dict(kv_heads=1), "does not go with kv_heads"),
-    (dict(backward=True), "the backward pass does not follow relative_xl"),
     (dict(tiles=2), "the tiled view does not follow relative_xl"),
     (dict(rope="half"), "does not go with rope")])
 def test_what_it_refuses_by_name(change: dict, words: str) -> None:
@@ -120,3 +119,31 @@ def test_a_bad_file_is_one_error_line(tmp_path: Path) -> None:
 def test_the_plain_loop_reference_refuses_it() -> None:
     with pytest.raises(NotImplementedError, match="relative_xl"):
         reference.reference(**problem())
+
+
+def test_the_backward_pass_is_central_differences_of_the_plain_formula() -> None:
+    """d_w_q, d_b_q (rel_pos takes b_q off), d_x, d_w_r and d_r_r_bias against central
+    differences of the sum of the outputs."""
+    p = problem()
+    tr = mhacli.trace(**p, backward=True)
+    spec = p["relative_xl"]
+
+    def loss(**change: object) -> float:
+        return float(mhacli.attention(**{**p, **change}).sum())
+
+    def central(base: np.ndarray, made: object) -> np.ndarray:
+        out, eps = np.zeros_like(base), 1e-6
+        for idx in np.ndindex(base.shape):
+            up, down = base.copy(), base.copy()
+            up[idx] += eps
+            down[idx] -= eps
+            out[idx] = (loss(**made(up)) - loss(**made(down))) / (2 * eps)  # type: ignore
+        return out
+
+    for name in ("w_q", "b_q", "w_k", "x"):
+        np.testing.assert_allclose(central(p[name].astype(float), lambda a, n=name: {n: a}),
+                                   tr["d_" + name], atol=1e-6, err_msg=name)
+    for name in ("w_r", "r_r_bias"):
+        base = np.array(spec[name], dtype=float)
+        got = central(base, lambda a, n=name: {"relative_xl": {**spec, n: a}})
+        np.testing.assert_allclose(got, tr["d_" + name], atol=1e-6, err_msg=name)

@@ -164,3 +164,40 @@ def test_what_is_refused_by_name(tmp_path: Path, changes: dict, words: str) -> N
     folder = build(tmp_path / "refused", changes)
     with pytest.raises(MhaError, match=words):
         read_layer(folder, 0)
+
+
+@pytest.mark.parametrize("name", ["bi-clamped", "uni-clamped"])
+def test_the_backward_pass_is_the_models_autograd(tmp_path: Path, name: str) -> None:
+    """Every gradient against PyTorch's autograd through the model's own rel_attn (its
+    sinusoid in float64), with a random dL/d output: W_Q, W_K, W_V, W_O from q, k, v, o;
+    b_q from r_w_bias; W_r from r; r_r_bias; and x."""
+    folder = build(tmp_path / name, RULES[name])
+    model = zoo.load(folder)
+    att = model.layer[1].rel_attn
+    rng = np.random.default_rng(3)
+    n, width = 9, model.config.d_model
+    x = rng.normal(size=(n, width))
+    g = rng.normal(size=(n, width))
+    h = torch.tensor(x[:, None, :], requires_grad=True)
+    mask = None
+    if model.config.attn_type == "uni":
+        mask = torch.ones(n, n, dtype=torch.float64).triu(1)[:, :, None, None]
+    r = sinusoid64(model, n, n, 1)
+    seen: dict[str, Any] = {}
+    hook = att.layer_norm.register_forward_pre_hook(
+        lambda mod, a: seen.__setitem__("out", a[0] - h))
+    try:
+        att(h, None, mask, None, r, None)
+    finally:
+        hook.remove()
+    (seen["out"][:, 0] * torch.from_numpy(g)).sum().backward()
+    prob = from_mapping({"x": x, "checkpoint": folder, "layer": 1}, "test")
+    tr = mhacli.trace(**prob.inputs, grad_output=g)
+    heads = att.q.shape[1]
+    want = {"d_w_q": att.q.grad.reshape(width, -1), "d_w_k": att.k.grad.reshape(width, -1),
+            "d_w_v": att.v.grad.reshape(width, -1), "d_w_o": att.o.grad.reshape(width, -1).T,
+            "d_b_q": att.r_w_bias.grad.reshape(-1), "d_w_r": att.r.grad.reshape(width, -1),
+            "d_r_r_bias": att.r_r_bias.grad, "d_x": h.grad[:, 0]}
+    for key, value in want.items():
+        assert zoo.relative(tr[key], value.numpy()) < 1e-9, (name, key)
+    assert att.r_r_bias.grad.shape == (heads, width // heads)

@@ -202,10 +202,6 @@ def prepare(
         raise MhaError("give grad_output or target, not both (each sets dL/d output)",
                        key="target")
     backward = bool(backward) or any(a is not None for a in upstream.values())
-    if backward and fields.get("relative_xl") is not None:
-        raise MhaError("the backward pass does not follow relative_xl (Transformer-XL's "
-                       "position term) yet: its gradients into W_r and r_r_bias are not "
-                       "computed", key="relative_xl")
     loss = "given" if upstream["grad_output"] is not None else \
         "target" if upstream["target"] is not None else "sum"
     config = Config(
