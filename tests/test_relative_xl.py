@@ -97,6 +97,9 @@ def test_check_carries_a_wrong_rel_pos_into_scaled(tmp_path: Path) -> None:
      "relative_xl takes w_r, r_r_bias, clamp_len, not bias"),
     (dict(kv_heads=1), "does not go with kv_heads"),
     (dict(tiles=2), "the tiled view does not follow relative_xl"),
+    (dict(decode=True), "the decoding view does not follow relative_xl"),
+    (dict(disentangled={"table": np.zeros((4, 8)), "max_relative_positions": 2,
+                        "share_att_key": True}), "relative_xl and disentangled attention"),
     (dict(rope="half"), "does not go with rope")])
 def test_what_it_refuses_by_name(change: dict, words: str) -> None:
     p = problem()
