@@ -201,3 +201,21 @@ def test_the_backward_pass_is_the_models_autograd(tmp_path: Path, name: str) -> 
     for key, value in want.items():
         assert zoo.relative(tr[key], value.numpy()) < 1e-9, (name, key)
     assert att.r_r_bias.grad.shape == (heads, width // heads)
+
+
+def test_a_text_through_the_model(tmp_path: Path) -> None:
+    """--text: x is the hidden state the model hands rel_attn (called time first), and
+    the model's attention is read at its layer_norm's input less x."""
+    import re
+    import subprocess
+    import sys
+
+    folder = build(tmp_path / "uni", RULES["uni-clamped"])
+    hf.save_tokenizer(folder, vocab_size=100)
+    out = subprocess.run([sys.executable, "-m", "mhacli", "explain", "--checkpoint",
+                          str(folder), "--layer", "1", "--text", "Mary followed a little lamb."],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    said = re.search(r"mha's output agrees with the model's attention output to (\S+) ",
+                     out.stdout)
+    assert said and float(said[1]) < 1e-5  # (the model's sinusoid in float32)
