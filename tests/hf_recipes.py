@@ -406,6 +406,23 @@ def llama_line(recipe: Callable[..., Any], decoder: Callable[..., dict[str, Any]
             num_key_value_heads=4),  # (its adapters are as wide as the queries)
             notes="two attention blocks run in turn by layers 1, 3, 5 (layer 5 runs layer 1's), "
             "each layer's low-rank adapters of q, k, v added; RoPE (use_mem_rope)"),
+        "afmoe": r("AfmoeConfig", "AfmoeForCausalLM", "a sigmoid gate of each head's output "
+                   "(gate_proj); q/k norms; layers 0, 2 slide with RoPE, 1, 3 full without",
+                   head_dim=8, sliding_window=4, num_hidden_layers=4,
+                   global_attn_every_n_layers=2, num_dense_layers=1, num_shared_experts=1,
+                   **MOE),
+        **{name: r("LagunaConfig", "LagunaForCausalLM", "a softplus gate of each head's "
+                   "output (g_proj: " + what + "); q/k norms; 4 heads on layer 0 (sliding), 8 "
+                   "on layer 1 (full, RoPE over half a head at its own base)", head_dim=8,
+                   sliding_window=4, num_hidden_layers=2, gating=gating,
+                   num_attention_heads_per_layer=[4, 8], mlp_layer_types=["dense", "sparse"],
+                   layer_types=["sliding_attention", "full_attention"], rope_parameters={
+                       "sliding_attention": {**ROPE},
+                       "full_attention": {**ROPE, "rope_theta": 50000.0,
+                                          "partial_rotary_factor": 0.5}},
+                   shared_expert_intermediate_size=32, **MOE)
+           for name, gating, what in (("laguna", "per-head", "a number per head"),
+                                      ("laguna-per-output", False, "a number per output"))},
         "nanochat": r("NanoChatConfig", "NanoChatForCausalLM", "RoPE turned the other way; "
                       "weightless q/k norms after it; biases", attention_bias=True),
     })

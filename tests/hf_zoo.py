@@ -141,10 +141,10 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "longformer": dict(attention_window=4), "led": dict(attention_window=4),  # (12 tokens:
     # a multiple of the window, as its attention module asks)
     "esmc": dict(num_key_value_heads=4),
-    "dots3_note_text": dict(num_key_value_heads=4, swa_num_attention_heads=4,  # (its sliding
-        swa_num_key_value_heads=4, swa_q_lora_rank=24, swa_kv_lora_rank=16,  # layers' sizes)
-        swa_head_dim=16, swa_qk_nope_head_dim=8, swa_v_head_dim=16, index_n_heads=2,
-        index_head_dim=16, index_topk=4),
+    "dots3_note_text": dict(num_key_value_heads=4, swa_num_attention_heads=2,  # (its sliding
+        swa_num_key_value_heads=2, swa_q_lora_rank=16, swa_kv_lora_rank=8,  # layers' sizes,
+        swa_head_dim=16, swa_qk_nope_head_dim=12, swa_v_head_dim=8, index_n_heads=2,  # its
+        index_head_dim=16, index_topk=16),  # own: per_layer_config; 16 keys kept, as many)
     "mamba2": dict(head_dim=32),
     "llama4_text": dict(num_hidden_layers=4),  # (a NoPE layer every 4th)
     "esm": dict(position_embedding_type="rotary", pad_token_id=1, mask_token_id=2),
@@ -156,9 +156,14 @@ OVERRIDES: dict[str, dict[str, Any]] = {
         "linear_attention", "hybrid", "linear_attention", "hybrid"]),
     "zaya": dict(num_experts_per_tok=1),
     "qwen4_exp_text": dict(indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=16,
-                           indexer_budget=8, indexer_compress_ratio=4),  # (no defaults)
+                           indexer_budget=12, indexer_compress_ratio=4),  # (no defaults;
+    # 3 blocks of 4 kept: every key of 15 tokens)
+    # (Dory's sqk and s_gate are stored ÷ initializer_range and start at it: moved off by
+    # N(0, 0.3²), a range as small as its own would scale the scores by thousands, and the
+    # model's float32 RoPE with them)
     "dory": dict(num_hidden_layers=2, n_input_layers=1, n_output_layers=1,  # (no recurrent
-                 layer_types=["sliding_attention", "full_attention"]),  # middle: 2 layers)
+                 layer_types=["sliding_attention", "full_attention"],  # middle: 2 layers)
+                 initializer_range=0.3),
     "cohere_compass_text": dict(  # (its config class keeps a flat rope_parameters; the
         layer_types=["sliding_attention", "full_attention"],  # model reads it by layer type)
         rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0,
@@ -174,8 +179,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # multi-head latent attention: every head its own keys and values (a key/value head
     # each, as repeat_kv needs), and head_dim the rotary's width, qk_rope_head_dim's
     **{t: dict(num_key_value_heads=HEADS, head_dim=8) for t in (
-        "deepseek_v2", "deepseek_v3", "deepseek_v32", "glm4_moe_lite", "youtu", "sarvam_mla",
-        "minicpm3", "kimi_linear", "longcat_flash")},
+        "deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa", "glm4_moe_lite", "youtu",
+        "sarvam_mla", "minicpm3", "kimi_linear", "longcat_flash", "axk1", "bailing_hybrid")},
     # DeBERTa's disentangled attention on (its config classes leave it off), the table
     # shorter than the tokens: v1 clamps past max_relative_positions, v2 log-buckets past
     # position_buckets / 2, with DeBERTa-v3's share_att_key and normed table
@@ -184,6 +189,14 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "deberta-v2": dict(relative_attention=True, pos_att_type=["p2c", "c2p"],
                        position_buckets=4, max_relative_positions=8, share_att_key=True,
                        norm_rel_ebd="layer_norm"),
+    "hy_v4": dict(num_key_value_heads=HEADS, head_dim=8, num_hidden_layers=3,  # (a layer
+        index_n_heads=2, index_head_dim=16, index_topk=16, layer_types=None,  # that shares
+        mlp_layer_types=None, indexer_types=["full", "full", "shared"]),  # the top-k)
+    # (Gemma 4: layers of two head sizes, the full-attention layers' values from k_proj
+    # and one key/value head, the last two layers KV-shared, one of each type)
+    **{t: dict(global_head_dim=32, num_global_key_value_heads=1, attention_k_eq_v=True,
+               num_kv_shared_layers=2, layer_types=["sliding_attention", "full_attention"] * 3)
+       for t in ("gemma4_text", "gemma4_unified_text")},
     "gemma3n_text": dict(num_hidden_layers=10, num_kv_shared_layers=5, layer_types=[
         "sliding_attention"] * 4 + ["full_attention"] + ["sliding_attention"] * 4 + [
         "full_attention"], intermediate_size=[64] * 10, activation_sparsity_pattern=[0.0] * 10),
@@ -322,7 +335,8 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
     first the model's own forward pass on n random token ids, which hands the module its
     mask, rotary cos/sin and the rest (caught, the pass stopped there), then the module
     itself on ``x`` with the same (a cross-attention's keys and values on ``x_kv``, as many
-    rows as ``x``, in place of the encoder's output). Returns ``output``: what ``output`` (the output
+    rows as ``x``, in place of the encoder's output; a KV-shared layer's, Gemma 3n's and
+    Gemma 4's, as the model's own layer that stores them makes them from ``x_kv``). Returns ``output``: what ``output`` (the output
     projection's module path) gives in that call, else the module's own output; and
     ``weights`` when the module returns them (H × n × m)."""
     path = _in_memory(model, path)
@@ -356,9 +370,17 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
         else model.config
     vocab = getattr(config, "vocab_size", 100) or 100
     ids = torch.from_numpy(np.random.default_rng(seed).integers(3, min(vocab, 100), (1, n)))
+    stores: dict[str, tuple[Any, tuple, dict]] = {}  # a layer type's module storing the
+    # keys and values its KV-shared layers take, and its call
+
+    def store(mod: Any, args: tuple, kwargs: dict) -> None:
+        stores[mod.layer_type] = (mod, args, dict(kwargs))
+
     for _ in range(2):  # (BigBird's forward may swap its attention module: then again)
         module = model.get_submodule(path)
         handle = module.register_forward_pre_hook(before, with_kwargs=True)
+        keeps = [m.register_forward_pre_hook(store, with_kwargs=True)
+                 for m in model.modules() if getattr(m, "store_full_length_kv", False)]
         try:
             with torch.no_grad():
                 inputs: dict[str, Any] = {"input_ids": ids}
@@ -369,6 +391,8 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
             break
         finally:
             handle.remove()
+            for keep in keeps:
+                keep.remove()
     if "args" not in caught:
         raise RuntimeError(f"the forward pass never reached {path}")
     args, kwargs = caught["args"], dict(caught["kwargs"])
@@ -390,7 +414,9 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
         args = (hidden,) * same + tuple(args[same:])
     else:
         kwargs["hidden_states"] = hidden
-    if x_kv is not None:
+    if x_kv is not None and getattr(module, "is_kv_shared_layer", False):
+        _shared_keys(stores[module.layer_type], x_kv, dtype, kwargs)
+    elif x_kv is not None:
         names = [k for k in ("key_value_states", "encoder_hidden_states") if k in kwargs]
         if time_first:
             names = ["key"]
@@ -447,6 +473,25 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
     return {"output": out[0].double().numpy().copy(), "weights": weights}
 
 
+def _shared_keys(store: tuple[Any, tuple, dict], x_kv: np.ndarray, dtype: torch.dtype,
+                 kwargs: dict) -> None:
+    """A KV-shared layer's keys and values (``kwargs["shared_kv_states"]``) as the
+    model's own layer that stores them makes them, run on ``x_kv`` with the call the
+    forward pass gave it."""
+    module, args, given = store
+    given = dict(given)
+    hidden = torch.from_numpy(np.asarray(x_kv, dtype=np.float64))[None].to(dtype)
+    shared = type(given["shared_kv_states"])()
+    given["shared_kv_states"] = shared
+    if args:
+        args = (hidden,) + tuple(args[1:])
+    else:
+        given["hidden_states"] = hidden
+    with torch.no_grad():
+        module(*args, **given)
+    kwargs["shared_kv_states"] = shared
+
+
 def _in_memory(model: torch.nn.Module, path: str) -> str:
     """A module's path in the model as loaded, from its path as saved (a model may save
     its tensors under another prefix: Nemotron-H's ``backbone.`` for its ``model.``)."""
@@ -477,16 +522,21 @@ def relative(got: np.ndarray, want: np.ndarray) -> float:
 def layer_addresses(folder: str | Path) -> list[int | str]:
     """Each layer of a saved model as ``--layer`` names it: 0 … L − 1 (layer 0 where the
     count finds none), or in an encoder-decoder model encoder.N, decoder.N and
-    decoder.N.cross."""
+    decoder.N.cross (in HRM's two stacks L_module.N and H_module.N)."""
     from safetensors import safe_open
 
-    from mhacli.models.parts import is_encoder_decoder
+    from mhacli.models.parts import parts_of
 
     names: list[str] = []
     for file in Path(folder).glob("*.safetensors"):
         with safe_open(str(file), "np") as handle:
             names += list(handle.keys())
-    if not is_encoder_decoder(tuple(names)):
+    parts = parts_of(tuple(names))
+    if parts == {"L_module", "H_module"}:  # (HRM's two stacks: L_module.N, H_module.N)
+        top = {p: 1 + max(int(m[1]) for n in names if (m := re.search(
+            rf"(?:^|\.){p}\.layers\.(\d+)\.", n))) for p in ("L_module", "H_module")}
+        return [f"{p}.{i}" for p in ("L_module", "H_module") for i in range(top[p])]
+    if not parts:
         count = layer_count(folder)
         if any(re.search(r"\.self_attn\.1\.kv_a_proj_with_mqa\.", n) for n in names):
             count *= 2  # (LongCat-Flash: two MLAs a layer, numbered as its layer_idx)

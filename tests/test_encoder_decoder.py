@@ -63,7 +63,8 @@ def test_each_part_has_its_own_heads_and_mask() -> None:
     ("decoder.7", "--layer decoder.7: its decoder's attention layers are 0, 1"),
     ("decoder.7.cross", "--layer decoder.7.cross: its decoder's cross-attention layers are 0, 1"),
     ("middle.0", "--layer takes a layer number from 0 (or encoder.N, decoder.N or "
-                 "decoder.N.cross in an encoder-decoder model)"),
+                 "decoder.N.cross in an encoder-decoder model, L_module.N or H_module.N in "
+                 "HRM's stacks)"),
 ])
 def test_a_layer_addressed_the_wrong_way_says_how(layer: str, words: str) -> None:
     r = runner.invoke(app, ["run", "--checkpoint", str(FIXTURE), "--layer", layer])

@@ -341,10 +341,21 @@ def test_relative_attention_not_read_yet_is_named(model_type: str, model_class: 
         read_layer(folder, 0)
 
 
-def test_esm_cs_layernorm_of_q_and_k_is_refused_by_name(tmp_path: Path) -> None:
+def test_esm_cs_layernorm_of_q_and_k_is_over_the_width(tmp_path: Path) -> None:
+    """ESM C: a LayerNorm of q and of k over the whole width, before the heads are split
+    (its weights random), at PyTorch's ε of 1e-5; the same weights over each head apart give
+    other numbers, which the model's are not (RoPE's cos and sin in float32: 1e-5)."""
     from .hf_zoo import make_zoo_model
 
     folder = make_zoo_model("esmc", tmp_path / "esmc", "EsmcForMaskedLM")
-    with pytest.raises(MhaError, match="self_attn.q_norm.weight: a norm of the queries and "
-                                       "keys, which mha does not follow for esmc"):
-        read_layer(folder, 0)
+    assert agrees(folder, tol=1e-5) == [0, 1]
+    x = np.random.default_rng(7).standard_normal((9, read_layer(folder, 0).width))
+    prob = from_mapping({"x": x, "checkpoint": folder, "layer": 0}, "t")
+    norm = prob.inputs["qk_norm"]
+    assert (norm["over"], norm["norm"], norm["eps"]) == ("width", "layer", 1e-5)
+    assert prob.read["settings"]["qk_norm"].endswith("(LayerNorm), ε 1e-05 (the config "
+                                                     "gives no rms_norm_eps)")
+    inputs = dict(prob.inputs)
+    inputs["qk_norm"] = {**norm, "over": "head"}
+    assert not np.allclose(mhacli.attention(**inputs), mhacli.attention(**prob.inputs),
+                           rtol=1e-3)

@@ -203,7 +203,9 @@ NOT_FOLLOWED = {"inkling_text": ("self_attn.k_sconv", "short convolutions over t
                 "doge": ("self_attn.A", "Doge's dynamic mask"),
                 "jetmoe": ("self_attention.experts", "mixture of attention heads"),
                 "cpmant": ("self_att.self_attention.project_q", "bucketed distance"),
-                "neomme": ("self_attn.exclusive_self_attention", "projection on its value")}
+                "neomme": ("self_attn.exclusive_self_attention",
+                           "projection on its own token's unit value"),
+                "deepseek_v4": ("attn.wkv", "values are its keys")}
 
 
 @pytest.mark.parametrize("model_type", sorted(NOT_FOLLOWED))

@@ -175,3 +175,61 @@ def test_the_setting_is_read_written_and_checked(tmp_path: Path) -> None:
                       "w_gate: [[1, 0]]\n")
     r = runner.invoke(app, ["run", str(direct)])
     assert r.exit_code == 2 and "w_gate multiplies x" in r.stderr, r.stderr
+
+
+def test_a_softplus_gate(tmp_path: Path) -> None:
+    """gate_fn: softplus (Laguna's): each head's output times log(1 + e^G), on the traced
+    and fast paths, decoding, the backward pass (PyTorch's autograd), --cell, a file written
+    back and its error."""
+    torch = pytest.importorskip("torch")
+    kw = problem(gate_fn="softplus")
+    x = kw["x"]
+    q, k, v = x @ kw["w_q"], x @ kw["w_k"], x @ kw["w_v"]
+    g = x @ kw["w_gate"] + kw["b_gate"]
+    outs = []
+    for h in range(2):
+        z = q[:, 4 * h:4 * h + 4] @ k.T / 2.0
+        z = np.where(np.tri(7, dtype=bool), z, -np.inf)
+        e = np.exp(z - z.max(axis=1, keepdims=True))
+        outs.append((e / e.sum(axis=1, keepdims=True)) @ v * np.log1p(np.exp(g[:, 3 * h:3 * h + 3])))
+    want = np.hstack(outs) @ kw["w_o"] + kw["b_o"]
+    tr = mhacli.trace(**kw, backward=True)
+    np.testing.assert_allclose(tr["output"], want, rtol=1e-12)
+    np.testing.assert_allclose(mhacli.attention(**kw), want, rtol=1e-12)
+    for st in mhacli.trace(**kw, decode=True).kernels["decode"]:
+        np.testing.assert_allclose(st.output, want[st.step - 1], rtol=1e-12)
+    t = {name: torch.tensor(kw[name], requires_grad=True)
+         for name in ("x", "w_q", "w_k", "w_v", "w_o", "b_o", "w_gate", "b_gate")}
+    tq, tk, tv = t["x"] @ t["w_q"], t["x"] @ t["w_k"], t["x"] @ t["w_v"]
+    gate = torch.nn.functional.softplus(t["x"] @ t["w_gate"] + t["b_gate"])
+    heads = []
+    for h in range(2):
+        z = (tq[:, 4 * h:4 * h + 4] @ tk.T / 2.0).masked_fill(
+            ~torch.ones(7, 7, dtype=torch.bool).tril(), float("-inf"))
+        heads.append(torch.softmax(z, -1) @ tv * gate[:, 3 * h:3 * h + 3])
+    (torch.cat(heads, 1) @ t["w_o"] + t["b_o"]).sum().backward()
+    for name in ("x", "w_gate", "b_gate", "w_q"):
+        np.testing.assert_allclose(tr["d_" + name], t[name].grad.numpy(), rtol=1e-10,
+                                   atol=1e-12, err_msg=name)
+    small = problem(n=4, gate_fn="softplus")
+    path = tmp_path / "p.yaml"
+    path.write_text("\n".join(f"{k}: {np.asarray(v).tolist()}" if isinstance(v, np.ndarray)
+                              else f"{k}: {v}" for k, v in small.items()))
+    r = runner.invoke(app, ["explain", str(path), "--cell", "gated:2:3:1", "--format", "plain"])
+    assert r.exit_code == 0, r.output
+    g = mhacli.trace(**small)["gate"][2, 3]
+    assert "gated₂[t3, 1] = head_outputs₂[t3, 1] × softplus(gate[t3, 4]), softplus(g) = " \
+        "log(1 + e^g)" in r.stdout
+    assert f"softplus({g:.4f}) = {np.log1p(np.exp(g)):.4f}" in r.stdout
+    out, gate_file = tmp_path / "out.yaml", tmp_path / "gate.npy"
+    np.save(gate_file, np.random.default_rng(1).standard_normal((4, 4)))
+    r = runner.invoke(app, ["generate", "--tokens", "3", "--d-model", "4", "--w-gate",
+                            str(gate_file), "--gate-fn", "softplus", "--seed", "2", "-o",
+                            str(out)])
+    assert r.exit_code == 0, r.output
+    assert "gate_fn: softplus" in out.read_text()
+    assert mhacli.load(out).config.gate_fn == "softplus"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(path.read_text().replace("gate_fn: softplus", "gate_fn: relu"))
+    r = runner.invoke(app, ["run", str(bad)])
+    assert r.exit_code == 2 and "gate_fn must be sigmoid or softplus, got 'relu'" in r.stderr

@@ -550,3 +550,23 @@ def test_deepseek_v2s_cache_a_token_as_its_paper_counts_it(tmp_path: Any) -> Non
                                     for k, v in kw.items()}))
     out = explain(str(path), "--decode", "--stage", "decode")
     assert per_token(tr.config) in out and "2·H·d_v = 12, 2 times fewer" in out
+
+
+def test_a_gated_latent_attentions_backward_reaches_x_through_the_gate() -> None:
+    """MLA with a gate of the heads' outputs (and sinks), as Ling 3 and HY-V4 ship it: dX
+    holds the gate's share dG·W_gateᵀ beside the latents', as central differences of L
+    in X and in W_gate say."""
+    rng = np.random.default_rng(9)
+    kw = problem(rope="interleaved", w_gate=rng.standard_normal((7, 6)),
+                 sinks=rng.standard_normal(3))
+    tr = mhacli.trace(**kw, backward=True)
+    h = 1e-6
+    for name, spot in (("x", (2, 3)), ("x", (5, 0)), ("w_gate", (4, 1)), ("w_dkv", (1, 6))):
+        sides = []
+        for sign in (1, -1):
+            d = dict(kw)
+            d[name] = kw[name].copy()
+            d[name][spot] += sign * h
+            sides.append(mhacli.attention(**d).sum())
+        assert tr[f"d_{name}"][spot] == pytest.approx((sides[0] - sides[1]) / (2 * h),
+                                                      rel=1e-6, abs=1e-8), (name, spot)

@@ -2,12 +2,15 @@
 them (tiny, every parameter random, the latent norms' weights off 1), against the model's
 own attention module run on the same x (tests/hf_zoo.py): DeepSeek-V2 and V3 (with the
 queries compressed and not, yarn's mscale on and off, RoPE's pairs interleaved and not),
-GLM-4-MoE-Lite, Youtu, Sarvam-MLA, MiniCPM3, Kimi Linear's MLA layers, LongCat-Flash (two
-MLAs a layer, each with its LoRA scalings), and DeepSeek-V3.2 with no more tokens than its
-indexer keeps (dense). 1e-5 relative:
-the models compute RoPE's cos and sin and their RMS norms in float32. And what is refused:
-Kimi Linear's KDA layers (for good), DeepSeek-V3.2 on more tokens than its indexer
-keeps, a bias of the latents' projections. Skipped where transformers (and torch) are not installed."""
+GLM-4-MoE-Lite, A.X K1, Youtu, Sarvam-MLA, MiniCPM3, Kimi Linear's MLA layers,
+LongCat-Flash (two MLAs a layer, each with its LoRA scalings), Ling 3 (bailing_hybrid: MLA
+with a sigmoid gate a head, among Kimi delta attention layers), DeepSeek-V3.2 (dense where
+its indexer keeps every key; sparse: tests/test_sparse_models.py) and HY-V4 (a gate of the
+heads' outputs, sinks, its top-k shared by layers) with no more tokens than its indexer
+keeps (dense). 1e-5 relative: the models compute RoPE's cos and sin and their RMS norms in
+float32. And what is refused: Kimi Linear's KDA layers (for good), A.X K2's queries made
+from its query latent normed and not, HY-V4 on more tokens than its indexer keeps, a bias
+of the latents' projections. Skipped where transformers (and torch) are not installed."""
 
 from __future__ import annotations
 
@@ -48,6 +51,17 @@ CASES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "minicpm3": ("minicpm3", "MiniCPM3ForCausalLM", {}),
     "kimi_linear": ("kimi_linear", "KimiLinearForCausalLM", {}),
     "longcat_flash": ("longcat_flash", "LongcatFlashForCausalLM", {}),  # (two a layer)
+    "axk1": ("axk1", "AXK1ForCausalLM", {}),
+    "axk1-half-pairs-yarn": ("axk1", "AXK1ForCausalLM", {"rope_interleave": False,
+                                                         "rope_parameters": YARN}),
+    "bailing_hybrid": ("bailing_hybrid", "BailingHybridForCausalLM", {}),  # (its MLA layer
+    # the 6th, a gate a head; the others Kimi delta attention)
+    "bailing_hybrid-q-latent-yarn": ("bailing_hybrid", "BailingHybridForCausalLM",
+                                     {"q_lora_rank": 24, "rope_parameters": {
+                                         **YARN, "rope_theta": 6e6}}),
+    "hy_v4": ("hy_v4", "HYV4ForCausalLM", {}),  # (16 keys kept, 9 tokens: every key; a
+    # gate, sinks; layer 2 shares layer 1's top-k)
+    "hy_v4-yarn": ("hy_v4", "HYV4ForCausalLM", {"rope_parameters": YARN}),
     "deepseek_v32": ("deepseek_v32", "DeepseekV32ForCausalLM", {"index_topk": 9}),  # (9
     # tokens: its indexer keeps every key)
 }
@@ -145,11 +159,20 @@ def test_the_scale_and_rope_as_the_config_says(made: dict[str, Path],
 
 def test_what_is_not_followed_is_refused_by_name(tmp_path: Path) -> None:
     v32 = build("deepseek_v32", "DeepseekV32ForCausalLM", tmp_path / "v32", index_topk=4)
-    with pytest.raises(mhacli.MhaError, match="indexer keeps each query's top 4 keys "
-                                              r"\(index_topk\): with 5 tokens it would drop"):
-        from_mapping({"x": np.ones((5, 64)), "checkpoint": v32, "layer": 0}, "t")
-    assert from_mapping({"x": np.ones((4, 64)), "checkpoint": v32, "layer": 0},
-                        "t").read["settings"]["most_tokens"].startswith("config index_topk")
+    read = from_mapping({"x": np.ones((5, 64)), "checkpoint": v32, "layer": 0}, "t")
+    assert read.config.indexer == 4  # (more tokens than its indexer keeps: sparse)
+    assert "index_topk = 4" in read.read["settings"]["indexer"]
+    hy = build("hy_v4", "HYV4ForCausalLM", tmp_path / "hy", index_topk=4)
+    for layer in (0, 2):  # (its own indexer; the last one's top-k, shared)
+        with pytest.raises(mhacli.MhaError, match="indexer keeps each query's top 4 keys"):
+            from_mapping({"x": np.ones((5, 64)), "checkpoint": hy, "layer": layer}, "t")
+    assert "shared" in from_mapping({"x": np.ones((4, 64)), "checkpoint": hy, "layer": 2},
+                                    "t").read["settings"]["most_tokens"]
+    axk2 = build("axk2", "AXK2ForCausalLM", tmp_path / "axk2")
+    with pytest.raises(mhacli.MhaError, match=r"q_b_proj.weight: axk2's query projection "
+                       r"reads the query latent both normed and not \(\[q_a_layernorm\(c_Q\) "
+                       r"\| c_Q\], 48 = 2·q_lora_rank 24 columns\)"):
+        from_mapping({"x": np.ones((2, 64)), "checkpoint": axk2, "layer": 0}, "t")
     biased = build("deepseek_v3", "DeepseekV3ForCausalLM", tmp_path / "bias",
                    attention_bias=True)
     with pytest.raises(mhacli.MhaError, match="q_a_proj.bias: a bias of the latent's "
@@ -194,6 +217,43 @@ def test_longcat_folds_its_lora_scalings_into_the_norms(made: dict[str, Path],
         stored = f.get_tensor("model.layers.1.self_attn.1.kv_a_layernorm.weight")
     np.testing.assert_allclose(prob.inputs["kv_latent_norm"], stored * 2.0, rtol=1e-7)
     assert "LoRA scaling" in prob.read["settings"]["q_latent_norm"]
+
+
+def test_hy_v4_reads_its_gate_and_sinks(made: dict[str, Path],
+                                        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """HY-V4's linear_gate (H·d_v × d_model) is w_gate transposed; its learnable sinks (random
+    here, as every parameter) are the sinks; RoPE in half pairs."""
+    from safetensors import safe_open
+
+    folder = model_of(made, tmp_path_factory, "hy_v4")
+    prob = from_mapping({"x": np.ones((2, 64)), "checkpoint": folder, "layer": 1}, "t")
+    with safe_open(str(folder / "model.safetensors"), "np") as f:
+        gate = f.get_tensor("model.layers.1.self_attn.linear_gate.weight")
+        sinks = f.get_tensor("model.layers.1.self_attn.learnable_sink_param")
+    np.testing.assert_array_equal(prob.inputs["w_gate"], gate.T)
+    np.testing.assert_array_equal(prob.inputs["sinks"], sinks)
+    assert np.abs(sinks).min() > 0 and prob.config.rope == "half"
+
+
+def test_ling3_gates_each_head_by_one_logit(made: dict[str, Path],
+                                           tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Ling 3's g_proj (H × d_model) read as w_gate: each of head h's d_v columns is its
+    row h, so that σ of one logit multiplies all the head's outputs."""
+    from safetensors import safe_open
+
+    folder = model_of(made, tmp_path_factory, "bailing_hybrid")
+    prob = from_mapping({"x": np.ones((2, 64)), "checkpoint": folder, "layer": 5}, "t")
+    with safe_open(str(folder / "model.safetensors"), "np") as f:
+        stored = f.get_tensor("model.layers.5.attention.g_proj.weight")  # (H, d_model)
+    gate = prob.inputs["w_gate"]  # (d_model, H·d_v)
+    d_v = prob.config.d_v
+    for h in range(4):
+        for j in range(d_v):
+            np.testing.assert_array_equal(gate[:, h * d_v + j], stored[h])
+    assert "g_proj" in prob.read["settings"]["w_gate"]
+    with pytest.raises(NotAttention, match="layer 2 is linear attention.*the attention "
+                                           "layers are 5"):
+        from_mapping({"x": np.ones((2, 64)), "checkpoint": folder, "layer": 2}, "t")
 
 
 def test_generate_writes_the_layer_back(made: dict[str, Path],

@@ -100,7 +100,11 @@ def test_the_setting_is_read_and_written(tmp_path: Path) -> None:
                        ("temperature: [1, 2, 3, 4]", "temperature takes F:A"),
                        ("temperature: [1, 2, 3]", "temperature.shift must be 0"),
                        ("temperature: {floor: 1, attn_scale: 2}",
-                        "temperature takes floor_scale and attn_scale (and shift), got floor")):
+                        "temperature takes floor_scale and attn_scale (and shift), or size "
+                        "and power, got floor"),
+                       ("temperature: {size: 1, power: 2, shift: 0}",
+                        "temperature's power law takes size and power, got shift"),
+                       ("temperature: 8:-1:power", "temperature.power must be")):
         f = tmp_path / "bad.yaml"
         text = path.read_text()
         start = text.index("temperature:")
@@ -133,3 +137,30 @@ def test_ministral3s_shift_of_the_position() -> None:
                             "--format", "plain"])
     assert r.exit_code == 0, r.output
     assert "τ_p = log(⌊p / 2⌋ + 1)·0.5 + 1 = 1.3466  (p = 3)" in r.stdout
+
+
+def test_beams_power_law_of_the_position(tmp_path: Path) -> None:
+    """Beam's NoPE layers: τ_p = (1 + (p + 1) / F)^A, written F:A:power or {size: F,
+    power: A}; on the traced and fast paths, decoding, --cell and a file written back."""
+    kw = problem(n=9)
+    kw["temperature"] = {"size": 4, "power": 0.5}
+    tr = mhacli.trace(**kw)
+    tau = np.array([(1 + (p + 1) / 4) ** 0.5 for p in range(9)])
+    np.testing.assert_allclose(np.asarray(tr["q_tuned"]), np.asarray(tr["q_heads"]) *
+                               tau[:, None], rtol=1e-13)
+    np.testing.assert_allclose(mhacli.attention(**kw), tr["output"], rtol=1e-12)
+    assert tr.config.temperature_power and tr.config.temperature == (4.0, 0.5)
+    for st in mhacli.trace(**kw, decode=True).kernels["decode"]:
+        np.testing.assert_allclose(st.output, tr["output"][st.step - 1], rtol=1e-12)
+    r = runner.invoke(app, ["explain", "--random", "--seed", "3", "--tokens", "4",
+                            "--temperature", "4:0.5:power", "--cell", "q_tuned:1:4:2",
+                            "--format", "plain"])
+    assert r.exit_code == 0, r.output
+    assert f"τ_p = (1 + (p + 1) / 4)^0.5 = {math.sqrt(2):.5g}  (p = 3)" in r.stdout
+    path = tmp_path / "p.yaml"
+    r = runner.invoke(app, ["generate", "--tokens", "4", "--temperature", "2048:0.1:power",
+                            "--seed", "3", "-o", str(path)])
+    assert r.exit_code == 0, r.output
+    assert "temperature: {size: 2048, power: 0.1}" in path.read_text()
+    p = mhacli.load(path)
+    assert p.config.temperature == (2048.0, 0.1) and p.config.temperature_power

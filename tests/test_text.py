@@ -264,7 +264,8 @@ def _replayed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     text, reading, _ = _recorded("gpt2")
     calls: list[str] = []
 
-    def read_text(folder: object, asked: str, layers: dict) -> Reading:
+    def read_text(folder: object, asked: str, layers: dict,
+                  kv_from: dict | None = None) -> Reading:
         calls.append(asked)
         assert asked == text
         return reading

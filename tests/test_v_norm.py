@@ -2,8 +2,8 @@
 divided by its root mean square over its head's d_v numbers, stage v_normed. Checked
 against attention written out here in NumPy, on the fast and traced paths, decoding and
 tiles, the backward pass (PyTorch's autograd), --cell and the setting's errors; and
-Gemma 3n's own attention, its KV-shared layers refused naming the layer they share
-from."""
+Gemma 3n's own attention, its KV-shared layers asking for x_kv, the input of the layer
+they share from (tests/test_gemma4.py checks them against the model)."""
 
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ def test_cell_and_errors(tmp_path: Path) -> None:
     assert r.exit_code == 2 and "v_norm must be 0 or a positive number" in r.stderr, r.stderr
 
 
-def test_gemma3n_agrees_and_its_shared_layers_are_refused(tmp_path: Path) -> None:
+def test_gemma3n_agrees_and_its_shared_layers_need_x_kv(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     from mhacli.io.problem import from_mapping
 
@@ -113,8 +113,9 @@ def test_gemma3n_agrees_and_its_shared_layers_are_refused(tmp_path: Path) -> Non
         assert prob.config.v_norm == model.config.rms_norm_eps and prob.config.scale == 1.0
         got = mhacli.attention(**prob.inputs)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
-    for layer, source in ((5, 3), (9, 4)):
-        with pytest.raises(mhacli.MhaError, match=f"layer {layer} computes no keys or values "
-                           f"of its own: it takes those of layer {source}"):
+    for layer, source in ((5, 3), (9, 4)):  # KV-shared: refused without x_kv, its input
+        with pytest.raises(mhacli.MhaError, match=f"--layer {layer} takes its keys and values "
+                           f"from layer {source}: layer {source}'s projections of its own "
+                           "input, x_kv"):
             from_mapping({"x": np.ones((3, width)), "checkpoint": folder, "layer": layer},
                          "test")

@@ -38,13 +38,14 @@ def about(prob: object) -> Iterator[None]:
 
 def layer_number(value: Optional[str], every: bool = False) -> "int | str | None":
     """``--layer``: a layer from 0 (``encoder.N``, ``decoder.N``, ``decoder.N.cross`` in an
-    encoder-decoder model), or ``all`` (where ``every`` layer may be shown)."""
+    encoder-decoder model; ``L_module.N``, ``H_module.N`` in HRM's stacks), or ``all``
+    (where ``every`` layer may be shown)."""
     if value is None:
         return None
     text = value.strip().lower()
     if text == "all" and every:
         return "all"
-    from ..models.parts import FORMS, address
+    from ..models.parts import FORMS, STACKS, address
 
     named = address(text)  # an encoder-decoder model's encoder.N, decoder.N, decoder.N.cross
     if named is not None:
@@ -52,5 +53,6 @@ def layer_number(value: Optional[str], every: bool = False) -> "int | str | None
     if not text.isdigit() or len(text) > 6:
         hint = "; all is for explain --all-heads" if text == "all" else ""
         raise MhaError(f"--layer takes a layer number from 0 (or {FORMS} in an "
-                       f"encoder-decoder model), got {value!r}{hint}")
+                       f"encoder-decoder model, {STACKS} in HRM's stacks), got "
+                       f"{value!r}{hint}")
     return int(text)

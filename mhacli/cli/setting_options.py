@@ -78,7 +78,8 @@ OPTIONS: tuple[SettingOption, ...] = (
                   metavar="C"),
     SettingOption("temperature", "Llama 4's temperature tuning: each query at position p "
                   "multiplied by log(⌊(p + 1) / F⌋ + 1)·A + 1 (F floor_scale, A "
-                  "attn_scale); F:A:0 for Ministral 3's log(⌊p / F⌋ + 1)·A + 1.",
+                  "attn_scale); F:A:0 for Ministral 3's log(⌊p / F⌋ + 1)·A + 1; F:A:power "
+                  "for Beam's (1 + (p + 1) / F)^A.",
                   metavar="F:A"),
     SettingOption("alibi", "ALiBi: add −slope_h·|i − j| to the scores, slopes 2^(−8h/H) for "
                   "H a power of two, else ALiBi's own rule (the key alibi: in a file may "
@@ -109,7 +110,7 @@ OPTIONS: tuple[SettingOption, ...] = (
     SettingOption("rope", "Rotary embedding of each head's queries and keys: pairs "
                   "(i, i + d/2) as Llama (half), (2i, 2i+1) as GPT-J (interleaved) or "
                   "(i + d/2, i) as NanoChat (half-reversed); base, "
-                  "dims, scaling (linear, dynamic, llama3, yarn, longrope) or the "
+                  "dims, scaling (linear, dynamic, llama3, yarn, longrope, proportional) or the "
                   "frequencies themselves in a file's rope: key.",
                   metavar="half|interleaved|half-reversed"),
     SettingOption("positional", "Add positional encodings to the inputs: the paper's "
@@ -133,9 +134,15 @@ OPTIONS: tuple[SettingOption, ...] = (
                   "σ(X·W_gate + b_gate) before the heads are joined.", metavar="FILE"),
     SettingOption("b_gate", "The gate's bias, H·d_v numbers (.npy, YAML or JSON), with "
                   "--w-gate.", metavar="FILE"),
+    SettingOption("gate_fn", "The gate's function, with --w-gate: sigmoid (the default) or "
+                  "softplus, log(1 + e^g) (Laguna's).", metavar="sigmoid|softplus"),
     SettingOption("latent_eps", "Multi-head latent attention (a file's w_dkv …): the eps of "
                   "its two latent norms, √(mean(x²) + eps); 1e-6 if not given.",
                   metavar="EPS"),
+    SettingOption("indexer", "Sparse attention (DeepSeek-V3.2's indexer, with multi-head "
+                  "latent attention): a YAML/JSON file with top_k, rope (half or "
+                  "interleaved), eps, w_q, w_k, k_norm, k_norm_bias and w_weights; each "
+                  "query keeps only the keys of its top_k index scores.", metavar="FILE"),
     SettingOption("masked_row", "A query row whose every key is blocked: zero weights (with "
                   "a warning), nan, or error.", ADVANCED,
                   commands=("explain", "run", "check")),

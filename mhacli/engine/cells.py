@@ -18,6 +18,7 @@ import numpy as np
 
 from . import ops
 from .recipe import each, fdot, op, rms_line, rms_of, squares, when
+from .tuning import tau_of, tau_text
 from .writing import Entry, sub
 
 
@@ -163,7 +164,8 @@ def cell_rot(e: Entry) -> list[Any]:
     if not c.rope_freqs:
         theta = f"{e.num(angle)} = {i}·{c.rope_base:g}^(−{2 * pair}/{c.rope_dims})"
     else:
-        shown = op("pick", pair, *(f"{float(t):.6g}" for t in c.rope_theta))
+        shown = op("pick", pair, *(f"{float(t):.6g}" if t else "0: this pair is not turned"
+                                   for t in c.rope_theta))
         theta = f"{e.num(angle)} = {i}·θ_{pair + 1}, θ_{pair + 1} = {shown} ({c.rope_scaling})"
     first = ("x·cos − y·sin", f"{e.factor(x)}×{cos} − {e.factor(y)}×{sin}")
     second = ("x·sin + y·cos", f"{e.factor(x)}×{sin} + {e.factor(y)}×{cos}")
@@ -187,11 +189,11 @@ def cell_rot(e: Entry) -> list[Any]:
 
 
 def _tau(tr: Any) -> np.ndarray:
-    """Each query position's temperature factor, τ_p = log(⌊(p + S) / F⌋ + 1)·A + 1,
-    as the cell writes it: (n,)."""
+    """Each query position's temperature factor τ_p as the cell writes it (the setting's
+    own ``tau_of``): (n,)."""
     f, a = tr.config.temperature
-    p = np.arange(tr.config.n)
-    return np.log(np.floor((p + tr.config.temperature_shift) / f) + 1) * a + 1
+    return tau_of(f, a, tr.config.temperature_shift, tr.config.temperature_power,
+                  tr.config.n)
 
 
 def cell_tuned(e: Entry) -> list[Any]:
@@ -200,12 +202,10 @@ def cell_tuned(e: Entry) -> list[Any]:
     h, i, j = e.head, e.row, e.col
     src = e.reads[0]  # as split, normed or turned
     e.mark(src, h, {i}, {j})
-    f, a = c.temperature  # type: ignore[misc]
     tau = e.derive("tuned_tau", _tau).at(i)
     e.makes(op("f*", e.value(src, h, i, j), tau))
-    at = "(p + 1)" if c.temperature_shift else "p"
-    return [f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] × τ_p, τ_p = log(⌊{at} / "
-            f"{f:g}⌋ + 1)·{a:g} + 1 = {e.num(tau)}  (p = {i})",
+    return [f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] × τ_p, τ_p = {tau_text(c)} = "
+            f"{e.num(tau)}  (p = {i})",
             f"  = {e.factor(e.value(src, h, i, j))}×{e.factor(tau)} = {e.result}"]
 
 
@@ -526,19 +526,26 @@ def cell_head_scaled(e: Entry) -> list[Any]:
 
 
 def cell_gated(e: Entry) -> list[Any]:
-    """A gated head output: the head's output times the sigmoid of its gate's column."""
+    """A gated head output: the head's output times the sigmoid (or softplus) of its
+    gate's column."""
     h, i, j = e.head, e.row, e.col
     o, g = e.reads  # head_outputs, gate
     col = (h - 1) * e.c.d_v + j  # head h's columns of the gate
     e.mark(o, h, {i}, {j})
     e.mark(g, None, {i}, {col})
-    sig = op("at", "gated.sigmoid", h - 1, i, j)
-    e.makes(op("f*", e.value(o, h, i, j),
-               op("f/", 1.0, op("f+", 1.0, op("exp", op("f-", 0.0, e.value(g, None, i, col)))))))
-    return [f"{e.name} = {o}{e.hs}[{e.row_label}, {j + 1}] × σ(gate[{e.row_label}, "
-            f"{col + 1}]), σ(g) = 1 / (1 + e^(−g))",
-            f"  σ({e.num(e.value(g, None, i, col))}) = {e.num(sig)}",
-            f"  = {e.factor(e.value(o, h, i, j))}×{e.factor(sig)} = {e.result}"]
+    f = op("at", "gated.act", h - 1, i, j)
+    gv = e.value(g, None, i, col)
+    if e.c.gate_fn == "softplus":  # (a logarithm: the stage's own number, as RoPE's cos)
+        e.makes(op("f*", e.value(o, h, i, j), f))
+        name, rule = "softplus", "softplus(g) = log(1 + e^g)"
+    else:
+        e.makes(op("f*", e.value(o, h, i, j),
+                   op("f/", 1.0, op("f+", 1.0, op("exp", op("f-", 0.0, gv))))))
+        name, rule = "σ", "σ(g) = 1 / (1 + e^(−g))"
+    return [f"{e.name} = {o}{e.hs}[{e.row_label}, {j + 1}] × {name}(gate[{e.row_label}, "
+            f"{col + 1}]), {rule}",
+            f"  {name}({e.num(gv)}) = {e.num(f)}",
+            f"  = {e.factor(e.value(o, h, i, j))}×{e.factor(f)} = {e.result}"]
 
 
 def cell_concat(e: Entry) -> list[Any]:

@@ -23,14 +23,14 @@ MATRICES = ("x", "x_kv", "w_q", "w_k", "w_v", "w_o", "q", "k", "v", "grad_output
             "target", "w_dq", "w_uq", "w_dkv", "w_uk", "w_uv")  # the input matrices
 # (the last five: multi-head latent attention's, latent.py)
 PER_HEAD_MATRICES = frozenset({"w_q", "w_k", "w_v", "w_o"})  # or a list of H of them
-VECTORS = ("b_q", "b_k", "b_v", "b_o", "q_latent_norm", "kv_latent_norm")  # the biases,
-# and the weights of multi-head latent attention's two latent norms
+VECTORS = ("b_q", "b_k", "b_v", "b_o", "q_latent_norm", "kv_latent_norm", "k_rope_norm")
+# (the biases, and the weights of multi-head latent attention's latent norms and k_R's)
 # The fields of Config and Prepared that no setting fills (each entry of the settings
 # table names those it fills): the sizes, the inputs, and what prepare works out from
 # them; a test holds the two lists to the dataclasses below
 DERIVED = ("n", "m", "d_k", "d_v", "d_out", "d_model", "d_kv", "cross", "direct", "biases",
            "has_w_o", "backward", "loss", "config", *MATRICES, *VECTORS, "dead_rows",
-           "r_q", "r_kv", "d_rope")
+           "r_q", "r_kv", "d_rope", "rope_normed")
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,7 @@ class Config:
     chunk: int | None = None  # chunked attention: query i sees the keys of its chunk of C
     temperature: tuple[float, float] | None = None  # (F, A): Llama 4's tuning of the queries
     temperature_shift: int = 1  # S of ⌊(p + S) / F⌋: 1 in Llama 4, 0 in Ministral 3
+    temperature_power: bool = False  # (1 + (p + 1) / F)^A instead (Beam's NoPE layers)
     alibi: bool = False  # ALiBi: −slope_h·|i − j| added to the scores
     bias: bool = False  # an additive bias on the scores (PyTorch's float attn_mask)
     relative: tuple[bool, int, int] | None = None  # T5's bias: (bidirectional, B, distance)
@@ -82,6 +83,8 @@ class Config:
     clip_qkv: float | None = None  # Q, K and V clamped to [−c, c] after their projections
     gate: bool = False  # gated attention: each head's output times σ(X·W_gate + b_gate)
     gate_bias: bool = False  # the gate has its bias b_gate
+    gate_fn: str | None = None  # the gate's function: sigmoid (None: not given), or
+    # softplus (Laguna's)
     positional: str | None = None  # "sinusoidal" or "learned": added to the inputs
     table_rows: int = 0  # a learned positional table's rows (its gradient has them all)
     r_q: int = 0  # MLA: the query latent's width (0: queries made from X with W_Q)
@@ -94,6 +97,12 @@ class Config:
     share_att_key: bool = False  # its positions projected by W_K and W_Q themselves
     pos_biases: tuple[str, ...] = ()  # which of b_pos_k, b_pos_q it has
     relative_xl: int | None = None  # Transformer-XL's position term: its clamp_len (0: none)
+    indexer: int | None = None  # sparse attention (sparse.py): top_k, the keys a query keeps
+    index_heads: int = 0  # E, the indexer's heads
+    index_dim: int = 0  # d_I, their width
+    index_rope: str = "half"  # the pairs its RoPE turns: "half" or "interleaved"
+    index_eps: float = 0.0  # its key LayerNorm's eps
+    rope_normed: bool = False  # MLA: k_R RMS-normed (k_rope_norm) before RoPE (dots3)
     backward: bool = False  # the gradients too
     loss: str = "sum"  # the loss: "sum" of the outputs, ½·Σ(output − "target")², or "given"
     tiles: tuple[int, int] | None = None  # (BR, BC): the tiled view (FlashAttention)
@@ -190,6 +199,7 @@ class Prepared:
     w_uq: Array | None = None  # (r_q, H·d_k)
     w_dkv: Array | None = None  # (d_model, r_kv + d_R)
     kv_latent_norm: Array | None = None  # (r_kv,)
+    k_rope_norm: Array | None = None  # (d_R,) k_R's norm's weights, where it is normed
     w_uk: Array | None = None  # (r_kv, H·d_nope)
     w_uv: Array | None = None  # (r_kv, H·d_v)
     pos_table: Array | None = None  # (2k, d_model) DeBERTa's relative embeddings
@@ -201,6 +211,11 @@ class Prepared:
     w_r: Array | None = None  # (d_model, H·d_k) Transformer-XL's positions' projection
     xl_r_bias: Array | None = None  # (H, d_k) its r_r_bias
     xl_delta: npt.NDArray[np.int64] | None = None  # (n, m) each entry's clamped i − j
+    w_iq: Array | None = None  # the indexer (sparse.py): (r_q, E·d_I)
+    w_ik: Array | None = None  # (d_model, d_I)
+    ik_norm: Array | None = None  # (d_I,) its key LayerNorm's weight
+    ik_bias: Array | None = None  # (d_I,) and bias
+    w_iw: Array | None = None  # (d_model, E) the index heads' weights
     grad_output: Array | None = None  # (n, d_out) dL/d output, when given
     target: Array | None = None  # (n, d_out), for L = ½·Σ(output − target)²
 
@@ -210,7 +225,13 @@ class Prepared:
         object (``reach.py``), asked by everything that needs the rule."""
         from .reach import Reach
 
-        return Reach.of(self.config, self.mask, self.key_padding)
+        reach = Reach.of(self.config, self.mask, self.key_padding)
+        if not self.config.indexer:
+            return reach
+        from .sparse import keep_of  # the indexer's top-k keys: one more rule
+
+        scores, keep = keep_of(self, reach.allowed())
+        return Reach.of(self.config, self.mask, self.key_padding, (keep > 0, scores))
 
     def allowed(self, lo: int = 0, hi: int | None = None, k0: int = 0,
                 k1: int | None = None) -> npt.NDArray[np.bool_] | None:
@@ -235,3 +256,4 @@ class Sizes:
     x: Array | None
     x_kv: Array | None
     d_rope: int = 0  # MLA: the width RoPE turns by default (d_R), else d_k
+    r_q: int = 0  # MLA: the query latent's width (the indexer reads it)

@@ -33,7 +33,7 @@ import numpy as np
 from ..errors import MhaError, shown
 from . import ops
 from . import sub_norm
-from .gating import sigmoid
+from .gating import act
 from .online import data, float_only, merge, online, record, span, start, whole_number
 from .values import given
 from .work import Work
@@ -200,8 +200,8 @@ def _steps(tr: Record, count: int | None, labels: list[str], reach: Reach
         head_outputs = weights @ v_h  # (H, 1, d_v)
         work = Work(p, exact=False)  # the plain path's output stage, on this one row
         concat = ops.merge_heads(head_outputs)  # (1, H·d_v)
-        if c.gate:  # gated attention: times σ of the token's gate (its row of the trace's)
-            concat = concat * sigmoid(tr.stages["gate"][i:i + 1])
+        if c.gate:  # gated attention: times σ (or softplus) of the token's gate (its row
+            concat = concat * act(tr.stages["gate"][i:i + 1], c.gate_fn)  # of the trace's)
         work.stages["concat"] = concat
         if c.sub_norm is not None:  # the joined heads' row normed (BitNet)
             work.stages["concat_normed"] = sub_norm.normed(concat, p)[0]

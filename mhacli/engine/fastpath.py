@@ -19,7 +19,7 @@ from .checks import check_finite, warn_dead
 from .config import Prepared
 from . import sub_norm
 from .clipping import clamped
-from .gating import gate_of, sigmoid
+from .gating import act, gate_of
 from .work import Work, normed, started, turned
 
 Array = np.ndarray
@@ -142,7 +142,7 @@ def _attend(p: Prepared, q_t: Array, k_t: Array, v_t: Array,
         """The rows lo … lo + block − 1 of the concatenation, then of Y."""
         rows(lo, buf)
         hi = min(lo + block, c.n)
-        if gate is not None:  # each head's output times the sigmoid of its gate
+        if gate is not None:  # each head's output times the function of its gate
             out[lo:hi] *= gate[lo:hi]
         if c.sub_norm is not None:  # the joined heads' rows normed (BitNet)
             out[lo:hi] = sub_norm.normed(out[lo:hi], p)[0]
@@ -393,11 +393,11 @@ def _normed_heads(p: Prepared, q_t: Array, k_t: Array) -> tuple[Array, Array]:
 
 
 def gated(p: Prepared, work: Work) -> Array | None:
-    """σ(G) of gated attention, (n, H·d_v), from the input as the queries read it; None
-    without a gate."""
+    """σ(G) (or softplus(G)) of gated attention, (n, H·d_v), from the input as the
+    queries read it; None without a gate."""
     if p.w_gate is None:
         return None
-    return sigmoid(gate_of(p, work.stages.get("x_pos", p.x)))
+    return act(gate_of(p, work.stages.get("x_pos", p.x)), p.config.gate_fn)
 
 
 def fast(p: Prepared, progress: Progress | None = None) -> Array:

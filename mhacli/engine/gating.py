@@ -1,8 +1,10 @@
 """Gated attention (Qwen3-Next, Qwen 3.5): a second projection of the query-side input,
 the gate G = X·W_gate + b_gate (n × H·d_v), whose sigmoid multiplies each head's output
-before the heads are joined: gated_h = O_h ⊙ σ(G_h). The settings ``w_gate`` and
-``b_gate`` (their readers and parsers), and the sigmoid and its use, shared by the stage
-table, the fast path, decoding and the gradients. Dimensions are named in ``ops.py``.
+before the heads are joined: gated_h = O_h ⊙ σ(G_h); with ``gate_fn: softplus``
+(Laguna's), softplus(G_h) = log(1 + e^G_h) in place of the sigmoid. The settings
+``w_gate``, ``b_gate`` and ``gate_fn`` (their readers and parsers), and the gate's function,
+its slope and its use, shared by the stage table, the fast path, decoding and the
+gradients. Dimensions are named in ``ops.py``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,43 @@ def sigmoid(g: Array) -> Array:
     gives 0, the limit)."""
     with np.errstate(over="ignore"):
         return 1 / (1 + np.exp(-g))
+
+
+FUNCTIONS = ("sigmoid", "softplus")  # the gate's function: σ(g), or log(1 + e^g)
+
+
+def softplus(g: Array) -> Array:
+    """log(1 + e^g), as PyTorch's F.softplus (past g = 20 it gives g itself, as the
+    logarithm would to within 2e−9 of g)."""
+    return np.where(g > 20, g, np.logaddexp(0, np.minimum(g, 20)))
+
+
+def act(g: Array, fn: str) -> Array:
+    """The gate's function of its logits: σ(g) or softplus(g)."""
+    return softplus(g) if fn == "softplus" else sigmoid(g)
+
+
+def slope(g: Array, fn: str) -> Array:
+    """The derivative of the gate's function: σ(g)·(1 − σ(g)), or softplus' σ(g)."""
+    sig = sigmoid(g)
+    return sig if fn == "softplus" else sig * (1 - sig)
+
+
+def gate_fn_value(value: Any) -> str | None:
+    """``gate_fn``: sigmoid or softplus (None: the sigmoid)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or value.strip().lower() not in FUNCTIONS:
+        from .values import given
+
+        raise MhaError(f"gate_fn must be sigmoid or softplus, got {given(value)}",
+                       key="gate_fn")
+    return value.strip().lower()
+
+
+def gate_fn(value: Any, s: Sizes) -> Fields:
+    """The gate's function (with w_gate): None for the sigmoid, unless given."""
+    return {"gate_fn": value}, {}
 
 
 def w_gate(value: Any, s: Sizes) -> Fields:

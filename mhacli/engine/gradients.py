@@ -15,6 +15,7 @@ import numpy as np
 
 from . import diff_gradients as dg, ops, qk_norms, sub_norm
 from .clipping import passed
+from .gating import slope
 from .stage import KEY, NUMBERED, QUERY, Stage
 from .work import Work, tuned, turned
 from .gradient_cells import cell_d_masked, cell_d_scores, cell_with_formula
@@ -167,19 +168,20 @@ def _d_input(t: Chains, w: Work) -> Array:
     """The gradient arriving at the query-side input of the projections (X, or X + PE)."""
     p = w.p
     if w.c.latent:  # through the latents (latent_gradients.py)
-        return latent_d_input(w)
-    out = _through(t, w, "q") @ p.w_q.T  # type: ignore[union-attr]
-    if not w.c.cross:
-        out = out + _through(t, w, "k") @ p.w_k.T + \
-            _through(t, w, "v") @ p.w_v.T  # type: ignore[union-attr]
-    if w.c.gate:
+        out = latent_d_input(w)
+    else:
+        out = _through(t, w, "q") @ p.w_q.T  # type: ignore[union-attr]
+        if not w.c.cross:
+            out = out + _through(t, w, "k") @ p.w_k.T + \
+                _through(t, w, "v") @ p.w_v.T  # type: ignore[union-attr]
+    if w.c.gate:  # (in MLA too: the gate reads X)
         out = out + w["d_gate"] @ p.w_gate.T  # type: ignore[union-attr]
     return out
 
 
 def _d_head_outputs(w: Work) -> Array | None:
-    """dO_h: head h's columns of dC, or, gated, dGated_h ⊙ σ(G_h); a differential
-    head's, back through its norm (diff_gradients.py)."""
+    """dO_h: head h's columns of dC, or, gated, dGated_h ⊙ f(G_h) (σ or softplus); a
+    differential head's, back through its norm (diff_gradients.py)."""
     c = w.c
     if c.differential is not None:
         return dg.d_head_outputs(w)
@@ -187,7 +189,7 @@ def _d_head_outputs(w: Work) -> Array | None:
         return ops.split_heads(w["d_concat"], c.heads)
     if w.exact:
         return None  # σ: not rational
-    return w["d_gated"] * w.parts["gated"]["sigmoid"]  # (H, n, d_v)
+    return w["d_gated"] * w.parts["gated"]["act"]  # (H, n, d_v)
 
 
 def _d_concat(w: Work) -> Array | None:
@@ -201,9 +203,10 @@ def _d_concat(w: Work) -> Array | None:
 
 
 def _d_gate(w: Work) -> Array:
-    """dG = dGated ⊙ O ⊙ σ(G)·(1 − σ(G)), the heads side by side (n × H·d_v)."""
-    sig = w.parts["gated"]["sigmoid"]
-    return ops.merge_heads(w["d_gated"] * w["head_outputs"] * sig * (1 - sig))
+    """dG = dGated ⊙ O ⊙ f′(G): σ(G)·(1 − σ(G)), or softplus' σ(G); the heads side by
+    side (n × H·d_v)."""
+    return ops.merge_heads(w["d_gated"] * w["head_outputs"] *
+                           ops.split_heads(slope(w["gate"], w.c.gate_fn), w.c.heads))
 
 
 def _d_kv_input(t: Chains, w: Work) -> Array:
@@ -227,6 +230,11 @@ def _d_positional(w: Work) -> Array:
 # --------------------------------------------------------------------------- text
 
 
+def _f(c: Any) -> str:
+    """The gate's function as a formula names it."""
+    return "softplus" if c.gate_fn == "softplus" else "σ"
+
+
 def _text(rows: str, grouped: str | None = None) -> Callable[[Formula], str]:
     """A formula, and another for grouped-query problems when it differs."""
     return lambda f: grouped if grouped is not None and f.c.groups != f.c.heads else rows
@@ -247,9 +255,9 @@ def _d_scaled_text(t: Chains, f: Formula) -> str:
 
 def _d_input_text(f: Formula) -> str:
     src = "(X + PE)" if f.c.positional else "X"
-    if f.c.latent:
-        return latent_text(src)
     gate = " + dG·W_gateᵀ" if f.c.gate else ""
+    if f.c.latent:
+        return latent_text(src) + (f"{gate} (the gate reads X too)" if gate else "")
     if f.c.cross:
         return f"d{src} = dQ·W_Qᵀ{gate}"
     feeds = "all four" if f.c.gate else "all three"
@@ -351,11 +359,13 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
               QUERY, NUMBERED, _d_head_outputs,
               lambda f: f"dO{f.i} = the norm's backward: g/rms − o·Σ(g⊙o)/(D·rms³), g = "
               f"dO_normed{f.i}" if f.c.differential is not None else
-              f"dO{f.i} = dGated{f.i} ⊙ σ(G{f.i})" if f.c.gate else
+              f"dO{f.i} = dGated{f.i} ⊙ {_f(f.c)}(G{f.i})" if f.c.gate else
               f"dO{f.i} = head {f.h or 'h'}'s columns of dC", "O", per_head=True,
               exact=True),
         _grad("d_gate", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,
-              _d_gate, _text("dG = dGated ⊙ O ⊙ σ(G)·(1 − σ(G)), the heads side by side"),
+              _d_gate, lambda f: "dG = dGated ⊙ O ⊙ " + (
+                  "σ(G) (softplus′), " if f.c.gate_fn == "softplus" else
+                  "σ(G)·(1 − σ(G)), ") + "the heads side by side",
               "G", exists=lambda c: c.gate),
         *dg.map_stages(_grad),  # differential attention's D, λ and its vectors
         _grad("d_weights", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,

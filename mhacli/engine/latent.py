@@ -9,8 +9,9 @@ d_nope the rest of a head, d_k = d_nope + d_R:
     q_latent_normed   = rmsnorm(q_latent) ⊙ q_latent_norm  (n, r_q)
     kv_latent         = X·W_DKV = [c_KV | k_R]              (m, r_kv + d_R)
     kv_latent_normed  = rmsnorm(c_KV) ⊙ kv_latent_norm     (m, r_kv)
+    k_rope_normed     = rmsnorm(k_R) ⊙ k_rope_norm         (m, d_R), where given (dots3)
     q_heads[h]        = q_latent_normed·W_UQ,h (or X·W_Q,h) (H, n, d_k): [q_nope | q_rope]
-    k_heads[h]        = [c_KV·W_UK,h | k_R]                 (H, m, d_k)
+    k_heads[h]        = [c_KV·W_UK,h | k_R (normed)]        (H, m, d_k)
     v_heads[h]        = c_KV·W_UV,h                         (H, m, d_v)
 
 then RoPE turns the last d_R columns of each head, and the rest is any attention. The
@@ -30,7 +31,7 @@ from .values import matrix, vector
 
 Array = np.ndarray
 MATRICES = ("w_dq", "w_uq", "w_dkv", "w_uk", "w_uv")  # MLA's weights
-NORMS = ("q_latent_norm", "kv_latent_norm")  # its latents' norm weights
+NORMS = ("q_latent_norm", "kv_latent_norm", "k_rope_norm")  # its norms' weights
 NAME = "multi-head latent attention"
 
 
@@ -76,6 +77,8 @@ def heads_of(p: Any, x: Array) -> tuple[Array, Array, Array]:
         src, w_uq = x, p.w_q
     c_kv, k_r = split_latent(x @ p.w_dkv, c.r_kv)  # (m, r_kv), (m, d_R)
     c_kv, _ = normed(c_kv, p.kv_latent_norm, c.latent_eps)
+    if p.k_rope_norm is not None:
+        k_r, _ = normed(k_r, p.k_rope_norm, c.latent_eps)  # (m, d_R)
     return (q_heads(src, w_uq, c.heads), k_heads(c_kv, k_r, p.w_uk, c.heads),
             v_heads(c_kv, p.w_uv, c.heads))
 
@@ -110,8 +113,9 @@ class Shapes:
 
 def shapes(x: Array, given: dict[str, Any], w_q: Any, heads: int | None, t: Any) -> Shapes:
     """Read and check MLA's weights (``given``: w_dq, q_latent_norm, w_uq, w_dkv,
-    kv_latent_norm, w_uk, w_uv) against each other and against X (n × d_model); ``w_q``
-    in place of w_dq, q_latent_norm and w_uq when the queries are not compressed.
+    kv_latent_norm, w_uk, w_uv, and k_rope_norm where k_R is normed) against each other
+    and against X (n × d_model); ``w_q`` in place of w_dq, q_latent_norm and w_uq when the
+    queries are not compressed.
     Raises MhaError naming the key."""
     a = {name: matrix(name, given.get(name), t) for name in MATRICES}
     a.update({name: vector(name, given.get(name), t) for name in NORMS})
@@ -179,6 +183,10 @@ def shapes(x: Array, given: dict[str, Any], w_q: Any, heads: int | None, t: Any)
                        f"needs d_nope + d_R = {d_nope} + {d_rope} (w_uk's {w_uk.shape[1]} "
                        f"columns / heads, then w_dkv's columns past r_kv = {r_kv}): "
                        f"{heads * (d_nope + d_rope)}", key=top)
+    rope_norm = a["k_rope_norm"]
+    if rope_norm is not None and rope_norm.shape[0] != d_rope:
+        raise MhaError(f"k_rope_norm has {rope_norm.shape[0]} entries but k_R has d_R = "
+                       f"{d_rope} columns (w_dkv's past r_kv = {r_kv})", key="k_rope_norm")
     if d_nope + d_rope == 0:
         raise MhaError("each head's queries and keys have no column (d_nope + d_R = 0)",
                        key=top)

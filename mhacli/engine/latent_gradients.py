@@ -26,23 +26,39 @@ def _nope(w: Work) -> Array:
     return ops.merge_heads(w["d_k_heads"][..., :w.c.d_k - w.c.d_rope])
 
 
-def _norm_back(w: Work, name: str, weight: Array) -> Array:
-    """The gradient at a latent from that at its normed rows (the RMS norm's backward)."""
-    src = w[name] if name == "q_latent" else w[name][:, :w.c.r_kv]  # (rows, r): c_KV alone
-    r = w.parts[f"{name}_normed"]["rms"]
-    return ops.rms_back(src[None], r[None], weight, w[f"d_{name}_normed"][None])[0]
+def _source(w: Work, normed: str) -> Array:
+    """What a norm divides: q_latent, c_KV (kv_latent's first r_kv columns) or k_R (its
+    last d_R): (rows, r)."""
+    if normed == "q_latent_normed":
+        return w["q_latent"]
+    c_kv, k_r = w["kv_latent"][:, :w.c.r_kv], w["kv_latent"][:, w.c.r_kv:]
+    return k_r if normed == "k_rope_normed" else c_kv
 
 
-def _norm_weight(w: Work, name: str) -> Array:
+def _norm_back(w: Work, normed: str, weight: Array) -> Array:
+    """The gradient at a latent (or k_R) from that at its normed rows (the RMS norm's
+    backward)."""
+    r = w.parts[normed]["rms"]
+    return ops.rms_back(_source(w, normed)[None], r[None], weight, w[f"d_{normed}"][None])[0]
+
+
+def _norm_weight(w: Work, normed: str) -> Array:
     """The gradient at a norm's weights: Σ over the rows of d(normed) ⊙ x / rms."""
-    src = w[name] if name == "q_latent" else w[name][:, :w.c.r_kv]
-    return (w[f"d_{name}_normed"] * src / w.parts[f"{name}_normed"]["rms"]).sum(axis=0)
+    return (w[f"d_{normed}"] * _source(w, normed) / w.parts[normed]["rms"]).sum(axis=0)
+
+
+def _d_rope(w: Work) -> Array:
+    """The heads' sum of their last d_R columns of dK (k_R, or k_R normed, is every
+    head's): (m, d_R)."""
+    return w["d_k_heads"][..., w.c.d_k - w.c.d_rope:].sum(axis=0)
 
 
 def _d_kv_latent(w: Work) -> Array:
-    """[dC_KV | dk_R]: c_KV's through its norm, k_R's the heads' sum."""
-    rope = w["d_k_heads"][..., w.c.d_k - w.c.d_rope:].sum(axis=0)  # (m, d_R)
-    return np.concatenate((_norm_back(w, "kv_latent", w.p.kv_latent_norm), rope), axis=1)
+    """[dC_KV | dk_R]: c_KV's through its norm, k_R's the heads' sum (through its norm
+    where it is normed)."""
+    rope = _norm_back(w, "k_rope_normed", w.p.k_rope_norm) if w.c.rope_normed else _d_rope(w)
+    return np.concatenate((_norm_back(w, "kv_latent_normed", w.p.kv_latent_norm), rope),
+                          axis=1)  # (m, r_kv + d_R)
 
 
 def d_input(w: Work) -> Array:
@@ -70,6 +86,9 @@ def latent_gradients(t: Any, grad: Callable[..., Stage]) -> tuple[Stage, ...]:
     def kv(c: Config) -> bool:
         return c.latent
 
+    def rope(c: Config) -> bool:
+        return c.latent and c.rope_normed
+
     def text(s: str) -> Callable[[Formula], str]:
         return lambda f: s
 
@@ -81,10 +100,10 @@ def latent_gradients(t: Any, grad: Callable[..., Stage]) -> tuple[Stage, ...]:
              lambda w: w["q_latent_normed"].T @ ops.merge_heads(w["d_q_heads"]),
              text("dW_UQ = C_Q,normedᵀ·dQ"), "W_{UQ}", exists=q),
         grad("d_q_latent_norm", "r_q", lambda c: (c.r_q,), NUMBERED, NUMBERED,
-             lambda w: _norm_weight(w, "q_latent"),
+             lambda w: _norm_weight(w, "q_latent_normed"),
              text("dw = Σ over the rows of dC_Q,normed ⊙ C_Q / rms"), "w_Q", exists=q),
         grad("d_q_latent", "n × r_q", lambda c: (c.n, c.r_q), QUERY, NUMBERED,
-             lambda w: _norm_back(w, "q_latent", w.p.q_latent_norm),
+             lambda w: _norm_back(w, "q_latent_normed", w.p.q_latent_norm),
              text("dC_Q = the norm's backward: (w⊙g)/rms − x·Σ(w⊙g⊙x)/(r_q·rms³), "
                   "g = dC_Q,normed"), "C_Q", exists=q),
         grad("d_w_dq", "d_model × r_q", lambda c: (c.d_model, c.r_q), NUMBERED, NUMBERED,
@@ -101,12 +120,19 @@ def latent_gradients(t: Any, grad: Callable[..., Stage]) -> tuple[Stage, ...]:
              NUMBERED, lambda w: w["kv_latent_normed"].T @ ops.merge_heads(w["d_v_heads"]),
              text("dW_UV = C_KV,normedᵀ·dV"), "W_{UV}", exists=kv),
         grad("d_kv_latent_norm", "r_kv", lambda c: (c.r_kv,), NUMBERED, NUMBERED,
-             lambda w: _norm_weight(w, "kv_latent"),
+             lambda w: _norm_weight(w, "kv_latent_normed"),
              text("dw = Σ over the rows of dC_KV,normed ⊙ C_KV / rms"), "w_{KV}", exists=kv),
+        grad("d_k_rope_normed", "m × d_R", lambda c: (c.m, c.d_rope), KEY, NUMBERED, _d_rope,
+             text("dk_R,normed = Σ over the heads of their last d_R columns of dK (k_R "
+                  "normed is every head's)"), "k_R'", exists=rope),
+        grad("d_k_rope_norm", "d_R", lambda c: (c.d_rope,), NUMBERED, NUMBERED,
+             lambda w: _norm_weight(w, "k_rope_normed"),
+             text("dw = Σ over the rows of dk_R,normed ⊙ k_R / rms"), "w_R", exists=rope),
         grad("d_kv_latent", "m × (r_kv + d_R)", lambda c: (c.m, c.r_kv + c.d_rope), KEY,
              NUMBERED, _d_kv_latent,
              text("[dC_KV | dk_R]: dC_KV the norm's backward of dC_KV,normed; dk_R = Σ over "
-                  "the heads of their last d_R columns of dK (k_R is every head's)"),
+                  "the heads of their last d_R columns of dK (k_R is every head's), through "
+                  "its norm where k_R is normed"),
              "[C_{KV} | k_R]", exists=kv),
         grad("d_w_dkv", "d_model × (r_kv + d_R)", lambda c: (c.d_model, c.r_kv + c.d_rope),
              NUMBERED, NUMBERED, lambda w: w[_x(t, w.c)].T @ w["d_kv_latent"],

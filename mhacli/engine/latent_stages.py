@@ -27,9 +27,11 @@ INPUTS = {"x": "X", "x_pos": "(X + PE)"}
 def _normed(w: Work, name: str, weight: Array) -> Array | None:
     if w.exact:
         return None  # a square root: not rational
-    src = w[name.removesuffix("_normed")]
+    src = w["kv_latent" if name == "k_rope_normed" else name.removesuffix("_normed")]
     if name == "kv_latent_normed":
-        src = latent.split_latent(src, w.c.r_kv)[0]  # c_KV: k_R is not normed
+        src = latent.split_latent(src, w.c.r_kv)[0]  # c_KV: k_R is normed on its own
+    elif name == "k_rope_normed":
+        src = latent.split_latent(src, w.c.r_kv)[1]  # k_R
     out, r = latent.normed(src, weight, w.c.latent_eps)
     w.parts[name] = {"rms": r}
     return out  # (rows, r)
@@ -57,15 +59,20 @@ def _cell_normed(e: Entry) -> list[Any]:
     src = e.reads[0]
     e.mark(src, None, {i})
     r = op("at", f"{e.stage}.rms", i, 0)
-    weight = e.inp(e.stage.removesuffix("ed"), exact=False).at(j)  # q_latent_norm …
-    x = e.value(src, None, i, j)
-    width = c.r_q if e.stage == "q_latent_normed" else c.r_kv
-    rms = rms_of(squares(op("slice", e.row_of(src, None, i), 0, width)),  # (k_R not normed)
+    rope = e.stage == "k_rope_normed"  # (k_R: kv_latent's last d_R columns)
+    weight = e.inp("k_rope_norm" if rope else e.stage.removesuffix("ed"),
+                   exact=False).at(j)  # q_latent_norm …
+    first, width = (c.r_kv, c.d_rope) if rope else \
+        (0, c.r_q if e.stage == "q_latent_normed" else c.r_kv)
+    x = e.value(src, None, i, first + j)
+    rms = rms_of(squares(op("slice", e.row_of(src, None, i), first, first + width)),
                  width, c.latent_eps)
     e.makes(op("f*", op("f/", x, rms), weight))
-    return [f"{e.name} = {src}[{e.row_label}, {j + 1}] / rms × w_{j + 1}, rms = √(mean of "
-            f"the squares of its first {width} columns + eps)",
-            rms_line(op("slice", e.row_of(src, None, i), 0, width), width, c.latent_eps, r),
+    which = f"its last {width} columns (k_R)" if rope else f"its first {width} columns"
+    return [f"{e.name} = {src}[{e.row_label}, {first + j + 1}] / rms × w_{j + 1}, rms = "
+            f"√(mean of the squares of {which} + eps)",
+            rms_line(op("slice", e.row_of(src, None, i), first, first + width), width,
+                     c.latent_eps, r),
             f"  {e.factor(x)} / {e.num(r)} × {e.factor(weight)}", f"  = {e.result}"]
 
 
@@ -86,17 +93,18 @@ def cell_q_heads(e: Entry) -> list[Any]:
 def cell_k_heads(e: Entry) -> list[Any]:
     c, h, i, j = e.c, e.head, e.row, e.col
     d_nope = c.d_k - c.d_rope
-    src, whole = e.reads  # c_KV normed, and kv_latent (k_R its last d_R columns)
+    src, whole = e.reads  # c_KV normed, and kv_latent (k_R its last d_R) or k_R normed
+    at = j - d_nope + (0 if c.rope_normed else c.r_kv)  # k_R's column in ``whole``
     col = (h - 1) * d_nope + j
     e.mark(src, None, {i})
     e.makes(op("if", j < d_nope, fdot(e.row_of(src, None, i), e.inp("w_uk", exact=False).col(col)),
-               e.value(whole, None, i, c.r_kv + j - d_nope)))
+               e.value(whole, None, i, at)))
     return [when(j < d_nope,
                  [f"{e.name} = row {i + 1} of {src} · column {col + 1} of W_UK  "
                   f"(k_nope: head {h}'s own)",
                   f"  = {e.dot(e.row_of(src, None, i), e.inp('w_uk').col(col))}",
                   f"  = {e.result}"],
-                 [f"{e.name} = {whole}[{e.row_label}, {c.r_kv + j - d_nope + 1}] = "
+                 [f"{e.name} = {whole}[{e.row_label}, {at + 1}] = "
                   f"{e.result}  (k_R: the same for every head)"])]
 
 
@@ -121,7 +129,8 @@ def q_heads(w: Work, src: Array) -> Array:
 
 
 def k_heads(w: Work) -> Array:
-    _, k_r = latent.split_latent(w["kv_latent"], w.c.r_kv)
+    k_r = w["k_rope_normed"] if w.c.rope_normed else \
+        latent.split_latent(w["kv_latent"], w.c.r_kv)[1]  # (m, d_R)
     return latent.k_heads(w["kv_latent_normed"], k_r, w.p.w_uk, w.c.heads)
 
 
@@ -129,8 +138,12 @@ def v_heads(w: Work) -> Array:
     return latent.v_heads(w["kv_latent_normed"], w.p.w_uv, w.c.heads)
 
 
-K_READS = ("kv_latent_normed", "kv_latent")
 V_READS = ("kv_latent_normed",)
+
+
+def k_reads(c: Config) -> tuple[str, ...]:
+    """What k_heads reads: c_KV normed, and k_R (normed, or kv_latent's last columns)."""
+    return ("kv_latent_normed", "k_rope_normed" if c.rope_normed else "kv_latent")
 
 
 def q_text(f: Formula) -> str:
@@ -141,9 +154,10 @@ def q_text(f: Formula) -> str:
 
 
 def k_text(f: Formula) -> str:
+    rope = "k_R normed" if f.c.rope_normed else "k_R"
     own = f.c.d_k - f.c.d_rope
-    return (f"K{f.i} = [c_KV·W_UK{f.i} | k_R]: {own} column{'s' if own != 1 else ''} of its "
-            f"own, then k_R's {f.c.d_rope}, shared by every head")
+    return (f"K{f.i} = [c_KV·W_UK{f.i} | {rope}]: {own} column{'s' if own != 1 else ''} of "
+            f"its own, then k_R's {f.c.d_rope}, shared by every head")
 
 
 def v_text(f: Formula) -> str:
@@ -188,4 +202,11 @@ def latent_stages(t: Any) -> tuple[Stage, ...]:
               f"by their root mean square, √(mean(x²) + {f.c.latent_eps:g}), times the weights",
               latex=tex(r"\frac{C_{KV}}{\operatorname{rms}} \odot w"), cell=_cell_normed,
               reads=lambda c: ("kv_latent",), exists=lambda c: c.latent, **_RMS),
+        Stage("k_rope_normed", "m × d_R", lambda c: (c.m, c.d_rope), KEY, NUMBERED,
+              compute=lambda w: _normed(w, "k_rope_normed", w.p.k_rope_norm),
+              formula=lambda f: "k_R / rms × k_rope_norm: k_R's rows (kv_latent's last "
+              f"{f.c.d_rope} columns) divided by their root mean square, √(mean(x²) + "
+              f"{f.c.latent_eps:g}), times the weights, before RoPE",
+              latex=tex(r"\frac{k_R}{\operatorname{rms}} \odot w"), cell=_cell_normed,
+              reads=lambda c: ("kv_latent",), exists=lambda c: c.rope_normed, **_RMS),
     )

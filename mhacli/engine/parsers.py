@@ -12,6 +12,7 @@ import numpy as np
 from ..errors import MhaError, key_text, shown
 from . import rope as rope_setting
 from .config import Sizes
+from .tuning import tau_of
 from .values import (as_array, given, mask_matrix, mask_value, matrix, positive, scale_divisor,
                      shape_text)
 
@@ -53,23 +54,34 @@ def chunk(value: Any, s: Sizes) -> Fields:
     return {"chunk": value}, {}  # as given (at most 999,999,999: safe in int64)
 
 
-def temperature_value(value: Any) -> tuple[float, ...] | None:
+def temperature_value(value: Any) -> tuple[Any, ...] | None:
     """``temperature``: Llama 4's tuning of the queries, its floor_scale F and attn_scale
     A, as {floor_scale: F, attn_scale: A}, [F, A] or ``F:A``; and the shift S of the
     position (1, Llama 4's ⌊(p + 1) / F⌋, unless given: Ministral 3's ⌊p / M⌋ is S = 0)
-    as {…, shift: S}, [F, A, S] or ``F:A:S``; None or false: none."""
+    as {…, shift: S}, [F, A, S] or ``F:A:S``; or Beam's power law (1 + (p + 1) / F)^A as
+    {size: F, power: A} or ``F:A:power``; None or false: none. Typed: (F, A), (F, A, S)
+    or (F, A, "power")."""
     import re
 
     if value is None or value is False or isinstance(value, str) and \
             value.strip().lower() in ("", "none", "false", "no", "off"):
         return None
     if isinstance(value, tuple) and len(value) in (2, 3) and \
-            all(type(v) is float for v in value):
+            all(type(v) is float for v in value[:2]) and \
+            (len(value) == 2 or value[2] in (0, 1, "power")):
         return value  # typed already
-    if isinstance(value, dict):
+    if isinstance(value, dict) and {"size", "power"} & set(value):
+        unknown = sorted(set(value) - {"size", "power"})
+        if unknown or set(value) != {"size", "power"}:
+            raise MhaError(f"temperature's power law takes size and power, got "
+                           f"{', '.join(map(str, unknown or sorted(value)))}",
+                           key="temperature")
+        parts = [value["size"], value["power"], "power"]
+    elif isinstance(value, dict):
         unknown = sorted(set(value) - {"floor_scale", "attn_scale", "shift"})
         if unknown or not {"floor_scale", "attn_scale"} <= set(value):
-            raise MhaError(f"temperature takes floor_scale and attn_scale (and shift), got "
+            raise MhaError(f"temperature takes floor_scale and attn_scale (and shift), or "
+                           f"size and power, got "
                            f"{', '.join(map(str, unknown or sorted(value))) or 'neither'}",
                            key="temperature")
         parts = [value["floor_scale"], value["attn_scale"]] + \
@@ -82,10 +94,13 @@ def temperature_value(value: Any) -> tuple[float, ...] | None:
         parts = [value]
     if len(parts) not in (2, 3):
         raise MhaError(f"temperature takes F:A (floor_scale and attn_scale, positive "
-                       f"numbers) or F:A:S (S the shift, 0 or 1), got {given(value)}",
-                       key="temperature")
-    f = positive("temperature.floor_scale", parts[0])
-    a = positive("temperature.attn_scale", parts[1])
+                       f"numbers), F:A:S (S the shift, 0 or 1) or F:A:power, got "
+                       f"{given(value)}", key="temperature")
+    power = len(parts) == 3 and isinstance(parts[2], str) and parts[2].strip() == "power"
+    f = positive("temperature.size" if power else "temperature.floor_scale", parts[0])
+    a = positive("temperature.power" if power else "temperature.attn_scale", parts[1])
+    if power:
+        return float(f), float(a), "power"  # type: ignore[arg-type]
     if len(parts) == 2:
         return float(f), float(a)  # type: ignore[arg-type]
     shift = parts[2]
@@ -95,20 +110,22 @@ def temperature_value(value: Any) -> tuple[float, ...] | None:
         raise MhaError(f"temperature.shift must be 0 (⌊p / F⌋, Ministral 3) or 1 "
                        f"(⌊(p + 1) / F⌋, Llama 4), got {given(shift)}",
                        key=("temperature", "shift"))
-    return float(f), float(a), float(shift)  # type: ignore[arg-type]
+    return float(f), float(a), int(shift)  # type: ignore[arg-type]
 
 
 def temperature(value: Any, s: Sizes) -> Fields:
-    """The factor of each query position p: τ_p = log(⌊(p + S) / F⌋ + 1)·A + 1."""
+    """The factor of each query position p (``tau_of``)."""
     if value is None:
-        return {"temperature": None, "temperature_shift": 1}, {"tau": None}
+        return {"temperature": None, "temperature_shift": 1, "temperature_power": False}, \
+            {"tau": None}
     f, a = value[:2]
-    shift = int(value[2]) if len(value) == 3 else 1
-    p = np.arange(s.n, dtype=np.float64)
-    tau = np.log(np.floor((p + shift) / f) + 1) * a + 1
+    power = len(value) == 3 and value[2] == "power"
+    shift = int(value[2]) if len(value) == 3 and not power else 1
+    tau = tau_of(f, a, shift, power, s.n)
     # a logarithm is never rational: the exact path leaves q_tuned, and what follows it,
     # to the floats (as it does RoPE's), so its factors are floats there too
-    return {"temperature": (f, a), "temperature_shift": shift}, {"tau": tau.astype(np.float64 if s.t is object else s.t)}
+    return {"temperature": (f, a), "temperature_shift": shift, "temperature_power": power}, \
+        {"tau": tau.astype(np.float64 if s.t is object else s.t)}
 
 
 def key_padding_value(value: Any) -> npt.NDArray[np.bool_]:

@@ -158,7 +158,7 @@ def attention(
     backward: bool = False, grad_output: Any = None, target: Any = None,
     w_dq: Any = None, q_latent_norm: Any = None, w_uq: Any = None, w_dkv: Any = None,
     kv_latent_norm: Any = None, w_uk: Any = None, w_uv: Any = None,
-    progress: Progress | None = None, **settings: Any,
+    k_rope_norm: Any = None, progress: Progress | None = None, **settings: Any,
 ) -> Array:
     """Multi-head attention: the final output only (n × d_out), the fast path.
 
@@ -168,7 +168,8 @@ def attention(
     "n", "none" or a number; ``dtype``: float64 or float32; the variants).
     Multi-head latent attention: ``w_dkv, kv_latent_norm, w_uk, w_uv`` in place of
     ``w_k, w_v``, and ``w_dq, q_latent_norm, w_uq`` in place of ``w_q`` where the queries
-    are compressed (see ``mhacli.engine.latent``).
+    are compressed, and ``k_rope_norm`` where k_R is RMS-normed before RoPE (see
+    ``mhacli.engine.latent``).
     Raises MhaError on invalid input; warns (MaskedRowWarning) on fully blocked rows.
     ``progress(done, total)``, if given, hears how much of the work is done.
     """
@@ -183,7 +184,8 @@ def trace(
     x_kv: Any = None, q: Any = None, k: Any = None, v: Any = None,
     backward: bool = False, grad_output: Any = None, target: Any = None,
     w_dq: Any = None, q_latent_norm: Any = None, w_uq: Any = None, w_dkv: Any = None,
-    kv_latent_norm: Any = None, w_uk: Any = None, w_uv: Any = None, **settings: Any,
+    kv_latent_norm: Any = None, w_uk: Any = None, w_uv: Any = None,
+    k_rope_norm: Any = None, **settings: Any,
 ) -> Trace:
     """Multi-head attention with every intermediate stage kept (for small problems).
 

@@ -225,6 +225,32 @@ class Matrix(Rule):
         return "mask 0 = blocked: set to −∞" if alone else "mask 0 = blocked"
 
 
+class TopK(Rule):
+    """Sparse attention (DeepSeek-V3.2's indexer, ``sparse.py``): query i sees only the
+    keys of its top_k index scores."""
+
+    name = "top_k"
+    the = "the indexer's top-k"
+
+    def __init__(self, keep: npt.NDArray[np.bool_], scores: Any, top_k: int) -> None:
+        self.keep = keep  # (n, m) True = among the query's top_k
+        self.scores = scores  # (n, m) the index scores (−∞ where another rule blocks)
+        self.top_k = top_k
+
+    def allowed(self, lo: int, hi: int, k0: int, k1: int) -> Bools:
+        return self.keep[lo:hi, k0:k1]
+
+    def said(self, reason: Reason, key: str) -> str:
+        return (f"the indexer's top-{self.top_k} ({key} is not among the query's "
+                f"{self.top_k} largest index scores: --cell index_keep says its rank)")
+
+    tile_said = "the indexer's top-k (no query of the tile keeps any of its keys)"
+
+    def text(self, alone: bool) -> str:
+        return "index_keep 0 (not among the query's top-k keys) set to −∞" if alone else \
+            "index_keep 0 = not among the query's top-k keys"
+
+
 class Padding(KeySet):
     """Key padding: the keys marked 0 are blocked for every query."""
 
@@ -281,9 +307,11 @@ class Reach:
 
     @classmethod
     def of(cls, c: Settings, matrix: npt.NDArray[np.bool_] | None = None,
-           key_padding: npt.NDArray[np.bool_] | None = None) -> Reach:
+           key_padding: npt.NDArray[np.bool_] | None = None,
+           top_k: tuple[Any, Any] | None = None) -> Reach:
         """The rules of the problem ``c``: its mask (causal, or the ``matrix``), its
-        window, its chunks, its ``key_padding``, in that order. Made from the Config alone (no
+        window, its chunks, its ``key_padding``, the indexer's ``top_k`` (keep, scores), in
+        that order. Made from the Config alone (no
         arrays), a matrix's and padding's rules are there to be named, not asked: the
         rules of runs answer in full (a decoding cache's sizes)."""
         rules: list[Rule] = []
@@ -297,6 +325,8 @@ class Reach:
             rules.append(Chunk(c.chunk))
         if c.padding:
             rules.append(Padding(key_padding))  # type: ignore[arg-type]
+        if top_k is not None:
+            rules.append(TopK(top_k[0], top_k[1], c.indexer))  # type: ignore[attr-defined]
         return cls(c.n, c.m, tuple(rules))
 
     @property

@@ -19,7 +19,13 @@
                    attention_factor}
         longrope  {short_factor, long_factor (dims/2 each), factor,
                    original_max_position_embeddings, attention_factor}
-    freqs: [θ_1, …]                the dims/2 frequencies themselves
+        proportional {partial_rotary_factor (1), factor (1)}
+                                   Gemma 4's: the pairs (i, i + dims/2) of the whole
+                                   head, the first r = ⌊p·dims/2⌋ turned by
+                                   base^(−2i/dims) / factor (the exponent over the whole
+                                   head, not over the 2r turned), the rest not at all
+                                   (θ_i = 0)
+    freqs: [θ_1, …]                the dims/2 frequencies themselves (0: a pair not turned)
     attention_factor: 1            cos and sin multiplied by it (YaRN's, LongRoPE's)
 
 The rules are those of the papers as the reference implementations write them; the
@@ -38,7 +44,7 @@ from ..errors import MhaError, shown
 from .values import given, positive
 
 STYLES = ("half", "interleaved", "half-reversed")
-RULES = ("linear", "dynamic", "llama3", "yarn", "longrope")
+RULES = ("linear", "dynamic", "llama3", "yarn", "longrope", "proportional")
 KEYS = ("style", "base", "dims", "scaling", "freqs", "attention_factor")
 RULE_KEYS = {
     "linear": ("factor",),
@@ -49,10 +55,12 @@ RULE_KEYS = {
              "mscale", "mscale_all_dim", "truncate", "attention_factor"),
     "longrope": ("short_factor", "long_factor", "factor", "original_max_position_embeddings",
                  "attention_factor"),
+    "proportional": ("partial_rotary_factor", "factor"),
 }
 REQUIRED = {"linear": ("factor",), "dynamic": ("factor", "original_max_position_embeddings"),
             "llama3": RULE_KEYS["llama3"], "yarn": ("factor", "original_max_position_embeddings"),
-            "longrope": ("short_factor", "long_factor", "original_max_position_embeddings")}
+            "longrope": ("short_factor", "long_factor", "original_max_position_embeddings"),
+            "proportional": ()}
 
 
 def read(value: Any) -> dict[str, Any] | None:
@@ -105,7 +113,7 @@ def parse(value: Any, d_k: int, n: int, width: str = "d_k") -> dict[str, Any]:
     factor = spec.get("attention_factor") or 1.0
     rule = None
     if spec.get("freqs") is not None:
-        theta = _numbers("rope.freqs", spec["freqs"], dims // 2)
+        theta = _numbers("rope.freqs", spec["freqs"], dims // 2, zero=True)
         rule = "given"
     elif spec.get("scaling") is not None:
         rule, theta, scaled = _scaled(spec["scaling"], dims, base, n)
@@ -182,6 +190,8 @@ def _scaled(value: Any, dims: int, base: float, n: int
     theta = np.power(float(base), -np.arange(0, dims, 2, dtype=np.float64) / dims)
     if rule == "linear":
         return rule, theta / number("factor"), None  # type: ignore[operator]
+    if rule == "proportional":
+        return rule, _proportional(number, theta, dims), None
     length = number("original_max_position_embeddings")
     assert length is not None
     if rule == "dynamic":
@@ -253,8 +263,21 @@ def _yarn(spec: dict[str, Any], number: Any, theta: np.ndarray, dims: int, base:
     return "yarn", theta / factor * (1 - extrapolated) + theta * extrapolated, attention
 
 
-def _numbers(name: str, value: Any, count: int) -> np.ndarray:
-    """``count`` positive numbers (a list, or text such as '1 2 3')."""
+def _proportional(number: Any, theta: np.ndarray, dims: int) -> np.ndarray:
+    """Proportional RoPE (Gemma 4's global layers, LFM3's): of the dims/2 pairs, the first
+    r = ⌊p·dims/2⌋ (p = partial_rotary_factor) keep base^(−2i/dims), the rest turn by
+    nothing; all ÷ factor."""
+    share = number("partial_rotary_factor", 1.0)
+    if share > 1:
+        raise MhaError(f"rope scaling proportional partial_rotary_factor must be at most 1, "
+                       f"got {share:g}", key=("rope", "scaling", "partial_rotary_factor"))
+    turned = int(share * dims // 2)  # (as the reference rounds it)
+    out = np.where(np.arange(dims // 2) < turned, theta, 0.0)
+    return out / number("factor", 1.0)
+
+
+def _numbers(name: str, value: Any, count: int, zero: bool = False) -> np.ndarray:
+    """``count`` positive numbers (a list, or text such as '1 2 3'); ``zero``: 0 too."""
     from ..numbers import parse as parse_number
 
     key = tuple(name.split("."))
@@ -265,8 +288,9 @@ def _numbers(name: str, value: Any, count: int) -> np.ndarray:
                        f"got {shown(value)}", key=key)
     out = np.array([parse_number(v, key + (i,)) if isinstance(v, str) else float(v)
                     for i, v in enumerate(value)], dtype=np.float64)
-    bad = np.flatnonzero(~(np.isfinite(out) & (out > 0)))
+    bad = np.flatnonzero(~(np.isfinite(out) & ((out >= 0) if zero else (out > 0))))
     if bad.size:
-        raise MhaError(f"{name}[{bad[0] + 1}] is {out[bad[0]]}: each must be a positive "
-                       "number", key=key + (int(bad[0]),))
+        raise MhaError(f"{name}[{bad[0] + 1}] is {out[bad[0]]}: each must be a "
+                       f"{'number ≥ 0 (0: not turned)' if zero else 'positive number'}",
+                       key=key + (int(bad[0]),))
     return out

@@ -30,7 +30,7 @@ import numpy as np
 from ..errors import MhaError
 from . import clipping, disentangled, gating
 from . import parsers as read
-from . import qk_norms, relative, rope, sub_norm, xl_relative
+from . import qk_norms, relative, rope, sparse, sub_norm, xl_relative
 from .parsers import Fields
 from .values import (DTYPES, MASKS, choice, dtype_name, mask_value, positive, scale_rule,
                      whole)
@@ -101,12 +101,18 @@ SETTINGS: tuple[Setting, ...] = (
             write=lambda c, p, given: c.chunk),
     Setting("temperature", "Llama 4's temperature tuning of the queries: F:A (its "
             "floor_scale and attn_scale), each query at position p multiplied by "
-            "log(⌊(p + 1) / F⌋ + 1)·A + 1; F:A:0 for Ministral 3's log(⌊p / F⌋ + 1)·A + 1.", read=read.temperature_value,
-            parse=read.temperature, fields=("temperature", "temperature_shift", "tau"),
+            "log(⌊(p + 1) / F⌋ + 1)·A + 1; F:A:0 for Ministral 3's log(⌊p / F⌋ + 1)·A + 1; "
+            "F:A:power ({size: F, power: A}) for Beam's (1 + (p + 1) / F)^A.",
+            read=read.temperature_value, parse=read.temperature,
+            fields=("temperature", "temperature_shift", "temperature_power", "tau"),
             shown=lambda c: {"temperature": None if c.temperature is None else
+                             {"size": c.temperature[0], "power": c.temperature[1]}
+                             if c.temperature_power else
                              {"floor_scale": c.temperature[0], "attn_scale": c.temperature[1],
                               **({} if c.temperature_shift == 1 else {"shift": 0})}},
             write=lambda c, p, given: None if c.temperature is None else
+            f"{{size: {read.written(c.temperature[0])}, power: "
+            f"{read.written(c.temperature[1])}}}" if c.temperature_power else
             f"{{floor_scale: {read.written(c.temperature[0])}, attn_scale: "
             f"{read.written(c.temperature[1])}"
             + ("" if c.temperature_shift == 1 else ", shift: 0") + "}"),
@@ -245,14 +251,30 @@ SETTINGS: tuple[Setting, ...] = (
             array=(1,), read=lambda v: read.numbers_value("b_gate", v), parse=gating.b_gate,
             fields=("gate_bias", "b_gate"), needs="w_gate",
             write=lambda c, p, given: p.b_gate),
-    Setting("latent_eps", "multi-head latent attention (w_dkv …): the eps of its two "
-            "latent norms, √(mean(x²) + eps); 1e-6 if not given.",
-            read=lambda v: read.qk_eps(v, "latent_eps"), parse=read.latent_eps,
+    Setting("gate_fn", "the gate's function: sigmoid (σ(g) = 1 / (1 + e^(−g)), the default) "
+            "or softplus (log(1 + e^g), Laguna's), with w_gate.", words=gating.FUNCTIONS,
+            read=gating.gate_fn_value, parse=gating.gate_fn, fields=("gate_fn",),
+            needs="w_gate", shown=lambda c: {"gate_fn": c.gate_fn or "sigmoid"} if c.gate else {},
+            write=lambda c, p, given: c.gate_fn),
+    Setting("latent_eps", "multi-head latent attention (w_dkv …): the eps of its "
+            "latent norms (and of k_R's, with k_rope_norm), √(mean(x²) + eps); 1e-6 if not "
+            "given.", read=lambda v: read.qk_eps(v, "latent_eps"), parse=read.latent_eps,
             fields=("latent_eps",),
             shown=lambda c: {"latent": {"r_q": c.r_q, "r_kv": c.r_kv,
-                                        "d_nope": c.d_k - c.d_rope, "d_rope": c.d_rope},
+                                        "d_nope": c.d_k - c.d_rope, "d_rope": c.d_rope,
+                                        **({"k_rope_normed": True} if c.rope_normed else {})},
                              "latent_eps": c.latent_eps} if c.latent else {},
             write=lambda c, p, given: read.written(c.latent_eps) if c.latent else None),
+    Setting("indexer", "sparse attention (DeepSeek-V3.2's indexer, with multi-head latent "
+            "attention): {top_k, rope, eps, w_q, w_k, k_norm, k_norm_bias, w_weights}; "
+            "index_q = C_Q·W_IQ (r_q × E·d_I), index_k = LayerNorm(X·W_IK) (weight k_norm, "
+            "bias k_norm_bias, eps), each turned by RoPE on its first d_R columns (rope: "
+            "half or interleaved pairs), index_weights = X·W_IW / √E (d_model × E); each "
+            "query keeps the keys of its top_k scores Σ_e w_e·ReLU(q_e·k / √d_I), the rest "
+            "masked before the softmax.", kind="file", read=sparse.value, parse=sparse.parse,
+            fields=("indexer", "index_heads", "index_dim", "index_rope", "index_eps",
+                    "w_iq", "w_ik", "ik_norm", "ik_bias", "w_iw"),
+            shown=sparse.shown, write=lambda c, p, given: sparse.write(c, p, read.written)),
     Setting("masked_row", 'a query row whose every key is blocked: "zero" (zero weights, '
             'with a warning), "nan", or "error".', kind="choice",
             choices=("zero", "nan", "error"), default="zero",

@@ -24,15 +24,18 @@ from .xl_cells import cell_rel_pos
 from .gradients import gradient_stages
 from .cells import (
     cell_input, cell_projection, cell_split, cell_scores, cell_pos, cell_x_pos, cell_rot,
-    cell_normed, cell_tuned, cell_alibi, cell_biased, cell_scaled, cell_masked, cell_softcapped,
+    cell_normed, cell_tuned, cell_alibi, cell_biased, cell_scaled, cell_masked,
+    cell_softcapped,
     cell_weights, cell_head_outputs, cell_gated, cell_concat, cell_output, cell_lambda,
     cell_diff_weights, cell_diff_outputs, cell_head_normed, cell_head_scaled, cell_v_normed,
     cell_concat_normed)
 from .formulas import (input_text, norm_text, output_tex, proj_tex, proj_text, rope_text,
                        split_text, tex)
-from .gating import gate_of, sigmoid
+from .gating import act, gate_of
+from .tuning import tau_text
 from .head_weights import OUTPUT, PROJECTIONS
 from .reach import Reach
+from .sparse_stages import cell_masked_kept, keep_mask, sparse_stages
 from .stage import KEY, NUMBERED, QUERY, Stage
 from . import qk_norms, sub_norm
 from .work import Work, tuned, turned
@@ -174,13 +177,14 @@ def _v_normed(w: Work) -> Array | None:
 
 
 def _gated(w: Work) -> Array | None:
-    """Each head's output times the sigmoid of its columns of the gate."""
+    """Each head's output times the gate's function (σ, or softplus) of its columns of
+    the gate."""
     if w.exact:
         return None  # an exponential: not rational
     o, g = (w[name] for name in reads(w.c, "gated"))
-    sig = ops.split_heads(sigmoid(g), w.c.heads)  # (H, n, d_v)
-    w.parts["gated"] = {"sigmoid": sig}
-    return o * sig  # (H, n, d_v)
+    f = ops.split_heads(act(g, w.c.gate_fn), w.c.heads)  # (H, n, d_v)
+    w.parts["gated"] = {"act": f}
+    return o * f  # (H, n, d_v)
 
 
 def _concat_normed(w: Work) -> Array | None:
@@ -270,9 +274,11 @@ def _mask_text(f: Formula) -> str:
     c = f.c
     before = source(c, "masked")
     rules = Reach.of(c).rules  # named, not asked: the formula has no arrays
-    if not rules:
+    top = [f"index_keep 0 (not among the query's top {c.indexer} keys by the indexer)"
+           + (" set to −∞" if not rules else "")] if c.indexer else []
+    if not rules and not top:
         return f"no mask: the same as {before}"
-    words = "; ".join(r.text(alone=len(rules) == 1) for r in rules)
+    words = "; ".join([r.text(alone=len(rules) == 1 and not top) for r in rules] + top)
     return words if words.endswith("set to −∞") else words + "; blocked entries set to −∞"
 
 
@@ -440,7 +446,7 @@ FORWARD: tuple[Stage, ...] = (
           else ops.split_heads(w["k"], w.c.groups),
           formula=_latent_or(mla.k_text, split_text("K", lambda c: c.d_k, "d_k")),
           latex=tex("K_{@h}"), cell=_cell_or(mla.cell_k_heads, cell_split), per_head=True,
-          exact=True, chain="k", reads=lambda c: mla.K_READS if c.latent else ("k",)),
+          exact=True, chain="k", reads=lambda c: mla.k_reads(c) if c.latent else ("k",)),
     Stage("v_heads", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,
           compute=lambda w: mla.v_heads(w) if w.c.latent
           else ops.split_heads(w["v"], w.c.groups),
@@ -471,10 +477,9 @@ FORWARD: tuple[Stage, ...] = (
     _norm_stage("k_rot_normed", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), "k", True),
     Stage("q_tuned", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
           compute=_tuned, chain="q", reads=_after("q", "q_tuned"),
-          formula=lambda f: f"Q{f.i}'s row p times τ_p = log(⌊"
-          f"{'(p + 1)' if f.c.temperature_shift else 'p'} / "
-          f"{f.c.temperature[0]:g}⌋ + 1)·{f.c.temperature[1]:g} + 1, "
-          + ("Llama 4's temperature tuning" if f.c.temperature_shift else
+          formula=lambda f: f"Q{f.i}'s row p times τ_p = {tau_text(f.c)}, "
+          + ("Beam's scaling of the queries" if f.c.temperature_power else
+             "Llama 4's temperature tuning" if f.c.temperature_shift else
              "Ministral 3's scaling of the queries"),
           latex=tex(r"\tau_p \, Q_{@h}"), cell=cell_tuned, per_head=True,
           exists=lambda c: c.temperature is not None),
@@ -527,10 +532,15 @@ FORWARD: tuple[Stage, ...] = (
           latex=tex(r"Z_{@h} + B_{@h}"), cell=cell_biased, per_head=True, chain="z",
           exact=True, exists=lambda c: c.alibi or c.bias,
           reads=lambda c: (latest(c, "z", "biased"),) + (("alibi",) if c.alibi else ())),
+    *sparse_stages(sys.modules[__name__]),  # the indexer's (sparse attention: sparse_stages.py)
     Stage("masked", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
-          compute=lambda w: ops.mask_scores(_read(w, "masked"), w.p.reach.allowed()),
+          compute=lambda w: keep_mask(w, _read(w, "masked")) if w.c.indexer
+          else ops.mask_scores(_read(w, "masked"), w.p.reach.allowed()),
           formula=_mask_text, latex=tex(r"\operatorname{mask}\left(\frac{Z_{@h}}{s}\right)"),
-          cell=cell_masked, per_head=True, chain="z", exact=True, reads=_after("z", "masked")),
+          cell=lambda e: cell_masked_kept(e) if e.c.indexer else cell_masked(e),
+          per_head=True, chain="z", exact=True,
+          reads=lambda c: (latest(c, "z", "masked"),) + (("index_keep",) if c.indexer
+                                                          else ())),
     Stage("weights", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=_weights,
           formula=lambda f: f"A{f.i} = softmax of each {f.pick('row', 'column')} of masked{f.i}"
@@ -579,13 +589,16 @@ FORWARD: tuple[Stage, ...] = (
           chain="o", reads=_after("o", "head_scaled"), exists=_differential),
     Stage("gated", "H × n × d_v", lambda c: (c.heads, c.n, c.d_v), QUERY, NUMBERED,
           compute=_gated,
-          formula=lambda f: f"O{f.i} ⊙ σ(G{f.i}): each head output times the sigmoid of its "
-          "columns of the gate, σ(g) = 1 / (1 + e^(−g))",
-          latex=tex(r"O_{@h} \odot \sigma(G_{@h})"), cell=cell_gated, per_head=True,
+          formula=lambda f: f"O{f.i} ⊙ softplus(G{f.i}): each head output times the "
+          "softplus of its columns of the gate, softplus(g) = log(1 + e^g)"
+          if f.c.gate_fn == "softplus" else f"O{f.i} ⊙ σ(G{f.i}): each head output times "
+          "the sigmoid of its columns of the gate, σ(g) = 1 / (1 + e^(−g))",
+          latex=tex(r"O_{@h} \odot f(G_{@h})"), cell=cell_gated, per_head=True,
           chain="o", reads=lambda c: (latest(c, "o", "gated"), "gate"),
           exists=lambda c: c.gate,
-          parts=(("sigmoid", "σ(gate)"),), parts_title="the sigmoid of the gate",
-          parts_formula="σ(g) = 1 / (1 + e^(−g)) of each of the head's columns of the gate"),
+          parts=(("act", "f(gate)"),), parts_title="the gate's function of the gate",
+          parts_formula="f(g) = σ(g) = 1 / (1 + e^(−g)), or softplus(g) = log(1 + e^g) "
+          "(gate_fn), of each of the head's columns of the gate"),
     Stage("concat", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,
           compute=lambda w: ops.merge_heads(_read(w, "concat")),
           formula=lambda f: f.pick(f"[{f.heads_list()}], the heads side by side",

@@ -27,7 +27,8 @@ def prepare(
     x_kv: Any = None, q: Any = None, k: Any = None, v: Any = None, backward: bool = False,
     grad_output: Any = None, target: Any = None, exact: bool = False,
     w_dq: Any = None, q_latent_norm: Any = None, w_uq: Any = None, w_dkv: Any = None,
-    kv_latent_norm: Any = None, w_uk: Any = None, w_uv: Any = None, **settings: Any,
+    kv_latent_norm: Any = None, w_uk: Any = None, w_uv: Any = None,
+    k_rope_norm: Any = None, **settings: Any,
 ) -> Prepared:
     """Check every shape against every other and copy into the working dtype; raise
     MhaError. ``settings`` are those of the settings table (heads, mask, scale, dtype …).
@@ -50,7 +51,8 @@ def prepare(
     heads, groups_given = counts(settings)
 
     mla = {"w_dq": w_dq, "q_latent_norm": q_latent_norm, "w_uq": w_uq, "w_dkv": w_dkv,
-           "kv_latent_norm": kv_latent_norm, "w_uk": w_uk, "w_uv": w_uv}
+           "kv_latent_norm": kv_latent_norm, "w_uk": w_uk, "w_uv": w_uv,
+           "k_rope_norm": k_rope_norm}
     latent_shapes = None
     direct = q is not None or k is not None or v is not None
     if any(a is not None for a in mla.values()):
@@ -182,11 +184,13 @@ def prepare(
         raise MhaError(f"b_o has {bo.shape[0]} entries but {where}", key="b_o")
 
     d_rope = 0 if latent_shapes is None else latent_shapes.d_rope
-    sizes = Sizes(n, m, heads, groups, d_k, d_v, d_model, t, x_a, xkv_a, d_rope)
+    r_q = 0 if latent_shapes is None else latent_shapes.r_q
+    sizes = Sizes(n, m, heads, groups, d_k, d_v, d_model, t, x_a, xkv_a, d_rope, r_q)
     fields, arrays = parse_all(settings, sizes)
     if latent_shapes is not None:
         s_ = latent_shapes
-        fields.update(r_q=s_.r_q, r_kv=s_.r_kv, d_rope=s_.d_rope)
+        fields.update(r_q=s_.r_q, r_kv=s_.r_kv, d_rope=s_.d_rope,
+                      rope_normed=s_.arrays["k_rope_norm"] is not None)
         arrays.update(s_.arrays)
     elif settings.get("latent_eps") is not None:
         raise MhaError("latent_eps is the eps of multi-head latent attention's latent norms: "

@@ -4,6 +4,7 @@ against the model's own."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Sequence
@@ -77,7 +78,11 @@ def load_text_layers(checkpoint: str | Path, text: str, layers: list[int], *,
     path = Path(checkpoint)
     found = {k: ckpt.read_layer(path, k) for k in layers}
     _refuse_changes(path, text, found, settings, tuple(command))  # before the model loads
-    reading = read_text(path, text, {k: f.module or f.stem for k, f in found.items()})
+    shared = {k: re.sub(r"(^|\.)layers\.\d+\.", rf"\g<1>layers.{f.kv_layer}.",
+                        f.module or f.stem, count=1)
+              for k, f in found.items() if f.kv_layer is not None}
+    reading = read_text(path, text, {k: f.module or f.stem for k, f in found.items()},
+                        kv_from=shared)
     return from_reading(path, text, reading, layers, layout=layout, found=found, **settings)
 
 
@@ -98,7 +103,8 @@ def from_reading(checkpoint: str | Path, text: str, reading: Any, layers: list[i
     for k in layers:
         layer = found[k] if found is not None else read_layer(path, k)
         given = {"x": reading.x[k], "tokens": reading.rows(k)}
-        if k in reading.x_kv:  # a cross-attention: the encoder's output on the text
+        if k in reading.x_kv:  # a cross-attention: the encoder's output on the text (a
+            # KV-shared layer: the input of the layer it shares from)
             given.update(x_kv=reading.x_kv[k], kv_tokens=reading.labels)
         prob = from_mapping(given, f"the text on {path}", None, layout, reading=layer)
         changes = {key: v for key, v in settings.items() if v is not None and not (
@@ -118,6 +124,10 @@ def from_reading(checkpoint: str | Path, text: str, reading: Any, layers: list[i
                            f"to its largest entry; at most {AGREEMENT:g} is accepted): these "
                            "numbers would not be the model's", source=str(path))
         read = {**prob.read, "text": text, "ids": reading.ids, "agreement": diff}
+        if layer.kv_layer is not None:  # a KV-shared layer: x_kv from the model too
+            read["kv_input"] = (f"the model's own hidden state entering layer "
+                                f"{layer.kv_layer}'s attention, whose keys and values "
+                                f"layer {k} takes")
         if str(k).startswith("decoder."):  # what the decoder read: said, as it is not the text
             read["decoder_input"] = (f"the decoder's start token {reading.start_labels[0]} "
                                      f"(id {reading.start[0]}, config decoder_start_token_id)"

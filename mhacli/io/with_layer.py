@@ -11,7 +11,8 @@ import numpy as np
 from ..errors import MhaError
 
 WEIGHTS = ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o", "q", "k", "v", "w_dq",
-           "q_latent_norm", "w_uq", "w_dkv", "kv_latent_norm", "w_uk", "w_uv")
+           "q_latent_norm", "w_uq", "w_dkv", "kv_latent_norm", "w_uk", "w_uv",
+           "k_rope_norm")
 
 
 def on_layer(inputs: dict[str, Any], reading: Any, heads: int | None,
@@ -25,6 +26,12 @@ def on_layer(inputs: dict[str, Any], reading: Any, heads: int | None,
     if clash:
         raise MhaError(f"the problem gives {', '.join(clash)} and a checkpoint too: one or "
                        "the other", key=clash[0])
+    source = getattr(reading, "kv_layer", None)
+    if source is not None and inputs.get("x_kv") is None:
+        raise MhaError(f"--layer {reading.layer} takes its keys and values from layer "
+                       f"{source}: layer {source}'s projections of its own input, x_kv; give "
+                       "x_kv in the problem (or --text, which runs the model, or leave out "
+                       "the file for random tokens of both)", key="x_kv")
     if getattr(reading, "cross", False) and inputs.get("x_kv") is None:
         raise MhaError(f"--layer {reading.layer} is a cross-attention: its keys and values "
                        "read the encoder's output, x_kv; give x_kv in the problem (or leave "
@@ -32,10 +39,20 @@ def on_layer(inputs: dict[str, Any], reading: Any, heads: int | None,
     most = getattr(reading, "most_tokens", None)
     n = np.shape(inputs["x"])[0] if inputs.get("x") is not None else 0
     if most is not None and n > most:
-        raise MhaError(f"--layer {reading.layer}: {reading.family}'s indexer keeps each "
-                       f"query's top {most} keys (index_topk): with {n} tokens it would drop "
-                       f"some, a sparse mask mha does not compute; give at most {most} tokens "
-                       "(every key kept: the dense attention)", key="x")
+        said = getattr(reading, "most_said", "")
+        if said:
+            raise MhaError(f"--layer {reading.layer}: {said}; with {n} tokens "
+                           f"it would drop some keys by a choice mha does not make here: give "
+                           f"at most {most} tokens (every key kept: the dense attention)",
+                           key="x")
+        note = reading.origin.get("most_tokens", "")  # (where the reader found it)
+        kept = f"each query's top {most} keys (index_topk)" if note.startswith(
+            "config index_topk") else f"every key of at most {most} tokens only " \
+            f"({note.split(':')[0].removeprefix('config ')})"
+        raise MhaError(f"--layer {reading.layer}: {reading.family}'s indexer keeps {kept}: "
+                       f"with {n} tokens it would drop some, a sparse mask mha does not "
+                       f"compute; give at most {most} tokens (every key kept: the dense "
+                       "attention)", key="x")
     own = set(inputs)
     if inputs.get("bias") is not None:  # the problem's own bias, in place of T5's
         own.add("relative_bias")

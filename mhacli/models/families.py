@@ -31,10 +31,17 @@ from .bigbird import big_bird, bigbird_pegasus
 from .deberta import deberta, deberta_v2
 from .xlnet import xlnet
 from .differential import diffllama
+from .dory import dory, paired_types
+from .beam import beam, sixth_and_last
+from .laguna import laguna
+from .hrm import hrm
 from .dbrx import dbrx
-from .latent import latent_attention
+from .dots3 import dots3
+from .latent import doubled_query_latent, latent_attention
 from .gemma3n import GEMMA3N_AROUND, unscaled
+from .gemma4 import BY_TYPE, GEMMA4_AROUND, layer_sizes
 from .llama4 import chunks, llama4
+from .qsa import qsa
 from .zamba import zamba
 from .reformer import reformer
 from .longformer import led, longformer
@@ -245,15 +252,31 @@ RECORDS: tuple[Family, ...] = (
       for name in ("hunyuan_v1_dense", "hunyuan_v1_moe")),
     Family("olmo_hybrid", others=LINEAR, qk_norm="width",
            rope=nope_on(theta_given, "a model whose rope_parameters give no rope_theta")),
-    Family("lfm3", others=CONVOLUTIONS, qk_norm="head", window=types_or()),
+    Family("lfm3", others=CONVOLUTIONS, qk_norm="head", window=types_or(), rope=BY_TYPE,
+           head_gate=("gate_proj", "g_proj"), norm_eps_key="norm_eps",
+           unread=("use_attention_gate", "use_sandwich_norm")),
     *(Family(name, gated=True, qk_norm="head", norm_plus_one=True, others=LINEAR)
       for name in ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")),
+    # (Qwen4-Exp: Qwen3-Next's attention with a QSA indexer; hyper-connections, n-gram
+    # embeddings and linear attention outside it)
+    Family("qwen4_exp_text", read=qsa, gated=True, qk_norm="head", norm_plus_one=True,
+           others=LINEAR, unread=(
+               "hc_count", "hc_lowrank", "ple_layer_ids", "ple_embed_dim",
+               "ple_conv_kernel_size", "ngram_size", "heads_per_ngram", "ngram_vocab_size_base",
+               "make_ngram_vocab_size_divisible_by", "seed", "split_ngram_parts",
+               "number_of_conv_states", "output_gate_type")),
     Family("llama4_text", read=llama4, window=chunks, rope=nope_on(
         listed_nope("no_rope_layers", "no_rope_layer_interval"),
         "the layers no_rope_layers marks 0", rope(style="interleaved")),
            unread=("interleave_moe_layer_step", "moe_layers", "intermediate_size_mlp",
                    "for_llm_compressor", "attn_scale", "floor_scale")),
     Family("diffllama", read=diffllama),
+    # (AFMoE's mup_enabled scales the embeddings, outside the attention)
+    Family("afmoe", window=types_or(every_nth_full(4, "global_attn_every_n_layers"),
+                                    "sliding windows by layer_types (all but every n-th "
+                                    "layer)", ("global_attn_every_n_layers",)),
+           rope=nope_on(full_layers_nope, "the full-attention layers"), qk_norm="head",
+           gate_proj="gate_proj", unread=("mup_enabled",)),
     Family("flint", window=types_or(first_two_every_fourth_last, "sliding windows by "
                                     "layer_types (all but the first two, every 4th from the "
                                     "second and the last)"),
@@ -316,8 +339,19 @@ RECORDS: tuple[Family, ...] = (
                      "step mha does not compute"),)),
     Family("jina_embeddings_v3", tensors="mixer_wqkv", read=jina, fused="Wqkv",
            o_proj="out_proj", causal=False, keys=HEADS_ONLY),
-    Family("esmc", causal=False, others="its LayerNorm of q and k over the width refused by "
-           "name"),
+    Family("beam", read=beam, window=types_or(sixth_and_last), qk_norm="head",
+           rope=nope_on(null_for_its_type, "the layer types whose rope_parameters are null"),
+           gate_proj="gate_proj", gate_bias="gate_bias"),
+    Family("laguna", read=laguna, window=types_or(), qk_norm="head",
+           heads_per_layer="num_attention_heads_per_layer",
+           unread=("moe_routed_scaling_factor", "moe_apply_router_weight_on_input",
+                   "moe_router_logit_softcapping")),
+    Family("hrm_text", tensors="hrm", read=hrm, parts=True,
+           loaded_as=(r"\.attn\.$", ".self_attn.")),
+    Family("dory", read=dory, window=paired_types, gate_proj="g_proj"),  # (saved as g_proj)
+    # (ESM C: LayerNorms of q and k over the whole width, before the heads are split, at
+    # PyTorch's ε; its residual scaling is outside the attention)
+    Family("esmc", causal=False, qk_norm="width", layer_norm=True, norm_eps=1e-5),
     Family("ultrabert", causal=False, window=both_ways_by_layer_types,
            unread=("classifier_pooling", "prediction_head_size")),
     # ---- decoders whose positions are added to the tokens before the layers
@@ -352,13 +386,29 @@ RECORDS: tuple[Family, ...] = (
     Family("deepseek_v2", tensors="latent", read=latent_attention(interleave_key=None)),
     *(Family(name, tensors="latent", read=latent_attention())
       for name in ("deepseek_v3", "glm4_moe_lite", "sarvam_mla")),
+    Family("axk1", tensors="latent", read=latent_attention(), unread=("mlp_layer_types",)),
+    Family("axk2", tensors="latent", read=doubled_query_latent),
     Family("youtu", tensors="latent", read=latent_attention(),
            unread=("embedding_initializer_range",)),
     Family("deepseek_v32", tensors="latent",
-           read=latent_attention(interleave_key=None, indexer=True),
-           unread=("mlp_layer_types",),
+           read=latent_attention(interleave_key=None, indexer="half"),
+           unread=("mlp_layer_types",)),
+    Family("glm_moe_dsa", tensors="latent",
+           read=latent_attention(interleave_key=None, indexer="interleaved"),
+           unread=("mlp_layer_types", "first_k_dense_replace"),
+           others="its layers that take an earlier layer's top-k keys (indexer_types "
+           "shared) on at most index_topk tokens (dense); more refused by name"),
+    # (HY-V4: DeepSeek-V3.2's MLA and indexer, its top-k shared by layers, a gate of the
+    # heads' outputs and a sink logit a head; hyper-connections outside the attention)
+    Family("hy_v4", tensors="latent",
+           read=latent_attention(style="half", interleave_key=None, indexer=True,
+                                 gate=("linear_gate", False), sinks="learnable_sink_param"),
+           unread=("mlp_layer_types", "hc_mult", "hc_magnitude", "hc_eps",
+                   "learnable_sink_init", "swiglu_limit"),
            others="its indexer's top-k keys (index_topk) all the keys of a problem of at most "
            "index_topk tokens (dense); more refused by name"),
+    Family("dots3_note_text", tensors="latent", read=dots3,
+           unread=("mlp_layer_types", "mlp_bias", "shared_experts_intermediate_size")),
     Family("minicpm3", tensors="latent",
            read=latent_attention(style="half", interleave_key=None),
            unread=("scale_emb", "scale_depth", "dim_model_base")),
@@ -366,6 +416,14 @@ RECORDS: tuple[Family, ...] = (
            unread=("layer_types", "model_max_length", "moe_renormalize", "num_expert_group",
                    "num_experts_per_token"),  # (the tensors say which layers are attention)
            read=latent_attention(style=None, yarn=False, interleave_key=None)),
+    # (Ling 3: MLA layers with a gate a head, among Kimi delta attention layers)
+    Family("bailing_hybrid", tensors="attention_latent", others=LINEAR,
+           read=latent_attention(interleave_key=None, gate=("g_proj", True), o_proj="dense"),
+           loaded_as=(r"\.attention\.$", ".self_attn."),
+           unread=("layer_types", "layer_group_size", "short_conv_kernel_size",  # (the
+                   "kda_safe_gate", "kda_lower_bound", "model_max_length",  # tensors say
+                   "moe_renormalize", "num_expert_group", "num_experts_per_token")),  # which
+    # layers are MLA; the rest: its delta attention's and experts')
     Family("longcat_flash", tensors="two_latent",
            read=latent_attention(interleave_key=None, lora_scale=True),
            unread=("expert_ffn_hidden_size", "zero_expert_num"),  # (its experts)
@@ -380,6 +438,11 @@ RECORDS: tuple[Family, ...] = (
     Family("gemma3n_text", window=by_layer_types(), rope=gemma3_rope, scale=unscaled,
            qk_norm="head", v_norm=True, kv_shared_key="num_kv_shared_layers",
            unread=GEMMA3N_AROUND),
+    *(Family(name, window=by_layer_types(), rope=BY_TYPE, scale=unscaled, qk_norm="head",
+             v_norm=True,
+             kv_shared_key="num_kv_shared_layers", k_eq_v_key="attention_k_eq_v",
+             per_layer=layer_sizes, unread=GEMMA4_AROUND)
+      for name in ("gemma4_text", "gemma4_unified_text")),
     Family("codegen", tensors="codegen", read=codegen),
     Family("exaone", tensors="gpt_neo", o_proj="out_proj",  # (EXAONE 3: GPT-Neo's names)
            loaded_as=(r"^transformer\.h\.(\d+)\.attn\.attention\.$",

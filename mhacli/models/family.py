@@ -11,6 +11,7 @@ Falcon's fused layouts …) names its own ``read``.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -52,6 +53,7 @@ class Family:
     qk_norm: str | None = None  # "head" or "width": an RMS norm of q and k (its tensors)
     norm_names: tuple[str, str] = ("q_norm", "k_norm")  # those tensors' modules
     norm_eps_key: str = "rms_norm_eps"  # the norm's ε
+    norm_eps: float = 1e-6  # its ε where the config gives none (PyTorch's LayerNorm: 1e-5)
     norm_plus_one: bool = False  # the norm's stored weight w multiplies as 1 + w (Gemma)
     layer_norm: bool = False  # its q/k norm a LayerNorm (the mean removed; a bias if stored)
     clip_key: str | None = None  # a config key clamping Q, K and V to [−c, c] (OLMo's)
@@ -60,7 +62,12 @@ class Family:
     beta_scaling: bool = False  # Ministral 3's scaling of the queries, 1 + β·log(1 + ⌊p / M⌋)
     # (rope_parameters' llama_4_scaling_beta β and original_max_position_embeddings M)
     kv_shared_key: str | None = None  # the config key of the last layers that take the
-    # keys and values of an earlier one (Gemma 3n's num_kv_shared_layers): refused by name
+    # keys and values of an earlier one (Gemma 3n's num_kv_shared_layers): that layer's
+    # projections (and k norm) of its own input, x_kv (``gemma3n.kv_source``)
+    k_eq_v_key: str | None = None  # a config flag by which a layer that does not slide
+    # takes its values from k_proj, as its keys (Gemma 4's attention_k_eq_v)
+    per_layer: Callable[[Reader], None] | None = None  # this layer's own config values,
+    # set in ``Reader.own`` before it is read (Gemma 4's per_layer_config)
     sinks: bool = False  # a sink logit per head (gpt-oss's sinks tensor)
     sinks_names: tuple[str, ...] = ("sinks",)  # that tensor's names, as checkpoints save it
     causal: bool = True  # False: an encoder, each token sees every other
@@ -75,6 +82,14 @@ class Family:
     parts: bool = False  # an encoder-decoder model: its read takes encoder.N, decoder.N …
     norm_after_rope: bool = False  # its q/k norm comes after RoPE (Hunyuan)
     gated: bool = False  # q_proj gives each head's queries, then a gate of its output
+    heads_per_layer: str | None = None  # a config list of each layer's query heads, where
+    # they differ (Laguna's num_attention_heads_per_layer)
+    gate_proj: str | None = None  # a module of its own giving that gate, H·d_v outputs
+    # (AFMoE's gate_proj), read as w_gate
+    gate_bias: str | None = None  # the gate's bias, one number per head, each head's d_v
+    # outputs sharing it (Beam's gate_bias), read as b_gate
+    head_gate: tuple[str, ...] = ()  # a gate of one number a head, σ(x·w) times all its
+    # outputs (LFM3's, saved as gate_proj, loaded as g_proj): its names as stored
     groups: Callable[[Reader, str | None, int | None], int | None] | None = None
     # (this layer's key/value heads from its type and the config's count, where the two
     # differ: MiMo-V2-Flash's sliding layers have twice as many)
@@ -101,16 +116,24 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
     """A layer of the Llama line: q/k/v/o projections (or one fused q/k/v), grouped-query
     heads, causal, RoPE, and what the record says of its window, scale, softcap, norms and
     sinks."""
+    if f.per_layer is not None:
+        f.per_layer(r)
+    kv_stem, source = stem, None  # where the keys and values come from
     if f.kv_shared_key:
-        from .gemma3n import kv_shared
+        from .gemma3n import kv_source
 
-        kv_shared(r, f.kv_shared_key)
+        source = kv_source(r, f.kv_shared_key)
+        if source is not None:
+            kv_stem = re.sub(rf"(^|\.)layers\.{r.layer}\.", rf"\g<1>layers.{source}.", stem,
+                             count=1)
     heads_key, groups_key, width_key = f.keys
     hidden = r.count(width_key)
     q_name = stem + (f"{f.fused}.weight" if f.fused else f"{f.qkv[0]}.weight")
     if hidden is None and not f.fused and r.has(q_name):  # the widths say it
         hidden = r.ckpt.shape(q_name)[0]
     heads, groups, d = heads_of(r, heads_key, groups_key, hidden)
+    if f.heads_per_layer:
+        heads = _layer_heads(r, f.heads_per_layer, heads, groups)
     window, layer_type = f.window(r)
     if f.groups is not None:
         groups = f.groups(r, layer_type, groups)
@@ -121,7 +144,7 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
     if not f.fused:  # the config's sizes against the tensors'
         gated = " × 2 (each head's queries and its gate)" if f.gated else ""
         sides = [(f"{stem}{f.qkv[0]}.weight", heads, gated)] + \
-            ([(f"{stem}{f.qkv[1]}.weight", g, "")] if groups is not None else [])  # (else:
+            ([(f"{kv_stem}{f.qkv[1]}.weight", g, "")] if groups is not None else [])  # (else:
         for name, count, times in sides:  # counted)
             if r.has(name) and r.ckpt.shape(name)[0] != count * d * (2 if times else 1):
                 key = "head_dim" if r.cfg.get("head_dim") is not None else heads_key
@@ -150,9 +173,19 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
         for letter, name in zip("kv", f.qkv[1:]):
             linear(r, stem, name, out, letter)
     else:
+        same = r.flag(f.k_eq_v_key) and layer_type != "sliding_attention" \
+            if f.k_eq_v_key else False
         for letter, name in zip("qkv", f.qkv):
-            linear(r, stem, name, out, letter)
+            if letter == "v" and same:  # the values: k_proj's output, as the keys (before
+                _values_are_keys(r, f, kv_stem, out)  # the keys' norm and RoPE)
+            else:
+                linear(r, stem if letter == "q" else kv_stem, name, out, letter)
+    if f.gate_proj:
+        _gate(f, r, stem, heads, d, out)
     linear(r, stem, f.o_proj, out, "o")
+    held = [n for n in f.head_gate if r.has(f"{stem}{n}.weight")]
+    if held:
+        _head_gate(r, f"{stem}{held[0]}", heads, d, out)
     if f.value_scale_key:
         _scaled_values(r, f.value_scale_key, out)
     if window is not None:
@@ -173,7 +206,7 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
         if clip is not None:
             out["clip_qkv"] = clip
             r.note("clip_qkv", f"config {f.clip_key}")
-    norm = qk_norm(f, r, stem, d)
+    norm = qk_norm(f, r, stem, d, kv_stem)
     if norm is None and f.weightless_qk_norm:
         ones: Any = frozen(np.ones(d, dtype=r.dtype))
         norm = {"over": "head", "eps": r.setting("qk_norm.eps", f.norm_eps_key, 1e-6),
@@ -200,7 +233,81 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
         name = stem + (held[0] if held else f.sinks_names[0])
         out["sinks"] = r.tensor(name, 1)
         r.note("sinks", f"tensor {name}")
+    if source is not None:
+        out["kv_layer"] = source
+        unused = [n for n in (f"{stem}{f.qkv[1]}.weight", f"{stem}{f.qkv[2]}.weight",
+                              f"{stem}{f.norm_names[1]}.weight") if r.has(n)]
+        for name in unused:  # (a checkpoint may keep them; the model does not load them)
+            r.outside(name)
+        r.note("kv_layer", f"layer {source}'s keys and values, made by its weights (w_k, "
+               f"w_v, the k norm) from its own input, x_kv (config {f.kv_shared_key}: the last "
+               f"{r.get(f.kv_shared_key)} layers take those of the last earlier layer of "
+               "their type)" + (f"; this layer's own {', '.join(unused)} unused, as the "
+                                "model leaves them" if unused else ""))
     return out
+
+
+def _layer_heads(r: Reader, key: str, heads: int, groups: int | None) -> int:
+    """This layer's query heads from config list ``key`` (the config's count where it
+    gives none)."""
+    counts = r.get(key)
+    if counts is None:
+        return heads
+    if not isinstance(counts, list) or r.layer >= len(counts) or \
+            isinstance(counts[r.layer], bool) or not isinstance(counts[r.layer], int) or \
+            counts[r.layer] < 1 or groups is not None and counts[r.layer] % groups:
+        raise r.error(key, f"{shown(counts)}: expected a count of heads for each layer"
+                      + (f", each a multiple of the {groups} key/value heads" if groups else ""))
+    r.note("heads", f"config {key}[{r.layer}]")
+    return counts[r.layer]
+
+
+def _gate(f: Family, r: Reader, stem: str, heads: int, d: int, out: Layer) -> None:
+    """The gate of each head's output from a module of its own (w_gate: its weight,
+    transposed), and a bias of one number per head where the record names one (b_gate:
+    each number repeated over its head's d_v outputs)."""
+    name = f"{stem}{f.gate_proj}.weight"
+    if r.has(name) and r.ckpt.shape(name)[0] != heads * d:
+        raise MhaError(f"{name} has {r.ckpt.shape(name)[0]} rows, not {heads} × {d} (a "
+                       "gate for each head's outputs)", source=r.ckpt.source_of(name), key=name)
+    linear(r, stem, f.gate_proj, out, "gate")
+    if f.gate_bias:
+        bias = f"{stem}{f.gate_bias}"
+        numbers = r.tensor(bias, 1)  # (H,)
+        if numbers.shape != (heads,):
+            raise MhaError(f"{bias} has {numbers.shape[0]} numbers, not one for each of "
+                           f"{heads} heads", source=r.ckpt.source_of(bias), key=bias)
+        out["b_gate"] = frozen(np.repeat(numbers, d))  # (H·d_v,)
+        r.note("b_gate", f"tensor {bias} (each head's number over its {d} outputs)")
+
+
+def _values_are_keys(r: Reader, f: Family, stem: str, out: Layer) -> None:
+    """W_V = W_K (and b_V = b_K): the layer's values are its k_proj's output (config
+    ``f.k_eq_v_key``), normed as values, not as keys."""
+    out["w_v"] = out["w_k"]
+    r.note("w_v", f"tensor {stem}{f.qkv[1]}.weight (transposed), as W_K: config "
+           f"{f.k_eq_v_key}, the values are k_proj's output")
+    if "b_k" in out:
+        out["b_v"] = out["b_k"]
+        r.note("b_v", f"tensor {stem}{f.qkv[1]}.bias, as b_K (config {f.k_eq_v_key})")
+
+
+def _head_gate(r: Reader, stem: str, heads: int, d: int, out: Layer) -> None:
+    """A gate of one number a head (weight (H, d_model)): mha's w_gate gives one a column
+    of each head's output, so each head's row is its d_v columns (the same number, σ of
+    the same sum, on each)."""
+    name = f"{stem}.weight"
+    rows, width = r.shape(name, 2)
+    if rows != heads:
+        raise r.error("num_attention_heads", f"{heads}, but {name} has {rows} rows, not one "
+                      "a head")
+    w = r.tensor(name, 2)  # (H, d_model)
+    out["w_gate"] = frozen(np.repeat(w.T, d, axis=1))  # (d_model, H·d_v)
+    r.note("w_gate", f"tensor {name} (transposed, each head's row repeated for its {d} "
+           "outputs: one gate a head)")
+    if r.has(f"{stem}.bias"):
+        out["b_gate"] = frozen(np.repeat(r.tensor(f"{stem}.bias", 1), d))
+        r.note("b_gate", f"tensor {stem}.bias (each head's repeated {d} times)")
 
 
 def _scaled_values(r: Reader, key: str, out: Layer) -> None:
@@ -233,12 +340,13 @@ def _beta_scaling(r: Reader) -> Any:
     return tuning
 
 
-def qk_norm(f: Family, r: Reader, stem: str, d: int) -> dict[str, Any] | None:
+def qk_norm(f: Family, r: Reader, stem: str, d: int,
+            kv_stem: str | None = None) -> dict[str, Any] | None:
     """A norm of each head's queries and keys (or over the whole width), from the
     layer's q and k norm tensors: d_k weights shared by the heads, a (heads, d_k) tensor,
     or a module per head (StableLM's ``norms.N``); a LayerNorm's biases where stored. A
     family that has none refuses them."""
-    q_stem, k_stem = (f"{stem}{name}" for name in f.norm_names)
+    q_stem, k_stem = f"{stem}{f.norm_names[0]}", f"{kv_stem or stem}{f.norm_names[1]}"
     q_name, k_name = (f"{s}.weight" for s in (q_stem, k_stem))
     per_head = not r.has(q_name) and r.has(f"{q_stem}.norms.0.weight")
     if not r.has(q_name) and not r.has(k_name) and not per_head:
@@ -255,13 +363,14 @@ def qk_norm(f: Family, r: Reader, stem: str, d: int) -> dict[str, Any] | None:
             numbers = _norm_tensor(r, at, part, per_head)
             if numbers is not None:
                 out[key] = 1 + numbers if f.norm_plus_one and part == "weight" else numbers
-    out["eps"] = r.setting("qk_norm.eps", f.norm_eps_key, 1e-6)
+    out["eps"] = r.setting("qk_norm.eps", f.norm_eps_key, f.norm_eps)
     kind = "LayerNorm" if f.layer_norm else "RMS norm"
     where = f"{q_stem}.norms.N, {k_stem}.norms.N" if per_head else f"{q_stem}, {k_stem}"
     r.note("qk_norm", f"tensors {where} ({kind}" + (", 1 + w, as Gemma stores it"
                                                     if f.norm_plus_one else "") + ")"
            + (" (after RoPE, as the model applies it)" if f.norm_after_rope else "")
-           + f", config {f.norm_eps_key}")
+           + (f", config {f.norm_eps_key}" if r.get(f.norm_eps_key) is not None else
+              f", ε {f.norm_eps:g} (the config gives no {f.norm_eps_key})"))
     out["after_rope"] = f.norm_after_rope
     return out
 
@@ -291,6 +400,8 @@ def features(f: Family) -> list[str]:
     out.append("causal" if f.causal else f"causal with {f.causal_key}, else no mask"
                if f.causal_key else "no mask (an encoder)")
     out += [w for w in (words(f.window), words(f.rope)) if w]
+    if f.per_layer is not None:
+        out.append(words(f.per_layer))
     scale = f.scale or (root_of(f.scale_key) if f.scale_key else None)
     if scale is not None:
         out.append(words(scale))
@@ -300,6 +411,11 @@ def features(f: Family) -> list[str]:
         out.append(f"q, k, v clamped ({f.clip_key})")
     if f.gated:
         out.append("a sigmoid gate of each head's output (q_proj's second half of each head)")
+    if f.gate_proj:
+        out.append(f"a sigmoid gate of each head's output ({f.gate_proj}"
+                   + (f", a bias per head {f.gate_bias}" if f.gate_bias else "") + ")")
+    if f.head_gate:
+        out.append(f"a sigmoid gate of one number a head ({f.head_gate[0]})")
     if f.weightless_qk_norm:
         out.append("weightless q/k RMS norms over each head (after RoPE in the model)")
     elif f.qk_norm:
@@ -314,8 +430,11 @@ def features(f: Family) -> list[str]:
     if f.beta_scaling:
         out.append("queries scaled by 1 + β·log(1 + ⌊p / M⌋) (rope_parameters' "
                    "llama_4_scaling_beta)")
+    if f.k_eq_v_key:
+        out.append(f"values from k_proj on the layers that do not slide ({f.k_eq_v_key})")
     if f.kv_shared_key:
-        out.append(f"its KV-shared layers ({f.kv_shared_key}) refused by name")
+        out.append(f"its KV-shared layers' keys and values made by the layer they share "
+                   f"from, on its input x_kv ({f.kv_shared_key})")
     if f.sinks:
         out.append("sinks")
     elif f.sinks_names != ("sinks",):

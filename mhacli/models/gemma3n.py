@@ -5,9 +5,11 @@ transformers' ``modeling_gemma3n.py``:
 
 * scores not scaled (the model's ``scaling`` is 1.0): s = 1;
 * a weightless RMS norm of each head's values (``v_norm``, its eps ``rms_norm_eps``);
-* its KV-shared layers: the last ``num_kv_shared_layers`` layers compute no keys or values
-  of their own but take those of the last earlier layer of their type, which mha does not
-  follow across layers: each is refused naming the layer it shares from.
+* its KV-shared layers (Gemma 4's too): the last ``num_kv_shared_layers`` layers compute
+  no keys or values of their own but take those of the last earlier layer of their type,
+  S, as S made them: S's k_proj, k_norm and v_proj (and RoPE, the same for one type) on
+  S's own input. mha reads such a layer as the queries of its own input x and the keys
+  and values of x_kv, S's input, through S's weights (``kv_source``); --text gives both.
 """
 
 from __future__ import annotations
@@ -17,9 +19,17 @@ from .reading import Reader
 from .rules import said
 
 
+def _shared_count(r: Reader, key: str) -> int:
+    """How many of the last layers share (config ``key``): 0 or more."""
+    value = r.get(key)
+    if value is None or value == 0 and not isinstance(value, bool):
+        return 0
+    return r.count(key) or 0
+
+
 def _shared_from(r: Reader, key: str) -> int | None:
     """The layer whose keys and values this layer takes, or None (its own)."""
-    shared = r.count(key, 0) or 0
+    shared = _shared_count(r, key)
     layers = r.count("num_hidden_layers")
     types = r.get("layer_types")
     if not shared or layers is None:
@@ -43,16 +53,16 @@ def unscaled(r: Reader, d: int) -> float:
     return 1.0
 
 
-def kv_shared(r: Reader, key: str) -> None:
-    """Refuse a layer that takes the keys and values of an earlier one, naming it."""
-    source = _shared_from(r, key)
-    if source is not None:
-        first = (r.count("num_hidden_layers") or 0) - (r.count(key) or 0)
-        raise MhaError(f"--layer {r.layer}: layer {r.layer} computes no keys or values of its "
-                       f"own: it takes those of layer {source} (the last {r.get(key)} layers "
-                       f"share them, config {key}), which mha does not follow from one layer "
-                       f"to another; layers 0 … {first - 1} compute their own",
-                       source=r.config_file, key=key)
+def kv_source(r: Reader, key: str) -> int | None:
+    """The layer whose keys and values this layer takes (config ``key``: the last layers
+    share), or None where it makes its own. Every layer sharing (a drafter's) is refused:
+    the keys and values are another model's."""
+    layers = r.count("num_hidden_layers")
+    if layers is not None and _shared_count(r, key) >= layers:
+        raise MhaError(f"--layer {r.layer}: every layer takes the keys and values of another "
+                       f"model (config {key} = {r.get(key)}, all the layers): they are not "
+                       "in this checkpoint", source=r.config_file, key=key)
+    return _shared_from(r, key)
 
 
 GEMMA3N_AROUND = ("final_logit_softcapping", "vocab_size_per_layer_input",

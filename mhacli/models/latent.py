@@ -1,5 +1,6 @@
 """Multi-head latent attention as the DeepSeek line ships it (DeepSeek-V2/V3, Kimi K2 as
-deepseek_v3, GLM-4-MoE-Lite, MiniCPM3, Youtu, Sarvam-MLA, Kimi Linear's MLA layers): the
+deepseek_v3, GLM-4-MoE-Lite, MiniCPM3, Youtu, Sarvam-MLA, Kimi Linear's MLA layers, A.X K1,
+Ling 3's MLA layers with a gate a head, HY-V4 with a gate and sinks, dots3): the
 tensors q_a_proj, q_a_layernorm, q_b_proj (or q_proj), kv_a_proj_with_mqa,
 kv_a_layernorm, kv_b_proj and o_proj read as the problem's w_dq, q_latent_norm, w_uq
 (or w_q), w_dkv, kv_latent_norm, w_uk, w_uv and w_o (``engine/latent.py``).
@@ -23,6 +24,7 @@ import numpy as np
 from ..errors import MhaError, shown
 from .reading import Reader, _dtype, frozen, linear, rope_of
 from .rules import said
+from .sparse import read_indexer, shared_from
 
 Layer = dict[str, Any]
 EPS = 1e-6  # DeepseekV3RMSNorm's (and its kin's) default: the latent norms are made so
@@ -88,25 +90,39 @@ def _up(r: Reader, stem: str, heads: int, d_nope: int, d_v: int, out: Layer) -> 
 
 
 def _indexer(f: Any, r: Reader, stem: str, names: list[str], out: Layer) -> None:
-    """DeepSeek-V3.2's indexer keeps for each query its top index_topk keys by scores of
-    its own: with no more tokens than that it keeps every key (topk = min(index_topk, T)),
-    and the attention is the dense one. Read so: its tensors change nothing then, and a
-    problem of more tokens is refused (``most_tokens``)."""
+    """An indexer read only where it keeps every key (``latent_attention(indexer=True)``,
+    for an indexer whose own steps mha does not compute): for each query its top
+    index_topk keys by scores of its own; with no more tokens than that it keeps every key
+    (topk = min(index_topk, T)), and the attention is the dense one. Read so: its tensors
+    change nothing then, and a problem of more tokens is refused (``most_tokens``)."""
     top = r.count("index_topk")
     r.get("index_n_heads"), r.get("index_head_dim")
-    types = r.get("layer_types")
-    if types is not None and (not isinstance(types, list) or r.layer >= len(types)
-                              or types[r.layer] != "indexed_attention"):
-        kind = types[r.layer] if isinstance(types, list) and r.layer < len(types) else types
-        raise r.error("layer_types", f"{shown(kind)} at layer {r.layer}: an attention mha "
-                      "does not compute (it reads indexed_attention)")
+    _layer_type(r)
+    shared = r.get("indexer_types")  # (HY-V4: "shared" layers reuse the last "full" one's)
+    if shared is not None and (not isinstance(shared, list) or r.layer >= len(shared)
+                               or shared[r.layer] not in ("full", "shared")):
+        raise r.error("indexer_types", f"{shown(shared)}: mha reads full or shared for each "
+                      "layer")
     if top is None:
         raise MhaError(f"{names[0]}: {f.model_type}'s indexer without index_topk, the number "
                        "of keys it keeps", source=r.config_file, key="index_topk")
     r.taken.update(names)
     out["most_tokens"] = top
     r.note("most_tokens", f"config index_topk: the indexer keeps each query's top {top} keys, "
-                          "every key of a problem of at most that many tokens (then dense)")
+                          "every key of a problem of at most that many tokens (then dense)"
+           + ("; this layer reuses the keys of the last layer with an indexer of its own "
+              "(indexer_types: shared), as many" if shared and shared[r.layer] == "shared"
+              else ""))
+
+
+def _layer_type(r: Reader) -> None:
+    """DeepSeek-V3.2's and GLM-5's layer_types: every layer indexed_attention."""
+    types = r.get("layer_types")
+    if types is not None and (not isinstance(types, list) or r.layer >= len(types)
+                              or types[r.layer] != "indexed_attention"):
+        kind = types[r.layer] if isinstance(types, list) and r.layer < len(types) else types
+        raise r.error("layer_types", f"{shown(kind)} at layer {r.layer}: an attention mha "
+                      "does not compute (it reads indexed_attention)")
 
 
 def _lora_scales(r: Reader, out: Layer) -> None:
@@ -124,21 +140,59 @@ def _lora_scales(r: Reader, out: Layer) -> None:
                      f"√({hidden} / {rank}) (its LoRA scaling)")
 
 
+def _gate(r: Reader, stem: str, module: str, per_head: bool, heads: int, d_v: int,
+          out: Layer) -> None:
+    """A sigmoid gate of the heads' outputs made from x, read as w_gate (d_model × H·d_v):
+    HY-V4's (``per_head`` False: H·d_v rows, head h's d_v rows its own) as it is; Ling 3's
+    (bailing_hybrid's, ``per_head``: one logit a head, H rows) with row h as each of head
+    h's d_v columns, so that σ of that one logit multiplies all the head's outputs."""
+    name = f"{stem}{module}.weight"
+    rows, _ = r.shape(name, 2)
+    want = heads if per_head else heads * d_v
+    if rows != want:
+        what = "one logit a head" if per_head else "one logit a head's output"
+        raise MhaError(f"{name} has {rows} rows: a gate of {what} makes {want}",
+                       source=r.ckpt.source_of(name), key=name)
+    w = np.ascontiguousarray(r.tensor(name, 2).T)  # (d_model, H) or (d_model, H·d_v)
+    out["w_gate"] = frozen(np.repeat(w, d_v, axis=1) if per_head else w)  # (d_model, H·d_v)
+    r.note("w_gate", f"tensor {name} " + (f"(row h, transposed, as each of head h's "
+                                          f"v_head_dim = {d_v} columns: one gate a head)"
+                                          if per_head else "(transposed)"))
+    _refuse_bias(r, stem, module)
+
+
 def latent_attention(style: str | None = "interleaved", yarn: bool = True,
                      interleave_key: str | None = "rope_interleave",
-                     indexer: bool = False, lora_scale: bool = False) -> Any:
+                     indexer: str | bool | None = None, lora_scale: bool = False,
+                     gate: tuple[str, bool] | None = None, sinks: str | None = None,
+                     o_proj: str = "o_proj", rope_norm: str | None = None,
+                     eps_key: str | None = None) -> Any:
     """A family's reading of its MLA layer: RoPE in pairs of ``style`` (None: no RoPE,
     Kimi Linear's NoPE; ``interleave_key``: a config flag that picks interleaved, true, or
-    half pairs), yarn's mscale² folded into the scale where ``yarn``; ``indexer``:
-    DeepSeek-V3.2's, read where it keeps every key (``_indexer``); ``lora_scale``:
-    LongCat-Flash's scalings of the latents (``_lora_scales``)."""
+    half pairs), yarn's mscale² folded into the scale where ``yarn``; ``indexer``: the
+    RoPE pairs of DeepSeek sparse attention's indexer, "half" (V3.2) or "interleaved"
+    (GLM-5), read by ``sparse.read_indexer`` (a layer sharing an earlier layer's
+    top-k: ``sparse.shared_from``), or True: an indexer read only where it keeps every
+    key (``_indexer``); ``lora_scale``: LongCat-Flash's scalings of the latents
+    (``_lora_scales``); ``gate``: (its module, one logit a head) of a sigmoid gate of the
+    heads' outputs (``_gate``); ``sinks``: the module of a sink logit a head; ``o_proj``:
+    the output projection's module; ``rope_norm``: the module of an RMS norm of k_R before
+    RoPE (dots3's); ``eps_key``: the config key of the norms' eps (else the RMS norm's
+    default, 1e-6)."""
     turn = "no RoPE" if style is None else f"RoPE on the last qk_rope_head_dim columns " \
         f"({'interleaved' if style == 'interleaved' else 'half'} pairs" + \
         (f", or as {interleave_key} says)" if interleave_key else ")")
 
     @said(f"multi-head latent attention (q_a/q_b or q_proj, kv_a_proj_with_mqa, kv_b_proj); "
           f"causal; {turn}" + ("; s = √qk_head_dim / yarn's mscale²" if yarn else "")
-          + ("; the latents' LoRA scalings in the norms' weights" if lora_scale else ""))
+          + ("; the latents' LoRA scalings in the norms' weights" if lora_scale else "")
+          + (f"; sparse attention: the indexer's top index_topk keys ({indexer} RoPE pairs)"
+             if isinstance(indexer, str) else "; its indexer's top-k keys (index_topk) all "
+             "the keys of a problem of at most index_topk tokens (dense); more refused by "
+             "name" if indexer else "")
+          + (f"; the heads' outputs times σ(x·{gate[0]})" if gate else "")
+          + (f"; a sink logit a head ({sinks})" if sinks else "")
+          + (f"; k_R RMS-normed ({rope_norm}) before RoPE" if rope_norm else ""))
     def read(f: Any, r: Reader, stem: str) -> Layer:
         found = sorted(n for n in r.ckpt.names if n.startswith(f"{stem}indexer."))
         if found and not indexer:
@@ -165,12 +219,16 @@ def latent_attention(style: str | None = "interleaved", yarn: bool = True,
             raise r.error("num_key_value_heads", f"{groups}, but num_attention_heads is "
                           f"{heads}: multi-head latent attention makes every head's keys and "
                           "values from the latent")
-        out: Layer = {"heads": heads, "mask": "causal", "latent_eps": EPS}
-        if indexer:
+        eps = EPS if eps_key is None else r.number(eps_key, EPS)
+        out: Layer = {"heads": heads, "mask": "causal", "latent_eps": eps}
+        if indexer is True:
             _indexer(f, r, stem, found, out)
+        elif indexer:
+            _layer_type(r)
         r.note("heads", "config num_attention_heads")
         r.note("mask", f"{f.model_type}: causal")
-        r.note("latent_eps", "1e-6, the latent norms' own (the RMS norm's default)")
+        r.note("latent_eps", "1e-6, the latent norms' own (the RMS norm's default)"
+               if eps_key is None else f"config {eps_key} (the latent norms' eps)")
         if r_q is not None:
             linear(r, stem, "q_a_proj", out, "dq", bias=False)
             _refuse_bias(r, stem, "q_a_proj")
@@ -190,12 +248,21 @@ def latent_attention(style: str | None = "interleaved", yarn: bool = True,
             if r_q is None:
                 raise r.error("q_lora_rank", "missing: LongCat-Flash compresses its queries")
             _lora_scales(r, out)
-        linear(r, stem, "o_proj", out, "o")
+        linear(r, stem, o_proj, out, "o")
+        if gate is not None:
+            _gate(r, stem, gate[0], gate[1], heads, d_v, out)
+        if rope_norm is not None:
+            out["k_rope_norm"] = r.tensor(f"{stem}{rope_norm}.weight", 1)
+            r.note("k_rope_norm", f"tensor {stem}{rope_norm}.weight")
+        if sinks is not None:
+            out["sinks"] = r.tensor(f"{stem}{sinks}", 1)
+            r.note("sinks", f"tensor {stem}{sinks}")
         if style is not None:
             pairs = style
             if interleave_key is not None:
                 pairs = "interleaved" if r.flag(interleave_key, True) else "half"
-            out["rope"] = rope_of(r, d_rope, style=pairs, partial_key=None)
+            out["rope"] = rope_of(r, d_rope, style=pairs, partial_key=None, dims=d_rope,
+                                  layer_type=getattr(r, "kind", None))  # (dots3's)
             r.note("rope", f"{r.origin.get('rope', 'config')}; the last qk_rope_head_dim = "
                            f"{d_rope} columns of each head, {pairs} pairs"
                            + (f" (config {interleave_key})" if interleave_key else ""))
@@ -204,9 +271,26 @@ def latent_attention(style: str | None = "interleaved", yarn: bool = True,
                 r.get(key)
             r.note("rope", f"none: {f.model_type}'s MLA layers have no RoPE (k_R is shared, "
                            "not turned)")
+        if indexer and indexer is not True and not shared_from(r, stem, f.model_type, out):
+            read_indexer(r, stem, indexer, out, f.model_type)
         scale = _scale(r, d_nope + d_rope, yarn and style is not None)
         if scale is not None:
             out["scale"] = scale
         return out
     return read
 
+
+@said("MLA whose queries and gate are made from the query latent both normed and not "
+      "(refused)")
+def doubled_query_latent(f: Any, r: Reader, stem: str) -> Layer:
+    """A.X K2: q_b_proj (its model's q_gate_proj) reads [q_a_layernorm(c_Q) | c_Q], 2·r_q
+    columns, and makes each head's queries and a sigmoid gate of its outputs from both:
+    the queries are not a projection of the normed latent alone, as mha's w_uq is."""
+    name = f"{stem}q_b_proj.weight"
+    _, cols = r.shape(name, 2)
+    r_q = r.count("q_lora_rank")
+    raise MhaError(f"{name}: {f.model_type}'s query projection reads the query latent both "
+                   f"normed and not ([q_a_layernorm(c_Q) | c_Q], {cols} = 2·q_lora_rank "
+                   f"{r_q} columns) and makes each head's queries and a sigmoid gate of its "
+                   "output from both, which mha does not compute", source=r.ckpt.source_of(name),
+                   key=name)

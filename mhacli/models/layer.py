@@ -43,6 +43,8 @@ LAYOUTS = (
     ("phi3", r"(?:^|\.)layers\.(\d+)\.self_attn\.qkv_proj\.weight$", "qkv_proj.weight"),
     ("latent", r"(?:^|\.)layers\.(\d+)\.self_attn\.kv_a_proj_with_mqa\.weight$",
      "kv_a_proj_with_mqa.weight"),  # (multi-head latent attention: before q_proj's)
+    ("attention_latent", r"(?:^|\.)layers\.(\d+)\.attention\.kv_a_proj_with_mqa\.weight$",
+     "kv_a_proj_with_mqa.weight"),  # (Ling 3's MLA layers: attention. and dense, as saved)
     ("two_latent", r"(?:^|\.)layers\.(\d+)\.self_attn\.([01])\.kv_a_proj_with_mqa\."
      r"weight$", "kv_a_proj_with_mqa.weight"),  # (LongCat-Flash: two MLAs in each layer,
     # numbered 2N and 2N + 1 as the model numbers them, its layer_idx)
@@ -56,6 +58,7 @@ LAYOUTS = (
      "q_proj.weight"),
     ("modernbert", r"(?:^|\.)layers\.(\d+)\.attn\.Wqkv\.weight$", "Wqkv.weight"),
     ("attn", r"(?:^|\.)layers\.(\d+)\.attn\.q_proj\.weight$", "q_proj.weight"),
+    ("hrm", r"(?:^|\.)layers\.(\d+)\.attn\.gqkv_proj\.weight$", "gqkv_proj.weight"),
     ("distilbert", r"(?:^|\.)layer\.(\d+)\.attention\.q_lin\.weight$", "q_lin.weight"),
     ("mpnet", r"(?:^|\.)layer\.(\d+)\.attention\.attn\.q\.weight$", "q.weight"),
     ("xlm", r"(?:^|\.)attentions\.(\d+)\.q_lin\.weight$", "q_lin.weight"),
@@ -97,7 +100,8 @@ BUFFERS = ("attn.bias", "attn.masked_bias", "rotary_emb.inv_freq")  # not weight
 
 
 WEIGHTS = ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o", "w_dq", "q_latent_norm",
-           "w_uq", "w_dkv", "kv_latent_norm", "w_uk", "w_uv")  # (the last: MLA's, latent.py)
+           "w_uq", "w_dkv", "kv_latent_norm", "w_uk", "w_uv", "k_rope_norm")  # (the last:
+# MLA's, latent.py)
 
 
 @dataclass(frozen=True, eq=False)  # its arrays have no == of one truth value
@@ -117,8 +121,11 @@ class LayerReading:
     origin: Mapping[str, str]  # a weight or setting -> where it came from
     dtype: np.dtype = np.dtype(np.float64)  # the weights' working precision
     cross: bool = False  # a cross-attention: its keys and values read x_kv
-    most_tokens: int | None = None  # the most tokens the layer is read for (V3.2's indexer
-    # keeps every key up to its index_topk: past it, a sparse mask mha does not compute)
+    kv_layer: int | None = None  # a KV-shared layer's: the layer whose keys and values it
+    # takes, made by that layer's weights from that layer's input, x_kv (cross is true)
+    most_tokens: int | None = None  # the most tokens the layer is read for (an indexer that
+    # keeps every key up to its index_topk: past it, refused; glm_moe_dsa's shared layers)
+    most_said: str = ""  # why not past it, in words
     module: str = ""  # the layer's attention module in the model as loaded, where it is
     # not the stem (a block shared by several layers, saved under another's name)
     position_bias: Any = None  # (n, m) -> the bias H × n × m, when it depends on them (T5)
@@ -195,15 +202,18 @@ def read_layer(path: str | Path, layer: int | str = 0, dtype: Any = np.float64
         if record.loaded_as:
             module = re.sub(*record.loaded_as, stem)
     _refuse_the_rest(r, stem)
-    most = out.pop("most_tokens", None)  # (DeepSeek-V3.2's indexer: dense up to index_topk)
+    most = out.pop("most_tokens", None)  # (a shared top-k: dense up to index_topk)
+    most_said = out.pop("most_said", "")
     bias = out.pop("position_bias", None)  # a rule of n and m (T5's): made with the problem
     mask = out.pop("position_mask", None)  # (BigBird's blocks: the same)
+    kv_layer = out.pop("kv_layer", None)  # (Gemma 3n's, Gemma 4's KV-shared layers)
     weights = {k: v for k, v in out.items() if k in WEIGHTS}
     settings = {k: v for k, v in out.items() if k not in WEIGHTS}
     return LayerReading(str(ckpt.path), layer if part is None else part.name, family, stem,
                         MappingProxyType(weights), MappingProxyType(settings),
                         MappingProxyType(dict(r.origin)), r.dtype,
-                        cross=part is not None and part.cross, most_tokens=most,
+                        cross=part is not None and part.cross or kv_layer is not None,
+                        kv_layer=kv_layer, most_tokens=most, most_said=most_said,
                         module=module, position_bias=bias, position_mask=mask)
 
 
@@ -254,9 +264,14 @@ NOT_FOLLOWED = (
     (r"^self_att\.self_attention\.project_q\.", "CPM-Ant's attention: a bias by segment and "
      "bucketed distance from the model's shared position_bias table, and its mask of "
      "segments and spans"),
-    (r"^self_attn\.exclusive_self_attention\.", "NeoMME's attention: value embeddings added "
-     "to the values, each head's output less its projection on its value (× tanh α), and a "
-     "sigmoid gate before the output projection"),
+    (r"^attn\.wkv\.", "DeepSeek-V4's attention: one key/value head whose values are its "
+     "keys, turned by RoPE at the key's position, and each head's output turned back at the "
+     "query's (so a value enters turned by its distance, j − i), with keys pooled from "
+     "blocks of tokens (its compressor) on the compressed layers"),
+    (r"^self_attn\.exclusive_self_attention\.", "NeoMME's attention: each head's output less "
+     "its projection on its own token's unit value (× tanh α, exclusive self-attention), a "
+     "sigmoid gate before the output projection, and on its first and last global layers "
+     "value embeddings looked up by the token ids added to the values"),
 )
 
 

@@ -59,7 +59,7 @@ gradient_checkpointing output_past transformers_version_original
     "router_z_loss_coef input_jitter_noise router_scaling_factor shared_intermediate_size "
     "moe_layer_interval moe_norm_min mlp_multipliers expert_selection_fn "
     "shared_expert_combination_strategy mlp_alpha_factor mlp_beta_factor "
-    "dense_intermediate_size "
+    "dense_intermediate_size route_scale "
     # the embeddings, the norms between layers and the head
     "norm_epsilon embedding_multiplier residual_multiplier logits_scaling logit_scale "
     "classifier_pooling lm_head_multiplier mask_token_id num_logits_to_keep "
@@ -91,10 +91,13 @@ class Reader:
     taken: set[str] = field(default_factory=set)  # tensors read
     origin: dict[str, str] = field(default_factory=dict)  # problem key -> its source
     part: Any = None  # an encoder-decoder model's part (``parts.Part``), else None
+    own: dict[str, Any] = field(default_factory=dict)  # config keys this layer overrides
+    # (Gemma 4's per_layer_config: its global layers' head_dim …), read in their place
+    own_origin: dict[str, str] = field(default_factory=dict)  # where each of those is from
 
     @property
     def cfg(self) -> dict[str, Any]:
-        return self.ckpt.config
+        return {**self.ckpt.config, **self.own} if self.own else self.ckpt.config
 
     @property
     def config_file(self) -> str:
@@ -218,7 +221,7 @@ def heads_of(r: Reader, heads_key: str, groups_key: str | None = None,
         if heads % groups:
             raise r.error(groups_key, f"{groups}, which does not divide "  # type: ignore[arg-type]
                           f"{heads_key} = {heads}")
-        r.note("kv_heads", f"config {groups_key}")
+        r.note("kv_heads", r.own_origin.get(groups_key, f"config {groups_key}"))
     head_dim = r.count("head_dim")
     if head_dim is None and width is not None:
         if width % heads:
@@ -298,6 +301,11 @@ def rope_of(r: Reader, head_dim: int, *, style: str = "half", dims: int | None =
         partial = _positive(r, f"{where}.partial_rotary_factor", partial)
     elif partial_key is not None:
         partial = r.number(partial_key, partial_default)
+    proportional = (aliases or {}).get(kind, kind) == "proportional"
+    if proportional:  # (its share is the scaling's: the pairs span the whole head)
+        dims = head_dim
+        if partial is not None:
+            params["partial_rotary_factor"] = partial
     if dims is None:
         dims = int(head_dim * (partial if partial is not None else partial_default))
         if dims < 2 or dims % 2 or dims > head_dim:
@@ -327,7 +335,7 @@ def rope_of(r: Reader, head_dim: int, *, style: str = "half", dims: int | None =
         length = r.count("max_position_embeddings")
     elif top is not None and kind == "longrope":
         length = top  # Phi-3 keeps it beside the scaling, and it takes priority
-    elif length is None and kind != "linear":
+    elif length is None and kind not in ("linear", "proportional"):
         length = r.count("max_position_embeddings")
     for key in list(params):
         if key in RULE_KEYS[kind]:

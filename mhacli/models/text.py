@@ -81,9 +81,12 @@ class Reading:
         return self.start_labels if str(layer).startswith("decoder.") else self.labels
 
 
-def read_text(folder: str | Path, text: str, layers: dict[Any, str]) -> Reading:
+def read_text(folder: str | Path, text: str, layers: dict[Any, str],
+              kv_from: dict[Any, str] | None = None) -> Reading:
     """``text`` through the model in ``folder``: ``layers`` maps each layer to read to
-    its attention module's tensor prefix (as the checkpoint names it, with its dot)."""
+    its attention module's tensor prefix (as the checkpoint names it, with its dot);
+    ``kv_from`` a KV-shared layer to the module whose input its x_kv is (the layer whose
+    keys and values it takes)."""
     folder = Path(folder)
     if not folder.is_dir():
         folder = folder.parent  # a .safetensors file or an index: the folder it is in
@@ -132,6 +135,9 @@ def read_text(folder: str | Path, text: str, layers: dict[Any, str]) -> Reading:
         if str(layer).endswith(".cross"):  # its keys and values: the encoder's output
             handles.append(_module(model, stem).register_forward_pre_hook(
                 _catch(caught, "x_kv", layer), with_kwargs=True))
+    for layer, stem in (kv_from or {}).items():  # the input of the layer it shares from
+        handles.append(_module(model, stem.rstrip(".")).register_forward_pre_hook(
+            _catch(caught, "x_in", layer), with_kwargs=True))
     inputs = {"input_ids": torch.tensor([ids], dtype=torch.long)}
     if start:
         inputs["decoder_input_ids"] = torch.tensor([start], dtype=torch.long)
@@ -148,7 +154,8 @@ def read_text(folder: str | Path, text: str, layers: dict[Any, str]) -> Reading:
             handle.remove()
     return Reading(list(ids), labels(tokenizer, ids, text, offsets),
                    {k: caught[("x", k)] for k in layers}, {k: caught[("out", k)] for k in layers},
-                   {k: caught[("x_kv", k)] for k in layers if ("x_kv", k) in caught},
+                   {k: caught.get(("x_kv", k), caught.get(("x_in", k))) for k in layers
+                    if ("x_kv", k) in caught or ("x_in", k) in caught},
                    start, labels(tokenizer, start) if start else [])
 
 
@@ -191,7 +198,8 @@ def _catch(caught: dict, what: str, layer: Any, stop: set[Any] | None = None) ->
                 value = kwargs.get("encoder_hidden_states", args[1] if len(args) > 1 else None)
         else:
             value = args[0] if args else kwargs["hidden_states"]
-        caught[(what, layer)] = value[0].detach().double().numpy().copy()
+        caught[("x_kv" if what == "x_in" else what, layer)] = \
+            value[0].detach().double().numpy().copy()
 
     def after(module: Any, args: tuple, output: Any) -> None:
         value = output[0] if isinstance(output, tuple) else output

@@ -32,6 +32,12 @@ def read_lines(read: Mapping[str, Any], c: Any) -> list[str]:
     elif "agreement" in read:
         lines.append(f"  x: the model's own hidden state for the text ({len(read['ids'])} "
                      f"tokens); {agrees}")
+        if "kv_input" in read:  # (a KV-shared layer's keys and values: another layer's)
+            lines.append(f"  x_kv: {read['kv_input']}")
+    if c.indexer and c.n <= c.indexer:
+        from ..engine.sparse_stages import dense_line
+
+        lines.append(f"  {dense_line(c)}")
     if c.rope is not None and c.rope_freqs:
         freqs = ", ".join(f"{t:.6g}" for t in c.rope_freqs)
         factor = f"; cos and sin × {c.rope_factor:.6g}" if c.rope_factor != 1.0 else ""
