@@ -313,7 +313,7 @@ def attention_module(model: torch.nn.Module, layer: int) -> tuple[str, str | Non
         return paired[0], None
     pattern = re.compile(rf"(^|\.)((layers|layer|h|blocks)\.{layer}\.(norm_attn_norm\.)?"
                          rf"(self_attn|attention|attn|mixer|temporal_block|self_attention|"
-                         rf"multi_head_attention|shared_transf(ormer)?\.self_attn)|"
+                         rf"multi_head_attention|rel_attn|shared_transf(ormer)?\.self_attn)|"
                          rf"attentions\.{layer})$")
     # (XLM's: attentions.N; Zamba's hybrid layers: layers.N.shared_transf.self_attn)
     found = [name for name, _ in model.named_modules() if pattern.search(name)]
@@ -404,8 +404,13 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
     if channels_first:
         hidden = hidden.transpose(1, 2)
     time_first = not args and "query" in kwargs and "key" in kwargs  # (FSMT's: T × B × C)
+    # XLNet's rel_attn takes (h, g, …) time first and returns layer_norm(h + attention):
+    # its attention is read at the norm's input, less h (its own numbers, no step redone)
+    xlnet = hasattr(module, "rel_attn_core")
     if time_first:
         kwargs["query"] = kwargs["key"] = hidden.transpose(0, 1)
+    elif xlnet:
+        args = (hidden.transpose(0, 1),) + tuple(args[1:])
     elif args:
         same = sum(1 for a in args[:3] if a is args[0])  # (CTRL's is called (x, x, x, …))
         args = (hidden,) * same + tuple(args[same:])
@@ -423,10 +428,14 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
         kwargs[names[0]] = kv.transpose(0, 1) if time_first else kv
     seen: dict[str, torch.Tensor] = {}
     hooks = []
-    if output is not None and after_inner is None:
+    if output is not None and after_inner is None and not xlnet:
         def after(mod: Any, a: Any, out: Any) -> None:
             seen["output"] = out
         hooks.append(model.get_submodule(output).register_forward_hook(after))
+    if xlnet:
+        def norm_input(mod: Any, a: tuple) -> None:
+            seen["output"] = (a[0] - args[0]).transpose(0, 1)  # (1, n, D)
+        hooks.append(module.layer_norm.register_forward_pre_hook(norm_input))
     try:
         with torch.no_grad():
             result = module(*args, **kwargs)
@@ -459,6 +468,8 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
     weights = None  # the last 4-d tensor the module returns (T5's comes after its bias)
     found = [t for t in (result[1:] if isinstance(result, tuple) else ())
              if isinstance(t, torch.Tensor) and t.ndim == 4]
+    if xlnet and isinstance(result, tuple) and isinstance(result[-1], torch.Tensor):
+        found = [result[-1].permute(2, 3, 0, 1)]  # (its weights i × j × B × H)
     if found:
         weights = found[-1][0].double().numpy().copy()
     return {"output": out[0].double().numpy().copy(), "weights": weights}

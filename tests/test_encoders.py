@@ -332,7 +332,6 @@ def test_reformers_local_layers_are_a_mask_of_chunks(family: str, tmp_path: Path
 
 
 @pytest.mark.parametrize("model_type, model_class, words", [
-    ("xlnet", "XLNetLMHeadModel", "rel_attn.r_w_bias: XLNet's two-stream relative attention"),
     ("funnel", "FunnelForMaskedLM", "attention.r_kernel: Funnel Transformer's relative "
                                     "attention")])
 def test_relative_attention_not_read_yet_is_named(model_type: str, model_class: str, words: str,

@@ -96,6 +96,11 @@ OPTIONS: tuple[SettingOption, ...] = (
                   "max_relative_positions, position_buckets, share_att_key and w_pos_k, "
                   "b_pos_k, w_pos_q, b_pos_q; c2p and p2c are added to the scores before the "
                   "scale.", metavar="FILE"),
+    SettingOption("relative_xl", "Transformer-XL's relative attention (XLNet's): a "
+                  "YAML/JSON file with w_r (d_model × H·d_k), r_r_bias (H × d_k) and "
+                  "clamp_len; rel_pos = (Q_h − b_q,h + r_r_bias_h)·R_h[i − j], R = PE·W_r "
+                  "of a sinusoid of the distance, added to the scores before the scale.",
+                  metavar="FILE"),
     SettingOption("differential", "Differential attention (DiffLlama): a YAML/JSON file "
                   "with lambda_q1, lambda_k1, lambda_q2, lambda_k2 (d_k numbers each), "
                   "lambda_init and eps; heads h and h + H/2 make one, A_h − λ·A_{h+H/2}.",

@@ -97,6 +97,7 @@ class Config:
     rel_max: int = 0  # its max_relative_positions
     share_att_key: bool = False  # its positions projected by W_K and W_Q themselves
     pos_biases: tuple[str, ...] = ()  # which of b_pos_k, b_pos_q it has
+    relative_xl: int | None = None  # Transformer-XL's position term: its clamp_len (0: none)
     indexer: int | None = None  # sparse attention (sparse.py): top_k, the keys a query keeps
     index_heads: int = 0  # E, the indexer's heads
     index_dim: int = 0  # d_I, their width
@@ -208,6 +209,9 @@ class Prepared:
     w_pos_q: Array | None = None  # (d_model, H·d_k) their query-side projection (p2c)
     b_pos_q: Array | None = None  # (H·d_k,)
     pos_row: npt.NDArray[np.int64] | None = None  # (n, m) each entry's row of pos_table
+    w_r: Array | None = None  # (d_model, H·d_k) Transformer-XL's positions' projection
+    xl_r_bias: Array | None = None  # (H, d_k) its r_r_bias
+    xl_delta: npt.NDArray[np.int64] | None = None  # (n, m) each entry's clamped i − j
     w_iq: Array | None = None  # the indexer (sparse.py): (r_q, E·d_I)
     w_ik: Array | None = None  # (d_model, d_I)
     ik_norm: Array | None = None  # (d_I,) its key LayerNorm's weight

@@ -21,7 +21,7 @@ from .work import Work, tuned, turned
 from .gradient_cells import cell_d_masked, cell_d_scores, cell_with_formula
 from .latent_gradients import d_input as latent_d_input, d_input_text as latent_text
 from .latent_gradients import latent_gradients
-from . import disentangled_gradients as dis_grads
+from . import disentangled_gradients as dis_grads, xl_gradients as xl_grads
 from .writing import Entry, Formula
 
 if TYPE_CHECKING:
@@ -99,7 +99,9 @@ def _from_scores(t: Chains, w: Work, side: str) -> Array:
     else:
         out = ops.shared_sum(w["d_scores"].swapaxes(-1, -2) @ w[q], c.groups)
     more = dis_grads.to_content(t, w, side)  # DeBERTa's c2p (into Q), p2c (into K)
-    return out if more is None else out + more
+    out = out if more is None else out + more
+    xl = xl_grads.to_queries(t, w) if side == "q" else None  # Transformer-XL's rel_pos
+    return out if xl is None else out + xl
 
 
 def _back(t: Chains, w: Work, side: str, name: str) -> Array:
@@ -131,6 +133,8 @@ def _back_text(t: Chains, f: Formula, name: str) -> str:
     if r == "scores":
         q, k = t.reads(c, "scores")
         more = dis_grads.to_content_text(c, name[0])
+        if name.startswith("q") and c.relative_xl is not None:
+            more += " + Σ_j d_rel_pos[i, j]·R[δ(i, j)]"
         if name.startswith("q"):
             return f"{me}{f.i} = dZ{f.i}·{_symbol(k)}{f.g}{more}"
         return f"{me}{f.i} = dZ{f.i}ᵀ·{_symbol(q)}{f.i}{more}" if c.groups == c.heads else \
@@ -417,6 +421,7 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
               lambda w: w["d_scaled"] / w.c.scale, lambda f: f"dZ{f.i} = d_scaled{f.i} / s", "Z",
               per_head=True, cell=cell_d_scores),
         *dis_grads.disentangled_gradients(t, _grad)[:2],  # d_c2p, d_p2c (DeBERTa)
+        *xl_grads.xl_gradients(t, _grad)[:1],  # d_rel_pos (Transformer-XL)
         _grad("d_q_tuned", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
               lambda w: _back(t, w, "q", "q_tuned"), lambda f: _back_text(t, f, "q_tuned"),
               "Q_{tuned}", per_head=True, exists=lambda c: c.temperature is not None),
@@ -482,8 +487,11 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
               lambda f: f"dW_V = {_src(f, True)}ᵀ·dV{_clip_text(f)}", "W_V",
               exists=lambda c: not c.direct and not c.latent),
         _grad("d_b_q", "H·d_k", lambda c: (c.heads * c.d_k,), NUMBERED, NUMBERED,
-              lambda w: _plus(_sums(_through(t, w, "q")), dis_grads.to_shared(t, w, "q", True)),
-              lambda f: "db_q = the column sums of dQ" + _shared_text(f, "Q"), "b_q",
+              lambda w: _plus(_plus(_sums(_through(t, w, "q")), dis_grads.to_shared(
+                  t, w, "q", True)), xl_grads.off_b_q(t, w)),
+              lambda f: "db_q = the column sums of dQ" + _shared_text(f, "Q") + (
+                  " less what rel_pos gave them (it takes b_q off)"
+                  if f.c.relative_xl is not None else ""), "b_q",
               exists=lambda c: "b_q" in c.biases),
         _grad("d_b_k", "G·d_k", lambda c: (c.groups * c.d_k,), NUMBERED, NUMBERED,
               lambda w: _plus(_sums(_through(t, w, "k")), dis_grads.to_shared(t, w, "k", True)),
@@ -500,6 +508,7 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
               lambda w: _sums(w["d_gate"]), _text("db_gate = the column sums of dG"),
               "b_{gate}", exists=lambda c: c.gate_bias),
         *dis_grads.disentangled_gradients(t, _grad)[2:],  # its projections and table
+        *xl_grads.xl_gradients(t, _grad)[1:],  # W_r and r_r_bias (Transformer-XL)
         _grad("d_x_pos", "n × d_model", lambda c: (c.n, c.d_model), QUERY, NUMBERED,
               lambda w: _d_input(t, w),
               _d_input_text, "(X + PE)", exists=lambda c: c.positional is not None and not c.direct),

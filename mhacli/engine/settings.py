@@ -30,7 +30,7 @@ import numpy as np
 from ..errors import MhaError
 from . import clipping, disentangled, gating
 from . import parsers as read
-from . import qk_norms, relative, rope, sparse, sub_norm
+from . import qk_norms, relative, rope, sparse, sub_norm, xl_relative
 from .parsers import Fields
 from .values import (DTYPES, MASKS, choice, dtype_name, mask_value, positive, scale_rule,
                      whole)
@@ -159,6 +159,31 @@ SETTINGS: tuple[Setting, ...] = (
                       ("differential", "disentangled and differential attention do not go "
                                        "together")),
             shown=disentangled.shown, write=disentangled.write),
+    Setting("relative_xl", "Transformer-XL's relative attention (XLNet's): {w_r, r_r_bias, "
+            "clamp_len}; δ = i − j (clamped to ±clamp_len when > 0), its sinusoid PE(δ) = "
+            "[sin(δ·f) | cos(δ·f)], f_t = 10000^(−2t/d_model), projected to R = PE·W_r and "
+            "split into heads; rel_pos = (Q_h[i] − b_q,h + r_r_bias_h)·R_h[δ], added to the "
+            "scores before the scale (xl_relative.py).", kind="file", read=xl_relative.value,
+            parse=xl_relative.parse, fields=("relative_xl", "w_r", "xl_r_bias", "xl_delta"),
+            excludes=(("tiles", "the tiled view does not follow relative_xl: its position "
+                                "term would gather each tile's distances (not a kernel it "
+                                "runs)"),
+                      ("decode", "the decoding view does not follow relative_xl (XLNet's "
+                                 "memory of past segments is not computed)"),
+                      ("w_gate", "a gate on relative_xl's heads is not followed"),
+                      ("differential", "relative_xl and differential attention do not go "
+                                       "together"),
+                      ("disentangled", "relative_xl and disentangled attention do not go "
+                                       "together: give one"),
+                      ("rope", "relative_xl reads the queries before any rotation: it does "
+                               "not go with rope"),
+                      ("qk_norm", "relative_xl reads the queries as projected: it does not go "
+                                  "with qk_norm"),
+                      ("temperature", "relative_xl reads the queries as projected: it does "
+                                      "not go with temperature"),
+                      ("clip_qkv", "relative_xl reads the queries as projected: it does not "
+                                   "go with clip_qkv")),
+            shown=xl_relative.shown, write=xl_relative.write),
     Setting("differential", "differential attention (DiffLlama): {lambda_q1, lambda_k1, "
             "lambda_q2, lambda_k2, lambda_init, eps}; query heads h and h + H/2 make one "
             "head, A_h − λ·A_{h+H/2} over the values of key/value heads g and g + G/2, "

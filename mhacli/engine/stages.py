@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 import numpy as np
 
 from ..errors import MhaError
-from . import disentangled, latent_stages as mla, ops
+from . import disentangled, latent_stages as mla, ops, xl_relative
 from .disentangled_cells import cell_scaled_terms, cell_term
+from .xl_cells import cell_rel_pos
 from .gradients import gradient_stages
 from .cells import (
     cell_input, cell_projection, cell_split, cell_scores, cell_pos, cell_x_pos, cell_rot,
@@ -59,9 +60,11 @@ def _scaled(w: Work) -> Array | None:
     s = w.divisor
     if s is None:
         return None
-    first, *terms = reads(w.c, "scaled")  # the scores, and DeBERTa's c2p and p2c
+    first, *terms = reads(w.c, "scaled")  # the scores, DeBERTa's c2p and p2c, rel_pos
     out = w[first]
     for name in terms:
+        if w[name] is None:  # (rel_pos in exact arithmetic: sin and cos are not rational)
+            return None
         out = out + w[name]
     return ops.divide(out, s)  # (H, n, m)
 
@@ -88,8 +91,23 @@ def _scaled_text(f: Formula) -> str:
     terms = reads(f.c, "scaled")
     if len(terms) == 1:
         return f"Z{f.i} / s, {f.scale_text()}"
+    what = "the position term" if "rel_pos" in terms else "the disentangled terms"
     return "(" + " + ".join(("Z" if t == "scores" else t) + f.i for t in terms) + \
-        f") / s, {f.scale_text()}: the disentangled terms added before the scale"
+        f") / s, {f.scale_text()}: {what} added before the scale"
+
+
+def _rel_pos(w: Work) -> Array | None:
+    if w.exact:
+        return None  # sin and cos: not rational
+    return xl_relative.rel_pos(w.p, w[reads(w.c, "rel_pos")[0]])  # (H, n, m)
+
+
+def _rel_pos_text(f: Formula) -> str:
+    c = f.c
+    clamp = f", clamped to ±{c.relative_xl}" if c.relative_xl else ""
+    return (f"rel_pos{f.i}[i, j] = (Q{f.i}[i] − b_q{f.i} + r_r_bias{f.i})·R{f.i}[δ], "
+            f"δ = i − j{clamp}, R = PE(δ)·W_r, PE(δ) = [sin(δ·f) | cos(δ·f)], "
+            f"f_t = 10000^(−2t/d_model): Transformer-XL's position term")
 
 
 def _weights(w: Work) -> Array:
@@ -481,14 +499,21 @@ FORWARD: tuple[Stage, ...] = (
           formula=lambda f: _term_text(f, "p2c"),
           latex=tex(r"K_{@h} P_{Q,@h}^{\top}[r(i, j)]"), cell=cell_term, per_head=True,
           exact=True, reads=lambda c: (latest(c, "k", "p2c"),), exists=_has("p2c")),
+    Stage("rel_pos", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
+          compute=_rel_pos, formula=_rel_pos_text,
+          latex=tex(r"(Q_{@h} - b_{q,@h} + u_{@h}) R_{@h}^{\top}[i - j]"), cell=cell_rel_pos,
+          per_head=True, reads=lambda c: (latest(c, "q", "rel_pos"),),
+          exists=lambda c: c.relative_xl is not None),
     Stage("scaled", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=_scaled, formula=_scaled_text,
           latex=lambda f: tex(r"\frac{Z_{@h} + c2p_{@h} + p2c_{@h}}{s}"
-                              if f.c.disentangled else r"\frac{Z_{@h}}{s}")(f),
+                              if f.c.disentangled else r"\frac{Z_{@h} + rel\_pos_{@h}}{s}"
+                              if f.c.relative_xl is not None else r"\frac{Z_{@h}}{s}")(f),
           cell=lambda e: cell_scaled_terms(e) if len(e.reads) > 1 else cell_scaled(e),
           per_head=True, chain="z", exact=True,
           reads=lambda c: _after("z", "scaled")(c) + tuple(
-              t for t in disentangled.TERMS if c.disentangled and t in c.disentangled)),
+              t for t in disentangled.TERMS if c.disentangled and t in c.disentangled)
+          + (("rel_pos",) if c.relative_xl is not None else ())),
     Stage("softcapped", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=lambda w: ops.softcap(_read(w, "softcapped"), w.c.softcap),
           formula=lambda f: f"c·tanh(Z{f.i} / s / c), c = {f.c.softcap:g}: every score "

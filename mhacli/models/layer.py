@@ -66,6 +66,7 @@ LAYOUTS = (
      "self.query_proj.weight"),
     ("deberta_v1", r"(?:^|\.)layer\.(\d+)\.attention\.self\.in_proj\.weight$",
      "self.in_proj.weight"),
+    ("xlnet", r"(?:^|\.)layer\.(\d+)\.rel_attn\.r_w_bias$", "r_w_bias"),
     ("albert", r"(?:^|\.)albert_layer_groups\.(\d+)\.albert_layers\.0\.attention\.query\."
      r"weight$", "query.weight"),
     ("longt5", r"(?:^|\.)block\.(\d+)\.layer\.0\.(?:Local|TransientGlobal)SelfAttention\.q\."
@@ -239,12 +240,12 @@ NOT_ATTENTION = (
 # Softmax attention laid out in a way mha does not read yet, known by a tensor: refused by
 # name, saying what it is (never "no attention layer found").
 NOT_READ_YET = (
-    (r"(?:^|\.)rel_attn\.r_w_bias$", "XLNet's two-stream relative attention (Transformer-XL's "
-     "position terms r_w_bias, r_r_bias and r, a segment term seg_embed, its query stream "
-     "beside the content stream), which mha does not compute yet"),
-    (r"(?:^|\.)attention\.r_kernel$", "Funnel Transformer's relative attention (position "
-     "terms r_w_bias, r_r_bias and r_kernel, a token-type term seg_embed) over queries pooled "
-     "block by block, which mha does not compute yet"),
+    (r"(?:^|\.)attention\.r_kernel$", "Funnel Transformer's relative attention: "
+     "Transformer-XL's position term (r_w_bias, r_r_bias, r_kernel: the setting relative_xl) "
+     "with the <cls> token's row and column of it zeroed (separate_cls), the queries pooled "
+     "(pooling_type) at the first layer of each block after the first, over the unpooled "
+     "keys, and the distances of block b strided by 2^b (its encoder.blocks.B.L layers; the "
+     "decoder's full-length layers among them), which mha does not compute yet"),
 )
 _LAYER_NAME = re.compile(r"(?:^|\.)(?:layers|blocks|h|layer)\.(\d+)\.(.+)$")
 

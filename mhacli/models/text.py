@@ -123,6 +123,9 @@ def read_text(folder: str | Path, text: str, layers: dict[Any, str],
         inside = stem + ("self" if stem.endswith(".attention.") and
                          _has(model, stem + "self") else "")
         before, after = _module(model, inside.rstrip(".")), _module(model, _output(model, stem))
+        if hasattr(before, "rel_attn_core"):  # XLNet's: time first, its norm inside
+            handles.extend(_time_first(before, caught, layer, set(layers)))
+            continue
         handles.append(before.register_forward_pre_hook(_catch(caught, "x", layer),
                                                         with_kwargs=True))
         handles.append(after.register_forward_hook(_catch(caught, "out", layer,
@@ -207,6 +210,27 @@ def _catch(caught: dict, what: str, layer: Any, stop: set[Any] | None = None) ->
             raise _Enough
 
     return after if what == "out" else before
+
+
+def _time_first(module: Any, caught: dict, layer: Any, stop: set[Any]) -> list[Any]:
+    """Hooks on XLNet's rel_attn, called time first (h: n × 1 × d_model) and returning
+    layer_norm(h + attention): x is h; the attention is the norm's input less h."""
+    held: dict[str, Any] = {}
+
+    def before(mod: Any, args: tuple, kwargs: dict) -> None:
+        held["h"] = args[0] if args else kwargs["h"]
+        caught[("x", layer)] = held["h"][:, 0].detach().double().numpy().copy()
+
+    def norm(mod: Any, args: tuple) -> None:
+        if "h" not in held:  # (the query stream's norm: not this call's)
+            return
+        value = (args[0] - held.pop("h"))[:, 0]
+        caught[("out", layer)] = value.detach().double().numpy().copy()
+        if all(("out", k) in caught for k in stop):
+            raise _Enough
+
+    return [module.register_forward_pre_hook(before, with_kwargs=True),
+            module.layer_norm.register_forward_pre_hook(norm)]
 
 
 def _has_tokenizer(folder: Path) -> None:

@@ -1,0 +1,179 @@
+"""Transformer-XL's relative attention (XLNet's content stream): besides content to
+content, each score adds a position term, the query against the projection of a
+sinusoid of its distance to the key, before the scale.
+
+The distance of query i and key j (positions from 0) is δ = i − j, clamped to
+±clamp_len when clamp_len > 0. Its sinusoid over the model's width D = d_model is
+
+    PE(δ) = [sin(δ·f_0), …, sin(δ·f_{D/2−1}) | cos(δ·f_0), …, cos(δ·f_{D/2−1})],
+    f_t = 1 / 10000^(2t / D)
+
+(XLNet's ``positional_embedding``; the model takes it in float32, mha in float64).
+With R = PE·W_R (W_R: D × H·d_k, XLNet's ``r``, no bias) split into heads as K is, and
+r_r_bias one vector of d_k a head:
+
+    rel_pos[h, i, j] = (Q_h[i] − b_q,h + r_r_bias_h) · R_h[δ(i, j)]
+
+Q_h[i] − b_q,h is the query without its bias: XLNet's content term (q_i + r_w_bias)·k_j
+is the scores with b_q = r_w_bias, and its position term adds r_r_bias in its place.
+The scaled scores are (Z + rel_pos) / s. Dimensions: n queries, m keys, H heads, d_k,
+U the distinct distances the problem reaches.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import MhaError
+from .values import as_array, given, shape_text
+
+if TYPE_CHECKING:
+    from .config import Prepared, Sizes
+
+Array = np.ndarray
+Fields = tuple[dict[str, Any], dict[str, Any]]
+KEYS = ("w_r", "r_r_bias", "clamp_len")
+BASE = 10000.0
+
+
+# --------------------------------------------------------------------------- the rule
+
+
+def distances(n: int, m: int, clamp_len: int) -> Array:
+    """δ(i, j) = i − j, clamped to ±clamp_len when clamp_len > 0: (n, m)."""
+    rel = np.arange(n)[:, None] - np.arange(m)[None, :]
+    return np.clip(rel, -clamp_len, clamp_len) if clamp_len > 0 else rel
+
+
+def frequencies(width: int) -> Array:
+    """f_t = 1 / 10000^(2t / D), t = 0 … D/2 − 1: (D/2,)."""
+    return 1.0 / BASE ** (np.arange(0, width, 2, dtype=np.float64) / width)
+
+
+def sinusoid(delta: Array, width: int) -> Array:
+    """PE of each distance: [sin(δ·f) | cos(δ·f)], (len(delta), D)."""
+    angle = np.asarray(delta, dtype=np.float64)[:, None] * frequencies(width)[None, :]
+    return np.concatenate([np.sin(angle), np.cos(angle)], axis=-1)
+
+
+# --------------------------------------------------------------------------- the term
+
+
+def query_side(p: Prepared, q: Array) -> Array:
+    """Q_h − b_q,h + r_r_bias_h: the queries the position term reads, (H, n, d_k)."""
+    heads = p.config.heads
+    out = q if p.b_q is None else q - p.b_q.reshape(heads, 1, -1).astype(q.dtype)
+    return out + p.xl_r_bias.reshape(heads, 1, -1).astype(q.dtype)
+
+
+def positions(p: Prepared) -> tuple[Array, Array]:
+    """R_h of the distances the problem reaches, (H, U, d_k); each (query, key)'s place
+    among them, (n, m)."""
+    used, place = np.unique(p.xl_delta, return_inverse=True)
+    made = sinusoid(used, p.w_r.shape[0]).astype(p.w_r.dtype) @ p.w_r  # (U, H·d_k)
+    heads = p.config.heads
+    out = made.reshape(len(used), heads, -1).transpose(1, 0, 2)  # (H, U, d_k)
+    return out, place.reshape(p.xl_delta.shape)
+
+
+def rel_pos(p: Prepared, q: Array) -> Array:
+    """(Q_h[i] − b_q,h + r_r_bias_h) · R_h[δ(i, j)], (H, n, m); q is (H, n, d_k)."""
+    r, place = positions(p)
+    full = query_side(p, q) @ r.swapaxes(-1, -2)  # (H, n, U)
+    return np.take_along_axis(full, np.broadcast_to(place, full.shape[:1] + place.shape),
+                              axis=-1)
+
+
+# --------------------------------------------------------------------------- the setting
+
+
+def _numbers(v: Any, key: tuple[Any, ...]) -> Any:
+    """A file's lists of numbers written as text, read by the number rule."""
+    if isinstance(v, str):
+        from ..numbers import parse
+
+        return parse(v, key)
+    if isinstance(v, list):
+        return [_numbers(t, key + (i,)) for i, t in enumerate(v)]
+    return v
+
+
+def value(v: Any) -> dict[str, Any] | None:
+    """relative_xl as given: a mapping {w_r, r_r_bias, clamp_len}, read; the shapes are
+    checked when the problem is prepared. None or false: none."""
+    if v is None or v is False:
+        return None
+    if not isinstance(v, dict):
+        raise MhaError(f"relative_xl must be a mapping {{{', '.join(KEYS)}}}, got {given(v)}",
+                       key="relative_xl")
+    unknown = sorted(set(map(str, v)) - set(KEYS))
+    if unknown:
+        raise MhaError(f"relative_xl takes {', '.join(KEYS)}, not {', '.join(unknown)}",
+                       key=("relative_xl", unknown[0]), on_key=True)
+    for name, what in (("w_r", "d_model × H·d_k: the positions' projection"),
+                       ("r_r_bias", "H × d_k: each head's bias of the position term")):
+        if v.get(name) is None:
+            raise MhaError(f"relative_xl needs {name} ({what})", key=("relative_xl", name))
+    clamp = v.get("clamp_len", 0)
+    if isinstance(clamp, str) and clamp.strip().lstrip("-").isdigit():
+        clamp = int(clamp)
+    if isinstance(clamp, (bool, np.bool_)) or not isinstance(clamp, (int, np.integer)):
+        raise MhaError(f"relative_xl clamp_len must be a whole number (0 or less: no clamp), "
+                       f"got {given(clamp)}", key=("relative_xl", "clamp_len"))
+    return {"w_r": _numbers(v["w_r"], ("relative_xl", "w_r")),
+            "r_r_bias": _numbers(v["r_r_bias"], ("relative_xl", "r_r_bias")),
+            "clamp_len": max(int(clamp), 0)}
+
+
+def parse(v: Any, s: Sizes) -> Fields:
+    """W_R, r_r_bias and each (query, key)'s distance, checked against the sizes."""
+    if v is None:
+        return {"relative_xl": None}, {"w_r": None, "xl_r_bias": None, "xl_delta": None}
+    if s.x_kv is not None:
+        raise MhaError("relative_xl is self-attention (the distances of one sequence): it "
+                       "does not go with x_kv", key="relative_xl")
+    if s.groups != s.heads:
+        raise MhaError("relative_xl (Transformer-XL's) gives every query head its own key "
+                       "head: it does not go with kv_heads", key="relative_xl")
+    if s.d_model is None:
+        raise MhaError("relative_xl projects a sinusoid of d_model numbers: give x and the "
+                       "weights, not q, k and v", key="relative_xl")
+    if s.d_model % 2:
+        raise MhaError(f"relative_xl's sinusoid takes an even d_model ([sin | cos] halves), "
+                       f"got {s.d_model}", key="relative_xl")
+    w_r = as_array("relative_xl.w_r", v["w_r"], s.t)
+    if w_r.shape != (s.d_model, s.heads * s.d_k):
+        raise MhaError(f"relative_xl w_r is {shape_text(w_r)}: expected d_model × H·d_k = "
+                       f"{s.d_model} × {s.heads * s.d_k}", key=("relative_xl", "w_r"))
+    bias = as_array("relative_xl.r_r_bias", v["r_r_bias"], s.t)
+    if bias.size != s.heads * s.d_k or bias.ndim > 2 or \
+            bias.ndim == 2 and bias.shape != (s.heads, s.d_k):
+        raise MhaError(f"relative_xl r_r_bias is {shape_text(bias)}: expected H × d_k = "
+                       f"{s.heads} × {s.d_k}", key=("relative_xl", "r_r_bias"))
+    delta = distances(s.n, s.m, v["clamp_len"])
+    delta.flags.writeable = False
+    return ({"relative_xl": v["clamp_len"]},
+            {"w_r": w_r, "xl_r_bias": bias.reshape(s.heads, s.d_k), "xl_delta": delta})
+
+
+def shown(c: Any) -> dict[str, Any]:
+    """The setting as the config JSON shows it (the rule, not the numbers)."""
+    if c.relative_xl is None:
+        return {}
+    return {"relative_xl": {"clamp_len": c.relative_xl, "base": BASE}}
+
+
+def write(c: Any, p: Prepared, given_value: Any) -> str | None:
+    """The setting as a problem file writes it (a YAML flow mapping)."""
+    if c.relative_xl is None:
+        return None
+    from ..numbers import written
+
+    def vec(a: Array) -> str:
+        return "[" + ", ".join(written(x) for x in a) + "]"
+
+    return ("{" + f"clamp_len: {c.relative_xl}, "
+            + "w_r: [" + ", ".join(vec(r) for r in p.w_r) + "], "
+            + "r_r_bias: [" + ", ".join(vec(r) for r in p.xl_r_bias) + "]}")
