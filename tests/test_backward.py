@@ -358,7 +358,9 @@ def test_a_d_scores_cell_writes_the_softmaxs_backward_then_the_division() -> Non
     assert lines[-1].strip() == f"= {a:.4f}" and "/ s =" in lines[-2]
 
 
-CONSTANTS = {"pos", "alibi"}  # stages that are constants of the problem: no gradient
+CONSTANTS = {"pos", "alibi",  # stages that are constants of the problem: no gradient;
+             # the indexer's: its top-k is piecewise constant, held fixed (no gradient)
+             "index_q", "index_k", "index_weights", "index_scores", "index_keep"}
 
 
 @pytest.mark.parametrize("sample", [line.split()[0] for line in runner.invoke(

@@ -34,6 +34,19 @@ def test_sample_runs_and_matches_reference(name: str) -> None:
         a = np.exp(z - z.max(axis=1, keepdims=True))
         close(tr["weights"][0], a / a.sum(axis=1, keepdims=True))
         assert out.shape == (9, 512) and tr.config.heads == 8 and tr.config.d_k == 64
+    elif p.inputs.get("indexer") is not None:  # sparse MLA: test_sparse's loop keeps the
+        from .test_sparse import by_hand as keeps, keep_matrix  # keys; MLA with them as mask
+
+        inputs = dict(p.inputs)
+        ix = {k: np.asarray(v) if isinstance(v, list) else v
+              for k, v in inputs.pop("indexer").items()}
+        d_i = ix["w_k"].shape[1]  # the index heads' width; MLA's d_R: w_dkv's past r_kv
+        sizes = (ix["w_weights"].shape[1], d_i,
+                 np.shape(inputs["w_dkv"])[1] - len(inputs["kv_latent_norm"]))
+        _, kept = keeps(inputs, ix, sizes=sizes)
+        keep = keep_matrix(kept, len(inputs["x"]))
+        assert (keep.sum(axis=1) < np.arange(1, len(keep) + 1)).any()  # keys dropped
+        close(out, mhacli.attention(**{**inputs, "mask": keep}))
     elif p.inputs.get("w_dkv") is not None:  # MLA: the loop written in test_latent
         from .test_latent import by_hand
 

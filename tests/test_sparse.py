@@ -36,10 +36,13 @@ def indexer(seed: int = 3, top_k: int = 3, style: str = "half", d_model: int = 7
             "w_weights": rng.standard_normal((d_model, E))}
 
 
-def by_hand(kw: dict[str, Any], ix: dict[str, Any], base: float = 10000.0
+def by_hand(kw: dict[str, Any], ix: dict[str, Any], base: float = 10000.0,
+            sizes: tuple[int, int, int] | None = None
             ) -> tuple[list[list[float]], list[list[int]]]:
     """The index scores (causal: −∞ after the query) and each query's kept keys, token
-    by token, head by head, from the formulas; ties to the earlier key."""
+    by token, head by head, from the formulas; ties to the earlier key. ``sizes``: the
+    index heads, their width and MLA's d_R (else this file's E, D_I, D_ROPE)."""
+    E, D_I, D_ROPE = sizes or (globals()["E"], globals()["D_I"], globals()["D_ROPE"])
     x = kw["x"].tolist()
     n = len(x)
 
