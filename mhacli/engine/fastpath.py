@@ -402,8 +402,9 @@ def gated(p: Prepared, work: Work) -> Array | None:
 
 def fast(p: Prepared, progress: Progress | None = None) -> Array:
     """The fast path on validated inputs: the n × d_out output, nothing recorded."""
-    if p.config.differential is not None or p.config.disentangled is not None:
-        # two maps a head, or DeBERTa's terms gathered from the table: the stage table's work
+    if p.config.differential is not None or p.config.disentangled is not None \
+            or p.config.exclusive:
+        # two maps a head, each head's output less its part along its token's value, or DeBERTa's terms gathered from the table: the stage table's work
         from .table_run import run
 
         warn_dead(p)

@@ -124,7 +124,8 @@ def lean_trace(p: Prepared) -> Trace:
     The backward pass needs every head's weights at once, and a differential head two
     query heads' weights: with either, this is ``traced``."""
     c = p.config
-    if c.backward or c.differential is not None or c.disentangled is not None:
+    if c.backward or c.differential is not None or c.disentangled is not None \
+            or c.exclusive:
         return traced(p)
     warn_dead(p)
     work = Work(p, exact=False)

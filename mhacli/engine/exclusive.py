@@ -1,0 +1,50 @@
+"""Exclusive self-attention (``exclusive``; NeoMME's): each head's output less its
+projection on its own token's value, scaled by tanh α_h.
+
+    v̂_h[i] = V_g[i] / max(‖V_g[i]‖, 1e-12)        (g: the key/value head of h)
+    O'_h[i] = O_h[i] − tanh(α_h)·(O_h[i]·v̂_h[i])·v̂_h[i]
+
+Token i's own value is row i of the values, so the queries and the keys are the same
+tokens (self-attention, n = m). A square root: no exact arithmetic.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import MhaError
+from .parsers import Fields, per_head
+
+Array = np.ndarray
+EPS = 1e-12  # torch's F.normalize: the norm is at least this
+
+
+def parse(value: Any, s: Any) -> Fields:
+    """α, one number per head; the problem must be self-attention (n = m)."""
+    alpha = per_head("exclusive", value, s.heads, s.t)
+    if alpha is None:
+        return {"exclusive": False}, {"exclusive_alpha": None}
+    if s.x_kv is not None or s.n != s.m:
+        raise MhaError(f"exclusive takes each query's own token's value: it needs "
+                       f"self-attention, one key and value per query (here {s.n} queries "
+                       f"and {s.m} keys{', from x_kv' if s.x_kv is not None else ''})",
+                       key="exclusive")
+    return {"exclusive": True}, {"exclusive_alpha": alpha}
+
+
+def unit(v: Array) -> tuple[Array, Array]:
+    """Each value row over its length (at least 1e-12): (v̂, ‖v‖), (…, m, d_v), (…, m, 1)."""
+    norm = np.sqrt((v * v).sum(-1, keepdims=True))
+    return v / np.maximum(norm, EPS), norm
+
+
+def excluded(o: Array, v: Array, alpha: Array) -> tuple[Array, dict[str, Array]]:
+    """O' from O (H, n, d_v) and the values each query head reads (H, n, d_v), with
+    its parts, a number a row each (H, n, 1): the value's length (at least 1e-12) and
+    the projection o·v̂."""
+    u, norm = unit(v)
+    dot = (o * u).sum(-1, keepdims=True)  # (H, n, 1)
+    t = np.tanh(alpha).astype(o.dtype)[:, None, None]  # (H, 1, 1)
+    return o - (t * dot) * u, {"norm": np.maximum(norm, EPS), "dot": dot}
