@@ -355,8 +355,6 @@ RECORDS: tuple[Family, ...] = (
            per_layer=value_embeddings, o_proj="output_projection.o_proj",
            gate_proj="output_projection.gate_proj", weightless_qk_norm=True,
            norm_eps_key="norm_eps", exclusive="exclusive_self_attention.alpha",
-           others="its first and last full-attention layers (value embeddings looked up by "
-           "the token ids) refused by name",
            unread=("document_token_id", "image_token_id", "patch_size", "embedding_dim",
                    "embedding_rank", "residual_multiplier")),
     Family("esmc", causal=False, qk_norm="width", layer_norm=True, norm_eps=1e-5),

@@ -46,6 +46,8 @@ def per_layer_window(r: Reader) -> tuple[int | None, str | None]:
     return size + 1, kind
 
 
+@said("its first and last full-attention layers (value embeddings looked up by the token "
+      "ids) refused by name")
 def value_embeddings(r: Reader) -> None:
     """The first and last full-attention layers add value embeddings looked up by the
     token ids: refused by name (a problem's x does not hold the ids)."""
