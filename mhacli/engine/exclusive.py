@@ -48,3 +48,22 @@ def excluded(o: Array, v: Array, alpha: Array) -> tuple[Array, dict[str, Array]]
     dot = (o * u).sum(-1, keepdims=True)  # (H, n, 1)
     t = np.tanh(alpha).astype(o.dtype)[:, None, None]  # (H, 1, 1)
     return o - (t * dot) * u, {"norm": np.maximum(norm, EPS), "dot": dot}
+
+
+def back(o: Array, v: Array, alpha: Array, grad: Array, groups: int
+         ) -> tuple[Array, Array]:
+    """The backward pass of ``excluded``: from dO' (``grad``, H × n × d_v), dO and the
+    gradient of the values it read (G × n × d_v, summed over the query heads that share
+    each), the unit vector's backward (g − v̂·(v̂·g)) / ‖v‖ (g / 1e-12 where ‖v‖ < 1e-12)."""
+    u, norm = unit(v)
+    t = np.tanh(alpha).astype(o.dtype)[:, None, None]  # (H, 1, 1)
+    dot = (o * u).sum(-1, keepdims=True)  # (H, n, 1)
+    along = (grad * u).sum(-1, keepdims=True)  # dO'·v̂
+    d_o = grad - t * along * u
+    d_u = -t * (dot * grad + along * o)  # (H, n, d_v)
+    d_v = np.where(norm >= EPS, (d_u - u * (u * d_u).sum(-1, keepdims=True))
+                   / np.maximum(norm, EPS), d_u / EPS)
+    heads = d_v.shape[0]
+    summed = d_v if groups == heads else d_v.reshape(groups, heads // groups,
+                                                     *d_v.shape[1:]).sum(1)
+    return d_o, summed
