@@ -175,3 +175,31 @@ def test_neomme_agrees_and_its_value_embedding_layers_are_refused(tmp_path: Path
     with pytest.raises(mhacli.MhaError, match="--layer 5: NeoMME's first and last "
                        "full-attention layers .5 and 5. add value embeddings"):
         from_mapping({"x": np.ones((3, width)), "checkpoint": folder, "layer": 5}, "test")
+
+
+def test_mla_with_exclusive_agrees_with_central_differences() -> None:
+    """Multi-head latent attention's values (made from the latent by W_UV) under the
+    exclusion: the backward pass against central differences of the forward."""
+    p = mhacli.load(Path(__file__).parent / "fixtures" / "mla.yaml")
+    inp = {**p.inputs, "exclusive": [0.9, -1.4]}
+    tr = mhacli.trace(**inp, backward=True)
+    for name in ("x", "w_uv", "w_dkv"):
+        a = np.asarray(inp[name], dtype=float)
+        want = np.zeros_like(a)
+        for at in np.ndindex(a.shape):
+            up, down = a.copy(), a.copy()
+            up[at] += 1e-6
+            down[at] -= 1e-6
+            want[at] = (mhacli.attention(**{**inp, name: up}).sum()
+                        - mhacli.attention(**{**inp, name: down}).sum()) / 2e-6
+        np.testing.assert_allclose(tr["d_" + name], want, atol=1e-7 * np.abs(want).max(),
+                                   err_msg=name)
+
+
+def test_the_plain_loop_reference_refuses_it() -> None:
+    """tests/reference.py does not write the exclusion out: it refuses it by name."""
+    from .reference import reference
+
+    kw = problem()
+    with pytest.raises(NotImplementedError, match="exclusive"):
+        reference(**kw)
