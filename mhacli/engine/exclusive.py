@@ -5,33 +5,16 @@ projection on its own token's value, scaled by tanh α_h.
     O'_h[i] = O_h[i] − tanh(α_h)·(O_h[i]·v̂_h[i])·v̂_h[i]
 
 Token i's own value is row i of the values, so the queries and the keys are the same
-tokens (self-attention, n = m). A square root: no exact arithmetic.
+tokens (self-attention, n = m). A square root: no exact arithmetic. (The setting is read
+by ``parsers.exclusive``.)
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
-
-from ..errors import MhaError
-from .parsers import Fields, per_head
 
 Array = np.ndarray
 EPS = 1e-12  # torch's F.normalize: the norm is at least this
-
-
-def parse(value: Any, s: Any) -> Fields:
-    """α, one number per head; the problem must be self-attention (n = m)."""
-    alpha = per_head("exclusive", value, s.heads, s.t)
-    if alpha is None:
-        return {"exclusive": False}, {"exclusive_alpha": None}
-    if s.x_kv is not None or s.n != s.m:
-        raise MhaError(f"exclusive takes each query's own token's value: it needs "
-                       f"self-attention, one key and value per query (here {s.n} queries "
-                       f"and {s.m} keys{', from x_kv' if s.x_kv is not None else ''})",
-                       key="exclusive")
-    return {"exclusive": True}, {"exclusive_alpha": alpha}
 
 
 def unit(v: Array) -> tuple[Array, Array]:

@@ -175,29 +175,27 @@ def _d_input(t: Chains, w: Work) -> Array:
     return out
 
 
-def _exclusive_back(w: Work) -> tuple[Array, Array]:
+def _exclusive_back(t: Chains, w: Work) -> tuple[Array, Array]:
     """Exclusive self-attention's backward: dO and the values' share (G × n × d_v)."""
-    from .stages import reads  # (the stage table is made from this module's stages)
-
     c = w.c
-    v = ops.shared(w[reads(c, "head_exclusive")[1]], c.heads)
+    v = ops.shared(w[t.reads(c, "head_exclusive")[1]], c.heads)
     return exclusive.back(w["head_outputs"], v, w.p.exclusive_alpha,  # type: ignore[arg-type]
                           w["d_head_exclusive"], c.groups)
 
 
-def _d_values(w: Work, base: Array | None) -> Array | None:
+def _d_values(t: Chains, w: Work, base: Array | None) -> Array | None:
     """The values' gradient from the weighted sum, plus exclusive self-attention's."""
     if not w.c.exclusive or base is None:
         return base
-    return base + _exclusive_back(w)[1]
+    return base + _exclusive_back(t, w)[1]
 
 
-def _d_head_outputs(w: Work) -> Array | None:
+def _d_head_outputs(t: Chains, w: Work) -> Array | None:
     """dO_h: head h's columns of dC, or, gated, dGated_h ⊙ f(G_h) (σ or softplus); a
     differential head's, back through its norm (diff_gradients.py); with exclusive
     self-attention, dO'_h less tanh α_h times its part along v̂."""
     if w.c.exclusive:
-        return None if w.exact else _exclusive_back(w)[0]
+        return None if w.exact else _exclusive_back(t, w)[0]
     return _d_head_exclusive(w)
 
 
@@ -391,7 +389,7 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
               f"dO'{f.i} = head {f.h or 'h'}'s columns of dC", "O'", per_head=True,
               exact=True, exists=lambda c: c.exclusive),
         _grad("d_head_outputs", "H × n × d_v", lambda c: (c.out_heads, c.n, c.out_width),
-              QUERY, NUMBERED, _d_head_outputs,
+              QUERY, NUMBERED, lambda w: _d_head_outputs(t, w),
               lambda f: f"dO{f.i} = the norm's backward: g/rms − o·Σ(g⊙o)/(D·rms³), g = "
               f"dO_normed{f.i}" if f.c.differential is not None else
               f"dO{f.i} = dO'{f.i} − tanh(α{f.i})·(dO'{f.i}[i]·v̂[i])·v̂[i]" if f.c.exclusive
@@ -415,7 +413,7 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
               per_head=True, exact=True),
         _grad("d_v_normed", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,
               lambda w: dg.d_values(w) if w.c.differential is not None else
-              _d_values(w, ops.shared_sum(w["weights"].swapaxes(-1, -2) @
+              _d_values(t, w, ops.shared_sum(w["weights"].swapaxes(-1, -2) @
                                           w["d_head_outputs"], w.c.groups)),
               lambda f: f"dV_normed{f.i} = A{f.i}ᵀ·dO{f.i}" + _plus_exclusive(f) if f.c.groups == f.c.heads
               else "dV_normed_g = Σ A_hᵀ·dO_h over the query heads h that share value head g"
@@ -425,7 +423,7 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
               lambda w: ops.rms_back(w["v_heads"], w.parts["v_normed"]["rms"], 1,
                                      w["d_v_normed"]) if w.c.v_norm is not None else
               dg.d_values(w) if w.c.differential is not None else
-              _d_values(w, ops.shared_sum(w["weights"].swapaxes(-1, -2) @
+              _d_values(t, w, ops.shared_sum(w["weights"].swapaxes(-1, -2) @
                                           w["d_head_outputs"], w.c.groups)),
               lambda f: f"dV{f.i} = the norm's backward: g/rms − v·Σ(g⊙v)/(D·rms³), g = "
               f"dV_normed{f.i}" if f.c.v_norm is not None else

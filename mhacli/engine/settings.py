@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from ..errors import MhaError
-from . import clipping, disentangled, exclusive, gating
+from . import clipping, disentangled, gating
 from . import parsers as read
 from . import qk_norms, relative, rope, sparse, sub_norm
 from .parsers import Fields
@@ -219,7 +219,7 @@ SETTINGS: tuple[Setting, ...] = (
             "head's output less tanh(α_h) times its projection on its own token's value "
             "made unit, O_h[i] − tanh(α_h)·(O_h[i]·v̂[i])·v̂[i], v̂ = V_g[i] / max(‖V_g[i]‖, "
             "1e-12); self-attention only.", array=(1,),
-            read=lambda v: read.numbers_value("exclusive", v), parse=exclusive.parse,
+            read=lambda v: read.numbers_value("exclusive", v), parse=read.exclusive,
             fields=("exclusive", "exclusive_alpha"),
             excludes=(("tiles", "the tiled view does not follow exclusive self-attention "
                                 "(each head's output less its part along its token's "
