@@ -203,8 +203,6 @@ NOT_FOLLOWED = {"inkling_text": ("self_attn.k_sconv", "a bias made from its own 
                 "zaya": ("self_attn.qkv_proj.conv_qk", "half x_(i−1)·v_proj_delayed"),
                 "doge": ("self_attn.A", "Doge's dynamic mask"),
                 "jetmoe": ("self_attention.experts", "projections that differ token by token"),
-                "neomme": ("self_attn.exclusive_self_attention",
-                           "projection on its own token's unit value"),
                 "deepseek_v4": ("attn.wkv", "values are its keys")}
 
 

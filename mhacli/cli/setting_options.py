@@ -129,6 +129,9 @@ OPTIONS: tuple[SettingOption, ...] = (
     SettingOption("sub_norm", "Normalise each row of the joined heads by its root mean "
                   "square, √(mean(c²) + EPS), before W_O (BitNet's attn_sub_norm); its "
                   "weights in a file's sub_norm: key.", metavar="EPS"),
+    SettingOption("exclusive", "Exclusive self-attention (NeoMME): each head's output less "
+                  "tanh(α_h) times its projection on its own token's value made unit; α, "
+                  "one number per head.", metavar="'a1 a2 …'"),
     SettingOption("clip_qkv", "Clamp Q, K and V to [−C, C] as they come out of their "
                   "projections (OLMo, DBRX, MPT).", metavar="C"),
     SettingOption("w_gate", "Gated attention (Qwen3-Next): the gate's weights, d_model × "

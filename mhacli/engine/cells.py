@@ -558,6 +558,30 @@ def cell_gated(e: Entry) -> list[Any]:
             f"  = {e.factor(e.value(o, h, i, j))}×{e.factor(f)} = {e.result}"]
 
 
+def cell_head_exclusive(e: Entry) -> list[Any]:
+    """An exclusive head output: the head's output less tanh α_h times its projection on
+    its own token's value made unit (the value's length and the projection: the stage's
+    own numbers)."""
+    h, i, j = e.head, e.row, e.col
+    g = kv(e.c, h)  # the value head this query head uses
+    o, v = e.reads  # the head's output, the values it weighted
+    e.mark(o, h, {i})
+    e.mark(v, g, {i})
+    a = e.inp("exclusive_alpha", exact=False).at(h - 1)
+    norm = op("at", "head_exclusive.norm", h - 1, i, 0)
+    dot = op("at", "head_exclusive.dot", h - 1, i, 0)
+    u = op("f/", e.value(v, g, i, j), norm)
+    t = op("tanh", a)
+    e.makes(op("f-", e.value(o, h, i, j), op("f*", op("f*", t, dot), u)))
+    return [f"{e.name} = {o}{e.hs}[{e.row_label}, {j + 1}] − tanh(α{e.hs})·(o·v̂)·v̂[{j + 1}], "
+            f"v̂ = row {e.row_label} of V{sub(g)}, its token's own value, over its length ‖v‖; "
+            "o·v̂ the head's output row along it",
+            f"  tanh({e.num(a)}) = {e.num(t)}, ‖v‖ = {e.num(norm)}, o·v̂ = {e.num(dot)}, "
+            f"v̂[{j + 1}] = {e.num(e.value(v, g, i, j))} / {e.num(norm)} = {e.num(u)}",
+            f"  {e.factor(e.value(o, h, i, j))} − {e.factor(t)}×{e.factor(dot)}×{e.factor(u)}"
+            f" = {e.result}"]
+
+
 def cell_concat(e: Entry) -> list[Any]:
     d_v = e.c.out_width
     hh, jj = e.col // d_v, e.col % d_v

@@ -46,7 +46,8 @@ def check_finite(p: Prepared, name: str, a: Array, head: int = 0) -> None:
 
 
 AFTER_SOFTMAX = ("weights", "lambda", "diff_weights", "head_outputs", "head_normed",
-                 "head_scaled", "gated", "concat", "concat_normed", "output")  # and the gradients
+                 "head_scaled", "head_exclusive", "gated", "concat", "concat_normed",
+                 "output")  # and the gradients
 
 
 def after_softmax(name: str) -> bool:

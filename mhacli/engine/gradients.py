@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import numpy as np
 
-from . import diff_gradients as dg, ops, qk_norms, sub_norm
+from . import diff_gradients as dg, exclusive, ops, qk_norms, sub_norm
 from .clipping import passed
 from .gating import slope
 from .stage import KEY, NUMBERED, QUERY, Stage
@@ -179,9 +179,33 @@ def _d_input(t: Chains, w: Work) -> Array:
     return out
 
 
-def _d_head_outputs(w: Work) -> Array | None:
+def _exclusive_back(t: Chains, w: Work) -> tuple[Array, Array]:
+    """Exclusive self-attention's backward: dO and the values' share (G × n × d_v)."""
+    c = w.c
+    v = ops.shared(w[t.reads(c, "head_exclusive")[1]], c.heads)
+    return exclusive.back(w["head_outputs"], v, w.p.exclusive_alpha,  # type: ignore[arg-type]
+                          w["d_head_exclusive"], c.groups)
+
+
+def _d_values(t: Chains, w: Work, base: Array | None) -> Array | None:
+    """The values' gradient from the weighted sum, plus exclusive self-attention's."""
+    if not w.c.exclusive or base is None:
+        return base
+    return base + _exclusive_back(t, w)[1]
+
+
+def _d_head_outputs(t: Chains, w: Work) -> Array | None:
     """dO_h: head h's columns of dC, or, gated, dGated_h ⊙ f(G_h) (σ or softplus); a
-    differential head's, back through its norm (diff_gradients.py)."""
+    differential head's, back through its norm (diff_gradients.py); with exclusive
+    self-attention, dO'_h less tanh α_h times its part along v̂."""
+    if w.c.exclusive:
+        return None if w.exact else _exclusive_back(t, w)[0]
+    return _d_head_exclusive(w)
+
+
+def _d_head_exclusive(w: Work) -> Array | None:
+    """What the heads' last step before the join receives: head h's columns of dC, or,
+    gated, dGated_h ⊙ f(G_h)."""
     c = w.c
     if c.differential is not None:
         return dg.d_head_outputs(w)
@@ -205,7 +229,8 @@ def _d_concat(w: Work) -> Array | None:
 def _d_gate(w: Work) -> Array:
     """dG = dGated ⊙ O ⊙ f′(G): σ(G)·(1 − σ(G)), or softplus' σ(G); the heads side by
     side (n × H·d_v)."""
-    return ops.merge_heads(w["d_gated"] * w["head_outputs"] *
+    o = w["head_exclusive"] if w.c.exclusive else w["head_outputs"]
+    return ops.merge_heads(w["d_gated"] * o *
                            ops.split_heads(slope(w["gate"], w.c.gate_fn), w.c.heads))
 
 
@@ -301,6 +326,13 @@ def _shared_text(f: Formula, big: str) -> str:
     return f" + (from the positions it projects, share_att_key) tableᵀ·dP_{big}"
 
 
+def _plus_exclusive(f: Formula) -> str:
+    """The values' share of exclusive self-attention's backward, in words."""
+    return ", plus at row i the unit vector's backward (g − v̂·(v̂·g)) / ‖v‖ of g = "\
+        "−tanh(α_h)·((O_h[i]·v̂)·dO'_h[i] + (dO'_h[i]·v̂)·O_h[i]), over the query heads that " \
+        "read it" if f.c.exclusive else ""
+
+
 def _tex(symbol: str) -> Callable[[Formula], str]:
     return lambda f: f.tex(rf"\frac{{\partial L}}{{\partial {symbol}}}")
 
@@ -355,10 +387,17 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
               lambda f: f"dGated{f.i} = head {f.h or 'h'}'s columns of dC", "(O \\odot "
               "\\sigma(G))", per_head=True, exact=True, exists=lambda c: c.gate),
         *dg.head_stages(_grad),  # differential attention's (1 − λ_init) and norm
+        _grad("d_head_exclusive", "H × n × d_v", lambda c: (c.heads, c.n, c.d_v),
+              QUERY, NUMBERED, _d_head_exclusive,
+              lambda f: f"dO'{f.i} = dGated{f.i} ⊙ {_f(f.c)}(G{f.i})" if f.c.gate else
+              f"dO'{f.i} = head {f.h or 'h'}'s columns of dC", "O'", per_head=True,
+              exact=True, exists=lambda c: c.exclusive),
         _grad("d_head_outputs", "H × n × d_v", lambda c: (c.out_heads, c.n, c.out_width),
-              QUERY, NUMBERED, _d_head_outputs,
+              QUERY, NUMBERED, lambda w: _d_head_outputs(t, w),
               lambda f: f"dO{f.i} = the norm's backward: g/rms − o·Σ(g⊙o)/(D·rms³), g = "
               f"dO_normed{f.i}" if f.c.differential is not None else
+              f"dO{f.i} = dO'{f.i} − tanh(α{f.i})·(dO'{f.i}[i]·v̂[i])·v̂[i]" if f.c.exclusive
+              else
               f"dO{f.i} = dGated{f.i} ⊙ {_f(f.c)}(G{f.i})" if f.c.gate else
               f"dO{f.i} = head {f.h or 'h'}'s columns of dC", "O", per_head=True,
               exact=True),
@@ -378,23 +417,25 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
               per_head=True, exact=True),
         _grad("d_v_normed", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,
               lambda w: dg.d_values(w) if w.c.differential is not None else
-              ops.shared_sum(w["weights"].swapaxes(-1, -2) @ w["d_head_outputs"],
-                             w.c.groups),
-              lambda f: f"dV_normed{f.i} = A{f.i}ᵀ·dO{f.i}" if f.c.groups == f.c.heads
-              else "dV_normed_g = Σ A_hᵀ·dO_h over the query heads h that share value head g",
+              _d_values(t, w, ops.shared_sum(w["weights"].swapaxes(-1, -2) @
+                                          w["d_head_outputs"], w.c.groups)),
+              lambda f: f"dV_normed{f.i} = A{f.i}ᵀ·dO{f.i}" + _plus_exclusive(f) if f.c.groups == f.c.heads
+              else "dV_normed_g = Σ A_hᵀ·dO_h over the query heads h that share value head g"
+              + _plus_exclusive(f),
               "V_{normed}", per_head=True, exists=lambda c: c.v_norm is not None),
         _grad("d_v_heads", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,
               lambda w: ops.rms_back(w["v_heads"], w.parts["v_normed"]["rms"], 1,
                                      w["d_v_normed"]) if w.c.v_norm is not None else
               dg.d_values(w) if w.c.differential is not None else
-              ops.shared_sum(w["weights"].swapaxes(-1, -2) @ w["d_head_outputs"], w.c.groups),
+              _d_values(t, w, ops.shared_sum(w["weights"].swapaxes(-1, -2) @
+                                          w["d_head_outputs"], w.c.groups)),
               lambda f: f"dV{f.i} = the norm's backward: g/rms − v·Σ(g⊙v)/(D·rms³), g = "
               f"dV_normed{f.i}" if f.c.v_norm is not None else
               "dV_g and dV_(g+G/2) = the two halves of Σ D_hᵀ·dO_h over the differential "
               "heads h that read them" if f.c.differential is not None else
-              f"dV{f.i} = A{f.i}ᵀ·dO{f.i}" if f.c.groups == f.c.heads
-              else "dV_g = Σ A_hᵀ·dO_h over the query heads h that share value head g",
-              "V", per_head=True),
+              f"dV{f.i} = A{f.i}ᵀ·dO{f.i}" + _plus_exclusive(f) if f.c.groups == f.c.heads
+              else "dV_g = Σ A_hᵀ·dO_h over the query heads h that share value head g"
+              + _plus_exclusive(f), "V", per_head=True),
         _grad("d_masked", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
               lambda w: ops.softmax_backward(w["weights"], w["d_weights"]),
               lambda f: f"d_masked{f.i} = A{f.i} ⊙ (dA{f.i} − rowsum(dA{f.i} ⊙ A{f.i})), the "

@@ -250,6 +250,20 @@ def sinks(value: Any, s: Sizes) -> Fields:
     return {"sinks": sinks is not None}, {"sinks": sinks}
 
 
+def exclusive(value: Any, s: Sizes) -> Fields:
+    """Exclusive self-attention's α, one number per head; the problem must be
+    self-attention (n = m: each query's own token's value is row i of V)."""
+    alpha = per_head("exclusive", value, s.heads, s.t)
+    if alpha is None:
+        return {"exclusive": False}, {"exclusive_alpha": None}
+    if s.x_kv is not None or s.n != s.m:
+        raise MhaError(f"exclusive takes each query's own token's value: it needs "
+                       f"self-attention, one key and value per query (here {s.n} queries "
+                       f"and {s.m} keys{', from x_kv' if s.x_kv is not None else ''})",
+                       key="exclusive")
+    return {"exclusive": True}, {"exclusive_alpha": alpha}
+
+
 def positional(value: Any, s: Sizes) -> Fields:
     """``sinusoidal``, or a learned table of at least n rows × d_model (its first rows
     used); the key/value-side input gets its own rows, positions from 0."""

@@ -240,6 +240,22 @@ SETTINGS: tuple[Setting, ...] = (
             "weight}.", read=sub_norm.value, parse=sub_norm.parse,
             fields=("sub_norm", "sub_norm_weight"), shown=lambda c: {"sub_norm": c.sub_norm},
             write=lambda c, p, given: None if c.sub_norm is None else sub_norm.write(p)),
+    Setting("exclusive", "exclusive self-attention (NeoMME): α, one number per head; each "
+            "head's output less tanh(α_h) times its projection on its own token's value "
+            "made unit, O_h[i] − tanh(α_h)·(O_h[i]·v̂[i])·v̂[i], v̂ = V_g[i] / max(‖V_g[i]‖, "
+            "1e-12); self-attention only.", array=(1,),
+            read=lambda v: read.numbers_value("exclusive", v), parse=read.exclusive,
+            fields=("exclusive", "exclusive_alpha"),
+            excludes=(("tiles", "the tiled view does not follow exclusive self-attention "
+                                "(each head's output less its part along its token's "
+                                "value) yet"),
+                      ("decode", "the decoding view does not follow exclusive "
+                                 "self-attention (each head's output less its part along "
+                                 "its token's value) yet"),
+                      ("differential", "exclusive self-attention on differential "
+                                       "attention's heads is not followed")),
+            shown=lambda c: {"exclusive": c.exclusive},
+            write=lambda c, p, given: p.exclusive_alpha),
     Setting("clip_qkv", "c: Q, K and V each clamped to [−c, c] as they come out of their "
             "projections (OLMo, DBRX, MPT).", read=lambda v: positive("clip_qkv", v),
             parse=clipping.parse, fields=("clip_qkv",),

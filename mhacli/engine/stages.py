@@ -26,7 +26,7 @@ from .cells import (
     cell_input, cell_projection, cell_split, cell_scores, cell_pos, cell_x_pos, cell_rot,
     cell_normed, cell_tuned, cell_alibi, cell_biased, cell_scaled, cell_masked,
     cell_softcapped,
-    cell_weights, cell_head_outputs, cell_gated, cell_concat, cell_output, cell_lambda,
+    cell_weights, cell_head_outputs, cell_head_exclusive, cell_gated, cell_concat, cell_output, cell_lambda,
     cell_diff_weights, cell_diff_outputs, cell_head_normed, cell_head_scaled, cell_v_normed,
     cell_concat_normed)
 from .formulas import (input_text, norm_text, output_tex, proj_tex, proj_text, rope_text,
@@ -37,7 +37,7 @@ from .head_weights import OUTPUT, PROJECTIONS
 from .reach import Reach
 from .sparse_stages import cell_masked_kept, keep_mask, sparse_stages
 from .stage import KEY, NUMBERED, QUERY, Stage
-from . import qk_norms, sub_norm
+from . import exclusive, qk_norms, sub_norm
 from .work import Work, tuned, turned
 from .recipe import Recipe, var
 from .writing import Entry, Formula, Record, sub
@@ -185,6 +185,16 @@ def _gated(w: Work) -> Array | None:
     f = ops.split_heads(act(g, w.c.gate_fn), w.c.heads)  # (H, n, d_v)
     w.parts["gated"] = {"act": f}
     return o * f  # (H, n, d_v)
+
+
+def _head_exclusive(w: Work) -> Array | None:
+    """Each head's output less tanh α_h times its part along its token's unit value."""
+    if w.exact:
+        return None  # a square root and tanh: not rational
+    o, v = reads(w.c, "head_exclusive")
+    out, parts = exclusive.excluded(w[o], ops.shared(w[v], w.c.heads), w.p.exclusive_alpha)
+    w.parts["head_exclusive"] = parts
+    return out  # (H, n, d_v)
 
 
 def _concat_normed(w: Work) -> Array | None:
@@ -587,6 +597,19 @@ FORWARD: tuple[Stage, ...] = (
           formula=lambda f: f"(1 − λ_init)·O{f.i}, λ_init = {f.c.differential:g}",
           latex=tex(r"(1 - \lambda_{init})\,O_{@h}"), cell=cell_head_scaled, per_head=True,
           chain="o", reads=_after("o", "head_scaled"), exists=_differential),
+    Stage("head_exclusive", "H × n × d_v", lambda c: (c.heads, c.n, c.d_v), QUERY, NUMBERED,
+          compute=_head_exclusive,
+          formula=lambda f: f"O{f.i} − tanh(α{f.i})·(O{f.i}[i]·v̂[i])·v̂[i]: each head output "
+          "less its part along its own token's value made unit, v̂ = V[i] / max(‖V[i]‖, "
+          "1e-12)",
+          latex=tex(r"O_{@h} - \tanh(\alpha_{@h})\,(O_{@h} \cdot \hat v)\,\hat v"),
+          cell=cell_head_exclusive, per_head=True, chain="o",
+          reads=lambda c: (latest(c, "o", "head_exclusive"), latest(c, "v", "head_outputs")),
+          exists=lambda c: c.exclusive,
+          parts=(("norm", "‖v‖"), ("dot", "o·v̂")),
+          parts_title="the length of each token's value and the head output's part along it",
+          parts_formula="‖v‖ = √(Σ v²) of the token's own value row (at least 1e-12), "
+          "v̂ = v / ‖v‖; o·v̂ the head output's row times v̂"),
     Stage("gated", "H × n × d_v", lambda c: (c.heads, c.n, c.d_v), QUERY, NUMBERED,
           compute=_gated,
           formula=lambda f: f"O{f.i} ⊙ softplus(G{f.i}): each head output times the "

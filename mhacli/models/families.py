@@ -37,6 +37,7 @@ from .laguna import laguna
 from .hrm import hrm
 from .dbrx import dbrx
 from .dots3 import dots3
+from .neomme import per_layer_window, value_embeddings
 from .latent import doubled_query_latent, latent_attention
 from .gemma3n import GEMMA3N_AROUND, unscaled
 from .gemma4 import BY_TYPE, GEMMA4_AROUND, layer_sizes
@@ -351,6 +352,12 @@ RECORDS: tuple[Family, ...] = (
     Family("dory", read=dory, window=paired_types, gate_proj="g_proj"),  # (saved as g_proj)
     # (ESM C: LayerNorms of q and k over the whole width, before the heads are split, at
     # PyTorch's ε; its residual scaling is outside the attention)
+    Family("neomme", window=per_layer_window, rope=rope(), causal=False,
+           per_layer=value_embeddings, o_proj="output_projection.o_proj",
+           gate_proj="output_projection.gate_proj", weightless_qk_norm=True,
+           norm_eps_key="norm_eps", exclusive="exclusive_self_attention.alpha",
+           unread=("document_token_id", "image_token_id", "patch_size", "embedding_dim",
+                   "embedding_rank", "residual_multiplier")),
     Family("esmc", causal=False, qk_norm="width", layer_norm=True, norm_eps=1e-5),
     Family("ultrabert", causal=False, window=both_ways_by_layer_types,
            unread=("classifier_pooling", "prediction_head_size")),

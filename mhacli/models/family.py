@@ -97,6 +97,8 @@ class Family:
     loaded_as: tuple[str, str] | None = None  # (pattern, replacement): the attention
     # module's name in the model as loaded, from its tensors' stem, where transformers
     # renames a checkpoint's tensors as it loads them (Sarvam's attention., EXAONE 3's)
+    exclusive: str | None = None  # exclusive self-attention's α, one a head (NeoMME's
+    # exclusive_self_attention.alpha), read as exclusive
     weightless_qk_norm: bool = False  # an RMS norm of each head's q and k with no weight
     # (NanoChat's, after RoPE in the model: a rotation keeps each row's mean square, so
     # it is the same before RoPE, where mha computes it)
@@ -211,8 +213,9 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
         ones: Any = frozen(np.ones(d, dtype=r.dtype))
         norm = {"over": "head", "eps": r.setting("qk_norm.eps", f.norm_eps_key, 1e-6),
                 "q": ones, "k": ones}
-        r.note("qk_norm", f"{f.model_type}'s weightless norm of each head (after RoPE in "
-               f"the model, the same before it), config {f.norm_eps_key}")
+        r.note("qk_norm", f"{f.model_type}'s weightless norm of each head (" + (
+            "before RoPE" if f.exclusive else "after RoPE in the model, the same before it")
+            + f"), config {f.norm_eps_key}")
     if norm is not None:
         out["qk_norm"] = norm
     if f.sub_norm:
@@ -233,6 +236,11 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
         name = stem + (held[0] if held else f.sinks_names[0])
         out["sinks"] = r.tensor(name, 1)
         r.note("sinks", f"tensor {name}")
+    if f.exclusive:
+        name = stem + f.exclusive
+        out["exclusive"] = r.tensor(name, 1)
+        r.note("exclusive", f"tensor {name} (α of each head: its output less tanh α times "
+               "its part along its own token's unit value)")
     if source is not None:
         out["kv_layer"] = source
         unused = [n for n in (f"{stem}{f.qkv[1]}.weight", f"{stem}{f.qkv[2]}.weight",
@@ -417,7 +425,8 @@ def features(f: Family) -> list[str]:
     if f.head_gate:
         out.append(f"a sigmoid gate of one number a head ({f.head_gate[0]})")
     if f.weightless_qk_norm:
-        out.append("weightless q/k RMS norms over each head (after RoPE in the model)")
+        out.append("weightless q/k RMS norms over each head" + (
+            "" if f.exclusive else " (after RoPE in the model)"))
     elif f.qk_norm:
         kind = "LayerNorms" if f.layer_norm else "RMS norms"
         out.append(f"q/k {kind} over {'each head' if f.qk_norm == 'head' else 'the width'}"
@@ -425,6 +434,8 @@ def features(f: Family) -> list[str]:
                    + (", after RoPE" if f.norm_after_rope else ""))
     if f.v_norm:
         out.append("a weightless RMS norm of the values")
+    if f.exclusive:
+        out.append(f"exclusive self-attention, α per head ({f.exclusive})")
     if f.sub_norm:
         out.append(f"an RMS norm of the joined heads before {f.o_proj} ({f.sub_norm})")
     if f.beta_scaling:

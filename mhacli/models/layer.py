@@ -282,10 +282,6 @@ NOT_FOLLOWED = (
      "keys, turned by RoPE at the key's position, and each head's output turned back at the "
      "query's (so a value enters turned by its distance, j − i), with keys pooled from "
      "blocks of tokens (its compressor) on the compressed layers"),
-    (r"^self_attn\.exclusive_self_attention\.", "NeoMME's attention: each head's output less "
-     "its projection on its own token's unit value (× tanh α, exclusive self-attention), a "
-     "sigmoid gate before the output projection, and on its first and last global layers "
-     "value embeddings looked up by the token ids added to the values"),
 )
 
 
