@@ -163,11 +163,12 @@ def test_what_is_not_followed_is_refused_by_name(tmp_path: Path) -> None:
     assert read.config.indexer == 4  # (more tokens than its indexer keeps: sparse)
     assert "index_topk = 4" in read.read["settings"]["indexer"]
     hy = build("hy_v4", "HYV4ForCausalLM", tmp_path / "hy", index_topk=4)
-    for layer in (0, 2):  # (its own indexer; the last one's top-k, shared)
-        with pytest.raises(mhacli.MhaError, match="indexer keeps each query's top 4 keys"):
-            from_mapping({"x": np.ones((5, 64)), "checkpoint": hy, "layer": layer}, "t")
-    assert "shared" in from_mapping({"x": np.ones((4, 64)), "checkpoint": hy, "layer": 2},
-                                    "t").read["settings"]["most_tokens"]
+    # (its own indexer: sparse, tests/test_sparse_models.py; the last one's top-k, shared:
+    # refused past index_topk, naming the layer that chose them)
+    assert from_mapping({"x": np.ones((5, 64)), "checkpoint": hy, "layer": 0},
+                        "t").config.indexer == 4
+    with pytest.raises(mhacli.MhaError, match="layer 2 takes the top-4 keys"):
+        from_mapping({"x": np.ones((5, 64)), "checkpoint": hy, "layer": 2}, "t")
     axk2 = build("axk2", "AXK2ForCausalLM", tmp_path / "axk2")
     with pytest.raises(mhacli.MhaError, match=r"q_b_proj.weight: axk2's query projection "
                        r"reads the query latent both normed and not \(\[q_a_layernorm\(c_Q\) "

@@ -1,6 +1,7 @@
 """DeepSeek sparse attention read from real checkpoints, as transformers makes and saves
-them (tiny, every parameter random): DeepSeek-V3.2 (its indexer's RoPE in half pairs) and
-GLM-5's glm_moe_dsa (interleaved, and a layer that takes an earlier layer's top-k), on more
+them (tiny, every parameter random): DeepSeek-V3.2 (its indexer's RoPE in half pairs),
+GLM-5's glm_moe_dsa (interleaved, and a layer that takes an earlier layer's top-k) and
+HY-V4 (its indexer's RoPE on each head's last columns, its key norm's eps the config's), on more
 tokens than index_topk (7 against 3: the indexer drops keys), against the model's own
 attention module on the same x (tests/hf_zoo.py), the attention weights included (the
 keys it drops weigh 0 in both); the indexer's keep mask against the loop of
@@ -27,7 +28,11 @@ from .test_latent_models import build  # noqa: E402
 INDEXER = {"index_topk": 3, "index_n_heads": 8, "index_head_dim": 16}
 CASES = {"deepseek_v32": ("DeepseekV32ForCausalLM", {}, "half"),
          "glm_moe_dsa": ("GlmMoeDsaForCausalLM", {"indexer_types": ["full", "shared"]},
-                         "interleaved")}
+                         "interleaved"),
+         # (HY-V4: its indexer's RoPE on each head's last columns, read rope first; a gate
+         # and sinks; its last layer takes the one before's top-k)
+         "hy_v4": ("HYV4ForCausalLM", {}, "half")}
+SHARED = {"glm_moe_dsa": (1, 0), "hy_v4": (2, 1)}  # a layer that takes another's top-k
 
 
 @pytest.fixture(scope="module")
@@ -62,12 +67,13 @@ def test_every_layer_agrees_past_index_topk(model_type: str, made: dict[str, Pat
     rng = np.random.default_rng(1)
     checked = 0
     for layer in zoo.layer_addresses(folder):
-        shared = model_type == "glm_moe_dsa" and layer == 1
+        shared = SHARED.get(model_type, (None,))[0] == layer
         for n in (3, 7):
             x = rng.standard_normal((n, width))
-            if shared and n > 3:  # (its top-k is layer 0's, chosen from layer 0's input)
-                with pytest.raises(mhacli.MhaError, match="layer 1 takes the top-3 keys "
-                                   r"\(index_topk\) that layer 0's indexer chose"):
+            if shared and n > 3:  # (its top-k is an earlier layer's, from that one's input)
+                with pytest.raises(mhacli.MhaError, match=f"layer {layer} takes the top-3 "
+                                   rf"keys \(index_topk\) that layer {layer - 1}'s indexer "
+                                   "chose"):
                     from_mapping({"x": x, "checkpoint": folder, "layer": layer}, "t")
                 continue
             prob = from_mapping({"x": x, "checkpoint": folder, "layer": layer}, "t")

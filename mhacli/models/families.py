@@ -408,12 +408,13 @@ RECORDS: tuple[Family, ...] = (
     # (HY-V4: DeepSeek-V3.2's MLA and indexer, its top-k shared by layers, a gate of the
     # heads' outputs and a sink logit a head; hyper-connections outside the attention)
     Family("hy_v4", tensors="latent",
-           read=latent_attention(style="half", interleave_key=None, indexer=True,
-                                 gate=("linear_gate", False), sinks="learnable_sink_param"),
+           read=latent_attention(style="half", interleave_key=None, indexer="half",
+                                 gate=("linear_gate", False), sinks="learnable_sink_param",
+                                 indexer_last=True, indexer_eps_key="rms_norm_eps"),
            unread=("mlp_layer_types", "hc_mult", "hc_magnitude", "hc_eps",
                    "learnable_sink_init", "swiglu_limit"),
-           others="its indexer's top-k keys (index_topk) all the keys of a problem of at most "
-           "index_topk tokens (dense); more refused by name"),
+           others="its layers that take an earlier layer's top-k keys (indexer_types "
+           "shared) on at most index_topk tokens (dense); more refused by name"),
     Family("dots3_note_text", tensors="latent", read=dots3,
            unread=("mlp_layer_types", "mlp_bias", "shared_experts_intermediate_size")),
     Family("minicpm3", tensors="latent",

@@ -166,7 +166,8 @@ def latent_attention(style: str | None = "interleaved", yarn: bool = True,
                      indexer: str | bool | None = None, lora_scale: bool = False,
                      gate: tuple[str, bool] | None = None, sinks: str | None = None,
                      o_proj: str = "o_proj", rope_norm: str | None = None,
-                     eps_key: str | None = None) -> Any:
+                     eps_key: str | None = None, indexer_last: bool = False,
+                     indexer_eps_key: str | None = None) -> Any:
     """A family's reading of its MLA layer: RoPE in pairs of ``style`` (None: no RoPE,
     Kimi Linear's NoPE; ``interleave_key``: a config flag that picks interleaved, true, or
     half pairs), yarn's mscale² folded into the scale where ``yarn``; ``indexer``: the
@@ -178,7 +179,8 @@ def latent_attention(style: str | None = "interleaved", yarn: bool = True,
     heads' outputs (``_gate``); ``sinks``: the module of a sink logit a head; ``o_proj``:
     the output projection's module; ``rope_norm``: the module of an RMS norm of k_R before
     RoPE (dots3's); ``eps_key``: the config key of the norms' eps (else the RMS norm's
-    default, 1e-6)."""
+    default, 1e-6); ``indexer_last``: the indexer's RoPE on each head's last columns, and
+    ``indexer_eps_key`` its key norm's eps (HY-V4's, ``sparse.read_indexer``)."""
     turn = "no RoPE" if style is None else f"RoPE on the last qk_rope_head_dim columns " \
         f"({'interleaved' if style == 'interleaved' else 'half'} pairs" + \
         (f", or as {interleave_key} says)" if interleave_key else ")")
@@ -272,7 +274,8 @@ def latent_attention(style: str | None = "interleaved", yarn: bool = True,
             r.note("rope", f"none: {f.model_type}'s MLA layers have no RoPE (k_R is shared, "
                            "not turned)")
         if indexer and indexer is not True and not shared_from(r, stem, f.model_type, out):
-            read_indexer(r, stem, indexer, out, f.model_type)
+            read_indexer(r, stem, indexer, out, f.model_type, rope_last=indexer_last,
+                         eps_key=indexer_eps_key)
         scale = _scale(r, d_nope + d_rope, yarn and style is not None)
         if scale is not None:
             out["scale"] = scale

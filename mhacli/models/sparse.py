@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ..errors import MhaError, shown
 from .reading import Reader, linear
 
@@ -31,11 +33,16 @@ def read_indexer(r: Reader, stem: str, style: str, out: dict[str, Any],
                  model_type: str, prefix: str = "indexer.", top_key: str = "index_topk",
                  heads_key: str = "index_n_heads", dim_key: str = "index_head_dim",
                  names: tuple[str, str, str, str] = ("wq_b", "wk", "k_norm",
-                                                     "weights_proj")) -> None:
+                                                     "weights_proj"),
+                 rope_last: bool = False, eps_key: str | None = None) -> None:
     """Read the indexer of the attention module ``stem`` into ``out["indexer"]`` (the
     problem's setting: top_k, rope, eps and its four tensors as x·W), noting where each
     came from. ``style``: its RoPE's pairs, "half" (DeepSeek-V3.2) or "interleaved"
-    (GLM-5); ``prefix``, ``names`` and the config keys: where another family keeps them.
+    (GLM-5); ``prefix``, ``names`` and the config keys: where another family keeps them;
+    ``rope_last``: its RoPE turns each head's *last* qk_rope_head_dim columns (HY-V4's
+    [pass | rope]): the columns of q, k and the key norm are read rope first, which
+    changes no dot product and no LayerNorm (both see the same numbers, reordered);
+    ``eps_key``: the config key of the key norm's eps (else the module's 1e-6).
     The layer must be multi-head latent attention with its queries compressed (the
     indexer reads the normed query latent)."""
     top = r.count(top_key)
@@ -60,15 +67,29 @@ def read_indexer(r: Reader, stem: str, style: str, out: dict[str, Any],
         if said is not None and said != value:
             raise r.error(key, f"{said}, but the indexer's tensors have {value} "
                           f"({'index heads' if key == heads_key else 'columns a head'})")
-    out["indexer"] = {"top_k": top, "rope": style, "eps": EPS, "w_q": got["w_iq"],
+    eps = EPS if eps_key is None else r.number(eps_key, EPS)
+    order = ""
+    if rope_last:  # [pass | rope] -> [rope | pass], in every index head alike
+        d_rope = r.count("qk_rope_head_dim")
+        if d_rope is None or not 0 < d_rope <= dim:
+            raise r.error("qk_rope_head_dim", f"{shown(d_rope)}: the indexer's heads have "
+                          f"{dim} columns, its RoPE the last qk_rope_head_dim of them")
+        cols = np.r_[dim - d_rope:dim, 0:dim - d_rope]  # (d_I,)
+        every = (np.arange(heads)[:, None] * dim + cols[None, :]).ravel()  # (E·d_I,)
+        got["w_iq"], got["w_ik"] = got["w_iq"][:, every], got["w_ik"][:, cols]
+        w_norm, b_norm = w_norm[cols], b_norm[cols]
+        order = (f"; its RoPE turns each head's last {d_rope} columns: read rope first "
+                 "([rope | pass], every dot product and the key's LayerNorm unchanged)")
+    out["indexer"] = {"top_k": top, "rope": style, "eps": eps, "w_q": got["w_iq"],
                       "w_k": got["w_ik"], "k_norm": w_norm, "k_norm_bias": b_norm,
                       "w_weights": got["w_iw"]}
     for key in ("w_iq", "w_ik", "w_iw"):
         r.origin.pop(key, None)  # (noted once, under the setting)
-    r.note("indexer", f"tensors {stem}{q}, {k}, {norm} (weight, bias; eps 1e-6, the "
-                      f"module's), {weights}; config {top_key} = {top} (top_k), {heads} "
+    said_eps = "eps 1e-6, the module's" if eps_key is None else f"eps config {eps_key}"
+    r.note("indexer", f"tensors {stem}{q}, {k}, {norm} (weight, bias; {said_eps}), "
+                      f"{weights}; config {top_key} = {top} (top_k), {heads} "
                       f"index heads of {dim}; RoPE on each head's first qk_rope_head_dim "
-                      f"columns, {style} pairs")
+                      f"columns, {style} pairs{order}")
 
 
 def shared_from(r: Reader, stem: str, model_type: str, out: dict[str, Any]) -> bool:
