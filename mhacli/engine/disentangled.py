@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import MhaError
-from .values import as_array, given, shape_text
+from .values import as_array, given, shape_text, nested_numbers
 
 if TYPE_CHECKING:
     from .config import Prepared, Sizes
@@ -136,17 +136,6 @@ def back(p: Prepared, grad: Array, content: Array, side: str) -> tuple[Array, Ar
 # --------------------------------------------------------------------------- the setting
 
 
-def _numbers(v: Any, key: tuple[Any, ...]) -> Any:
-    """A file's lists of numbers written as text, read by the number rule."""
-    if isinstance(v, str):
-        from ..numbers import parse
-
-        return parse(v, key)
-    if isinstance(v, list):
-        return [_numbers(t, key + (i,)) for i, t in enumerate(v)]
-    return v
-
-
 def _flag(v: Any, key: str) -> bool:
     if isinstance(v, str) and v.strip().lower() in ("true", "yes", "on", "false", "no", "off"):
         return v.strip().lower() in ("true", "yes", "on")
@@ -203,7 +192,7 @@ def value(v: Any) -> dict[str, Any] | None:
                        key=("disentangled", "position_buckets"))
     for name in MATRICES + VECTORS:
         if v.get(name) is not None:
-            out[name] = _numbers(v[name], ("disentangled", name))
+            out[name] = nested_numbers(v[name], ("disentangled", name))
     for term, side in (("c2p", "k"), ("p2c", "q")):
         if term in out["terms"] and not out["share_att_key"] and f"w_pos_{side}" not in out:
             raise MhaError(f"disentangled needs w_pos_{side} for {term} (d_model × H·d_k), "

@@ -37,7 +37,7 @@ import numpy as np
 
 from ..errors import MhaError
 from . import ops
-from .values import as_array, given
+from .values import as_array, given, nested_numbers
 
 Config = Prepared = Sizes = Any  # (config.py's: it asks this module for the top-k rule)
 
@@ -80,20 +80,8 @@ def value(v: Any) -> dict[str, Any] | None:
     out["rope"] = style
     out["eps"] = float(positive("indexer.eps", v.get("eps", 1e-6)))
     for name in ARRAYS:
-        out[name] = _numbers(v[name], ("indexer", name))
+        out[name] = nested_numbers(v[name], ("indexer", name))
     return out
-
-
-def _numbers(v: Any, key: tuple[Any, ...]) -> Any:
-    """A file's nested lists with their numbers as text read by the number rule (an
-    array, or anything else, passes as it is)."""
-    if isinstance(v, str):
-        from ..numbers import parse
-
-        return parse(v, key)
-    if isinstance(v, (list, tuple)):
-        return [_numbers(t, (*key, i)) for i, t in enumerate(v)]
-    return v
 
 
 def parse(v: Any, s: Sizes) -> Fields:

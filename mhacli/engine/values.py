@@ -27,6 +27,18 @@ MASKS = ("none", "causal")
 SCALE_EXPECTED = "dk, n, none or a positive number"
 
 
+def nested_numbers(v: Any, key: tuple[Any, ...]) -> Any:
+    """A file's nested lists with their numbers written as text, read by the number rule
+    (``key`` the entry's place, for an error); an array, or anything else, as it is."""
+    if isinstance(v, str):
+        from ..numbers import parse
+
+        return parse(v, key)
+    if isinstance(v, (list, tuple)):
+        return [nested_numbers(t, (*key, i)) for i, t in enumerate(v)]
+    return v
+
+
 def shape_text(a: np.ndarray) -> str:
     return " × ".join(str(s) for s in a.shape)
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import MhaError
-from .values import as_array, given, shape_text
+from .values import as_array, given, shape_text, nested_numbers
 
 if TYPE_CHECKING:
     from .config import Prepared, Sizes
@@ -89,17 +89,6 @@ def rel_pos(p: Prepared, q: Array) -> Array:
 # --------------------------------------------------------------------------- the setting
 
 
-def _numbers(v: Any, key: tuple[Any, ...]) -> Any:
-    """A file's lists of numbers written as text, read by the number rule."""
-    if isinstance(v, str):
-        from ..numbers import parse
-
-        return parse(v, key)
-    if isinstance(v, list):
-        return [_numbers(t, key + (i,)) for i, t in enumerate(v)]
-    return v
-
-
 def value(v: Any) -> dict[str, Any] | None:
     """relative_xl as given: a mapping {w_r, r_r_bias, clamp_len}, read; the shapes are
     checked when the problem is prepared. None or false: none."""
@@ -122,8 +111,8 @@ def value(v: Any) -> dict[str, Any] | None:
     if isinstance(clamp, (bool, np.bool_)) or not isinstance(clamp, (int, np.integer)):
         raise MhaError(f"relative_xl clamp_len must be a whole number (0 or less: no clamp), "
                        f"got {given(clamp)}", key=("relative_xl", "clamp_len"))
-    return {"w_r": _numbers(v["w_r"], ("relative_xl", "w_r")),
-            "r_r_bias": _numbers(v["r_r_bias"], ("relative_xl", "r_r_bias")),
+    return {"w_r": nested_numbers(v["w_r"], ("relative_xl", "w_r")),
+            "r_r_bias": nested_numbers(v["r_r_bias"], ("relative_xl", "r_r_bias")),
             "clamp_len": max(int(clamp), 0)}
 
 
