@@ -288,6 +288,12 @@ def test_decoding_keeps_each_steps_top_k(tmp_path: Any) -> None:
     weights = np.asarray(last.weights if hasattr(last, "weights") else last["weights"])
     keep = tr["index_keep"][-1]
     assert (weights[:, keep == 0] == 0).all() and (weights[:, keep == 1] > 0).all()
+    # the cache holds each position's latent [c_KV | k_R] and the indexer's key: the
+    # sizes from the file's own arrays (w_dkv's columns, w_k's columns), float64
+    data = yaml.safe_load((tmp_path / "dsa.yaml").read_text())
+    latent, index_key = np.shape(data["w_dkv"])[1], np.shape(data["indexer"]["w_k"])[1]
+    for t, step in enumerate(steps if isinstance(steps, list) else steps.steps, 1):
+        assert step.cache_bytes == t * (latent + index_key) * 8
 
 
 @pytest.mark.parametrize("change, words", [

@@ -74,7 +74,8 @@ class DecodeStep:
     weights: Array  # (H, t')
     head_outputs: Array  # (H, d_v)
     output: Array  # (d_out,)
-    cache_bytes: int  # t'·G·(d_k + d_v)·(8 for float64, 4 for float32)
+    cache_bytes: int  # t'·G·(d_k + d_v)·(8 for float64, 4 for float32); MLA:
+    # t'·(r_kv + d_R) (+ d_I, the indexer's key, with sparse attention)·b
     splits: tuple[Split, ...] | None = None  # the split-K chunks, with splits=S
     combined: Split | None = None  # their log-sum-exp combination
     masked: Array | None = None  # (H, t') the scores, −∞ where blocked (key padding)
@@ -210,6 +211,8 @@ def _steps(tr: Record, count: int | None, labels: list[str], reach: Reach
         if count is not None:
             chunks, combined = _split_k(p, positions, masked, v_h, min(count, len(positions)))
         width = c.r_kv + c.d_rope if c.latent else c.groups * (c.d_k + c.d_v)
+        if c.indexer:  # sparse attention: the indexer's key of each position, cached too
+            width += c.index_dim
         size = len(positions) * width * np.dtype(c.dtype).itemsize
         extra = () if latent is None else (*record(latent, absorbed_q), mha)
         yield DecodeStep(
