@@ -118,9 +118,13 @@ def check_decode(c: Config) -> None:
         raise MhaError(f"decoding {NAME} with qk_norm: each head's keys normed are not made "
                        "from the cached latent by W_UK, which mha does not follow",
                        key="qk_norm")
-    if c.cross:
-        raise MhaError("decoding needs self-attention: here keys and values come from "
-                       "x_kv, which does not arrive token by token with the queries",
+    if c.cross and (c.n != c.m or c.mask != "causal"):  # (x_kv of a row a token, under
+        # the causal mask, arrives with it: a layer reading an earlier layer's keys and
+        # values, as Gemma 3n's KV-shared layers do, decodes as the model does)
+        raise MhaError("decoding needs keys and values that arrive token by token with the "
+                       f"queries: here they come from x_kv ({c.m} rows for {c.n} queries"
+                       f"{'' if c.mask == 'causal' else ', and no causal mask'}), as a "
+                       "cross-attention's do, all there before the first query",
                        key="x_kv")
     if c.n != c.m:
         raise MhaError(f"decoding needs self-attention, one key and value per query: q has "
