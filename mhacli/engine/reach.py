@@ -41,6 +41,9 @@ class Settings(Protocol):
     mask: str  # "none", "causal" or "matrix"
     window: int | None
     chunk: int | None
+    local_blocks: int | None
+    block_globals: int
+    block_shift: int
     padding: bool
 
 
@@ -310,7 +313,7 @@ class Reach:
            key_padding: npt.NDArray[np.bool_] | None = None,
            top_k: tuple[Any, Any] | None = None) -> Reach:
         """The rules of the problem ``c``: its mask (causal, or the ``matrix``), its
-        window, its chunks, its ``key_padding``, the indexer's ``top_k`` (keep, scores), in
+        window, its chunks, its local blocks, its ``key_padding``, the indexer's ``top_k`` (keep, scores), in
         that order. Made from the Config alone (no
         arrays), a matrix's and padding's rules are there to be named, not asked: the
         rules of runs answer in full (a decoding cache's sizes)."""
@@ -323,6 +326,10 @@ class Reach:
             rules.append(Window(c.window))
         if c.chunk is not None:
             rules.append(Chunk(c.chunk))
+        if c.local_blocks is not None:  # (PEGASUS-X's blocks and global rows)
+            from .local_blocks import LocalBlocks
+
+            rules.append(LocalBlocks(c.local_blocks, c.block_globals, c.block_shift))
         if c.padding:
             rules.append(Padding(key_padding))  # type: ignore[arg-type]
         if top_k is not None:

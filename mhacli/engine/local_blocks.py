@@ -1,0 +1,134 @@
+"""Block-local attention with global tokens (PEGASUS-X's encoder), a rule of who may
+attend to whom (``reach.py``), and its setting ``local_blocks``.
+
+The first G rows of x are the global tokens; the other rows, the tokens, are cut into
+blocks of B (the first block B − P tokens long when the blocks are shifted by P, as
+PEGASUS-X staggers them by half a block on every other layer). A global token sees
+every key; a token sees the global tokens and the tokens of its own block. Rows and keys
+are the same rows (self-attention), so the problem's output holds the global tokens'
+outputs first, then the tokens', as the model's two streams: PEGASUS-X computes both
+with the same q, k, v and o projections.
+
+The setting is written ``local_blocks: B``, ``B:G:P`` or ``{size: B, globals: G,
+shift: P}``; typed, it is (B, G, P).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import MhaError
+from .reach import Bools, Reason, Rule
+from .values import given, whole
+
+if TYPE_CHECKING:
+    from .config import Config, Prepared, Sizes
+
+Fields = tuple[dict[str, Any], dict[str, Any]]
+PARTS = ("size", "globals", "shift")
+OFF = ("", "none", "false", "no", "off")
+
+
+def value(v: Any) -> tuple[int, int, int] | None:
+    """``local_blocks`` as given (B, ``B:G:P``, [B, G, P] or {size, globals, shift}) →
+    (B, G, P); None or false: none."""
+    if v is None or v is False or isinstance(v, str) and v.strip().lower() in OFF:
+        return None
+    if isinstance(v, tuple) and len(v) == 3 and all(type(a) is int for a in v):
+        return v  # typed already
+    if isinstance(v, dict):
+        unknown = sorted(map(str, set(v) - set(PARTS)))
+        if unknown or "size" not in v:
+            raise MhaError("local_blocks takes size (and globals, shift), got "
+                           f"{', '.join(unknown) or 'no size'}", key="local_blocks")
+        parts = [v["size"], v.get("globals", 0), v.get("shift", 0)]
+    elif isinstance(v, str):
+        parts = [a.strip() for a in v.replace(",", ":").split(":")]
+    elif isinstance(v, (list, tuple, np.ndarray)):
+        parts = list(np.asarray(v, dtype=object).reshape(-1))
+    else:
+        parts = [v]
+    if not 1 <= len(parts) <= 3:
+        raise MhaError(f"local_blocks takes B, B:G or B:G:P (block size, global tokens, "
+                       f"shift), got {given(v)}", key="local_blocks")
+    parts += [0] * (3 - len(parts))
+    size = whole("local_blocks.size", parts[0])
+    more = [0 if a in (0, "0") else whole(f"local_blocks.{name}", a)
+            for name, a in zip(PARTS[1:], parts[1:])]
+    if more[1] >= size:
+        raise MhaError(f"local_blocks.shift must be less than the block size {size}, got "
+                       f"{more[1]}", key=("local_blocks", "shift"))
+    return size, more[0], more[1]
+
+
+def parse(v: tuple[int, int, int] | None, s: Sizes) -> Fields:
+    """The Config's fields; the global tokens are rows of x, which are also the keys."""
+    if v is None:
+        return {"local_blocks": None, "block_globals": 0, "block_shift": 0}, {}
+    size, globals_, shift = v
+    if s.x_kv is not None or s.n != s.m:
+        raise MhaError("local_blocks is self-attention: its global tokens are the first rows "
+                       "of x, queries and keys alike (no x_kv, as many keys as queries)",
+                       key="local_blocks")
+    if globals_ >= s.n:
+        raise MhaError(f"local_blocks.globals is {globals_}: the first {globals_} rows of x "
+                       f"would be global tokens, and x has {s.n} rows (a token or more must "
+                       "follow them)", key=("local_blocks", "globals"))
+    return {"local_blocks": size, "block_globals": globals_, "block_shift": shift}, {}
+
+
+def shown(c: Config) -> dict[str, Any]:
+    """In the config JSON."""
+    if c.local_blocks is None:
+        return {}
+    return {"local_blocks": {"size": c.local_blocks, "globals": c.block_globals,
+                             "shift": c.block_shift}}
+
+
+def write(c: Config, p: Prepared, given_: Any) -> str | None:
+    """In a problem file."""
+    if c.local_blocks is None:
+        return None
+    return f"{{size: {c.local_blocks}, globals: {c.block_globals}, shift: {c.block_shift}}}"
+
+
+class LocalBlocks(Rule):
+    """The global rows see every key and every row sees them; a token sees the tokens of
+    its own block (token t, counted from 0 after the global rows, is in block
+    ⌊(t + P) / B⌋)."""
+
+    name = "local_blocks"
+    the = "the local blocks"
+
+    def __init__(self, size: int, globals_: int, shift: int) -> None:
+        self.size, self.globals, self.shift = size, globals_, shift
+
+    def block(self, i: Any) -> Any:
+        """The block (0-based) of row i (an array of rows too): −1 for a global row."""
+        i = np.asarray(i)
+        return np.where(i < self.globals, -1, (i - self.globals + self.shift) // self.size)
+
+    def allowed(self, lo: int, hi: int, k0: int, k1: int) -> Bools:
+        rows, cols = self.block(np.arange(lo, hi)), self.block(np.arange(k0, k1))
+        return (rows[:, None] < 0) | (cols[None, :] < 0) | (rows[:, None] == cols[None, :])
+
+    def said(self, reason: Reason, key: str) -> str:
+        # (a blocked pair is two tokens, never a global row; i and j may be a recipe's
+        # variables, so the blocks are counted with arithmetic alone)
+        first, g = self.shift - self.globals, self.globals
+        seen = f"; only the {g} global rows are seen from every block" if g else ""
+        return (f"the local blocks ({key} is in block {(reason.j + first) // self.size + 1} "
+                f"of {self.size} tokens, the query in block "
+                f"{(reason.i + first) // self.size + 1}{seen})")
+
+    @property
+    def tile_said(self) -> str:  # type: ignore[override]
+        return f"the local blocks (blocks of {self.size}: every key in another block)"
+
+    def text(self, alone: bool) -> str:
+        first = f"the first {self.globals} rows global, " if self.globals else ""
+        shift = f" shifted by {self.shift}" if self.shift else ""
+        return (f"local blocks of {self.size}{shift} ({first}seen by and seeing every row): "
+                "a token sees its own block")
