@@ -140,11 +140,14 @@ def from_reading(checkpoint: str | Path, text: str, reading: Any, layers: list[i
                                 f"{layer.kv_layer}'s attention, whose keys and values "
                                 f"layer {k} takes")
         if global_labels(layer):  # the global tokens' rows: the model's own stream
-            read["global_input"] = (f"x's first {len(global_labels(layer))} rows (g1 …) are "
-                                    "the model's own global tokens entering the layer's "
-                                    "attention, normed by global_self_attn_layer_norm: at "
-                                    "encoder.0 its learned global embeddings (embed_global), "
-                                    "read from the checkpoint")
+            g = len(global_labels(layer))
+            first = str(k) == "encoder.0"
+            read["global_input"] = (
+                f"x's first {g} rows (g1 … g{g}): the global tokens, "
+                + ("the model's learned global embeddings (embed_global, read from the "
+                   "checkpoint)" if first else "the model's own hidden state of its "
+                   "learned global embeddings (embed_global) after the layers before")
+                + ", normed by the layer's global_self_attn_layer_norm")
         if str(k).startswith("decoder."):  # what the decoder read: said, as it is not the text
             read["decoder_input"] = (f"the decoder's start token {reading.start_labels[0]} "
                                      f"(id {reading.start[0]}, config decoder_start_token_id)"
@@ -176,7 +179,8 @@ def _refuse_changes(path: Path, text: str, found: dict[int, Any], settings: dict
     if not given:
         return
     for k, layer in found.items():  # the layer on two tokens of zeros: its settings
-        zeros = {"x": np.zeros((2, layer.width))}
+        zeros = {"x": np.zeros((2 + len(global_labels(layer)), layer.width))}  # (and its
+        # global tokens' rows, where it has them)
         if layer.cross:
             zeros["x_kv"] = np.zeros((2, layer.weights["w_k"].shape[0]))
         base = from_mapping(zeros, f"layer {k} of {path}", None, reading=layer)
@@ -265,6 +269,8 @@ def _as_typed(setting: Any, value: Any) -> str:
         return flag
     if isinstance(value, np.ndarray) and value.dtype == bool and value.ndim == 2:
         value = ";".join(" ".join("1" if b else "0" for b in row) for row in value)  # a mask
+    elif isinstance(value, tuple) and value and all(type(v) is int for v in value):
+        value = ":".join(map(str, value))  # (local_blocks' B:G:P, read)
     elif isinstance(value, dict):  # rope's or qk_norm's mapping, from its word
         value = value.get("style", value.get("over"))
     elif isinstance(value, (float, Fraction)):
