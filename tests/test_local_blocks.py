@@ -92,9 +92,9 @@ def test_cell_says_which_blocks_and_the_formula_names_the_globals() -> None:
                             "--cell", "masked:1:3:6", "--format", "plain"])
     assert r.exit_code == 0, r.output
     # t3 is the first token (block ⌊(0 + 1) / 2⌋ + 1 = 1), t6 the fourth (block 3)
-    assert "masked₁[t3, t6] = −∞  (the local blocks (t6 is in block 3 of 2 tokens, the query " \
-        "in block 1; only the 2 global rows are seen from every block) blocks t6 for the " \
-        "query t3)" in r.stdout
+    assert "masked₁[t3, t6] = −∞  (block-local attention (t6 is in block 3 of 2 tokens, " \
+        "the query in block 1; only the 2 global rows are seen from every block) blocks t6 " \
+        "for the query t3)" in r.stdout
     assert "local blocks of 2 shifted by 1 (the first 2 rows global, seen by and seeing " \
         "every row): a token sees its own block" in r.stdout
     r = runner.invoke(app, ["explain", "--random", "--tokens", "7", "--local-blocks", "2:2:1",
@@ -126,3 +126,38 @@ def test_a_problem_file_keeps_the_blocks_and_bad_values_are_one_line(tmp_path: P
         assert r.stderr.count("\n") == 1 and r.stderr.startswith("Error: ")
     with pytest.raises(mhacli.MhaError, match="local_blocks is self-attention"):
         mhacli.attention(**problem(5, x_kv=np.ones((5, 6)), local_blocks=2))
+
+
+def test_decoding_keeps_the_cache_and_blocks_what_the_blocks_block() -> None:
+    """With the causal mask too, each step's row is the plain trace's: the cache holds
+    every position up to the step, those of another block blocked as they are scored."""
+    kw = problem(9, local_blocks="3:2:1", mask="causal", decode=True)
+    tr = mhacli.trace(**kw)
+    steps = tr.kernels["decode"]
+    assert [len(st.positions) for st in steps] == list(range(1, 10))
+    np.testing.assert_allclose(np.array([st.output for st in steps]), tr["output"],
+                               rtol=1e-12, atol=1e-12)
+    mask = block_mask(9, 3, 2, 1) * np.tri(9, dtype=int)
+    assert (np.isneginf(tr["masked"][0]) == (mask == 0)).all()
+
+
+def test_check_names_the_blocks_left_out(tmp_path: Path) -> None:
+    """A student who kept the causal mask and forgot the blocks is told so."""
+    import yaml
+
+    key = tmp_path / "key.yaml"
+    r = runner.invoke(app, ["generate", "--ints", "-1:1", "--tokens", "6", "--local-blocks",
+                            "2:1:0", "--mask", "causal", "--answers", "--stage", "scaled",
+                            "--stage", "masked", "--seed", "5", "-o", str(key)])
+    assert r.exit_code == 0, r.output
+    doc = yaml.safe_load(key.read_text())
+    scaled = np.array(doc["answers"]["scaled"], dtype=float)
+    causal_only = np.where(np.tri(6, dtype=bool), scaled, -np.inf)
+    doc["answers"] = {"scaled": doc["answers"]["scaled"],
+                      "masked": [[[("-inf" if np.isneginf(v) else float(v)) for v in row]
+                                  for row in head] for head in causal_only]}
+    student = tmp_path / "student.yaml"
+    student.write_text(yaml.safe_dump(doc))
+    r = runner.invoke(app, ["check", str(student), "--format", "plain"])
+    assert r.exit_code == 1, r.output
+    assert "block-local attention is left out: the other rules block as they should" in r.stdout

@@ -71,7 +71,7 @@ def test_random_tokens_get_global_rows_first(folder: Path) -> None:
                             "--tokens", "6", "--cell", "masked:1:5:10", "--format", "plain"])
     assert r.exit_code == 0, r.output
     # t1 sits in block 1 (the first, 2 tokens long: shifted by 2), t6 in block 2
-    assert "(the local blocks (t6 is in block 2 of 4 tokens, the query in block 1; only " \
+    assert "(block-local attention (t6 is in block 2 of 4 tokens, the query in block 1; only " \
         "the 4 global rows are seen from every block) blocks t6 for the query t1)" in r.stdout
 
 

@@ -100,7 +100,7 @@ class LocalBlocks(Rule):
     ⌊(t + P) / B⌋)."""
 
     name = "local_blocks"
-    the = "the local blocks"
+    the = "block-local attention"
 
     def __init__(self, size: int, globals_: int, shift: int) -> None:
         self.size, self.globals, self.shift = size, globals_, shift
@@ -119,13 +119,14 @@ class LocalBlocks(Rule):
         # variables, so the blocks are counted with arithmetic alone)
         first, g = self.shift - self.globals, self.globals
         seen = f"; only the {g} global rows are seen from every block" if g else ""
-        return (f"the local blocks ({key} is in block {(reason.j + first) // self.size + 1} "
-                f"of {self.size} tokens, the query in block "
-                f"{(reason.i + first) // self.size + 1}{seen})")
+        key_block = (reason.j + first) // self.size + 1
+        query_block = (reason.i + first) // self.size + 1
+        return (f"block-local attention ({key} is in block {key_block} of {self.size} "
+                f"tokens, the query in block {query_block}{seen})")
 
     @property
     def tile_said(self) -> str:  # type: ignore[override]
-        return f"the local blocks (blocks of {self.size}: every key in another block)"
+        return f"block-local attention (blocks of {self.size}: every key in another block)"
 
     def text(self, alone: bool) -> str:
         first = f"the first {self.globals} rows global, " if self.globals else ""
