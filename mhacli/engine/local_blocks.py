@@ -1,5 +1,6 @@
-"""Block-local attention with global tokens (PEGASUS-X's encoder), a rule of who may
-attend to whom (``reach.py``), and its setting ``local_blocks``.
+"""Block-local attention with global tokens (PEGASUS-X's encoder): the setting
+``local_blocks``, read, checked, shown and written (its rule of who may attend to whom is
+``reach.LocalBlocks``).
 
 The first G rows of x are the global tokens; the other rows, the tokens, are cut into
 blocks of B (the first block B − P tokens long when the blocks are shifted by P, as
@@ -20,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import MhaError
-from .reach import Bools, Reason, Rule
 from .values import given, whole
 
 if TYPE_CHECKING:
@@ -92,44 +92,3 @@ def write(c: Config, p: Prepared, given_: Any) -> str | None:
     if c.local_blocks is None:
         return None
     return f"{{size: {c.local_blocks}, globals: {c.block_globals}, shift: {c.block_shift}}}"
-
-
-class LocalBlocks(Rule):
-    """The global rows see every key and every row sees them; a token sees the tokens of
-    its own block (token t, counted from 0 after the global rows, is in block
-    ⌊(t + P) / B⌋)."""
-
-    name = "local_blocks"
-    the = "block-local attention"
-
-    def __init__(self, size: int, globals_: int, shift: int) -> None:
-        self.size, self.globals, self.shift = size, globals_, shift
-
-    def block(self, i: Any) -> Any:
-        """The block (0-based) of row i (an array of rows too): −1 for a global row."""
-        i = np.asarray(i)
-        return np.where(i < self.globals, -1, (i - self.globals + self.shift) // self.size)
-
-    def allowed(self, lo: int, hi: int, k0: int, k1: int) -> Bools:
-        rows, cols = self.block(np.arange(lo, hi)), self.block(np.arange(k0, k1))
-        return (rows[:, None] < 0) | (cols[None, :] < 0) | (rows[:, None] == cols[None, :])
-
-    def said(self, reason: Reason, key: str) -> str:
-        # (a blocked pair is two tokens, never a global row; i and j may be a recipe's
-        # variables, so the blocks are counted with arithmetic alone)
-        first, g = self.shift - self.globals, self.globals
-        seen = f"; only the {g} global rows are seen from every block" if g else ""
-        key_block = (reason.j + first) // self.size + 1
-        query_block = (reason.i + first) // self.size + 1
-        return (f"block-local attention ({key} is in block {key_block} of {self.size} "
-                f"tokens, the query in block {query_block}{seen})")
-
-    @property
-    def tile_said(self) -> str:  # type: ignore[override]
-        return f"block-local attention (blocks of {self.size}: every key in another block)"
-
-    def text(self, alone: bool) -> str:
-        first = f"the first {self.globals} rows global, " if self.globals else ""
-        shift = f" shifted by {self.shift}" if self.shift else ""
-        return (f"local blocks of {self.size}{shift} ({first}seen by and seeing every row): "
-                "a token sees its own block")
