@@ -116,6 +116,10 @@ def test_a_problem_file_keeps_the_blocks_and_bad_values_are_one_line(tmp_path: P
                         "of x would be global tokens, and x has 7 rows"),
                        ("{size: 0}", "local_blocks.size must be a whole number of 1 or more, "
                         "got 0"),
+                       ("{size: 2, globals: -1}", "local_blocks.globals must be a whole number "
+                        "of 0 or more, got -1"),
+                       ("2:1:x", "local_blocks.shift must be a whole number of 0 or more, got "
+                        "'x'"),
                        ("{size: 2, global: 1}", "local_blocks takes size (and globals, shift), "
                         "got global"),
                        ("2:1:1:1", "local_blocks takes B, B:G or B:G:P")):

@@ -55,12 +55,22 @@ def value(v: Any) -> tuple[int, int, int] | None:
                        f"shift), got {given(v)}", key="local_blocks")
     parts += [0] * (3 - len(parts))
     size = whole("local_blocks.size", parts[0])
-    more = [0 if a in (0, "0") else whole(f"local_blocks.{name}", a)
-            for name, a in zip(PARTS[1:], parts[1:])]
+    more = [_count(f"local_blocks.{name}", a) for name, a in zip(PARTS[1:], parts[1:])]
     if more[1] >= size:
         raise MhaError(f"local_blocks.shift must be less than the block size {size}, got "
                        f"{more[1]}", key=("local_blocks", "shift"))
     return size, more[0], more[1]
+
+
+def _count(name: str, v: Any) -> int:
+    """A whole number of 0 or more (the global tokens, the shift)."""
+    if isinstance(v, str) and v.strip() == "0" or type(v) is int and v == 0:
+        return 0
+    try:
+        return whole(name, v)
+    except MhaError:
+        raise MhaError(f"{name} must be a whole number of 0 or more, got {given(v)}",
+                       key=tuple(name.split("."))) from None
 
 
 def parse(v: tuple[int, int, int] | None, s: Sizes) -> Fields:
