@@ -116,3 +116,70 @@ def test_doges_bias_gradient_against_autograd() -> None:
     got = dynamic.backward(v, w, bb, a, r)
     for name, t in (("v", tv), ("w_dt", tw), ("b_dt", tb), ("a", ta)):
         assert np.allclose(got[name], t.grad.numpy(), rtol=1e-10, atol=1e-12), name
+
+
+def test_doges_gradient_through_the_module_into_a_and_w_dt(tmp_path: Path) -> None:
+    """The loss Σ R ⊙ output of the module's own forward, differentiated by torch into
+    A, dt_proj's weights and v_proj's (the values reach the loss two ways: the weighted sum
+    and the bias); the bias's part (engine/dynamic.py, the keep rule held fixed) plus the
+    weighted sum's agree with it."""
+    import torch
+
+    from .hf_zoo import load, make_zoo_model
+
+    folder = make_zoo_model("doge", tmp_path / "doge", "DogeForCausalLM")
+    model = load(folder, torch.float64)
+    attn = model.model.layers[0].self_attn
+    caught: dict[str, Any] = {}
+
+    class Caught(Exception):
+        pass
+
+    def before(mod: Any, args: tuple, kwargs: dict) -> None:
+        caught.update(kwargs)
+        raise Caught
+
+    handle = attn.register_forward_pre_hook(before, with_kwargs=True)
+    try:
+        with torch.no_grad():
+            model(input_ids=torch.arange(3, 15)[None], use_cache=False)
+    except Caught:
+        pass
+    finally:
+        handle.remove()
+    x = np.random.default_rng(2).standard_normal((12, model.config.hidden_size))
+    kwargs = {k: v for k, v in caught.items() if k != "hidden_states"}
+    out, weights = attn(torch.tensor(x)[None], **kwargs)
+    r = np.random.default_rng(5).standard_normal(out.shape[1:])
+    (out[0] * torch.tensor(r)).sum().backward()
+    # the same forward in numpy from the module's pieces, then backward by hand
+    p = {name: t.detach().numpy() for name, t in attn.named_parameters()}
+    with torch.no_grad():
+        hidden = (-1, attn.head_dim)
+        from transformers.models.doge.modeling_doge import apply_rotary_pos_emb
+        xt = torch.tensor(x)[None]
+        q = attn.q_norm(attn.q_proj(xt).view(1, 12, *hidden)).transpose(1, 2)
+        k = attn.k_norm(attn.k_proj(xt).view(1, 12, *hidden)).transpose(1, 2)
+        cos, sin = kwargs["position_embeddings"]
+        q, k = (t[0].numpy() for t in apply_rotary_pos_emb(q, k, cos, sin))
+    xv = x @ p["v_proj.weight"].T + (p["v_proj.bias"] if "v_proj.bias" in p else 0)  # (n, G·d)
+    heads, groups, d = q.shape[0], k.shape[0], attn.head_dim
+    v = xv.reshape(12, groups, d).transpose(1, 0, 2)  # (G, m, d)
+    w_dt, b_dt = p["dt_proj.weight"].T, p.get("dt_proj.bias")
+    b = dynamic.bias(xv, w_dt, b_dt, p["A"])
+    keep = dynamic.kept(b, np.tril(np.ones((12, 12), dtype=bool)), model.config.keep_window_size)
+    w, o = dynamic.attend(q, k, v, b, keep, attn.scaling)  # (H, n, m), (H, n, d)
+    assert np.allclose(w, weights[0].detach().numpy(), rtol=1e-5, atol=1e-6)
+    d_joined = r @ p["o_proj.weight"]  # (n, H·d)
+    d_o = d_joined.reshape(12, heads, d).transpose(1, 0, 2)  # (H, n, d)
+    d_w = np.einsum("hnd,hmd->hnm", d_o, dynamic.per_head(v, heads))
+    d_z = w * (d_w - (d_w * w).sum(axis=-1, keepdims=True))  # (H, n, m)
+    d_bias = dynamic.bias_gradient(d_z, keep)
+    got = dynamic.backward(xv, w_dt, b_dt, p["A"], d_bias)
+    d_v_sum = np.einsum("hnm,hnd->hmd", w, d_o).reshape(groups, heads // groups, 12, d).sum(1)
+    d_xv = got["v"] + d_v_sum.transpose(1, 0, 2).reshape(12, -1)  # (n, G·d)
+    for mine, t in ((got["a"], attn.A), (got["w_dt"].T, attn.dt_proj.weight),
+                    (d_xv.T @ x, attn.v_proj.weight)):
+        want = t.grad.numpy()
+        assert np.allclose(mine, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+    assert np.abs(got["a"]).max() > 1e-3 * np.abs(attn.A.grad.numpy()).max() > 0

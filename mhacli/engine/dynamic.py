@@ -93,3 +93,13 @@ def attend(q: Array, k: Array, v: Array, b: Array, keep_mask: Array, scale: floa
     e = np.exp(z)
     w = e / e.sum(axis=-1, keepdims=True)
     return w, np.einsum("hnm,hmd->hnd", w, per_head(v, heads))
+
+
+def bias_gradient(d_z: Array, keep_mask: Array) -> Array:
+    """The gradient of the bias (G, m) from the scores' d_z (H, n, m): each key/value
+    head's sum over its H/G query heads and every query that keeps the key (a key not
+    kept is blocked: its score takes no part, the rule held fixed; a softmax's d_z is
+    zero there already, the mask says so for any d_z)."""
+    groups, n, m = keep_mask.shape
+    per = d_z.reshape(groups, -1, n, m) * keep_mask[:, None]  # (G, H/G, n, m)
+    return per.sum(axis=(1, 2))
