@@ -19,9 +19,92 @@ only through the bias into V, W_dt, b_dt and A.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
+from ..errors import MhaError
+from .values import as_array, given, nested_numbers
+
 Array = np.ndarray
+Config = Prepared = Sizes = Any  # (config.py's: it asks this module for the keep rule)
+Fields = tuple[dict[str, Any], dict[str, Any]]
+KEYS = ("keep", "a", "w_dt", "b_dt")
+ARRAYS = {"a": "dyn_a", "w_dt": "w_dt", "b_dt": "b_dt"}  # a file's key -> the Prepared field
+NAME = "dynamic_mask"
+
+
+# --------------------------------------------------------------------------- the setting
+
+
+def value(v: Any) -> dict[str, Any] | None:
+    """dynamic_mask as given: a mapping {keep, a, w_dt, b_dt}, read (b_dt may be left
+    out); the arrays' shapes are checked when the problem is prepared."""
+    if v is None or v is False:
+        return None
+    if not isinstance(v, dict):
+        raise MhaError(f"dynamic_mask must be a mapping {{keep, a, w_dt, b_dt}}, got "
+                       f"{given(v)}", key=NAME)
+    unknown = sorted(set(map(str, v)) - set(KEYS))
+    if unknown:
+        raise MhaError(f"dynamic_mask takes {', '.join(KEYS)}, not {', '.join(unknown)}",
+                       key=(NAME, unknown[0]), on_key=True)
+    missing = [k for k in ("keep", "a", "w_dt") if v.get(k) is None]
+    if missing:
+        raise MhaError(f"dynamic_mask needs {', '.join(missing)}", key=(NAME, missing[0]))
+    from .values import whole
+
+    out = dict(v)
+    out["keep"] = whole("dynamic_mask.keep", v["keep"])
+    for name in ARRAYS:
+        out[name] = None if v.get(name) is None else nested_numbers(v[name], (NAME, name))
+    return out
+
+
+def parse(v: Any, s: Sizes) -> Fields:
+    """The dynamic mask (read), its arrays checked against the problem: A (G), W_dt
+    (G·d_v × G), b_dt (G)."""
+    if v is None:
+        return {"dynamic": None, "dynamic_b": False}, {name: None for name in ARRAYS.values()}
+    a = {name: None if v[name] is None else as_array(f"{NAME}.{name}", v[name], s.t)
+         for name in ARRAYS}
+    g, width = s.groups, s.groups * s.d_v
+    want = {"a": (g,), "w_dt": (width, g), "b_dt": (g,)}
+    for name, shape in want.items():
+        if a[name] is not None and a[name].shape != shape:
+            got = " × ".join(map(str, a[name].shape)) or "a single number"
+            raise MhaError(f"dynamic_mask {name} is {got}: expected "
+                           f"{' × '.join(map(str, shape))} (G = {g} key/value heads, "
+                           f"G·d_v = {width}: the values' columns)", key=(NAME, name))
+    for arr in a.values():
+        if arr is not None:
+            arr.flags.writeable = False
+    return ({"dynamic": v["keep"], "dynamic_b": a["b_dt"] is not None},
+            {ARRAYS[name]: arr for name, arr in a.items()})
+
+
+def shown(c: Config) -> dict[str, Any]:
+    if not c.dynamic:
+        return {}
+    return {NAME: {"keep": c.dynamic, "b_dt": c.dynamic_b}}
+
+
+def write(c: Config, p: Prepared, written: Any) -> Any:
+    """A problem file's dynamic_mask: {keep, a, w_dt, b_dt} in flow style."""
+    if not c.dynamic:
+        return None
+
+    def rows(a: Array) -> str:
+        if a.ndim == 1:
+            return "[" + ", ".join(written(x) for x in a) + "]"
+        return "[" + ", ".join(rows(r) for r in a) + "]"
+    parts = [f"keep: {c.dynamic}"] + [f"{key}: {rows(getattr(p, field))}"
+                                      for key, field in ARRAYS.items()
+                                      if getattr(p, field) is not None]
+    return "{" + ", ".join(parts) + "}"
+
+
+# --------------------------------------------------------------------------- the math
 
 
 def softplus(u: Array) -> Array:
@@ -103,3 +186,34 @@ def bias_gradient(d_z: Array, keep_mask: Array) -> Array:
     groups, n, m = keep_mask.shape
     per = d_z.reshape(groups, -1, n, m) * keep_mask[:, None]  # (G, H/G, n, m)
     return per.sum(axis=(1, 2))
+
+
+def values_of(p: Prepared) -> Array:
+    """V (m × G·d_v) as the problem makes it: given, or (X_kv or X, with its positions)
+    ·W_V + b_v; in floats for an exact problem (the bias is not rational)."""
+    def f(a: Any) -> Any:
+        return None if a is None else np.asarray(a, dtype=np.float64) \
+            if p.config.dtype == "exact" else a
+    if p.v is not None:
+        return f(p.v)
+    x, pe = (p.x_kv, p.pe_kv) if p.x_kv is not None else (p.x, p.pe)
+    src = f(x) if pe is None else f(x) + f(pe)
+    out = src @ f(p.w_v)
+    return out if p.b_v is None else out + f(p.b_v)
+
+
+def params(p: Prepared) -> tuple[Array, Array | None, Array]:
+    """W_dt, b_dt and A, in floats."""
+    def f(a: Any) -> Any:
+        return None if a is None else np.asarray(a, dtype=np.float64) \
+            if p.config.dtype == "exact" else a
+    return f(p.w_dt), f(p.b_dt), f(p.dyn_a)
+
+
+def keep_of(p: Prepared, allowed: Array | None) -> tuple[Array, Array]:
+    """The bias (G, m) and the keys each query keeps (G, n, m) of a problem, from its
+    inputs and the positions its other rules allow (``allowed``, (n, m) or None)."""
+    c = p.config
+    b = bias(values_of(p), *params(p))
+    every = np.ones((c.n, c.m), dtype=bool) if allowed is None else allowed
+    return b, kept(b, every, c.dynamic)
