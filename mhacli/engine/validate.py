@@ -186,16 +186,16 @@ def prepare(
     d_rope = 0 if latent_shapes is None else latent_shapes.d_rope
     r_q = 0 if latent_shapes is None else latent_shapes.r_q
     sizes = Sizes(n, m, heads, groups, d_k, d_v, d_model, t, x_a, xkv_a, d_rope, r_q)
+    if latent_shapes is not None and settings.get("dynamic_mask") not in (None, False):
+        raise MhaError("the dynamic mask reads the values V = X·W_V: multi-head latent "
+                       "attention makes them from its latent (w_dkv, w_uv), which it does "
+                       "not follow", key="dynamic_mask")
     fields, arrays = parse_all(settings, sizes)
     if latent_shapes is not None:
         s_ = latent_shapes
         fields.update(r_q=s_.r_q, r_kv=s_.r_kv, d_rope=s_.d_rope,
                       rope_normed=s_.arrays["k_rope_norm"] is not None)
         arrays.update(s_.arrays)
-        if settings.get("dynamic_mask") not in (None, False):
-            raise MhaError("the dynamic mask reads the values V = X·W_V: multi-head latent "
-                           "attention makes them from its latent (w_dkv, w_uv), which it "
-                           "does not follow", key="dynamic_mask")
     elif settings.get("latent_eps") is not None:
         raise MhaError("latent_eps is the eps of multi-head latent attention's latent norms: "
                        "this problem has none (no w_dkv)", key="latent_eps")
