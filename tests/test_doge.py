@@ -183,3 +183,42 @@ def test_doges_gradient_through_the_module_into_a_and_w_dt(tmp_path: Path) -> No
         want = t.grad.numpy()
         assert np.allclose(mine, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
     assert np.abs(got["a"]).max() > 1e-3 * np.abs(attn.A.grad.numpy()).max() > 0
+
+
+def test_doge_read_by_its_record_agrees_and_the_rule_bites(tmp_path: Path) -> None:
+    """The tiny random Doge (every parameter random, keep_window_size 5 of 12 tokens) read
+    by mha from its folder (A, dt_proj and keep_window_size as dynamic_mask): each layer's
+    output equals the module's own, the two key/value heads keep different keys; without
+    the keep rule, or the bias, the model's output is another."""
+    import mhacli
+    from mhacli.io.problem import from_mapping
+
+    from . import hf_zoo as zoo
+
+    folder = zoo.make_zoo_model("doge", tmp_path / "doge", "DogeForCausalLM")
+    model = zoo.load(folder)
+    width, keep = model.config.hidden_size, model.config.keep_window_size
+    rng = np.random.default_rng(6)
+    for layer in range(model.config.num_hidden_layers):
+        attn = model.model.layers[layer].self_attn
+        x = rng.standard_normal((12, width))
+        path, dense = zoo.attention_module(model, layer)
+        want = zoo.module_reference(model, path, x, dense)["output"]
+        prob = from_mapping({"x": x, "checkpoint": folder, "layer": layer}, "test")
+        dm = prob.inputs["dynamic_mask"]
+        assert dm["keep"] == keep < 12
+        np.testing.assert_array_equal(dm["a"], attn.A.detach().numpy())
+        np.testing.assert_array_equal(dm["w_dt"], attn.dt_proj.weight.detach().numpy().T)
+        got = mhacli.attention(**prob.inputs)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+        tr = mhacli.trace(**prob.inputs)
+        np.testing.assert_allclose(tr["output"], want, rtol=1e-5,
+                                   atol=1e-5 * np.abs(want).max())
+        kept = tr["dynamic_keep"]
+        assert kept.shape[0] > 1 and not np.array_equal(kept[0], kept[1])
+        assert kept.sum(axis=-1).max() == keep
+        for other in ({**dm, "keep": 12}, {**dm, "a": np.zeros_like(dm["a"])}):
+            changed = mhacli.attention(**{**prob.inputs, "dynamic_mask": other})
+            assert np.abs(changed - want).max() > 1e-3 * np.abs(want).max()
+    assert "keep_window_size" in prob.read["settings"]["dynamic_mask"]
+    assert "dt_proj.weight (transposed)" in prob.read["settings"]["dynamic_mask"]
