@@ -258,3 +258,36 @@ def test_the_plain_loop_reference_refuses_it() -> None:
 
     with pytest.raises(NotImplementedError, match="dynamic_mask"):
         reference(**problem())
+
+
+def test_check_grades_the_new_stages_and_carries_a_wrong_keep(tmp_path: Path) -> None:
+    """Right answers are right; a keep of key/value head 2 with two entries of a row
+    swapped is wrong there, and the masked scores of its query heads that follow it are
+    carried, not wrong."""
+    path = write(tmp_path / "doge.yaml")
+    tr = mhacli.trace(**mhacli.load(str(path)).inputs)
+    data = yaml.safe_load(path.read_text())
+
+    def listed(a: np.ndarray) -> Any:
+        return [listed(r) for r in a] if a.ndim > 1 else \
+            ["-inf" if v == -np.inf else float(v) for v in a]
+
+    def check() -> dict[str, Any]:
+        path.write_text(yaml.safe_dump(data))
+        res = runner.invoke(app, ["check", str(path), "--format", "json"])
+        assert res.stdout, res.output
+        return json.loads(res.stdout)["stages"]
+    data["answers"] = {s: listed(tr[s]) for s in ("dynamic_bias", "dynamic_keep", "masked")}
+    report = check()
+    assert all(report[s]["status"] == "correct" for s in data["answers"]), report
+    keep = tr["dynamic_keep"].copy()
+    row = keep[1, 6]
+    on, off = int(np.flatnonzero(row)[0]), int(np.flatnonzero(row == 0)[0])
+    keep[1, 6, on], keep[1, 6, off] = 0, 1
+    data["answers"]["dynamic_keep"] = listed(keep)
+    heads = np.repeat(keep, 2, axis=0) > 0
+    data["answers"]["masked"] = listed(np.where(heads, tr["biased"], -np.inf))
+    report = check()
+    assert report["dynamic_bias"]["status"] == "correct"
+    assert len(report["dynamic_keep"]["wrong"]) == 2
+    assert report["masked"]["carried"] == 4 and not report["masked"]["wrong"], report["masked"]

@@ -131,11 +131,13 @@ def _interleaved(p: Prepared, st: Stages) -> Stages | None:
     if h == 1 or p.config.latent:  # (MLA makes each head's own: no Q, K, V to split)
         return None
 
-    def split(a: Array) -> Array:  # head h takes columns h, h + H, h + 2H, …
+    def split(a: Array, h: int) -> Array:  # head h takes columns h, h + H, h + 2H, …
         rows, width = a.shape
         return a.reshape(rows, width // h, h).transpose(2, 0, 1)
 
-    return {f"{x}_heads": split(st[x]) for x in ("q", "k", "v")}
+    # (the keys and values in G key/value heads, grouped-query attention's)
+    return {f"{x}_heads": split(st[x], h if x == "q" else p.config.groups)
+            for x in ("q", "k", "v")}
 
 
 def _reversed_heads(p: Prepared, st: Stages) -> Stages | None:
