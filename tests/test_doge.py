@@ -186,7 +186,8 @@ def test_doges_gradient_through_the_module_into_a_and_w_dt(tmp_path: Path) -> No
 
 
 def test_doge_read_by_its_record_agrees_and_the_rule_bites(tmp_path: Path) -> None:
-    """The tiny random Doge (every parameter random, keep_window_size 5 of 12 tokens) read
+    """The tiny random Doge (every parameter random, biases too, keep_window_size 5 of 12
+    tokens) read
     by mha from its folder (A, dt_proj and keep_window_size as dynamic_mask): each layer's
     output equals the module's own, the two key/value heads keep different keys; without
     the keep rule, or the bias, the model's output is another."""
@@ -209,6 +210,7 @@ def test_doge_read_by_its_record_agrees_and_the_rule_bites(tmp_path: Path) -> No
         assert dm["keep"] == keep < 12
         np.testing.assert_array_equal(dm["a"], attn.A.detach().numpy())
         np.testing.assert_array_equal(dm["w_dt"], attn.dt_proj.weight.detach().numpy().T)
+        np.testing.assert_array_equal(dm["b_dt"], attn.dt_proj.bias.detach().numpy())
         got = mhacli.attention(**prob.inputs)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
         tr = mhacli.trace(**prob.inputs)
@@ -221,4 +223,59 @@ def test_doge_read_by_its_record_agrees_and_the_rule_bites(tmp_path: Path) -> No
             changed = mhacli.attention(**{**prob.inputs, "dynamic_mask": other})
             assert np.abs(changed - want).max() > 1e-3 * np.abs(want).max()
     assert "keep_window_size" in prob.read["settings"]["dynamic_mask"]
-    assert "dt_proj.weight (transposed)" in prob.read["settings"]["dynamic_mask"]
+    assert "dt_proj.weight (transposed), model.layers.1.self_attn.dt_proj.bias" in \
+        prob.read["settings"]["dynamic_mask"]
+
+
+def test_a_doge_folder_with_wrong_shapes_is_one_error_line(tmp_path: Path) -> None:
+    """A of three numbers for two key/value heads, dt_proj's bias of one, or a
+    keep_window_size of 0: one Error line naming the file and the tensor or key, exit 2;
+    keep_window_size left out: DogeConfig's 2048, said so."""
+    import json
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+    from typer.testing import CliRunner
+
+    from mhacli.cli import app
+    from mhacli.io.problem import from_mapping
+
+    from .hf_zoo import make_zoo_model
+
+    folder = make_zoo_model("doge", tmp_path / "doge", "DogeForCausalLM")
+    runner = CliRunner()
+    for name, shape, words in (("model.layers.0.self_attn.A", (3,), "A has shape (3,): "
+                                "expected (2,)"),
+                               ("model.layers.0.self_attn.dt_proj.bias", (1,),
+                                "dt_proj.bias has shape (1,): expected (2,)")):
+        bad = tmp_path / f"bad{len(words)}"
+        shutil.copytree(folder, bad)
+        tensors = load_file(bad / "model.safetensors")
+        tensors[name] = np.ones(shape, dtype=tensors[name].dtype)
+        save_file(tensors, bad / "model.safetensors", metadata={"format": "pt"})
+        res = runner.invoke(app, ["run", "--checkpoint", str(bad), "--layer", "0", "--random",
+                                  "--tokens", "6"])
+        lines = res.stderr.strip().splitlines()
+        assert res.exit_code == 2 and len(lines) == 1 and lines[0].startswith("Error:"), \
+            res.output
+        assert words in lines[0] and "model.safetensors" in lines[0], lines[0]
+    config = json.loads((folder / "config.json").read_text())
+    for value, words in ((0, "keep_window_size"), (None, None)):
+        bad = tmp_path / f"keep{value}"
+        shutil.copytree(folder, bad)
+        changed = {**config, "keep_window_size": value}
+        if value is None:
+            del changed["keep_window_size"]
+        (bad / "config.json").write_text(json.dumps(changed))
+        res = runner.invoke(app, ["run", "--checkpoint", str(bad), "--layer", "0", "--random",
+                                  "--tokens", "6"])
+        if words is None:
+            assert res.exit_code == 0, res.output
+            prob = from_mapping({"x": np.ones((3, config["hidden_size"])),
+                                 "checkpoint": bad, "layer": 0}, "test")
+            assert prob.inputs["dynamic_mask"]["keep"] == 2048
+            assert "keep_window_size 2048 (DogeConfig's default)" in \
+                prob.read["settings"]["dynamic_mask"]
+        else:
+            lines = res.stderr.strip().splitlines()
+            assert res.exit_code == 2 and len(lines) == 1 and words in lines[0], res.output
