@@ -72,7 +72,7 @@ def test_against_the_loop() -> None:
     kw = problem()
     bias, kept, out = by_hand(kw)
     tr = mhacli.trace(**kw)
-    np.testing.assert_allclose(tr["dynamic_bias"], bias, rtol=1e-12)
+    np.testing.assert_allclose(tr["dynamic_bias"], np.transpose(bias), rtol=1e-12)  # m × G
     for g in range(G):
         for i in range(N):
             assert np.flatnonzero(tr["dynamic_keep"][g, i]).tolist() == kept[g][i]
@@ -163,9 +163,9 @@ def test_cells_write_the_arithmetic(tmp_path: Path) -> None:
     path = write(tmp_path / "doge.yaml")
     kw = problem()
     tr = mhacli.trace(**kw)
-    bias = tr["dynamic_bias"]
-    out = explain(str(path), "--cell", "dynamic_bias:2:4", "--precision", "6")
-    assert "dynamic_bias[2, t4] = exp(A[2]·softplus(u)), u = row t4 of V · column 2 of W_dt " \
+    bias = tr["dynamic_bias"].T  # (G, m)
+    out = explain(str(path), "--cell", "dynamic_bias:4:2", "--precision", "6")
+    assert "dynamic_bias[t4, 2] = exp(A[2]·softplus(u)), u = row t4 of V · column 2 of W_dt " \
            "+ b_dt[2]" in out
     u = tr["v"][3] @ kw["dynamic_mask"]["w_dt"][:, 1] + kw["dynamic_mask"]["b_dt"][1]
     assert f"= {u:.6f}" in out and f"softplus(u) = log(1 + e^u) = {np.logaddexp(0, u):.6f}" in out
@@ -181,12 +181,12 @@ def test_cells_write_the_arithmetic(tmp_path: Path) -> None:
     out = explain(str(path), "--cell", f"masked:{h + 1}:{i + 1}:{j + 1}")
     assert f"dynamic_keep{'₁₂'[g]}[t{i + 1}, t{j + 1}] = 0 for key/value head {g + 1}" in out
     out = explain(str(path), "--cell", f"biased:{h + 1}:{i + 1}:{j + 1}", "--precision", "6")
-    assert f"+ dynamic_bias[{g + 1}, t{j + 1}]" in out
+    assert f"+ dynamic_bias[t{j + 1}, {g + 1}]" in out
     assert f"= {tr['biased'][h, i, j]:.6f}" in out
     out = explain(str(path), "--cell", "masked:1:2:5")
     assert "the causal mask blocks t5 for the query t2" in out
     out = explain(str(path), "--backward", "--cell", "d_dyn_a:2")
-    assert "dA_g = Σ_j d_dynamic_bias[g, j]·bias[g, j]·softplus(U[j, g])" in out
+    assert "dA_g = Σ_j d_dynamic_bias[j, g]·B[j, g]·softplus(U[j, g])" in out
 
 
 def test_json_and_the_file_written_back(tmp_path: Path) -> None:

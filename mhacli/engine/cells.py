@@ -306,9 +306,9 @@ def cell_biased(e: Entry) -> list[Any]:
                            when(j < pre[0], across(1), normal))]
     if e.c.dynamic:  # Doge's: the bias of the head's key/value head for the key
         g = kv(e.c, h)
-        e.mark("dynamic_bias", None, {g - 1}, {j})
-        terms.append((f"dynamic_bias[{g}, {e.col_label}]",
-                      e.value("dynamic_bias", None, g - 1, j)))
+        e.mark("dynamic_bias", None, {j}, {g - 1})
+        terms.append((f"dynamic_bias[{e.col_label}, {g}]",
+                      e.value("dynamic_bias", None, j, g - 1)))
     made = terms[0][1]
     for _, v in terms[1:]:  # in the engine's order: the scores, then each added
         made = op("f+", made, v)

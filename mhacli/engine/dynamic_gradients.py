@@ -24,14 +24,14 @@ def _on(c: Config) -> bool:
 
 
 def _d_bias(w: Work) -> Array:
-    """d_dynamic_bias (G × m): each key/value head's sum of d_biased over its query heads
+    """d_dynamic_bias (m × G): each key/value head's sum of d_biased over its query heads
     and the queries that keep the key."""
-    return dynamic.bias_gradient(w["d_biased"], w["dynamic_keep"] > 0)
+    return dynamic.bias_gradient(w["d_biased"], w["dynamic_keep"] > 0).T
 
 
 def _back(w: Work) -> dict[str, Array]:
     p = w.p
-    return dynamic.backward(w["v"], p.w_dt, p.b_dt, p.dyn_a, w["d_dynamic_bias"])
+    return dynamic.backward(w["v"], p.w_dt, p.b_dt, p.dyn_a, w["d_dynamic_bias"].T)
 
 
 def to_values(w: Work) -> Array | None:
@@ -41,22 +41,22 @@ def to_values(w: Work) -> Array | None:
 
 def to_values_text(c: Config) -> str:
     """That share in a formula's words (or nothing)."""
-    return " + (from the dynamic bias) dU·W_dtᵀ, dU = d_dynamic_biasᵀ ⊙ bias ⊙ A ⊙ σ(U)" \
+    return " + (from the dynamic bias) dU·W_dtᵀ, dU = d_dynamic_bias ⊙ B ⊙ A ⊙ σ(U)" \
         if c.dynamic else ""
 
 
 def dynamic_gradients(grad: Callable[..., Any]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     """(the bias's gradient, after d_biased; the parameters', after the values')."""
     bias = (
-        grad("d_dynamic_bias", "G × m", lambda c: (c.groups, c.m), NUMBERED, KEY, _d_bias,
-             lambda f: "dB_dyn[g, j] = Σ d_biased_h[i, j] over the query heads h of key/value "
+        grad("d_dynamic_bias", "m × G", lambda c: (c.m, c.groups), KEY, NUMBERED, _d_bias,
+             lambda f: "dB_dyn[j, g] = Σ d_biased_h[i, j] over the query heads h of key/value "
              "head g and the queries i that keep key j (the keep rule held fixed)", "B_{dyn}",
              exists=_on),
     )
     params = (
         grad("d_w_dt", "G·d_v × G", lambda c: (c.groups * c.d_v, c.groups), NUMBERED,
              NUMBERED, lambda w: _back(w)["w_dt"],
-             lambda f: "dW_dt = Vᵀ·dU, dU = d_dynamic_biasᵀ ⊙ bias ⊙ A ⊙ σ(U), U = V·W_dt"
+             lambda f: "dW_dt = Vᵀ·dU, dU = d_dynamic_bias ⊙ B ⊙ A ⊙ σ(U), U = V·W_dt"
              + (" + b_dt" if f.c.dynamic_b else "") + " (σ: softplus's derivative)", "W_{dt}",
              exists=_on),
         grad("d_b_dt", "G", lambda c: (c.groups,), NUMBERED, NUMBERED,
@@ -64,7 +64,7 @@ def dynamic_gradients(grad: Callable[..., Any]) -> tuple[tuple[Any, ...], tuple[
              exists=lambda c: _on(c) and c.dynamic_b),
         grad("d_dyn_a", "G", lambda c: (c.groups,), NUMBERED, NUMBERED,
              lambda w: _back(w)["a"],
-             lambda f: "dA_g = Σ_j d_dynamic_bias[g, j]·bias[g, j]·softplus(U[j, g])", "A",
+             lambda f: "dA_g = Σ_j d_dynamic_bias[j, g]·B[j, g]·softplus(U[j, g])", "A",
              exists=_on),
     )
     return bias, params

@@ -37,11 +37,11 @@ def others(p: Any) -> Array | None:
 
 
 def _bias(w: Work) -> Array:
-    return dynamic.bias(w["v"], w.p.w_dt, w.p.b_dt, w.p.dyn_a)  # (G, m)
+    return dynamic.bias(w["v"], w.p.w_dt, w.p.b_dt, w.p.dyn_a).T  # (m, G): a row a key
 
 
 def _keep(w: Work) -> Array:
-    b = w["dynamic_bias"]  # (G, m)
+    b = w["dynamic_bias"].T  # (G, m)
     allowed = others(w.p)
     every = np.ones((w.c.n, w.c.m), dtype=bool) if allowed is None else allowed
     return dynamic.kept(b, every, w.c.dynamic).astype(b.dtype)  # (G, n, m) 1/0
@@ -49,7 +49,7 @@ def _keep(w: Work) -> Array:
 
 def bias_per_head(w: Work) -> Array:
     """The bias as each query head adds it to its scores: (H, 1, m)."""
-    return ops.shared(w["dynamic_bias"], w.c.heads)[:, None, :]
+    return ops.shared(w["dynamic_bias"].T, w.c.heads)[:, None, :]
 
 
 def keep_mask(w: Work, before: Array) -> Array:
@@ -75,7 +75,7 @@ def _softplus(tr: Any) -> Array:
 
 
 def cell_dynamic_bias(e: Entry) -> list[Any]:
-    c, g, j = e.c, e.row, e.col
+    c, j, g = e.c, e.row, e.col
     e.mark("v", None, {j})
     row, col = e.row_of("v", None, j), e.inp("w_dt", exact=False).col(g)
     u = e.derive("dynamic_u", _u).at(j, g)
@@ -83,7 +83,7 @@ def cell_dynamic_bias(e: Entry) -> list[Any]:
     a = e.inp("dyn_a", exact=False).at(g)
     e.makes(op("exp", op("f*", a, sp)))
     plus = f" + {e.factor(e.inp('b_dt', exact=False).at(g))}" if c.dynamic_b else ""
-    return [f"{e.name} = exp(A[{g + 1}]·softplus(u)), u = row {e.col_label} of V · column "
+    return [f"{e.name} = exp(A[{g + 1}]·softplus(u)), u = row {e.row_label} of V · column "
             f"{g + 1} of W_dt" + (f" + b_dt[{g + 1}]" if c.dynamic_b else "")
             + f" (key/value head {g + 1})",
             f"  u = {e.dot(row, col)}{plus}",
@@ -95,7 +95,7 @@ def cell_dynamic_bias(e: Entry) -> list[Any]:
 def _ranks(tr: Any) -> Array:
     """Each key's place (1 = the largest bias) among the keys its query may see, for each
     key/value head; 0 where another rule blocks it: (G, n, m)."""
-    b = np.asarray(tr.stages["dynamic_bias"], dtype=float)  # (G, m)
+    b = np.asarray(tr.stages["dynamic_bias"], dtype=float).T  # (G, m)
     c = tr.config
     allowed = others(tr.prepared)
     every = np.ones((c.n, c.m), dtype=bool) if allowed is None else allowed
@@ -116,10 +116,10 @@ def _seen(tr: Any) -> Array:
 def cell_dynamic_keep(e: Entry) -> list[Any]:
     c, g, i, j = e.c, e.head, e.row, e.col
     k = c.dynamic
-    e.mark("dynamic_bias", None, {g - 1})
+    e.mark("dynamic_bias", None, None, {g - 1})
     place = e.derive("dynamic_rank", _ranks).at(g - 1, i, j)
     seen = e.derive("dynamic_seen", _seen).at(i, 0)
-    bias = e.value("dynamic_bias", None, g - 1, j)
+    bias = e.value("dynamic_bias", None, j, g - 1)
     e.makes(when(place == 0, 0.0, when(place <= k, 1.0, 0.0)))
     return [when(place == 0,
                  f"{e.name} = 0: the mask blocks {e.col_label} for the query {e.row_label} "
@@ -176,22 +176,24 @@ def _keep_text(f: Any) -> str:
         return (f"1 everywhere the mask allows: m = {c.m} ≤ keep = {c.dynamic} keys, every "
                 f"key kept{held}")
     return (f"K{f.i}[i, j] = 1 where key j is among query i's {c.dynamic} keys of largest "
-            f"dynamic_bias[{'g' if f.h is None else f.h}, j] that the mask lets it see, else "
+            f"dynamic_bias[j, {'g' if f.h is None else f.h}] that the mask lets it see, else "
             f"0 (ties: the earlier key; every key it may see when it sees at most "
             f"{c.dynamic}){held}")
 
 
-BIAS_TEXT = ("exp(A_g·softplus(u_(j,g))), u = V·W_dt{b}: the bias of key/value head g and "
-             "key j (V_j key j's values, its G heads side by side), the same for every query")
+BIAS_TEXT = ("B[j, g] = exp(A_g·softplus(u_(j,g))), u = V·W_dt{b}: the bias of key j and "
+             "key/value head g (V_j key j's values, its G heads side by side), the same for "
+             "every query")
 
 
 dynamic_stages = (
-    Stage("dynamic_bias", "G × m", lambda c: (c.groups, c.m), NUMBERED, KEY,
+    Stage("dynamic_bias", "m × G", lambda c: (c.m, c.groups), KEY, NUMBERED,
           compute=_bias,
           formula=lambda f: BIAS_TEXT.format(b=" + b_dt" if f.c.dynamic_b else ""),
-          latex=tex("B_{dyn}", r"\exp(A \odot \operatorname{softplus}(V W_{dt} + b_{dt}))^"
-                    r"{\top}", r"\exp(A \odot \operatorname{softplus}(W_{dt}^{\top} V + "
-                    r"b_{dt}))"),
+          latex=lambda f: tex("B_{dyn}", r"\exp(A \odot \operatorname{softplus}(V W_{dt}"
+                              + (" + b_{dt}" if f.c.dynamic_b else "") + "))",
+                              r"\exp(A \odot \operatorname{softplus}(W_{dt}^{\top} V"
+                              + (" + b_{dt}" if f.c.dynamic_b else "") + "))")(f),
           cell=cell_dynamic_bias, heat=True, reads=lambda c: ("v",), exists=_on),
 )
 

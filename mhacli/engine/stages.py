@@ -307,7 +307,8 @@ def _biased_text(f: Formula) -> str:
             f"{', both ways' if f.c.relative[0] else ', keys before'})"
     if f.c.dynamic:
         g = sub(f.c.kv_of(f.h - 1) + 1) if f.h is not None else "_g"
-        terms.append(f"dynamic_bias{g}[j] (its key/value head's row, the same for every query)")
+        terms.append(f"dynamic_bias[j, {'g' if f.h is None else f.c.kv_of(f.h - 1) + 1}] "
+                     "(its key/value head's column, the same for every query)")
     return " + ".join(terms)
 
 
