@@ -291,3 +291,20 @@ def test_check_grades_the_new_stages_and_carries_a_wrong_keep(tmp_path: Path) ->
     assert report["dynamic_bias"]["status"] == "correct"
     assert len(report["dynamic_keep"]["wrong"]) == 2
     assert report["masked"]["carried"] == 4 and not report["masked"]["wrong"], report["masked"]
+
+
+def test_leaving_out_the_keep_rule_is_a_named_mistake(tmp_path: Path) -> None:
+    """masked written with the causal mask alone (every query head seeing every earlier
+    key): check names the dynamic mask as left out."""
+    path = write(tmp_path / "doge.yaml")
+    tr = mhacli.trace(**mhacli.load(str(path)).inputs)
+    data = yaml.safe_load(path.read_text())
+    causal = np.tril(np.ones((N, N), dtype=bool))
+    wrong = np.where(causal[None], tr["biased"], -np.inf)
+    data["answers"] = {"masked": [[["-inf" if v == -np.inf else float(v) for v in row]
+                                   for row in head] for head in wrong]}
+    path.write_text(yaml.safe_dump(data))
+    res = runner.invoke(app, ["check", str(path), "--format", "json"])
+    report = json.loads(res.stdout)["stages"]["masked"]
+    assert report["mistake"] == "the dynamic mask is left out: the other rules block as " \
+        "they should, it blocks nothing", report
