@@ -9,7 +9,10 @@ at most, the queries that see no key at all, why one position is blocked, whethe
 tile is blocked whole, and which positions a decoding step's cache keeps.
 
 A rule is one of three kinds, and a new rule (chunked attention, a two-sided window of
-another width, a top-k mask) is one class of its kind and one line in ``Reach.of``:
+another width, a top-k mask) is one class of its kind and one line in ``Reach.of``. A rule
+may differ from one key/value head to another (Doge's dynamic mask, ``Dynamic``): its
+``allowed`` answers for the keys some head keeps (a bound), ``allowed_in`` for one head.
+The kinds:
 
 - ``Run``: each query i sees one run of consecutive keys start_i … stop_i − 1 (causal:
   0 … i; a window of w: i − w + 1 … i + w − 1). Everything else follows from the run.
@@ -344,9 +347,9 @@ class Reach:
            dynamic: tuple[Any, Any] | None = None) -> Reach:
         """The rules of the problem ``c``: its mask (causal, or the ``matrix``), its
         window, its chunks, its ``key_padding``, the indexer's ``top_k`` (keep, scores),
-        Doge's ``dynamic`` (keep (G, n, m), bias (G, m)), in that order. Made from the Config alone (no
-        arrays), a matrix's and padding's rules are there to be named, not asked: the
-        rules of runs answer in full (a decoding cache's sizes)."""
+        Doge's ``dynamic`` (keep (G, n, m), bias (G, m)), in that order. Made from the
+        Config alone (no arrays), a matrix's and padding's rules are there to be named,
+        not asked: the rules of runs answer in full (a decoding cache's sizes)."""
         rules: list[Rule] = []
         if c.mask == "causal":
             rules.append(Causal())
