@@ -129,6 +129,8 @@ DROP = object()  # an override that leaves a key to the config's own default
 # What a type needs beyond the sizes (its own keys' small values, or a layer pattern that
 # shows both its kinds of layer in a few layers).
 OVERRIDES: dict[str, dict[str, Any]] = {
+    "doge": dict(keep_window_size=5, attention_bias=True),  # (fewer than the 12 tokens:
+    # keys really dropped; dt_proj with its bias)
     "jamba": dict(num_hidden_layers=4, attn_layer_period=2, attn_layer_offset=1,
                   expert_layer_period=2, expert_layer_offset=1),
     "dots1": dict(n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1),

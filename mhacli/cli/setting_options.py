@@ -152,6 +152,10 @@ OPTIONS: tuple[SettingOption, ...] = (
                   "latent attention): a YAML/JSON file with top_k, rope (half or "
                   "interleaved), eps, w_q, w_k, k_norm, k_norm_bias and w_weights; each "
                   "query keeps only the keys of its top_k index scores.", metavar="FILE"),
+    SettingOption("dynamic_mask", "Doge's dynamic mask: a YAML/JSON file with keep, a, w_dt "
+                  "and b_dt; the bias exp(A_g·softplus(V·W_dt + b_dt)) of each key and "
+                  "key/value head g added to the scores, and each query keeping, for each "
+                  "key/value head, only the keep keys of largest bias.", metavar="FILE"),
     SettingOption("masked_row", "A query row whose every key is blocked: zero weights (with "
                   "a warning), nan, or error.", ADVANCED,
                   commands=("explain", "run", "check")),

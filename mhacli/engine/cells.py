@@ -278,6 +278,8 @@ def cell_biased(e: Entry) -> list[Any]:
     h, i, j = e.head, e.row, e.col
     terms = []
     for name in e.reads:  # the score chain as far as it has come, and ALiBi's bias
+        if name == "dynamic_bias":
+            continue  # (added last: a key/value head's row, below)
         e.mark(name, h, {i}, {j})
         terms.append((f"{name}{e.hs}[{e.row_label}, {e.col_label}]", e.value(name, h, i, j)))
     origin = []
@@ -302,6 +304,11 @@ def cell_biased(e: Entry) -> list[Any]:
                         "distance")
             origin = [when(i < pre[0], when(j < pre[0], normal, across(0)),
                            when(j < pre[0], across(1), normal))]
+    if e.c.dynamic:  # Doge's: the bias of the head's key/value head for the key
+        g = kv(e.c, h)
+        e.mark("dynamic_bias", None, {j}, {g - 1})
+        terms.append((f"dynamic_bias[{e.col_label}, {g}]",
+                      e.value("dynamic_bias", None, j, g - 1)))
     made = terms[0][1]
     for _, v in terms[1:]:  # in the engine's order: the scores, then each added
         made = op("f+", made, v)

@@ -107,6 +107,9 @@ class Config:
     index_dim: int = 0  # d_I, their width
     index_rope: str = "half"  # the pairs its RoPE turns: "half" or "interleaved"
     index_eps: float = 0.0  # its key LayerNorm's eps
+    dynamic: int | None = None  # Doge's dynamic mask (dynamic.py): keep, the keys a query
+    # keeps for each key/value head
+    dynamic_b: bool = False  # its projection has the bias b_dt
     rope_normed: bool = False  # MLA: k_R RMS-normed (k_rope_norm) before RoPE (dots3)
     backward: bool = False  # the gradients too
     loss: str = "sum"  # the loss: "sum" of the outputs, ½·Σ(output − "target")², or "given"
@@ -222,6 +225,9 @@ class Prepared:
     ik_norm: Array | None = None  # (d_I,) its key LayerNorm's weight
     ik_bias: Array | None = None  # (d_I,) and bias
     w_iw: Array | None = None  # (d_model, E) the index heads' weights
+    dyn_a: Array | None = None  # Doge's dynamic mask (dynamic.py): (G,) A
+    w_dt: Array | None = None  # (G·d_v, G) its projection of the values
+    b_dt: Array | None = None  # (G,) and bias
     grad_output: Array | None = None  # (n, d_out) dL/d output, when given
     target: Array | None = None  # (n, d_out), for L = ½·Σ(output − target)²
 
@@ -232,12 +238,20 @@ class Prepared:
         from .reach import Reach
 
         reach = Reach.of(self.config, self.mask, self.key_padding)
-        if not self.config.indexer:
-            return reach
-        from .sparse import keep_of  # the indexer's top-k keys: one more rule
+        top_k = dynamic = None
+        if self.config.indexer:
+            from .sparse import keep_of  # the indexer's top-k keys: one more rule
 
-        scores, keep = keep_of(self, reach.allowed())
-        return Reach.of(self.config, self.mask, self.key_padding, (keep > 0, scores))
+            scores, keep = keep_of(self, reach.allowed())
+            top_k = (keep > 0, scores)
+        if self.config.dynamic:
+            from . import dynamic as dyn  # Doge's keys kept per key/value head: one more
+
+            bias, keep = dyn.keep_of(self, reach.allowed())  # (G, m), (G, n, m)
+            dynamic = (keep, bias)
+        if top_k is None and dynamic is None:
+            return reach
+        return Reach.of(self.config, self.mask, self.key_padding, top_k, dynamic)
 
     def allowed(self, lo: int = 0, hi: int | None = None, k0: int = 0,
                 k1: int | None = None) -> npt.NDArray[np.bool_] | None:

@@ -61,6 +61,9 @@ def _attend(p: Prepared, q_t: Array, k_t: Array, v_t: Array,
     # cache, instead of one product after the last block (measured: 3 % in float64)
     final = None if p.w_o is None else np.empty((c.n, p.w_o.shape[1]), dtype=dtype)
     reach = p.reach  # who may attend to whom: the keys a block sees, what it blocks
+    dyn_bias = reach.dynamic_bias  # (G, m) Doge's dynamic mask's bias, or None
+    if dyn_bias is not None:
+        dyn_bias = dyn_bias.astype(dtype, copy=False)
     span = _span(p)
     block = _block_rows(p)
     sinks = None if p.sinks is None else p.sinks.astype(dtype)
@@ -118,8 +121,12 @@ def _attend(p: Prepared, q_t: Array, k_t: Array, v_t: Array,
                 z += p.slopes[h] * distance
             if p.bias is not None:
                 z += (p.bias[h] if p.bias.ndim == 3 else p.bias)[lo:hi, k0:k1]
+            if dyn_bias is not None:  # Doge's: its key/value head's bias of each key
+                z += dyn_bias[g, k0:k1]
             for cols, where in strips:
                 np.copyto(z[:, cols], -np.inf, where=where)
+            if dyn_bias is not None:  # and the keys its key/value head keeps
+                np.copyto(z, -np.inf, where=~reach.allowed_in(g, lo, hi, k0, k1))
             bounded = q_norm is not None and \
                 bool(q_norm[h, lo:hi].max() * k_norm[g] <= limit)  # NaN, ∞: not bounded
             sink = None if sinks is None else sinks[h]

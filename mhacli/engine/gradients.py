@@ -22,6 +22,7 @@ from .gradient_cells import cell_d_masked, cell_d_scores, cell_with_formula
 from .latent_gradients import d_input as latent_d_input, d_input_text as latent_text
 from .latent_gradients import latent_gradients
 from . import disentangled_gradients as dis_grads, xl_gradients as xl_grads
+from . import dynamic_gradients as dyn_grads
 from .writing import Entry, Formula
 
 if TYPE_CHECKING:
@@ -451,7 +452,8 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
               lambda w: _arriving(t, w, "biased"),
               lambda f: f"d_biased{f.i} = d_masked{f.i}: the mask passes the gradient where it "
                         "allows (0 where it blocks)", "B", per_head=True,
-              exists=lambda c: c.alibi or c.bias),
+              exists=lambda c: c.alibi or c.bias or bool(c.dynamic)),
+        *dyn_grads.dynamic_gradients(_grad)[0],  # d_dynamic_bias (Doge's dynamic mask)
         _grad("d_softcapped", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
               lambda w: _arriving(t, w, "softcapped"),
               lambda f: f"d_softcapped{f.i} = d_biased{f.i}: ALiBi and the bias are added "
@@ -511,7 +513,8 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
               lambda w: ops.merge_heads(w["d_k_heads"]), _text("the heads' dK side by side"), "K",
               exists=lambda c: not c.latent),
         _grad("d_v", "m × G·d_v", lambda c: (c.m, c.groups * c.d_v), KEY, NUMBERED,
-              lambda w: ops.merge_heads(w["d_v_heads"]), _text("the heads' dV side by side"), "V",
+              lambda w: _plus(ops.merge_heads(w["d_v_heads"]), dyn_grads.to_values(w)),
+              lambda f: "the heads' dV side by side" + dyn_grads.to_values_text(f.c), "V",
               exists=lambda c: not c.latent),
         _grad("d_w_q", "d_model × H·d_k", lambda c: (c.d_model, c.heads * c.d_k), NUMBERED,
               NUMBERED, lambda w: _plus(_source(t, w, False).T @ (
@@ -544,6 +547,7 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
         _grad("d_b_v", "G·d_v", lambda c: (c.groups * c.d_v,), NUMBERED, NUMBERED,
               lambda w: _sums(_through(t, w, "v")), _text("db_v = the column sums of dV"), "b_v",
               exists=lambda c: "b_v" in c.biases),
+        *dyn_grads.dynamic_gradients(_grad)[1],  # W_dt, b_dt, A (Doge's dynamic mask)
         _grad("d_w_gate", "d_model × H·d_v", lambda c: (c.d_model, c.heads * c.d_v),
               NUMBERED, NUMBERED, lambda w: _source(t, w, False).T @ w["d_gate"],
               lambda f: f"dW_gate = {_src(f, False)}ᵀ·dG", "W_{gate}",

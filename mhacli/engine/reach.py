@@ -9,7 +9,10 @@ at most, the queries that see no key at all, why one position is blocked, whethe
 tile is blocked whole, and which positions a decoding step's cache keeps.
 
 A rule is one of three kinds, and a new rule (chunked attention, a two-sided window of
-another width, a top-k mask) is one class of its kind and one line in ``Reach.of``:
+another width, a top-k mask) is one class of its kind and one line in ``Reach.of``. A rule
+may differ from one key/value head to another (Doge's dynamic mask, ``Dynamic``): its
+``allowed`` answers for the keys some head keeps (a bound), ``allowed_in`` for one head.
+The kinds:
 
 - ``Run``: each query i sees one run of consecutive keys start_i … stop_i − 1 (causal:
   0 … i; a window of w: i − w + 1 … i + w − 1). Everything else follows from the run.
@@ -295,6 +298,38 @@ class TopK(Rule):
             "index_keep 0 = not among the query's top-k keys"
 
 
+class Dynamic(Rule):
+    """Doge's dynamic mask (``dynamic.py``): for each key/value head g, query i sees only
+    the keys of its ``keep`` largest biases. The rule differs from one key/value head to
+    another: ``allowed`` answers for the positions some head keeps (a bound, as a run is
+    for a rule of no run), ``allowed_in`` for one head."""
+
+    name = "dynamic"
+    the = "the dynamic mask"
+
+    def __init__(self, keep: npt.NDArray[np.bool_], bias: Any, size: int) -> None:
+        self.keep = keep  # (G, n, m) True = kept by key/value head g
+        self.bias = bias  # (G, m) the bias it keeps the largest of
+        self.size = size
+
+    def allowed(self, lo: int, hi: int, k0: int, k1: int) -> Bools:
+        return self.keep[:, lo:hi, k0:k1].any(axis=0)
+
+    def allowed_in(self, g: int, lo: int, hi: int, k0: int, k1: int) -> Bools:
+        return self.keep[g, lo:hi, k0:k1]
+
+    def said(self, reason: Reason, key: str) -> str:
+        return (f"the dynamic mask ({key} is not among the query's {self.size} keys of "
+                "largest bias for any key/value head: --cell dynamic_keep says its rank)")
+
+    tile_said = "the dynamic mask (no key/value head keeps any key of the tile)"
+
+    def text(self, alone: bool) -> str:
+        return "dynamic_keep 0 (not among the query's keep keys of largest bias, for its " \
+            "key/value head) set to −∞" if alone else \
+            "dynamic_keep 0 = not among the keep keys of largest bias (per key/value head)"
+
+
 class Padding(KeySet):
     """Key padding: the keys marked 0 are blocked for every query."""
 
@@ -352,12 +387,13 @@ class Reach:
     @classmethod
     def of(cls, c: Settings, matrix: npt.NDArray[np.bool_] | None = None,
            key_padding: npt.NDArray[np.bool_] | None = None,
-           top_k: tuple[Any, Any] | None = None) -> Reach:
+           top_k: tuple[Any, Any] | None = None,
+           dynamic: tuple[Any, Any] | None = None) -> Reach:
         """The rules of the problem ``c``: its mask (causal, or the ``matrix``), its
-        window, its chunks, its local blocks, its ``key_padding``, the indexer's ``top_k`` (keep, scores), in
-        that order. Made from the Config alone (no
-        arrays), a matrix's and padding's rules are there to be named, not asked: the
-        rules of runs answer in full (a decoding cache's sizes)."""
+        window, its chunks, its local blocks, its ``key_padding``, the indexer's ``top_k``
+        (keep, scores), Doge's ``dynamic`` (keep (G, n, m), bias (G, m)), in that order.
+        Made from the Config alone (no arrays), a matrix's and padding's rules are there to
+        be named, not asked: the rules of runs answer in full (a decoding cache's sizes)."""
         rules: list[Rule] = []
         if c.mask == "causal":
             rules.append(Causal())
@@ -373,6 +409,8 @@ class Reach:
             rules.append(Padding(key_padding))  # type: ignore[arg-type]
         if top_k is not None:
             rules.append(TopK(top_k[0], top_k[1], c.indexer))  # type: ignore[attr-defined]
+        if dynamic is not None:
+            rules.append(Dynamic(dynamic[0], dynamic[1], c.dynamic))  # type: ignore[attr-defined]
         return cls(c.n, c.m, tuple(rules))
 
     @property
@@ -397,6 +435,29 @@ class Reach:
         """The same problem with the rule ``name`` left out (what a person who forgot
         it would compute)."""
         return Reach(self.n, self.m, tuple(r for r in self.rules if r.name != name))
+
+    @property
+    def grouped(self) -> bool:
+        """Does a rule differ from one key/value head to another (Doge's dynamic mask)?"""
+        return any(isinstance(r, Dynamic) for r in self.rules)
+
+    @property
+    def dynamic_bias(self) -> Any:
+        """Doge's bias (G, m) its dynamic mask keeps the largest of, or None."""
+        return next((r.bias for r in self.rules if isinstance(r, Dynamic)), None)
+
+    def allowed_in(self, g: int, lo: int = 0, hi: int | None = None, k0: int = 0,
+                   k1: int | None = None) -> npt.NDArray[np.bool_] | None:
+        """``allowed`` for the query heads of key/value head g (0-based): every rule's,
+        a rule per key/value head answering for g."""
+        hi = self.n if hi is None else hi
+        k1 = self.m if k1 is None else k1
+        out = self.without("dynamic").allowed(lo, hi, k0, k1)
+        for r in self.rules:
+            if isinstance(r, Dynamic):
+                mine = r.allowed_in(g, lo, hi, k0, k1)
+                out = mine if out is None else out & mine
+        return out
 
     # ------------------------------------------------------------------ positions
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from ..errors import MhaError
-from . import clipping, disentangled, gating, local_blocks
+from . import clipping, disentangled, dynamic, gating, local_blocks
 from . import parsers as read
 from . import qk_norms, relative, rope, sparse, sub_norm, xl_relative
 from .parsers import Fields
@@ -302,6 +302,23 @@ SETTINGS: tuple[Setting, ...] = (
             fields=("indexer", "index_heads", "index_dim", "index_rope", "index_eps",
                     "w_iq", "w_ik", "ik_norm", "ik_bias", "w_iw"),
             shown=sparse.shown, write=lambda c, p, given: sparse.write(c, p, read.written)),
+    Setting("dynamic_mask", "Doge's dynamic mask: {keep, a, w_dt, b_dt}; the bias of "
+            "key/value head g and key j, exp(A_g·softplus(V_j·W_dt + b_dt)_g) (V_j key j's "
+            "values, its G heads side by side; W_dt G·d_v × G), added to the scores of the "
+            "query heads of g; each query keeps, for each key/value head, the keep keys of "
+            "largest bias it may see, the rest masked before the softmax.", kind="file",
+            read=dynamic.value, parse=dynamic.parse,
+            fields=("dynamic", "dynamic_b", "dyn_a", "w_dt", "b_dt"),
+            excludes=(("decode", "the decoding view does not follow the dynamic mask yet "
+                                 "(each step's bias of its key/value head and the keep "
+                                 "cached keys of largest bias)"),
+                      ("differential", "the dynamic mask on differential attention's heads is "
+                                       "not followed"),
+                      ("clip_qkv", "the dynamic mask reads the values as projected: it does "
+                                   "not go with clip_qkv"),
+                      ("indexer", "the dynamic mask and the indexer's top-k do not go "
+                                  "together: give one")),
+            shown=dynamic.shown, write=lambda c, p, given: dynamic.write(c, p, read.written)),
     Setting("masked_row", 'a query row whose every key is blocked: "zero" (zero weights, '
             'with a warning), "nan", or "error".', kind="choice",
             choices=("zero", "nan", "error"), default="zero",

@@ -36,6 +36,7 @@ from .tuning import tau_text
 from .head_weights import OUTPUT, PROJECTIONS
 from .reach import Reach
 from .sparse_stages import cell_masked_kept, keep_mask, sparse_stages
+from . import dynamic_stages as dyn
 from .stage import KEY, NUMBERED, QUERY, Stage
 from . import exclusive, qk_norms, sub_norm
 from .work import Work, tuned, turned
@@ -274,9 +275,12 @@ def _biased(w: Work) -> Array:
     first, *added = reads(w.c, "biased")  # the scores so far, and ALiBi's
     out = w[first]
     for name in added:
-        out = out + w[name]
+        if name != "dynamic_bias":  # (a key/value head's row: added below)
+            out = out + w[name]
     if w.p.bias is not None:
         out = out + w.p.bias  # (n, m) or (H, n, m), broadcast over the heads
+    if w.c.dynamic:
+        out = out + dyn.bias_per_head(w)  # (H, 1, m): each query head its key/value head's
     return out  # (H, n, m)
 
 
@@ -286,6 +290,9 @@ def _mask_text(f: Formula) -> str:
     rules = Reach.of(c).rules  # named, not asked: the formula has no arrays
     top = [f"index_keep 0 (not among the query's top {c.indexer} keys by the indexer)"
            + (" set to −∞" if not rules else "")] if c.indexer else []
+    if c.dynamic:
+        top.append(f"dynamic_keep 0 (not among the query's {c.dynamic} keys of largest bias, "
+                   "for its query head's key/value head)" + (" set to −∞" if not rules else ""))
     if not rules and not top:
         return f"no mask: the same as {before}"
     words = "; ".join([r.text(alone=len(rules) == 1 and not top) for r in rules] + top)
@@ -293,10 +300,15 @@ def _mask_text(f: Formula) -> str:
 
 
 def _biased_text(f: Formula) -> str:
-    terms = [name + f.i for name in reads(f.c, "biased")] + (["bias"] if f.c.bias else [])
+    terms = [name + f.i for name in reads(f.c, "biased") if name != "dynamic_bias"] + \
+        (["bias"] if f.c.bias else [])
     if f.c.relative is not None:  # T5's: the table's row of each entry's bucket
         terms[-1] = f"bias, bias[i, j] = table[bucket(j − i), h] ({f.c.relative[1]} buckets" \
             f"{', both ways' if f.c.relative[0] else ', keys before'})"
+    if f.c.dynamic:
+        g = sub(f.c.kv_of(f.h - 1) + 1) if f.h is not None else "_g"
+        terms.append(f"dynamic_bias[j, {'g' if f.h is None else f.c.kv_of(f.h - 1) + 1}] "
+                     "(its key/value head's column, the same for every query)")
     return " + ".join(terms)
 
 
@@ -537,19 +549,25 @@ FORWARD: tuple[Stage, ...] = (
           formula=lambda f: f"−slope{f.i}·|i − j|, the ALiBi bias (positions i, j from 0)",
           latex=tex(r"-m_{@h} \lvert i - j \rvert"), cell=cell_alibi, per_head=True,
           exact=True, exists=lambda c: c.alibi),
+    *dyn.dynamic_stages,  # Doge's bias of each key/value head and key (dynamic_stages.py)
     Stage("biased", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=_biased, formula=_biased_text,
           latex=tex(r"Z_{@h} + B_{@h}"), cell=cell_biased, per_head=True, chain="z",
-          exact=True, exists=lambda c: c.alibi or c.bias,
-          reads=lambda c: (latest(c, "z", "biased"),) + (("alibi",) if c.alibi else ())),
+          exact=True, exists=lambda c: c.alibi or c.bias or bool(c.dynamic),
+          reads=lambda c: (latest(c, "z", "biased"),) + (("alibi",) if c.alibi else ())
+          + (("dynamic_bias",) if c.dynamic else ())),
     *sparse_stages(sys.modules[__name__]),  # the indexer's (sparse attention: sparse_stages.py)
+    *dyn.keep_stages,  # the keys each query keeps per key/value head (Doge's dynamic mask)
     Stage("masked", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=lambda w: keep_mask(w, _read(w, "masked")) if w.c.indexer
+          else dyn.keep_mask(w, _read(w, "masked")) if w.c.dynamic
           else ops.mask_scores(_read(w, "masked"), w.p.reach.allowed()),
           formula=_mask_text, latex=tex(r"\operatorname{mask}\left(\frac{Z_{@h}}{s}\right)"),
-          cell=lambda e: cell_masked_kept(e) if e.c.indexer else cell_masked(e),
+          cell=lambda e: cell_masked_kept(e) if e.c.indexer else
+          dyn.cell_masked_dynamic(e) if e.c.dynamic else cell_masked(e),
           per_head=True, chain="z", exact=True,
           reads=lambda c: (latest(c, "z", "masked"),) + (("index_keep",) if c.indexer
+                                                          else ("dynamic_keep",) if c.dynamic
                                                           else ())),
     Stage("weights", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=_weights,

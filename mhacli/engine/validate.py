@@ -186,6 +186,10 @@ def prepare(
     d_rope = 0 if latent_shapes is None else latent_shapes.d_rope
     r_q = 0 if latent_shapes is None else latent_shapes.r_q
     sizes = Sizes(n, m, heads, groups, d_k, d_v, d_model, t, x_a, xkv_a, d_rope, r_q)
+    if latent_shapes is not None and settings.get("dynamic_mask") not in (None, False):
+        raise MhaError("the dynamic mask reads the values V = X·W_V: multi-head latent "
+                       "attention makes them from its latent (w_dkv, w_uv), which it does "
+                       "not follow", key="dynamic_mask")
     fields, arrays = parse_all(settings, sizes)
     if latent_shapes is not None:
         s_ = latent_shapes

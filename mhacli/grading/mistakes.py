@@ -131,11 +131,13 @@ def _interleaved(p: Prepared, st: Stages) -> Stages | None:
     if h == 1 or p.config.latent:  # (MLA makes each head's own: no Q, K, V to split)
         return None
 
-    def split(a: Array) -> Array:  # head h takes columns h, h + H, h + 2H, …
+    def split(a: Array, h: int) -> Array:  # head h takes columns h, h + H, h + 2H, …
         rows, width = a.shape
         return a.reshape(rows, width // h, h).transpose(2, 0, 1)
 
-    return {f"{x}_heads": split(st[x]) for x in ("q", "k", "v")}
+    # (the keys and values in G key/value heads, grouped-query attention's)
+    return {f"{x}_heads": split(st[x], h if x == "q" else p.config.groups)
+            for x in ("q", "k", "v")}
 
 
 def _reversed_heads(p: Prepared, st: Stages) -> Stages | None:
@@ -248,7 +250,7 @@ MISTAKES: tuple[Mistake, ...] = (
             f"{'are' if len(p.reach.rules) > 1 else 'is'} left out: every query attends to "
             "every key, the blocked ones too", _unmasked),
     *(_one_left_out(rule) for rule in ("causal", "mask", "window", "chunk", "local_blocks",
-                                       "padding", "top_k")),
+                                       "padding", "top_k", "dynamic")),
     Mistake("weights", "the softmax is taken down each column instead of along each row",
             _columns),
     Mistake("weights", "the mask is applied after the softmax (blocked weights set to 0, "

@@ -38,6 +38,7 @@ from .hrm import hrm
 from .dbrx import dbrx
 from .dots3 import dots3
 from .neomme import per_layer_window, value_embeddings
+from .doge import doge
 from .latent import doubled_query_latent, latent_attention
 from .gemma3n import GEMMA3N_AROUND, unscaled
 from .gemma4 import BY_TYPE, GEMMA4_AROUND, layer_sizes
@@ -358,6 +359,9 @@ RECORDS: tuple[Family, ...] = (
            norm_eps_key="norm_eps", exclusive="exclusive_self_attention.alpha",
            unread=("document_token_id", "image_token_id", "patch_size", "embedding_dim",
                    "embedding_rank", "residual_multiplier")),
+    Family("doge", read=doge, window=every_layer, qk_norm="head",
+           unread=("is_moe", "num_experts", "num_experts_per_tok", "norm_topk_prob",
+                   "output_router_logits", "router_aux_loss_coef", "hidden_dropout")),
     Family("esmc", causal=False, qk_norm="width", layer_norm=True, norm_eps=1e-5),
     Family("ultrabert", causal=False, window=both_ways_by_layer_types,
            unread=("classifier_pooling", "prediction_head_size")),

@@ -269,10 +269,6 @@ NOT_FOLLOWED = (
      "(depthwise, then grouped by head) plus (q + its key head's k) / 2, and for a key that "
      "averaged over the key head's queries; its values half x_i·v_proj_current and half "
      "x_(i−1)·v_proj_delayed, the previous token's"),
-    (r"^self_attn\.(A$|dt_proj\.)", "Doge's dynamic mask: a bias exp(A · softplus(v · W_dt)) "
-     "for each key and key/value head, made from the values, added to the scores, and each "
-     "query keeping only the keep_window_size keys of largest bias it may see: keys kept "
-     "that differ from one key/value head to another (mha's mask is one for every head)"),
     (r"^self_attention\.experts\.", "JetMoE's mixture of attention heads: for each token a "
      "router (router.layer) picks num_experts_per_tok of num_local_experts experts, each its "
      "own query projection (input_linear) and output projection (output_linear) over the "
