@@ -16,6 +16,7 @@ import numpy as np
 
 from ..errors import MhaError, shown
 from .config import Config, Prepared, Sizes
+from . import turned_values
 from .reach import Reach
 from .settings import BY_KEY, counts, parse_all, unknown_setting
 from .values import matrix, shape_text, vector
@@ -206,6 +207,11 @@ def prepare(
         raise MhaError("give grad_output or target, not both (each sets dL/d output)",
                        key="target")
     backward = bool(backward) or any(a is not None for a in upstream.values())
+    if backward and (fields.get("rotated_values") or fields.get("q_head_norm") is not None):
+        key = "rotated_values" if fields.get("rotated_values") else "q_head_norm"
+        raise MhaError(f"the backward pass does not follow {key} ("
+                       + (turned_values.WHAT if key == "rotated_values" else
+                          "each head's queries normed on their own") + ") yet", key=key)
     loss = "given" if upstream["grad_output"] is not None else \
         "target" if upstream["target"] is not None else "sum"
     config = Config(
@@ -215,6 +221,7 @@ def prepare(
                      if b is not None),
         has_w_o=wo is not None, masked_row=masked_row,
         kv_heads=groups if groups != heads else 0, backward=backward, loss=loss, **fields)
+    turned_values.check(config)
     dead = Reach.of(config, arrays["mask"], arrays["key_padding"]).dead_rows()
     if dead and masked_row == "error":
         rows = ", ".join(str(r) for r in dead)

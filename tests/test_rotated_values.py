@@ -1,0 +1,123 @@
+"""rotated_values (the values turned by RoPE as the keys are, each head's output turned
+back at its query's position) and q_head_norm (each head's queries over their root mean
+square): against NumPy written out here, fast path against traced path, and what they do
+not go with refused by name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mhacli
+from mhacli import MhaError
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _turn(a: np.ndarray, positions: np.ndarray, first: int, dims: int, sign: float
+          ) -> np.ndarray:
+    """Interleaved RoPE of columns first … first + dims − 1, by sign·p·θ_i."""
+    out = a.copy()
+    theta = 10000.0 ** (-np.arange(0, dims, 2) / dims)
+    angle = sign * positions[:, None] * theta[None, :]
+    x, y = a[..., first:first + dims:2], a[..., first + 1:first + dims:2]
+    out[..., first:first + dims:2] = x * np.cos(angle) - y * np.sin(angle)
+    out[..., first + 1:first + dims:2] = x * np.sin(angle) + y * np.cos(angle)
+    return out
+
+
+def _written_out(x, w_q, w_k, w_o, heads, sinks, eps, window):
+    """One key/value head read as keys and values, RoPE on every column, causal within a
+    window, a sink a head, each head's queries normed, its output turned back."""
+    n, d_k = x.shape[0], w_k.shape[1]
+    pos = np.arange(n)
+    k = _turn(x @ w_k, pos, 0, d_k, 1.0)  # (n, d_k): the keys, and the values
+    outs = []
+    for h in range(heads):
+        q = (x @ w_q)[:, h * d_k:(h + 1) * d_k]
+        q = _turn(q / np.sqrt((q ** 2).mean(-1, keepdims=True) + eps), pos, 0, d_k, 1.0)
+        z = q @ k.T / np.sqrt(d_k)
+        i, j = np.indices((n, n))
+        z[(j > i) | (i - j >= window)] = -np.inf
+        top = np.maximum(z.max(-1, keepdims=True), sinks[h])
+        e = np.exp(z - top)
+        a = e / (e.sum(-1, keepdims=True) + np.exp(sinks[h] - top))
+        outs.append(_turn(a @ k, pos, 0, d_k, -1.0))  # turned back at the query's position
+    return np.concatenate(outs, axis=1) @ w_o
+
+
+def test_the_values_are_the_turned_keys_and_the_output_is_turned_back() -> None:
+    rng = np.random.default_rng(4)
+    n, d, heads, d_k = 7, 8, 3, 4
+    x, w_q = rng.standard_normal((n, d)), rng.standard_normal((d, heads * d_k))
+    w_k, w_o = rng.standard_normal((d, d_k)), rng.standard_normal((heads * d_k, 5))
+    sinks = rng.standard_normal(heads)
+    kw = dict(heads=heads, kv_heads=1, mask="causal", window=4, rope="interleaved",
+              rotated_values=True, q_head_norm=1e-5, sinks=sinks, w_o=w_o)
+    want = _written_out(x, w_q, w_k, w_o, heads, sinks, 1e-5, 4)
+    fast = mhacli.attention(x, w_q, w_k, w_k, **kw)
+    tr = mhacli.trace(x, w_q, w_k, w_k, **kw)
+    np.testing.assert_allclose(fast, want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(fast, tr["output"])
+    np.testing.assert_array_equal(tr["v_rot"], tr["k_rot"])  # w_v = w_k: the keys' own
+    assert [s for s in tr.stages if s in ("q_head_normed", "v_rot", "head_unrotated")] == \
+        ["q_head_normed", "v_rot", "head_unrotated"]
+
+
+def test_q_head_norm_alone_on_the_fast_path() -> None:
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal((6, 8)), [rng.standard_normal((8, 8)) for _ in range(3)]
+    kw = dict(heads=2, mask="causal", rope="half", q_head_norm=0.0)
+    fast = mhacli.attention(x, *w, **kw)
+    tr = mhacli.trace(x, *w, **kw)
+    np.testing.assert_allclose(fast, tr["output"], rtol=1e-12, atol=1e-13)
+    q = tr["q_heads"]
+    np.testing.assert_allclose(tr["q_head_normed"], q / np.sqrt((q ** 2).mean(-1, keepdims=True)),
+                               rtol=1e-13)
+
+
+def test_the_dsv4_problem_file_reads_back() -> None:
+    """The problem file of DeepSeek-V4's shape: MLA's query latent, one key row normed
+    over its width, its last two columns turned; v_rot equals k_rot."""
+    problem = mhacli.load(str(FIXTURES / "dsv4.yaml"))
+    tr = mhacli.trace(**problem.inputs)
+    np.testing.assert_array_equal(tr["v_rot"], tr["k_rot"])
+    np.testing.assert_array_equal(tr["k_rot"][:, :, :2], tr["k_heads"][:, :, :2])  # not turned
+    np.testing.assert_array_equal(mhacli.attention(**problem.inputs), tr["output"])
+
+
+@pytest.mark.parametrize("extra, words", [
+    (dict(rope=None), "rotated_values turns the values by RoPE as the keys are turned: give "
+                      "rope too"),
+    (dict(backward=True), "the backward pass does not follow rotated_values"),
+    (dict(tiles=2), "the tiled view does not follow rotated_values"),
+    (dict(decode=True), "the decoding view does not follow rotated_values"),
+])
+def test_what_rotated_values_does_not_go_with_is_refused(extra: dict, words: str) -> None:
+    rng = np.random.default_rng(6)
+    x, w = rng.standard_normal((4, 4)), [rng.standard_normal((4, 4)) for _ in range(3)]
+    kw = {**dict(heads=2, mask="causal", rope="half", rotated_values=True), **extra}
+    with pytest.raises(MhaError, match=words):
+        mhacli.trace(x, *w, **kw)
+
+
+def test_rotated_values_needs_values_as_wide_as_keys() -> None:
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((4, 4))
+    with pytest.raises(MhaError, match=r"needs d_v = d_k \(here d_v = 3, d_k = 2\)"):
+        mhacli.attention(x, rng.standard_normal((4, 4)), rng.standard_normal((4, 4)),
+                         rng.standard_normal((4, 6)), heads=2, rope="half",
+                         rotated_values=True)
+
+
+@pytest.mark.parametrize("extra, words", [
+    (dict(backward=True), "the backward pass does not follow q_head_norm"),
+    (dict(decode=True), "the decoding view does not follow q_head_norm"),
+])
+def test_what_q_head_norm_does_not_go_with_is_refused(extra: dict, words: str) -> None:
+    rng = np.random.default_rng(6)
+    x, w = rng.standard_normal((4, 4)), [rng.standard_normal((4, 4)) for _ in range(3)]
+    with pytest.raises(MhaError, match=words):
+        mhacli.trace(x, *w, heads=2, mask="causal", q_head_norm=1e-6, **extra)
