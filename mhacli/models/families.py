@@ -421,9 +421,7 @@ RECORDS: tuple[Family, ...] = (
     Family("deepseek_v4", tensors="dsv4", read=deepseek_v4,
            loaded_as=(r"\.attn\.$", ".self_attn."),
            unread=("mlp_layer_types", "hc_mult", "hc_sinkhorn_iters", "hc_eps", "swiglu_limit",
-                   "scoring_func", "num_nextn_predict_layers", "routed_scaling_factor"),
-           others="its compressed layers on fewer tokens than compress_rates (no key pooled "
-           "yet); more refused by name"),
+                   "scoring_func", "num_nextn_predict_layers", "routed_scaling_factor")),
     Family("dots3_note_text", tensors="latent", read=dots3,
            unread=("mlp_layer_types", "mlp_bias", "shared_experts_intermediate_size")),
     Family("minicpm3", tensors="latent",
