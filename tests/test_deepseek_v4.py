@@ -128,3 +128,56 @@ def test_explain_json_shows_where_each_step_came_from(model_dir: Path) -> None:
     assert "rotated_values" in settings and "q_b_norm" in settings["q_head_norm"]
     assert read["config"]["rotated_values"] is True
     assert np.shape(read["stages"]["head_unrotated"]) == (4, 5, 16)
+
+
+def _module_gradients(model: Any, path: str, x: np.ndarray) -> dict[str, np.ndarray]:
+    """The attention module at ``path`` run on ``x`` with autograd, L = Σ of its output:
+    dL/dx and the gradients of its parameters (by the module's names)."""
+    module = model.get_submodule(path)
+    caught: dict[str, Any] = {}
+
+    class Caught(Exception):
+        pass
+
+    def before(mod: Any, args: tuple, kwargs: dict) -> None:
+        caught.update(args=args, kwargs=kwargs)
+        raise Caught
+
+    handle = module.register_forward_pre_hook(before, with_kwargs=True)
+    ids = torch.from_numpy(np.random.default_rng(0).integers(3, 100, (1, len(x))))
+    try:
+        with torch.no_grad():
+            model(input_ids=ids, use_cache=False)
+    except Caught:
+        pass
+    finally:
+        handle.remove()
+    kwargs = dict(caught["kwargs"])
+    hidden = torch.tensor(x[None], dtype=torch.float64, requires_grad=True)
+    kwargs.pop("hidden_states", None)
+    model.zero_grad()
+    out = module(hidden, *caught["args"][1:], **kwargs)[0]
+    out.sum().backward()
+    grads = {name: p.grad.double().numpy().copy() for name, p in module.named_parameters()
+             if p.grad is not None}
+    return {"x": hidden.grad[0].numpy().copy(), **grads}
+
+
+@pytest.mark.parametrize("layer, n", LAYERS)
+def test_the_backward_pass_agrees_with_the_models_autograd(model_dir: Path, layer: int,
+                                                           n: int) -> None:
+    """dL/dx and the gradients of the weights mha reads as they are (the query latent's,
+    W_kv's, the two norms', the sinks), L = Σ output, against autograd through the model's
+    own module."""
+    reading = read_layer(model_dir, layer)
+    x = np.random.default_rng(layer + 10).standard_normal((n, reading.width))
+    inputs = from_mapping({"x": x}, "dsv4", reading=reading).inputs
+    tr = mhacli.trace(**inputs, backward=True)
+    want = _module_gradients(zoo.load(model_dir), (reading.module or reading.stem).rstrip("."),
+                             x)
+    pairs = {"d_x": want["x"], "d_w_dq": want["q_a_proj.weight"].T,
+             "d_q_latent_norm": want["q_a_norm.weight"], "d_w_uq": want["q_b_proj.weight"].T,
+             "d_w_dkv": want["kv_proj.weight"].T, "d_kv_latent_norm": want["kv_norm.weight"],
+             "d_sinks": want["sinks"]}
+    for name, expected in pairs.items():
+        assert zoo.relative(tr[name], expected) < 1e-5, name

@@ -91,7 +91,8 @@ def test_the_dsv4_problem_file_reads_back() -> None:
 @pytest.mark.parametrize("extra, words", [
     (dict(rope=None), "rotated_values turns the values by RoPE as the keys are turned: give "
                       "rope too"),
-    (dict(backward=True), "the backward pass does not follow rotated_values"),
+    (dict(exclusive=[0.5, 1.0]), "exclusive self-attention on turned values is not followed"),
+    (dict(v_norm=1e-6), "v_norm with rotated_values"),
     (dict(tiles=2), "the tiled view does not follow rotated_values"),
     (dict(decode=True), "the decoding view does not follow rotated_values"),
 ])
@@ -113,7 +114,7 @@ def test_rotated_values_needs_values_as_wide_as_keys() -> None:
 
 
 @pytest.mark.parametrize("extra, words", [
-    (dict(backward=True), "the backward pass does not follow q_head_norm"),
+    (dict(tiles=2), "the tiled view does not follow q_head_norm"),
     (dict(decode=True), "the decoding view does not follow q_head_norm"),
 ])
 def test_what_q_head_norm_does_not_go_with_is_refused(extra: dict, words: str) -> None:
@@ -121,3 +122,56 @@ def test_what_q_head_norm_does_not_go_with_is_refused(extra: dict, words: str) -
     x, w = rng.standard_normal((4, 4)), [rng.standard_normal((4, 4)) for _ in range(3)]
     with pytest.raises(MhaError, match=words):
         mhacli.trace(x, *w, heads=2, mask="causal", q_head_norm=1e-6, **extra)
+
+
+def _torch_turn(a, positions, dims, sign):
+    import torch
+
+    theta = 10000.0 ** (-torch.arange(0, dims, 2, dtype=torch.float64) / dims)
+    angle = sign * positions[:, None] * theta[None, :]
+    x, y = a[..., 0:dims:2], a[..., 1:dims:2]
+    turned = torch.stack((x * torch.cos(angle) - y * torch.sin(angle),
+                          x * torch.sin(angle) + y * torch.cos(angle)), dim=-1).flatten(-2)
+    return torch.cat((turned, a[..., dims:]), dim=-1)
+
+
+@pytest.mark.parametrize("gate", [False, True])
+def test_the_backward_pass_agrees_with_autograd(gate: bool) -> None:
+    """Every parameter's gradient and the input's against PyTorch's autograd on the same
+    computation written out: grouped-query heads, RoPE on the first 4 of 6 columns, sinks,
+    a window; with a gate of the heads' outputs too."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(8)
+    n, d, heads, groups, d_k, eps = 6, 5, 4, 2, 6, 1e-5
+    arrays = dict(x=rng.standard_normal((n, d)), w_q=rng.standard_normal((d, heads * d_k)),
+                  w_k=rng.standard_normal((d, groups * d_k)),
+                  w_v=rng.standard_normal((d, groups * d_k)),
+                  w_o=rng.standard_normal((heads * d_k, 3)), sinks=rng.standard_normal(heads),
+                  w_gate=rng.standard_normal((d, heads * d_k)))
+    target = rng.standard_normal((n, 3))
+    t = {k: torch.tensor(v, requires_grad=True) for k, v in arrays.items()}
+    pos = torch.arange(n, dtype=torch.float64)
+    x = t["x"]
+    q = (x @ t["w_q"]).reshape(n, heads, d_k).transpose(0, 1)
+    q = _torch_turn(q / torch.sqrt((q ** 2).mean(-1, keepdim=True) + eps), pos, 4, 1.0)
+    k = _torch_turn((x @ t["w_k"]).reshape(n, groups, d_k).transpose(0, 1), pos, 4, 1.0)
+    v = _torch_turn((x @ t["w_v"]).reshape(n, groups, d_k).transpose(0, 1), pos, 4, 1.0)
+    k, v = k.repeat_interleave(heads // groups, 0), v.repeat_interleave(heads // groups, 0)
+    z = q @ k.transpose(-1, -2) / np.sqrt(d_k)
+    i, j = np.indices((n, n))
+    z = z.masked_fill(torch.tensor((j > i) | (i - j >= 3)), float("-inf"))
+    sink = t["sinks"][:, None, None].expand(heads, n, 1)
+    a = torch.softmax(torch.cat((z, sink), -1), -1)[..., :-1]
+    o = _torch_turn(a @ v, pos, 4, -1.0)  # (H, n, d_k), turned back
+    if gate:
+        o = o * torch.sigmoid(x @ t["w_gate"]).reshape(n, heads, d_k).transpose(0, 1)
+    y = o.transpose(0, 1).reshape(n, heads * d_k) @ t["w_o"]
+    (0.5 * ((y - torch.tensor(target)) ** 2).sum()).backward()
+    inputs = {k: v for k, v in arrays.items() if gate or k != "w_gate"}
+    tr = mhacli.trace(**inputs, heads=heads, kv_heads=groups, mask="causal", window=3,
+                      rope={"style": "interleaved", "dims": 4}, rotated_values=True,
+                      q_head_norm=eps, target=target)
+    np.testing.assert_allclose(tr["output"], y.detach().numpy(), rtol=1e-12, atol=1e-12)
+    for name in inputs:
+        np.testing.assert_allclose(tr[f"d_{name}"], t[name].grad.numpy(), rtol=1e-9,
+                                   atol=1e-10, err_msg=name)

@@ -257,7 +257,11 @@ SETTINGS: tuple[Setting, ...] = (
                       ("decode", "the decoding view does not follow rotated_values (each "
                                  "head's output turned back after the softmax) yet"),
                       ("differential", "rotated_values on differential attention's heads is "
-                                       "not followed")),
+                                       "not followed"),
+                      ("exclusive", "exclusive self-attention on turned values is not "
+                                    "followed"),
+                      ("v_norm", "v_norm with rotated_values (the values normed, then "
+                                 "turned) is not followed yet")),
             shown=lambda c: {"rotated_values": c.rotated_values},
             write=lambda c, p, given: "true" if c.rotated_values else None),
     Setting("sub_norm", "the joined heads normed before W_O (BitNet's attn_sub_norm): each "

@@ -207,11 +207,6 @@ def prepare(
         raise MhaError("give grad_output or target, not both (each sets dL/d output)",
                        key="target")
     backward = bool(backward) or any(a is not None for a in upstream.values())
-    if backward and (fields.get("rotated_values") or fields.get("q_head_norm") is not None):
-        key = "rotated_values" if fields.get("rotated_values") else "q_head_norm"
-        raise MhaError(f"the backward pass does not follow {key} ("
-                       + (turned_values.WHAT if key == "rotated_values" else
-                          "each head's queries normed on their own") + ") yet", key=key)
     loss = "given" if upstream["grad_output"] is not None else \
         "target" if upstream["target"] is not None else "sum"
     config = Config(
