@@ -61,6 +61,18 @@ def four_groups_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
                                                 "partial_rotary_factor": 0.5}})
 
 
+@pytest.fixture(scope="module")
+def yarn_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The compressed layers' RoPE scaled by YaRN, as DeepSeek-V4's own config has it (its
+    attention factor held at 1)."""
+    yarn = {"rope_type": "yarn", "rope_theta": 160000.0, "partial_rotary_factor": 0.5,
+            "factor": 4.0, "original_max_position_embeddings": 8, "beta_fast": 32,
+            "beta_slow": 1, "attention_factor": 1.0}
+    return _build(tmp_path_factory.mktemp("dsv4y") / "m", rope_parameters={
+        "main": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+        "compress": yarn})
+
+
 def _compare(folder: Path, layer: int, n: int) -> tuple[float, float]:
     reading = read_layer(folder, layer)
     x = np.random.default_rng(layer).standard_normal((n, reading.width))
@@ -82,6 +94,13 @@ def test_each_layer_type_agrees_with_the_model(model_dir: Path, layer: int, n: i
 @pytest.mark.parametrize("layer, n", LAYERS)
 def test_four_output_groups_agree(four_groups_dir: Path, layer: int, n: int) -> None:
     out, weights = _compare(four_groups_dir, layer, n)
+    assert out < 1e-5 and weights < 1e-5, (out, weights)
+
+
+@pytest.mark.parametrize("layer, n", LAYERS[1:])
+def test_the_compressed_layers_yarn_agrees(yarn_dir: Path, layer: int, n: int) -> None:
+    assert read_layer(yarn_dir, layer).settings["rope"]["scaling"]["type"] == "yarn"
+    out, weights = _compare(yarn_dir, layer, n)
     assert out < 1e-5 and weights < 1e-5, (out, weights)
 
 
