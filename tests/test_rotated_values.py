@@ -93,7 +93,6 @@ def test_the_dsv4_problem_file_reads_back() -> None:
                       "rope too"),
     (dict(exclusive=[0.5, 1.0]), "exclusive self-attention on turned values is not followed"),
     (dict(v_norm=1e-6), "v_norm with rotated_values"),
-    (dict(tiles=2), "the tiled view does not follow rotated_values"),
     (dict(decode=True), "the decoding view does not follow rotated_values"),
 ])
 def test_what_rotated_values_does_not_go_with_is_refused(extra: dict, words: str) -> None:
@@ -113,15 +112,33 @@ def test_rotated_values_needs_values_as_wide_as_keys() -> None:
                          rotated_values=True)
 
 
-@pytest.mark.parametrize("extra, words", [
-    (dict(tiles=2), "the tiled view does not follow q_head_norm"),
-    (dict(decode=True), "the decoding view does not follow q_head_norm"),
-])
-def test_what_q_head_norm_does_not_go_with_is_refused(extra: dict, words: str) -> None:
-    rng = np.random.default_rng(6)
-    x, w = rng.standard_normal((4, 4)), [rng.standard_normal((4, 4)) for _ in range(3)]
-    with pytest.raises(MhaError, match=words):
-        mhacli.trace(x, *w, heads=2, mask="causal", q_head_norm=1e-6, **extra)
+def test_the_tiles_end_at_the_head_outputs_before_they_are_turned_back() -> None:
+    """The online softmax over the turned values: its outputs are head_outputs' rows (the
+    turning back comes after, as the output projection does)."""
+    problem = mhacli.load(str(FIXTURES / "dsv4.yaml"))
+    tr = mhacli.trace(**problem.inputs, tiles=(2, 3))
+    out = np.full_like(tr["head_outputs"], np.nan)
+    for block in tr.kernels["tiles"]:
+        out[block.head, block.rows.start:block.rows.stop] = block.output
+    np.testing.assert_allclose(out, tr["head_outputs"], rtol=1e-12, atol=1e-14)
+
+
+def test_decoding_with_the_queries_normed_gives_each_row_of_the_output() -> None:
+    rng = np.random.default_rng(1)
+    x, w = rng.standard_normal((5, 4)), [rng.standard_normal((4, 4)) for _ in range(3)]
+    tr = mhacli.trace(x, *w, heads=2, mask="causal", rope="half", q_head_norm=1e-6,
+                      decode=True)
+    for step in tr.kernels["decode"]:
+        np.testing.assert_allclose(step.output, tr["output"][step.step - 1], rtol=1e-12,
+                                   atol=1e-13)
+
+
+def test_decoding_mla_whose_rope_turns_the_latent_is_refused() -> None:
+    """With no k_R, RoPE turns c_KV's own columns: the latent cache would be unturned."""
+    problem = mhacli.load(str(FIXTURES / "dsv4.yaml"))
+    inputs = {k: v for k, v in problem.inputs.items() if k != "rotated_values"}
+    with pytest.raises(MhaError, match="whose RoPE turns the latent's own columns"):
+        mhacli.trace(**inputs, decode=True)
 
 
 def _torch_turn(a, positions, dims, sign):

@@ -117,6 +117,12 @@ def check_decode(c: Config) -> None:
         raise MhaError(f"decoding {NAME} with qk_norm: each head's keys normed are not made "
                        "from the cached latent by W_UK, which mha does not follow",
                        key="qk_norm")
+    if c.latent and c.rope is not None and not c.d_rope:  # (RoPE on c_KV's own columns)
+        from .latent import NAME
+
+        raise MhaError(f"decoding {NAME} whose RoPE turns the latent's own columns (no k_R): "
+                       "the cached latent is not turned, and the absorbed query would meet "
+                       "it unturned, which mha does not follow", key="rope")
     if c.cross:
         raise MhaError("decoding needs self-attention: here keys and values come from "
                        "x_kv, which does not arrive token by token with the queries",

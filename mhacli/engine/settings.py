@@ -239,10 +239,6 @@ SETTINGS: tuple[Setting, ...] = (
             "head's d_k numbers, √(mean(q²) + eps), no weights, before RoPE (DeepSeek-V4's "
             "q_b_norm).", read=turned_values.q_eps,
             parse=lambda v, s: ({"q_head_norm": v}, {}), fields=("q_head_norm",),
-            excludes=(("tiles", "the tiled view does not follow q_head_norm (each head's "
-                                "queries normed on their own) yet"),
-                      ("decode", "the decoding view does not follow q_head_norm (each "
-                                 "head's queries normed on their own) yet")),
             shown=lambda c: {"q_head_norm": c.q_head_norm},
             write=lambda c, p, given: None if c.q_head_norm is None
             else read.written(c.q_head_norm)),
@@ -252,9 +248,7 @@ SETTINGS: tuple[Setting, ...] = (
             "with rope, d_v = d_k.", kind="flag", words=("true", "false", "yes", "no", "on",
                                                        "off"),
             read=turned_values.value, parse=turned_values.parse, fields=("rotated_values",),
-            excludes=(("tiles", "the tiled view does not follow rotated_values (each head's "
-                                "output turned back after the softmax) yet"),
-                      ("decode", "the decoding view does not follow rotated_values (each "
+            excludes=(("decode", "the decoding view does not follow rotated_values (each "
                                  "head's output turned back after the softmax) yet"),
                       ("differential", "rotated_values on differential attention's heads is "
                                        "not followed"),
