@@ -93,7 +93,6 @@ def test_the_dsv4_problem_file_reads_back() -> None:
                       "rope too"),
     (dict(exclusive=[0.5, 1.0]), "exclusive self-attention on turned values is not followed"),
     (dict(v_norm=1e-6), "v_norm with rotated_values"),
-    (dict(decode=True), "the decoding view does not follow rotated_values"),
 ])
 def test_what_rotated_values_does_not_go_with_is_refused(extra: dict, words: str) -> None:
     rng = np.random.default_rng(6)
@@ -123,10 +122,15 @@ def test_the_tiles_end_at_the_head_outputs_before_they_are_turned_back() -> None
     np.testing.assert_allclose(out, tr["head_outputs"], rtol=1e-12, atol=1e-14)
 
 
-def test_decoding_with_the_queries_normed_gives_each_row_of_the_output() -> None:
+@pytest.mark.parametrize("rotated", [False, True])
+def test_decoding_gives_each_row_of_the_output(rotated: bool) -> None:
+    """Decoding with the queries normed, and with the values turned (cached turned, each
+    step's outputs turned back at its position) under a window that drops cached rows."""
     rng = np.random.default_rng(1)
-    x, w = rng.standard_normal((5, 4)), [rng.standard_normal((4, 4)) for _ in range(3)]
-    tr = mhacli.trace(x, *w, heads=2, mask="causal", rope="half", q_head_norm=1e-6,
+    x, w = rng.standard_normal((6, 4)), [rng.standard_normal((4, 4)) for _ in range(2)]
+    tr = mhacli.trace(x, w[0], w[1][:, :2], w[1][:, 2:] if not rotated else w[1][:, :2],
+                      heads=2, kv_heads=1, mask="causal", rope="half", q_head_norm=1e-6,
+                      rotated_values=rotated, window=3, w_o=rng.standard_normal((4, 3)),
                       decode=True)
     for step in tr.kernels["decode"]:
         np.testing.assert_allclose(step.output, tr["output"][step.step - 1], rtol=1e-12,

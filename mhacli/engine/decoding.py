@@ -36,7 +36,7 @@ from . import sub_norm
 from .gating import act
 from .online import data, float_only, merge, online, record, span, start, whole_number
 from .values import given
-from .work import Work
+from .work import Work, turned
 
 if TYPE_CHECKING:  # a trace is read through the Protocol: paths.py imports this module
     from .config import Config, Prepared
@@ -205,7 +205,9 @@ def _steps(tr: Record, count: int | None, labels: list[str], reach: Reach
         v_h = ops.shared(v_cache, c.heads)  # (H, t', d_v)
         head_outputs = weights @ v_h  # (H, 1, d_v)
         work = Work(p, exact=False)  # the plain path's output stage, on this one row
-        concat = ops.merge_heads(head_outputs)  # (1, H·d_v)
+        turned_back = head_outputs if not c.rotated_values else \
+            turned(head_outputs, p, first=i, back=True)  # (H, 1, d_v): at the query's p
+        concat = ops.merge_heads(turned_back)  # (1, H·d_v)
         if c.gate:  # gated attention: times σ (or softplus) of the token's gate (its row
             concat = concat * act(tr.stages["gate"][i:i + 1], c.gate_fn)  # of the trace's)
         work.stages["concat"] = concat

@@ -248,9 +248,7 @@ SETTINGS: tuple[Setting, ...] = (
             "with rope, d_v = d_k.", kind="flag", words=("true", "false", "yes", "no", "on",
                                                        "off"),
             read=turned_values.value, parse=turned_values.parse, fields=("rotated_values",),
-            excludes=(("decode", "the decoding view does not follow rotated_values (each "
-                                 "head's output turned back after the softmax) yet"),
-                      ("differential", "rotated_values on differential attention's heads is "
+            excludes=(("differential", "rotated_values on differential attention's heads is "
                                        "not followed"),
                       ("exclusive", "exclusive self-attention on turned values is not "
                                     "followed"),
