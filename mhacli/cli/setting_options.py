@@ -130,6 +130,12 @@ OPTIONS: tuple[SettingOption, ...] = (
     SettingOption("v_norm", "Divide each value by its root mean square over its head's "
                   "d_v numbers, √(mean(v²) + EPS), no weights (Gemma 3n, Gemma 4).",
                   metavar="EPS"),
+    SettingOption("q_head_norm", "Divide each query by its root mean square over its "
+                  "head's d_k numbers, √(mean(q²) + EPS), no weights, before RoPE "
+                  "(DeepSeek-V4's q_b_norm).", metavar="EPS"),
+    SettingOption("rotated_values", "Turn the values by RoPE as the keys are, and each "
+                  "head's output back at its query's position (DeepSeek-V4, whose values "
+                  "are its keys): a value enters turned by its distance; needs --rope."),
     SettingOption("sub_norm", "Normalise each row of the joined heads by its root mean "
                   "square, √(mean(c²) + EPS), before W_O (BitNet's attn_sub_norm); its "
                   "weights in a file's sub_norm: key.", metavar="EPS"),

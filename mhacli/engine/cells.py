@@ -144,7 +144,9 @@ def _rope(part: str) -> Any:
     return make
 
 
-def cell_rot(e: Entry) -> list[Any]:
+def cell_rot(e: Entry, back: bool = False) -> list[Any]:
+    """A turned entry (q_rot, k_rot, v_rot), or with ``back`` one turned back at its
+    query's position (head_unrotated: by −p·θ, so x·cos + y·sin, −x·sin + y·cos)."""
     c = e.c
     h, i, j = e.head, e.row, e.col
     src = e.reads[0]  # as normed, or as split
@@ -169,6 +171,9 @@ def cell_rot(e: Entry) -> list[Any]:
         theta = f"{e.num(angle)} = {i}·θ_{pair + 1}, θ_{pair + 1} = {shown} ({c.rope_scaling})"
     first = ("x·cos − y·sin", f"{e.factor(x)}×{cos} − {e.factor(y)}×{sin}")
     second = ("x·sin + y·cos", f"{e.factor(x)}×{sin} + {e.factor(y)}×{cos}")
+    if back:  # turned by −p·θ: sin's sign changes
+        first = ("x·cos + y·sin", f"{e.factor(x)}×{cos} + {e.factor(y)}×{sin}")
+        second = ("−x·sin + y·cos", f"−{e.factor(x)}×{sin} + {e.factor(y)}×{cos}")
     if c.rope_factor != 1.0:  # cos and sin scaled by the attention factor
         first, second = (tuple(f"{e.num(c.rope_factor)}·({r})" for r in rule)
                          for rule in (first, second))
@@ -176,6 +181,8 @@ def cell_rot(e: Entry) -> list[Any]:
     cos_v, sin_v = (e.derive(f"rope_{f}", _rope(f)).at(i, pair) for f in ("cos", "sin"))
     if c.rope_factor != 1.0:  # as ops.rotate: cos and sin scaled first
         cos_v, sin_v = op("f*", cos_v, float(c.rope_factor)), op("f*", sin_v, float(c.rope_factor))
+    if back:  # as ops.rotate with back: the angle negated, so sin
+        sin_v = op("f-", 0.0, sin_v)
     turn_one = op("f-", op("f*", x, cos_v), op("f*", y, sin_v))
     turn_two = op("f+", op("f*", x, sin_v), op("f*", y, cos_v))
     kept = j < start if start else j >= c.rope_dims  # a dimension RoPE does not turn
@@ -184,8 +191,11 @@ def cell_rot(e: Entry) -> list[Any]:
                  f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] = {e.result}  "
                  + (f"(dimensions past {c.rope_dims} are not turned)" if not start else
                     f"(the first {start}, q_nope's and k_nope's, are not turned)"),
-                 [f"{e.name}: dimensions {a + 1} and {b + 1} turn together (x, y) by the "
-                  f"angle p·θ = {theta}  (p = {i})", f"  {rule}", f"  = {e.result}"])]
+                 [f"{e.name}: dimensions {a + 1} and {b + 1} turn together (x, y) "
+                  + ("back, by minus " if back else "by ")
+                  + f"the angle p·θ = {theta}  (p = {i}"
+                  + (", the query's position)" if back else ")"), f"  {rule}",
+                  f"  = {e.result}"])]
 
 
 def _tau(tr: Any) -> np.ndarray:
@@ -252,16 +262,19 @@ def cell_normed(e: Entry) -> list[Any]:
 
 
 def cell_v_normed(e: Entry) -> list[Any]:
-    """A normed value: the value over the root mean square of its head's row."""
+    """A normed value (or query, q_head_normed): the value over the root mean square of
+    its head's row."""
     h, i, j = e.head, e.row, e.col
     src = e.reads[0]
     e.mark(src, h, {i})
-    r = op("at", "v_normed.rms", h - 1, i, 0)
-    rms = rms_of(squares(e.row_of(src, h, i)), e.c.d_v, e.c.v_norm)
+    width, eps = (e.c.d_v, e.c.v_norm) if e.stage == "v_normed" else \
+        (e.c.d_k, e.c.q_head_norm)
+    r = op("at", f"{e.stage}.rms", h - 1, i, 0)
+    rms = rms_of(squares(e.row_of(src, h, i)), width, eps)
     e.makes(op("f/", e.value(src, h, i, j), rms))
     return [f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] / rms, rms = √(mean of the "
             f"squares of the row {e.row_label} of head {h} + eps)",
-            rms_line(e.row_of(src, h, i), e.c.d_v, e.c.v_norm, r),
+            rms_line(e.row_of(src, h, i), width, eps, r),
             f"  {e.factor(e.value(src, h, i, j))} / {e.num(r)}", f"  = {e.result}"]
 
 

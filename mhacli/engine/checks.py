@@ -46,7 +46,7 @@ def check_finite(p: Prepared, name: str, a: Array, head: int = 0) -> None:
 
 
 AFTER_SOFTMAX = ("weights", "lambda", "diff_weights", "head_outputs", "head_normed",
-                 "head_scaled", "head_exclusive", "gated", "concat", "concat_normed",
+                 "head_scaled", "head_unrotated", "head_exclusive", "gated", "concat", "concat_normed",
                  "output")  # and the gradients
 
 

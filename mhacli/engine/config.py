@@ -84,6 +84,8 @@ class Config:
     qk_after_rope: bool = False  # the q/k norm after RoPE (Hunyuan), not before
     v_norm: float | None = None  # eps: the values divided by their rms over each head
     exclusive: bool = False  # each head's output less tanh α_h times its part along v̂_i
+    q_head_norm: float | None = None  # eps: each head's queries over their rms (no weights)
+    rotated_values: bool = False  # V turned by RoPE as K is; each head's output turned back
     sub_norm: float | None = None  # eps: the rows of concat normed before W_O (BitNet)
     clip_qkv: float | None = None  # Q, K and V clamped to [−c, c] after their projections
     gate: bool = False  # gated attention: each head's output times σ(X·W_gate + b_gate)
@@ -146,9 +148,10 @@ class Config:
 
     @property
     def rope_start(self) -> int:
-        """The first column of a head RoPE turns: 0, or in MLA d_nope (the rope part of
-        a head comes last, [nope | rope], as the model concatenates them)."""
-        return self.d_k - self.d_rope if self.r_kv else 0
+        """The first column of a head RoPE turns: 0, or in MLA the first of its last
+        ``rope_dims`` (d_nope: the rope part of a head comes last, [nope | rope], as the
+        model concatenates them; with no k_R, d_R = 0, the last columns of c_KV's own)."""
+        return self.d_k - (self.d_rope or self.rope_dims) if self.r_kv else 0
 
     @property
     def rope_theta(self) -> np.ndarray:

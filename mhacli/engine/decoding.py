@@ -36,7 +36,7 @@ from . import sub_norm
 from .gating import act
 from .online import data, float_only, merge, online, record, span, start, whole_number
 from .values import given
-from .work import Work
+from .work import Work, turned
 
 if TYPE_CHECKING:  # a trace is read through the Protocol: paths.py imports this module
     from .config import Config, Prepared
@@ -118,6 +118,12 @@ def check_decode(c: Config) -> None:
         raise MhaError(f"decoding {NAME} with qk_norm: each head's keys normed are not made "
                        "from the cached latent by W_UK, which mha does not follow",
                        key="qk_norm")
+    if c.latent and c.rope is not None and not c.d_rope:  # (RoPE on c_KV's own columns)
+        from .latent import NAME
+
+        raise MhaError(f"decoding {NAME} whose RoPE turns the latent's own columns (no k_R): "
+                       "the cached latent is not turned, and the absorbed query would meet "
+                       "it unturned, which mha does not follow", key="rope")
     if c.cross and (c.n != c.m or c.mask != "causal"):  # (x_kv of a row a token, under
         # the causal mask, arrives with it: a layer reading an earlier layer's keys and
         # values, as Gemma 3n's KV-shared layers do, decodes as the model does)
@@ -204,7 +210,9 @@ def _steps(tr: Record, count: int | None, labels: list[str], reach: Reach
         v_h = ops.shared(v_cache, c.heads)  # (H, t', d_v)
         head_outputs = weights @ v_h  # (H, 1, d_v)
         work = Work(p, exact=False)  # the plain path's output stage, on this one row
-        concat = ops.merge_heads(head_outputs)  # (1, H·d_v)
+        turned_back = head_outputs if not c.rotated_values else \
+            turned(head_outputs, p, first=i, back=True)  # (H, 1, d_v): at the query's p
+        concat = ops.merge_heads(turned_back)  # (1, H·d_v)
         if c.gate:  # gated attention: times σ (or softplus) of the token's gate (its row
             concat = concat * act(tr.stages["gate"][i:i + 1], c.gate_fn)  # of the trace's)
         work.stages["concat"] = concat

@@ -20,6 +20,7 @@ from . import sub_norm
 from .clipping import clamped
 from .cores import Spread, cores
 from .gating import act, gate_of
+from .turned_values import q_normed
 from .work import Work, normed, started, turned
 
 Array = np.ndarray
@@ -306,6 +307,9 @@ def _turned_heads(p: Prepared, work: Work, spread: Spread | None) -> tuple[Array
     after = c.qk_after_rope and c.rope is not None  # the norm after RoPE (Hunyuan)
     if c.qk_norm is not None and not after:  # each row normed, times the weights
         q_t, k_t = _normed_heads(p, q_t, k_t)
+    if c.q_head_norm is not None:  # each head's queries over their rms, no weights
+        q_t = np.ascontiguousarray(q_normed(q_t.swapaxes(-1, -2), c.q_head_norm)[0]
+                                   .swapaxes(-1, -2))
     if c.rope is not None:  # turned by position: O(n·d) new numbers, not O(n·m)
         q_t, k_t = (np.ascontiguousarray(turned(a.swapaxes(-1, -2), p).swapaxes(-1, -2))
                     for a in (q_t, k_t))
@@ -338,9 +342,11 @@ def gated(p: Prepared, work: Work) -> Array | None:
 def fast(p: Prepared, progress: Progress | None = None) -> Array:
     """The fast path on validated inputs: the n × d_out output, nothing recorded."""
     if p.config.differential is not None or p.config.disentangled is not None or \
-            p.config.relative_xl is not None or p.config.exclusive:
-        # two maps a head, DeBERTa's or Transformer-XL's position terms, or each head's
-        # output less its part along its token's value: the stage table's work
+            p.config.relative_xl is not None or p.config.exclusive or \
+            p.config.rotated_values:
+        # two maps a head, DeBERTa's or Transformer-XL's position terms, each head's
+        # output less its part along its token's value, or turned back after the softmax
+        # (rotated values): the stage table's work
         from .table_run import run
 
         warn_dead(p)

@@ -113,6 +113,8 @@ def _back(t: Chains, w: Work, side: str, name: str) -> Array:
     if r == "scores":
         return _from_scores(t, w, side)
     g = _arriving(t, w, name)
+    if r == "q_head_normed":  # each head's queries over their rms, no weights
+        return ops.rms_back(w[name], w.parts[r]["rms"], 1, g)
     if r.endswith("_normed"):  # the norm's backward, at the numbers it read
         return qk_norms.back(w[name], w.p, side, w.parts[r]["rms"], g)
     if r.endswith("_rot"):
@@ -140,6 +142,9 @@ def _back_text(t: Chains, f: Formula, name: str) -> str:
             return f"{me}{f.i} = dZ{f.i}·{_symbol(k)}{f.g}{more}"
         return f"{me}{f.i} = dZ{f.i}ᵀ·{_symbol(q)}{f.i}{more}" if c.groups == c.heads else \
             f"{me}_g = Σ dZ_hᵀ·{_symbol(q)}_h over the query heads that share key head g{more}"
+    if r == "q_head_normed":
+        return (f"{me}{f.i} = the norm's backward: g/rms − q·Σ(g⊙q)/(d_k·rms³), g = "
+                f"dQ_head_normed{f.i} (no weights)")
     if r.endswith("_normed"):
         centred = ", x less its mean (and the sum's mean taken off)" if c.qk_layer else ""
         return (f"{me}{f.i} = the norm's backward: (w⊙g)/rms − x·Σ(w⊙g⊙x)/(D·rms³), g = "
@@ -188,6 +193,15 @@ def _exclusive_back(t: Chains, w: Work) -> tuple[Array, Array]:
                           w["d_head_exclusive"], c.groups)
 
 
+def _d_v_heads(t: Chains, w: Work) -> Array | None:
+    """dV_g: from the weighted sum (the heads that share g summed), turned back where the
+    values were turned (rotated_values: through d_v_rot)."""
+    if w.c.rotated_values:
+        return None if w.exact else turned(w["d_v_rot"], w.p, back=True)
+    return _d_values(t, w, ops.shared_sum(w["weights"].swapaxes(-1, -2) @
+                                          w["d_head_outputs"], w.c.groups))
+
+
 def _d_values(t: Chains, w: Work, base: Array | None) -> Array | None:
     """The values' gradient from the weighted sum, plus exclusive self-attention's."""
     if not w.c.exclusive or base is None:
@@ -201,6 +215,8 @@ def _d_head_outputs(t: Chains, w: Work) -> Array | None:
     self-attention, dO'_h less tanh α_h times its part along v̂."""
     if w.c.exclusive:
         return None if w.exact else _exclusive_back(t, w)[0]
+    if w.c.rotated_values:  # y = R(−p)·o: dO = R(−p)ᵀ·dY = R(p)·dY, turned forward
+        return None if w.exact else turned(w["d_head_unrotated"], w.p)
     return _d_head_exclusive(w)
 
 
@@ -230,7 +246,8 @@ def _d_concat(w: Work) -> Array | None:
 def _d_gate(w: Work) -> Array:
     """dG = dGated ⊙ O ⊙ f′(G): σ(G)·(1 − σ(G)), or softplus' σ(G); the heads side by
     side (n × H·d_v)."""
-    o = w["head_exclusive"] if w.c.exclusive else w["head_outputs"]
+    o = w["head_exclusive"] if w.c.exclusive else \
+        w["head_unrotated"] if w.c.rotated_values else w["head_outputs"]
     return ops.merge_heads(w["d_gated"] * o *
                            ops.split_heads(slope(w["gate"], w.c.gate_fn), w.c.heads))
 
@@ -388,6 +405,11 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
               lambda f: f"dGated{f.i} = head {f.h or 'h'}'s columns of dC", "(O \\odot "
               "\\sigma(G))", per_head=True, exact=True, exists=lambda c: c.gate),
         *dg.head_stages(_grad),  # differential attention's (1 − λ_init) and norm
+        _grad("d_head_unrotated", "H × n × d_v", lambda c: (c.heads, c.n, c.d_v),
+              QUERY, NUMBERED, _d_head_exclusive,
+              lambda f: f"dO_unrotated{f.i} = dGated{f.i} ⊙ {_f(f.c)}(G{f.i})" if f.c.gate
+              else f"dO_unrotated{f.i} = head {f.h or 'h'}'s columns of dC", "O_{unrotated}",
+              per_head=True, exact=True, exists=lambda c: c.rotated_values),
         _grad("d_head_exclusive", "H × n × d_v", lambda c: (c.heads, c.n, c.d_v),
               QUERY, NUMBERED, _d_head_exclusive,
               lambda f: f"dO'{f.i} = dGated{f.i} ⊙ {_f(f.c)}(G{f.i})" if f.c.gate else
@@ -398,6 +420,8 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
               lambda f: f"dO{f.i} = the norm's backward: g/rms − o·Σ(g⊙o)/(D·rms³), g = "
               f"dO_normed{f.i}" if f.c.differential is not None else
               f"dO{f.i} = dO'{f.i} − tanh(α{f.i})·(dO'{f.i}[i]·v̂[i])·v̂[i]" if f.c.exclusive
+              else f"dO{f.i} = dO_unrotated{f.i} turned forward: each pair by p·θ_i, p the "
+              "query's position (the transpose of turning back)" if f.c.rotated_values
               else
               f"dO{f.i} = dGated{f.i} ⊙ {_f(f.c)}(G{f.i})" if f.c.gate else
               f"dO{f.i} = head {f.h or 'h'}'s columns of dC", "O", per_head=True,
@@ -416,6 +440,12 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
               "second (every cell, blocked ones too)" if f.c.differential is not None else
               f"dA{f.i} = dO{f.i}·V{f.g}ᵀ (every cell, blocked ones too)", "A",
               per_head=True, exact=True),
+        _grad("d_v_rot", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,
+              lambda w: ops.shared_sum(w["weights"].swapaxes(-1, -2) @ w["d_head_outputs"],
+                                       w.c.groups),
+              lambda f: f"dV_rot{f.i} = A{f.i}ᵀ·dO{f.i}" if f.c.groups == f.c.heads
+              else "dV_rot_g = Σ A_hᵀ·dO_h over the query heads h that share value head g",
+              "V_{rot}", per_head=True, exists=lambda c: c.rotated_values),
         _grad("d_v_normed", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,
               lambda w: dg.d_values(w) if w.c.differential is not None else
               _d_values(t, w, ops.shared_sum(w["weights"].swapaxes(-1, -2) @
@@ -430,11 +460,11 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
         _grad("d_v_heads", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,
               lambda w: ops.rms_back(w["v_heads"], w.parts["v_normed"]["rms"], 1,
                                      w["d_v_normed"]) if w.c.v_norm is not None else
-              dg.d_values(w) if w.c.differential is not None else
-              _d_values(t, w, ops.shared_sum(w["weights"].swapaxes(-1, -2) @
-                                          w["d_head_outputs"], w.c.groups)),
+              dg.d_values(w) if w.c.differential is not None else _d_v_heads(t, w),
               lambda f: f"dV{f.i} = the norm's backward: g/rms − v·Σ(g⊙v)/(D·rms³), g = "
               f"dV_normed{f.i}" if f.c.v_norm is not None else
+              f"dV{f.i} = dV_rot{f.i} turned back: each pair by −p·θ_i, p the key's "
+              "position" if f.c.rotated_values else
               "dV_g and dV_(g+G/2) = the two halves of Σ D_hᵀ·dO_h over the differential "
               "heads h that read them" if f.c.differential is not None else
               f"dV{f.i} = A{f.i}ᵀ·dO{f.i}" + _plus_exclusive(f) if f.c.groups == f.c.heads
@@ -487,6 +517,10 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
         _grad("d_k_rot", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
               lambda w: _back(t, w, "k", "k_rot"), lambda f: _back_text(t, f, "k_rot"),
               "K_{rot}", per_head=True, exists=lambda c: c.rope is not None),
+        _grad("d_q_head_normed", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY,
+              NUMBERED, lambda w: _back(t, w, "q", "q_head_normed"),
+              lambda f: _back_text(t, f, "q_head_normed"), "Q_{head,normed}", per_head=True,
+              exists=lambda c: c.q_head_norm is not None),
         _grad("d_q_normed", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
               lambda w: _back(t, w, "q", "q_normed"), lambda f: _back_text(t, f, "q_normed"),
               "Q_{normed}", per_head=True,

@@ -30,7 +30,7 @@ import numpy as np
 from ..errors import MhaError
 from . import clipping, disentangled, dynamic, gating, local_blocks
 from . import parsers as read
-from . import qk_norms, relative, rope, sparse, sub_norm, xl_relative
+from . import qk_norms, relative, rope, sparse, sub_norm, turned_values, xl_relative
 from .parsers import Fields
 from .values import (DTYPES, MASKS, choice, dtype_name, mask_value, positive, scale_rule,
                      whole)
@@ -243,6 +243,27 @@ SETTINGS: tuple[Setting, ...] = (
             read=lambda v: qk_norms.eps(v, "v_norm"), parse=lambda v, s: (
                 {"v_norm": v}, {}), fields=("v_norm",), shown=lambda c: {"v_norm": c.v_norm},
             write=lambda c, p, given: None if c.v_norm is None else read.written(c.v_norm)),
+    Setting("q_head_norm", "eps: each query divided by its root mean square over its "
+            "head's d_k numbers, √(mean(q²) + eps), no weights, before RoPE (DeepSeek-V4's "
+            "q_b_norm).", read=turned_values.q_eps,
+            parse=lambda v, s: ({"q_head_norm": v}, {}), fields=("q_head_norm",),
+            shown=lambda c: {"q_head_norm": c.q_head_norm},
+            write=lambda c, p, given: None if c.q_head_norm is None
+            else read.written(c.q_head_norm)),
+    Setting("rotated_values", "True: the values turned by RoPE as the keys are, at their "
+            "key's position, and each head's output turned back at its query's (DeepSeek-V4, "
+            "whose values are its keys): a value enters turned by its distance p_j − p_i; "
+            "with rope, d_v = d_k.", kind="flag", words=("true", "false", "yes", "no", "on",
+                                                       "off"),
+            read=turned_values.value, parse=turned_values.parse, fields=("rotated_values",),
+            excludes=(("differential", "rotated_values on differential attention's heads is "
+                                       "not followed"),
+                      ("exclusive", "exclusive self-attention on turned values is not "
+                                    "followed"),
+                      ("v_norm", "v_norm with rotated_values (the values normed, then "
+                                 "turned) is not followed yet")),
+            shown=lambda c: {"rotated_values": c.rotated_values},
+            write=lambda c, p, given: "true" if c.rotated_values else None),
     Setting("sub_norm", "the joined heads normed before W_O (BitNet's attn_sub_norm): each "
             "row of concat over its root mean square, times its weights: eps, or {eps, "
             "weight}.", read=sub_norm.value, parse=sub_norm.parse,

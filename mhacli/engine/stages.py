@@ -38,7 +38,7 @@ from .reach import Reach
 from .sparse_stages import cell_masked_kept, keep_mask, sparse_stages
 from . import dynamic_stages as dyn
 from .stage import KEY, NUMBERED, QUERY, Stage
-from . import exclusive, qk_norms, sub_norm
+from . import exclusive, qk_norms, sub_norm, turned_values
 from .work import Work, tuned, turned
 from .recipe import Recipe, var
 from .writing import Entry, Formula, Record, sub
@@ -175,6 +175,21 @@ def _v_normed(w: Work) -> Array | None:
     r = ops.rms(v, w.c.v_norm)  # (G, m, 1)
     w.parts["v_normed"] = {"rms": r}
     return v / r
+
+
+def _q_head_normed(w: Work) -> Array | None:
+    """Each head's query rows over their root mean square, no weights."""
+    if w.exact:
+        return None  # a square root: not rational
+    out, r = turned_values.q_normed(_read(w, "q_head_normed"), w.c.q_head_norm)
+    w.parts["q_head_normed"] = {"rms": r}
+    return out  # (H, n, d_k)
+
+
+def _unrotated(w: Work) -> Array | None:
+    if w.exact:
+        return None  # cos and sin: not rational
+    return turned_values.unrotated(_read(w, "head_unrotated"), w.p)  # (H, n, d_v)
 
 
 def _gated(w: Work) -> Array | None:
@@ -485,6 +500,14 @@ FORWARD: tuple[Stage, ...] = (
           exists=lambda c: c.v_norm is not None, parts=(("rms", "rms"),),
           parts_title="the root mean square of each row",
           parts_formula="rms = √(mean of the row's squares + eps); then v / rms"),
+    Stage("q_head_normed", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
+          compute=_q_head_normed, chain="q", reads=_after("q", "q_head_normed"),
+          formula=lambda f: f"Q{f.i} / rms: each row divided by its root mean square over "
+          f"its head's d_k numbers, √(mean(q²) + {f.c.q_head_norm:g}), no weights",
+          latex=tex(r"\frac{Q_{@h}}{\operatorname{rms}}"), cell=cell_v_normed, per_head=True,
+          exists=lambda c: c.q_head_norm is not None, parts=(("rms", "rms"),),
+          parts_title="the root mean square of each row",
+          parts_formula="rms = √(mean of the row's squares + eps); then q / rms"),
     Stage("q_rot", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
           compute=lambda w: _rot(w, "q"), formula=rope_text("Q"),
           chain="q", reads=_after("q", "q_rot"),
@@ -495,6 +518,12 @@ FORWARD: tuple[Stage, ...] = (
           chain="k", reads=_after("k", "k_rot"),
           latex=tex(r"\operatorname{RoPE}(K_{@h})"), cell=cell_rot, per_head=True,
           exists=lambda c: c.rope is not None),
+    Stage("v_rot", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,
+          compute=lambda w: _rot(w, "v"),
+          formula=lambda f: rope_text("V")(f) + ": the values turned as the keys are",
+          chain="v", reads=_after("v", "v_rot"),
+          latex=tex(r"\operatorname{RoPE}(V_{@h})"), cell=cell_rot, per_head=True,
+          exists=lambda c: c.rotated_values),
     _norm_stage("q_rot_normed", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), "q", True),
     _norm_stage("k_rot_normed", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), "k", True),
     Stage("q_tuned", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
@@ -615,6 +644,14 @@ FORWARD: tuple[Stage, ...] = (
           formula=lambda f: f"(1 − λ_init)·O{f.i}, λ_init = {f.c.differential:g}",
           latex=tex(r"(1 - \lambda_{init})\,O_{@h}"), cell=cell_head_scaled, per_head=True,
           chain="o", reads=_after("o", "head_scaled"), exists=_differential),
+    Stage("head_unrotated", "H × n × d_v", lambda c: (c.heads, c.n, c.d_v), QUERY, NUMBERED,
+          compute=_unrotated,
+          formula=lambda f: rope_text("O")(f).replace("turned by p·θ_i", "turned back by "
+                                                       "−p·θ_i, p the query's position")
+          + ": each value then enters turned by its distance p_j − p_i",
+          latex=tex(r"\operatorname{RoPE}^{-1}(O_{@h})"), cell=lambda e: cell_rot(e, True),
+          per_head=True, chain="o", reads=_after("o", "head_unrotated"),
+          exists=lambda c: c.rotated_values),
     Stage("head_exclusive", "H × n × d_v", lambda c: (c.heads, c.n, c.d_v), QUERY, NUMBERED,
           compute=_head_exclusive,
           formula=lambda f: f"O{f.i} − tanh(α{f.i})·(O{f.i}[i]·v̂[i])·v̂[i]: each head output "

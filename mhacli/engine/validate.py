@@ -16,6 +16,7 @@ import numpy as np
 
 from ..errors import MhaError, shown
 from .config import Config, Prepared, Sizes
+from . import turned_values
 from .reach import Reach
 from .settings import BY_KEY, counts, parse_all, unknown_setting
 from .values import matrix, shape_text, vector
@@ -219,6 +220,7 @@ def prepare(
                      if b is not None),
         has_w_o=wo is not None, masked_row=masked_row,
         kv_heads=groups if groups != heads else 0, backward=backward, loss=loss, **fields)
+    turned_values.check(config)
     dead = Reach.of(config, arrays["mask"], arrays["key_padding"]).dead_rows()
     if dead and masked_row == "error":
         rows = ", ".join(str(r) for r in dead)

@@ -40,6 +40,9 @@ def on_layer(inputs: dict[str, Any], reading: Any, heads: int | None,
     n = np.shape(inputs["x"])[0] if inputs.get("x") is not None else 0
     if most is not None and n > most:
         said = getattr(reading, "most_said", "")
+        if said and getattr(reading, "most_whole", False):  # (the reason, whole)
+            raise MhaError(f"--layer {reading.layer}: {said}; give at most {most} tokens "
+                           f"(here {n})", key="x")
         if said:
             raise MhaError(f"--layer {reading.layer}: {said}; with {n} tokens "
                            f"it would drop some keys by a choice mha does not make here: give "

@@ -37,6 +37,7 @@ from .laguna import laguna
 from .hrm import hrm
 from .dbrx import dbrx
 from .dots3 import dots3
+from .deepseek_v4 import deepseek_v4
 from .neomme import per_layer_window, value_embeddings
 from .doge import doge
 from .latent import doubled_query_latent, latent_attention
@@ -419,6 +420,12 @@ RECORDS: tuple[Family, ...] = (
                    "learnable_sink_init", "swiglu_limit"),
            others="its layers that take an earlier layer's top-k keys (indexer_types "
            "shared) on at most index_topk tokens (dense); more refused by name"),
+    # (DeepSeek-V4: MLA's query latent, one key/value head read as keys and, turned, as
+    # values; hyper-connections and experts outside the attention)
+    Family("deepseek_v4", tensors="dsv4", read=deepseek_v4,
+           loaded_as=(r"\.attn\.$", ".self_attn."),
+           unread=("mlp_layer_types", "hc_mult", "hc_sinkhorn_iters", "hc_eps", "swiglu_limit",
+                   "scoring_func", "num_nextn_predict_layers", "routed_scaling_factor")),
     Family("dots3_note_text", tensors="latent", read=dots3,
            unread=("mlp_layer_types", "mlp_bias", "shared_experts_intermediate_size")),
     Family("minicpm3", tensors="latent",

@@ -57,6 +57,8 @@ LAYOUTS = (
     ("temporal_block", r"(?:^|\.)layers\.(\d+)\.temporal_block\.q_proj\.weight$",
      "q_proj.weight"),
     ("modernbert", r"(?:^|\.)layers\.(\d+)\.attn\.Wqkv\.weight$", "Wqkv.weight"),
+    ("dsv4", r"(?:^|\.)layers\.(\d+)\.attn\.wkv\.weight$", "wkv.weight"),  # (DeepSeek-V4's,
+    # as its checkpoints store it)
     ("attn", r"(?:^|\.)layers\.(\d+)\.attn\.q_proj\.weight$", "q_proj.weight"),
     ("hrm", r"(?:^|\.)layers\.(\d+)\.attn\.gqkv_proj\.weight$", "gqkv_proj.weight"),
     ("distilbert", r"(?:^|\.)layer\.(\d+)\.attention\.q_lin\.weight$", "q_lin.weight"),
@@ -128,6 +130,7 @@ class LayerReading:
     most_tokens: int | None = None  # the most tokens the layer is read for (an indexer that
     # keeps every key up to its index_topk: past it, refused; glm_moe_dsa's shared layers)
     most_said: str = ""  # why not past it, in words
+    most_whole: bool = False  # most_said the whole reason (no key dropped: one pooled)
     module: str = ""  # the layer's attention module in the model as loaded, where it is
     # not the stem (a block shared by several layers, saved under another's name)
     position_bias: Any = None  # (n, m) -> the bias H × n × m, when it depends on them (T5)
@@ -206,6 +209,7 @@ def read_layer(path: str | Path, layer: int | str = 0, dtype: Any = np.float64
     _refuse_the_rest(r, stem)
     most = out.pop("most_tokens", None)  # (a shared top-k: dense up to index_topk)
     most_said = out.pop("most_said", "")
+    most_whole = bool(out.pop("most_whole", False))
     bias = out.pop("position_bias", None)  # a rule of n and m (T5's): made with the problem
     mask = out.pop("position_mask", None)  # (BigBird's blocks: the same)
     kv_layer = out.pop("kv_layer", None)  # (Gemma 3n's, Gemma 4's KV-shared layers)
@@ -216,6 +220,7 @@ def read_layer(path: str | Path, layer: int | str = 0, dtype: Any = np.float64
                         MappingProxyType(dict(r.origin)), r.dtype,
                         cross=part is not None and part.cross or kv_layer is not None,
                         kv_layer=kv_layer, most_tokens=most, most_said=most_said,
+                        most_whole=most_whole,
                         module=module, position_bias=bias, position_mask=mask)
 
 
@@ -274,10 +279,6 @@ NOT_FOLLOWED = (
      "own query projection (input_linear) and output projection (output_linear) over the "
      "keys and values all share (kv_proj), their outputs summed weighted by the softmax of "
      "the chosen router logits, plus experts.bias: projections that differ token by token"),
-    (r"^attn\.wkv\.", "DeepSeek-V4's attention: one key/value head whose values are its "
-     "keys, turned by RoPE at the key's position, and each head's output turned back at the "
-     "query's (so a value enters turned by its distance, j − i), with keys pooled from "
-     "blocks of tokens (its compressor) on the compressed layers"),
 )
 
 

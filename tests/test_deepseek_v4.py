@@ -1,0 +1,202 @@
+"""DeepSeek-V4 read from its checkpoint as transformers saves it (attn.wq_a …), tiny, every
+parameter random, one layer of each type (sliding, heavily compressed in blocks of 8,
+compressed sparse in blocks of 4), against the model's own attention module on the same
+x (tests/hf_zoo.py): its output and its weights. The compressed layers agree on fewer
+tokens than a block (no key pooled); a block's worth is refused naming the compressor.
+1e-5 relative: the model computes RoPE's cos and sin in float32. Skipped where transformers
+(and torch) are not installed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+
+import torch  # noqa: E402
+import transformers  # noqa: E402
+
+import mhacli  # noqa: E402
+from mhacli.io.problem import from_mapping  # noqa: E402
+from mhacli.models.layer import read_layer  # noqa: E402
+
+from . import hf_reference as hf  # noqa: E402
+from . import hf_zoo as zoo  # noqa: E402
+
+RATES = {"compressed_sparse_attention": 4, "heavily_compressed_attention": 8}
+# (layer, tokens): the sliding layer past its window, each compressed one a block less one
+LAYERS = [(0, 12), (1, 7), (2, 3)]
+
+
+def _build(folder: Path, **over: Any) -> Path:
+    config = zoo.tiny_config("deepseek_v4")
+    for key, value in {"compress_rates": RATES, **over}.items():
+        setattr(config, key, value)
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = transformers.DeepseekV4ForCausalLM(config)
+    hf._randomise(model, 0)
+    model.eval().save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _build(tmp_path_factory.mktemp("dsv4") / "m")
+
+
+@pytest.fixture(scope="module")
+def four_groups_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Four output groups, a window of 3 and other bases: the grouped projection's blocks
+    one a head."""
+    return _build(tmp_path_factory.mktemp("dsv4g") / "m", o_groups=4, sliding_window=3,
+                  rope_theta=500.0, compress_rope_theta=7000.0,
+                  rope_parameters={"main": {"rope_type": "default", "rope_theta": 500.0,
+                                            "partial_rotary_factor": 0.5},
+                                   "compress": {"rope_type": "default", "rope_theta": 7000.0,
+                                                "partial_rotary_factor": 0.5}})
+
+
+@pytest.fixture(scope="module")
+def yarn_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The compressed layers' RoPE scaled by YaRN, as DeepSeek-V4's own config has it (its
+    attention factor held at 1)."""
+    yarn = {"rope_type": "yarn", "rope_theta": 160000.0, "partial_rotary_factor": 0.5,
+            "factor": 4.0, "original_max_position_embeddings": 8, "beta_fast": 32,
+            "beta_slow": 1, "attention_factor": 1.0}
+    return _build(tmp_path_factory.mktemp("dsv4y") / "m", rope_parameters={
+        "main": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+        "compress": yarn})
+
+
+def _compare(folder: Path, layer: int, n: int) -> tuple[float, float]:
+    reading = read_layer(folder, layer)
+    x = np.random.default_rng(layer).standard_normal((n, reading.width))
+    inputs = from_mapping({"x": x}, "dsv4", reading=reading).inputs
+    tr = mhacli.trace(**inputs)
+    np.testing.assert_array_equal(mhacli.attention(**inputs), tr["output"])  # fast = traced
+    model = zoo.load(folder)
+    want = zoo.module_reference(model, (reading.module or reading.stem).rstrip("."), x)
+    return zoo.relative(tr["output"], want["output"]), \
+        zoo.relative(tr["weights"], want["weights"])
+
+
+@pytest.mark.parametrize("layer, n", LAYERS)
+def test_each_layer_type_agrees_with_the_model(model_dir: Path, layer: int, n: int) -> None:
+    out, weights = _compare(model_dir, layer, n)
+    assert out < 1e-5 and weights < 1e-5, (out, weights)
+
+
+@pytest.mark.parametrize("layer, n", LAYERS)
+def test_four_output_groups_agree(four_groups_dir: Path, layer: int, n: int) -> None:
+    out, weights = _compare(four_groups_dir, layer, n)
+    assert out < 1e-5 and weights < 1e-5, (out, weights)
+
+
+@pytest.mark.parametrize("layer, n", LAYERS[1:])
+def test_the_compressed_layers_yarn_agrees(yarn_dir: Path, layer: int, n: int) -> None:
+    assert read_layer(yarn_dir, layer).settings["rope"]["scaling"]["type"] == "yarn"
+    out, weights = _compare(yarn_dir, layer, n)
+    assert out < 1e-5 and weights < 1e-5, (out, weights)
+
+
+def test_the_layer_reads_its_steps_with_their_origins(model_dir: Path) -> None:
+    reading = read_layer(model_dir, 2)
+    s, o = reading.settings, reading.origin
+    assert s["rotated_values"] is True and s["q_head_norm"] == pytest.approx(1e-6)
+    assert s["rope"]["style"] == "interleaved" and s["rope"]["dims"] == 8
+    assert s["rope"]["base"] == 160000.0  # (compress_rope_theta: a compressed layer's)
+    assert read_layer(model_dir, 0).settings["rope"]["base"] == 10000.0  # (main's)
+    assert s["window"] == 4 and reading.most_tokens == 3
+    assert "wo_a.weight" in o["w_o"] and "wo_b.weight" in o["w_o"]
+    assert "identity" in o["w_uk"] and "q_b_norm" in o["q_head_norm"]
+    eye = np.tile(np.eye(16), 4)
+    np.testing.assert_array_equal(reading.weights["w_uk"], eye)
+
+
+@pytest.mark.parametrize("layer, n, kind, rate", [
+    (1, 8, "heavily_compressed_attention", 8), (2, 4, "compressed_sparse_attention", 4)])
+def test_a_block_of_tokens_is_refused_naming_the_compressor(
+        model_dir: Path, layer: int, n: int, kind: str, rate: int) -> None:
+    reading = read_layer(model_dir, layer)
+    x = np.zeros((n, reading.width))
+    with pytest.raises(mhacli.MhaError) as caught:
+        from_mapping({"x": x}, "dsv4", reading=reading)
+    said = str(caught.value)
+    assert f"--layer {layer}: layer {layer} is {kind}: its compressor" in said
+    assert f"compress_rates.{kind} = {rate} tokens into one more key" in said
+    assert f"give at most {rate - 1} tokens (here {n})" in said
+    assert ("indexer" in said) == (kind == "compressed_sparse_attention")
+
+
+def test_explain_json_shows_where_each_step_came_from(model_dir: Path) -> None:
+    from typer.testing import CliRunner
+
+    from mhacli.cli import app
+
+    r = CliRunner().invoke(app, ["explain", "--checkpoint", str(model_dir), "--layer", "0",
+                                 "--tokens", "5", "--seed", "1", "--format", "json",
+                                 "--stage", "head_unrotated"])
+    assert r.exit_code == 0, r.stderr
+    read = json.loads(r.stdout)
+    settings = read["config"]["checkpoint"]["settings"]
+    assert "rotated_values" in settings and "q_b_norm" in settings["q_head_norm"]
+    assert read["config"]["rotated_values"] is True
+    assert np.shape(read["stages"]["head_unrotated"]) == (4, 5, 16)
+
+
+def _module_gradients(model: Any, path: str, x: np.ndarray) -> dict[str, np.ndarray]:
+    """The attention module at ``path`` run on ``x`` with autograd, L = Σ of its output:
+    dL/dx and the gradients of its parameters (by the module's names)."""
+    module = model.get_submodule(path)
+    caught: dict[str, Any] = {}
+
+    class Caught(Exception):
+        pass
+
+    def before(mod: Any, args: tuple, kwargs: dict) -> None:
+        caught.update(args=args, kwargs=kwargs)
+        raise Caught
+
+    handle = module.register_forward_pre_hook(before, with_kwargs=True)
+    ids = torch.from_numpy(np.random.default_rng(0).integers(3, 100, (1, len(x))))
+    try:
+        with torch.no_grad():
+            model(input_ids=ids, use_cache=False)
+    except Caught:
+        pass
+    finally:
+        handle.remove()
+    kwargs = dict(caught["kwargs"])
+    hidden = torch.tensor(x[None], dtype=torch.float64, requires_grad=True)
+    kwargs.pop("hidden_states", None)
+    model.zero_grad()
+    out = module(hidden, *caught["args"][1:], **kwargs)[0]
+    out.sum().backward()
+    grads = {name: p.grad.double().numpy().copy() for name, p in module.named_parameters()
+             if p.grad is not None}
+    return {"x": hidden.grad[0].numpy().copy(), **grads}
+
+
+@pytest.mark.parametrize("layer, n", LAYERS)
+def test_the_backward_pass_agrees_with_the_models_autograd(model_dir: Path, layer: int,
+                                                           n: int) -> None:
+    """dL/dx and the gradients of the weights mha reads as they are (the query latent's,
+    W_kv's, the two norms', the sinks), L = Σ output, against autograd through the model's
+    own module."""
+    reading = read_layer(model_dir, layer)
+    x = np.random.default_rng(layer + 10).standard_normal((n, reading.width))
+    inputs = from_mapping({"x": x}, "dsv4", reading=reading).inputs
+    tr = mhacli.trace(**inputs, backward=True)
+    want = _module_gradients(zoo.load(model_dir), (reading.module or reading.stem).rstrip("."),
+                             x)
+    pairs = {"d_x": want["x"], "d_w_dq": want["q_a_proj.weight"].T,
+             "d_q_latent_norm": want["q_a_norm.weight"], "d_w_uq": want["q_b_proj.weight"].T,
+             "d_w_dkv": want["kv_proj.weight"].T, "d_kv_latent_norm": want["kv_norm.weight"],
+             "d_sinks": want["sinks"]}
+    for name, expected in pairs.items():
+        assert zoo.relative(tr[name], expected) < 1e-5, name
