@@ -148,6 +148,11 @@ OPTIONS: tuple[SettingOption, ...] = (
                   "latent attention): a YAML/JSON file with top_k, rope (half or "
                   "interleaved), eps, w_q, w_k, k_norm, k_norm_bias and w_weights; each "
                   "query keeps only the keys of its top_k index scores.", metavar="FILE"),
+    SettingOption("experts", "A mixture of attention heads (JetMoE's): a YAML/JSON file "
+                  "with top_k, router (d_model × E), w_q (E matrices d_model × G·d_k) and "
+                  "w_o (E matrices G·d_v × d_out); each token's queries and output go "
+                  "through its top_k experts by the router, weighted by the softmax of "
+                  "their logits; the keys and values are shared.", metavar="FILE"),
     SettingOption("masked_row", "A query row whose every key is blocked: zero weights (with "
                   "a warning), nan, or error.", ADVANCED,
                   commands=("explain", "run", "check")),

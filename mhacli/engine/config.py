@@ -105,6 +105,9 @@ class Config:
     index_rope: str = "half"  # the pairs its RoPE turns: "half" or "interleaved"
     index_eps: float = 0.0  # its key LayerNorm's eps
     rope_normed: bool = False  # MLA: k_R RMS-normed (k_rope_norm) before RoPE (dots3)
+    experts: int | None = None  # a mixture of attention heads (experts.py): top_k, the
+    # experts each token uses (its queries and output through their W_Q and W_O)
+    expert_count: int = 0  # E, the experts the router chooses among
     backward: bool = False  # the gradients too
     loss: str = "sum"  # the loss: "sum" of the outputs, ½·Σ(output − "target")², or "given"
     tiles: tuple[int, int] | None = None  # (BR, BC): the tiled view (FlashAttention)
@@ -219,6 +222,9 @@ class Prepared:
     ik_norm: Array | None = None  # (d_I,) its key LayerNorm's weight
     ik_bias: Array | None = None  # (d_I,) and bias
     w_iw: Array | None = None  # (d_model, E) the index heads' weights
+    w_router: Array | None = None  # the experts (experts.py): (d_model, E) the router
+    w_eq: Array | None = None  # (E, d_model, G·d_k) each expert's W_Q
+    w_eo: Array | None = None  # (E, G·d_v, d_out) each expert's W_O
     grad_output: Array | None = None  # (n, d_out) dL/d output, when given
     target: Array | None = None  # (n, d_out), for L = ½·Σ(output − target)²
 

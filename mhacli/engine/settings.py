@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from ..errors import MhaError
-from . import clipping, disentangled, gating
+from . import clipping, disentangled, experts, gating
 from . import parsers as read
 from . import qk_norms, relative, rope, sparse, sub_norm, xl_relative
 from .parsers import Fields
@@ -294,6 +294,32 @@ SETTINGS: tuple[Setting, ...] = (
             fields=("indexer", "index_heads", "index_dim", "index_rope", "index_eps",
                     "w_iq", "w_ik", "ik_norm", "ik_bias", "w_iw"),
             shown=sparse.shown, write=lambda c, p, given: sparse.write(c, p, read.written)),
+    Setting("experts", "a mixture of attention heads (JetMoE's): {top_k, router, w_q, "
+            "w_o}; the router (d_model × E) scores E experts for each token, which uses the "
+            "top_k of largest logit, each with its own W_Q (d_model × G·d_k: a query head for "
+            "each key/value head) and W_O (G·d_v × d_out); K and V are shared; H = top_k·G "
+            "(query head h: slot (h − 1) mod top_k of key/value head ⌈h / top_k⌉); the "
+            "output is Σ over the chosen experts of softmax(their logits) × their output, "
+            "+ b_o (experts.py).", kind="file", read=experts.value, parse=experts.parse,
+            fields=("experts", "expert_count", "w_router", "w_eq", "w_eo"),
+            excludes=(("tiles", "the tiled view does not follow the mixture of attention "
+                                "heads (experts): each token's queries and output through "
+                                "experts of its own"),
+                      ("decode", "the decoding view does not follow the mixture of attention "
+                                 "heads (experts): each token's queries and output through "
+                                 "experts of its own"),
+                      ("differential", "experts and differential attention do not go "
+                                       "together"),
+                      ("w_gate", "a gate on the experts' heads is not followed"),
+                      ("exclusive", "exclusive self-attention on the experts' heads is not "
+                                    "followed"),
+                      ("sub_norm", "a norm of the joined heads before the experts' W_O is not "
+                                   "followed"),
+                      ("relative_xl", "relative_xl reads the queries as W_Q makes them: it "
+                                      "does not go with experts"),
+                      ("disentangled", "disentangled attention reads W_Q: it does not go "
+                                       "with experts")),
+            shown=experts.shown, write=lambda c, p, given: experts.write(c, p, read.written)),
     Setting("masked_row", 'a query row whose every key is blocked: "zero" (zero weights, '
             'with a warning), "nan", or "error".', kind="choice",
             choices=("zero", "nan", "error"), default="zero",

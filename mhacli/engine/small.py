@@ -33,7 +33,7 @@ def fits(p: Prepared) -> bool:
     c = p.config
     return c.dtype == "float64" and c.n <= MOST_QUERIES and \
         c.heads * c.n * c.m <= MOST_SCORES and c.differential is None \
-        and c.disentangled is None and c.relative_xl is None  # (two maps a head; the
+        and c.disentangled is None and c.relative_xl is None and not c.experts  # (two maps a head; the
     # position terms of DeBERTa and Transformer-XL)
 
 
