@@ -202,7 +202,6 @@ NOT_FOLLOWED = {"inkling_text": ("self_attn.k_sconv", "a bias made from its own 
                 "inkling2_loop_text": ("attn.k_sconv", "a sink logit per query made from x_i"),
                 "zaya": ("self_attn.qkv_proj.conv_qk", "half x_(i−1)·v_proj_delayed"),
                 "doge": ("self_attn.A", "Doge's dynamic mask"),
-                "jetmoe": ("self_attention.experts", "projections that differ token by token"),
                 "deepseek_v4": ("attn.wkv", "values are its keys")}
 
 

@@ -36,6 +36,7 @@ from .beam import beam, sixth_and_last
 from .laguna import laguna
 from .hrm import hrm
 from .dbrx import dbrx
+from .jetmoe import jetmoe
 from .dots3 import dots3
 from .neomme import per_layer_window, value_embeddings
 from .latent import doubled_query_latent, latent_attention
@@ -358,6 +359,7 @@ RECORDS: tuple[Family, ...] = (
            norm_eps_key="norm_eps", exclusive="exclusive_self_attention.alpha",
            unread=("document_token_id", "image_token_id", "patch_size", "embedding_dim",
                    "embedding_rank", "residual_multiplier")),
+    Family("jetmoe", tensors="jetmoe", read=jetmoe),
     Family("esmc", causal=False, qk_norm="width", layer_norm=True, norm_eps=1e-5),
     Family("ultrabert", causal=False, window=both_ways_by_layer_types,
            unread=("classifier_pooling", "prediction_head_size")),

@@ -51,6 +51,7 @@ LAYOUTS = (
     ("persimmon", r"(?:^|\.)layers\.(\d+)\.self_attn\.query_key_value\.weight$",
      "query_key_value.weight"),
     ("decoder", r"(?:^|\.)layers\.(\d+)\.self_attn\.q_proj\.weight$", "q_proj.weight"),
+    ("jetmoe", r"(?:^|\.)layers\.(\d+)\.self_attention\.kv_proj\.weight$", "kv_proj.weight"),
     ("mixer", r"(?:^|\.)layers\.(\d+)\.mixer\.q_proj\.weight$", "q_proj.weight"),
     ("zamba", r"(?:^|\.)layers\.(\d+)\.shared_transf(?:ormer)?\.self_attn\.q_proj\.weight$",
      "q_proj.weight"),
@@ -136,7 +137,8 @@ class LayerReading:
     @property
     def width(self) -> int:
         """d_model: the width of the tokens the layer reads."""
-        first = next(k for k in ("w_q", "w_dq", "w_dkv") if k in self.weights)  # (MLA's)
+        first = next(k for k in ("w_q", "w_dq", "w_dkv", "w_k") if k in self.weights)
+        # (MLA's; a mixture of attention heads: its shared keys', made from x)
         return int(self.weights[first].shape[0])
 
 
@@ -273,11 +275,6 @@ NOT_FOLLOWED = (
      "for each key and key/value head, made from the values, added to the scores, and each "
      "query keeping only the keep_window_size keys of largest bias it may see: keys kept "
      "that differ from one key/value head to another (mha's mask is one for every head)"),
-    (r"^self_attention\.experts\.", "JetMoE's mixture of attention heads: for each token a "
-     "router (router.layer) picks num_experts_per_tok of num_local_experts experts, each its "
-     "own query projection (input_linear) and output projection (output_linear) over the "
-     "keys and values all share (kv_proj), their outputs summed weighted by the softmax of "
-     "the chosen router logits, plus experts.bias: projections that differ token by token"),
     (r"^attn\.wkv\.", "DeepSeek-V4's attention: one key/value head whose values are its "
      "keys, turned by RoPE at the key's position, and each head's output turned back at the "
      "query's (so a value enters turned by its distance, j − i), with keys pooled from "
