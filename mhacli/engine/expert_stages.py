@@ -74,6 +74,7 @@ def cell_router_choice(e: Entry) -> list[Any]:
     e.mark("router_logits", None, {i})
     ex = e.derive("router_expert", _expert_of).at(i, s)
     z = e.value("router_logits", None, i, ex - 1)
+    e.makes(ex)  # (the rank of the token's logits, as the engine's stable sort gives it)
     lines = [f"{e.name} = expert {ex}: its logit {e.num(z)} ranks {s + 1} of the "
              f"{c.expert_count} in row {i + 1} of router_logits, the token {e.row_label}'s "
              f"(the top {c.experts} chosen, largest first; of equal logits the earlier "
