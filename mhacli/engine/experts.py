@@ -88,6 +88,10 @@ def shapes(v: dict[str, Any], heads: int | None, groups: int | None, t: Any,
                            "query and output projections (experts.w_q, experts.w_o) and "
                            "no query bias", key=name)
     top_k = v["top_k"]
+    router = as_array("experts.router", v["router"], t)
+    if router.ndim == 2 and top_k > router.shape[1]:
+        raise MhaError(f"experts.top_k = {top_k} is more than the {router.shape[1]} experts "
+                       "(the router's columns)", key=("experts", "top_k"))
     w_q = as_array("experts.w_q", v["w_q"], t)
     w_o = as_array("experts.w_o", v["w_o"], t)
     for name, a in (("w_q", w_q), ("w_o", w_o)):
