@@ -2,8 +2,9 @@
 top_k experts by the router, its output the gated sum of those experts' outputs, the keys
 and values shared. Checked against attention written out here as a plain loop, on the
 fast and traced paths; JetMoE's own attention module (output and weights) on a tiny
-random model whose top_k < E; --cell; JSON; the file read back; and its refusals (tiles,
-decoding, the backward pass, a hostile problem file)."""
+random model whose top_k < E; the backward pass against autograd, the router's choice
+held fixed; --cell; JSON; the file read back; and its refusals (tiles, decoding,
+clip_qkv, a hostile problem file)."""
 
 from __future__ import annotations
 
@@ -182,10 +183,56 @@ def test_cell_json_and_the_file_read_back(tmp_path: Path) -> None:
     assert r.exit_code == 2 and "--ints exercises are not drawn around experts" in r.stderr
 
 
+@pytest.mark.parametrize("shape", [dict(), dict(groups=1, top_k=3, count=5)])
+def test_the_backward_pass_agrees_with_autograd(shape: dict[str, int]) -> None:
+    """PyTorch's autograd through the same forward pass, the router's choice made by
+    torch.topk (its indices carry no gradient: the choice held fixed), RoPE on."""
+    torch = pytest.importorskip("torch")
+    kw = problem(**shape, d_k=4, rope="half")
+    tr = mhacli.trace(**kw, backward=True)
+    moa, groups = kw["experts"], kw["kv_heads"]
+    t = {n: torch.tensor(kw[n], requires_grad=True) for n in ("x", "w_k", "w_v", "b_o")}
+    t.update({n: torch.tensor(moa[n], requires_grad=True) for n in ("router", "w_q", "w_o")})
+    x, n, d_k = t["x"], len(kw["x"]), 4
+    logits = x @ t["router"]
+    top = torch.topk(logits, moa["top_k"], dim=1).indices
+    gates = torch.softmax(torch.gather(logits, 1, top), dim=1)
+    angle = torch.arange(n, dtype=torch.float64)[:, None] / \
+        10000 ** (torch.arange(0, d_k, 2, dtype=torch.float64) / d_k)
+    cos, sin = torch.cat([angle.cos()] * 2, -1), torch.cat([angle.sin()] * 2, -1)
+
+    def turned(a: Any) -> Any:
+        return a * cos + torch.cat([-a[..., d_k // 2:], a[..., :d_k // 2]], -1) * sin
+
+    keys = turned((x @ t["w_k"]).view(n, groups, d_k).transpose(0, 1))
+    values = (x @ t["w_v"]).view(n, groups, d_k).transpose(0, 1)
+    causal = torch.ones(n, n, dtype=torch.bool).tril()
+    out = t["b_o"].expand(n, -1)
+    for s in range(moa["top_k"]):
+        q = (x[:, None, :] @ t["w_q"][top[:, s]])[:, 0].view(n, groups, d_k).transpose(0, 1)
+        z = (turned(q) @ keys.transpose(1, 2) / 2.0).masked_fill(~causal, float("-inf"))
+        o = (torch.softmax(z, -1) @ values).transpose(0, 1).reshape(n, groups * d_k)
+        out = out + gates[:, s:s + 1] * (o[:, None, :] @ t["w_o"][top[:, s]])[:, 0]
+    np.testing.assert_allclose(tr["output"], out.detach().numpy(), rtol=1e-12)
+    out.sum().backward()
+    for mine, theirs in (("d_x", "x"), ("d_w_k", "w_k"), ("d_w_v", "w_v"), ("d_b_o", "b_o"),
+                         ("d_w_router", "router"), ("d_experts_w_q", "w_q"),
+                         ("d_experts_w_o", "w_o")):
+        want = t[theirs].grad.numpy()  # (the experts' blocks stacked: E·rows × columns)
+        np.testing.assert_allclose(tr[mine], want.reshape(-1, want.shape[-1]) if want.ndim == 3
+                                   else want, rtol=1e-10, atol=1e-12, err_msg=mine)
+    unchosen = np.ones_like(tr["d_router_logits"], dtype=bool)
+    np.put_along_axis(unchosen, tr["router_choice"].astype(int) - 1, False, axis=1)
+    assert np.all(tr["d_router_logits"][unchosen] == 0)  # held fixed: none through the choice
+    r = runner.invoke(app, ["explain", str(FIXTURE), "--backward", "--stage",
+                            "d_router_logits", "--format", "plain"])
+    assert r.exit_code == 0 and "the router's choice held fixed" in r.stdout, r.output
+
+
 @pytest.mark.parametrize("extra, words", [
     ({"tiles": (2, 2)}, "tiled view does not follow the mixture of attention heads"),
     ({"decode": True}, "decoding view does not follow the mixture of attention heads"),
-    ({"backward": True}, "backward pass does not follow the mixture of attention heads"),
+    ({"clip_qkv": 2.0}, "clip_qkv on the experts' queries is not followed"),
 ])
 def test_refused_by_name(extra: dict[str, Any], words: str) -> None:
     with pytest.raises(mhacli.MhaError, match=words):

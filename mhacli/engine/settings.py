@@ -315,6 +315,7 @@ SETTINGS: tuple[Setting, ...] = (
                                     "followed"),
                       ("sub_norm", "a norm of the joined heads before the experts' W_O is not "
                                    "followed"),
+                      ("clip_qkv", "clip_qkv on the experts' queries is not followed"),
                       ("relative_xl", "relative_xl reads the queries as W_Q makes them: it "
                                       "does not go with experts"),
                       ("disentangled", "disentangled attention reads W_Q: it does not go "
