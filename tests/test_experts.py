@@ -3,8 +3,8 @@ top_k experts by the router, its output the gated sum of those experts' outputs,
 and values shared. Checked against attention written out here as a plain loop, on the
 fast and traced paths; JetMoE's own attention module (output and weights) on a tiny
 random model whose top_k < E; the backward pass against autograd, the router's choice
-held fixed; --cell; JSON; the file read back; and its refusals (tiles, decoding,
-clip_qkv, a hostile problem file)."""
+held fixed; the tiles and decoding; --cell; JSON; the file read back; and its refusals
+(clip_qkv, a hostile problem file)."""
 
 from __future__ import annotations
 
@@ -229,9 +229,27 @@ def test_the_backward_pass_agrees_with_autograd(shape: dict[str, int]) -> None:
     assert r.exit_code == 0 and "the router's choice held fixed" in r.stdout, r.output
 
 
+def test_tiles_and_decoding_follow_the_experts() -> None:
+    """The tiles' rows are head_outputs' (each token's queries its experts'); a decoding
+    step's query, weights and output are the plain trace's row, its output through the
+    token's own experts (the router reads the token alone)."""
+    kw = problem(n=7, d_k=4, rope="half")
+    tr = mhacli.trace(**kw, tiles=(2, 3), decode=True, splits=2)
+    for block in tr.kernels["tiles"]:
+        np.testing.assert_allclose(block.output, tr["head_outputs"][block.head, block.rows],
+                                   rtol=1e-12, atol=1e-14)
+    steps = tr.kernels["decode"]
+    assert len(steps) == 7
+    for t, step in enumerate(steps):
+        np.testing.assert_allclose(step.q, tr["q_rot"][:, t], rtol=1e-15)
+        np.testing.assert_allclose(step.weights, tr["weights"][:, t, :t + 1], rtol=1e-12)
+        np.testing.assert_allclose(step.output, tr["output"][t], rtol=1e-12, atol=1e-14)
+    r = runner.invoke(app, ["explain", str(FIXTURE), "--decode", "--cell",
+                            "decode:3:output:2", "--format", "plain"])
+    assert r.exit_code == 0 and "chosen experts" in r.stdout, r.output
+
+
 @pytest.mark.parametrize("extra, words", [
-    ({"tiles": (2, 2)}, "tiled view does not follow the mixture of attention heads"),
-    ({"decode": True}, "decoding view does not follow the mixture of attention heads"),
     ({"clip_qkv": 2.0}, "clip_qkv on the experts' queries is not followed"),
 ])
 def test_refused_by_name(extra: dict[str, Any], words: str) -> None:
@@ -258,7 +276,7 @@ def _hostile(doc: dict[str, Any], tmp_path: Path) -> Any:
     (lambda d: d.update(heads=3), "heads = 3, but with experts H = top_k·G = 2·2 = 4"),
     (lambda d: d.pop("kv_heads") and d.update(heads=3),
      "heads = 3 is not a multiple of experts.top_k = 2"),
-    (lambda d: d.update(tiles=2), "tiled view does not follow the mixture"),
+    (lambda d: d.update(clip_qkv=1), "clip_qkv on the experts' queries is not followed"),
     (lambda d: d["experts"]["router"][0].__setitem__(0, float("nan")), "experts"),
 ])
 def test_a_hostile_file_is_one_error_line(change: Any, words: str, tmp_path: Path) -> None:

@@ -302,13 +302,7 @@ SETTINGS: tuple[Setting, ...] = (
             "output is Σ over the chosen experts of softmax(their logits) × their output, "
             "+ b_o (experts.py).", kind="file", read=experts.value, parse=experts.parse,
             fields=("experts", "expert_count", "w_router", "w_eq", "w_eo"),
-            excludes=(("tiles", "the tiled view does not follow the mixture of attention "
-                                "heads (experts): each token's queries and output through "
-                                "experts of its own"),
-                      ("decode", "the decoding view does not follow the mixture of attention "
-                                 "heads (experts): each token's queries and output through "
-                                 "experts of its own"),
-                      ("differential", "experts and differential attention do not go "
+            excludes=(("differential", "experts and differential attention do not go "
                                        "together"),
                       ("w_gate", "a gate on the experts' heads is not followed"),
                       ("exclusive", "exclusive self-attention on the experts' heads is not "
