@@ -127,14 +127,15 @@ def after_w_o(grad: Callable[..., Stage]) -> tuple[Stage, ...]:
     )
 
 
-def after_w_q(grad: Callable[..., Stage], source: Callable[[Work], Array]) -> tuple[Stage, ...]:
+def after_w_q(grad: Callable[..., Stage], source: Callable[[Work], Array]
+              ) -> tuple[Stage, ...]:
     """d_router_logits, d_w_router, d_experts_w_q: beside d_w_q, before dX; ``source``
     the input the router and the queries read (X, or X + PE)."""
     return (
         grad("d_router_logits", "n × E", lambda c: (c.n, c.expert_count), QUERY, NUMBERED,
              _d_logits,
-             lambda f: "dR[i, e(i, s)] = g ⊙ (dg − Σ_s g·dg), the softmax's backward over the "
-             "chosen logits; 0 for the experts not chosen" + HELD, "R", exists=_on),
+             lambda f: "dR[i, e(i, s)] = g ⊙ (dg − Σ_s g·dg), the softmax's backward over "
+             "the chosen logits; 0 for the experts not chosen" + HELD, "R", exists=_on),
         grad("d_w_router", "d_model × E", lambda c: (c.d_model, c.expert_count), NUMBERED,
              NUMBERED, lambda w: source(w).T @ w["d_router_logits"],
              lambda f: "dW_R = Xᵀ·dR", "W_R", exists=_on),

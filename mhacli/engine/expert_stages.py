@@ -29,6 +29,11 @@ def _on(c: Config) -> bool:
     return bool(c.experts)
 
 
+def _count(k: int, noun: str) -> str:
+    """``2 chosen experts``, ``1 chosen expert``."""
+    return f"{k} {noun}" if k > 1 else f"{k} {noun.removesuffix('s')}"
+
+
 def _gates(w: Work) -> Array | None:
     if w.exact:
         return None  # an exponential: not rational
@@ -96,7 +101,7 @@ def cell_router_gates(e: Entry) -> list[Any]:
     total = op("at", "router_gates.sum", i, 0)
     e.makes(op("f/", op("exp", op("f-", z, top)), total))
     return [f"{e.name} = exp(z − max) / Σ exp(z′ − max) over the token {e.row_label}'s "
-            f"{c.experts} chosen logits: z = {e.num(z)}, expert {ex}'s",
+            f"{_count(c.experts, 'chosen logits')}: z = {e.num(z)}, expert {ex}'s",
             f"  max = {e.num(top)}, exp({e.num(z)} − {e.factor(top)}) = {e.num(ex_z)}, "
             f"sum = {e.num(total)}",
             f"  = {e.num(ex_z)} / {e.num(total)} = {e.result}"]
@@ -157,7 +162,8 @@ def cell_expert_output(e: Entry) -> list[Any]:
         made = op("f+", made, b)
         bias = f" + {e.factor(b)}"
     e.makes(made)
-    return [f"{e.name} = Σ over the token {e.row_label}'s {c.experts} chosen experts s of "
+    chosen = _count(c.experts, "chosen experts")
+    return [f"{e.name} = Σ over the token {e.row_label}'s {chosen} s of "
             f"router_gates[{e.row_label}, s] × expert_outputs[{e.row_label}, slot s, column "
             f"{j + 1}]" + (f" + b_o[{j + 1}]" if p.b_o is not None else ""),
             "  = " + " + ".join(terms) + bias, f"  = {e.result}"]
@@ -169,9 +175,9 @@ def cell_expert_output(e: Entry) -> list[Any]:
 def q_text(f: Formula) -> str:
     c = f.c
     x = "(X + PE)" if c.positional else "X"
-    return (f"Q[i] = [{x}[i]·W_Q,e(i,s) for each slot s]: each token's queries through its "
-            f"{c.experts} chosen experts' W_Q (d_model × G·d_k each), head h = slot "
-            f"(h − 1) mod {c.experts} + 1 of key/value head ⌈h / {c.experts}⌉")
+    return (f"Q[i] = [{x}[i]·W_Q,e(i,s) for each slot s]: each token's queries through the "
+            f"W_Q (d_model × G·d_k) of its {_count(c.experts, 'chosen experts')}, head h = "
+            f"slot (h − 1) mod {c.experts} + 1 of key/value head ⌈h / {c.experts}⌉")
 
 
 def output_text(f: Formula) -> str:
@@ -187,9 +193,9 @@ def _logits_text(f: Formula) -> str:
 
 def _choice_text(f: Formula) -> str:
     c = f.c
-    return (f"e(i, s): the {c.experts} experts of largest router logit for token i, largest "
-            "first (of equal logits the earlier), numbered from 1; a piecewise-constant "
-            "choice")
+    return (f"e(i, s): the {_count(c.experts, 'experts')} of largest router logit for token "
+            "i, largest first (of equal logits the earlier), numbered from 1; a "
+            "piecewise-constant choice")
 
 
 def _outputs_text(f: Formula) -> str:
@@ -202,7 +208,7 @@ def _outputs_text(f: Formula) -> str:
 def _gates_text(f: Formula) -> str:
     return ("router_gates[i, s] = softmax over the chosen of router_logits[i, e(i, s)]: "
             "exp(z − max) / Σ exp(z′ − max) over the token's "
-            f"{f.c.experts} chosen logits")
+            f"{_count(f.c.experts, 'chosen logits')}")
 
 
 def before_queries(x: Any) -> tuple[Stage, ...]:
