@@ -82,6 +82,40 @@ def test_each_token_through_its_own_experts(shape: dict[str, int]) -> None:
         assert np.abs(mhacli.attention(**flipped) - fast).max() > 1e-3
 
 
+def test_cross_attention_the_router_reads_the_queries_side() -> None:
+    """With x_kv, the router and the experts' W_Q read x, the shared K and V x_kv: the
+    forward pass against the loop, the backward pass (d_x, d_x_kv) against central
+    differences of the fast path."""
+    kw = problem(n=4)
+    kw.update(x_kv=np.random.default_rng(9).standard_normal((6, 5)), mask=None)
+    x, x_kv, moa = kw["x"], kw["x_kv"], kw["experts"]
+    keys, values = x_kv @ kw["w_k"], x_kv @ kw["w_v"]
+    want = np.tile(kw["b_o"], (4, 1))
+    for i in range(4):
+        logits = x[i] @ moa["router"]
+        chosen = np.argsort(-logits, kind="stable")[:2]
+        gate = np.exp(logits[chosen] - logits[chosen].max())
+        for s, e in enumerate(chosen):
+            q = x[i] @ moa["w_q"][e]
+            heads = []
+            for g in range(2):
+                cols = slice(3 * g, 3 * g + 3)
+                a = np.exp(keys[:, cols] @ q[cols] / np.sqrt(3))
+                heads.append(a / a.sum() @ values[:, cols])
+            want[i] += gate[s] / gate.sum() * (np.concatenate(heads) @ moa["w_o"][e])
+    tr = mhacli.trace(**kw, backward=True)
+    np.testing.assert_allclose(tr["output"], want, rtol=1e-12, atol=1e-13)
+    for name in ("x", "x_kv"):
+        a, numeric = kw[name], np.zeros_like(kw[name])
+        for at in np.ndindex(a.shape):
+            up, down = a.copy(), a.copy()
+            up[at] += 1e-6
+            down[at] -= 1e-6
+            numeric[at] = (mhacli.attention(**{**kw, name: up}).sum()
+                           - mhacli.attention(**{**kw, name: down}).sum()) / 2e-6
+        np.testing.assert_allclose(tr["d_" + name], numeric, atol=1e-7, err_msg=name)
+
+
 def test_query_head_h_is_a_slot_of_its_key_value_head() -> None:
     """Head h = slot (h − 1) mod k + 1 of key/value head ⌈h / k⌉: its queries are X·W_Q of
     that slot's expert, that key/value head's columns."""
