@@ -162,6 +162,11 @@ OPTIONS: tuple[SettingOption, ...] = (
                   "and b_dt; the bias exp(A_g·softplus(V·W_dt + b_dt)) of each key and "
                   "key/value head g added to the scores, and each query keeping, for each "
                   "key/value head, only the keep keys of largest bias.", metavar="FILE"),
+    SettingOption("experts", "A mixture of attention heads (JetMoE's): a YAML/JSON file "
+                  "with top_k, router (d_model × E), w_q (E matrices d_model × G·d_k) and "
+                  "w_o (E matrices G·d_v × d_out); each token's queries and output go "
+                  "through its top_k experts by the router, weighted by the softmax of "
+                  "their logits; the keys and values are shared.", metavar="FILE"),
     SettingOption("masked_row", "A query row whose every key is blocked: zero weights (with "
                   "a warning), nan, or error.", ADVANCED,
                   commands=("explain", "run", "check")),

@@ -46,8 +46,10 @@ def check_finite(p: Prepared, name: str, a: Array, head: int = 0) -> None:
 
 
 AFTER_SOFTMAX = ("weights", "lambda", "diff_weights", "head_outputs", "head_normed",
-                 "head_scaled", "head_unrotated", "head_exclusive", "gated", "concat", "concat_normed",
-                 "output")  # and the gradients
+                 "head_scaled", "head_unrotated", "head_exclusive", "gated", "concat",
+                 "concat_normed", "expert_outputs", "router_gates", "output")  # and the
+# gradients (the router's gates are made from its logits, not the weights, but where the
+# output meets them)
 
 
 def after_softmax(name: str) -> bool:

@@ -113,6 +113,9 @@ class Config:
     # keeps for each key/value head
     dynamic_b: bool = False  # its projection has the bias b_dt
     rope_normed: bool = False  # MLA: k_R RMS-normed (k_rope_norm) before RoPE (dots3)
+    experts: int | None = None  # a mixture of attention heads (experts.py): top_k, the
+    # experts each token uses (its queries and output through their W_Q and W_O)
+    expert_count: int = 0  # E, the experts the router chooses among
     backward: bool = False  # the gradients too
     loss: str = "sum"  # the loss: "sum" of the outputs, ½·Σ(output − "target")², or "given"
     tiles: tuple[int, int] | None = None  # (BR, BC): the tiled view (FlashAttention)
@@ -231,6 +234,9 @@ class Prepared:
     dyn_a: Array | None = None  # Doge's dynamic mask (dynamic.py): (G,) A
     w_dt: Array | None = None  # (G·d_v, G) its projection of the values
     b_dt: Array | None = None  # (G,) and bias
+    w_router: Array | None = None  # the experts (experts.py): (d_model, E) the router
+    w_eq: Array | None = None  # (E, d_model, G·d_k) each expert's W_Q
+    w_eo: Array | None = None  # (E, G·d_v, d_out) each expert's W_O
     grad_output: Array | None = None  # (n, d_out) dL/d output, when given
     target: Array | None = None  # (n, d_out), for L = ½·Σ(output − target)²
 

@@ -218,6 +218,12 @@ def _steps(tr: Record, count: int | None, labels: list[str], reach: Reach
         work.stages["concat"] = concat
         if c.sub_norm is not None:  # the joined heads' row normed (BitNet)
             work.stages["concat_normed"] = sub_norm.normed(concat, p)[0]
+        if c.experts:  # the token's own experts: its heads through their W_O, gated
+            from .experts import expert_outputs
+
+            choice = tr.stages["router_choice"][i:i + 1]  # (1, k), the token's own row
+            work.stages["expert_outputs"] = expert_outputs(concat, p.w_eo, choice, c.groups)
+            work.stages["router_gates"] = tr.stages["router_gates"][i:i + 1]
         output = work.output()[0]  # (d_out,)
         chunks = combined = None
         if count is not None:

@@ -343,10 +343,10 @@ def fast(p: Prepared, progress: Progress | None = None) -> Array:
     """The fast path on validated inputs: the n × d_out output, nothing recorded."""
     if p.config.differential is not None or p.config.disentangled is not None or \
             p.config.relative_xl is not None or p.config.exclusive or \
-            p.config.rotated_values:
+            p.config.rotated_values or p.config.experts:
         # two maps a head, DeBERTa's or Transformer-XL's position terms, each head's
-        # output less its part along its token's value, or turned back after the softmax
-        # (rotated values): the stage table's work
+        # output less its part along its token's value, turned back after the softmax
+        # (rotated values), or each token's own experts: the stage table's work
         from .table_run import run
 
         warn_dead(p)

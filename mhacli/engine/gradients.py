@@ -23,6 +23,7 @@ from .latent_gradients import d_input as latent_d_input, d_input_text as latent_
 from .latent_gradients import latent_gradients
 from . import disentangled_gradients as dis_grads, xl_gradients as xl_grads
 from . import dynamic_gradients as dyn_grads
+from . import expert_gradients as moa_grads
 from .writing import Entry, Formula
 
 if TYPE_CHECKING:
@@ -175,6 +176,11 @@ def _d_input(t: Chains, w: Work) -> Array:
     p = w.p
     if w.c.latent:  # through the latents (latent_gradients.py)
         out = latent_d_input(w)
+    elif w.c.experts:  # each token's queries through its experts, and the router
+        out = moa_grads.d_input(w, _source(t, w, False))
+        if not w.c.cross:
+            out = out + _through(t, w, "k") @ p.w_k.T + \
+                _through(t, w, "v") @ p.w_v.T  # type: ignore[union-attr]
     else:
         out = _through(t, w, "q") @ p.w_q.T  # type: ignore[union-attr]
         if not w.c.cross:
@@ -236,6 +242,8 @@ def _d_head_exclusive(w: Work) -> Array | None:
 def _d_concat(w: Work) -> Array | None:
     """dC: from dY through W_O, and back through the joined heads' norm (BitNet)."""
     c, p = w.c, w.p
+    if c.experts:  # each slot's through its expert's W_O
+        return moa_grads.d_concat(w)
     if c.sub_norm is None:
         return w["d_output"] @ p.w_o.T if p.w_o is not None else w["d_output"]
     if w.exact:
@@ -301,6 +309,8 @@ def _d_input_text(f: Formula) -> str:
     gate = " + dG·W_gateᵀ" if f.c.gate else ""
     if f.c.latent:
         return latent_text(src) + (f"{gate} (the gate reads X too)" if gate else "")
+    if f.c.experts:
+        return moa_grads.d_input_text(src)
     if f.c.cross:
         return f"d{src} = dQ·W_Qᵀ{gate}"
     feeds = "all four" if f.c.gate else "all three"
@@ -382,6 +392,7 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
     return (
         _grad("d_output", "n × d_out", lambda c: (c.n, c.d_out), QUERY, NUMBERED, _d_output,
               _d_output_text, "Y", exact=True),
+        *moa_grads.after_output(_grad),  # the experts' outputs and gates (experts.py)
         _grad("d_concat_normed", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY,
               NUMBERED,
               lambda w: w["d_output"] @ w.p.w_o.T if w.p.w_o is not None else w["d_output"],
@@ -390,13 +401,16 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
         _grad("d_concat", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,
               _d_concat,
               lambda f: "dC = the norm's backward of dC_normed: (w⊙g)/rms − c·Σ(w⊙g⊙c)/(D·"
-              "rms³)" if f.c.sub_norm is not None else "dC = dY·W_Oᵀ" if f.c.has_w_o
+              "rms³)" if f.c.sub_norm is not None else "dC = for each slot s, "
+              "d_expert_outputs[i, s]·W_O,e(i,s)ᵀ on slot s's heads" if f.c.experts
+              else "dC = dY·W_Oᵀ" if f.c.has_w_o
               else "dC = dY (no w_o)", "C", exact=True),
         _grad("d_w_o", "H·d_v × d_out", lambda c: (c.heads * c.d_v, c.d_out), NUMBERED,
               NUMBERED, lambda w: w[t.reads(w.c, "output")[0]].T @ w["d_output"],
               lambda f: "dW_O = C_normedᵀ·dY" if f.c.sub_norm is not None else "dW_O = Cᵀ·dY",
               "W_O",
               exists=lambda c: c.has_w_o),
+        *moa_grads.after_w_o(_grad),  # each expert's W_O
         _grad("d_b_o", "d_out", lambda c: (c.d_out,), NUMBERED, NUMBERED,
               lambda w: _sums(w["d_output"]), _text("db_o = the column sums of dY"), "b_o",
               exists=lambda c: "b_o" in c.biases, exact=True),
@@ -556,7 +570,7 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
                   dis_grads.to_shared(t, w, "q", False)),
               lambda f: f"dW_Q = {_src(f, False)}ᵀ·dQ{_clip_text(f)}{_shared_text(f, 'Q')}",
               "W_Q",
-              exists=lambda c: not c.direct and not c.r_q),
+              exists=lambda c: not c.direct and not c.r_q and not c.experts),
         _grad("d_w_k", "d_kv × G·d_k", lambda c: (c.d_kv, c.groups * c.d_k), NUMBERED,
               NUMBERED, lambda w: _plus(_source(t, w, True).T @ _through(t, w, "k"),
                                         dis_grads.to_shared(t, w, "k", False)),
@@ -589,6 +603,7 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
         _grad("d_b_gate", "H·d_v", lambda c: (c.heads * c.d_v,), NUMBERED, NUMBERED,
               lambda w: _sums(w["d_gate"]), _text("db_gate = the column sums of dG"),
               "b_{gate}", exists=lambda c: c.gate_bias),
+        *moa_grads.after_w_q(_grad, lambda w: _source(t, w, False)),  # the router, W_Q,e
         *dis_grads.disentangled_gradients(t, _grad)[2:],  # its projections and table
         *xl_grads.xl_gradients(t, _grad)[1:],  # W_r and r_r_bias (Transformer-XL)
         _grad("d_x_pos", "n × d_model", lambda c: (c.n, c.d_model), QUERY, NUMBERED,

@@ -99,7 +99,7 @@ def _stage(name: str, shape: str, dims: Callable[[Config], tuple[int, ...]],
 PROJECTIONS: tuple[Stage, ...] = (
     _stage("w_q", "H × d_model × d_k", lambda c: (c.heads, c.d_model, c.d_k),
            lambda w: ops.split_heads(w.p.w_q, w.c.heads),  # (H, d_model, d_k)
-           lambda c: not c.direct and not c.r_q),  # (MLA without a query latent: its W_Q)
+           lambda c: not c.direct and not c.r_q and not c.experts),  # (MLA without a query latent: its W_Q)
     _stage("w_k", "G × d_kv × d_k", lambda c: (c.groups, c.d_kv, c.d_k),
            lambda w: ops.split_heads(w.p.w_k, w.c.groups),  # (G, d_kv, d_k)
            lambda c: not c.direct and not c.latent),

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from ..errors import MhaError
-from . import clipping, disentangled, dynamic, gating, local_blocks
+from . import clipping, disentangled, dynamic, experts, gating, local_blocks
 from . import parsers as read
 from . import qk_norms, relative, rope, sparse, sub_norm, turned_values, xl_relative
 from .parsers import Fields
@@ -340,6 +340,31 @@ SETTINGS: tuple[Setting, ...] = (
                       ("indexer", "the dynamic mask and the indexer's top-k do not go "
                                   "together: give one")),
             shown=dynamic.shown, write=lambda c, p, given: dynamic.write(c, p, read.written)),
+    Setting("experts", "a mixture of attention heads (JetMoE's): {top_k, router, w_q, "
+            "w_o}; the router (d_model × E) scores E experts for each token, which uses the "
+            "top_k of largest logit, each with its own W_Q (d_model × G·d_k: a query head for "
+            "each key/value head) and W_O (G·d_v × d_out); K and V are shared; H = top_k·G "
+            "(query head h: slot (h − 1) mod top_k of key/value head ⌈h / top_k⌉); the "
+            "output is Σ over the chosen experts of softmax(their logits) × their output, "
+            "+ b_o (experts.py).", kind="file", read=experts.value, parse=experts.parse,
+            fields=("experts", "expert_count", "w_router", "w_eq", "w_eo"),
+            excludes=(("differential", "experts and differential attention do not go "
+                                       "together"),
+                      ("w_gate", "a gate on the experts' heads is not followed"),
+                      ("exclusive", "exclusive self-attention on the experts' heads is not "
+                                    "followed"),
+                      ("sub_norm", "a norm of the joined heads before the experts' W_O is not "
+                                   "followed"),
+                      ("clip_qkv", "clip_qkv on the experts' queries is not followed"),
+                      ("relative_xl", "relative_xl reads the queries as W_Q makes them: it "
+                                      "does not go with experts"),
+                      ("disentangled", "disentangled attention reads W_Q: it does not go "
+                                       "with experts"),
+                      ("rotated_values", "values turned by RoPE on the experts' heads are not "
+                                         "followed"),
+                      ("dynamic_mask", "the dynamic mask on the experts' heads is not "
+                                       "followed")),
+            shown=experts.shown, write=lambda c, p, given: experts.write(c, p, read.written)),
     Setting("masked_row", 'a query row whose every key is blocked: "zero" (zero weights, '
             'with a warning), "nan", or "error".', kind="choice",
             choices=("zero", "nan", "error"), default="zero",

@@ -33,9 +33,9 @@ def fits(p: Prepared) -> bool:
     c = p.config
     return c.dtype == "float64" and c.n <= MOST_QUERIES and \
         c.heads * c.n * c.m <= MOST_SCORES and c.differential is None \
-        and c.disentangled is None and c.relative_xl is None and not c.dynamic  # (two
-    # maps a head; the position terms of DeBERTa and Transformer-XL; a mask per key/value
-    # head)
+        and c.disentangled is None and c.relative_xl is None and not c.dynamic \
+        and not c.experts  # (two maps a head; the position terms of DeBERTa and
+    # Transformer-XL; a mask per key/value head; each token's own experts)
 
 
 def alike(p: Prepared) -> bool:

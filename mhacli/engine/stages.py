@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 import numpy as np
 
 from ..errors import MhaError
-from . import disentangled, latent_stages as mla, ops, xl_relative
+from . import disentangled, expert_stages as moa, latent_stages as mla, ops, xl_relative
 from .disentangled_cells import cell_scaled_terms, cell_term
 from .xl_cells import cell_rel_pos
 from .gradients import gradient_stages
@@ -450,11 +450,19 @@ FORWARD: tuple[Stage, ...] = (
           latex=tex("X_{kv} + PE"), cell=cell_x_pos, exact=True, chain="x_kv",
           reads=_after("x_kv", "x_kv_pos"),
           exists=lambda c: c.positional is not None and c.cross),
+    *moa.before_queries(lambda c, name: latest(c, "x", name)),  # the router's (a mixture
+    # of attention heads, expert_stages.py)
     *PROJECTIONS,  # w_q, w_k, w_v: each head's block, shown on request
     Stage("q", "n × H·d_k", lambda c: (c.n, c.heads * c.d_k), QUERY, NUMBERED,
-          compute=lambda w: _projected(w)[0], formula=proj_text("Q", "W_Q", lambda f: "X"),
-          latex=proj_tex("Q", "W_Q", "X"), cell=cell_projection, exact=True,
-          reads=lambda c: () if c.direct else (latest(c, "x", "q"),),
+          compute=lambda w: _projected(w)[0],
+          formula=lambda f: moa.q_text(f) if f.c.experts else
+          proj_text("Q", "W_Q", lambda f: "X")(f),
+          latex=lambda f: tex(r"Q_i", r"[X_i W_{Q,e(i,s)}]_s", r"[W_{Q,e(i,s)}^{\top} X_i]_s")(f)
+          if f.c.experts else proj_tex("Q", "W_Q", "X")(f),
+          cell=lambda e: moa.cell_expert_q(e) if e.c.experts else cell_projection(e),
+          exact=True,
+          reads=lambda c: () if c.direct else (latest(c, "x", "q"),) + (
+              ("router_choice",) if c.experts else ()),
           exists=lambda c: not c.latent),
     Stage("k", "m × H·d_k", lambda c: (c.m, c.heads * c.d_k), KEY, NUMBERED,
           compute=lambda w: _projected(w)[1], formula=proj_text("K", "W_K", lambda f: f.src),
@@ -691,13 +699,18 @@ FORWARD: tuple[Stage, ...] = (
           reads=lambda c: ("concat",), exists=lambda c: c.sub_norm is not None,
           parts=(("rms", "rms"),), parts_title="the root mean square of each row",
           parts_formula="rms = √(mean of the row's squares + eps); then c / rms × weight"),
+    *moa.after_heads(),  # each chosen expert's output and its gate
     *OUTPUT,  # w_o: each head's rows, shown on request
     Stage("output", "n × d_out", lambda c: (c.n, c.d_out), QUERY, NUMBERED,
           compute=Work.output,
-          formula=lambda f: f.proj("W_O", "concat", "b_o") if f.c.has_w_o
+          formula=lambda f: moa.output_text(f) if f.c.experts else
+          f.proj("W_O", "concat", "b_o") if f.c.has_w_o
           else "concat" + f.bias("b_o") + " (no w_o)",
-          latex=output_tex, cell=cell_output,
-          reads=lambda c: ("concat" if c.sub_norm is None else "concat_normed",)),
+          latex=lambda f: f.tex(r"Y_i = \sum_s g_{i,s} Y_{i,s}") + f.tex_bias("b_o")
+          if f.c.experts else output_tex(f),
+          cell=lambda e: moa.cell_expert_output(e) if e.c.experts else cell_output(e),
+          reads=lambda c: ("expert_outputs", "router_gates") if c.experts else
+          ("concat" if c.sub_norm is None else "concat_normed",)),
 )
 
 TABLE: tuple[Stage, ...] = FORWARD + gradient_stages(sys.modules[__name__])  # (its chains)

@@ -50,6 +50,18 @@ def prepare(
     masked_row = BY_KEY["masked_row"].read(
         settings.get("masked_row", BY_KEY["masked_row"].default))
     heads, groups_given = counts(settings)
+    mix = None  # what a mixture of attention heads says of the sizes (experts.py)
+    if settings.get("experts") is not None and settings.get("experts") is not False and \
+            q is None and k is None and v is None:
+        from . import experts as moa
+
+        if any(a is not None for a in (w_dq, w_uq, w_dkv, w_uk, w_uv)):
+            raise MhaError("experts do not go with multi-head latent attention (w_dkv …)",
+                           key="experts")
+        settings = {**settings, "experts": BY_KEY["experts"].read(settings["experts"])}
+        mix = moa.shapes(settings["experts"], heads, groups_given, t,
+                         {"w_q": w_q, "w_o": w_o, "b_q": b_q})
+        heads, groups_given = mix.heads, mix.groups
 
     mla = {"w_dq": w_dq, "q_latent_norm": q_latent_norm, "w_uq": w_uq, "w_dkv": w_dkv,
            "kv_latent_norm": kv_latent_norm, "w_uk": w_uk, "w_uv": w_uv,
@@ -106,7 +118,8 @@ def prepare(
     else:
         if x is None:
             raise MhaError("the problem needs x (with w_q, w_k, w_v) or q, k and v")
-        missing = [nm for nm, val in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v)) if val is None]
+        missing = [nm for nm, val in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v))
+                   if val is None and not (mix and nm == "w_q")]
         if missing:
             verb = "is" if len(missing) == 1 else "are"
             raise MhaError(f"x is given but {', '.join(missing)} {verb} missing "
@@ -114,25 +127,27 @@ def prepare(
         x_a = matrix("x", x, t)
         xkv_a = matrix("x_kv", x_kv, t)
         assert x_a is not None
-        wq, h_q = _stack_heads("w_q", matrix("w_q", w_q, t, per_head=True), heads)
+        wq, h_q = (None, None) if mix else \
+            _stack_heads("w_q", matrix("w_q", w_q, t, per_head=True), heads)
         wk, h_k = _stack_heads("w_k", matrix("w_k", w_k, t, per_head=True),
                                groups_given or heads or h_q)
         wv, h_v = _stack_heads("w_v", matrix("w_v", w_v, t, per_head=True),
                                groups_given or h_k or heads or h_q)
-        assert wq is not None and wk is not None and wv is not None
+        assert (wq is not None or mix) and wk is not None and wv is not None
         heads = heads or h_q or (h_k if groups_given is None else None) or 1
         n, d_model = x_a.shape
         kv = xkv_a if xkv_a is not None else x_a
         kv_name = "x_kv" if xkv_a is not None else "x"
         m, d_kv = kv.shape
-        if wq.shape[0] != d_model:
-            raise MhaError(f"w_q has {wq.shape[0]} rows but x has {d_model} columns",
-                           key="w_q")
+        rows_q = mix.d_model if mix else wq.shape[0]
+        if rows_q != d_model:
+            raise MhaError(f"{'experts w_q' if mix else 'w_q'} has {rows_q} rows but x has "
+                           f"{d_model} columns", key=("experts", "w_q") if mix else "w_q")
         for nm, w in (("w_k", wk), ("w_v", wv)):
             if w.shape[0] != d_kv:
                 raise MhaError(f"{nm} has {w.shape[0]} rows but {kv_name} has {d_kv} columns",
                                key=nm)
-        width_qk, width_k = wq.shape[1], wk.shape[1]
+        width_qk, width_k = mix.width_q if mix else wq.shape[1], wk.shape[1]
         width_v = wv.shape[1]
         groups = groups_given or heads
         bq, bk, bv = (_join_bias(nm, vector(nm, val, t), hh) for nm, val, hh in
@@ -178,9 +193,10 @@ def prepare(
         raise MhaError(f"w_o has {wo.shape[0]} rows but the concatenated heads have "
                        f"H·d_v = {width_v} columns", key="w_o")
     bo = _join_bias("b_o", vector("b_o", b_o, t), 1) if b_o is not None else None
-    d_out = wo.shape[1] if wo is not None else width_v
+    d_out = wo.shape[1] if wo is not None else mix.d_out if mix else width_v
     if bo is not None and bo.shape[0] != d_out:
         where = f"w_o has {d_out} columns" if wo is not None else \
+            f"the experts' w_o have {d_out} columns" if mix else \
             f"without w_o the output has H·d_v = {d_out} columns"
         raise MhaError(f"b_o has {bo.shape[0]} entries but {where}", key="b_o")
 

@@ -41,6 +41,14 @@ class Work:
             p = self.p
             if self.c.direct:
                 self._qkv = (p.q, p.k, p.v)  # type: ignore[assignment]
+            elif self.c.experts:  # each token's queries through its chosen experts
+                from .experts import queries
+
+                assert x is not None and x_kv is not None
+                kv = self.stages[x_kv]
+                self._qkv = (queries(self.stages[x], p.w_eq, self.stages["router_choice"],
+                                     self.c.groups),
+                             ops.project(kv, p.w_k, p.b_k), ops.project(kv, p.w_v, p.b_v))
             else:
                 assert x is not None and x_kv is not None
                 kv = self.stages[x_kv] if x_kv != x else None  # self-attention: one product
@@ -59,6 +67,10 @@ class Work:
     def output(self) -> Array:
         """Y = C·W_O (+ b_o), or the concatenation itself without W_O."""
         p = self.p
+        if self.c.experts:  # the chosen experts' outputs weighted by their gates
+            from .experts import mixed
+
+            return mixed(self.stages["expert_outputs"], self.stages["router_gates"], p.b_o)
         concat = self.stages.get("concat_normed", self.stages["concat"])
         if p.w_o is None:
             return concat + p.b_o if p.b_o is not None else concat

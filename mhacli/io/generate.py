@@ -127,14 +127,17 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
         raise MhaError(f"a random problem of {n} tokens × d_model {d} would hold {count} "
                        f"numbers; this is limited to {most} (too large to generate)")
     source = "random problem" + (f" (seed {seed})" if seed is not None else "")
+    moa = settings.get("experts") is not None  # a mixture of attention heads (its W_Q, W_O)
 
     def build(inputs: dict) -> Problem:
         written = dict(inputs)
         grouped = {"kv_heads": g} if g != h else {}
-        prob = Problem.build({**inputs, "heads": h, **grouped}, tokens=labels,
+        own = {"experts": settings["experts"]} if moa else {}  # (in place of w_q and w_o)
+        prob = Problem.build({**inputs, "heads": h, **grouped, **own}, tokens=labels,
                              kv_tokens=kv_labels, source=source, written=written)
-        if settings or backward:
-            prob = prob.with_overrides(backward=backward or None, **settings)
+        rest = {k: v for k, v in settings.items() if k not in own}
+        if rest or backward:
+            prob = prob.with_overrides(backward=backward or None, **rest)
         return prob
 
     def plain() -> Problem:
@@ -149,18 +152,27 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
         inputs: dict = {"x": draw(n, d, 1.0)}
         if cross:
             inputs["x_kv"] = draw(m, dkv, 1.0)
-        inputs.update(w_q=draw(d, hd, sd_w), w_k=draw(dkv, gd, sd_kv), w_v=draw(dkv, gd, sd_kv))
-        if w_o:
+        if moa:  # the experts' own W_Q and W_O (the setting) in place of w_q and w_o
+            inputs.update(w_k=draw(dkv, gd, sd_kv), w_v=draw(dkv, gd, sd_kv))
+        else:
+            inputs.update(w_q=draw(d, hd, sd_w), w_k=draw(dkv, gd, sd_kv),
+                          w_v=draw(dkv, gd, sd_kv))
+        if w_o and not moa:
             inputs["w_o"] = draw(hd, d, sd_w)
         if biases:
-            inputs.update(b_q=draw(1, hd, sd_w)[0], b_k=draw(1, gd, sd_kv)[0],
-                          b_v=draw(1, gd, sd_kv)[0])
-            if w_o:
+            if not moa:
+                inputs["b_q"] = draw(1, hd, sd_w)[0]
+            inputs.update(b_k=draw(1, gd, sd_kv)[0], b_v=draw(1, gd, sd_kv)[0])
+            if w_o and not moa:
                 inputs["b_o"] = draw(1, d, sd_w)[0]
         return build(inputs)
 
     if not hand:
         return plain()
+    if moa:
+        raise MhaError("--ints exercises are not drawn around experts (each token's queries "
+                       "through experts of its own): generate a random problem with "
+                       "--experts, without --ints")
     try:
         prob, notes = hand_sized(rng, ints, n, m, d, dkv, h, g, width, cross, w_o,
                                  HAND_MAX_SCORE if max_score is None else max_score, build,

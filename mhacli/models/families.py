@@ -36,6 +36,7 @@ from .beam import beam, sixth_and_last
 from .laguna import laguna
 from .hrm import hrm
 from .dbrx import dbrx
+from .jetmoe import jetmoe
 from .dots3 import dots3
 from .deepseek_v4 import deepseek_v4
 from .neomme import per_layer_window, value_embeddings
@@ -363,6 +364,7 @@ RECORDS: tuple[Family, ...] = (
     Family("doge", read=doge, window=every_layer, qk_norm="head",
            unread=("is_moe", "num_experts", "num_experts_per_tok", "norm_topk_prob",
                    "output_router_logits", "router_aux_loss_coef", "hidden_dropout")),
+    Family("jetmoe", tensors="jetmoe", read=jetmoe),
     Family("esmc", causal=False, qk_norm="width", layer_norm=True, norm_eps=1e-5),
     Family("ultrabert", causal=False, window=both_ways_by_layer_types,
            unread=("classifier_pooling", "prediction_head_size")),

@@ -51,6 +51,7 @@ LAYOUTS = (
     ("persimmon", r"(?:^|\.)layers\.(\d+)\.self_attn\.query_key_value\.weight$",
      "query_key_value.weight"),
     ("decoder", r"(?:^|\.)layers\.(\d+)\.self_attn\.q_proj\.weight$", "q_proj.weight"),
+    ("jetmoe", r"(?:^|\.)layers\.(\d+)\.self_attention\.kv_proj\.weight$", "kv_proj.weight"),
     ("mixer", r"(?:^|\.)layers\.(\d+)\.mixer\.q_proj\.weight$", "q_proj.weight"),
     ("zamba", r"(?:^|\.)layers\.(\d+)\.shared_transf(?:ormer)?\.self_attn\.q_proj\.weight$",
      "q_proj.weight"),
@@ -139,7 +140,8 @@ class LayerReading:
     @property
     def width(self) -> int:
         """d_model: the width of the tokens the layer reads."""
-        first = next(k for k in ("w_q", "w_dq", "w_dkv") if k in self.weights)  # (MLA's)
+        first = next(k for k in ("w_q", "w_dq", "w_dkv", "w_k") if k in self.weights)
+        # (MLA's; a mixture of attention heads: its shared keys', made from x)
         return int(self.weights[first].shape[0])
 
 
@@ -274,11 +276,6 @@ NOT_FOLLOWED = (
      "(depthwise, then grouped by head) plus (q + its key head's k) / 2, and for a key that "
      "averaged over the key head's queries; its values half x_i·v_proj_current and half "
      "x_(i−1)·v_proj_delayed, the previous token's"),
-    (r"^self_attention\.experts\.", "JetMoE's mixture of attention heads: for each token a "
-     "router (router.layer) picks num_experts_per_tok of num_local_experts experts, each its "
-     "own query projection (input_linear) and output projection (output_linear) over the "
-     "keys and values all share (kv_proj), their outputs summed weighted by the softmax of "
-     "the chosen router logits, plus experts.bias: projections that differ token by token"),
 )
 
 
