@@ -34,6 +34,8 @@ def read_lines(read: Mapping[str, Any], c: Any) -> list[str]:
                      f"tokens); {agrees}")
         if "kv_input" in read:  # (a KV-shared layer's keys and values: another layer's)
             lines.append(f"  x_kv: {read['kv_input']}")
+        if "v_input" in read:  # (values on an input of their own: MobileBERT's)
+            lines.append(f"  x_v: {read['v_input']}")
     if c.indexer and c.n <= c.indexer:
         from ..engine.sparse_stages import dense_line
 
