@@ -183,3 +183,24 @@ def test_tiles_and_decoding_follow_x_v(tmp_path: Path) -> None:
             step.step - 1].reshape(2, 3), rtol=1e-12)
     out = runner.invoke(app, ["explain", _file(tmp_path), "--tiles", "2", "--stage", "tiles"])
     assert out.exit_code == 0 and "equal to within" in out.output
+
+
+def test_generate_draws_x_v_and_its_exercise_checks(tmp_path: Path) -> None:
+    """--d-xv: x_v drawn that wide and W_V with as many rows; an --ints exercise of it is
+    hand-sized and its answers check; without it, the draws are those of before."""
+    from mhacli.io.generate import random_problem
+
+    out = tmp_path / "hw.yaml"
+    r = runner.invoke(app, ["generate", "--ints", "-1:1", "--d-xv", "3", "--seed", "4",
+                            "--answers", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    p = mhacli.load(out)
+    assert p.inputs["x_v"].shape == (3, 3) and p.inputs["w_v"].shape[0] == 3
+    assert np.abs(mhacli.trace(**p.inputs)["scaled"]).max() <= 4
+    assert runner.invoke(app, ["check", str(out)]).exit_code == 0
+    plain = random_problem(seed=5, d_xv=6, tokens=4)
+    assert plain.inputs["x_v"].shape == (4, 6) and plain.config.d_xv == 6
+    before = random_problem(seed=5, ints=(-1, 1))
+    assert "x_v" not in before.inputs
+    bad = runner.invoke(app, ["generate", "--d-xv", "0"])
+    assert bad.exit_code == 2 and "--d-xv must be at least 1, got 0" in bad.output
