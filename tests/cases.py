@@ -57,11 +57,18 @@ def case(name: str, seed: int = 0) -> dict[str, Any]:
         n, d, h = 5, 4, 2
         return dict(x=_m(rng, n, d, 3.0), w_q=_m(rng, d, d), w_k=_m(rng, d, d),
                     w_v=_m(rng, d, d), w_o=_m(rng, d, 3), heads=h, mask="causal", softcap=2.5)
+    if name == "values_input":  # the values on an input of their own, 7 wide (x_v);
+        # one key/value head, every bias, causal
+        n, d, dv_in, h = 5, 4, 7, 2
+        return dict(x=_m(rng, n, d), x_v=_m(rng, n, dv_in), w_q=_m(rng, d, 4),
+                    w_k=_m(rng, d, 2), w_v=_m(rng, dv_in, 3), w_o=_m(rng, 6, 3),
+                    b_q=_m(rng, 1, 4)[0], b_k=_m(rng, 1, 2)[0], b_v=_m(rng, 1, 3)[0],
+                    b_o=_m(rng, 1, 3)[0], heads=h, kv_heads=1, mask="causal")
     raise KeyError(name)
 
 
 NAMES = ("self", "widths", "cross", "cross_wide", "biases", "causal", "mask_matrix",
-         "direct", "large_scores", "softcap")
+         "direct", "large_scores", "softcap", "values_input")
 
 
 def per_head(w: np.ndarray, heads: int) -> list[np.ndarray]:

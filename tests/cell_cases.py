@@ -48,6 +48,8 @@ CASES: dict[str, tuple[dict[str, Any], int, bool]] = {
                            rope="half", decode=True, splits=2,
                            key_padding="1 0 1 1 1"), 4, False),
     "precision-2": (dict(**RANDOM, heads=2, mask="causal", scale="n"), 2, False),
+    "values-input": (dict(file=str(FIXTURES / "values-input.yaml"), backward=True, decode=True,
+                          splits=2), 4, False),
     "differential": (dict(file=str(FIXTURES / "differential.yaml")), 4, False),
     "differential-gqa": (dict(**RANDOM, heads=4, kv_heads=2, mask="causal",
                               differential=str(FIXTURES / "differential-lambdas.yaml")), 3,

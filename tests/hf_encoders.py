@@ -15,7 +15,7 @@ BERT = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_h
 # the families whose attention turns no RoPE: agreement to 1e-9 (the rest, 1e-5)
 NO_ROPE = ("ibert", "luke", "squeezebert", "mobilebert")
 # read by tests/test_encoders.py (x is narrower than the model's hidden_size, or its parts)
-OWN_TESTS = ("mobilebert", "mobilebert-plain", "convbert", "longformer", "led", "fsmt",
+OWN_TESTS = ("mobilebert", "mobilebert-plain", "mobilebert-shared", "convbert", "longformer", "led", "fsmt",
              "trocr", "longt5", "longt5-global", "prophetnet", "t5gemma",
              "pegasus_x", "big_bird", "bigbird_pegasus", "reformer", "reformer-encoder")
 
@@ -53,6 +53,12 @@ def encoders(recipe: Callable[..., Any]) -> dict[str, Any]:
                         "q, k, v on a bottleneck of 16", intra_bottleneck_size=16,
                         embedding_size=16, use_bottleneck_attention=True,
                         num_feedforward_networks=2),
+        "mobilebert-shared": r("MobileBertConfig", "MobileBertForMaskedLM", "as released: "
+                               "key_query_shared_bottleneck, q and k on a bottleneck of 16 "
+                               "(x), v on the layer's input of 32 (x_v)",
+                               intra_bottleneck_size=16, embedding_size=16,
+                               key_query_shared_bottleneck=True,
+                               use_bottleneck_attention=False, num_feedforward_networks=2),
         "mobilebert-plain": r("MobileBertConfig", "MobileBertForMaskedLM", "no bottleneck: q, "
                               "k, v on the layer's input", use_bottleneck=False,
                               key_query_shared_bottleneck=False, embedding_size=16,

@@ -19,6 +19,7 @@ Needs torch and transformers.
 from __future__ import annotations
 
 import json
+import inspect
 import re
 from pathlib import Path
 from typing import Any
@@ -345,13 +346,16 @@ def attention_module(model: torch.nn.Module, layer: int) -> tuple[str, str | Non
 
 def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
                      output: str | None = None, seed: int = 0,
-                     x_kv: np.ndarray | None = None) -> dict[str, Any]:
+                     x_kv: np.ndarray | None = None, x_v: np.ndarray | None = None,
+                     values_input: str = "value_tensor") -> dict[str, Any]:
     """The attention module at ``path`` of a float64 ``model`` run on ``x`` (n × width):
     first the model's own forward pass on n random token ids, which hands the module its
     mask, rotary cos/sin and the rest (caught, the pass stopped there), then the module
     itself on ``x`` with the same (a cross-attention's keys and values on ``x_kv``, as many
     rows as ``x``, in place of the encoder's output; a KV-shared layer's, Gemma 3n's and
-    Gemma 4's, as the model's own layer that stores them makes them from ``x_kv``). Returns ``output``: what ``output`` (the output
+    Gemma 4's, as the model's own layer that stores them makes them from ``x_kv``; the
+    values' own input ``x_v`` as the module's argument ``values_input``, MobileBERT's).
+    Returns ``output``: what ``output`` (the output
     projection's module path) gives in that call, else the module's own output; and
     ``weights`` when the module returns them (H × n × m)."""
     path = _in_memory(model, path)
@@ -441,6 +445,14 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
             raise RuntimeError(f"{path} was not called as a cross-attention")
         kv = torch.from_numpy(np.asarray(x_kv, dtype=np.float64))[None].to(dtype)
         kwargs[names[0]] = kv.transpose(0, 1) if time_first else kv
+    if x_v is not None:  # the values' own input, in the argument that holds it
+        value = torch.from_numpy(np.asarray(x_v, dtype=np.float64))[None].to(dtype)
+        order = list(inspect.signature(module.forward).parameters)
+        at = order.index(values_input)
+        if at < len(args):
+            args = args[:at] + (value,) + args[at + 1:]
+        else:
+            kwargs[values_input] = value
     seen: dict[str, torch.Tensor] = {}
     hooks = []
     if output is not None and after_inner is None and not xlnet:

@@ -33,7 +33,8 @@ def transpose(a: list[list[float]]) -> list[list[float]]:
 
 def reference(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, *,
               heads: int = 1, w_o: Any = None, b_q: Any = None, b_k: Any = None,
-              b_v: Any = None, b_o: Any = None, x_kv: Any = None, q: Any = None,
+              b_v: Any = None, b_o: Any = None, x_kv: Any = None, x_v: Any = None,
+              q: Any = None,
               k: Any = None, v: Any = None, mask: Any = None, scale: Any = "dk",
               softcap: Any = None, kv_heads: Any = None, window: Any = None,
               alibi: Any = None, bias: Any = None, key_padding: Any = None,
@@ -61,6 +62,8 @@ def reference(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, 
         st["x"] = xs
         if x_kv is not None:
             st["x_kv"] = kv
+        if x_v is not None:  # the values' own input
+            st["x_v"] = L(x_v)
         if positional is not None:
             def table(rows: int, width: int) -> list[list[float]]:
                 if positional == "sinusoidal":
@@ -79,7 +82,7 @@ def reference(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, 
                 kv = xs
         q = add_bias(matmul(xs, L(w_q)), V(b_q))
         k = add_bias(matmul(kv, L(w_k)), V(b_k))
-        v = add_bias(matmul(kv, L(w_v)), V(b_v))
+        v = add_bias(matmul(kv if x_v is None else L(x_v), L(w_v)), V(b_v))
     else:
         q, k, v = L(q), L(k), L(v)
     st["q"], st["k"], st["v"] = q, k, v

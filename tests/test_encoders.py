@@ -42,8 +42,11 @@ def agrees(folder: Path, tol: float = 1e-9, n: int = 9, float32: bool = False,
         given = {"x": x, "checkpoint": folder, "layer": layer}
         if reading.cross:
             given["x_kv"] = rng.standard_normal((n, reading.weights["w_k"].shape[0]))
+        if reading.values_input:  # the values' own input (MobileBERT's layer input)
+            given["x_v"] = rng.standard_normal((n, reading.weights["w_v"].shape[0]))
         out = reading.origin.get("w_o", "").split()[1].rsplit(".", 1)[0]
-        want = module_reference(model, reading.stem.rstrip("."), x, out, x_kv=given.get("x_kv"))
+        want = module_reference(model, reading.stem.rstrip("."), x, out, x_kv=given.get("x_kv"),
+                                x_v=given.get("x_v"), values_input=reading.values_input)
         prob = from_mapping(given, "test")
         tr = mhacli.trace(**prob.inputs)
         top = np.abs(want["output"]).max()
@@ -134,19 +137,98 @@ def test_squeezebert_reads_its_groups_as_blocks(tmp_path: Path) -> None:
         read_layer(folder, 0)
 
 
-@pytest.mark.parametrize("family", ["mobilebert", "mobilebert-plain"])
+@pytest.mark.parametrize("family", ["mobilebert", "mobilebert-plain", "mobilebert-shared"])
 def test_mobilebert_agrees_with_the_model(family: str, tmp_path: Path) -> None:
     folder = hf.make_model(family, tmp_path / family)
     assert agrees(folder) == [0, 1]
-    assert read_layer(folder, 0).width == (16 if family == "mobilebert" else 32)
+    reading = read_layer(folder, 0)
+    assert reading.width == (32 if family == "mobilebert-plain" else 16)
+    shared = family == "mobilebert-shared"
+    assert reading.values_input == ("value_tensor" if shared else "")
+    assert reading.weights["w_v"].shape[0] == (32 if shared else reading.width)
+    if shared:
+        assert reading.origin["x_v"].startswith("config key_query_shared_bottleneck")
 
 
-def test_mobileberts_shared_bottleneck_is_refused_by_name(tmp_path: Path) -> None:
-    folder = hf.make_model("mobilebert", tmp_path / "mobilebert")
-    _edit_config(folder, use_bottleneck_attention=False)
-    with pytest.raises(MhaError, match="key_query_shared_bottleneck is true: MobileBERT's "
-                                       "queries and keys read a bottleneck of their own"):
-        read_layer(folder, 0)
+def _shared_model(tmp_path: Path, tokenizer: bool = False) -> Path:
+    return hf.make_model("mobilebert-shared", tmp_path / "mobilebert-shared",
+                         tokenizer=tokenizer)
+
+
+def test_mobileberts_shared_bottleneck_asks_for_x_v_by_name(tmp_path: Path) -> None:
+    folder = _shared_model(tmp_path)
+    with pytest.raises(MhaError, match="values read an input of their own, x_v "
+                                       r"\(mobilebert's value_tensor, 32 wide\), not x"):
+        from_mapping({"x": np.ones((3, 16)), "checkpoint": folder, "layer": 0}, "test")
+    with pytest.raises(MhaError, match="x_v has 16 columns but w_v has 32 rows"):
+        from_mapping({"x": np.ones((3, 16)), "x_v": np.ones((3, 16)), "checkpoint": folder,
+                      "layer": 0}, "test")
+    from mhacli.io.on_model import load_checkpoint
+
+    drawn = load_checkpoint(folder, 1, seed=3)  # random tokens: both drawn
+    assert drawn.inputs["x"].shape == (4, 16) and drawn.inputs["x_v"].shape == (4, 32)
+
+
+def test_mobileberts_backward_agrees_with_autograd(tmp_path: Path) -> None:
+    """dX (the shared bottleneck, read by Q and K), dX_v and the weights' gradients, against
+    autograd through the model's own self-attention and output.dense."""
+    import torch
+
+    folder = _shared_model(tmp_path)
+    model = load(folder)
+    rng = np.random.default_rng(7)
+    x, x_v = rng.standard_normal((5, 16)), rng.standard_normal((5, 32))
+    prob = from_mapping({"x": x, "x_v": x_v, "checkpoint": folder, "layer": 1}, "test")
+    tr = mhacli.trace(**prob.inputs, backward=True)
+    stem = "mobilebert.encoder.layer.1.attention."
+    attn, dense = model.get_submodule(stem + "self"), model.get_submodule(stem + "output.dense")
+    xs, xvs = (torch.tensor(a[None], requires_grad=True) for a in (x, x_v))
+    dense(attn(xs, xs, xvs, None)[0]).sum().backward()
+    np.testing.assert_allclose(tr["d_x"], xs.grad[0].numpy(), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(tr["d_x_v"], xvs.grad[0].numpy(), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(tr["d_w_v"], attn.value.weight.grad.numpy().T, rtol=1e-9,
+                               atol=1e-12)
+    np.testing.assert_allclose(tr["d_w_k"], attn.key.weight.grad.numpy().T, rtol=1e-9,
+                               atol=1e-12)
+
+
+def test_mobileberts_text_gives_x_and_x_v_from_the_model(tmp_path: Path) -> None:
+    """--text: x the shared bottleneck, x_v the layer's own input, as the model calls its
+    self-attention (query_tensor, value_tensor); its output agrees with the model's."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from mhacli.io.on_model import load_text_layers
+
+    folder = _shared_model(tmp_path, tokenizer=True)
+    text = "Mary went to the garden"
+    first, second = load_text_layers(folder, text, [0, 1])
+    model = load(folder)
+    ids = AutoTokenizer.from_pretrained(str(folder))(text)["input_ids"]
+    seen: dict = {}
+    layer = model.get_submodule("mobilebert.encoder.layer.1")
+    hook = layer.attention.self.register_forward_pre_hook(
+        lambda mod, args: seen.update(q=args[0], v=args[2]))
+    with torch.no_grad():
+        hidden = model.mobilebert.embeddings(torch.tensor([ids]))
+        hidden = model.mobilebert.encoder.layer[0](hidden)
+        layer(hidden)
+    hook.remove()
+    np.testing.assert_allclose(second.inputs["x"], seen["q"][0].numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(second.inputs["x_v"], hidden[0].numpy(), rtol=1e-12, atol=1e-12)
+    assert seen["v"] is not None and second.inputs["x_v"].shape == (len(ids), 32)
+    for prob in (first, second):
+        assert prob.read["agreement"] <= 1e-9
+        assert "value_tensor" in prob.read["v_input"]
+    from typer.testing import CliRunner
+
+    from mhacli.cli import app
+
+    out = CliRunner().invoke(app, ["explain", "--checkpoint", str(folder), "--layer", "1",
+                                   "--text", text, "--stage", "x_v", "--stage", "v"])
+    assert out.exit_code == 0, out.output
+    assert "x_v: the model's own value_tensor" in out.output
+    assert "v  V = X_v·W_V + b_v" in out.output
 
 
 def test_convberts_mixed_layers_are_refused_for_good(tmp_path: Path) -> None:

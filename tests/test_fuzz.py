@@ -138,7 +138,7 @@ SCALARS = st.none() | st.booleans() | st.integers(-10**30, 10**30) | \
     st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=8)
 VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=4) |
                       st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=30)
-KEYS = st.sampled_from(["x", "x_kv", "w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o",
+KEYS = st.sampled_from(["x", "x_kv", "x_v", "w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o",
                         "q", "k", "v", "heads", "mask", "scale", "tokens", "kv_tokens",
                         "layout", "answers", "other"])
 

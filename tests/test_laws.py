@@ -36,6 +36,10 @@ def problems(draw: st.DrawFn, cross: bool | None = None) -> dict:
     )
     if is_cross:
         kw["x_kv"] = rng.standard_normal((m, d_kv))
+    if draw(st.booleans()):  # the values on an input of their own (MobileBERT's)
+        d_xv = draw(st.integers(1, 5))
+        kw["x_v"] = rng.standard_normal((m, d_xv))
+        kw["w_v"] = rng.standard_normal((d_xv, heads * d_v))
     if draw(st.booleans()):
         kw["w_o"] = rng.standard_normal((heads * d_v, draw(st.integers(1, 4))))
     if draw(st.booleans()):
@@ -90,6 +94,8 @@ def test_permuting_keys_leaves_output_unchanged(kw: dict, data: st.DataObject) -
     moved = dict(kw)
     if kv_key:
         moved["x_kv"] = kw["x_kv"][perm]
+        if kw.get("x_v") is not None:  # a value row goes with its key
+            moved["x_v"] = kw["x_v"][perm]
     else:  # self-attention: keys and queries are the same rows; use the q/k/v form
         q, k, v = (mhacli.trace(**{**kw, "mask": None})[s] for s in ("q", "k", "v"))
         kw = {"q": q, "k": k, "v": v, "heads": kw["heads"], "scale": kw["scale"],

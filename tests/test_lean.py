@@ -38,7 +38,7 @@ def _one_query(m: int, groups: int, seed: int = 0) -> dict:
 PROBLEMS = [(f"{name}{' cross' if cross else ''}", _problem(3, combo, cross))
             for name, combo in COMBOS.items() for cross in (False, True)] + \
     [(name, case(name)) for name in ("self", "widths", "cross_wide", "biases", "mask_matrix",
-                                     "direct", "large_scores", "softcap")] + \
+                                     "direct", "large_scores", "softcap", "values_input")] + \
     [(f"one query, {m} keys, {g} kv heads", _one_query(m, g, m))
      for m in (7, 9, 33) for g in (1, 2, 4)]
 

@@ -264,8 +264,8 @@ def _replayed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     text, reading, _ = _recorded("gpt2")
     calls: list[str] = []
 
-    def read_text(folder: object, asked: str, layers: dict,
-                  kv_from: dict | None = None) -> Reading:
+    def read_text(folder: object, asked: str, layers: dict, kv_from: dict | None = None,
+                  values: dict | None = None) -> Reading:
         calls.append(asked)
         assert asked == text
         return reading

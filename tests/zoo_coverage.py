@@ -105,6 +105,10 @@ def run_type(model_type: str, model_class: str, base: Path) -> Result:
         given = {"x": x}
         if reading.cross:  # the encoder's output, as many rows
             given["x_kv"] = rng.standard_normal((TOKENS, reading.weights["w_k"].shape[0]))
+        if reading.values_input:  # the values' own input (MobileBERT's layer input)
+            given["x_v"] = rng.standard_normal((TOKENS, reading.weights["w_v"].shape[0]))
+        own = {"x_kv": given.get("x_kv"), "x_v": given.get("x_v"),
+               "values_input": reading.values_input or "value_tensor"}
         try:
             got = mhacli.attention(**from_mapping(given, "zoo", reading=reading).inputs)
         except Exception as exc:
@@ -117,10 +121,10 @@ def run_type(model_type: str, model_class: str, base: Path) -> Result:
             output = None  # (the module's own output: its o_proj is another layer's name)
         try:
             try:
-                want = zoo.module_reference(model, path, x, output, x_kv=given.get("x_kv"))
+                want = zoo.module_reference(model, path, x, output, **own)
             except RuntimeError:  # a model whose code fails in float64 (XGLM): float32
                 want = zoo.module_reference(zoo.load(folder, torch.float32), path, x, output,
-                                            x_kv=given.get("x_kv"))
+                                            **own)
                 out.notes = " (the model run in float32: its code fails in float64)"
         except Exception as exc:
             out.result, out.detail = "not built", f"layer {layer}: the reference failed: " \

@@ -63,6 +63,8 @@ def generate(
       mha generate --seed 7 --answers -o key.yaml
 
       mha generate --ints -1:1 --kv-tokens 'el gato' --tokens 'the cat sat' --d-kv 3
+
+      mha generate --ints -1:1 --d-xv 3
     """
     with guard(debug):
         from .. import engine
@@ -78,6 +80,7 @@ def generate(
         if s.checkpoint is not None or s.layer is not None or s.text is not None:
             others = [o for o, v in (("--ints", s.ints), ("--d-model", s.d_model),
                                      ("--kv-tokens", s.kv_tokens), ("--d-kv", s.d_kv),
+                                     ("--d-xv", s.d_xv),
                                      ("--d-k", s.d_k), ("--no-w-o", s.no_w_o),
                                      ("--no-biases", s.no_biases), ("--latent", s.latent),
                                      ("--max-score", max_score)) if v]
@@ -98,7 +101,7 @@ def generate(
                 d_model=s.d_model, ints=gen.parse_ints(s.ints) if s.ints is not None else None,
                 kv_tokens=gen.parse_tokens(s.kv_tokens, "--kv-tokens")
                 if s.kv_tokens is not None else None,
-                d_kv=s.d_kv, w_o=not s.no_w_o, most=gen.MOST_WRITTEN, d_k=s.d_k,
+                d_kv=s.d_kv, d_xv=s.d_xv, w_o=not s.no_w_o, most=gen.MOST_WRITTEN, d_k=s.d_k,
                 max_score=max_score, settings=option_values(settings), backward=backward,
                 biases=False if s.no_biases else None, latent=s.latent)
         if backward:
@@ -139,6 +142,7 @@ def _header(prob: Any, checkpoint: Any, seed: int, what: str) -> str:
             "attention for this text (nothing random: no seed)\n"
             + (f"x_kv: {read['kv_input']}\n" if "kv_input" in read else "")
             + (f"{read['global_input']}\n" if "global_input" in read else "") +
+            + (f"x_v: {read['v_input']}\n" if "v_input" in read else "") +
             "mha's output agrees with the model's own attention output (largest difference "
             f"{read['agreement']:.1e}, relative)")
 

@@ -68,6 +68,10 @@ OPTIONS: tuple[SourceOption, ...] = (
     SourceOption("d_kv", Annotated[Optional[int], typer.Option(
         "--d-kv", help="Cross-attention: the width of the key/value tokens.",
         rich_help_panel=PROBLEM)], commands=("generate",)),
+    SourceOption("d_xv", Annotated[Optional[int], typer.Option(
+        "--d-xv", help="The values on an input of their own, x_v, this wide (MobileBERT's "
+        "layout: V = X_v·W_V, Q and K from x).", rich_help_panel=PROBLEM)],
+        commands=("generate",)),
     SourceOption("d_k", Annotated[Optional[int], typer.Option(
         "--d-k", help="Width of each head (default d_model / heads; under --ints a perfect "
         "square, so that √d_k is whole).", rich_help_panel=PROBLEM)], commands=("generate",)),
@@ -121,6 +125,7 @@ class Source:
     ints: Optional[str] = None
     kv_tokens: Optional[str] = None
     d_kv: Optional[int] = None
+    d_xv: Optional[int] = None
     d_k: Optional[int] = None
     no_w_o: bool = False
     no_biases: bool = False

@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # annotations only: each costs a millisecond or two of start-
     from .reach import Reach
 
 Array = np.ndarray  # of floats (or of Fractions, for exact arithmetic)
-MATRICES = ("x", "x_kv", "w_q", "w_k", "w_v", "w_o", "q", "k", "v", "grad_output",
+MATRICES = ("x", "x_kv", "x_v", "w_q", "w_k", "w_v", "w_o", "q", "k", "v", "grad_output",
             "target", "w_dq", "w_uq", "w_dkv", "w_uk", "w_uv")  # the input matrices
 # (the last five: multi-head latent attention's, latent.py)
 PER_HEAD_MATRICES = frozenset({"w_q", "w_k", "w_v", "w_o"})  # or a list of H of them
@@ -28,7 +28,7 @@ VECTORS = ("b_q", "b_k", "b_v", "b_o", "q_latent_norm", "kv_latent_norm", "k_rop
 # The fields of Config and Prepared that no setting fills (each entry of the settings
 # table names those it fills): the sizes, the inputs, and what prepare works out from
 # them; a test holds the two lists to the dataclasses below
-DERIVED = ("n", "m", "d_k", "d_v", "d_out", "d_model", "d_kv", "cross", "direct", "biases",
+DERIVED = ("n", "m", "d_k", "d_v", "d_out", "d_model", "d_kv", "d_xv", "cross", "direct", "biases",
            "has_w_o", "backward", "loss", "config", *MATRICES, *VECTORS, "dead_rows",
            "r_q", "r_kv", "d_rope", "rope_normed")
 
@@ -54,6 +54,7 @@ class Config:
     biases: tuple[str, ...]  # which of b_q, b_k, b_v, b_o are present
     has_w_o: bool
     masked_row: str
+    d_xv: int = 0  # the width of x_v, the values' own input (0: none, V reads K's input)
     softcap: float | None = None  # c of c·tanh(z / c), or None
     kv_heads: int = 0  # G key/value heads (grouped-query); 0 is read as H
     window: int | None = None  # sliding window: query i sees key j only if |i − j| < w
@@ -165,6 +166,11 @@ class Config:
             rope_theta(self.rope_dims, self.rope_base)
 
     @property
+    def d_vin(self) -> int | None:
+        """The width of the input V is projected from: x_v's, or d_kv."""
+        return self.d_xv or self.d_kv
+
+    @property
     def key_labels(self) -> bool:
         """Do the key rows have labels of their own (x_kv, or k and v given)?"""
         return self.cross or self.direct
@@ -239,6 +245,7 @@ class Prepared:
     w_eo: Array | None = None  # (E, G·d_v, d_out) each expert's W_O
     grad_output: Array | None = None  # (n, d_out) dL/d output, when given
     target: Array | None = None  # (n, d_out), for L = ½·Σ(output − target)²
+    x_v: Array | None = None  # (m, d_xv): the values' own input, when they have one
 
     @cached_property
     def reach(self) -> Reach:
@@ -286,3 +293,4 @@ class Sizes:
     x_kv: Array | None
     d_rope: int = 0  # MLA: the width RoPE turns by default (d_R), else d_k
     r_q: int = 0  # MLA: the query latent's width (the indexer reads it)
+    x_v: Array | None = None  # (m, d_xv): the values' own input, when they have one

@@ -196,11 +196,17 @@ def _hold(p: Prepared) -> bool:
 
 def _projections(p: Prepared) -> list[int]:
     """The multiply-adds of each product ``ops.projections`` makes: one, fused, in
-    self-attention; X·W_Q and X_kv·[W_K | W_V] in cross-attention; none given Q, K, V."""
+    self-attention; X·W_Q and X_kv·[W_K | W_V] in cross-attention; X_v·W_V apart where
+    the values have their own input; none given Q, K, V."""
     c = p.config
     if c.direct:
         return []
     q_cols, kv_cols = c.heads * c.d_k, c.groups * (c.d_k + c.d_v)
+    if p.x_v is not None:  # V = X_v·W_V apart
+        v = [c.m * c.d_xv * c.groups * c.d_v]
+        if p.x_kv is None:
+            return [c.n * p.x.shape[1] * (q_cols + c.groups * c.d_k)] + v  # type: ignore
+        return [c.n * p.x.shape[1] * q_cols, c.m * p.x_kv.shape[1] * c.groups * c.d_k] + v
     if p.x_kv is None:
         return [c.n * p.x.shape[1] * (q_cols + kv_cols)]  # type: ignore[union-attr]
     return [c.n * p.x.shape[1] * q_cols, c.m * p.x_kv.shape[1] * kv_cols]
@@ -297,7 +303,8 @@ def _turned_heads(p: Prepared, work: Work, spread: Spread | None) -> tuple[Array
         x_kv = work.stages.get("x_kv_pos", p.x_kv)
         q, k, v = ops.projections(x, x_kv, p.w_q, p.w_k, p.w_v, p.b_q, p.b_k, p.b_v,
                                   turned=True,
-                                  matmul=np.matmul if spread is None else _pieces(spread))
+                                  matmul=np.matmul if spread is None else _pieces(spread),
+                                  x_v=p.x_v)
         if c.clip_qkv is not None:  # each clamped to [−c, c], in place
             for a in (q, k, v):
                 clamped(a, c.clip_qkv, out=a)

@@ -184,8 +184,9 @@ def _d_input(t: Chains, w: Work) -> Array:
     else:
         out = _through(t, w, "q") @ p.w_q.T  # type: ignore[union-attr]
         if not w.c.cross:
-            out = out + _through(t, w, "k") @ p.w_k.T + \
-                _through(t, w, "v") @ p.w_v.T  # type: ignore[union-attr]
+            out = out + _through(t, w, "k") @ p.w_k.T  # type: ignore[union-attr]
+            if not w.c.d_xv:  # (the values' own input takes dV)
+                out = out + _through(t, w, "v") @ p.w_v.T  # type: ignore[union-attr]
     if w.c.gate:  # (in MLA too: the gate reads X)
         out = out + w["d_gate"] @ p.w_gate.T  # type: ignore[union-attr]
     return out
@@ -263,7 +264,8 @@ def _d_gate(w: Work) -> Array:
 def _d_kv_input(t: Chains, w: Work) -> Array:
     """The gradient arriving at the key/value-side input (X_kv, or X_kv + PE)."""
     p = w.p
-    return _through(t, w, "k") @ p.w_k.T + _through(t, w, "v") @ p.w_v.T  # type: ignore[union-attr]
+    out = _through(t, w, "k") @ p.w_k.T  # type: ignore[union-attr]
+    return out if w.c.d_xv else out + _through(t, w, "v") @ p.w_v.T  # type: ignore[union-attr]
 
 
 def _d_positional(w: Work) -> Array:
@@ -313,6 +315,9 @@ def _d_input_text(f: Formula) -> str:
         return moa_grads.d_input_text(src)
     if f.c.cross:
         return f"d{src} = dQ·W_Qᵀ{gate}"
+    if f.c.d_xv:
+        return (f"d{src} = dQ·W_Qᵀ + dK·W_Kᵀ{gate} ({src.strip('()')} feeds the queries and "
+                f"keys; the values read X_v){_clip_text(f)}")
     feeds = "all four" if f.c.gate else "all three"
     return (f"d{src} = dQ·W_Qᵀ + dK·W_Kᵀ + dV·W_Vᵀ{gate} ({src.strip('()')} feeds {feeds})"
             + _clip_text(f))
@@ -327,7 +332,7 @@ def _d_x_text(f: Formula) -> str:
 def _d_x_kv_text(f: Formula) -> str:
     if f.c.positional:
         return "dX_kv = d(X_kv + PE): adding the positions passes the gradient on unchanged"
-    return "dX_kv = dK·W_Kᵀ + dV·W_Vᵀ"
+    return "dX_kv = dK·W_Kᵀ" + ("" if f.c.d_xv else " + dV·W_Vᵀ")
 
 
 def _src(f: Formula, kv: bool) -> str:
@@ -577,9 +582,10 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
               lambda f: f"dW_K = {_src(f, True)}ᵀ·dK{_clip_text(f)}{_shared_text(f, 'K')}",
               "W_K",
               exists=lambda c: not c.direct and not c.latent),
-        _grad("d_w_v", "d_kv × G·d_v", lambda c: (c.d_kv, c.groups * c.d_v), NUMBERED,
-              NUMBERED, lambda w: _source(t, w, True).T @ _through(t, w, "v"),
-              lambda f: f"dW_V = {_src(f, True)}ᵀ·dV{_clip_text(f)}", "W_V",
+        _grad("d_w_v", "d_kv × G·d_v", lambda c: (c.d_vin, c.groups * c.d_v), NUMBERED,
+              NUMBERED, lambda w: w[t.source(w.c, "v")].T @ _through(t, w, "v"),
+              lambda f: f"dW_V = {'X_v' if f.c.d_xv else _src(f, True)}ᵀ·dV{_clip_text(f)}",
+              "W_V",
               exists=lambda c: not c.direct and not c.latent),
         _grad("d_b_q", "H·d_k", lambda c: (c.heads * c.d_k,), NUMBERED, NUMBERED,
               lambda w: _plus(_plus(_sums(_through(t, w, "q")), dis_grads.to_shared(
@@ -619,6 +625,10 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
         _grad("d_x_kv", "m × d_kv", lambda c: (c.m, c.d_kv), KEY, NUMBERED,
               lambda w: w["d_x_kv_pos"] if w.c.positional else _d_kv_input(t, w),
               _d_x_kv_text, "X_{kv}", exists=lambda c: c.cross and not c.direct),
+        _grad("d_x_v", "m × d_xv", lambda c: (c.m, c.d_xv), KEY, NUMBERED,
+              lambda w: _through(t, w, "v") @ w.p.w_v.T,  # type: ignore[union-attr]
+              lambda f: "dX_v = dV·W_Vᵀ (X_v feeds the values alone)" + _clip_text(f),
+              "X_{v}", exists=lambda c: c.d_xv > 0),
         _grad("d_positional", "rows × d_model", lambda c: (c.table_rows, c.d_model), NUMBERED,
               NUMBERED, _d_positional, lambda f: "the learned table's rows: d(X + PE)"
               + (" + d(X_kv + PE)" if f.c.cross else "") + ", position by position (0 in the rows "

@@ -103,7 +103,7 @@ PROJECTIONS: tuple[Stage, ...] = (
     _stage("w_k", "G × d_kv × d_k", lambda c: (c.groups, c.d_kv, c.d_k),
            lambda w: ops.split_heads(w.p.w_k, w.c.groups),  # (G, d_kv, d_k)
            lambda c: not c.direct and not c.latent),
-    _stage("w_v", "G × d_kv × d_v", lambda c: (c.groups, c.d_kv, c.d_v),
+    _stage("w_v", "G × d_kv × d_v", lambda c: (c.groups, c.d_vin, c.d_v),
            lambda w: ops.split_heads(w.p.w_v, w.c.groups),  # (G, d_kv, d_v)
            lambda c: not c.direct and not c.latent),
 )

@@ -6,6 +6,7 @@ Dimensions, named once for the whole engine:
     m        keys and values: rows of x_kv (m = n in self-attention)
     d_model  width of x
     d_kv     width of x_kv (d_kv = d_model in self-attention)
+    d_xv     width of x_v, the values' own input where they have one (else d_kv)
     H        heads
     d_k      query/key width of one head;   q and k are n × H·d_k and m × H·d_k
     d_v      value width of one head;       v is m × H·d_v
@@ -215,15 +216,26 @@ FUSE_MOST = 1 << 20  # weights joined for one product up to this many numbers (8
 
 def projections(x: Array, x_kv: Array | None, w_q: Array, w_k: Array, w_v: Array,
                 b_q: Array | None, b_k: Array | None, b_v: Array | None,
-                turned: bool = False, matmul: Callable[[Array, Array], Array] = np.matmul
-                ) -> tuple[Array, Array, Array]:
+                turned: bool = False, matmul: Callable[[Array, Array], Array] = np.matmul,
+                x_v: Array | None = None) -> tuple[Array, Array, Array]:
     """Q, K, V in as few products as there are inputs: X·[W_Q | W_K | W_V] in
     self-attention, X·W_Q and X_kv·[W_K | W_V] in cross-attention (one each, for weights
-    past ``FUSE_MOST``). ``turned``: Qᵀ, Kᵀ
+    past ``FUSE_MOST``); V = X_v·W_V apart when the values have an input of their own,
+    ``x_v`` (m, d_xv). ``turned``: Qᵀ, Kᵀ
     and Vᵀ, each head's numbers then side by side in memory (rows h·d … (h+1)·d − 1),
     made by ``matmul``. Axes before the last two are problems side by side."""
     def cut(a: Array, at: int) -> tuple[Array, Array]:  # its columns (rows, turned) at
         return (a[..., :at, :], a[..., at:, :]) if turned else (a[..., :at], a[..., at:])
+
+    if x_v is not None:  # the values read an input of their own (MobileBERT's)
+        v = project(x_v, w_v, b_v, turned, matmul)  # (m, H·d_v), or turned
+        if x_kv is not None or w_q.size + w_k.size > FUSE_MOST:
+            return (project(x, w_q, b_q, turned, matmul),
+                    project(x if x_kv is None else x_kv, w_k, b_k, turned, matmul), v)
+        qk = project(x, np.concatenate([w_q, w_k], axis=-1),
+                     joined_bias(b_q, b_k, w_q, w_k), turned, matmul)  # (n, H·d_k + G·d_k)
+        q, k = cut(qk, w_q.shape[-1])
+        return q, k, v
 
     if w_q.size + w_k.size + w_v.size > FUSE_MOST:  # a large layer: no joined copy of it
         return (project(x, w_q, b_q, turned, matmul),

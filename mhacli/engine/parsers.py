@@ -274,6 +274,10 @@ def positional(value: Any, s: Sizes) -> Fields:
     if x is None:
         raise MhaError("positional encodings are added to x: give x and the weights, not q, "
                        "k, v", key="positional")
+    if s.x_v is not None:
+        raise MhaError("positional encodings are added to x and x_kv; with x_v (the values' "
+                       "own input) mha does not add them to the values' input",
+                       key="positional")
     n, d = x.shape
     m = None if x_kv is None else x_kv.shape[0]
     if isinstance(value, str):

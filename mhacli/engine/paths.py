@@ -154,7 +154,7 @@ def exact_trace(p: Prepared, until: str | None = None) -> Trace:
 def attention(
     x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, *,
     w_o: Any = None, b_q: Any = None, b_k: Any = None, b_v: Any = None, b_o: Any = None,
-    x_kv: Any = None, q: Any = None, k: Any = None, v: Any = None,
+    x_kv: Any = None, x_v: Any = None, q: Any = None, k: Any = None, v: Any = None,
     backward: bool = False, grad_output: Any = None, target: Any = None,
     w_dq: Any = None, q_latent_norm: Any = None, w_uq: Any = None, w_dkv: Any = None,
     kv_latent_norm: Any = None, w_uk: Any = None, w_uv: Any = None,
@@ -163,7 +163,8 @@ def attention(
     """Multi-head attention: the final output only (n × d_out), the fast path.
 
     ``x, w_q, w_k, w_v`` (or ``q=, k=, v=``), optional ``w_o`` and biases
-    ``b_q b_k b_v b_o``, ``x_kv`` for cross-attention, and the settings below (``heads``,
+    ``b_q b_k b_v b_o``, ``x_kv`` for cross-attention, ``x_v`` where the values read an
+    input of their own (m × d_xv: V = X_v·W_V), and the settings below (``heads``,
     ``mask``: None, "causal" or an n × m 0/1 array, 1 = may attend; ``scale``: "dk",
     "n", "none" or a number; ``dtype``: float64 or float32; the variants).
     Multi-head latent attention: ``w_dkv, kv_latent_norm, w_uk, w_uv`` in place of
@@ -181,7 +182,7 @@ def attention(
 def trace(
     x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, *,
     w_o: Any = None, b_q: Any = None, b_k: Any = None, b_v: Any = None, b_o: Any = None,
-    x_kv: Any = None, q: Any = None, k: Any = None, v: Any = None,
+    x_kv: Any = None, x_v: Any = None, q: Any = None, k: Any = None, v: Any = None,
     backward: bool = False, grad_output: Any = None, target: Any = None,
     w_dq: Any = None, q_latent_norm: Any = None, w_uq: Any = None, w_dkv: Any = None,
     kv_latent_norm: Any = None, w_uk: Any = None, w_uv: Any = None,

@@ -74,7 +74,7 @@ def many(p: Prepared, inputs: dict[str, Array]) -> Array:
     output is the same, to the bit, as ``small`` makes it alone; not checked for an
     overflow here (``check_finite`` on each, by the caller that knows its problem)."""
     c = p.config
-    given = {name for name in ("x", "x_kv", "w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v",
+    given = {name for name in ("x", "x_kv", "x_v", "w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v",
                                "b_o", "q", "k", "v") if getattr(p, name) is not None}
     if set(inputs) != given or any(inputs[name].shape[1:] != getattr(p, name).shape
                                    for name in given):
@@ -86,7 +86,7 @@ def many(p: Prepared, inputs: dict[str, Array]) -> Array:
         else:
             q, k, v = ops.projections(get("x"), get("x_kv"), get("w_q"), get("w_k"),
                                       get("w_v"), get("b_q"), get("b_k"), get("b_v"),
-                                      turned=True)  # (B, H·d_k, n), (B, G·d_k, m), …
+                                      turned=True, x_v=get("x_v"))  # (B, H·d_k, n), …
         lead = q.shape[:-2]
         q_t, k_t, v_t = (a.reshape(*lead, heads, -1, a.shape[-1]) for a, heads in
                          ((q, c.heads), (k, c.groups), (v, c.groups)))

@@ -130,7 +130,12 @@ def _x_pos(w: Work, kv: bool = False) -> Array | None:
 def _projected(w: Work) -> tuple[Array, Array, Array]:
     """Q, K and V, from the inputs they read (with their positions), or given."""
     c = w.c
-    return w.projections(*(None if c.direct else source(c, name) for name in ("q", "k")))
+    return w.projections(*(None if c.direct else source(c, name) for name in ("q", "k", "v")))
+
+
+def _v_src(f: Formula) -> str:
+    """The input V is projected from: X_v where the values have their own, else K's."""
+    return "X_v" if f.c.d_xv else f.src
 
 
 def _scores(w: Work) -> Array:
@@ -356,8 +361,13 @@ def _after(chain: str, name: str) -> Callable[[Config], tuple[str, ...]]:
 
 def _key_input(c: Config, name: str) -> tuple[str, ...]:
     """What K or V is projected from: X_kv (with its positions) in cross-attention, X
-    (with its) otherwise; nothing when given."""
-    return () if c.direct else (latest(c, "x_kv" if c.cross else "x", name),)
+    (with its) otherwise, and V from X_v where the values have their own input;
+    nothing when given."""
+    if c.direct:
+        return ()
+    if name == "v" and c.d_xv:
+        return ("x_v",)
+    return (latest(c, "x_kv" if c.cross else "x", name),)
 
 
 def reads(c: Config, name: str) -> tuple[str, ...]:
@@ -452,6 +462,10 @@ FORWARD: tuple[Stage, ...] = (
           exists=lambda c: c.positional is not None and c.cross),
     *moa.before_queries(lambda c, name: latest(c, "x", name)),  # the router's (a mixture
     # of attention heads, expert_stages.py)
+    Stage("x_v", "m × d_xv", lambda c: (c.m, c.d_xv), KEY, NUMBERED,
+          compute=lambda w: w.p.x_v, formula=input_text("X_v, the values' own input"),
+          latex=tex("X_{v}"), cell=cell_input, exact=True, given=True, chain="x_v",
+          exists=lambda c: c.d_xv > 0),
     *PROJECTIONS,  # w_q, w_k, w_v: each head's block, shown on request
     Stage("q", "n × H·d_k", lambda c: (c.n, c.heads * c.d_k), QUERY, NUMBERED,
           compute=lambda w: _projected(w)[0],
@@ -464,14 +478,15 @@ FORWARD: tuple[Stage, ...] = (
           reads=lambda c: () if c.direct else (latest(c, "x", "q"),) + (
               ("router_choice",) if c.experts else ()),
           exists=lambda c: not c.latent),
-    Stage("k", "m × H·d_k", lambda c: (c.m, c.heads * c.d_k), KEY, NUMBERED,
+    Stage("k", "m × G·d_k", lambda c: (c.m, c.groups * c.d_k), KEY, NUMBERED,
           compute=lambda w: _projected(w)[1], formula=proj_text("K", "W_K", lambda f: f.src),
           latex=proj_tex("K", "W_K", "@src"), cell=cell_projection, exact=True,
           reads=lambda c: _key_input(c, "k"),
           exists=lambda c: not c.latent),
-    Stage("v", "m × H·d_v", lambda c: (c.m, c.heads * c.d_v), KEY, NUMBERED,
-          compute=lambda w: _projected(w)[2], formula=proj_text("V", "W_V", lambda f: f.src),
-          latex=proj_tex("V", "W_V", "@src"), cell=cell_projection, exact=True,
+    Stage("v", "m × G·d_v", lambda c: (c.m, c.groups * c.d_v), KEY, NUMBERED,
+          compute=lambda w: _projected(w)[2], formula=proj_text("V", "W_V", _v_src),
+          latex=lambda f: proj_tex("V", "W_V", "X_{v}" if f.c.d_xv else "@src")(f),
+          cell=cell_projection, exact=True,
           reads=lambda c: _key_input(c, "v"),
           exists=lambda c: not c.latent),
     Stage("gate", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,

@@ -25,7 +25,8 @@ from .values import matrix, shape_text, vector
 def prepare(
     x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, *,
     w_o: Any = None, b_q: Any = None, b_k: Any = None, b_v: Any = None, b_o: Any = None,
-    x_kv: Any = None, q: Any = None, k: Any = None, v: Any = None, backward: bool = False,
+    x_kv: Any = None, x_v: Any = None, q: Any = None, k: Any = None, v: Any = None,
+    backward: bool = False,
     grad_output: Any = None, target: Any = None, exact: bool = False,
     w_dq: Any = None, q_latent_norm: Any = None, w_uq: Any = None, w_dkv: Any = None,
     kv_latent_norm: Any = None, w_uk: Any = None, w_uv: Any = None,
@@ -34,7 +35,8 @@ def prepare(
     """Check every shape against every other and copy into the working dtype; raise
     MhaError. ``settings`` are those of the settings table (heads, mask, scale, dtype …).
     ``w_dq`` … ``w_uv``: multi-head latent attention's weights (``latent.py``), in place
-    of w_k and w_v (and of w_q, where the queries are compressed).
+    of w_k and w_v (and of w_q, where the queries are compressed). ``x_v``: the values'
+    own input (MobileBERT's), m rows as the keys' input, as wide as w_v has rows.
 
     ``exact=True`` keeps the entries as given (Fractions, for exact arithmetic).
     """
@@ -71,6 +73,9 @@ def prepare(
     if any(a is not None for a in mla.values()):
         from . import latent
 
+        if x_v is not None:
+            raise MhaError(f"x_v (the values' own input) has no place in {latent.NAME}: "
+                           "its values are made from the latent", key="x_v")
         latent.check_latent_input(x_kv, direct, {"w_k": w_k, "w_v": w_v, "b_q": b_q,
                                                  "b_k": b_k, "b_v": b_v})
         if x is None:
@@ -85,13 +90,13 @@ def prepare(
         groups_given = None
         n, d_model = x_a.shape
         m, d_kv = n, d_model
-        xkv_a = wk = wv = bq = bk = bv = q_a = k_a = v_a = None
+        xkv_a = xv_a = wk = wv = bq = bk = bv = q_a = k_a = v_a = None
         wq = latent_shapes.arrays.pop("w_q")
         width_qk = width_k = heads * latent_shapes.d_k
         width_v = heads * latent_shapes.d_v
     elif direct:
-        extra = [nm for nm, val in (("x", x), ("x_kv", x_kv), ("w_q", w_q), ("w_k", w_k),
-                                    ("w_v", w_v)) if val is not None]
+        extra = [nm for nm, val in (("x", x), ("x_kv", x_kv), ("x_v", x_v), ("w_q", w_q),
+                                    ("w_k", w_k), ("w_v", w_v)) if val is not None]
         if extra:
             raise MhaError(f"give either q, k, v or x and the weights, not both "
                            f"(found q/k/v and {', '.join(extra)})", key=extra[0])
@@ -112,7 +117,7 @@ def prepare(
             raise MhaError(f"k has {m} rows but v has {v_a.shape[0]}: one value row per key",
                            key="v")
         width_v = v_a.shape[1]
-        x_a = xkv_a = wq = wk = wv = None
+        x_a = xkv_a = xv_a = wq = wk = wv = None
         d_model = d_kv = None
         bq = bk = bv = None
     else:
@@ -126,6 +131,7 @@ def prepare(
                            "(give w_q, w_k and w_v, or q, k and v instead of x)")
         x_a = matrix("x", x, t)
         xkv_a = matrix("x_kv", x_kv, t)
+        xv_a = matrix("x_v", x_v, t)
         assert x_a is not None
         wq, h_q = (None, None) if mix else \
             _stack_heads("w_q", matrix("w_q", w_q, t, per_head=True), heads)
@@ -143,10 +149,14 @@ def prepare(
         if rows_q != d_model:
             raise MhaError(f"{'experts w_q' if mix else 'w_q'} has {rows_q} rows but x has "
                            f"{d_model} columns", key=("experts", "w_q") if mix else "w_q")
-        for nm, w in (("w_k", wk), ("w_v", wv)):
-            if w.shape[0] != d_kv:
-                raise MhaError(f"{nm} has {w.shape[0]} rows but {kv_name} has {d_kv} columns",
-                               key=nm)
+        if wk.shape[0] != d_kv:
+            raise MhaError(f"w_k has {wk.shape[0]} rows but {kv_name} has {d_kv} columns",
+                           key="w_k")
+        if xv_a is None and wv.shape[0] != d_kv:
+            raise MhaError(f"w_v has {wv.shape[0]} rows but {kv_name} has {d_kv} columns",
+                           key="w_v")
+        if xv_a is not None:
+            _check_values_input(xv_a, wv, m, kv_name)
         width_qk, width_k = mix.width_q if mix else wq.shape[1], wk.shape[1]
         width_v = wv.shape[1]
         groups = groups_given or heads
@@ -202,7 +212,7 @@ def prepare(
 
     d_rope = 0 if latent_shapes is None else latent_shapes.d_rope
     r_q = 0 if latent_shapes is None else latent_shapes.r_q
-    sizes = Sizes(n, m, heads, groups, d_k, d_v, d_model, t, x_a, xkv_a, d_rope, r_q)
+    sizes = Sizes(n, m, heads, groups, d_k, d_v, d_model, t, x_a, xkv_a, d_rope, r_q, xv_a)
     if latent_shapes is not None and settings.get("dynamic_mask") not in (None, False):
         raise MhaError("the dynamic mask reads the values V = X·W_V: multi-head latent "
                        "attention makes them from its latent (w_dkv, w_uv), which it does "
@@ -232,6 +242,7 @@ def prepare(
     config = Config(
         n=n, m=m, heads=heads, d_k=d_k, d_v=d_v, d_out=d_out, d_model=d_model, d_kv=d_kv,
         cross=xkv_a is not None, direct=direct, dtype=dtype_name,
+        d_xv=0 if xv_a is None else xv_a.shape[1],
         biases=tuple(nm for nm, b in (("b_q", bq), ("b_k", bk), ("b_v", bv), ("b_o", bo))
                      if b is not None),
         has_w_o=wo is not None, masked_row=masked_row,
@@ -243,7 +254,18 @@ def prepare(
         raise MhaError(f"the mask blocks every key for query row(s) {rows}", key="mask")
     return Prepared(config, x_a, xkv_a, wq, wk, wv, wo, bq, bk, bv, bo, q_a, k_a, v_a,
                     dead_rows=dead, grad_output=upstream["grad_output"],
-                    target=upstream["target"], **arrays)
+                    target=upstream["target"], x_v=xv_a, **arrays)
+
+
+def _check_values_input(xv: np.ndarray, wv: np.ndarray, m: int, kv_name: str) -> None:
+    """x_v, the values' own input: one row per key (as ``kv_name``), as wide as w_v has
+    rows; MhaError naming x_v otherwise."""
+    if xv.shape[0] != m:
+        raise MhaError(f"x_v has {xv.shape[0]} rows but {kv_name} has {m}: the values' input "
+                       "needs one row per key", key="x_v")
+    if xv.shape[1] != wv.shape[0]:
+        raise MhaError(f"x_v has {xv.shape[1]} columns but w_v has {wv.shape[0]} rows: the "
+                       "values' input must be as wide as w_v has rows", key="x_v")
 
 
 def check_progress(progress: Any) -> Callable[[int, int], None] | None:

@@ -33,10 +33,10 @@ class Work:
     def __getitem__(self, name: str) -> Array:
         return self.stages[name]
 
-    def projections(self, x: str | None = None, x_kv: str | None = None
-                    ) -> tuple[Array, Array, Array]:
-        """Q, K and V: projected from the stages ``x`` and ``x_kv`` (the inputs as the
-        stage table says Q and K read them: with their positions), or given."""
+    def projections(self, x: str | None = None, x_kv: str | None = None,
+                    x_v: str | None = None) -> tuple[Array, Array, Array]:
+        """Q, K and V: projected from the stages ``x``, ``x_kv`` and ``x_v`` (the inputs
+        as the stage table says Q, K and V read them: with their positions), or given."""
         if self._qkv is None:
             p = self.p
             if self.c.direct:
@@ -52,8 +52,9 @@ class Work:
             else:
                 assert x is not None and x_kv is not None
                 kv = self.stages[x_kv] if x_kv != x else None  # self-attention: one product
+                own = self.stages[x_v] if x_v not in (None, x, x_kv) else None  # V's own
                 self._qkv = ops.projections(self.stages[x], kv, p.w_q, p.w_k, p.w_v, p.b_q,
-                                            p.b_k, p.b_v)
+                                            p.b_k, p.b_v, x_v=own)
                 if self.c.clip_qkv is not None:  # each clamped to [−c, c]
                     self._qkv = tuple(clamped(a, self.c.clip_qkv)  # type: ignore[assignment]
                                       for a in self._qkv)
@@ -78,10 +79,10 @@ class Work:
 
 
 def started(p: Prepared) -> Work:
-    """The work of a computation on the fast path, its inputs in place: x and x_kv, with
-    their positions added when the problem has them (x_pos, x_kv_pos)."""
+    """The work of a computation on the fast path, its inputs in place: x, x_kv and x_v,
+    with their positions added when the problem has them (x_pos, x_kv_pos)."""
     work = Work(p, exact=False)
-    work.stages.update(x=p.x, x_kv=p.x_kv)  # type: ignore[dict-item]
+    work.stages.update(x=p.x, x_kv=p.x_kv, x_v=p.x_v)  # type: ignore[dict-item]
     if p.pe is not None:  # positions added to the inputs
         work.stages["x_pos"] = p.x + p.pe  # type: ignore[operator]
         if p.pe_kv is not None:

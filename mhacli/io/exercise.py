@@ -64,8 +64,8 @@ def head_width(d: int, h: int, d_k: int | None, whole_root: bool, even: bool = F
 
 def hand_sized(rng: np.random.Generator, ints: tuple[int, int], n: int, m: int, d: int,
                dkv: int, h: int, g: int, width: int, cross: bool, w_o: bool, bound: float,
-               build: Callable[[dict], Problem], biases: bool = False
-               ) -> tuple[Problem, list[str]]:
+               build: Callable[[dict], Problem], biases: bool = False,
+               d_xv: int | None = None) -> tuple[Problem, list[str]]:
     """Small integers, redrawn until the exercise is one a person can do by hand, and one
     in which each mistake `check` names gives other numbers than the right ones, where
     the sizes let it (`io.telling`); with the lines that say which mistakes the sizes,
@@ -98,9 +98,11 @@ def hand_sized(rng: np.random.Generator, ints: tuple[int, int], n: int, m: int, 
     # hand-sized, though a mistake hides in it: the first draw that hides the fewest
     fallback: tuple[int, Problem, dict[str, str]] | None = None
     share = h // g  # query heads a key head serves
+    dv_in = dkv if d_xv is None else d_xv  # the rows of W_V: x_v's width, where given
+    own = {} if d_xv is None else {"x_v": np.ones((m, d_xv))}  # the values' own input
     trial = build({"x": np.ones((n, d)), **({"x_kv": np.ones((m, dkv))} if cross else {}),
-                   "w_q": np.ones((d, h * width)), "w_k": np.ones((dkv, g * width)),
-                   "w_v": np.ones((dkv, g * width))})
+                   **own, "w_q": np.ones((d, h * width)),
+                   "w_k": np.ones((dkv, g * width)), "w_v": np.ones((dv_in, g * width))})
     s, allowed = trial.config.scale, trial.prepared.allowed()  # the sizes' and settings'
     sizes = size_notes(trial)  # mistakes no draw of these sizes can show
     for attempt in range(DRAWS):
@@ -129,8 +131,10 @@ def hand_sized(rng: np.random.Generator, ints: tuple[int, int], n: int, m: int, 
                 w_q[:, head * width:(head + 1) * width] = wq[q]
                 b_q[head * width:(head + 1) * width] = bq[q, 0]
         else:
-            inputs = {"x": x, **({"x_kv": x_kv} if cross else {}), "w_q": w_q, "w_k": w_k,
-                      "w_v": draw((dkv, g * width), density)}
+            if d_xv is not None:  # (drawn only then: the other exercises' draws unchanged)
+                own = {"x_v": draw((m, d_xv), max(density, 0.5), every_row=True)}
+            inputs = {"x": x, **({"x_kv": x_kv} if cross else {}), **own,
+                      "w_q": w_q, "w_k": w_k, "w_v": draw((dv_in, g * width), density)}
             if w_o:
                 inputs["w_o"] = draw((h * width, d), density)
             if biases:

@@ -51,7 +51,7 @@ def parse_ints(text: str) -> tuple[int, int]:
 def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = None,
                    d_model: int | None = None, ints: tuple[int, int] | None = None,
                    kv_tokens: int | list[str] | None = None, d_kv: int | None = None,
-                   w_o: bool = True, most: int = MOST_NUMBERS, d_k: int | None = None,
+                   d_xv: int | None = None, w_o: bool = True, most: int = MOST_NUMBERS, d_k: int | None = None,
                    max_score: float | None = None, settings: dict[str, Any] | None = None,
                    strict: bool = True, backward: bool = False,
                    biases: bool | None = None, latent: int | None = None) -> Problem:
@@ -66,7 +66,8 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
     causal unless a mask is given, and has the biases b_q, b_k, b_v, b_o unless
     ``biases`` is False (decimals have them only when it is True), so that a mask misused
     or a bias left out shows. ``latent`` R makes a problem of multi-head latent attention
-    (latents R wide: `io.latent_exercise`). ``kv_heads`` makes W_K and W_V
+    (latents R wide: `io.latent_exercise`). ``d_xv`` gives the values an input of their
+    own, x_v, that wide (V = X_v·W_V; MobileBERT's layout). ``kv_heads`` makes W_K and W_V
     G·d_k wide (grouped-query); the other ``settings`` (of the settings table: heads,
     mask, scale, window, alibi, …) are set as options are.
     Not ``strict`` (`explain`/`run --ints`), a problem too large to be hand-sized, or one
@@ -105,8 +106,8 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
         return _latent(rng_seed=seed, ints=ints if hand else None, n=n, d=d, h=h, r=latent,
                        d_k=d_k, w_o=w_o, max_score=max_score, settings=settings,
                        labels=labels, backward=backward, strict=strict,
-                       refused=[o for o, v in (("--kv-tokens", cross), ("--kv-heads", kv_heads))
-                                if v])
+                       refused=[o for o, v in (("--kv-tokens", cross), ("--kv-heads", kv_heads),
+                                               ("--d-xv", d_xv)) if v])
     rope = settings.get("rope") is not None
     width = head_width(d, h, d_k, hand and default_scale(scale), even=rope)
     g = h if kv_heads is None else kv_heads
@@ -121,8 +122,12 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
     dkv = d if d_kv is None else d_kv
     if cross and (m < 1 or dkv < 1):
         raise MhaError("--kv-tokens and --d-kv must be at least 1")
+    if d_xv is not None and d_xv < 1:
+        raise MhaError(f"--d-xv must be at least 1, got {d_xv}")
+    dv_in = dkv if d_xv is None else d_xv  # the rows of W_V
     hd, gd = h * width, g * width
-    count = n * d + (m * dkv if cross else 0) + d * hd + 2 * dkv * gd + (hd * d if w_o else 0)
+    count = n * d + (m * dkv if cross else 0) + d * hd + dkv * gd + dv_in * gd + \
+        (m * d_xv if d_xv else 0) + (hd * d if w_o else 0)
     if count > most:
         raise MhaError(f"a random problem of {n} tokens × d_model {d} would hold {count} "
                        f"numbers; this is limited to {most} (too large to generate)")
@@ -148,21 +153,23 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
             places = 2 + max(0, int(np.ceil(-np.log10(sd))) - 1)
             return np.round(rng.standard_normal((rows, cols)) * sd, places)
 
-        sd_w, sd_kv = 1 / np.sqrt(d), 1 / np.sqrt(dkv)
+        sd_w, sd_kv, sd_v = 1 / np.sqrt(d), 1 / np.sqrt(dkv), 1 / np.sqrt(dv_in)
         inputs: dict = {"x": draw(n, d, 1.0)}
         if cross:
             inputs["x_kv"] = draw(m, dkv, 1.0)
+        if d_xv is not None:  # the values' own input
+            inputs["x_v"] = draw(m, d_xv, 1.0)
         if moa:  # the experts' own W_Q and W_O (the setting) in place of w_q and w_o
-            inputs.update(w_k=draw(dkv, gd, sd_kv), w_v=draw(dkv, gd, sd_kv))
+            inputs.update(w_k=draw(dkv, gd, sd_kv), w_v=draw(dv_in, gd, sd_v))
         else:
             inputs.update(w_q=draw(d, hd, sd_w), w_k=draw(dkv, gd, sd_kv),
-                          w_v=draw(dkv, gd, sd_kv))
+                          w_v=draw(dv_in, gd, sd_v))
         if w_o and not moa:
             inputs["w_o"] = draw(hd, d, sd_w)
         if biases:
             if not moa:
                 inputs["b_q"] = draw(1, hd, sd_w)[0]
-            inputs.update(b_k=draw(1, gd, sd_kv)[0], b_v=draw(1, gd, sd_kv)[0])
+            inputs.update(b_k=draw(1, gd, sd_kv)[0], b_v=draw(1, gd, sd_v)[0])
             if w_o and not moa:
                 inputs["b_o"] = draw(1, d, sd_w)[0]
         return build(inputs)
@@ -176,7 +183,7 @@ def random_problem(*, seed: int | None = None, tokens: int | list[str] | None = 
     try:
         prob, notes = hand_sized(rng, ints, n, m, d, dkv, h, g, width, cross, w_o,
                                  HAND_MAX_SCORE if max_score is None else max_score, build,
-                                 biases)
+                                 biases, d_xv)
     except MhaError:
         if strict:
             raise

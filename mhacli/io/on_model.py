@@ -55,6 +55,8 @@ def load_checkpoint(checkpoint: str | Path, layer: int | None, *, file: str | No
     given: dict[str, Any] = {"x": x, "tokens": labels}
     if reading.cross:  # a cross-attention: the encoder's output, as many random rows
         given["x_kv"] = np.round(rng.standard_normal((n, reading.weights["w_k"].shape[0])), 2)
+    if reading.values_input:  # the values' own input (MobileBERT's layer input)
+        given["x_v"] = np.round(rng.standard_normal((n, reading.weights["w_v"].shape[0])), 2)
     return from_mapping(given, source, None, layout, heads=heads, reading=reading)
 
 
@@ -93,7 +95,8 @@ def load_text_layers(checkpoint: str | Path, text: str, layers: list[int], *,
                         f.module or f.stem, count=1)
               for k, f in found.items() if f.kv_layer is not None}
     reading = read_text(path, text, {k: f.module or f.stem for k, f in found.items()},
-                        kv_from=shared)
+                        kv_from=shared,
+                        values={k: f.values_input for k, f in found.items() if f.values_input})
     return from_reading(path, text, reading, layers, layout=layout, found=found, **settings)
 
 
@@ -117,6 +120,8 @@ def from_reading(checkpoint: str | Path, text: str, reading: Any, layers: list[i
         if k in reading.x_kv:  # a cross-attention: the encoder's output on the text (a
             # KV-shared layer: the input of the layer it shares from)
             given.update(x_kv=reading.x_kv[k], kv_tokens=reading.labels)
+        if k in reading.x_v:  # the values' own input, as the model called the module
+            given["x_v"] = reading.x_v[k]
         prob = from_mapping(given, f"the text on {path}", None, layout, reading=layer)
         changes = {key: v for key, v in settings.items() if v is not None and not (
             key in ("dtype", "masked_row") and v == getattr(prob.config, key))}
@@ -148,6 +153,10 @@ def from_reading(checkpoint: str | Path, text: str, reading: Any, layers: list[i
                    "checkpoint)" if first else "the model's own hidden state of its "
                    "learned global embeddings (embed_global) after the layers before")
                 + ", normed by the layer's global_self_attn_layer_norm")
+        if layer.values_input:  # the values' own input: the model's too
+            read["v_input"] = (f"the model's own {layer.values_input} its attention is called "
+                               f"with for the text (the values' input; x its queries' and "
+                               "keys')")
         if str(k).startswith("decoder."):  # what the decoder read: said, as it is not the text
             read["decoder_input"] = (f"the decoder's start token {reading.start_labels[0]} "
                                      f"(id {reading.start[0]}, config decoder_start_token_id)"
@@ -183,6 +192,8 @@ def _refuse_changes(path: Path, text: str, found: dict[int, Any], settings: dict
         # global tokens' rows, where it has them)
         if layer.cross:
             zeros["x_kv"] = np.zeros((2, layer.weights["w_k"].shape[0]))
+        if layer.values_input:
+            zeros["x_v"] = np.zeros((2, layer.weights["w_v"].shape[0]))
         base = from_mapping(zeros, f"layer {k} of {path}", None, reading=layer)
         changed = []
         for key, value in given.items():

@@ -36,6 +36,12 @@ def on_layer(inputs: dict[str, Any], reading: Any, heads: int | None,
         raise MhaError(f"--layer {reading.layer} is a cross-attention: its keys and values "
                        "read the encoder's output, x_kv; give x_kv in the problem (or leave "
                        "out the file for random tokens of both)", key="x_kv")
+    if getattr(reading, "values_input", "") and inputs.get("x_v") is None:
+        raise MhaError(f"--layer {reading.layer}'s values read an input of their own, x_v "
+                       f"({reading.family}'s {reading.values_input}, "
+                       f"{reading.weights['w_v'].shape[0]} wide), not x; give x_v in the "
+                       "problem (or --text, which runs the model, or leave out the file for "
+                       "random tokens of both)", key="x_v")
     most = getattr(reading, "most_tokens", None)
     n = np.shape(inputs["x"])[0] if inputs.get("x") is not None else 0
     if most is not None and n > most:
@@ -90,7 +96,8 @@ def on_layer(inputs: dict[str, Any], reading: Any, heads: int | None,
     if inputs.get("kv_heads") is None and width_k and width_k != width_q and width_q % h == 0 \
             and width_k % (width_q // h) == 0:
         inputs["kv_heads"] = width_k // (width_q // h)
-    origin = {k: v for k, v in reading.origin.items() if k not in own
+    origin = {k: v for k, v in reading.origin.items() if (k not in own or k == "x_v")
               and not (k == "heads" and heads is not None)}  # what the problem gave: its own
+    # (x_v's note says what the model's values read, whoever gives the numbers)
     return {"checkpoint": reading.path, "layer": reading.layer, "family": reading.family,
             "settings": origin}

@@ -159,25 +159,26 @@ def squeezebert(f: Family, r: Reader, stem: str) -> Layer:
     return out
 
 
-@said("query, key, value and output.dense on the bottleneck; no mask; "
-      "key_query_shared_bottleneck refused by name")
+@said("query, key, value and output.dense on the bottleneck; no mask; with "
+      "key_query_shared_bottleneck the values on the layer's input (x_v)")
 def mobilebert(f: Family, r: Reader, stem: str) -> Layer:
     """MobileBERT: BERT's attention inside its bottleneck. With use_bottleneck_attention
     q, k and v read the bottlenecked input (x, intra_bottleneck_size wide); with neither
     that nor key_query_shared_bottleneck they read the layer's input. Its released
     layout, key_query_shared_bottleneck, gives the queries and keys a bottleneck of their
-    own and the values the layer's input: two inputs of their own widths, refused by name."""
+    own (x) and the values the layer's input, hidden_size wide: x_v, the values' own
+    input (the self-attention's ``value_tensor``)."""
     for key in ("use_bottleneck", "intra_bottleneck_size", "true_hidden_size", "embedding_size",
                 "trigram_input", "num_feedforward_networks", "normalization_type",
                 "classifier_activation"):
         r.get(key)  # (the bottlenecks, feed-forward networks and norms around the attention)
     both, shared = r.flag("use_bottleneck_attention"), r.flag("key_query_shared_bottleneck", True)
-    if shared and not both:
-        raise r.error("key_query_shared_bottleneck", "true: MobileBERT's queries and keys "
-                      "read a bottleneck of their own and its values the layer's input, two "
-                      "inputs of different widths, which mha's x does not hold (it reads "
-                      "MobileBERT with use_bottleneck_attention, or neither)")
-    return bert(f, r, stem)
+    out = bert(f, r, stem)
+    if shared and not both and r.flag("use_bottleneck", True):
+        out["values_input"] = "value_tensor"
+        r.note("x_v", "config key_query_shared_bottleneck: the queries and keys read their "
+               "own bottleneck (x), the values the layer's input (x_v, hidden_size wide)")
+    return out
 
 
 @said("refused for good: half of each layer's heads are span-based dynamic convolutions, "

@@ -128,6 +128,8 @@ class LayerReading:
     cross: bool = False  # a cross-attention: its keys and values read x_kv
     kv_layer: int | None = None  # a KV-shared layer's: the layer whose keys and values it
     # takes, made by that layer's weights from that layer's input, x_kv (cross is true)
+    values_input: str = ""  # the argument of the attention module the values read, where
+    # they have an input of their own, x_v (MobileBERT's value_tensor); "": x or x_kv
     most_tokens: int | None = None  # the most tokens the layer is read for (an indexer that
     # keeps every key up to its index_topk: past it, refused; glm_moe_dsa's shared layers)
     most_said: str = ""  # why not past it, in words
@@ -215,14 +217,15 @@ def read_layer(path: str | Path, layer: int | str = 0, dtype: Any = np.float64
     bias = out.pop("position_bias", None)  # a rule of n and m (T5's): made with the problem
     mask = out.pop("position_mask", None)  # (BigBird's blocks: the same)
     kv_layer = out.pop("kv_layer", None)  # (Gemma 3n's, Gemma 4's KV-shared layers)
+    values_input = out.pop("values_input", "")  # (MobileBERT's values on the layer's input)
     weights = {k: v for k, v in out.items() if k in WEIGHTS}
     settings = {k: v for k, v in out.items() if k not in WEIGHTS}
     return LayerReading(str(ckpt.path), layer if part is None else part.name, family, stem,
                         MappingProxyType(weights), MappingProxyType(settings),
                         MappingProxyType(dict(r.origin)), r.dtype,
                         cross=part is not None and part.cross or kv_layer is not None,
-                        kv_layer=kv_layer, most_tokens=most, most_said=most_said,
-                        most_whole=most_whole,
+                        kv_layer=kv_layer, values_input=values_input, most_tokens=most,
+                        most_said=most_said, most_whole=most_whole,
                         module=module, position_bias=bias, position_mask=mask)
 
 

@@ -74,6 +74,7 @@ class Reading:
     x_kv: dict[Any, np.ndarray] = field(default_factory=dict)  # a cross-attention's: (m, d)
     start: list[int] = field(default_factory=list)  # the decoder's ids (its start token)
     start_labels: list[str] = field(default_factory=list)
+    x_v: dict[Any, np.ndarray] = field(default_factory=dict)  # the values' own input (m, d_xv)
 
     def rows(self, layer: Any) -> list[str]:
         """The labels of a layer's query rows: the text's tokens, or in an encoder-decoder
@@ -82,11 +83,13 @@ class Reading:
 
 
 def read_text(folder: str | Path, text: str, layers: dict[Any, str],
-              kv_from: dict[Any, str] | None = None) -> Reading:
+              kv_from: dict[Any, str] | None = None,
+              values: dict[Any, str] | None = None) -> Reading:
     """``text`` through the model in ``folder``: ``layers`` maps each layer to read to
     its attention module's tensor prefix (as the checkpoint names it, with its dot);
     ``kv_from`` a KV-shared layer to the module whose input its x_kv is (the layer whose
-    keys and values it takes)."""
+    keys and values it takes); ``values`` a layer whose values read an input of their
+    own to the argument of its attention module that holds it (its x_v)."""
     folder = Path(folder)
     if not folder.is_dir():
         folder = folder.parent  # a .safetensors file or an index: the folder it is in
@@ -131,6 +134,9 @@ def read_text(folder: str | Path, text: str, layers: dict[Any, str],
             continue
         handles.append(before.register_forward_pre_hook(_catch(caught, "x", layer),
                                                         with_kwargs=True))
+        if layer in (values or {}):  # the values' own input, from the same call
+            handles.append(before.register_forward_pre_hook(
+                _argument(caught, layer, values[layer]), with_kwargs=True))
         handles.append(after.register_forward_hook(_catch(caught, "out", layer,
                                                           stop=set(layers))))
     start = _start(model, folder) if any(str(k).startswith("decoder.") for k in layers) else []
@@ -159,7 +165,8 @@ def read_text(folder: str | Path, text: str, layers: dict[Any, str],
                    {k: caught[("x", k)] for k in layers}, {k: caught[("out", k)] for k in layers},
                    {k: caught.get(("x_kv", k), caught.get(("x_in", k))) for k in layers
                     if ("x_kv", k) in caught or ("x_in", k) in caught},
-                   start, labels(tokenizer, start) if start else [])
+                   start, labels(tokenizer, start) if start else [],
+                   x_v={k: caught[("x_v", k)] for k in layers if ("x_v", k) in caught})
 
 
 def _start(model: Any, folder: Path) -> list[int]:
@@ -213,6 +220,22 @@ def _catch(caught: dict, what: str, layer: Any, stop: set[Any] | None = None) ->
             raise _Enough
 
     return after if what == "out" else before
+
+
+def _argument(caught: dict, layer: Any, name: str) -> Any:
+    """A hook keeping the argument ``name`` of the module's call (as given by position or
+    by keyword): the values' own input, ``x_v``."""
+    import inspect
+
+    def before(module: Any, args: tuple, kwargs: dict) -> None:
+        bound = inspect.signature(module.forward).bind_partial(*args, **kwargs).arguments
+        value = bound.get(name)
+        if value is None:
+            raise MhaError(f"the model called {type(module).__name__} without {name}, the "
+                           "values' input mha reads as x_v")
+        caught[("x_v", layer)] = value[0].detach().double().numpy().copy()
+
+    return before
 
 
 def _time_first(module: Any, caught: dict, layer: Any, stop: set[Any]) -> list[Any]:

@@ -36,6 +36,8 @@ def read_lines(read: Mapping[str, Any], c: Any) -> list[str]:
             lines.append(f"  x_kv: {read['kv_input']}")
         if "global_input" in read:  # (PEGASUS-X's global tokens: a stream of their own)
             lines.append(f"  {read['global_input']}")
+        if "v_input" in read:  # (values on an input of their own: MobileBERT's)
+            lines.append(f"  x_v: {read['v_input']}")
     if c.indexer and c.n <= c.indexer:
         from ..engine.sparse_stages import dense_line
 
