@@ -182,7 +182,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # each, as repeat_kv needs), and head_dim the rotary's width, qk_rope_head_dim's
     **{t: dict(num_key_value_heads=HEADS, head_dim=8) for t in (
         "deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa", "glm4_moe_lite", "youtu",
-        "sarvam_mla", "minicpm3", "kimi_linear", "longcat_flash", "axk1", "bailing_hybrid")},
+        "sarvam_mla", "minicpm3", "kimi_linear", "longcat_flash", "axk1", "axk2",
+        "bailing_hybrid")},
     # DeBERTa's disentangled attention on (its config classes leave it off), the table
     # shorter than the tokens: v1 clamps past max_relative_positions, v2 log-buckets past
     # position_buckets / 2, with DeBERTa-v3's share_att_key and normed table

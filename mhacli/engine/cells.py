@@ -22,7 +22,8 @@ from .tuning import tau_of, tau_text
 from .writing import Entry, sub
 
 
-INPUTS = {"x": "X", "x_pos": "(X + PE)", "x_kv": "X_kv", "x_kv_pos": "(X_kv + PE)"}
+INPUTS = {"x": "X", "x_pos": "(X + PE)", "x_kv": "X_kv", "x_kv_pos": "(X_kv + PE)",
+          "q_latent_both": "[C_Q normed | C_Q]"}
 
 
 def cell_input(e: Entry) -> list[Any]:

@@ -93,6 +93,7 @@ class Config:
     r_kv: int = 0  # MLA: the key/value latent c_KV's width (0: not MLA)
     d_rope: int = 0  # MLA: d_R, the last columns of each head's q and k (k_R: shared)
     latent_eps: float = 0.0  # MLA: the latents' norms' eps, √(mean(x²) + eps)
+    q_latent_both: bool = False  # MLA: W_UQ (and W_gate) read [C_Q normed | C_Q] (A.X K2)
     disentangled: tuple[str, ...] | None = None  # DeBERTa's terms: c2p, p2c (disentangled.py)
     rel_buckets: int = 0  # its position_buckets (0: none, distances as they are)
     rel_max: int = 0  # its max_relative_positions
@@ -260,3 +261,4 @@ class Sizes:
     x_kv: Array | None
     d_rope: int = 0  # MLA: the width RoPE turns by default (d_R), else d_k
     r_q: int = 0  # MLA: the query latent's width (the indexer reads it)
+    q_both: bool = False  # MLA: the gate reads [C_Q normed | C_Q] (2·r_q rows), not X

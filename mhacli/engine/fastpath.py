@@ -397,7 +397,12 @@ def gated(p: Prepared, work: Work) -> Array | None:
     queries read it; None without a gate."""
     if p.w_gate is None:
         return None
-    return act(gate_of(p, work.stages.get("x_pos", p.x)), p.config.gate_fn)
+    src = work.stages.get("x_pos", p.x)
+    if p.config.q_latent_both:  # (A.X K2: the gate reads [C_Q normed | C_Q], as W_UQ)
+        from .latent import q_source
+
+        src = q_source(p, src)
+    return act(gate_of(p, src), p.config.gate_fn)
 
 
 def fast(p: Prepared, progress: Progress | None = None) -> Array:

@@ -174,8 +174,8 @@ def _d_input(t: Chains, w: Work) -> Array:
         if not w.c.cross:
             out = out + _through(t, w, "k") @ p.w_k.T + \
                 _through(t, w, "v") @ p.w_v.T  # type: ignore[union-attr]
-    if w.c.gate:  # (in MLA too: the gate reads X)
-        out = out + w["d_gate"] @ p.w_gate.T  # type: ignore[union-attr]
+    if w.c.gate and not w.c.q_latent_both:  # (in MLA too: the gate reads X, unless it
+        out = out + w["d_gate"] @ p.w_gate.T  # reads the query latent, A.X K2's)
     return out
 
 
@@ -280,7 +280,7 @@ def _d_scaled_text(t: Chains, f: Formula) -> str:
 
 def _d_input_text(f: Formula) -> str:
     src = "(X + PE)" if f.c.positional else "X"
-    gate = " + dG·W_gateᵀ" if f.c.gate else ""
+    gate = " + dG·W_gateᵀ" if f.c.gate and not f.c.q_latent_both else ""
     if f.c.latent:
         return latent_text(src) + (f"{gate} (the gate reads X too)" if gate else "")
     if f.c.cross:
@@ -541,9 +541,12 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
         _grad("d_b_v", "G·d_v", lambda c: (c.groups * c.d_v,), NUMBERED, NUMBERED,
               lambda w: _sums(_through(t, w, "v")), _text("db_v = the column sums of dV"), "b_v",
               exists=lambda c: "b_v" in c.biases),
-        _grad("d_w_gate", "d_model × H·d_v", lambda c: (c.d_model, c.heads * c.d_v),
-              NUMBERED, NUMBERED, lambda w: _source(t, w, False).T @ w["d_gate"],
-              lambda f: f"dW_gate = {_src(f, False)}ᵀ·dG", "W_{gate}",
+        _grad("d_w_gate", "d_model × H·d_v", lambda c: (2 * c.r_q if c.q_latent_both else
+                                                         c.d_model, c.heads * c.d_v),
+              NUMBERED, NUMBERED, lambda w: (w["q_latent_both"] if w.c.q_latent_both else
+                                             _source(t, w, False)).T @ w["d_gate"],
+              lambda f: "dW_gate = [C_Q normed | C_Q]ᵀ·dG" if f.c.q_latent_both else
+              f"dW_gate = {_src(f, False)}ᵀ·dG", "W_{gate}",
               exists=lambda c: c.gate),
         _grad("d_b_gate", "H·d_v", lambda c: (c.heads * c.d_v,), NUMBERED, NUMBERED,
               lambda w: _sums(w["d_gate"]), _text("db_gate = the column sums of dG"),

@@ -294,6 +294,14 @@ SETTINGS: tuple[Setting, ...] = (
             fields=("indexer", "index_heads", "index_dim", "index_rope", "index_eps",
                     "w_iq", "w_ik", "ik_norm", "ik_bias", "w_iw"),
             shown=sparse.shown, write=lambda c, p, given: sparse.write(c, p, read.written)),
+    Setting("q_latent_both", "multi-head latent attention with a query latent (A.X K2): "
+            "True: W_UQ reads the query latent both normed and raw, [C_Q normed | C_Q] "
+            "(2·r_q rows, stage q_latent_both), and so does W_gate where given.",
+            kind="flag", words=("true", "false", "yes", "no", "on", "off"),
+            read=read.q_latent_both_value, parse=read.q_latent_both,
+            fields=("q_latent_both",),
+            shown=lambda c: {"q_latent_both": True} if c.q_latent_both else {},
+            write=lambda c, p, given: "true" if c.q_latent_both else None),
     Setting("masked_row", 'a query row whose every key is blocked: "zero" (zero weights, '
             'with a warning), "nan", or "error".', kind="choice",
             choices=("zero", "nan", "error"), default="zero",

@@ -206,7 +206,7 @@ def _concat_normed(w: Work) -> Array | None:
 
 
 def _gate_text(f: Formula) -> str:
-    x = "(X + PE)" if f.c.positional else "X"
+    x = "[C_Q normed | C_Q]" if f.c.q_latent_both else "(X + PE)" if f.c.positional else "X"
     return ("G = " + f.pick(f"{x}·W_gate", f"W_gate·{x}") + (" + b_gate" if f.c.gate_bias
                                                               else "")
             + ": the gate, H·d_v columns (head h owns d_v of them, as V's)")
@@ -439,18 +439,20 @@ FORWARD: tuple[Stage, ...] = (
           latex=proj_tex("V", "W_V", "@src"), cell=cell_projection, exact=True,
           reads=lambda c: _key_input(c, "v"),
           exists=lambda c: not c.latent),
+    *mla.latent_stages(sys.modules[__name__]),  # MLA's latents (latent_stages.py)
+    # (the gate after the latents: with q_latent_both it reads the query latent)
     Stage("gate", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,
           compute=lambda w: gate_of(w.p, w[reads(w.c, "gate")[0]]), formula=_gate_text,
           latex=tex("G", "X W_{gate}", "W_{gate} X"), cell=cell_projection, exact=True,
-          reads=lambda c: (latest(c, "x", "gate"),), exists=lambda c: c.gate),
-    *mla.latent_stages(sys.modules[__name__]),  # MLA's latents (latent_stages.py)
+          reads=lambda c: ("q_latent_both",) if c.q_latent_both else
+          (latest(c, "x", "gate"),), exists=lambda c: c.gate),
     Stage("q_heads", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
           compute=lambda w: mla.q_heads(w, _read(w, "q_heads")) if w.c.latent
           else ops.split_heads(w["q"], w.c.heads),
           formula=_latent_or(mla.q_text, split_text("Q", lambda c: c.d_k, "d_k")),
           latex=tex("Q_{@h}"), cell=_cell_or(mla.cell_q_heads, cell_split), per_head=True,
           exact=True, chain="q", reads=lambda c: ("q",) if not c.latent else
-          ("q_latent_normed",) if c.r_q else (latest(c, "x", "q_heads"),)),
+          (mla.q_reads(c),) if c.r_q else (latest(c, "x", "q_heads"),)),
     Stage("k_heads", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
           compute=lambda w: mla.k_heads(w) if w.c.latent
           else ops.split_heads(w["k"], w.c.groups),
