@@ -196,8 +196,8 @@ def latent_attention(style: str | None = "interleaved", yarn: bool = True,
              "the keys of a problem of at most index_topk tokens (dense); more refused by "
              "name" if indexer else "")
           + (f"; the heads' outputs times σ(x·{gate[0]})" if gate else "")
-          + ("; queries and a gate of the heads' outputs from [q_a_layernorm(C_Q) | C_Q] "
-             "(q_b_proj, q_latent_both)" if doubled else "")
+          + ("; queries and a gate of the heads' outputs from q_a_layernorm(C_Q) and C_Q "
+             "side by side (q_b_proj, q_latent_both)" if doubled else "")
           + (f"; a sink logit a head ({sinks})" if sinks else "")
           + (f"; k_R RMS-normed ({rope_norm}) before RoPE" if rope_norm else ""))
     def read(f: Any, r: Reader, stem: str) -> Layer:
