@@ -144,13 +144,13 @@ OPTIONS: tuple[SettingOption, ...] = (
     SettingOption("latent_eps", "Multi-head latent attention (a file's w_dkv …): the eps of "
                   "its two latent norms, √(mean(x²) + eps); 1e-6 if not given.",
                   metavar="EPS"),
-    SettingOption("q_latent_both", "Multi-head latent attention with a query latent (A.X "
-                  "K2): W_UQ reads it both normed and raw, [C_Q normed | C_Q] (2·r_q rows), "
-                  "and so does W_gate where given."),
     SettingOption("indexer", "Sparse attention (DeepSeek-V3.2's indexer, with multi-head "
                   "latent attention): a YAML/JSON file with top_k, rope (half or "
                   "interleaved), eps, w_q, w_k, k_norm, k_norm_bias and w_weights; each "
                   "query keeps only the keys of its top_k index scores.", metavar="FILE"),
+    SettingOption("q_latent_both", "Multi-head latent attention with a query latent (A.X "
+                  "K2): W_UQ reads it both normed and raw, [C_Q normed | C_Q] (2·r_q rows), "
+                  "and so does W_gate where given."),
     SettingOption("masked_row", "A query row whose every key is blocked: zero weights (with "
                   "a warning), nan, or error.", ADVANCED,
                   commands=("explain", "run", "check")),
