@@ -132,6 +132,9 @@ OPTIONS: tuple[SettingOption, ...] = (
     SettingOption("exclusive", "Exclusive self-attention (NeoMME): each head's output less "
                   "tanh(α_h) times its projection on its own token's value made unit; α, "
                   "one number per head.", metavar="'a1 a2 …'"),
+    SettingOption("value_embeds", "Value embeddings (NeoMME): a row for each key token, "
+                  "m × G·d_v (.npy, YAML or JSON), added to the values after their "
+                  "projection, V + E.", metavar="FILE"),
     SettingOption("clip_qkv", "Clamp Q, K and V to [−C, C] as they come out of their "
                   "projections (OLMo, DBRX, MPT).", metavar="C"),
     SettingOption("w_gate", "Gated attention (Qwen3-Next): the gate's weights, d_model × "

@@ -510,6 +510,11 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
         _grad("d_v", "m × G·d_v", lambda c: (c.m, c.groups * c.d_v), KEY, NUMBERED,
               lambda w: ops.merge_heads(w["d_v_heads"]), _text("the heads' dV side by side"), "V",
               exists=lambda c: not c.latent),
+        _grad("d_value_embeds", "m × G·d_v", lambda c: (c.m, c.groups * c.d_v), KEY,
+              NUMBERED, lambda w: w["d_v"],
+              _text("dE = dV: the values are V + E, and a sum passes the gradient on "
+                    "unchanged"), "E",
+              exists=lambda c: c.value_embedded and not c.latent),
         _grad("d_w_q", "d_model × H·d_k", lambda c: (c.d_model, c.heads * c.d_k), NUMBERED,
               NUMBERED, lambda w: _plus(_source(t, w, False).T @ (
                   ops.merge_heads(w["d_q_heads"]) if w.c.latent else _through(t, w, "q")),

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from ..errors import MhaError
-from . import clipping, disentangled, gating
+from . import clipping, disentangled, gating, value_embeds
 from . import parsers as read
 from . import qk_norms, relative, rope, sparse, sub_norm, xl_relative
 from .parsers import Fields
@@ -256,6 +256,12 @@ SETTINGS: tuple[Setting, ...] = (
                                        "attention's heads is not followed")),
             shown=lambda c: {"exclusive": c.exclusive},
             write=lambda c, p, given: p.exclusive_alpha),
+    Setting("value_embeds", "value embeddings (NeoMME): m × G·d_v numbers, a row for each "
+            "key token (its row of a table of the model, looked up by its token id), added "
+            "to the values after their projection: V + E (stage v_embedded).", kind="file",
+            array=(2,), parse=value_embeds.parse, fields=("value_embedded", "value_embeds"),
+            shown=lambda c: {"value_embeds": True} if c.value_embedded else {},
+            write=lambda c, p, given: p.value_embeds),
     Setting("clip_qkv", "c: Q, K and V each clamped to [−c, c] as they come out of their "
             "projections (OLMo, DBRX, MPT).", read=lambda v: positive("clip_qkv", v),
             parse=clipping.parse, fields=("clip_qkv",),

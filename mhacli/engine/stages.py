@@ -37,7 +37,7 @@ from .head_weights import OUTPUT, PROJECTIONS
 from .reach import Reach
 from .sparse_stages import cell_masked_kept, keep_mask, sparse_stages
 from .stage import KEY, NUMBERED, QUERY, Stage
-from . import exclusive, qk_norms, sub_norm
+from . import exclusive, qk_norms, sub_norm, value_embeds
 from .work import Work, tuned, turned
 from .recipe import Recipe, var
 from .writing import Entry, Formula, Record, sub
@@ -439,6 +439,12 @@ FORWARD: tuple[Stage, ...] = (
           latex=proj_tex("V", "W_V", "@src"), cell=cell_projection, exact=True,
           reads=lambda c: _key_input(c, "v"),
           exists=lambda c: not c.latent),
+    Stage("v_embedded", "m × G·d_v", lambda c: (c.m, c.groups * c.d_v), KEY, NUMBERED,
+          compute=lambda w: w["v"] + w.p.value_embeds,
+          formula=lambda f: "V + E: each key token's value embedding (value_embeds, its row "
+          "of the model's table by its token id) added to its values",
+          latex=tex("V + E"), cell=value_embeds.cell, exact=True, reads=lambda c: ("v",),
+          exists=lambda c: c.value_embedded and not c.latent),
     *mla.latent_stages(sys.modules[__name__]),  # MLA's latents (latent_stages.py)
     # (the gate after the latents: with q_latent_both it reads the query latent)
     Stage("gate", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,
@@ -461,10 +467,11 @@ FORWARD: tuple[Stage, ...] = (
           exact=True, chain="k", reads=lambda c: mla.k_reads(c) if c.latent else ("k",)),
     Stage("v_heads", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,
           compute=lambda w: mla.v_heads(w) if w.c.latent
-          else ops.split_heads(w["v"], w.c.groups),
+          else ops.split_heads(_read(w, "v_heads"), w.c.groups),
           formula=_latent_or(mla.v_text, split_text("V", lambda c: c.d_v, "d_v")),
           latex=tex("V_{@h}"), cell=_cell_or(mla.cell_v_heads, cell_split), per_head=True,
-          exact=True, chain="v", reads=lambda c: mla.V_READS if c.latent else ("v",)),
+          exact=True, chain="v", reads=lambda c: mla.V_READS if c.latent else
+          ("v_embedded",) if c.value_embedded else ("v",)),
     _norm_stage("q_normed", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), "q", False),
     _norm_stage("k_normed", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), "k", False),
     Stage("v_normed", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,

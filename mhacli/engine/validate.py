@@ -197,6 +197,10 @@ def prepare(
     elif settings.get("latent_eps") is not None:
         raise MhaError("latent_eps is the eps of multi-head latent attention's latent norms: "
                        "this problem has none (no w_dkv)", key="latent_eps")
+    if latent_shapes is not None and settings.get("value_embeds") is not None:
+        raise MhaError("value_embeds are added to the values, V = X·W_V: multi-head latent "
+                       "attention makes its values from the latent, which mha does not "
+                       "follow with value embeddings", key="value_embeds")
     if latent_shapes is None and BY_KEY["q_latent_both"].read(settings.get("q_latent_both")):
         raise MhaError("q_latent_both reads multi-head latent attention's query latent: "
                        "this problem has none (no w_dkv)", key="q_latent_both")
