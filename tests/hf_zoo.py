@@ -331,6 +331,15 @@ def attention_module(model: torch.nn.Module, layer: int) -> tuple[str, str | Non
     return path, dense
 
 
+def reference_ids(model: torch.nn.Module, n: int, seed: int = 0) -> np.ndarray:
+    """The n token ids ``module_reference`` runs the model on (1, n): what a layer that
+    looks rows up by the ids (NeoMME's value embeddings) is given there."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") \
+        else model.config
+    vocab = getattr(config, "vocab_size", 100) or 100
+    return np.random.default_rng(seed).integers(3, min(vocab, 100), (1, n))
+
+
 def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
                      output: str | None = None, seed: int = 0,
                      x_kv: np.ndarray | None = None) -> dict[str, Any]:
@@ -369,10 +378,7 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
     languages = getattr(model.config, "languages", None)
     if languages and hasattr(model, "set_default_language"):  # X-MOD's adapters need one
         model.set_default_language(languages[0])
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") \
-        else model.config
-    vocab = getattr(config, "vocab_size", 100) or 100
-    ids = torch.from_numpy(np.random.default_rng(seed).integers(3, min(vocab, 100), (1, n)))
+    ids = torch.from_numpy(reference_ids(model, n, seed))
     stores: dict[str, tuple[Any, tuple, dict]] = {}  # a layer type's module storing the
     # keys and values its KV-shared layers take, and its call
 

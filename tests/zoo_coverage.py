@@ -105,7 +105,9 @@ def run_type(model_type: str, model_class: str, base: Path) -> Result:
         given = {"x": x}
         if reading.cross:  # the encoder's output, as many rows
             given["x_kv"] = rng.standard_normal((TOKENS, reading.weights["w_k"].shape[0]))
-        try:
+        if reading.value_rows is not None:  # value embeddings: the rows of the ids the
+            given["value_embeds"] = reading.value_rows(zoo.reference_ids(model, TOKENS)[0])
+        try:  # reference runs the model on (NeoMME's)
             got = mhacli.attention(**from_mapping(given, "zoo", reading=reading).inputs)
         except Exception as exc:
             out.result, out.detail = "mha failed", f"layer {layer}: {type(exc).__name__}: " \
