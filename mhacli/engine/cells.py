@@ -623,3 +623,16 @@ def cell_output(e: Entry) -> list[Any]:
             f"  = {e.dot(e.row_of(e.reads[0], None, e.row), e.inp('w_o', exact=False).col(j))}"
             f"{b_text}",
             f"  = {e.result}"]
+
+
+def cell_v_embedded(e: Entry) -> list[Any]:
+    """An entry of V + E: the value and the token's value embedding."""
+    i, j = e.row, e.col
+    v = e.value("v", None, i, j)
+    emb = e.inp("value_embeds", exact=False).at(i, j)
+    e.mark("v", None, {i}, {j})
+    e.makes(op("f+", v, emb))
+    return [f"{e.name} = v[{e.row_label}, {j + 1}] + value_embeds[{e.row_label}, {j + 1}] "
+            "(the token's value embedding)",
+            f"  = {e.num(v)} + {e.factor(e.inp('value_embeds').at(i, j))}",
+            f"  = {e.result}"]

@@ -27,6 +27,7 @@ from .cells import (
     cell_normed, cell_tuned, cell_alibi, cell_biased, cell_scaled, cell_masked,
     cell_softcapped,
     cell_weights, cell_head_outputs, cell_head_exclusive, cell_gated, cell_concat, cell_output, cell_lambda,
+    cell_v_embedded,
     cell_diff_weights, cell_diff_outputs, cell_head_normed, cell_head_scaled, cell_v_normed,
     cell_concat_normed)
 from .formulas import (input_text, norm_text, output_tex, proj_tex, proj_text, rope_text,
@@ -37,7 +38,7 @@ from .head_weights import OUTPUT, PROJECTIONS
 from .reach import Reach
 from .sparse_stages import cell_masked_kept, keep_mask, sparse_stages
 from .stage import KEY, NUMBERED, QUERY, Stage
-from . import exclusive, qk_norms, sub_norm, value_embeds
+from . import exclusive, qk_norms, sub_norm
 from .work import Work, tuned, turned
 from .recipe import Recipe, var
 from .writing import Entry, Formula, Record, sub
@@ -443,7 +444,7 @@ FORWARD: tuple[Stage, ...] = (
           compute=lambda w: w["v"] + w.p.value_embeds,
           formula=lambda f: "V + E: each key token's value embedding (value_embeds, its row "
           "of the model's table by its token id) added to its values",
-          latex=tex("V + E"), cell=value_embeds.cell, exact=True, reads=lambda c: ("v",),
+          latex=tex("V + E"), cell=cell_v_embedded, exact=True, reads=lambda c: ("v",),
           exists=lambda c: c.value_embedded and not c.latent),
     *mla.latent_stages(sys.modules[__name__]),  # MLA's latents (latent_stages.py)
     # (the gate after the latents: with q_latent_both it reads the query latent)

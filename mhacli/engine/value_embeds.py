@@ -7,7 +7,7 @@ values after their projection, before the heads are split:
 E (``value_embeds``) is an input of the problem, as x is: a problem file or the API gives
 it, or a model's layer looks it up by the token ids of the text it reads. Its gradient is
 the values' own, dE = dV: the sum passes it on unchanged. Dimensions are named in
-``ops.py``.
+``ops.py``; the stage's --cell is ``cells.cell_v_embedded``.
 """
 
 from __future__ import annotations
@@ -15,12 +15,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MhaError
-from .recipe import op
 from .values import as_array, shape_text
 
 if TYPE_CHECKING:
     from .config import Sizes
-    from .writing import Entry
 
 Fields = tuple[dict[str, Any], dict[str, Any]]
 
@@ -37,16 +35,3 @@ def parse(value: Any, s: Sizes) -> Fields:
                        f"each key token, as wide as the values), got shape "
                        f"{shape_text(arr)}", key="value_embeds")
     return {"value_embedded": True}, {"value_embeds": arr}
-
-
-def cell(e: Entry) -> list[Any]:
-    """An entry of V + E: the value and the token's value embedding."""
-    i, j = e.row, e.col
-    v = e.value("v", None, i, j)
-    emb = e.inp("value_embeds", exact=False).at(i, j)
-    e.mark("v", None, {i}, {j})
-    e.makes(op("f+", v, emb))
-    return [f"{e.name} = v[{e.row_label}, {j + 1}] + value_embeds[{e.row_label}, {j + 1}] "
-            "(the token's value embedding)",
-            f"  = {e.num(v)} + {e.factor(e.inp('value_embeds').at(i, j))}",
-            f"  = {e.result}"]
