@@ -10,8 +10,8 @@ heads' outputs, sinks, its top-k shared by layers) with no more tokens than its 
 keeps (dense). 1e-5 relative: the models compute RoPE's cos and sin and their RMS norms in
 float32. A.X K2 (its queries and a gate of the heads' outputs made from its query latent
 normed and raw, q_latent_both: W_UQ, W_gate and the latents against the model's own
-tensors). And what is refused: Kimi Linear's KDA layers (for good), HY-V4 on more tokens than its indexer keeps, a bias
-of the latents' projections. Skipped where transformers (and torch) are not installed."""
+tensors). And what is refused: Kimi Linear's KDA layers (for good), HY-V4 on more tokens
+than its indexer keeps, a bias of the latents' projections. Skipped where transformers (and torch) are not installed."""
 
 from __future__ import annotations
 
