@@ -108,8 +108,8 @@ def encoders(recipe: Callable[..., Any]) -> dict[str, Any]:
             encoder_attention_heads=4, decoder_attention_heads=2, encoder_ffn_dim=64,
             decoder_ffn_dim=64, max_position_embeddings=64, num_global_tokens=4, block_size=4,
             pad_token_id=0, eos_token_id=1, decoder_start_token_id=0),
-            notes="decoder.N and decoder.N.cross read; the encoder's global-local "
-            "attention refused"),
+            notes="encoder: blocks of 4 with 4 global tokens (local_blocks), encoder.1 "
+            "staggered by 2; decoder.N and decoder.N.cross: BART's"),
         "big_bird": r("BigBirdConfig", "BigBirdForMaskedLM", "block-sparse: blocks of 2, "
                       "one random block (block 0 in eval mode)", attention_type="block_sparse",
                       block_size=2, num_random_blocks=1),

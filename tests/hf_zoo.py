@@ -138,6 +138,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "dbrx": dict(attn_config={"kv_n_heads": 2, "rope_theta": 10000.0, "clip_qkv": 0.5},
                  ffn_config={"ffn_hidden_size": 64, "moe_num_experts": 4, "moe_top_k": 2,
                              "hidden_size": 64}),
+    "pegasus_x": dict(block_size=4, num_global_tokens=3),  # (12 rows: 3 global, then 9
+    # tokens, past two blocks and not a whole number of them; layer 1 staggered)
     "longformer": dict(attention_window=4), "led": dict(attention_window=4),  # (12 tokens:
     # a multiple of the window, as its attention module asks)
     "esmc": dict(num_key_value_heads=4),
@@ -352,6 +354,8 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
     projection's module path) gives in that call, else the module's own output; and
     ``weights`` when the module returns them (H × n × m)."""
     path = _in_memory(model, path)
+    if hasattr(model.get_submodule(path), "compute_global_attention_representations"):
+        return _two_streams(model, path, x)  # (PEGASUS-X's encoder: global and local)
     try:
         output = output and _in_memory(model, output)
     except LookupError:  # (saved under another name: the module's own output is the same)
@@ -480,6 +484,48 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
     if found:
         weights = found[-1][0].double().numpy().copy()
     return {"output": out[0].double().numpy().copy(), "weights": weights}
+
+
+def _two_streams(model: torch.nn.Module, path: str, x: np.ndarray) -> dict[str, Any]:
+    """PEGASUS-X's encoder attention on ``x`` (its first num_global_tokens rows the global
+    tokens', the rest the tokens'), called as the model's encoder and its layer call it:
+    the tokens padded with zeros to whole blocks (the padding's keys masked with the
+    dtype's least number), then on a staggered layer by half a block each side by the
+    layer's own ``pad_local_tokens``. Returns both streams' outputs, the global rows
+    first, the padding dropped; and the weights H × rows × rows gathered from the
+    module's two maps (the global rows' over every key, each token's over the global keys
+    and its block's)."""
+    module = model.get_submodule(path)
+    layer = model.get_submodule(path.rsplit(".", 1)[0])
+    g, block = model.config.num_global_tokens, module.block_size
+    dtype = next(model.parameters()).dtype
+    n = len(x) - g
+    rows = torch.from_numpy(np.asarray(x, dtype=np.float64)).to(dtype)
+    whole = -(-n // block) * block
+    least = torch.finfo(dtype).min
+    tokens = torch.nn.functional.pad(rows[g:][None], (0, 0, 0, whole - n))
+    mask = torch.nn.functional.pad(torch.zeros(1, n, dtype=dtype), (0, whole - n), value=least)
+    shift = 0
+    if layer.stagger_blocks_this_layer:
+        tokens, mask = layer.pad_local_tokens(tokens, mask, block)
+        shift = block // 2
+    with torch.no_grad():
+        local, glob, probs = module(token_hidden_states=tokens,
+                                    global_hidden_states=rows[:g][None], attention_mask=mask)
+    out = torch.cat([glob[0], local[0, shift:shift + n]]).double().numpy()
+    top, inner = probs["global"][0].double().numpy(), probs["local"][0].double().numpy()
+    heads = top.shape[0]
+    weights = np.zeros((heads, g + n, g + n))  # (H, G + n, G + n)
+    real = np.arange(n) + shift  # each token's place among the padded ones
+    weights[:, :g, :g] = top[:, :, :g]
+    weights[:, :g, g:] = top[:, :, g + real]
+    for t, p in enumerate(real):
+        b, r = divmod(p, block)
+        weights[:, g + t, :g] = inner[:, b, r, :g]
+        inside = np.arange(block) + b * block - shift  # the tokens of its padded block
+        keep = (inside >= 0) & (inside < n)
+        weights[:, g + t, g + inside[keep]] = inner[:, b, r, g + np.flatnonzero(keep)]
+    return {"output": out, "weights": weights}
 
 
 def _shared_keys(store: tuple[Any, tuple, dict], x_kv: np.ndarray, dtype: torch.dtype,

@@ -99,3 +99,24 @@ def test_the_new_gradients_are_shown_and_written_out() -> None:
     r = CliRunner().invoke(app, ["explain", str(HAND), "--backward", "--format", "plain",
                                  "--stage", "d_head_outputs"])
     assert r.exit_code == 0 and "head 1 of 1 (query heads 1 and 2)" in r.stdout, r.stdout
+
+
+def test_values_normed_before_the_pairs_take_their_gradient_through_the_norm() -> None:
+    """v_norm with differential attention: d_x equals a central difference of L, and
+    dV_normed's formula names the differential heads, not one map's Aᵀ·dO."""
+    spec = {**mhacli.load("samples/diff-attention.yaml").inputs, "v_norm": 1e-6}
+    tr = mhacli.trace(**spec, backward=True)
+    h = 1e-6
+    x = np.array(spec["x"], dtype=float)
+    for idx in [(0, 0), (1, 5), (3, 7)]:
+        up, down = x.copy(), x.copy()
+        up[idx] += h
+        down[idx] -= h
+        slope = (mhacli.attention(**{**spec, "x": up}).sum() -
+                 mhacli.attention(**{**spec, "x": down}).sum()) / (2 * h)
+        assert abs(slope - tr["d_x"][idx]) < 1e-6, idx
+    r = CliRunner().invoke(app, ["explain", "--sample", "diff-attention", "--v-norm", "1e-6",
+                                 "--backward", "--format", "plain", "--stage", "d_v_normed"])
+    assert r.exit_code == 0, r.stderr
+    assert "the two halves of Σ D_hᵀ·dO_h over the differential heads" in r.stdout
+    assert "= A1ᵀ·dO1" not in r.stdout

@@ -245,15 +245,50 @@ def test_t5gemma_reads_each_part_from_its_own_config(tmp_path: Path) -> None:
         read_layer(folder, "decoder.0")
 
 
-def test_pegasus_xs_decoder_agrees_and_its_encoder_is_refused_by_name(tmp_path: Path) -> None:
+@pytest.mark.parametrize("n", [14, 9])
+def test_pegasus_xs_encoder_reads_its_global_tokens_and_blocks(n: int, tmp_path: Path) -> None:
+    """x's first 4 rows are the global tokens, then n − 4 tokens in blocks of 4 (10: past
+    two blocks, not a whole number of them; 5: the last block one token long), staggered
+    by 2 on encoder.1: both streams' outputs and the weights agree with the model's own
+    attention, the decoder's layers as BART's."""
     folder = hf.make_model("pegasus_x", tmp_path / "pegasus_x")
-    assert agrees(folder, n=8, skip=("encoder.0", "encoder.1")) == [
-        "decoder.0", "decoder.0.cross", "decoder.1", "decoder.1.cross"]
+    assert agrees(folder, n=n) == ["encoder.0", "encoder.1", "decoder.0", "decoder.0.cross",
+                                   "decoder.1", "decoder.1.cross"]
     assert read_layer(folder, "decoder.0").settings["mask"] == "causal"
-    with pytest.raises(MhaError, match="num_global_tokens is 4: PEGASUS-X's encoder attention "
-                       "reads two streams .* each token attends to the global tokens and its "
-                       "block of block_size tokens .* which mha does not compute"):
+    assert read_layer(folder, "encoder.0").settings["local_blocks"] == (4, 4, 0)
+    staggered = read_layer(folder, "encoder.1")
+    assert staggered.settings["local_blocks"] == (4, 4, 2) and "mask" not in staggered.settings
+    assert "shifted by 2" in staggered.origin["local_blocks"]
+
+
+def test_pegasus_xs_blocks_matter(tmp_path: Path) -> None:
+    """The model's numbers tell the blocks apart: encoder.1 read without its stagger, or
+    its global rows taken as tokens, disagrees with the model."""
+    import torch
+
+    folder = hf.make_model("pegasus_x", tmp_path / "pegasus_x")
+    model = load(folder, torch.float64)
+    x = np.random.default_rng(1).standard_normal((14, 32))
+    reading = read_layer(folder, "encoder.1")
+    want = module_reference(model, reading.stem.rstrip("."), x)["output"]
+    for wrong in ((4, 4, 0), (4, 0, 2), (2, 4, 1)):
+        got = mhacli.attention(**from_mapping({"x": x, "checkpoint": folder,
+                                               "layer": "encoder.1", "local_blocks": wrong},
+                                              "t").inputs)
+        assert np.abs(got - want).max() > 1e-3 * np.abs(want).max(), wrong
+
+
+def test_pegasus_xs_odd_blocks_on_a_staggered_layer_are_refused(tmp_path: Path) -> None:
+    folder = hf.make_model("pegasus_x", tmp_path / "pegasus_x")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "block_size": 3}))
+    assert read_layer(folder, "encoder.0").settings["local_blocks"] == (3, 4, 0)
+    with pytest.raises(MhaError, match="block_size is 3: odd, and encoder layer 1 is "
+                       "staggered .* its own layer cannot cut them"):
         read_layer(folder, "encoder.1")
+    (folder / "config.json").write_text(json.dumps({**config, "num_global_tokens": -1}))
+    with pytest.raises(MhaError, match="num_global_tokens is -1: expected a whole number"):
+        read_layer(folder, "encoder.0")
 
 
 @pytest.mark.parametrize("n", [20, 24, 14])

@@ -158,6 +158,12 @@ def test_gemma4_text_gives_a_shared_layer_both_inputs(tmp_path: Path) -> None:
     assert not np.array_equal(problems[2].inputs["x"], problems[0].inputs["x"])
     assert problems[3].read["kv_input"] == ("the model's own hidden state entering layer 3's "
                                             "attention, whose keys and values layer 5 takes")
+    # decoded a token a step, the shared layer reads the keys and values of x_kv's row
+    # of each token as it arrives: the same output, row by row
+    steps = mhacli.trace(**problems[2].inputs, decode=True).kernels["decode"]
+    steps = steps if isinstance(steps, list) else steps.steps
+    np.testing.assert_allclose(np.stack([s.output for s in steps]),
+                               mhacli.attention(**problems[2].inputs), rtol=1e-9, atol=1e-12)
 
 
 def test_gemma4_refuses_attention_both_ways(tmp_path: Path) -> None:

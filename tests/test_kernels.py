@@ -459,8 +459,10 @@ def test_split_chunks_are_nearly_equal_and_clamped() -> None:
 @pytest.mark.parametrize("change, why", [
     (dict(mask=None), "decoding needs mask: causal.*not no mask"),
     (dict(mask=np.tri(5, dtype=int)), "not a mask matrix"),
-    (dict(x_kv=np.ones((5, 3)), w_k=np.ones((3, 4)), w_v=np.ones((3, 4))),
-     "decoding needs self-attention.*x_kv"),
+    (dict(x_kv=np.ones((6, 3)), w_k=np.ones((3, 4)), w_v=np.ones((3, 4))),
+     "keys and values that arrive token by token.*6 rows for 5 queries"),
+    (dict(x_kv=np.ones((5, 3)), w_k=np.ones((3, 4)), w_v=np.ones((3, 4)), mask=None),
+     "no causal mask"),
 ])
 def test_decode_refuses_what_is_not_causal_self_attention(change: dict, why: str) -> None:
     rng = np.random.default_rng(1)
@@ -470,6 +472,26 @@ def test_decode_refuses_what_is_not_causal_self_attention(change: dict, why: str
     kw.update(change)
     with pytest.raises(mhacli.MhaError, match=why):
         decode(traced(kw))
+
+
+def test_decode_reads_keys_and_values_of_x_kv_arriving_with_their_tokens() -> None:
+    """x_kv of a row a token, under the causal mask (a layer taking an earlier layer's
+    keys and values): step t appends x_kv[t]'s key and value; its output is a plain
+    loop's over x_kv's first t rows."""
+    rng = np.random.default_rng(3)
+    x, x_kv = rng.standard_normal((5, 4)), rng.standard_normal((5, 3))
+    w_q, w_k, w_v = (rng.standard_normal(s) for s in ((4, 4), (3, 4), (3, 4)))
+    w_o = rng.standard_normal((4, 4))
+    steps = decode(traced(dict(x=x, x_kv=x_kv, w_q=w_q, w_k=w_k, w_v=w_v, w_o=w_o, heads=2,
+                               mask="causal")))
+    for t, step in enumerate(steps):
+        heads = []
+        for h in (slice(0, 2), slice(2, 4)):
+            q, keys, values = x[t] @ w_q[:, h], x_kv[:t + 1] @ w_k[:, h], x_kv[:t + 1] @ w_v[:, h]
+            z = keys @ q / math.sqrt(2)
+            heads.append(np.exp(z - z.max()) @ values / np.exp(z - z.max()).sum())
+        np.testing.assert_allclose(step.output, np.concatenate(heads) @ w_o, rtol=1e-12)
+        np.testing.assert_allclose(step.k_new.reshape(-1), x_kv[t] @ w_k, rtol=1e-12)
 
 
 def test_decode_refuses_other_shapes_and_labels() -> None:

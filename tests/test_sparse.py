@@ -114,6 +114,25 @@ def test_fast_path_in_blocks_and_float32() -> None:
     np.testing.assert_allclose(low, want, rtol=2e-4, atol=2e-5)
 
 
+@pytest.mark.parametrize("rows", [2, 3])
+def test_index_scores_in_blocks_on_any_number_of_threads(monkeypatch: Any, rows: int) -> None:
+    """The index scores made a few rows a block (blocks of 2 or 3 rows over 9 queries):
+    the loop's scores, and the same bits on one thread as on two (the blocks are set by
+    the problem, never by the threads)."""
+    from mhacli.engine import sparse
+
+    kw = problem(n=9, rope="interleaved")
+    ix = indexer(top_k=4)
+    monkeypatch.setattr(sparse, "_TERMS", 9 * rows)  # m = 9 keys: `rows` rows a block
+    made = {}
+    for threads in ("1", "2"):
+        monkeypatch.setenv("MHA_THREADS", threads)
+        made[threads] = mhacli.trace(**kw, indexer=ix)["index_scores"]
+    np.testing.assert_allclose(made["2"], np.array(by_hand(kw, ix)[0]), rtol=1e-12,
+                               atol=1e-12)
+    np.testing.assert_array_equal(made["1"], made["2"])
+
+
 def test_no_more_tokens_than_top_k_is_dense() -> None:
     kw = problem(n=5, rope="interleaved")
     tr = mhacli.trace(**kw, indexer=indexer(top_k=5))
@@ -124,6 +143,26 @@ def test_no_more_tokens_than_top_k_is_dense() -> None:
 
     text = BY_NAME["index_keep"].formula(Formula(tr.config, None))
     assert "the attention equals dense multi-head latent attention" in text
+
+
+@pytest.mark.parametrize("top_k", [1, 3, 7, 12])
+def test_keep_ties_go_to_the_earlier_key(top_k: int) -> None:
+    """The keep mask against each row sorted by hand (largest first, equal scores in key
+    order), on scores of few distinct values (many ties, at the k-th too) and blocked
+    keys (−∞): rows allowing fewer than top_k keys keep every allowed one."""
+    from mhacli.engine.sparse import keep
+
+    rng = np.random.default_rng(top_k)
+    scores = rng.integers(0, 4, (40, 12)).astype(float)
+    scores[rng.random((40, 12)) < 0.3] = -np.inf
+    scores[0] = -np.inf  # a row that allows nothing
+    want = np.zeros_like(scores)
+    for i, row in enumerate(scores.tolist()):
+        ranked = sorted(range(len(row)), key=lambda j: (-row[j], j))
+        for j in ranked[:top_k]:
+            if row[j] != -math.inf:
+                want[i, j] = 1.0
+    np.testing.assert_array_equal(keep(scores, top_k), want)
 
 
 def test_backward_holds_the_mask_fixed() -> None:
@@ -249,6 +288,12 @@ def test_decoding_keeps_each_steps_top_k(tmp_path: Any) -> None:
     weights = np.asarray(last.weights if hasattr(last, "weights") else last["weights"])
     keep = tr["index_keep"][-1]
     assert (weights[:, keep == 0] == 0).all() and (weights[:, keep == 1] > 0).all()
+    # the cache holds each position's latent [c_KV | k_R] and the indexer's key: the
+    # sizes from the file's own arrays (w_dkv's columns, w_k's columns), float64
+    data = yaml.safe_load((tmp_path / "dsa.yaml").read_text())
+    latent, index_key = np.shape(data["w_dkv"])[1], np.shape(data["indexer"]["w_k"])[1]
+    for t, step in enumerate(steps if isinstance(steps, list) else steps.steps, 1):
+        assert step.cache_bytes == t * (latent + index_key) * 8
 
 
 @pytest.mark.parametrize("change, words", [
@@ -280,3 +325,26 @@ def test_leaving_out_the_top_k_is_a_named_mistake() -> None:
     (left_out,) = [m for m in made if "the indexer's top-k is left out" in m.wording(p)]
     then = traced(p, left_out.redo(p, tr.stages), checked=False).stages["weights"]
     np.testing.assert_allclose(then, mhacli.trace(**kw)["weights"], rtol=1e-12, atol=1e-14)
+
+
+def test_the_indexers_arrays_may_name_an_npz(tmp_path: Any) -> None:
+    """indexer: {w_q: big.npz:name, ...} reads the arrays from the .npz beside the file:
+    the same output as the sample written inline; an array it lacks is named by key."""
+    from mhacli.io.samples import sample_path
+
+    data = yaml.safe_load(sample_path("sparse").read_text())
+    arrays = {}
+    for key in ("w_q", "w_k", "w_weights", "k_norm", "k_norm_bias"):
+        arrays[f"index_{key}"] = np.array(data["indexer"][key], dtype=float)
+        data["indexer"][key] = f"big.npz:index_{key}"
+    np.savez(tmp_path / "big.npz", **arrays)
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(data))
+    inline = runner.invoke(app, ["run", "--sample", "sparse"])
+    named = runner.invoke(app, ["run", str(tmp_path / "p.yaml")])
+    assert named.exit_code == 0, named.output
+    assert named.stdout == inline.stdout
+    data["indexer"]["w_k"] = "big.npz:nope"
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(data))
+    bad = runner.invoke(app, ["run", str(tmp_path / "p.yaml")])
+    assert bad.exit_code == 2
+    assert "indexer.w_k: " in bad.stderr and "has no array named 'nope'" in bad.stderr

@@ -137,7 +137,8 @@ def _header(prob: Any, checkpoint: Any, seed: int, what: str) -> str:
             f"text: {json.dumps(read['text'], ensure_ascii=False)}\n"
             f"x: the model's own hidden state entering layer {read.get('layer', 0)}'s "
             "attention for this text (nothing random: no seed)\n"
-            + (f"x_kv: {read['kv_input']}\n" if "kv_input" in read else "") +
+            + (f"x_kv: {read['kv_input']}\n" if "kv_input" in read else "")
+            + (f"{read['global_input']}\n" if "global_input" in read else "") +
             "mha's output agrees with the model's own attention output (largest difference "
             f"{read['agreement']:.1e}, relative)")
 

@@ -76,6 +76,10 @@ OPTIONS: tuple[SettingOption, ...] = (
     SettingOption("chunk", "Chunked attention (Llama 4): the tokens in chunks of C, query i "
                   "sees only the keys of its own chunk (with causal: those up to i).",
                   metavar="C"),
+    SettingOption("local_blocks", "Block-local attention with global tokens (PEGASUS-X's "
+                  "encoder): the first G rows of x global (seeing and seen by every row), "
+                  "the rest in blocks of B shifted by P (the first B − P long), a token "
+                  "seeing only its own block and the global rows.", metavar="B[:G[:P]]"),
     SettingOption("temperature", "Llama 4's temperature tuning: each query at position p "
                   "multiplied by log(⌊(p + 1) / F⌋ + 1)·A + 1 (F floor_scale, A "
                   "attn_scale); F:A:0 for Ministral 3's log(⌊p / F⌋ + 1)·A + 1; F:A:power "

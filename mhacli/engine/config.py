@@ -58,6 +58,9 @@ class Config:
     kv_heads: int = 0  # G key/value heads (grouped-query); 0 is read as H
     window: int | None = None  # sliding window: query i sees key j only if |i − j| < w
     chunk: int | None = None  # chunked attention: query i sees the keys of its chunk of C
+    local_blocks: int | None = None  # B: the tokens in blocks of B, each seeing its own
+    block_globals: int = 0  # G: the first G rows global, seeing and seen by every row
+    block_shift: int = 0  # P: the blocks shifted by P (the first B − P tokens long)
     temperature: tuple[float, float] | None = None  # (F, A): Llama 4's tuning of the queries
     temperature_shift: int = 1  # S of ⌊(p + S) / F⌋: 1 in Llama 4, 0 in Ministral 3
     temperature_power: bool = False  # (1 + (p + 1) / F)^A instead (Beam's NoPE layers)

@@ -74,7 +74,8 @@ class DecodeStep:
     weights: Array  # (H, t')
     head_outputs: Array  # (H, d_v)
     output: Array  # (d_out,)
-    cache_bytes: int  # t'·G·(d_k + d_v)·(8 for float64, 4 for float32)
+    cache_bytes: int  # t'·G·(d_k + d_v)·(8 for float64, 4 for float32); MLA:
+    # t'·(r_kv + d_R) (+ d_I, the indexer's key, with sparse attention)·b
     splits: tuple[Split, ...] | None = None  # the split-K chunks, with splits=S
     combined: Split | None = None  # their log-sum-exp combination
     masked: Array | None = None  # (H, t') the scores, −∞ where blocked (key padding)
@@ -117,9 +118,13 @@ def check_decode(c: Config) -> None:
         raise MhaError(f"decoding {NAME} with qk_norm: each head's keys normed are not made "
                        "from the cached latent by W_UK, which mha does not follow",
                        key="qk_norm")
-    if c.cross:
-        raise MhaError("decoding needs self-attention: here keys and values come from "
-                       "x_kv, which does not arrive token by token with the queries",
+    if c.cross and (c.n != c.m or c.mask != "causal"):  # (x_kv of a row a token, under
+        # the causal mask, arrives with it: a layer reading an earlier layer's keys and
+        # values, as Gemma 3n's KV-shared layers do, decodes as the model does)
+        raise MhaError("decoding needs keys and values that arrive token by token with the "
+                       f"queries: here they come from x_kv ({c.m} rows for {c.n} queries"
+                       f"{'' if c.mask == 'causal' else ', and no causal mask'}), as a "
+                       "cross-attention's do, all there before the first query",
                        key="x_kv")
     if c.n != c.m:
         raise MhaError(f"decoding needs self-attention, one key and value per query: q has "
@@ -210,6 +215,8 @@ def _steps(tr: Record, count: int | None, labels: list[str], reach: Reach
         if count is not None:
             chunks, combined = _split_k(p, positions, masked, v_h, min(count, len(positions)))
         width = c.r_kv + c.d_rope if c.latent else c.groups * (c.d_k + c.d_v)
+        if c.indexer:  # sparse attention: the indexer's key of each position, cached too
+            width += c.index_dim
         size = len(positions) * width * np.dtype(c.dtype).itemsize
         extra = () if latent is None else (*record(latent, absorbed_q), mha)
         yield DecodeStep(

@@ -8,9 +8,8 @@ Dimensions are named in ``ops.py``.
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 
@@ -19,12 +18,12 @@ from .checks import check_finite, warn_dead
 from .config import Prepared
 from . import sub_norm
 from .clipping import clamped
+from .cores import Spread, cores
 from .gating import act, gate_of
 from .work import Work, normed, started, turned
 
 Array = np.ndarray
 Progress = Callable[[int, int], None]
-Spread = Callable[[Callable[[Any], Any], list], Iterator[Any]]
 
 # The scores of one head held at once: 4 MiB, a few times the L2 cache, was the fastest
 # measured for both floats, masked or not (float32 unmasked: 0.39 s against 0.41 s with
@@ -172,45 +171,6 @@ def _attend(p: Prepared, q_t: Array, k_t: Array, v_t: Array,
     return out if final is None else final
 
 
-@contextlib.contextmanager
-def _cores(hold: bool) -> Iterator[Spread]:
-    """``spread(fn, items)``: fn applied to every item, the results in the items' order,
-    the items shared out over every core this process may use (NumPy lets go of the GIL
-    in its products and exponentials), under the caller's NumPy error settings.
-
-    ``hold``: BLAS held to one thread meanwhile (a problem large enough that BLAS would
-    share one of its products among threads of its own, with work to share out). The
-    workers are then the threads, and a product is made the same way on any number of
-    them (the same bits); and no BLAS helper thread is left spinning after a product of
-    its own, for a tenth of a second, on the cores the workers need next (measured:
-    the attention 20 % slower after a product BLAS had shared out).
-    """
-    workers = _workers()
-    settings = np.geterr()  # a worker thread starts with NumPy's defaults
-    pool = None  # made when first needed: a small problem has nothing to share
-
-    def spread(fn: Callable[[Any], Any], items: list) -> Iterator[Any]:
-        nonlocal pool
-        if workers <= 1 or len(items) <= 1:
-            return map(fn, items)
-        if pool is None:
-            from concurrent.futures import ThreadPoolExecutor
-
-            pool = ThreadPoolExecutor(workers)
-
-        def guarded(item: Any) -> Any:
-            with np.errstate(**settings):
-                return fn(item)
-        return pool.map(guarded, items)
-
-    with _one_blas_thread() if hold else contextlib.nullcontext():
-        try:
-            yield spread
-        finally:  # every worker done before BLAS may have its threads back
-            if pool is not None:
-                pool.shutdown()
-
-
 def _hold(p: Prepared) -> bool:
     """Does the problem give the workers something to share (two blocks, or a projection
     in pieces), in products large enough that BLAS would share one out itself? Not
@@ -277,38 +237,6 @@ def _even(total: int, most: int) -> list[slice]:
 _TOKENS = 1024
 _ROWS = 768
 _SHARED_FROM = 1 << 25  # multiply-adds: less (about 5 ms) is not worth sharing out
-
-
-def _workers() -> int:
-    """Threads for the fast path: the cores this process may use (MHA_THREADS to set)."""
-    import os
-
-    given = os.environ.get("MHA_THREADS", "")
-    if given.strip().isdigit() and int(given) > 0:
-        return int(given)
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-@contextlib.contextmanager
-def _one_blas_thread() -> Iterator[None]:
-    """BLAS held to one thread while it lasts (threadpoolctl, when it is installed; else
-    BLAS keeps its own threads)."""
-    global _CONTROLLER
-    try:
-        from threadpoolctl import ThreadpoolController
-    except ImportError:
-        yield
-        return
-    if _CONTROLLER is None:  # the BLAS libraries found once, not at every call
-        _CONTROLLER = ThreadpoolController()
-    with _CONTROLLER.limit(limits=1, user_api="blas"):
-        yield
-
-
-_CONTROLLER: Any = None
 
 
 def _keys_seen(reach: Any, lo: int, hi: int) -> int:
@@ -423,7 +351,7 @@ def fast(p: Prepared, progress: Progress | None = None) -> Array:
     warn_dead(p)
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused just below
         work = started(p)  # the inputs, with their positions
-        with _cores(_hold(p)) as spread:
+        with cores(_hold(p)) as spread:
             out = _attend(p, *_turned_heads(p, work, spread), progress, spread,
                           gated(p, work))  # Y, or C
         if p.w_o is None:

@@ -419,7 +419,10 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
               lambda w: dg.d_values(w) if w.c.differential is not None else
               _d_values(t, w, ops.shared_sum(w["weights"].swapaxes(-1, -2) @
                                           w["d_head_outputs"], w.c.groups)),
-              lambda f: f"dV_normed{f.i} = A{f.i}ᵀ·dO{f.i}" + _plus_exclusive(f) if f.c.groups == f.c.heads
+              lambda f: "dV_normed_g and dV_normed_(g+G/2) = the two halves of Σ D_hᵀ·dO_h "
+              "over the differential heads h that read them" if f.c.differential is not None
+              else f"dV_normed{f.i} = A{f.i}ᵀ·dO{f.i}" + _plus_exclusive(f)
+              if f.c.groups == f.c.heads
               else "dV_normed_g = Σ A_hᵀ·dO_h over the query heads h that share value head g"
               + _plus_exclusive(f),
               "V_{normed}", per_head=True, exists=lambda c: c.v_norm is not None),

@@ -15,7 +15,7 @@ another width, a top-k mask) is one class of its kind and one line in ``Reach.of
   0 … i; a window of w: i − w + 1 … i + w − 1). Everything else follows from the run.
 - ``KeySet``: some keys are blocked for every query (key padding).
 - ``Rule`` itself: any other pattern, given as its allowed booleans block by block (a
-  mask matrix).
+  mask matrix, local blocks with global tokens).
 
 Positions count from 0 inside (``range`` objects, half open); ``dead_rows`` is 1-based,
 as people read rows. n and m are the queries and keys, as in ``ops.py``.
@@ -41,6 +41,9 @@ class Settings(Protocol):
     mask: str  # "none", "causal" or "matrix"
     window: int | None
     chunk: int | None
+    local_blocks: int | None
+    block_globals: int
+    block_shift: int
     padding: bool
 
 
@@ -205,6 +208,47 @@ class Chunk(Run):
         return f"chunks of {self.size}: query i sees the keys of its own chunk"
 
 
+class LocalBlocks(Rule):
+    """The global rows see every key and every row sees them; a token sees the tokens of
+    its own block (token t, counted from 0 after the global rows, is in block
+    ⌊(t + P) / B⌋)."""
+
+    name = "local_blocks"
+    the = "block-local attention"
+
+    def __init__(self, size: int, globals_: int, shift: int) -> None:
+        self.size, self.globals, self.shift = size, globals_, shift
+
+    def block(self, i: Any) -> Any:
+        """The block (0-based) of row i (an array of rows too): −1 for a global row."""
+        i = np.asarray(i)
+        return np.where(i < self.globals, -1, (i - self.globals + self.shift) // self.size)
+
+    def allowed(self, lo: int, hi: int, k0: int, k1: int) -> Bools:
+        rows, cols = self.block(np.arange(lo, hi)), self.block(np.arange(k0, k1))
+        return (rows[:, None] < 0) | (cols[None, :] < 0) | (rows[:, None] == cols[None, :])
+
+    def said(self, reason: Reason, key: str) -> str:
+        # (a blocked pair is two tokens, never a global row; i and j may be a recipe's
+        # variables, so the blocks are counted with arithmetic alone)
+        first, g = self.shift - self.globals, self.globals
+        seen = f"; only the {g} global rows are seen from every block" if g else ""
+        key_block = (reason.j + first) // self.size + 1
+        query_block = (reason.i + first) // self.size + 1
+        return (f"block-local attention ({key} is in block {key_block} of {self.size} "
+                f"tokens, the query in block {query_block}{seen})")
+
+    @property
+    def tile_said(self) -> str:  # type: ignore[override]
+        return f"block-local attention (blocks of {self.size}: every key in another block)"
+
+    def text(self, alone: bool) -> str:
+        first = f"the first {self.globals} rows global, " if self.globals else ""
+        shift = f" shifted by {self.shift}" if self.shift else ""
+        return (f"local blocks of {self.size}{shift} ({first}seen by and seeing every row): "
+                "a token sees its own block")
+
+
 class Matrix(Rule):
     """A mask matrix: n × m booleans, True = may attend."""
 
@@ -310,7 +354,7 @@ class Reach:
            key_padding: npt.NDArray[np.bool_] | None = None,
            top_k: tuple[Any, Any] | None = None) -> Reach:
         """The rules of the problem ``c``: its mask (causal, or the ``matrix``), its
-        window, its chunks, its ``key_padding``, the indexer's ``top_k`` (keep, scores), in
+        window, its chunks, its local blocks, its ``key_padding``, the indexer's ``top_k`` (keep, scores), in
         that order. Made from the Config alone (no
         arrays), a matrix's and padding's rules are there to be named, not asked: the
         rules of runs answer in full (a decoding cache's sizes)."""
@@ -323,6 +367,8 @@ class Reach:
             rules.append(Window(c.window))
         if c.chunk is not None:
             rules.append(Chunk(c.chunk))
+        if c.local_blocks is not None:  # (PEGASUS-X's blocks and global rows)
+            rules.append(LocalBlocks(c.local_blocks, c.block_globals, c.block_shift))
         if c.padding:
             rules.append(Padding(key_padding))  # type: ignore[arg-type]
         if top_k is not None:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from ..errors import MhaError
-from . import clipping, disentangled, gating, value_embeds
+from . import clipping, disentangled, gating, local_blocks, value_embeds
 from . import parsers as read
 from . import qk_norms, relative, rope, sparse, sub_norm, xl_relative
 from .parsers import Fields
@@ -99,6 +99,14 @@ SETTINGS: tuple[Setting, ...] = (
             read=lambda v: whole("chunk", v), parse=read.chunk,
             fields=("chunk",), shown=lambda c: {"chunk": c.chunk},
             write=lambda c, p, given: c.chunk),
+    Setting("local_blocks", "block-local attention with global tokens (PEGASUS-X's "
+            "encoder): B, B:G:P or {size: B, globals: G, shift: P}; the first G rows of x "
+            "are global tokens, seeing every key and seen by every query; the other rows, "
+            "the tokens, in blocks of B (the first B − P long), each token seeing only the "
+            "global rows and its own block (self-attention).", read=local_blocks.value,
+            parse=local_blocks.parse,
+            fields=("local_blocks", "block_globals", "block_shift"),
+            shown=local_blocks.shown, write=local_blocks.write),
     Setting("temperature", "Llama 4's temperature tuning of the queries: F:A (its "
             "floor_scale and attn_scale), each query at position p multiplied by "
             "log(⌊(p + 1) / F⌋ + 1)·A + 1; F:A:0 for Ministral 3's log(⌊p / F⌋ + 1)·A + 1; "

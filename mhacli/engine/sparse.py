@@ -37,6 +37,7 @@ import numpy as np
 
 from ..errors import MhaError
 from . import ops
+from .cores import cores
 from .values import as_array, given, nested_numbers
 
 Config = Prepared = Sizes = Any  # (config.py's: it asks this module for the top-k rule)
@@ -47,6 +48,7 @@ KEYS = ("top_k", "rope", "eps", "w_q", "w_k", "k_norm", "k_norm_bias", "w_weight
 ARRAYS = {"w_q": "w_iq", "w_k": "w_ik", "k_norm": "ik_norm", "k_norm_bias": "ik_bias",
           "w_weights": "w_iw"}  # a file's key -> the Prepared field
 STYLES = ("half", "interleaved")
+_TERMS = 1 << 17  # the index scores' terms made at once: 1 MiB in float64
 NAME = "the indexer (sparse attention)"
 
 
@@ -180,24 +182,38 @@ def index_weights(x: Array, p: Prepared) -> Array:
     return (x @ p.w_iw) * (p.config.index_heads ** -0.5)
 
 
-def terms(q: Array, k: Array, c: Config) -> Array:
-    """ReLU(q_{i,e}·k_j / √d_I) of each query, index head and key: (n, E, m)."""
-    qh = q.reshape(q.shape[0], c.index_heads, c.index_dim)  # (n, E, d_I)
-    return np.maximum((qh @ k.T) * (c.index_dim ** -0.5), 0.0)  # (n, E, m)
-
-
 def index_scores(q: Array, k: Array, weights: Array, allowed: Array | None,
                  c: Config) -> Array:
     """Σ_e weights[i, e]·ReLU(q_{i,e}·k_j / √d_I), −∞ where ``allowed`` blocks: (n, m).
-    Made a block of queries at a time: the terms of all of them at once, n × E × m,
-    would be gigabytes for a long text (E = 64 in DeepSeek-V3.2)."""
-    n, m = q.shape[0], k.shape[0]
-    out = np.empty((n, m), dtype=np.result_type(q, k, weights))
-    step = max(1, (1 << 22) // max(1, c.index_heads * m))  # a few million terms a block
-    for lo in range(0, n, step):
+    A block of query rows at a time, small enough to stay in the cache (about 1 MB of
+    terms), the blocks shared out over the cores with BLAS held to one thread (its own
+    threads, on products this small, spin more than they work: measured ten times as
+    slow on a busy machine); in a block one index head at a time: its products in one
+    BLAS call, its ReLU, and its weighted share added in place. The terms of every head
+    at once, n × E × m, would be gigabytes for a long text (E = 64 in DeepSeek-V3.2)."""
+    n, m, d = q.shape[0], k.shape[0], c.index_dim
+    dtype = np.result_type(q, k, weights)
+    out = np.empty((n, m), dtype=dtype)
+    k_t = np.ascontiguousarray(k.T) * d ** -0.5  # (d_I, m), with 1/√d_I
+    step = max(1, _TERMS // max(1, m))  # query rows a block
+
+    def block(lo: int) -> None:
         hi = min(n, lo + step)
-        out[lo:hi] = (weights[lo:hi, None, :] @ terms(q[lo:hi], k, c))[:, 0]  # (rows, m)
-    return out if allowed is None else np.where(allowed, out, -np.inf)
+        o = out[lo:hi]  # (rows, m)
+        t = np.empty(o.shape, dtype=dtype)  # one head's ReLU(q_e·k_j / √d_I)
+        o[...] = 0
+        for e in range(c.index_heads):
+            np.matmul(q[lo:hi, e * d:(e + 1) * d], k_t, out=t)
+            np.maximum(t, 0.0, out=t)
+            t *= weights[lo:hi, e:e + 1]
+            o += t
+        if allowed is not None:
+            np.copyto(o, -np.inf, where=~allowed[lo:hi])
+
+    with cores(hold=n * m * c.index_heads * d >= 1 << 16) as spread:
+        for _ in spread(block, list(range(0, n, step))):
+            pass
+    return out
 
 
 def order(scores: Array) -> Array:
@@ -207,12 +223,21 @@ def order(scores: Array) -> Array:
 
 def keep(scores: Array, top_k: int) -> Array:
     """1 where key j is among query i's top_k scores (never a blocked, −∞ one), else 0:
-    (n, m) in the scores' dtype."""
-    out = np.zeros(scores.shape, dtype=scores.dtype)
-    top = order(scores)[:, :top_k]  # (n, top_k)
-    np.put_along_axis(out, top, 1.0, axis=-1)
-    out[np.isneginf(scores)] = 0.0
-    return out
+    (n, m) in the scores' dtype. Among scores equal to a row's k-th largest, the earlier
+    keys are kept (as a stable sort, largest first, would keep them); found by a partition
+    (linear in m) instead of sorting each row (m log m)."""
+    if top_k >= scores.shape[-1]:  # every key the mask allows
+        return (~np.isneginf(scores)).astype(scores.dtype)
+    last = kth(scores, top_k)[:, None]  # (n, 1) the k-th largest score of each row
+    kept = scores > last  # (n, m) the strictly larger: fewer than top_k
+    tied = scores == last  # (n, m) the k-th's equals, of which the earliest are kept
+    room = top_k - kept.sum(axis=-1)  # (n,) how many of them
+    crowded = tied.sum(axis=-1) > room  # rows where some equals are left out
+    if crowded.any():
+        tied[crowded] &= np.cumsum(tied[crowded], axis=-1) <= room[crowded, None]
+    kept |= tied
+    kept &= ~np.isneginf(scores)
+    return kept.astype(scores.dtype)
 
 
 def rank(scores: Array) -> Array:
@@ -226,8 +251,8 @@ def rank(scores: Array) -> Array:
 def kth(scores: Array, top_k: int) -> Array:
     """Each query's k-th largest score (the last it keeps; −∞ when it allows fewer
     keys): (n,)."""
-    srt = -np.sort(-scores, axis=-1)  # (n, m) largest first
-    return srt[:, min(top_k, scores.shape[-1]) - 1]
+    k = min(top_k, scores.shape[-1])
+    return -np.partition(-scores, k - 1, axis=-1)[:, k - 1]
 
 
 def keep_of(p: Prepared, allowed: Array | None) -> tuple[Array, Array]:

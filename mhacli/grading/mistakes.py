@@ -247,8 +247,8 @@ MISTAKES: tuple[Mistake, ...] = (
     Mistake("masked", lambda p: f"{_what_blocks(p)} "
             f"{'are' if len(p.reach.rules) > 1 else 'is'} left out: every query attends to "
             "every key, the blocked ones too", _unmasked),
-    *(_one_left_out(rule) for rule in ("causal", "mask", "window", "chunk", "padding",
-                                       "top_k")),
+    *(_one_left_out(rule) for rule in ("causal", "mask", "window", "chunk", "local_blocks",
+                                       "padding", "top_k")),
     Mistake("weights", "the softmax is taken down each column instead of along each row",
             _columns),
     Mistake("weights", "the mask is applied after the softmax (blocked weights set to 0, "

@@ -45,6 +45,10 @@ def load_checkpoint(checkpoint: str | Path, layer: int | None, *, file: str | No
         raise exc.located(exc.source or str(path)) from None
     labels = tokens if isinstance(tokens, list) else None
     n = len(labels) if labels else tokens if isinstance(tokens, int) else 4
+    front = global_labels(reading)  # (PEGASUS-X's global tokens: x's first rows)
+    if front:
+        labels = front + (labels or [f"t{i + 1}" for i in range(n)])
+        n += len(front)
     rng = np.random.default_rng(seed)
     x = np.round(rng.standard_normal((n, reading.width)), 2)
     source = f"random tokens on {path.name}" + (f" (seed {seed})" if seed is not None else "")
@@ -68,6 +72,13 @@ def _value_rows_said(prob: Problem, layer: Any, ids: list[int], whose: str) -> P
     settings["value_embeds"] = (f"{layer.origin.get('value_embeds', 'the table')}; the rows "
                                 f"of the {whose} {ids}")
     return replaced(prob, read=MappingProxyType({**prob.read, "settings": settings}))
+
+
+def global_labels(reading: Any) -> list[str]:
+    """The labels of a layer's global tokens, x's first rows (``local_blocks``' globals:
+    PEGASUS-X's encoder), g1 … gG; [] for a layer without them."""
+    blocks = reading.settings.get("local_blocks")
+    return [f"g{i + 1}" for i in range(blocks[1])] if blocks else []
 
 
 def load_text(checkpoint: str | Path, text: str, layer: int | None = 0, *,
@@ -118,7 +129,7 @@ def from_reading(checkpoint: str | Path, text: str, reading: Any, layers: list[i
     out = []
     for k in layers:
         layer = found[k] if found is not None else read_layer(path, k)
-        given = {"x": reading.x[k], "tokens": reading.rows(k)}
+        given = {"x": reading.x[k], "tokens": global_labels(layer) + reading.rows(k)}
         if layer.value_rows is not None:  # value embeddings: the rows of the text's ids
             given["value_embeds"] = layer.value_rows(reading.ids)
         if k in reading.x_kv:  # a cross-attention: the encoder's output on the text (a
@@ -148,6 +159,15 @@ def from_reading(checkpoint: str | Path, text: str, reading: Any, layers: list[i
             read["kv_input"] = (f"the model's own hidden state entering layer "
                                 f"{layer.kv_layer}'s attention, whose keys and values "
                                 f"layer {k} takes")
+        if global_labels(layer):  # the global tokens' rows: the model's own stream
+            g = len(global_labels(layer))
+            first = str(k) == "encoder.0"
+            read["global_input"] = (
+                f"x's first {g} rows (g1 … g{g}): the global tokens, "
+                + ("the model's learned global embeddings (embed_global, read from the "
+                   "checkpoint)" if first else "the model's own hidden state of its "
+                   "learned global embeddings (embed_global) after the layers before")
+                + ", normed by the layer's global_self_attn_layer_norm")
         if str(k).startswith("decoder."):  # what the decoder read: said, as it is not the text
             read["decoder_input"] = (f"the decoder's start token {reading.start_labels[0]} "
                                      f"(id {reading.start[0]}, config decoder_start_token_id)"
@@ -179,9 +199,10 @@ def _refuse_changes(path: Path, text: str, found: dict[int, Any], settings: dict
     if not given:
         return
     for k, layer in found.items():  # the layer on two tokens of zeros: its settings
-        zeros = {"x": np.zeros((2, layer.width))}
+        zeros = {"x": np.zeros((2 + len(global_labels(layer)), layer.width))}  # (and its
+        # global tokens' rows, where it has them)
         if layer.value_rows is not None:
-            zeros["value_embeds"] = np.zeros((2, layer.value_rows.width))
+            zeros["value_embeds"] = np.zeros((len(zeros["x"]), layer.value_rows.width))
         if layer.cross:
             zeros["x_kv"] = np.zeros((2, layer.weights["w_k"].shape[0]))
         base = from_mapping(zeros, f"layer {k} of {path}", None, reading=layer)
@@ -270,6 +291,8 @@ def _as_typed(setting: Any, value: Any) -> str:
         return flag
     if isinstance(value, np.ndarray) and value.dtype == bool and value.ndim == 2:
         value = ";".join(" ".join("1" if b else "0" for b in row) for row in value)  # a mask
+    elif isinstance(value, tuple) and value and all(type(v) is int for v in value):
+        value = ":".join(map(str, value))  # (local_blocks' B:G:P, read)
     elif isinstance(value, dict):  # rope's or qk_norm's mapping, from its word
         value = value.get("style", value.get("over"))
     elif isinstance(value, (float, Fraction)):

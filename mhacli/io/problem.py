@@ -234,6 +234,9 @@ def _from_mapping(data: dict[str, Any], source: str, base: Path | None,
         value = data.get(setting.key) if setting.in_file and setting.engine else None
         if value is not None:
             value = external(value, setting.key, base) if setting.array else value
+            if isinstance(value, dict):  # a setting of arrays (the indexer's): each may
+                # name an .npz beside the problem too
+                value = {k: external(v, f"{setting.key}.{k}", base) for k, v in value.items()}
             inputs[setting.key] = _read_setting(setting, value, layout, written)
     if reading is not None:  # the layer's weights as read (no copy), its settings
         from .with_layer import on_layer

@@ -88,22 +88,42 @@ def prophetnet(f: Family, r: Reader, stem: str) -> Layer:
     return out
 
 
-@said("decoder: causal, and its cross-attention over the encoder's output (x_kv); its "
-      "encoder's block-local attention with global tokens refused by name")
+@said("encoder: block-local attention with global tokens (local_blocks: blocks of "
+      "block_size, the num_global_tokens global tokens as x's first rows, the blocks shifted "
+      "by half a block on odd layers with stagger_local_blocks); decoder: causal, and its "
+      "cross-attention over the encoder's output (x_kv)")
 def pegasus_x(f: Family, r: Reader, stem: str) -> Layer:
     """PEGASUS-X: its decoder is BART's; its encoder's layers attend in blocks of
     block_size tokens, each block also reading num_global_tokens learned global tokens (a
-    stream of their own, normed apart) which read every token, the blocks staggered on
-    every other layer: two inputs, refused by name."""
-    for key in ("block_size", "stagger_local_blocks"):
-        r.get(key)
-    globals_ = r.get("num_global_tokens")
-    if r.part is not None and r.part.part == "encoder":
-        raise r.error("num_global_tokens", f"{shown(globals_)}: PEGASUS-X's encoder "
-                      "attention reads two streams with the same q, k, v, o: its learned "
-                      "global tokens (a stream of their own, not in x) attend to each other "
-                      "and every token, and each token attends to the global tokens and its "
-                      "block of block_size tokens (shifted by half a block on every other "
-                      "layer with stagger_local_blocks), which mha does not compute; its "
-                      "decoder.N and decoder.N.cross layers are read")
-    return bart(f, r, stem)
+    stream of their own, normed apart by global_self_attn_layer_norm) which read every
+    token, the blocks staggered by half a block on every other layer (the odd ones) with
+    stagger_local_blocks. Both streams go through the same q, k, v and out projections
+    (no biases): the problem's x holds the global tokens' rows first, then the tokens', as
+    the model joins their keys and values, and ``local_blocks`` says who sees whom."""
+    block = r.count("block_size", 512)
+    stagger = r.get("stagger_local_blocks", True)
+    globals_ = r.get("num_global_tokens", 32)
+    if r.part is None or r.part.part != "encoder":
+        return bart(f, r, stem)
+    if isinstance(globals_, bool) or not isinstance(globals_, int) or globals_ < 0:
+        raise r.error("num_global_tokens", f"{shown(globals_)}: expected a whole number of "
+                      "0 or more")
+    if not isinstance(stagger, bool):
+        raise r.error("stagger_local_blocks", f"{shown(stagger)}: expected true or false")
+    staggered = stagger and r.part.number % 2 == 1  # (the model's i % 2 == 1)
+    if staggered and block % 2:
+        raise r.error("block_size", f"{block}: odd, and encoder layer {r.part.number} is "
+                      "staggered (stagger_local_blocks): the model pads its tokens by "
+                      "block_size // 2 on each side, which then are no whole number of "
+                      "blocks, and its own layer cannot cut them; mha does not follow it")
+    out = bart(f, r, stem)
+    shift = block // 2 if staggered else 0
+    out["local_blocks"] = (block, globals_, shift)
+    r.note("local_blocks", f"config block_size {block}, num_global_tokens {globals_} (x's "
+           f"first {globals_} rows: the global tokens, their hidden state normed by "
+           "global_self_attn_layer_norm), "
+           + (f"stagger_local_blocks on an odd layer: the blocks shifted by {shift}, the "
+              f"first {block - shift} tokens long" if staggered else
+              "the blocks not shifted" + (" (stagger_local_blocks: the odd layers only)"
+                                          if stagger else "")))
+    return out

@@ -126,6 +126,9 @@ def read_text(folder: str | Path, text: str, layers: dict[Any, str],
         if hasattr(before, "rel_attn_core"):  # XLNet's: time first, its norm inside
             handles.extend(_time_first(before, caught, layer, set(layers)))
             continue
+        if hasattr(before, "compute_global_attention_representations"):  # PEGASUS-X's
+            handles.extend(_two_streams(before, caught, layer, set(layers), len(ids)))
+            continue
         handles.append(before.register_forward_pre_hook(_catch(caught, "x", layer),
                                                         with_kwargs=True))
         handles.append(after.register_forward_hook(_catch(caught, "out", layer,
@@ -231,6 +234,33 @@ def _time_first(module: Any, caught: dict, layer: Any, stop: set[Any]) -> list[A
 
     return [module.register_forward_pre_hook(before, with_kwargs=True),
             module.layer_norm.register_forward_pre_hook(norm)]
+
+
+def _two_streams(module: Any, caught: dict, layer: Any, stop: set[Any], n: int) -> list[Any]:
+    """Hooks on PEGASUS-X's encoder attention, called with the tokens' hidden states (n
+    tokens padded to whole blocks, and by half a block each side on a staggered layer)
+    and the global tokens' (each stream after its own norm), and returning each stream's
+    output: x is the global rows, then the n tokens' unpadded; the output the same."""
+    held: dict[str, int] = {}
+
+    def rows(glob: Any, tokens: Any, shift: int) -> np.ndarray:
+        return np.concatenate([glob[0].detach().double().numpy(),
+                               tokens[0, shift:shift + n].detach().double().numpy()])
+
+    def before(mod: Any, args: tuple, kwargs: dict) -> None:
+        tokens = kwargs["token_hidden_states"] if "token_hidden_states" in kwargs else args[0]
+        glob = kwargs["global_hidden_states"] if "global_hidden_states" in kwargs else args[1]
+        whole = -(-n // mod.block_size) * mod.block_size  # (padded to whole blocks)
+        held["shift"] = (tokens.shape[1] - whole) // 2  # (a staggered layer's half block)
+        caught[("x", layer)] = rows(glob, tokens, held["shift"])
+
+    def after(mod: Any, args: tuple, output: Any) -> None:
+        caught[("out", layer)] = rows(output[1], output[0], held["shift"])
+        if all(("out", k) in caught for k in stop):
+            raise _Enough
+
+    return [module.register_forward_pre_hook(before, with_kwargs=True),
+            module.register_forward_hook(after)]
 
 
 def _has_tokenizer(folder: Path) -> None:

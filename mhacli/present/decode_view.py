@@ -121,8 +121,9 @@ def _step(tr: Trace, st: DecodeStep, labels: list[str], head: int | None,
             f"{c.d_k} + d_v {c.d_v}) × {size} bytes = {st.cache_bytes} bytes")
     if st.latent_cache is not None:  # MLA: the model caches the latent, not k and v
         yield from _latent(st, c, heads, heads_rows, cached, view)
+        index = f" + the indexer's key d_I {c.index_dim}" if c.indexer else ""
         note = (f"the cache the model keeps is the latent: {len(pos)} position(s) × (r_kv "
-                f"{c.r_kv} + d_R {c.d_rope}) × {size} bytes = {st.cache_bytes} bytes; plain "
+                f"{c.r_kv} + d_R {c.d_rope}{index}) × {size} bytes = {st.cache_bytes} bytes; plain "
                 f"multi-head attention would cache k and v of every head, {len(pos)} × 2 × "
                 f"{c.heads} × d_v {c.d_v} × {size} = {st.cache_bytes_mha} bytes (k_cache and "
                 "v_cache above are what the latent expands to); as much as grouped-query "

@@ -34,6 +34,8 @@ def read_lines(read: Mapping[str, Any], c: Any) -> list[str]:
                      f"tokens); {agrees}")
         if "kv_input" in read:  # (a KV-shared layer's keys and values: another layer's)
             lines.append(f"  x_kv: {read['kv_input']}")
+        if "global_input" in read:  # (PEGASUS-X's global tokens: a stream of their own)
+            lines.append(f"  {read['global_input']}")
     if c.indexer and c.n <= c.indexer:
         from ..engine.sparse_stages import dense_line
 

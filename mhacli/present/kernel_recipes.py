@@ -233,10 +233,12 @@ def step_recipe(tr: Any, field: str) -> Recipe:
     names: tuple[str, ...] = ()
     if field == "cache_bytes" and c.latent:  # MLA: the latent, [c_KV | k_R] a position
         size = np.dtype(c.dtype).itemsize
-        written = [f"cache_bytes = t'·(r_kv + d_R)·b = {t + 1 - first}·({c.r_kv} + "
-                   f"{c.d_rope})·{size}", f"  = {arr['bytes'].at(t)}  (positions in the cache "
-                   "× numbers of a latent row × bytes a number: multi-head latent attention "
-                   "caches the latent)"]
+        index = f" + {c.index_dim}" if c.indexer else ""  # the indexer's key, cached too
+        written = [f"cache_bytes = t'·(r_kv + d_R{' + d_I' if index else ''})·b = "
+                   f"{t + 1 - first}·({c.r_kv} + {c.d_rope}{index})·{size}",
+                   f"  = {arr['bytes'].at(t)}  (positions in the cache × numbers of a latent "
+                   "row × bytes a number: multi-head latent attention caches the latent"
+                   f"{', and sparse attention the indexer key of each position' if index else ''})"]
     elif field == "cache_bytes":
         size = np.dtype(c.dtype).itemsize
         written = [f"cache_bytes = t'·G·(d_k + d_v)·b = {t + 1 - first}·{c.groups}·({c.d_k} + "
