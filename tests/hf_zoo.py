@@ -187,7 +187,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # each, as repeat_kv needs), and head_dim the rotary's width, qk_rope_head_dim's
     **{t: dict(num_key_value_heads=HEADS, head_dim=8) for t in (
         "deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa", "glm4_moe_lite", "youtu",
-        "sarvam_mla", "minicpm3", "kimi_linear", "longcat_flash", "axk1", "bailing_hybrid")},
+        "sarvam_mla", "minicpm3", "kimi_linear", "longcat_flash", "axk1", "axk2",
+        "bailing_hybrid")},
     # DeBERTa's disentangled attention on (its config classes leave it off), the table
     # shorter than the tokens: v1 clamps past max_relative_positions, v2 log-buckets past
     # position_buckets / 2, with DeBERTa-v3's share_att_key and normed table
@@ -344,6 +345,15 @@ def attention_module(model: torch.nn.Module, layer: int) -> tuple[str, str | Non
     return path, dense
 
 
+def reference_ids(model: torch.nn.Module, n: int, seed: int = 0) -> np.ndarray:
+    """The n token ids ``module_reference`` runs the model on (1, n): what a layer that
+    looks rows up by the ids (NeoMME's value embeddings) is given there."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") \
+        else model.config
+    vocab = getattr(config, "vocab_size", 100) or 100
+    return np.random.default_rng(seed).integers(3, min(vocab, 100), (1, n))
+
+
 def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
                      output: str | None = None, seed: int = 0,
                      x_kv: np.ndarray | None = None, x_v: np.ndarray | None = None,
@@ -387,10 +397,7 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
     languages = getattr(model.config, "languages", None)
     if languages and hasattr(model, "set_default_language"):  # X-MOD's adapters need one
         model.set_default_language(languages[0])
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") \
-        else model.config
-    vocab = getattr(config, "vocab_size", 100) or 100
-    ids = torch.from_numpy(np.random.default_rng(seed).integers(3, min(vocab, 100), (1, n)))
+    ids = torch.from_numpy(reference_ids(model, n, seed))
     stores: dict[str, tuple[Any, tuple, dict]] = {}  # a layer type's module storing the
     # keys and values its KV-shared layers take, and its call
 

@@ -140,10 +140,11 @@ def test_cell_and_file(tmp_path: Path) -> None:
     assert r.exit_code == 2 and "exclusive" in r.stderr and "Traceback" not in r.output
 
 
-def test_neomme_agrees_and_its_value_embedding_layers_are_refused(tmp_path: Path) -> None:
+def test_neomme_agrees_and_its_value_embedding_layers_want_them(tmp_path: Path) -> None:
     """A tiny random NeoMME (every α off 0): layers 0-4 slide (windows of 4 and 1024,
     both ways) and are read, equal to the model's own attention; layer 5, its one
-    full-attention layer (so its first and last), adds value embeddings: refused."""
+    full-attention layer (so its first and last), adds value embeddings looked up by the
+    token ids: a problem of x alone is refused, naming value_embeds."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")
     from mhacli.io.problem import from_mapping
@@ -172,9 +173,10 @@ def test_neomme_agrees_and_its_value_embedding_layers_are_refused(tmp_path: Path
             other = zoo.module_reference(model, path, x, dense)["output"]
             attn.exclusive_self_attention.alpha.copy_(torch.from_numpy(alpha))
         assert np.abs(other - want).max() > 1e-3 * np.abs(want).max()
-    with pytest.raises(mhacli.MhaError, match="--layer 5: NeoMME's first and last "
-                       "full-attention layers .5 and 5. add value embeddings"):
+    with pytest.raises(mhacli.MhaError, match="--layer 5 adds value embeddings to its "
+                       "values, a row of model.value_embeddings.weight for each token"):
         from_mapping({"x": np.ones((3, width)), "checkpoint": folder, "layer": 5}, "test")
+    # (given them, it agrees: tests/test_value_embeds.py)
 
 
 def test_mla_with_exclusive_agrees_with_central_differences() -> None:

@@ -8,9 +8,10 @@ with a sigmoid gate a head, among Kimi delta attention layers), DeepSeek-V3.2 (d
 its indexer keeps every key; sparse: tests/test_sparse_models.py) and HY-V4 (a gate of the
 heads' outputs, sinks, its top-k shared by layers) with no more tokens than its indexer
 keeps (dense). 1e-5 relative: the models compute RoPE's cos and sin and their RMS norms in
-float32. And what is refused: Kimi Linear's KDA layers (for good), A.X K2's queries made
-from its query latent normed and not, HY-V4 on more tokens than its indexer keeps, a bias
-of the latents' projections. Skipped where transformers (and torch) are not installed."""
+float32. A.X K2 (its queries and a gate of the heads' outputs made from its query latent
+normed and raw, q_latent_both: W_UQ, W_gate and the latents against the model's own
+tensors). And what is refused: Kimi Linear's KDA layers (for good), HY-V4 on more tokens
+than its indexer keeps, a bias of the latents' projections. Skipped where transformers (and torch) are not installed."""
 
 from __future__ import annotations
 
@@ -64,6 +65,9 @@ CASES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "hy_v4-yarn": ("hy_v4", "HYV4ForCausalLM", {"rope_parameters": YARN}),
     "deepseek_v32": ("deepseek_v32", "DeepseekV32ForCausalLM", {"index_topk": 9}),  # (9
     # tokens: its indexer keeps every key)
+    # (A.X K2: queries and a gate a head from [C_Q normed | C_Q], q_latent_both)
+    "axk2": ("axk2", "AXK2ForCausalLM", {"index_topk": 9}),
+    "axk2-yarn": ("axk2", "AXK2ForCausalLM", {"index_topk": 9, "rope_parameters": YARN}),
 }
 SIZES = {"num_key_value_heads": 4, "head_dim": 8}  # (qk_rope_head_dim's 8: the rotary's)
 
@@ -169,16 +173,35 @@ def test_what_is_not_followed_is_refused_by_name(tmp_path: Path) -> None:
                         "t").config.indexer == 4
     with pytest.raises(mhacli.MhaError, match="layer 2 takes the top-4 keys"):
         from_mapping({"x": np.ones((5, 64)), "checkpoint": hy, "layer": 2}, "t")
-    axk2 = build("axk2", "AXK2ForCausalLM", tmp_path / "axk2")
-    with pytest.raises(mhacli.MhaError, match=r"q_b_proj.weight: axk2's query projection "
-                       r"reads the query latent both normed and not \(\[q_a_layernorm\(c_Q\) "
-                       r"\| c_Q\], 48 = 2·q_lora_rank 24 columns\)"):
-        from_mapping({"x": np.ones((2, 64)), "checkpoint": axk2, "layer": 0}, "t")
     biased = build("deepseek_v3", "DeepseekV3ForCausalLM", tmp_path / "bias",
                    attention_bias=True)
     with pytest.raises(mhacli.MhaError, match="q_a_proj.bias: a bias of the latent's "
                                               "projection"):
         from_mapping({"x": np.ones((2, 64)), "checkpoint": biased, "layer": 0}, "t")
+
+
+def test_axk2_reads_its_fused_queries_and_gate(made: dict[str, Path],
+                                              tmp_path_factory: pytest.TempPathFactory
+                                              ) -> None:
+    """A.X K2's q_gate_proj (H·(d_k + d_v) rows over [C_Q normed | C_Q]): each head's
+    d_k rows are W_UQ's columns, its d_v rows W_gate's; both read the doubled latent."""
+    folder = model_of(made, tmp_path_factory, "axk2")
+    model = zoo.load(folder)
+    prob = from_mapping({"x": np.ones((3, 64)), "checkpoint": folder, "layer": 1}, "t")
+    attn = model.model.layers[1].self_attn
+    w = attn.q_gate_proj.weight.detach().double().numpy()  # (H·(d_k + d_v), 2·r_q)
+    heads, d_k, d_v = attn.num_heads, attn.qk_head_dim, attn.v_head_dim
+    w = w.reshape(heads, d_k + d_v, -1)
+    np.testing.assert_array_equal(prob.inputs["w_uq"], w[:, :d_k].reshape(heads * d_k, -1).T)
+    np.testing.assert_array_equal(prob.inputs["w_gate"],
+                                  w[:, d_k:].reshape(heads * d_v, -1).T)
+    c = prob.config
+    assert c.q_latent_both and c.gate and c.r_q == attn.q_lora_rank
+    assert prob.inputs["w_uq"].shape == (2 * c.r_q, heads * d_k)
+    assert "2·q_lora_rank" in prob.read["settings"]["q_latent_both"]
+    tr = mhacli.trace(**prob.inputs)
+    np.testing.assert_array_equal(tr["q_latent_both"][:, :c.r_q], tr["q_latent_normed"])
+    np.testing.assert_array_equal(tr["q_latent_both"][:, c.r_q:], tr["q_latent"])
 
 
 def test_explain_names_where_each_came_from(made: dict[str, Path],

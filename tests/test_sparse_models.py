@@ -1,7 +1,8 @@
 """DeepSeek sparse attention read from real checkpoints, as transformers makes and saves
 them (tiny, every parameter random): DeepSeek-V3.2 (its indexer's RoPE in half pairs),
 GLM-5's glm_moe_dsa (interleaved, and a layer that takes an earlier layer's top-k) and
-HY-V4 (its indexer's RoPE on each head's last columns, its key norm's eps the config's), on more
+HY-V4 (its indexer's RoPE on each head's last columns, its key norm's eps the config's) and
+A.X K2 (V3.2's indexer; its queries from the query latent normed and raw), on more
 tokens than index_topk (7 against 3: the indexer drops keys), against the model's own
 attention module on the same x (tests/hf_zoo.py), the attention weights included (the
 keys it drops weigh 0 in both); the indexer's keep mask against the loop of
@@ -31,7 +32,10 @@ CASES = {"deepseek_v32": ("DeepseekV32ForCausalLM", {}, "half"),
                          "interleaved"),
          # (HY-V4: its indexer's RoPE on each head's last columns, read rope first; a gate
          # and sinks; its last layer takes the one before's top-k)
-         "hy_v4": ("HYV4ForCausalLM", {}, "half")}
+         "hy_v4": ("HYV4ForCausalLM", {}, "half"),
+         # (A.X K2: V3.2's indexer on the normed query latent; its queries and gate from
+         # [C_Q normed | C_Q])
+         "axk2": ("AXK2ForCausalLM", {}, "half")}
 SHARED = {"glm_moe_dsa": (1, 0), "hy_v4": (2, 1)}  # a layer that takes another's top-k
 
 

@@ -109,6 +109,9 @@ def run_type(model_type: str, model_class: str, base: Path) -> Result:
             given["x_v"] = rng.standard_normal((TOKENS, reading.weights["w_v"].shape[0]))
         own = {"x_kv": given.get("x_kv"), "x_v": given.get("x_v"),
                "values_input": reading.values_input or "value_tensor"}
+        if reading.value_rows is not None:  # value embeddings: the rows of the ids the
+            # reference runs the model on (NeoMME's)
+            given["value_embeds"] = reading.value_rows(zoo.reference_ids(model, TOKENS)[0])
         try:
             got = mhacli.attention(**from_mapping(given, "zoo", reading=reading).inputs)
         except Exception as exc:

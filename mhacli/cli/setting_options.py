@@ -142,6 +142,9 @@ OPTIONS: tuple[SettingOption, ...] = (
     SettingOption("exclusive", "Exclusive self-attention (NeoMME): each head's output less "
                   "tanh(α_h) times its projection on its own token's value made unit; α, "
                   "one number per head.", metavar="'a1 a2 …'"),
+    SettingOption("value_embeds", "Value embeddings (NeoMME): a row for each key token, "
+                  "m × G·d_v (.npy, YAML or JSON), added to the values after their "
+                  "projection, V + E.", metavar="FILE"),
     SettingOption("clip_qkv", "Clamp Q, K and V to [−C, C] as they come out of their "
                   "projections (OLMo, DBRX, MPT).", metavar="C"),
     SettingOption("w_gate", "Gated attention (Qwen3-Next): the gate's weights, d_model × "
@@ -167,6 +170,9 @@ OPTIONS: tuple[SettingOption, ...] = (
                   "w_o (E matrices G·d_v × d_out); each token's queries and output go "
                   "through its top_k experts by the router, weighted by the softmax of "
                   "their logits; the keys and values are shared.", metavar="FILE"),
+    SettingOption("q_latent_both", "Multi-head latent attention with a query latent (A.X "
+                  "K2): W_UQ reads it both normed and raw, [C_Q normed | C_Q] (2·r_q rows), "
+                  "and so does W_gate where given."),
     SettingOption("masked_row", "A query row whose every key is blocked: zero weights (with "
                   "a warning), nan, or error.", ADVANCED,
                   commands=("explain", "run", "check")),

@@ -23,7 +23,7 @@ from .writing import Entry, sub
 
 
 INPUTS = {"x": "X", "x_pos": "(X + PE)", "x_kv": "X_kv", "x_kv_pos": "(X_kv + PE)",
-          "x_v": "X_v"}
+          "x_v": "X_v", "q_latent_both": "[C_Q normed | C_Q]"}
 
 
 def cell_input(e: Entry) -> list[Any]:
@@ -57,7 +57,7 @@ def cell_projection(e: Entry) -> list[Any]:
 
 def cell_split(e: Entry) -> list[Any]:
     whole = e.reads[0]
-    d = e.c.d_v if whole == "v" else e.c.d_k
+    d = e.c.d_v if whole in ("v", "v_embedded") else e.c.d_k
     h = e.head
     col = (h - 1) * d + e.col
     e.mark(whole, None, {e.row}, {col})
@@ -642,4 +642,17 @@ def cell_output(e: Entry) -> list[Any]:
     return [f"{e.name} = row {e.row + 1} of {e.reads[0]} · column {j + 1} of W_O{bias}",
             f"  = {e.dot(e.row_of(e.reads[0], None, e.row), e.inp('w_o', exact=False).col(j))}"
             f"{b_text}",
+            f"  = {e.result}"]
+
+
+def cell_v_embedded(e: Entry) -> list[Any]:
+    """An entry of V + E: the value and the token's value embedding."""
+    i, j = e.row, e.col
+    v = e.value("v", None, i, j)
+    emb = e.inp("value_embeds", exact=False).at(i, j)
+    e.mark("v", None, {i}, {j})
+    e.makes(op("f+", v, emb))
+    return [f"{e.name} = v[{e.row_label}, {j + 1}] + value_embeds[{e.row_label}, {j + 1}] "
+            "(the token's value embedding)",
+            f"  = {e.num(v)} + {e.factor(e.inp('value_embeds').at(i, j))}",
             f"  = {e.result}"]

@@ -99,6 +99,8 @@ class Config:
     r_kv: int = 0  # MLA: the key/value latent c_KV's width (0: not MLA)
     d_rope: int = 0  # MLA: d_R, the last columns of each head's q and k (k_R: shared)
     latent_eps: float = 0.0  # MLA: the latents' norms' eps, √(mean(x²) + eps)
+    q_latent_both: bool = False  # MLA: W_UQ (and W_gate) read [C_Q normed | C_Q] (A.X K2)
+    value_embedded: bool = False  # the values plus a row of value embeddings a key token
     disentangled: tuple[str, ...] | None = None  # DeBERTa's terms: c2p, p2c (disentangled.py)
     rel_buckets: int = 0  # its position_buckets (0: none, distances as they are)
     rel_max: int = 0  # its max_relative_positions
@@ -214,6 +216,7 @@ class Prepared:
     lambdas: Array | None = None  # (4, d_k) differential attention's λ_q1, λ_k1, λ_q2, λ_k2
     sub_norm_weight: Array | None = None  # (H·d_v,) its weights
     w_gate: Array | None = None  # (d_model, H·d_v) the gate's weights (gated attention)
+    value_embeds: Array | None = None  # (m, G·d_v) added to V (value_embeds.py)
     b_gate: Array | None = None  # (H·d_v,) its bias
     w_dq: Array | None = None  # MLA (latent.py): (d_model, r_q)
     q_latent_norm: Array | None = None  # (r_q,)
@@ -294,3 +297,4 @@ class Sizes:
     d_rope: int = 0  # MLA: the width RoPE turns by default (d_R), else d_k
     r_q: int = 0  # MLA: the query latent's width (the indexer reads it)
     x_v: Array | None = None  # (m, d_xv): the values' own input, when they have one
+    q_both: bool = False  # MLA: the gate reads [C_Q normed | C_Q] (2·r_q rows), not X

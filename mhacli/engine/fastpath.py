@@ -343,17 +343,23 @@ def gated(p: Prepared, work: Work) -> Array | None:
     queries read it; None without a gate."""
     if p.w_gate is None:
         return None
-    return act(gate_of(p, work.stages.get("x_pos", p.x)), p.config.gate_fn)
+    src = work.stages.get("x_pos", p.x)
+    if p.config.q_latent_both:  # (A.X K2: the gate reads [C_Q normed | C_Q], as W_UQ)
+        from .latent import q_source
+
+        src = q_source(p, src)
+    return act(gate_of(p, src), p.config.gate_fn)
 
 
 def fast(p: Prepared, progress: Progress | None = None) -> Array:
     """The fast path on validated inputs: the n × d_out output, nothing recorded."""
     if p.config.differential is not None or p.config.disentangled is not None or \
             p.config.relative_xl is not None or p.config.exclusive or \
-            p.config.rotated_values or p.config.experts:
+            p.config.rotated_values or p.config.experts or p.config.value_embedded:
         # two maps a head, DeBERTa's or Transformer-XL's position terms, each head's
         # output less its part along its token's value, turned back after the softmax
-        # (rotated values), or each token's own experts: the stage table's work
+        # (rotated values), each token's own experts, or value embeddings added to the
+        # values: the stage table's work
         from .table_run import run
 
         warn_dead(p)

@@ -68,17 +68,21 @@ def gate_fn(value: Any, s: Sizes) -> Fields:
 
 
 def w_gate(value: Any, s: Sizes) -> Fields:
-    """``w_gate``: the gate's weights, d_model × H·d_v, read from the query-side input."""
+    """``w_gate``: the gate's weights, d_model × H·d_v, read from the query-side input
+    (2·r_q × H·d_v with q_latent_both: from [C_Q normed | C_Q], as the queries)."""
     if value is None:
         return {"gate": False}, {"w_gate": None}
     if s.x is None:
         raise MhaError("w_gate multiplies x, the query-side input: with q, k and v given "
                        "directly there is none (give x and the weights)", key="w_gate")
     arr = as_array("w_gate", value, s.t)
-    want = (s.d_model, s.heads * s.d_v)
+    want = (2 * s.r_q if s.q_both else s.d_model, s.heads * s.d_v)
     if arr.shape != want:
-        raise MhaError(f"w_gate needs d_model × H·d_v = {want[0]} × {want[1]} (a gate for "
-                       f"each head's d_v outputs), got shape {shape_text(arr)}", key="w_gate")
+        rows = "2·r_q" if s.q_both else "d_model"
+        read = " (with q_latent_both the gate reads [C_Q normed | C_Q])" if s.q_both else ""
+        raise MhaError(f"w_gate needs {rows} × H·d_v = {want[0]} × {want[1]} (a gate for "
+                       f"each head's d_v outputs){read}, got shape {shape_text(arr)}",
+                       key="w_gate")
     return {"gate": True}, {"w_gate": arr}
 
 
@@ -95,6 +99,7 @@ def b_gate(value: Any, s: Sizes) -> Fields:
 
 def gate_of(p: Prepared, x: Array) -> Array:
     """The gate's logits G = X·W_gate + b_gate, (n, H·d_v), from the input as the queries
-    read it (with its positions where the problem adds them)."""
+    read it (with its positions where the problem adds them; with q_latent_both,
+    [C_Q normed | C_Q])."""
     out = x @ p.w_gate  # type: ignore[operator]
     return out if p.b_gate is None else out + p.b_gate

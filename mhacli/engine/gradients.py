@@ -187,8 +187,8 @@ def _d_input(t: Chains, w: Work) -> Array:
             out = out + _through(t, w, "k") @ p.w_k.T  # type: ignore[union-attr]
             if not w.c.d_xv:  # (the values' own input takes dV)
                 out = out + _through(t, w, "v") @ p.w_v.T  # type: ignore[union-attr]
-    if w.c.gate:  # (in MLA too: the gate reads X)
-        out = out + w["d_gate"] @ p.w_gate.T  # type: ignore[union-attr]
+    if w.c.gate and not w.c.q_latent_both:  # (in MLA too: the gate reads X, unless it
+        out = out + w["d_gate"] @ p.w_gate.T  # reads the query latent, A.X K2's)
     return out
 
 
@@ -308,7 +308,7 @@ def _d_scaled_text(t: Chains, f: Formula) -> str:
 
 def _d_input_text(f: Formula) -> str:
     src = "(X + PE)" if f.c.positional else "X"
-    gate = " + dG·W_gateᵀ" if f.c.gate else ""
+    gate = " + dG·W_gateᵀ" if f.c.gate and not f.c.q_latent_both else ""
     if f.c.latent:
         return latent_text(src) + (f"{gate} (the gate reads X too)" if gate else "")
     if f.c.experts:
@@ -569,6 +569,11 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
               lambda w: _plus(ops.merge_heads(w["d_v_heads"]), dyn_grads.to_values(w)),
               lambda f: "the heads' dV side by side" + dyn_grads.to_values_text(f.c), "V",
               exists=lambda c: not c.latent),
+        _grad("d_value_embeds", "m × G·d_v", lambda c: (c.m, c.groups * c.d_v), KEY,
+              NUMBERED, lambda w: w["d_v"],
+              _text("dE = dV: the values are V + E, and a sum passes the gradient on "
+                    "unchanged"), "E",
+              exists=lambda c: c.value_embedded and not c.latent),
         _grad("d_w_q", "d_model × H·d_k", lambda c: (c.d_model, c.heads * c.d_k), NUMBERED,
               NUMBERED, lambda w: _plus(_source(t, w, False).T @ (
                   ops.merge_heads(w["d_q_heads"]) if w.c.latent else _through(t, w, "q")),
@@ -602,9 +607,12 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
               lambda w: _sums(_through(t, w, "v")), _text("db_v = the column sums of dV"), "b_v",
               exists=lambda c: "b_v" in c.biases),
         *dyn_grads.dynamic_gradients(_grad)[1],  # W_dt, b_dt, A (Doge's dynamic mask)
-        _grad("d_w_gate", "d_model × H·d_v", lambda c: (c.d_model, c.heads * c.d_v),
-              NUMBERED, NUMBERED, lambda w: _source(t, w, False).T @ w["d_gate"],
-              lambda f: f"dW_gate = {_src(f, False)}ᵀ·dG", "W_{gate}",
+        _grad("d_w_gate", "d_model × H·d_v", lambda c: (2 * c.r_q if c.q_latent_both else
+                                                         c.d_model, c.heads * c.d_v),
+              NUMBERED, NUMBERED, lambda w: (w["q_latent_both"] if w.c.q_latent_both else
+                                             _source(t, w, False)).T @ w["d_gate"],
+              lambda f: "dW_gate = [C_Q normed | C_Q]ᵀ·dG" if f.c.q_latent_both else
+              f"dW_gate = {_src(f, False)}ᵀ·dG", "W_{gate}",
               exists=lambda c: c.gate),
         _grad("d_b_gate", "H·d_v", lambda c: (c.heads * c.d_v,), NUMBERED, NUMBERED,
               lambda w: _sums(w["d_gate"]), _text("db_gate = the column sums of dG"),

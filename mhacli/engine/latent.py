@@ -7,10 +7,13 @@ d_nope the rest of a head, d_k = d_nope + d_R:
 
     q_latent          = X·W_DQ                              (n, r_q)
     q_latent_normed   = rmsnorm(q_latent) ⊙ q_latent_norm  (n, r_q)
+    q_latent_both     = [q_latent_normed | q_latent]        (n, 2·r_q), where W_UQ reads
+                        both (A.X K2: q_latent_both; W_gate then reads it too)
     kv_latent         = X·W_DKV = [c_KV | k_R]              (m, r_kv + d_R)
     kv_latent_normed  = rmsnorm(c_KV) ⊙ kv_latent_norm     (m, r_kv)
     k_rope_normed     = rmsnorm(k_R) ⊙ k_rope_norm         (m, d_R), where given (dots3)
-    q_heads[h]        = q_latent_normed·W_UQ,h (or X·W_Q,h) (H, n, d_k): [q_nope | q_rope]
+    q_heads[h]        = q_latent_normed·W_UQ,h (or q_latent_both·W_UQ,h, or X·W_Q,h)
+                                                            (H, n, d_k): [q_nope | q_rope]
     k_heads[h]        = [c_KV·W_UK,h | k_R (normed)]        (H, m, d_k)
     v_heads[h]        = c_KV·W_UV,h                         (H, m, d_v)
 
@@ -66,13 +69,27 @@ def split_latent(kv_latent: Array, r_kv: int) -> tuple[Array, Array]:
     return kv_latent[:, :r_kv], kv_latent[:, r_kv:]
 
 
+def both(c_q_normed: Array, c_q: Array) -> Array:
+    """[C_Q normed | C_Q]: the query latent both normed and raw, side by side (A.X K2's
+    q_gate_proj reads it): (n, 2·r_q)."""
+    return np.concatenate((c_q_normed, c_q), axis=1)
+
+
+def q_source(p: Any, x: Array) -> Array:
+    """What W_UQ (and, with q_latent_both, W_gate) multiplies: the query latent normed,
+    or [normed | raw]: (n, r_q) or (n, 2·r_q)."""
+    c = p.config
+    c_q = x @ p.w_dq  # (n, r_q)
+    src, _ = normed(c_q, p.q_latent_norm, c.latent_eps)  # (n, r_q)
+    return both(src, c_q) if c.q_latent_both else src
+
+
 def heads_of(p: Any, x: Array) -> tuple[Array, Array, Array]:
     """Q, K and V head by head from X (with its positions), as the stage table makes
     them one stage at a time: (H, n, d_k), (H, m, d_k), (H, m, d_v)."""
     c = p.config
     if c.r_q:
-        src, _ = normed(x @ p.w_dq, p.q_latent_norm, c.latent_eps)  # (n, r_q)
-        w_uq = p.w_uq
+        src, w_uq = q_source(p, x), p.w_uq
     else:
         src, w_uq = x, p.w_q
     c_kv, k_r = split_latent(x @ p.w_dkv, c.r_kv)  # (m, r_kv), (m, d_R)
@@ -109,13 +126,15 @@ class Shapes:
     r_kv: int
     d_rope: int
     arrays: dict[str, Array | None]
+    both: bool = False  # W_UQ reads [C_Q normed | C_Q], 2·r_q rows (q_latent_both)
 
 
-def shapes(x: Array, given: dict[str, Any], w_q: Any, heads: int | None, t: Any) -> Shapes:
+def shapes(x: Array, given: dict[str, Any], w_q: Any, heads: int | None, t: Any,
+           both: bool = False) -> Shapes:
     """Read and check MLA's weights (``given``: w_dq, q_latent_norm, w_uq, w_dkv,
     kv_latent_norm, w_uk, w_uv, and k_rope_norm where k_R is normed) against each other
     and against X (n × d_model); ``w_q`` in place of w_dq, q_latent_norm and w_uq when the
-    queries are not compressed.
+    queries are not compressed; ``both``: W_UQ reads [C_Q normed | C_Q] (2·r_q rows).
     Raises MhaError naming the key."""
     a = {name: matrix(name, given.get(name), t) for name in MATRICES}
     a.update({name: vector(name, given.get(name), t) for name in NORMS})
@@ -154,6 +173,10 @@ def shapes(x: Array, given: dict[str, Any], w_q: Any, heads: int | None, t: Any)
             raise MhaError(f"w_q has {w_q.shape[0]} rows but x has {d_model} columns",
                            key="w_q")
         r_q, top = 0, "w_q"
+        if both:
+            raise MhaError("q_latent_both reads the query latent (w_dq, q_latent_norm, "
+                           "w_uq): this problem makes its queries from x with w_q",
+                           key="q_latent_both")
     else:
         w_dq, q_norm, w_top = a["w_dq"], a["q_latent_norm"], a["w_uq"]
         if w_dq.shape[0] != d_model:
@@ -163,9 +186,13 @@ def shapes(x: Array, given: dict[str, Any], w_q: Any, heads: int | None, t: Any)
         if q_norm.shape[0] != r_q:
             raise MhaError(f"q_latent_norm has {q_norm.shape[0]} entries but w_dq has "
                            f"r_q = {r_q} columns", key="q_latent_norm")
-        if w_top.shape[0] != r_q:
-            raise MhaError(f"w_uq has {w_top.shape[0]} rows but w_dq has r_q = {r_q} "
-                           "columns", key="w_uq")
+        rows = 2 * r_q if both else r_q
+        if w_top.shape[0] != rows:
+            why = f"2·r_q = {rows} ([C_Q normed | C_Q], q_latent_both)" if both else \
+                f"r_q = {r_q} (w_dq's columns)" + (
+                    "; q_latent_both: true reads [C_Q normed | C_Q], 2·r_q rows"
+                    if w_top.shape[0] == 2 * r_q else "")
+            raise MhaError(f"w_uq has {w_top.shape[0]} rows but needs {why}", key="w_uq")
     rest = w_top.shape[1] - w_uk.shape[1]  # H·d_R
     if heads is None:
         if d_rope == 0 or rest <= 0 or rest % d_rope:
@@ -191,7 +218,7 @@ def shapes(x: Array, given: dict[str, Any], w_q: Any, heads: int | None, t: Any)
         raise MhaError("each head's queries and keys have no column (d_nope + d_R = 0)",
                        key=top)
     a["w_q"] = w_q
-    return Shapes(heads, d_nope + d_rope, w_uv.shape[1] // heads, r_q, r_kv, d_rope, a)
+    return Shapes(heads, d_nope + d_rope, w_uv.shape[1] // heads, r_q, r_kv, d_rope, a, both)
 
 
 def refused(what: str) -> MhaError:

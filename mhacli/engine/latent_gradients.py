@@ -1,7 +1,9 @@
 """Multi-head latent attention's backward pass (``latent.py``): from the heads' gradients
 dQ_h, dK_h, dV_h (as for any attention) back through W_UQ, W_UK, W_UV, the two latent
 norms and W_DQ, W_DKV to X. k_R is shared by every head, so its gradient is the sum of
-the heads' gradients of their last d_R key columns. Dimensions as in ``latent.py``.
+the heads' gradients of their last d_R key columns. With q_latent_both, W_UQ (and the
+gate) read [C_Q normed | C_Q]: its gradient splits into the norm's and the raw latent's
+shares. Dimensions as in ``latent.py``.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from . import ops
+from .latent_stages import q_reads
 from .stage import KEY, NUMBERED, QUERY, Stage
 
 if TYPE_CHECKING:
@@ -61,6 +64,26 @@ def _d_kv_latent(w: Work) -> Array:
                           axis=1)  # (m, r_kv + d_R)
 
 
+def _d_q_both(w: Work) -> Array:
+    """d[C_Q normed | C_Q] = dQ·W_UQᵀ, plus dG·W_gateᵀ where the gate reads it too:
+    (n, 2·r_q)."""
+    out = ops.merge_heads(w["d_q_heads"]) @ w.p.w_uq.T
+    return out + w["d_gate"] @ w.p.w_gate.T if w.c.gate else out
+
+
+def _d_q_normed(w: Work) -> Array:
+    """dC_Q,normed: dQ·W_UQᵀ, or the first r_q columns of d[C_Q normed | C_Q]."""
+    if w.c.q_latent_both:
+        return w["d_q_latent_both"][:, :w.c.r_q]
+    return ops.merge_heads(w["d_q_heads"]) @ w.p.w_uq.T
+
+
+def _d_q_latent(w: Work) -> Array:
+    """dC_Q: the norm's backward, plus the raw half's share with q_latent_both."""
+    out = _norm_back(w, "q_latent_normed", w.p.q_latent_norm)
+    return out + w["d_q_latent_both"][:, w.c.r_q:] if w.c.q_latent_both else out
+
+
 def d_input(w: Work) -> Array:
     """The gradient arriving at X (or X + PE): through W_DQ (or W_Q) and W_DKV."""
     p, c = w.p, w.c
@@ -83,6 +106,9 @@ def latent_gradients(t: Any, grad: Callable[..., Stage]) -> tuple[Stage, ...]:
     def q(c: Config) -> bool:
         return c.latent and c.r_q > 0
 
+    def both(c: Config) -> bool:
+        return c.latent and c.q_latent_both
+
     def kv(c: Config) -> bool:
         return c.latent
 
@@ -93,19 +119,27 @@ def latent_gradients(t: Any, grad: Callable[..., Stage]) -> tuple[Stage, ...]:
         return lambda f: s
 
     return (
+        grad("d_q_latent_both", "n × 2·r_q", lambda c: (c.n, 2 * c.r_q), QUERY, NUMBERED,
+             _d_q_both, lambda f: "d[C_Q normed | C_Q] = dQ·W_UQᵀ" + (
+                 " + dG·W_gateᵀ (the gate reads it too)" if f.c.gate else "")
+             + ", dQ the heads' side by side", "[C_Q' \\mid C_Q]", exists=both),
         grad("d_q_latent_normed", "n × r_q", lambda c: (c.n, c.r_q), QUERY, NUMBERED,
-             lambda w: ops.merge_heads(w["d_q_heads"]) @ w.p.w_uq.T,
-             text("dC_Q,normed = dQ·W_UQᵀ, dQ the heads' side by side"), "C_{Q}'", exists=q),
-        grad("d_w_uq", "r_q × H·d_k", lambda c: (c.r_q, c.heads * c.d_k), NUMBERED, NUMBERED,
-             lambda w: w["q_latent_normed"].T @ ops.merge_heads(w["d_q_heads"]),
-             text("dW_UQ = C_Q,normedᵀ·dQ"), "W_{UQ}", exists=q),
+             _d_q_normed, lambda f: "dC_Q,normed = the first r_q columns of d[C_Q normed | "
+             "C_Q]" if f.c.q_latent_both else
+             "dC_Q,normed = dQ·W_UQᵀ, dQ the heads' side by side", "C_{Q}'", exists=q),
+        grad("d_w_uq", "r_q × H·d_k", lambda c: ((2 if c.q_latent_both else 1) * c.r_q,
+                                                 c.heads * c.d_k), NUMBERED, NUMBERED,
+             lambda w: w[q_reads(w.c)].T @ ops.merge_heads(w["d_q_heads"]),
+             lambda f: "dW_UQ = [C_Q normed | C_Q]ᵀ·dQ" if f.c.q_latent_both else
+             "dW_UQ = C_Q,normedᵀ·dQ", "W_{UQ}", exists=q),
         grad("d_q_latent_norm", "r_q", lambda c: (c.r_q,), NUMBERED, NUMBERED,
              lambda w: _norm_weight(w, "q_latent_normed"),
              text("dw = Σ over the rows of dC_Q,normed ⊙ C_Q / rms"), "w_Q", exists=q),
         grad("d_q_latent", "n × r_q", lambda c: (c.n, c.r_q), QUERY, NUMBERED,
-             lambda w: _norm_back(w, "q_latent_normed", w.p.q_latent_norm),
-             text("dC_Q = the norm's backward: (w⊙g)/rms − x·Σ(w⊙g⊙x)/(r_q·rms³), "
-                  "g = dC_Q,normed"), "C_Q", exists=q),
+             _d_q_latent, lambda f: "dC_Q = the norm's backward: (w⊙g)/rms − "
+             "x·Σ(w⊙g⊙x)/(r_q·rms³), g = dC_Q,normed" + (
+                 ", plus the last r_q columns of d[C_Q normed | C_Q] (the raw latent's "
+                 "share)" if f.c.q_latent_both else ""), "C_Q", exists=q),
         grad("d_w_dq", "d_model × r_q", lambda c: (c.d_model, c.r_q), NUMBERED, NUMBERED,
              lambda w: w[_x(t, w.c)].T @ w["d_q_latent"], text("dW_DQ = Xᵀ·dC_Q"), "W_{DQ}",
              exists=q),

@@ -76,6 +76,21 @@ def _cell_normed(e: Entry) -> list[Any]:
             f"  {e.factor(x)} / {e.num(r)} × {e.factor(weight)}", f"  = {e.result}"]
 
 
+def _cell_both(e: Entry) -> list[Any]:
+    """An entry of [C_Q normed | C_Q]: a copy of the one or the other."""
+    r_q, i, j = e.c.r_q, e.row, e.col
+    normed = j < r_q
+    e.mark("q_latent_normed", None, {i})
+    e.mark("q_latent", None, {i})
+    e.makes(op("if", normed, e.value("q_latent_normed", None, i, j),
+               e.value("q_latent", None, i, j - r_q)))
+    return [when(normed,
+                 f"{e.name} = q_latent_normed[{e.row_label}, {j + 1}] = {e.result}  "
+                 f"(columns 1–{r_q}: the query latent normed)",
+                 f"{e.name} = q_latent[{e.row_label}, {j - r_q + 1}] = {e.result}  "
+                 f"(columns {r_q + 1}–{2 * r_q}: the query latent raw)")]
+
+
 def cell_q_heads(e: Entry) -> list[Any]:
     c, h = e.c, e.head
     src = e.reads[0]
@@ -146,8 +161,13 @@ def k_reads(c: Config) -> tuple[str, ...]:
     return ("kv_latent_normed", "k_rope_normed" if c.rope_normed else "kv_latent")
 
 
+def q_reads(c: Config) -> str:
+    """What q_heads reads in MLA with a query latent: it normed, or both (A.X K2)."""
+    return "q_latent_both" if c.q_latent_both else "q_latent_normed"
+
+
 def q_text(f: Formula) -> str:
-    src = "q_latent_normed" if f.c.r_q else "X"
+    src = q_reads(f.c) if f.c.r_q else "X"
     w = "W_UQ" if f.c.r_q else "W_Q"
     return (f"Q{f.i} = {src}·{w}{f.i} = [q_nope | q_rope]: {f.c.d_k - f.c.d_rope} + "
             f"{f.c.d_rope} columns")
@@ -188,6 +208,14 @@ def latent_stages(t: Any) -> tuple[Stage, ...]:
               f"mean square, √(mean(x²) + {f.c.latent_eps:g}), times the norm's weights",
               latex=tex(r"\frac{C_Q}{\operatorname{rms}} \odot w"), cell=_cell_normed,
               reads=lambda c: ("q_latent",), exists=lambda c: c.r_q > 0, **_RMS),
+        Stage("q_latent_both", "n × 2·r_q", lambda c: (c.n, 2 * c.r_q), QUERY, NUMBERED,
+              compute=lambda w: latent.both(w["q_latent_normed"], w["q_latent"]),
+              formula=lambda f: "[C_Q normed | C_Q]: the query latent normed, then raw, "
+              f"side by side ({f.c.r_q} + {f.c.r_q} columns), what W_UQ"
+              + (" and W_gate read" if f.c.gate else " reads"),
+              latex=tex(r"[C_Q' \mid C_Q]"), cell=_cell_both,
+              reads=lambda c: ("q_latent_normed", "q_latent"),
+              exists=lambda c: c.q_latent_both),
         Stage("kv_latent", "m × (r_kv + d_R)", lambda c: (c.m, c.r_kv + c.d_rope), KEY,
               NUMBERED,
               compute=lambda w: w[x(w.c, "kv_latent")[0]] @ w.p.w_dkv,

@@ -126,7 +126,7 @@ def lean_trace(p: Prepared) -> Trace:
     c = p.config
     if c.backward or c.differential is not None or c.disentangled is not None or \
             c.relative_xl is not None or c.exclusive or c.dynamic or \
-            c.rotated_values or c.experts:
+            c.rotated_values or c.experts or c.value_embedded:
         return traced(p)
     warn_dead(p)
     work = Work(p, exact=False)

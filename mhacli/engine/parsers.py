@@ -566,6 +566,27 @@ def latent_eps(value: Any, s: Sizes) -> Fields:
     return {"latent_eps": 1e-6 if value is None else float(value)}, {}
 
 
+def q_latent_both_value(value: Any) -> bool:
+    """``q_latent_both``: true or false (yes/no, on/off); MhaError otherwise."""
+    if value is None or value is False or isinstance(value, np.bool_) and not value:
+        return False
+    if value is True or isinstance(value, np.bool_):
+        return True
+    word = str(value).strip().lower() if isinstance(value, str) else None
+    if word in ("true", "yes", "on"):
+        return True
+    if word in ("false", "no", "off", ""):
+        return False
+    raise MhaError(f"q_latent_both must be true or false, got {given(value)}",
+                   key="q_latent_both")
+
+
+def q_latent_both(value: Any, s: Sizes) -> Fields:
+    """A.X K2's queries (and gate) read [C_Q normed | C_Q]: shapes() checked W_UQ's rows
+    already (it must know before the other settings are read); here, only the flag."""
+    return {"q_latent_both": bool(value)}, {}
+
+
 def qk_eps(value: Any, key: str = "qk_norm.eps") -> float:
     """qk_norm's eps (or another norm's, ``key``): 0 or a positive number (text by the
     number rule, or a number)."""

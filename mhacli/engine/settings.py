@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from ..errors import MhaError
-from . import clipping, disentangled, dynamic, experts, gating, local_blocks
+from . import clipping, disentangled, dynamic, experts, gating, local_blocks, value_embeds
 from . import parsers as read
 from . import qk_norms, relative, rope, sparse, sub_norm, turned_values, xl_relative
 from .parsers import Fields
@@ -285,6 +285,12 @@ SETTINGS: tuple[Setting, ...] = (
                                        "attention's heads is not followed")),
             shown=lambda c: {"exclusive": c.exclusive},
             write=lambda c, p, given: p.exclusive_alpha),
+    Setting("value_embeds", "value embeddings (NeoMME): m × G·d_v numbers, a row for each "
+            "key token (its row of a table of the model, looked up by its token id), added "
+            "to the values after their projection: V + E (stage v_embedded).", kind="file",
+            array=(2,), parse=value_embeds.parse, fields=("value_embedded", "value_embeds"),
+            shown=lambda c: {"value_embeds": True} if c.value_embedded else {},
+            write=lambda c, p, given: p.value_embeds),
     Setting("clip_qkv", "c: Q, K and V each clamped to [−c, c] as they come out of their "
             "projections (OLMo, DBRX, MPT).", read=lambda v: positive("clip_qkv", v),
             parse=clipping.parse, fields=("clip_qkv",),
@@ -365,6 +371,14 @@ SETTINGS: tuple[Setting, ...] = (
                       ("dynamic_mask", "the dynamic mask on the experts' heads is not "
                                        "followed")),
             shown=experts.shown, write=lambda c, p, given: experts.write(c, p, read.written)),
+    Setting("q_latent_both", "multi-head latent attention with a query latent (A.X K2): "
+            "True: W_UQ reads the query latent both normed and raw, [C_Q normed | C_Q] "
+            "(2·r_q rows, stage q_latent_both), and so does W_gate where given.",
+            kind="flag", words=("true", "false", "yes", "no", "on", "off"),
+            read=read.q_latent_both_value, parse=read.q_latent_both,
+            fields=("q_latent_both",),
+            shown=lambda c: {"q_latent_both": True} if c.q_latent_both else {},
+            write=lambda c, p, given: "true" if c.q_latent_both else None),
     Setting("masked_row", 'a query row whose every key is blocked: "zero" (zero weights, '
             'with a warning), "nan", or "error".', kind="choice",
             choices=("zero", "nan", "error"), default="zero",

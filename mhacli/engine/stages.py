@@ -27,6 +27,7 @@ from .cells import (
     cell_normed, cell_tuned, cell_alibi, cell_biased, cell_scaled, cell_masked,
     cell_softcapped,
     cell_weights, cell_head_outputs, cell_head_exclusive, cell_gated, cell_concat, cell_output, cell_lambda,
+    cell_v_embedded,
     cell_diff_weights, cell_diff_outputs, cell_head_normed, cell_head_scaled, cell_v_normed,
     cell_concat_normed)
 from .formulas import (input_text, norm_text, output_tex, proj_tex, proj_text, rope_text,
@@ -227,7 +228,7 @@ def _concat_normed(w: Work) -> Array | None:
 
 
 def _gate_text(f: Formula) -> str:
-    x = "(X + PE)" if f.c.positional else "X"
+    x = "[C_Q normed | C_Q]" if f.c.q_latent_both else "(X + PE)" if f.c.positional else "X"
     return ("G = " + f.pick(f"{x}·W_gate", f"W_gate·{x}") + (" + b_gate" if f.c.gate_bias
                                                               else "")
             + ": the gate, H·d_v columns (head h owns d_v of them, as V's)")
@@ -489,18 +490,26 @@ FORWARD: tuple[Stage, ...] = (
           cell=cell_projection, exact=True,
           reads=lambda c: _key_input(c, "v"),
           exists=lambda c: not c.latent),
+    Stage("v_embedded", "m × G·d_v", lambda c: (c.m, c.groups * c.d_v), KEY, NUMBERED,
+          compute=lambda w: w["v"] + w.p.value_embeds,
+          formula=lambda f: "V + E: each key token's value embedding (value_embeds, its row "
+          "of the model's table by its token id) added to its values",
+          latex=tex("V + E"), cell=cell_v_embedded, exact=True, reads=lambda c: ("v",),
+          exists=lambda c: c.value_embedded and not c.latent),
+    *mla.latent_stages(sys.modules[__name__]),  # MLA's latents (latent_stages.py)
+    # (the gate after the latents: with q_latent_both it reads the query latent)
     Stage("gate", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,
           compute=lambda w: gate_of(w.p, w[reads(w.c, "gate")[0]]), formula=_gate_text,
           latex=tex("G", "X W_{gate}", "W_{gate} X"), cell=cell_projection, exact=True,
-          reads=lambda c: (latest(c, "x", "gate"),), exists=lambda c: c.gate),
-    *mla.latent_stages(sys.modules[__name__]),  # MLA's latents (latent_stages.py)
+          reads=lambda c: ("q_latent_both",) if c.q_latent_both else
+          (latest(c, "x", "gate"),), exists=lambda c: c.gate),
     Stage("q_heads", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
           compute=lambda w: mla.q_heads(w, _read(w, "q_heads")) if w.c.latent
           else ops.split_heads(w["q"], w.c.heads),
           formula=_latent_or(mla.q_text, split_text("Q", lambda c: c.d_k, "d_k")),
           latex=tex("Q_{@h}"), cell=_cell_or(mla.cell_q_heads, cell_split), per_head=True,
           exact=True, chain="q", reads=lambda c: ("q",) if not c.latent else
-          ("q_latent_normed",) if c.r_q else (latest(c, "x", "q_heads"),)),
+          (mla.q_reads(c),) if c.r_q else (latest(c, "x", "q_heads"),)),
     Stage("k_heads", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
           compute=lambda w: mla.k_heads(w) if w.c.latent
           else ops.split_heads(w["k"], w.c.groups),
@@ -509,10 +518,11 @@ FORWARD: tuple[Stage, ...] = (
           exact=True, chain="k", reads=lambda c: mla.k_reads(c) if c.latent else ("k",)),
     Stage("v_heads", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,
           compute=lambda w: mla.v_heads(w) if w.c.latent
-          else ops.split_heads(w["v"], w.c.groups),
+          else ops.split_heads(_read(w, "v_heads"), w.c.groups),
           formula=_latent_or(mla.v_text, split_text("V", lambda c: c.d_v, "d_v")),
           latex=tex("V_{@h}"), cell=_cell_or(mla.cell_v_heads, cell_split), per_head=True,
-          exact=True, chain="v", reads=lambda c: mla.V_READS if c.latent else ("v",)),
+          exact=True, chain="v", reads=lambda c: mla.V_READS if c.latent else
+          ("v_embedded",) if c.value_embedded else ("v",)),
     _norm_stage("q_normed", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), "q", False),
     _norm_stage("k_normed", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), "k", False),
     Stage("v_normed", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,

@@ -85,7 +85,8 @@ def prepare(
         if groups_given is not None and groups_given != heads:
             raise MhaError(f"kv_heads has no place in {latent.NAME}: every head has its own "
                            "keys and values, made from the one latent", key="kv_heads")
-        latent_shapes = latent.shapes(x_a, mla, w_q, heads, t)
+        latent_shapes = latent.shapes(x_a, mla, w_q, heads, t, BY_KEY["q_latent_both"].read(
+            settings.get("q_latent_both")))
         heads = latent_shapes.heads
         groups_given = None
         n, d_model = x_a.shape
@@ -212,7 +213,9 @@ def prepare(
 
     d_rope = 0 if latent_shapes is None else latent_shapes.d_rope
     r_q = 0 if latent_shapes is None else latent_shapes.r_q
-    sizes = Sizes(n, m, heads, groups, d_k, d_v, d_model, t, x_a, xkv_a, d_rope, r_q, xv_a)
+    q_both = latent_shapes is not None and latent_shapes.both
+    sizes = Sizes(n, m, heads, groups, d_k, d_v, d_model, t, x_a, xkv_a, d_rope, r_q, xv_a,
+                  q_both)
     if latent_shapes is not None and settings.get("dynamic_mask") not in (None, False):
         raise MhaError("the dynamic mask reads the values V = X·W_V: multi-head latent "
                        "attention makes them from its latent (w_dkv, w_uv), which it does "
@@ -226,6 +229,13 @@ def prepare(
     elif settings.get("latent_eps") is not None:
         raise MhaError("latent_eps is the eps of multi-head latent attention's latent norms: "
                        "this problem has none (no w_dkv)", key="latent_eps")
+    if latent_shapes is not None and settings.get("value_embeds") is not None:
+        raise MhaError("value_embeds are added to the values, V = X·W_V: multi-head latent "
+                       "attention makes its values from the latent, which mha does not "
+                       "follow with value embeddings", key="value_embeds")
+    if latent_shapes is None and BY_KEY["q_latent_both"].read(settings.get("q_latent_both")):
+        raise MhaError("q_latent_both reads multi-head latent attention's query latent: "
+                       "this problem has none (no w_dkv)", key="q_latent_both")
     upstream = {}
     for name, value in (("grad_output", grad_output), ("target", target)):
         a = matrix(name, value, t)

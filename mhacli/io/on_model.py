@@ -57,7 +57,23 @@ def load_checkpoint(checkpoint: str | Path, layer: int | None, *, file: str | No
         given["x_kv"] = np.round(rng.standard_normal((n, reading.weights["w_k"].shape[0])), 2)
     if reading.values_input:  # the values' own input (MobileBERT's layer input)
         given["x_v"] = np.round(rng.standard_normal((n, reading.weights["w_v"].shape[0])), 2)
-    return from_mapping(given, source, None, layout, heads=heads, reading=reading)
+    rows = reading.value_rows
+    if rows is None:
+        return from_mapping(given, source, None, layout, heads=heads, reading=reading)
+    ids = rng.integers(0, rows.vocab, n).tolist()  # value embeddings: random tokens' rows
+    given["value_embeds"] = rows(ids)
+    prob = from_mapping(given, source, None, layout, heads=heads, reading=reading)
+    return _value_rows_said(prob, reading, ids, "random token ids")
+
+
+def _value_rows_said(prob: Problem, layer: Any, ids: list[int], whose: str) -> Problem:
+    """The problem, saying where its value_embeds came from: the layer's table, by ids."""
+    from dataclasses import replace as replaced
+
+    settings = dict(prob.read.get("settings", {}))
+    settings["value_embeds"] = (f"{layer.origin.get('value_embeds', 'the table')}; the rows "
+                                f"of the {whose} {ids}")
+    return replaced(prob, read=MappingProxyType({**prob.read, "settings": settings}))
 
 
 def global_labels(reading: Any) -> list[str]:
@@ -117,6 +133,8 @@ def from_reading(checkpoint: str | Path, text: str, reading: Any, layers: list[i
     for k in layers:
         layer = found[k] if found is not None else read_layer(path, k)
         given = {"x": reading.x[k], "tokens": global_labels(layer) + reading.rows(k)}
+        if layer.value_rows is not None:  # value embeddings: the rows of the text's ids
+            given["value_embeds"] = layer.value_rows(reading.ids)
         if k in reading.x_kv:  # a cross-attention: the encoder's output on the text (a
             # KV-shared layer: the input of the layer it shares from)
             given.update(x_kv=reading.x_kv[k], kv_tokens=reading.labels)
@@ -139,6 +157,8 @@ def from_reading(checkpoint: str | Path, text: str, reading: Any, layers: list[i
                            f"output by {diff:.2e}{changed} (the largest difference, relative "
                            f"to its largest entry; at most {AGREEMENT:g} is accepted): these "
                            "numbers would not be the model's", source=str(path))
+        if layer.value_rows is not None:
+            prob = _value_rows_said(prob, layer, reading.ids, "text's token ids")
         read = {**prob.read, "text": text, "ids": reading.ids, "agreement": diff}
         if layer.kv_layer is not None:  # a KV-shared layer: x_kv from the model too
             read["kv_input"] = (f"the model's own hidden state entering layer "
@@ -190,6 +210,8 @@ def _refuse_changes(path: Path, text: str, found: dict[int, Any], settings: dict
     for k, layer in found.items():  # the layer on two tokens of zeros: its settings
         zeros = {"x": np.zeros((2 + len(global_labels(layer)), layer.width))}  # (and its
         # global tokens' rows, where it has them)
+        if layer.value_rows is not None:
+            zeros["value_embeds"] = np.zeros((len(zeros["x"]), layer.value_rows.width))
         if layer.cross:
             zeros["x_kv"] = np.zeros((2, layer.weights["w_k"].shape[0]))
         if layer.values_input:

@@ -42,6 +42,13 @@ def on_layer(inputs: dict[str, Any], reading: Any, heads: int | None,
                        f"{reading.weights['w_v'].shape[0]} wide), not x; give x_v in the "
                        "problem (or --text, which runs the model, or leave out the file for "
                        "random tokens of both)", key="x_v")
+    if getattr(reading, "value_rows", None) is not None and inputs.get("value_embeds") is None:
+        raise MhaError(f"--layer {reading.layer} adds value embeddings to its values, a row "
+                       f"of {reading.value_rows.name} for each token, looked up by its id, "
+                       "which a problem's x does not hold: give value_embeds in the problem "
+                       f"(n × {reading.value_rows.width}, the rows of its tokens), or --text "
+                       "(the model reads the text, and its ids), or leave out the file for "
+                       "random tokens (ids drawn with them)", key="value_embeds")
     most = getattr(reading, "most_tokens", None)
     n = np.shape(inputs["x"])[0] if inputs.get("x") is not None else 0
     if most is not None and n > most:

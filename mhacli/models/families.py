@@ -401,7 +401,10 @@ RECORDS: tuple[Family, ...] = (
     *(Family(name, tensors="latent", read=latent_attention())
       for name in ("deepseek_v3", "glm4_moe_lite", "sarvam_mla")),
     Family("axk1", tensors="latent", read=latent_attention(), unread=("mlp_layer_types",)),
-    Family("axk2", tensors="latent", read=doubled_query_latent),
+    # (A.X K2: DeepSeek-V3.2's MLA and indexer, its queries and a gate of the heads'
+    # outputs from [q_a_layernorm(C_Q) | C_Q]; the gated input norm outside the attention)
+    Family("axk2", tensors="latent", read=doubled_query_latent,
+           unread=("mlp_layer_types", "gated_norm_rank")),
     Family("youtu", tensors="latent", read=latent_attention(),
            unread=("embedding_initializer_range",)),
     Family("deepseek_v32", tensors="latent",

@@ -66,8 +66,9 @@ class Family:
     # projections (and k norm) of its own input, x_kv (``gemma3n.kv_source``)
     k_eq_v_key: str | None = None  # a config flag by which a layer that does not slide
     # takes its values from k_proj, as its keys (Gemma 4's attention_k_eq_v)
-    per_layer: Callable[[Reader], None] | None = None  # this layer's own config values,
-    # set in ``Reader.own`` before it is read (Gemma 4's per_layer_config)
+    per_layer: Callable[[Reader], Layer | None] | None = None  # this layer's own config
+    # values, set in ``Reader.own`` before it is read (Gemma 4's per_layer_config); what it
+    # returns joins the layer (NeoMME's value embeddings, looked up by the token ids)
     sinks: bool = False  # a sink logit per head (gpt-oss's sinks tensor)
     sinks_names: tuple[str, ...] = ("sinks",)  # that tensor's names, as checkpoints save it
     causal: bool = True  # False: an encoder, each token sees every other
@@ -118,8 +119,7 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
     """A layer of the Llama line: q/k/v/o projections (or one fused q/k/v), grouped-query
     heads, causal, RoPE, and what the record says of its window, scale, softcap, norms and
     sinks."""
-    if f.per_layer is not None:
-        f.per_layer(r)
+    own = f.per_layer(r) if f.per_layer is not None else None
     kv_stem, source = stem, None  # where the keys and values come from
     if f.kv_shared_key:
         from .gemma3n import kv_source
@@ -252,6 +252,8 @@ def decoder(f: Family, r: Reader, stem: str) -> Layer:
                f"{r.get(f.kv_shared_key)} layers take those of the last earlier layer of "
                "their type)" + (f"; this layer's own {', '.join(unused)} unused, as the "
                                 "model leaves them" if unused else ""))
+    if own:
+        out.update(own)
     return out
 
 

@@ -1,6 +1,7 @@
 """Multi-head latent attention as the DeepSeek line ships it (DeepSeek-V2/V3, Kimi K2 as
 deepseek_v3, GLM-4-MoE-Lite, MiniCPM3, Youtu, Sarvam-MLA, Kimi Linear's MLA layers, A.X K1,
-Ling 3's MLA layers with a gate a head, HY-V4 with a gate and sinks, dots3): the
+Ling 3's MLA layers with a gate a head, HY-V4 with a gate and sinks, dots3, A.X K2 whose
+queries and gate read the query latent both normed and raw): the
 tensors q_a_proj, q_a_layernorm, q_b_proj (or q_proj), kv_a_proj_with_mqa,
 kv_a_layernorm, kv_b_proj and o_proj read as the problem's w_dq, q_latent_norm, w_uq
 (or w_q), w_dkv, kv_latent_norm, w_uk, w_uv and w_o (``engine/latent.py``).
@@ -167,7 +168,7 @@ def latent_attention(style: str | None = "interleaved", yarn: bool = True,
                      gate: tuple[str, bool] | None = None, sinks: str | None = None,
                      o_proj: str = "o_proj", rope_norm: str | None = None,
                      eps_key: str | None = None, indexer_last: bool = False,
-                     indexer_eps_key: str | None = None) -> Any:
+                     indexer_eps_key: str | None = None, doubled: bool = False) -> Any:
     """A family's reading of its MLA layer: RoPE in pairs of ``style`` (None: no RoPE,
     Kimi Linear's NoPE; ``interleave_key``: a config flag that picks interleaved, true, or
     half pairs), yarn's mscale² folded into the scale where ``yarn``; ``indexer``: the
@@ -180,7 +181,9 @@ def latent_attention(style: str | None = "interleaved", yarn: bool = True,
     the output projection's module; ``rope_norm``: the module of an RMS norm of k_R before
     RoPE (dots3's); ``eps_key``: the config key of the norms' eps (else the RMS norm's
     default, 1e-6); ``indexer_last``: the indexer's RoPE on each head's last columns, and
-    ``indexer_eps_key`` its key norm's eps (HY-V4's, ``sparse.read_indexer``)."""
+    ``indexer_eps_key`` its key norm's eps (HY-V4's, ``sparse.read_indexer``);
+    ``doubled``: A.X K2's q_b_proj, queries and a gate a head's output from
+    [C_Q normed | C_Q] (``_doubled``: q_latent_both)."""
     turn = "no RoPE" if style is None else f"RoPE on the last qk_rope_head_dim columns " \
         f"({'interleaved' if style == 'interleaved' else 'half'} pairs" + \
         (f", or as {interleave_key} says)" if interleave_key else ")")
@@ -193,6 +196,8 @@ def latent_attention(style: str | None = "interleaved", yarn: bool = True,
              "the keys of a problem of at most index_topk tokens (dense); more refused by "
              "name" if indexer else "")
           + (f"; the heads' outputs times σ(x·{gate[0]})" if gate else "")
+          + ("; queries and a gate of the heads' outputs from q_a_layernorm(C_Q) and C_Q "
+             "side by side (q_b_proj, q_latent_both)" if doubled else "")
           + (f"; a sink logit a head ({sinks})" if sinks else "")
           + (f"; k_R RMS-normed ({rope_norm}) before RoPE" if rope_norm else ""))
     def read(f: Any, r: Reader, stem: str) -> Layer:
@@ -236,8 +241,14 @@ def latent_attention(style: str | None = "interleaved", yarn: bool = True,
             _refuse_bias(r, stem, "q_a_proj")
             out["q_latent_norm"] = r.tensor(f"{stem}q_a_layernorm.weight", 1)
             r.note("q_latent_norm", f"tensor {stem}q_a_layernorm.weight")
-            linear(r, stem, "q_b_proj", out, "uq", bias=False)
-            _refuse_bias(r, stem, "q_b_proj")
+            if doubled:
+                _doubled(r, stem, heads, d_nope + d_rope, d_v, out)
+            else:
+                linear(r, stem, "q_b_proj", out, "uq", bias=False)
+                _refuse_bias(r, stem, "q_b_proj")
+        elif doubled:
+            raise r.error("q_lora_rank", "missing: A.X K2's queries are made from the query "
+                          "latent")
         else:
             linear(r, stem, "q_proj", out, "q", bias=False)
             _refuse_bias(r, stem, "q_proj")
@@ -283,17 +294,37 @@ def latent_attention(style: str | None = "interleaved", yarn: bool = True,
     return read
 
 
-@said("MLA whose queries and gate are made from the query latent both normed and not "
-      "(refused)")
-def doubled_query_latent(f: Any, r: Reader, stem: str) -> Layer:
-    """A.X K2: q_b_proj (its model's q_gate_proj) reads [q_a_layernorm(c_Q) | c_Q], 2·r_q
-    columns, and makes each head's queries and a sigmoid gate of its outputs from both:
-    the queries are not a projection of the normed latent alone, as mha's w_uq is."""
+def _doubled(r: Reader, stem: str, heads: int, d_k: int, d_v: int, out: Layer) -> None:
+    """A.X K2's q_b_proj (its model's fused q_gate_proj, H·(d_k + d_v) rows of 2·r_q):
+    each head's d_k rows of queries then its d_v rows of gate, reading [C_Q normed | C_Q];
+    read straight into W_UQ's and W_gate's columns of head h, and q_latent_both set."""
     name = f"{stem}q_b_proj.weight"
-    _, cols = r.shape(name, 2)
+    rows, cols = r.shape(name, 2)
     r_q = r.count("q_lora_rank")
-    raise MhaError(f"{name}: {f.model_type}'s query projection reads the query latent both "
-                   f"normed and not ([q_a_layernorm(c_Q) | c_Q], {cols} = 2·q_lora_rank "
-                   f"{r_q} columns) and makes each head's queries and a sigmoid gate of its "
-                   "output from both, which mha does not compute", source=r.ckpt.source_of(name),
-                   key=name)
+    if rows != heads * (d_k + d_v) or r_q is None or cols != 2 * r_q:
+        raise MhaError(f"{name} is {rows} × {cols}: the config's {heads} heads of "
+                       f"qk_head_dim {d_k} and v_head_dim {d_v} (queries, then a gate) over "
+                       f"[C_Q normed | C_Q] (2·q_lora_rank {r_q}) make "
+                       f"{heads * (d_k + d_v)} × {2 * (r_q or 0)}",
+                       source=r.ckpt.source_of(name), key=name)
+    w_uq = np.empty((cols, heads * d_k), _dtype(r, name))
+    w_gate = np.empty((cols, heads * d_v), _dtype(r, name))
+    pieces = []
+    for h in range(heads):
+        first = h * (d_k + d_v)
+        pieces.append((w_uq[:, h * d_k:(h + 1) * d_k], first, d_k, True))
+        pieces.append((w_gate[:, h * d_v:(h + 1) * d_v], first + d_k, d_v, True))
+    r.laid_out(name, pieces)
+    out["w_uq"], out["w_gate"], out["q_latent_both"] = frozen(w_uq), frozen(w_gate), True
+    r.note("w_uq", f"tensor {name} (each head's first qk_head_dim rows, transposed)")
+    r.note("w_gate", f"tensor {name} (each head's last v_head_dim rows, transposed)")
+    r.note("q_latent_both", f"tensor {name}: {cols} = 2·q_lora_rank columns, "
+                            "[q_a_layernorm(C_Q) | C_Q] (its model's q_gate_proj)")
+    _refuse_bias(r, stem, "q_b_proj")
+
+
+doubled_query_latent = latent_attention(interleave_key=None, indexer="half", doubled=True)
+doubled_query_latent.__doc__ = """A.X K2: DeepSeek-V3.2's MLA (interleaved RoPE pairs, yarn's
+mscale) and indexer (half RoPE pairs), its q_b_proj (the model's q_gate_proj) reading
+[q_a_layernorm(C_Q) | C_Q] and making each head's queries and a sigmoid gate of its
+output (q_latent_both)."""

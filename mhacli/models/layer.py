@@ -138,6 +138,8 @@ class LayerReading:
     # not the stem (a block shared by several layers, saved under another's name)
     position_bias: Any = None  # (n, m) -> the bias H × n × m, when it depends on them (T5)
     position_mask: Any = None  # (n, m) -> the mask n × m (or None), when it depends on them
+    value_rows: Any = None  # token ids -> value_embeds (n × G·d_v), where the layer adds
+    # value embeddings looked up by the ids (NeoMME's, neomme.ValueRows)
 
     @property
     def width(self) -> int:
@@ -218,6 +220,7 @@ def read_layer(path: str | Path, layer: int | str = 0, dtype: Any = np.float64
     mask = out.pop("position_mask", None)  # (BigBird's blocks: the same)
     kv_layer = out.pop("kv_layer", None)  # (Gemma 3n's, Gemma 4's KV-shared layers)
     values_input = out.pop("values_input", "")  # (MobileBERT's values on the layer's input)
+    value_rows = out.pop("value_rows", None)  # (NeoMME's value embeddings, by token id)
     weights = {k: v for k, v in out.items() if k in WEIGHTS}
     settings = {k: v for k, v in out.items() if k not in WEIGHTS}
     return LayerReading(str(ckpt.path), layer if part is None else part.name, family, stem,
@@ -226,7 +229,8 @@ def read_layer(path: str | Path, layer: int | str = 0, dtype: Any = np.float64
                         cross=part is not None and part.cross or kv_layer is not None,
                         kv_layer=kv_layer, values_input=values_input, most_tokens=most,
                         most_said=most_said, most_whole=most_whole,
-                        module=module, position_bias=bias, position_mask=mask)
+                        module=module, position_bias=bias, position_mask=mask,
+                        value_rows=value_rows)
 
 
 # Layers that are not softmax attention, known by their tensors (the name after the
