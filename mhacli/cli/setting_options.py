@@ -126,6 +126,10 @@ OPTIONS: tuple[SettingOption, ...] = (
     SettingOption("v_norm", "Divide each value by its root mean square over its head's "
                   "d_v numbers, √(mean(v²) + EPS), no weights (Gemma 3n, Gemma 4).",
                   metavar="EPS"),
+    SettingOption("kv_conv", "A causal convolution of the keys and values over the "
+                  "tokens (Inkling): a YAML/JSON file with k (T × G·d_k) and v (T × G·d_v), "
+                  "a row a tap, the token itself first; K[i] + Σ_t w[t] ⊙ K[i − t].",
+                  metavar="FILE"),
     SettingOption("sub_norm", "Normalise each row of the joined heads by its root mean "
                   "square, √(mean(c²) + EPS), before W_O (BitNet's attn_sub_norm); its "
                   "weights in a file's sub_norm: key.", metavar="EPS"),

@@ -80,6 +80,9 @@ class Config:
     qk_layer: bool = False  # the q/k norm a LayerNorm: the mean removed first
     qk_after_rope: bool = False  # the q/k norm after RoPE (Hunyuan), not before
     v_norm: float | None = None  # eps: the values divided by their rms over each head
+    kv_conv: int | None = None  # T: the keys and/or values plus a causal convolution of
+    # them over the last T tokens (token_conv.py)
+    conv_sides: tuple[str, ...] = ()  # which of k and v it convolves
     exclusive: bool = False  # each head's output less tanh α_h times its part along v̂_i
     sub_norm: float | None = None  # eps: the rows of concat normed before W_O (BitNet)
     clip_qkv: float | None = None  # Q, K and V clamped to [−c, c] after their projections
@@ -185,6 +188,8 @@ class Prepared:
     rel_bucket: npt.NDArray[np.int64] | None = None  # (n, m) each entry's bucket
     key_padding: npt.NDArray[np.bool_] | None = None  # (m,) True = a real key
     sinks: Array | None = None  # (H,) one extra logit per head
+    conv_k: Array | None = None  # (T, G·d_k) kv_conv's weights of the keys, a row a tap
+    conv_v: Array | None = None  # (T, G·d_v) of the values
     exclusive_alpha: Array | None = None  # (H,) exclusive self-attention's α, per head
     pe: Array | None = None  # (n, d_model) positional encoding of the query-side input
     pe_kv: Array | None = None  # (m, d_kv) of the key/value-side input (cross-attention)

@@ -30,7 +30,7 @@ import numpy as np
 from ..errors import MhaError
 from . import clipping, disentangled, gating
 from . import parsers as read
-from . import qk_norms, relative, rope, sparse, sub_norm, xl_relative
+from . import qk_norms, relative, rope, sparse, sub_norm, token_conv, xl_relative
 from .parsers import Fields
 from .values import (DTYPES, MASKS, choice, dtype_name, mask_value, positive, scale_rule,
                      whole)
@@ -235,6 +235,20 @@ SETTINGS: tuple[Setting, ...] = (
             read=lambda v: qk_norms.eps(v, "v_norm"), parse=lambda v, s: (
                 {"v_norm": v}, {}), fields=("v_norm",), shown=lambda c: {"v_norm": c.v_norm},
             write=lambda c, p, given: None if c.v_norm is None else read.written(c.v_norm)),
+    Setting("kv_conv", "a causal convolution of the keys and values over the tokens "
+            "(Inkling's k_sconv, v_sconv): {k, v}, each T × (G·d_k or G·d_v) weights, a row "
+            "a tap (the token itself first); K_conv[i] = K[i] + Σ_t w[t] ⊙ K[i − t], a token "
+            "before the first counting 0, each head's columns their own (token_conv.py).",
+            kind="file", read=token_conv.value, parse=token_conv.parse,
+            fields=("kv_conv", "conv_sides", "conv_k", "conv_v"),
+            excludes=(("tiles", "the tiled view does not follow kv_conv (the keys and values "
+                                "convolved over the tokens) yet"),
+                      ("decode", "the decoding view does not follow kv_conv: each step would "
+                                 "need the last T − 1 keys and values before their "
+                                 "convolution in its cache, which it does not keep"),
+                      ("differential", "kv_conv on differential attention's heads is not "
+                                       "followed")),
+            shown=token_conv.shown, write=token_conv.write),
     Setting("sub_norm", "the joined heads normed before W_O (BitNet's attn_sub_norm): each "
             "row of concat over its root mean square, times its weights: eps, or {eps, "
             "weight}.", read=sub_norm.value, parse=sub_norm.parse,

@@ -33,8 +33,10 @@ def fits(p: Prepared) -> bool:
     c = p.config
     return c.dtype == "float64" and c.n <= MOST_QUERIES and \
         c.heads * c.n * c.m <= MOST_SCORES and c.differential is None \
-        and c.disentangled is None and c.relative_xl is None  # (two maps a head; the
-    # position terms of DeBERTa and Transformer-XL)
+        and c.disentangled is None and c.relative_xl is None and c.kv_conv is None \
+        and not c.exclusive  # (two maps a head; the position terms of DeBERTa and
+    # Transformer-XL; keys and values convolved over the tokens; exclusive heads: the
+    # stage table's work, as the fast path routes them)
 
 
 def alike(p: Prepared) -> bool:
@@ -45,7 +47,7 @@ def alike(p: Prepared) -> bool:
     return fits(p) and c.rope is None and c.qk_norm is None and c.positional is None \
         and c.temperature is None and not c.gate and c.clip_qkv is None and not c.backward \
         and not c.latent and c.differential is None and c.v_norm is None and c.sub_norm is None \
-        and not c.exclusive
+        and not c.exclusive and c.kv_conv is None
 
 
 def small(p: Prepared) -> Array:

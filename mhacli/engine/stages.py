@@ -21,6 +21,7 @@ from ..errors import MhaError
 from . import disentangled, latent_stages as mla, ops, xl_relative
 from .disentangled_cells import cell_scaled_terms, cell_term
 from .xl_cells import cell_rel_pos
+from .conv_cells import cell_conv
 from .gradients import gradient_stages
 from .cells import (
     cell_input, cell_projection, cell_split, cell_scores, cell_pos, cell_x_pos, cell_rot,
@@ -37,7 +38,7 @@ from .head_weights import OUTPUT, PROJECTIONS
 from .reach import Reach
 from .sparse_stages import cell_masked_kept, keep_mask, sparse_stages
 from .stage import KEY, NUMBERED, QUERY, Stage
-from . import exclusive, qk_norms, sub_norm
+from . import exclusive, qk_norms, sub_norm, token_conv
 from .work import Work, tuned, turned
 from .recipe import Recipe, var
 from .writing import Entry, Formula, Record, sub
@@ -164,6 +165,28 @@ def _head_outputs_text(f: Formula) -> str:
     other = sub(f.c.kv_of(f.h - 1) + 1 + f.c.groups // 2) if f.h is not None else "_{g+G/2}"
     return f"O{f.i} = D{f.i}·[V{g} | V{other}], the values of key/value heads g and g + G/2 " \
         "side by side"
+
+
+def _conv(w: Work, side: str) -> Array:
+    """The keys (values) as split plus their causal convolution over the tokens."""
+    return token_conv.convolved(_read(w, f"{side}_conv"), getattr(w.p, f"conv_{side}"))
+
+
+def _conv_stage(side: str) -> Stage:
+    """k_conv or v_conv (kv_conv): a step of the key or value chain after the split."""
+    d = (lambda c: c.d_k) if side == "k" else (lambda c: c.d_v)
+    big = side.upper()
+    return Stage(f"{side}_conv", f"G × m × d_{side if side == 'v' else 'k'}",
+                 lambda c: (c.groups, c.m, d(c)), KEY, NUMBERED,
+                 compute=lambda w: _conv(w, side), chain=side,
+                 reads=_after(side, f"{side}_conv"),
+                 formula=lambda f: f"{big}_conv{f.i}[i] = {big}{f.i}[i] + Σ_t w_{big}[t] ⊙ "
+                 f"{big}{f.i}[i − t], t = 0 … {f.c.kv_conv - 1}: a causal convolution over "
+                 f"the last {f.c.kv_conv} tokens, each column its own weights (kv_conv "
+                 f"{side}; a row before the first counts 0)",
+                 latex=tex(rf"{big}_{{@h}} + \sum_t w_t \odot {big}_{{@h}}[i - t]"),
+                 cell=cell_conv, per_head=True, exact=True,
+                 exists=lambda c: side in c.conv_sides)
 
 
 def _v_normed(w: Work) -> Array | None:
@@ -463,6 +486,8 @@ FORWARD: tuple[Stage, ...] = (
           formula=_latent_or(mla.v_text, split_text("V", lambda c: c.d_v, "d_v")),
           latex=tex("V_{@h}"), cell=_cell_or(mla.cell_v_heads, cell_split), per_head=True,
           exact=True, chain="v", reads=lambda c: mla.V_READS if c.latent else ("v",)),
+    _conv_stage("k"),
+    _conv_stage("v"),
     _norm_stage("q_normed", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), "q", False),
     _norm_stage("k_normed", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), "k", False),
     Stage("v_normed", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,
