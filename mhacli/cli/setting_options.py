@@ -79,7 +79,8 @@ OPTIONS: tuple[SettingOption, ...] = (
     SettingOption("temperature", "Llama 4's temperature tuning: each query at position p "
                   "multiplied by log(⌊(p + 1) / F⌋ + 1)·A + 1 (F floor_scale, A "
                   "attn_scale); F:A:0 for Ministral 3's log(⌊p / F⌋ + 1)·A + 1; F:A:power "
-                  "for Beam's (1 + (p + 1) / F)^A.",
+                  "for Beam's (1 + (p + 1) / F)^A; F:A:ratio for Inkling's "
+                  "1 + A·log(max((p + 1) / F, 1)).",
                   metavar="F:A"),
     SettingOption("alibi", "ALiBi: add −slope_h·|i − j| to the scores, slopes 2^(−8h/H) for "
                   "H a power of two, else ALiBi's own rule (the key alibi: in a file may "

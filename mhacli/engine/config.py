@@ -61,6 +61,7 @@ class Config:
     temperature: tuple[float, float] | None = None  # (F, A): Llama 4's tuning of the queries
     temperature_shift: int = 1  # S of ⌊(p + S) / F⌋: 1 in Llama 4, 0 in Ministral 3
     temperature_power: bool = False  # (1 + (p + 1) / F)^A instead (Beam's NoPE layers)
+    temperature_ratio: bool = False  # 1 + A·log(max((p + 1) / F, 1)) instead (Inkling's)
     alibi: bool = False  # ALiBi: −slope_h·|i − j| added to the scores
     bias: bool = False  # an additive bias on the scores (PyTorch's float attn_mask)
     relative: tuple[bool, int, int] | None = None  # T5's bias: (bidirectional, B, distance)

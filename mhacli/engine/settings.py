@@ -102,15 +102,22 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("temperature", "Llama 4's temperature tuning of the queries: F:A (its "
             "floor_scale and attn_scale), each query at position p multiplied by "
             "log(⌊(p + 1) / F⌋ + 1)·A + 1; F:A:0 for Ministral 3's log(⌊p / F⌋ + 1)·A + 1; "
-            "F:A:power ({size: F, power: A}) for Beam's (1 + (p + 1) / F)^A.",
+            "F:A:power ({size: F, power: A}) for Beam's (1 + (p + 1) / F)^A; F:A:ratio "
+            "({n_floor: F, alpha: A}) for Inkling's 1 + A·log(max((p + 1) / F, 1)) (which "
+            "multiplies rel_logits too).",
             read=read.temperature_value, parse=read.temperature,
-            fields=("temperature", "temperature_shift", "temperature_power", "tau"),
+            fields=("temperature", "temperature_shift", "temperature_power",
+                    "temperature_ratio", "tau"),
             shown=lambda c: {"temperature": None if c.temperature is None else
+                             {"n_floor": c.temperature[0], "alpha": c.temperature[1]}
+                             if c.temperature_ratio else
                              {"size": c.temperature[0], "power": c.temperature[1]}
                              if c.temperature_power else
                              {"floor_scale": c.temperature[0], "attn_scale": c.temperature[1],
                               **({} if c.temperature_shift == 1 else {"shift": 0})}},
             write=lambda c, p, given: None if c.temperature is None else
+            f"{{n_floor: {read.written(c.temperature[0])}, alpha: "
+            f"{read.written(c.temperature[1])}}}" if c.temperature_ratio else
             f"{{size: {read.written(c.temperature[0])}, power: "
             f"{read.written(c.temperature[1])}}}" if c.temperature_power else
             f"{{floor_scale: {read.written(c.temperature[0])}, attn_scale: "

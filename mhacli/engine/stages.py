@@ -513,7 +513,8 @@ FORWARD: tuple[Stage, ...] = (
     Stage("q_tuned", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
           compute=_tuned, chain="q", reads=_after("q", "q_tuned"),
           formula=lambda f: f"Q{f.i}'s row p times τ_p = {tau_text(f.c)}, "
-          + ("Beam's scaling of the queries" if f.c.temperature_power else
+          + ("Inkling's log scaling of the queries" if f.c.temperature_ratio else
+             "Beam's scaling of the queries" if f.c.temperature_power else
              "Llama 4's temperature tuning" if f.c.temperature_shift else
              "Ministral 3's scaling of the queries"),
           latex=tex(r"\tau_p \, Q_{@h}"), cell=cell_tuned, per_head=True,
