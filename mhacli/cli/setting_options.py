@@ -102,6 +102,10 @@ OPTIONS: tuple[SettingOption, ...] = (
                   "clamp_len; rel_pos = (Q_h − b_q,h + r_r_bias_h)·R_h[i − j], R = PE·W_r "
                   "of a sinusoid of the distance, added to the scores before the scale.",
                   metavar="FILE"),
+    SettingOption("rel_logits", "A bias made from each query's own input (Inkling): a "
+                  "YAML/JSON file with w_r (d_model × H·d_rel) and profiles (d_rel × E); "
+                  "τ_i·(X[i]·W_R,h)·P[:, i − j] for 0 ≤ i − j < E, else 0, added to the "
+                  "scaled scores.", metavar="FILE"),
     SettingOption("differential", "Differential attention (DiffLlama): a YAML/JSON file "
                   "with lambda_q1, lambda_k1, lambda_q2, lambda_k2 (d_k numbers each), "
                   "lambda_init and eps; heads h and h + H/2 make one, A_h − λ·A_{h+H/2}.",

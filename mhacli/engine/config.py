@@ -84,6 +84,8 @@ class Config:
     kv_conv: int | None = None  # T: the keys and/or values plus a causal convolution of
     # them over the last T tokens (token_conv.py)
     conv_sides: tuple[str, ...] = ()  # which of k and v it convolves
+    rel_logits: int | None = None  # E: a bias of each query's own making for the
+    # distances 0 … E − 1 (query_bias.py)
     exclusive: bool = False  # each head's output less tanh α_h times its part along v̂_i
     sub_norm: float | None = None  # eps: the rows of concat normed before W_O (BitNet)
     clip_qkv: float | None = None  # Q, K and V clamped to [−c, c] after their projections
@@ -191,6 +193,8 @@ class Prepared:
     sinks: Array | None = None  # (H,) one extra logit per head
     conv_k: Array | None = None  # (T, G·d_k) kv_conv's weights of the keys, a row a tap
     conv_v: Array | None = None  # (T, G·d_v) of the values
+    rel_w: Array | None = None  # (d_model, H·d_rel) rel_logits' projection of each input
+    rel_profile: Array | None = None  # (d_rel, E) its profiles, a column a distance
     exclusive_alpha: Array | None = None  # (H,) exclusive self-attention's α, per head
     pe: Array | None = None  # (n, d_model) positional encoding of the query-side input
     pe_kv: Array | None = None  # (m, d_kv) of the key/value-side input (cross-attention)

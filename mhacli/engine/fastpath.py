@@ -404,7 +404,8 @@ def fast(p: Prepared, progress: Progress | None = None) -> Array:
     """The fast path on validated inputs: the n × d_out output, nothing recorded."""
     if p.config.differential is not None or p.config.disentangled is not None or \
             p.config.relative_xl is not None or p.config.exclusive or \
-            p.config.kv_conv is not None:
+            p.config.kv_conv is not None or \
+            p.config.rel_logits is not None:
         # two maps a head, DeBERTa's or Transformer-XL's position terms, or each head's
         # output less its part along its token's value, or keys and values convolved over
         # the tokens: the stage table's work

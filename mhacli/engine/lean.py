@@ -125,7 +125,8 @@ def lean_trace(p: Prepared) -> Trace:
     query heads' weights: with either, this is ``traced``."""
     c = p.config
     if c.backward or c.differential is not None or c.disentangled is not None or \
-            c.relative_xl is not None or c.exclusive or c.kv_conv is not None:
+            c.relative_xl is not None or c.exclusive or c.kv_conv is not None or \
+            c.rel_logits is not None:
         return traced(p)
     warn_dead(p)
     work = Work(p, exact=False)

@@ -30,7 +30,7 @@ import numpy as np
 from ..errors import MhaError
 from . import clipping, disentangled, gating
 from . import parsers as read
-from . import qk_norms, relative, rope, sparse, sub_norm, token_conv, xl_relative
+from . import qk_norms, query_bias, relative, rope, sparse, sub_norm, token_conv, xl_relative
 from .parsers import Fields
 from .values import (DTYPES, MASKS, choice, dtype_name, mask_value, positive, scale_rule,
                      whole)
@@ -191,6 +191,19 @@ SETTINGS: tuple[Setting, ...] = (
                       ("clip_qkv", "relative_xl reads the queries as projected: it does not "
                                    "go with clip_qkv")),
             shown=xl_relative.shown, write=xl_relative.write),
+    Setting("rel_logits", "a bias made from each query's own input (Inkling's r_proj and "
+            "rel_logits_proj): {w_r, profiles}, W_R d_model × H·d_rel and P d_rel × E; "
+            "rel_logits[h, i, j] = τ_i·(X[i]·W_R,h)·P[:, i − j] for 0 ≤ i − j < E, else 0 "
+            "(τ_i the temperature's factor where given), added to the scaled scores "
+            "(query_bias.py).", kind="file", read=query_bias.value, parse=query_bias.parse,
+            fields=("rel_logits", "rel_w", "rel_profile"),
+            excludes=(("tiles", "the tiled view does not follow rel_logits (a bias made from "
+                                "each query's input) yet"),
+                      ("decode", "the decoding view does not follow rel_logits (a bias made "
+                                 "from each query's input) yet"),
+                      ("differential", "rel_logits on differential attention's heads is not "
+                                       "followed")),
+            shown=query_bias.shown, write=query_bias.write),
     Setting("differential", "differential attention (DiffLlama): {lambda_q1, lambda_k1, "
             "lambda_q2, lambda_k2, lambda_init, eps}; query heads h and h + H/2 make one "
             "head, A_h − λ·A_{h+H/2} over the values of key/value heads g and g + G/2, "

@@ -34,9 +34,10 @@ def fits(p: Prepared) -> bool:
     return c.dtype == "float64" and c.n <= MOST_QUERIES and \
         c.heads * c.n * c.m <= MOST_SCORES and c.differential is None \
         and c.disentangled is None and c.relative_xl is None and c.kv_conv is None \
-        and not c.exclusive  # (two maps a head; the position terms of DeBERTa and
-    # Transformer-XL; keys and values convolved over the tokens; exclusive heads: the
-    # stage table's work, as the fast path routes them)
+        and not c.exclusive and c.rel_logits is None  # (two maps a head; the position
+    # terms of DeBERTa and Transformer-XL; keys and values convolved over the tokens;
+    # exclusive heads; a bias of each query's making: the stage table's work, as the
+    # fast path routes them)
 
 
 def alike(p: Prepared) -> bool:

@@ -21,7 +21,7 @@ from ..errors import MhaError
 from . import disentangled, latent_stages as mla, ops, xl_relative
 from .disentangled_cells import cell_scaled_terms, cell_term
 from .xl_cells import cell_rel_pos
-from .conv_cells import cell_conv
+from .conv_cells import cell_conv, cell_rel_logits
 from .gradients import gradient_stages
 from .cells import (
     cell_input, cell_projection, cell_split, cell_scores, cell_pos, cell_x_pos, cell_rot,
@@ -38,7 +38,7 @@ from .head_weights import OUTPUT, PROJECTIONS
 from .reach import Reach
 from .sparse_stages import cell_masked_kept, keep_mask, sparse_stages
 from .stage import KEY, NUMBERED, QUERY, Stage
-from . import exclusive, qk_norms, sub_norm, token_conv
+from . import exclusive, qk_norms, query_bias, sub_norm, token_conv
 from .work import Work, tuned, turned
 from .recipe import Recipe, var
 from .writing import Entry, Formula, Record, sub
@@ -286,6 +286,12 @@ def _scores_text(f: Formula) -> str:
     shared = "" if c.groups == c.heads or f.h is not None else \
         f" (query head h uses key head ⌈h·{c.groups}/{c.heads}⌉)"
     return f"Z{f.i} = " + f.pick(f"{q}·{k}ᵀ", f"{k}ᵀ·{q}") + shared
+
+
+def _rel_logits(w: Work) -> Array | None:
+    if w.exact and w.p.tau is not None:
+        return None  # the temperature's logarithm: not rational
+    return query_bias.logits(w.p, _read(w, "rel_logits"))  # (H, n, m)
 
 
 def _alibi(w: Work) -> Array:
@@ -563,11 +569,21 @@ FORWARD: tuple[Stage, ...] = (
           formula=lambda f: f"−slope{f.i}·|i − j|, the ALiBi bias (positions i, j from 0)",
           latex=tex(r"-m_{@h} \lvert i - j \rvert"), cell=cell_alibi, per_head=True,
           exact=True, exists=lambda c: c.alibi),
+    Stage("rel_logits", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
+          compute=_rel_logits,
+          formula=lambda f: f"τ_i·r{f.i}[i]·P[:, i − j] for 0 ≤ i − j < {f.c.rel_logits}, else "
+          f"0: r{f.i}[i] = X[i]·W_R{f.i}, each query's own mix of the profiles P of the "
+          "distances" + (f", τ_i = {tau_text(f.c)} (the temperature's)" if f.c.temperature
+                         else " (τ_i = 1)"),
+          latex=tex(r"\tau_i\, r_{@h}[i] \cdot P[:, i - j]"), cell=cell_rel_logits,
+          per_head=True, exact=True, reads=lambda c: (latest(c, "x", "rel_logits"),),
+          exists=lambda c: c.rel_logits is not None),
     Stage("biased", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=_biased, formula=_biased_text,
           latex=tex(r"Z_{@h} + B_{@h}"), cell=cell_biased, per_head=True, chain="z",
-          exact=True, exists=lambda c: c.alibi or c.bias,
-          reads=lambda c: (latest(c, "z", "biased"),) + (("alibi",) if c.alibi else ())),
+          exact=True, exists=lambda c: c.alibi or c.bias or c.rel_logits is not None,
+          reads=lambda c: (latest(c, "z", "biased"),) + (("alibi",) if c.alibi else ())
+          + (("rel_logits",) if c.rel_logits is not None else ())),
     *sparse_stages(sys.modules[__name__]),  # the indexer's (sparse attention: sparse_stages.py)
     Stage("masked", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=lambda w: keep_mask(w, _read(w, "masked")) if w.c.indexer

@@ -209,6 +209,9 @@ def prepare(
     if backward and fields.get("kv_conv") is not None:
         raise MhaError("the backward pass does not follow kv_conv (the keys and values "
                        "convolved over the tokens) yet", key="kv_conv")
+    if backward and fields.get("rel_logits") is not None:
+        raise MhaError("the backward pass does not follow rel_logits (a bias made from each "
+                       "query's input) yet", key="rel_logits")
     loss = "given" if upstream["grad_output"] is not None else \
         "target" if upstream["target"] is not None else "sum"
     config = Config(
