@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import MhaError
-from .values import as_array, given, nested_numbers, shape_text
+from .token_conv import numbers_of
+from .values import given, nested_numbers, shape_text
 
 if TYPE_CHECKING:
     from .config import Prepared, Sizes
@@ -77,7 +78,9 @@ def value(v: Any) -> dict[str, Any] | None:
                        ("profiles", "d_rel × E: the bias of each distance 0 … E − 1")):
         if v.get(name) is None:
             raise MhaError(f"rel_logits needs {name} ({what})", key=("rel_logits", name))
-    return {name: nested_numbers(v[name], ("rel_logits", name)) for name in KEYS}
+    for name in KEYS:  # each entry checked by the number rule; kept as written
+        nested_numbers(v[name], ("rel_logits", name))
+    return {name: v[name] for name in KEYS}
 
 
 def parse(v: Any, s: Sizes) -> Fields:
@@ -90,11 +93,11 @@ def parse(v: Any, s: Sizes) -> Fields:
     if s.d_model is None or s.x is None:
         raise MhaError("rel_logits is made from each query's input x: give x and the weights, "
                        "not q, k and v", key="rel_logits")
-    w = as_array("rel_logits.w_r", v["w_r"], s.t)
+    w = numbers_of("rel_logits.w_r", v["w_r"], s.t)
     if w.ndim != 2 or w.shape[0] != s.d_model or w.shape[1] % s.heads or not w.shape[1]:
         raise MhaError(f"rel_logits w_r is {shape_text(w)}: expected d_model × H·d_rel = "
                        f"{s.d_model} × {s.heads}·d_rel", key=("rel_logits", "w_r"))
-    profile = as_array("rel_logits.profiles", v["profiles"], s.t)
+    profile = numbers_of("rel_logits.profiles", v["profiles"], s.t)
     d_rel = w.shape[1] // s.heads
     if profile.ndim != 2 or profile.shape[0] != d_rel or profile.shape[1] < 1:
         raise MhaError(f"rel_logits profiles is {shape_text(profile)}: expected d_rel × E = "

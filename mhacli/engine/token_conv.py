@@ -74,6 +74,16 @@ def weight_grad(a: Array, grad: Array, count: int) -> Array:
 # --------------------------------------------------------------------------- the setting
 
 
+def numbers_of(name: str, v: Any, dtype: Any) -> Array:
+    """Weights as written (text by the number rule) as an array in the working type:
+    exact Fractions (``object``) from the numbers as written."""
+    if dtype is object:
+        from ..numbers import exact_array
+
+        return exact_array(v)
+    return as_array(name, nested_numbers(v, tuple(name.split("."))), dtype)
+
+
 def value(v: Any) -> dict[str, Any] | None:
     """kv_conv as given: a mapping {k, v}, each T × (heads' width) weights (either may be
     left out); read, their shapes checked when the problem is prepared. None or false:
@@ -91,8 +101,10 @@ def value(v: Any) -> dict[str, Any] | None:
     if all(v.get(side) is None for side in SIDES):
         raise MhaError("kv_conv needs the weights of k or v (or both): T × G·d_k, T × G·d_v",
                        key="kv_conv")
-    return {side: nested_numbers(v[side], ("kv_conv", side)) for side in SIDES
-            if v.get(side) is not None}
+    for side in SIDES:  # each entry checked by the number rule; kept as written (1/3
+        if v.get(side) is not None:  # stays a third in exact arithmetic)
+            nested_numbers(v[side], ("kv_conv", side))
+    return {side: v[side] for side in SIDES if v.get(side) is not None}
 
 
 def parse(v: Any, s: Sizes) -> Fields:
@@ -105,7 +117,7 @@ def parse(v: Any, s: Sizes) -> Fields:
         if side not in v:
             continue
         width = s.groups * (s.d_k if side == "k" else s.d_v)
-        w = as_array(f"kv_conv.{side}", v[side], s.t)
+        w = numbers_of(f"kv_conv.{side}", v[side], s.t)
         if w.ndim != 2 or w.shape[1] != width or w.shape[0] < 1:
             raise MhaError(f"kv_conv {side} is {shape_text(w)}: expected T × G·d_"
                            f"{side if side == 'v' else 'k'} = T × {width} (a row a tap)",

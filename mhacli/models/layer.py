@@ -252,12 +252,6 @@ _LAYER_NAME = re.compile(r"(?:^|\.)(?:layers|blocks|h|layer)\.(\d+)\.(.+)$")
 # Softmax attention with steps of its own that mha does not compute, known by a tensor
 # (the name after the layer's number): refused by name, saying what the step is.
 NOT_FOLLOWED = (
-    (r"^self_attn\.k_sconv\.", "Inkling's attention: its keys and values each x·W plus a "
-     "causal convolution of it over the last sconv_kernel_size tokens (k_sconv, v_sconv), and "
-     "each query's scores a bias made from its own hidden state (x_i·r_proj, d_rel per head, "
-     "times rel_logits_proj's profile of the distance i − j, for 0 ≤ i − j < rel_extent), "
-     "both query and bias × 1 + log_scaling_alpha·log(max((i + 1) / log_scaling_n_floor, 1)) "
-     "on its full-attention layers"),
     (r"^attn\.k_sconv\.", "Inkling 2's attention: its keys and values each x·W plus a causal "
      "convolution of it over the last sconv_kernel_size tokens (k_sconv, v_sconv), each "
      "query's scores a bias made from its own hidden state (x_i·wr_du, clipped in L2, times "
