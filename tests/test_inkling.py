@@ -92,12 +92,12 @@ def test_explain_says_where_each_setting_came_from(folder: Path) -> None:
 
 
 @pytest.mark.parametrize("change, words", [
-    ({"conv_kernel_size": 3}, "conv_kernel_size is 3, but model.layers.0.self_attn."
+    ({"conv_kernel_size": 3}, "conv_kernel_size is 3, but model.layers.5.self_attn."
      "k_sconv.conv1d.weight has shape (32, 1, 4)"),
-    ({"d_rel": 8}, "d_rel is 8, but model.layers.0.self_attn.rel_logits_proj.proj has shape"),
+    ({"d_rel": 8}, "d_rel is 8, but model.layers.5.self_attn.rel_logits_proj.proj has shape"),
     ({"layer_types": ["linear"] * 6}, "layer_types is"),
-    ({"log_scaling_alpha": "x", "layer_types": ["hybrid"] * 6}, "log_scaling_n_floor: "
-     "temperature.alpha"),
+    ({"rel_extent": 5}, "not d_rel × rel_extent = (16, 5)"),
+    ({"log_scaling_alpha": "x"}, "log_scaling_n_floor: temperature.alpha"),
 ])
 def test_a_config_that_lies_is_one_error_line(folder: Path, tmp_path: Path, change: dict,
                                               words: str) -> None:
@@ -112,7 +112,7 @@ def test_a_config_that_lies_is_one_error_line(folder: Path, tmp_path: Path, chan
     cfg = json.loads((bad / "config.json").read_text())
     cfg.update(change)
     (bad / "config.json").write_text(json.dumps(cfg))
-    r = CliRunner().invoke(app, ["run", "--checkpoint", str(bad), "--layer", "0",
+    r = CliRunner().invoke(app, ["run", "--checkpoint", str(bad), "--layer", "5",
                                  "--tokens", "5", "--seed", "1"])
     assert r.exit_code == 2 and r.stdout == "", r.output
     lines = r.stderr.strip().splitlines()
