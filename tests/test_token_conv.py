@@ -130,8 +130,7 @@ def test_generate_writes_it_and_reads_it_back(tmp_path: Path) -> None:
 def test_refused_where_not_followed() -> None:
     kw = problem()
     for extra, words in (({"tiles": (2, 3)}, "tiled view does not follow kv_conv"),
-                         ({"decode": True}, "last T − 1 keys and values"),
-                         ({"backward": True}, "backward pass does not follow kv_conv")):
+                         ({"decode": True}, "last T − 1 keys and values")):
         with pytest.raises(mhacli.MhaError, match=words):
             mhacli.trace(**kw, **extra)
 
@@ -152,3 +151,56 @@ def test_a_bad_file_is_one_error_line(tmp_path: Path, text: str, words: str) -> 
     assert r.exit_code == 2 and r.stdout == ""
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error:") and words in lines[0], r.stderr
+
+
+@pytest.mark.parametrize("extra", [{}, {"qk_norm": "head", "v_norm": 1e-6},
+                                   {"kv_heads": None, "sides": "v"}])
+def test_the_backward_pass_agrees_with_autograd(extra: dict) -> None:
+    """Every parameter's gradient against PyTorch's autograd of the same layer (grouped
+    heads; with q/k and value norms after the convolution; the values alone)."""
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    extra = dict(extra)
+    sides = extra.pop("sides", "kv")
+    kw = problem(seed=11, **extra)
+    groups = kw["kv_heads"] or H
+    rng = np.random.default_rng(12)
+    kw["w_k"] = rng.normal(size=(D, groups * DK))
+    kw["w_v"] = rng.normal(size=(D, groups * DV))
+    kw["b_k"] = rng.normal(size=groups * DK)
+    kw["kv_conv"] = {s: rng.normal(size=(T, groups * (DK if s == "k" else DV))) for s in sides}
+    if kw.get("qk_norm"):
+        kw["qk_norm"] = {"over": "head", "eps": 1e-6, "q": rng.normal(size=DK),
+                         "k": rng.normal(size=DK)}
+    tr = mhacli.trace(**kw, backward=True)
+    t = {name: torch.tensor(kw[name], requires_grad=True)
+         for name in ("x", "w_q", "w_k", "w_v", "w_o", "b_k")}
+    conv = {s: torch.tensor(kw["kv_conv"][s], requires_grad=True) for s in sides}
+
+    def convolve(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        weight = w.flip(0).T[:, None, :]  # (C, 1, T)
+        return a + F.conv1d(a.T[None], weight, padding=T - 1, groups=a.shape[1])[0, :, :N].T
+
+    def rms(a: torch.Tensor, eps: float) -> torch.Tensor:
+        return a / torch.sqrt((a * a).mean(-1, keepdim=True) + eps)
+
+    q = (t["x"] @ t["w_q"]).reshape(N, H, DK).transpose(0, 1)
+    k = t["x"] @ t["w_k"] + t["b_k"]
+    v = t["x"] @ t["w_v"]
+    k = convolve(k, conv["k"]) if "k" in conv else k
+    v = convolve(v, conv["v"]) if "v" in conv else v
+    k = k.reshape(N, groups, DK).transpose(0, 1)
+    v = v.reshape(N, groups, DV).transpose(0, 1)
+    if extra.get("qk_norm"):
+        q = rms(q, 1e-6) * torch.from_numpy(kw["qk_norm"]["q"])
+        k = rms(k, 1e-6) * torch.from_numpy(kw["qk_norm"]["k"])
+        v = rms(v, 1e-6)
+    k, v = (a.repeat_interleave(H // groups, 0) for a in (k, v))
+    o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    (o.transpose(0, 1).reshape(N, -1) @ t["w_o"]).sum().backward()
+    np.testing.assert_allclose(tr["output"], (o.transpose(0, 1).reshape(N, -1) @ t["w_o"])
+                               .detach().numpy(), rtol=1e-10, atol=1e-11)
+    for name, tensor in [*t.items(), *((f"kv_conv_{s}", conv[s]) for s in sides)]:
+        np.testing.assert_allclose(tr["d_" + name], tensor.grad.numpy(), rtol=1e-9,
+                                   atol=max(1e-10 * np.abs(tensor.grad.numpy()).max(), 1e-12),
+                                   err_msg=f"{name} {extra}")
