@@ -60,6 +60,7 @@ CASES: dict[str, tuple[dict[str, Any], int, bool]] = {
     "exclusive-gqa": (dict(**RANDOM, heads=4, kv_heads=2, rope="half", qk_norm="head",
                            exclusive="0.5 -2 1 0.25"), 4, False),
     "inkling": (dict(file=str(FIXTURES / "inkling.yaml")), 4, False),
+    "inkling-backward": (dict(file=str(FIXTURES / "inkling.yaml"), backward=True), 4, False),
     "kv-conv-fractions": (dict(file=str(FIXTURES / "kv-conv.yaml")), 4, True),
     "temperature-power": (dict(**RANDOM, heads=2, mask="causal", temperature="2:0.5:power",
                                backward=True), 4, False),

@@ -107,7 +107,6 @@ def test_refused_where_not_followed() -> None:
     kw = problem()
     for extra, words in (({"tiles": (2, 3)}, "tiled view does not follow rel_logits"),
                          ({"decode": True}, "decoding view does not follow rel_logits"),
-                         ({"backward": True}, "backward pass does not follow rel_logits"),
                          ({"x_kv": np.ones((N, D))}, "does not go with x_kv")):
         with pytest.raises(mhacli.MhaError, match=words):
             mhacli.trace(**kw, **extra)
@@ -132,3 +131,42 @@ def test_a_bad_file_is_one_error_line(tmp_path: Path, text: str, words: str) -> 
     assert r.exit_code == 2 and r.stdout == ""
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error:") and words in lines[0], r.stderr
+
+
+@pytest.mark.parametrize("extra", [{}, {"temperature": "2:0.3:ratio", "kv_heads": 1}])
+def test_the_backward_pass_agrees_with_autograd(extra: dict) -> None:
+    """Every parameter's gradient, the bias's own included, against PyTorch's autograd
+    of the same layer (with the temperature's ratio and one key/value head)."""
+    torch = pytest.importorskip("torch")
+    kw = problem(seed=21, **extra)
+    groups = kw.get("kv_heads") or H
+    rng = np.random.default_rng(22)
+    kw["w_k"] = rng.normal(size=(D, groups * DK))
+    kw["w_v"] = rng.normal(size=(D, groups * DK))
+    tr = mhacli.trace(**kw, backward=True)
+    t = {name: torch.tensor(kw[name], requires_grad=True)
+         for name in ("x", "w_q", "w_k", "w_v", "w_o")}
+    w_r = torch.tensor(kw["rel_logits"]["w_r"], requires_grad=True)
+    prof = torch.tensor(kw["rel_logits"]["profiles"], requires_grad=True)
+    p = torch.arange(N, dtype=torch.float64)
+    tau = 1 + 0.3 * torch.log(torch.clamp((p + 1) / 2, min=1.0)) if extra else torch.ones(N)
+    r = (t["x"] @ w_r).reshape(N, H, DR).transpose(0, 1)  # (H, N, d_rel)
+    every = r @ prof  # (H, N, E)
+    delta = torch.arange(N)[:, None] - torch.arange(N)[None, :]
+    inside = (delta >= 0) & (delta < E)
+    bias = torch.gather(every, 2, delta.clamp(0, E - 1).expand(H, N, N)) * inside
+    bias = bias * tau[None, :, None]
+    q = (t["x"] @ t["w_q"]).reshape(N, H, DK).transpose(0, 1) * tau[None, :, None]
+    k, v = ((t["x"] @ t[n]).reshape(N, groups, DK).transpose(0, 1)
+            .repeat_interleave(H // groups, 0) for n in ("w_k", "w_v"))
+    z = q @ k.transpose(1, 2) / np.sqrt(DK) + bias
+    z = z.masked_fill(delta[None] < 0, float("-inf"))
+    o = torch.softmax(z, -1) @ v
+    y = o.transpose(0, 1).reshape(N, -1) @ t["w_o"]
+    y.sum().backward()
+    np.testing.assert_allclose(tr["output"], y.detach().numpy(), rtol=1e-10, atol=1e-11)
+    grads = [*t.items(), ("rel_logits_w_r", w_r), ("rel_logits_profiles", prof)]
+    for name, tensor in grads:
+        np.testing.assert_allclose(tr["d_" + name], tensor.grad.numpy(), rtol=1e-9,
+                                   atol=max(1e-10 * np.abs(tensor.grad.numpy()).max(), 1e-12),
+                                   err_msg=f"{name} {extra}")

@@ -86,6 +86,7 @@ class Config:
     conv_sides: tuple[str, ...] = ()  # which of k and v it convolves
     rel_logits: int | None = None  # E: a bias of each query's own making for the
     # distances 0 … E − 1 (query_bias.py)
+    rel_dim: int = 0  # its d_rel: each head's numbers of each query's mix
     exclusive: bool = False  # each head's output less tanh α_h times its part along v̂_i
     sub_norm: float | None = None  # eps: the rows of concat normed before W_O (BitNet)
     clip_qkv: float | None = None  # Q, K and V clamped to [−c, c] after their projections

@@ -21,7 +21,7 @@ from .work import Work, tuned, turned
 from .gradient_cells import cell_d_masked, cell_d_scores, cell_with_formula
 from .latent_gradients import d_input as latent_d_input, d_input_text as latent_text
 from .latent_gradients import latent_gradients
-from . import conv_gradients as conv_grads
+from . import bias_gradients as bias_grads, conv_gradients as conv_grads
 from . import disentangled_gradients as dis_grads, xl_gradients as xl_grads
 from .writing import Entry, Formula
 
@@ -181,7 +181,7 @@ def _d_input(t: Chains, w: Work) -> Array:
                 _through(t, w, "v") @ p.w_v.T  # type: ignore[union-attr]
     if w.c.gate:  # (in MLA too: the gate reads X)
         out = out + w["d_gate"] @ p.w_gate.T  # type: ignore[union-attr]
-    return out
+    return _plus(out, bias_grads.d_input(t, w))  # (rel_logits: X·W_R)
 
 
 def _exclusive_back(t: Chains, w: Work) -> tuple[Array, Array]:
@@ -319,12 +319,14 @@ def _d_scaled_text(t: Chains, f: Formula) -> str:
 
 def _d_input_text(f: Formula) -> str:
     src = "(X + PE)" if f.c.positional else "X"
-    gate = " + dG·W_gateᵀ" if f.c.gate else ""
+    gate = (" + dG·W_gateᵀ" if f.c.gate else "") + (
+        " + dr·W_Rᵀ (rel_logits' mix)" if f.c.rel_logits is not None else "")
     if f.c.latent:
         return latent_text(src) + (f"{gate} (the gate reads X too)" if gate else "")
     if f.c.cross:
         return f"d{src} = dQ·W_Qᵀ{gate}"
-    feeds = "all four" if f.c.gate else "all three"
+    feeds = {3: "all three", 4: "all four", 5: "all five"}[
+        3 + bool(f.c.gate) + (f.c.rel_logits is not None)]
     return (f"d{src} = dQ·W_Qᵀ + dK·W_Kᵀ + dV·W_Vᵀ{gate} ({src.strip('()')} feeds {feeds})"
             + _clip_text(f))
 
@@ -481,7 +483,8 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
               lambda w: _arriving(t, w, "biased"),
               lambda f: f"d_biased{f.i} = d_masked{f.i}: the mask passes the gradient where it "
                         "allows (0 where it blocks)", "B", per_head=True,
-              exists=lambda c: c.alibi or c.bias),
+              exists=lambda c: c.alibi or c.bias or c.rel_logits is not None),
+        *bias_grads.bias_gradients(t, _grad)[:1],  # d_rel_logits
         _grad("d_softcapped", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
               lambda w: _arriving(t, w, "softcapped"),
               lambda f: f"d_softcapped{f.i} = d_biased{f.i}: ALiBi and the bias are added "
@@ -587,6 +590,7 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
         *dis_grads.disentangled_gradients(t, _grad)[2:],  # its projections and table
         *xl_grads.xl_gradients(t, _grad)[1:],  # W_r and r_r_bias (Transformer-XL)
         *conv_grads.conv_gradients(t, _grad),  # kv_conv's weights
+        *bias_grads.bias_gradients(t, _grad)[1:],  # rel_logits' W_R and profiles
         _grad("d_x_pos", "n × d_model", lambda c: (c.n, c.d_model), QUERY, NUMBERED,
               lambda w: _d_input(t, w),
               _d_input_text, "(X + PE)", exists=lambda c: c.positional is not None and not c.direct),

@@ -86,7 +86,7 @@ def value(v: Any) -> dict[str, Any] | None:
 def parse(v: Any, s: Sizes) -> Fields:
     """W_R and the profiles, checked against the sizes: self-attention, made from x."""
     if v is None:
-        return {"rel_logits": None}, {"rel_w": None, "rel_profile": None}
+        return {"rel_logits": None, "rel_dim": 0}, {"rel_w": None, "rel_profile": None}
     if s.x_kv is not None:
         raise MhaError("rel_logits is self-attention (the distances of one sequence): it "
                        "does not go with x_kv", key="rel_logits")
@@ -102,7 +102,8 @@ def parse(v: Any, s: Sizes) -> Fields:
     if profile.ndim != 2 or profile.shape[0] != d_rel or profile.shape[1] < 1:
         raise MhaError(f"rel_logits profiles is {shape_text(profile)}: expected d_rel × E = "
                        f"{d_rel} × E (a column a distance)", key=("rel_logits", "profiles"))
-    return {"rel_logits": profile.shape[1]}, {"rel_w": w, "rel_profile": profile}
+    return {"rel_logits": profile.shape[1], "rel_dim": d_rel}, \
+        {"rel_w": w, "rel_profile": profile}
 
 
 def shown(c: Any) -> dict[str, Any]:
@@ -120,3 +121,21 @@ def write(c: Any, p: Prepared, given_value: Any) -> str | None:
         return "[" + ", ".join("[" + ", ".join(written(x) for x in r) + "]" for r in a) + "]"
 
     return f"{{w_r: {rows(p.rel_w)}, profiles: {rows(p.rel_profile)}}}"
+
+
+def back(p: Prepared, x: Array, grad: Array) -> tuple[Array, Array]:
+    """The gradients at each query's mix r (H, n, d_rel) and at the profiles P (d_rel, E),
+    given that at the bias (H, n, m): the bias's entries gathered by distance first."""
+    c = p.config
+    profile = p.rel_profile.astype(grad.dtype)  # (d_rel, E)
+    extent = profile.shape[1]
+    delta = distances(c.n, c.m)
+    inside = (delta >= 0) & (delta < extent)  # (n, m)
+    by_distance = np.zeros(grad.shape[:2] + (extent,), dtype=grad.dtype)  # (H, n, E)
+    rows, cols = np.nonzero(inside)
+    np.add.at(by_distance, (slice(None), rows, delta[rows, cols]), grad[:, rows, cols])
+    if p.tau is not None:
+        by_distance = by_distance * p.tau.astype(grad.dtype)[None, :, None]
+    d_states = by_distance @ profile.T  # (H, n, d_rel)
+    d_profile = np.einsum("hir,hie->re", states(p, x), by_distance)  # (d_rel, E)
+    return d_states, d_profile

@@ -196,7 +196,7 @@ SETTINGS: tuple[Setting, ...] = (
             "rel_logits[h, i, j] = τ_i·(X[i]·W_R,h)·P[:, i − j] for 0 ≤ i − j < E, else 0 "
             "(τ_i the temperature's factor where given), added to the scaled scores "
             "(query_bias.py).", kind="file", read=query_bias.value, parse=query_bias.parse,
-            fields=("rel_logits", "rel_w", "rel_profile"),
+            fields=("rel_logits", "rel_dim", "rel_w", "rel_profile"),
             excludes=(("tiles", "the tiled view does not follow rel_logits (a bias made from "
                                 "each query's input) yet"),
                       ("decode", "the decoding view does not follow rel_logits (a bias made "

@@ -206,9 +206,6 @@ def prepare(
         raise MhaError("give grad_output or target, not both (each sets dL/d output)",
                        key="target")
     backward = bool(backward) or any(a is not None for a in upstream.values())
-    if backward and fields.get("rel_logits") is not None:
-        raise MhaError("the backward pass does not follow rel_logits (a bias made from each "
-                       "query's input) yet", key="rel_logits")
     loss = "given" if upstream["grad_output"] is not None else \
         "target" if upstream["target"] is not None else "sum"
     config = Config(
