@@ -204,3 +204,26 @@ def test_the_backward_pass_agrees_with_autograd(extra: dict) -> None:
         np.testing.assert_allclose(tr["d_" + name], tensor.grad.numpy(), rtol=1e-9,
                                    atol=max(1e-10 * np.abs(tensor.grad.numpy()).max(), 1e-12),
                                    err_msg=f"{name} {extra}")
+
+
+@pytest.mark.parametrize("extra", [
+    {"kv_conv": {"k": [[0.5, 1], [2, -1]], "v": [[1, 0], [0.25, 2]]}},
+    {"rel_logits": {"w_r": [[1], [-2]], "profiles": [[0.5, 3]]}},
+    {"exclusive": [0.7]},
+])
+def test_a_stream_of_small_problems_follows_the_setting(tmp_path: Path, extra: dict) -> None:
+    """run --jsonl computes small problems by a route of its own (engine/small.py): a
+    setting it does not make there goes the stage table's way, as run's fast path."""
+    import json
+
+    q = {"x": [[1, 0], [0, 1], [1, 1]], "heads": 1, "w_q": [[1, 0], [0, 1]],
+         "w_k": [[1, 2], [0, 1]], "w_v": [[1, 0], [2, 1]], "mask": "causal", **extra}
+    path = tmp_path / "s.jsonl"
+    path.write_text(json.dumps(q) + "\n" + json.dumps(q) + "\n")
+    r = runner.invoke(app, ["run", "--jsonl", str(path)])
+    assert r.exit_code == 0, r.output
+    want = mhacli.attention(**q)
+    for line in r.stdout.splitlines():
+        np.testing.assert_allclose(json.loads(line)["output"], want, rtol=1e-15)
+    assert not np.allclose(want, mhacli.attention(**{k: v for k, v in q.items()
+                                                     if k not in extra}))
