@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .recipe import each, factor, fdot, op, when
+from .recipe import each, factor, op
 from .writing import Entry
 
 
@@ -42,41 +42,3 @@ def cell_conv(e: Entry) -> list[Any]:
             f"  = {e.factor(e.value(src, g, i, j))} + "
             + each(" + ", term, taps, w), f"  = {e.result}"]
 
-
-def _states(e: Entry, src: str) -> Any:
-    from . import query_bias
-
-    return e.derive("rel_states", lambda tr: query_bias.states(tr.prepared, tr.stages[src]))
-
-
-def cell_rel_logits(e: Entry) -> list[Any]:
-    """rel_logits_h[i, j] = τ_i·r_h[i]·P[:, i − j] where 0 ≤ i − j < E, else 0."""
-    from .cells import _tau
-
-    c = e.c
-    h, i, j = e.head, e.row, e.col
-    src = e.reads[0]  # the input, with its positions where the problem has them
-    e.mark(src, None, {i})
-    extent = c.rel_logits
-    delta = i - j
-    inside = op("and", op(">=", delta, 0), op("<", delta, extent))
-    r = _states(e, src).row(h - 1, i)  # (d_rel,)
-    column = e.inp("rel_profile", exact=False).col(delta)
-    shown_column = e.inp("rel_profile").col(delta)
-    tuned = c.temperature is not None
-    tau = e.derive("tuned_tau", _tau).at(i) if tuned else None
-    made = fdot(r, column)
-    made = op("f*", made, tau) if tuned else made
-    e.makes(op("if", inside, made, 0.0))
-    factor_text = f" × τ_p, τ_p = {e.num(tau)} (p = {i}, the temperature's)" if tuned else ""
-    return [when(inside,
-                 [f"{e.name} = r{e.hs}[{e.row_label}]·P[:, δ]{factor_text}, δ = i − j = {i} − "
-                  f"{j} = {delta} (positions from 0; the profile of distance δ, column "
-                  f"{delta + 1} of {extent})",
-                  f"  r{e.hs}[{e.row_label}] = row {i + 1} of {src} · head {h}'s columns of "
-                  f"rel_logits.w_r = [{each(', ', lambda x: e.num(x), r, most=8)}]",
-                  f"  = {e.dot(r, shown_column)}" + (f" = {e.num(fdot(r, column))}, "
-                                                     f"× τ_p {e.factor(tau)}" if tuned else ""),
-                  f"  = {e.result}"],
-                 f"{e.name} = 0: δ = i − j = {i} − {j} = {delta} is outside 0 … {extent - 1} "
-                 "(a key after the query, or farther back than the profiles reach)")]

@@ -41,7 +41,8 @@ def conv_gradients(t: Any, grad: Callable[..., Stage]) -> tuple[Stage, ...]:
         out.append(grad(f"d_kv_conv_{side}", f"T × G·{d}",
                         lambda c, d=d: (c.kv_conv, c.groups * getattr(c, d)), NUMBERED,
                         NUMBERED, compute,
-                        lambda f, big=big: f"dw_{big}[t, c] = Σ_i d{big}_conv[i, c]·{big}[i − t, c] "
-                        "(each head's column c; a row before the first counts 0)",
+                        lambda f, big=big: f"dw_{big}[t, c] = Σ_i d{big}_conv[i, c]·"
+                        f"{big}[i − t, c] (each head's column c; a row before the first "
+                        "counts 0)",
                         f"w_{{{big}}}", exists=lambda c, side=side: side in c.conv_sides))
     return tuple(out)

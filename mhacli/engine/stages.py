@@ -21,7 +21,8 @@ from ..errors import MhaError
 from . import disentangled, latent_stages as mla, ops, xl_relative
 from .disentangled_cells import cell_scaled_terms, cell_term
 from .xl_cells import cell_rel_pos
-from .conv_cells import cell_conv, cell_rel_logits
+from .bias_cells import cell_rel_logits
+from .conv_cells import cell_conv
 from .gradients import gradient_stages
 from .cells import (
     cell_input, cell_projection, cell_split, cell_scores, cell_pos, cell_x_pos, cell_rot,

@@ -1,7 +1,8 @@
 """The factor of each query position of the ``temperature`` setting, τ_p: Llama 4's
 log(⌊(p + S) / F⌋ + 1)·A + 1 (S = 0 in Ministral 3), Beam's power law
-(1 + (p + 1) / F)^A, or Inkling's 1 + A·log(max((p + 1) / F, 1)); one function for the setting's parser and its cell, and the
-formula's words for the stage table and the cell.
+(1 + (p + 1) / F)^A, or Inkling's 1 + A·log(max((p + 1) / F, 1)); one function for
+the setting's parser and its cell, and the formula's words for the stage table and the
+cell.
 """
 
 from __future__ import annotations

@@ -70,8 +70,8 @@ def inkling(f: Family, r: Reader, stem: str) -> Layer:
     sliding = kind == "hybrid_sliding"
     pre = "swa_" if sliding else ""
     other = "" if sliding else "swa_"  # (the other kind of layer's sizes: read off)
-    for key in UNREAD + tuple(other + k for k in ("num_attention_heads", "num_key_value_heads",
-                                                 "head_dim")) + ("rel_extent", "sliding_window_size"):
+    sizes = tuple(other + k for k in ("num_attention_heads", "num_key_value_heads", "head_dim"))
+    for key in UNREAD + sizes + ("rel_extent", "sliding_window_size"):
         r.get(key)
     width = r.count("hidden_size")
     heads, groups, _ = heads_of(r, f"{pre}num_attention_heads", f"{pre}num_key_value_heads",
