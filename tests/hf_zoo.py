@@ -160,6 +160,9 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "zamba": dict(num_hidden_layers=4, layers_block_type=[
         "linear_attention", "hybrid", "linear_attention", "hybrid"]),
     "zaya": dict(num_experts_per_tok=1),
+    "inkling_text": dict(sliding_window_size=4, rel_extent=6, log_scaling_n_floor=2,
+                         log_scaling_alpha=0.3),  # (a window, distances and a log scaling
+    # that 12 tokens reach: the defaults, 512 and 1024 tokens and no scaling, do not)
     "cpmant": dict(prompt_length=0),  # (x here holds the text alone; its prompt rows before
     # the text, the layer's input with them: tests/test_cpmant.py)
     "qwen4_exp_text": dict(indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=16,

@@ -197,8 +197,7 @@ def test_the_json_config_says_where_each_setting_came_from(tmp_path: Path) -> No
 # Softmax attention with a step of its own that mha does not compute: the model type's
 # tiny model from the registry (tests/hf_zoo.py), its layer refused naming the tensor and
 # the step.
-NOT_FOLLOWED = {"inkling_text": ("self_attn.k_sconv", "a bias made from its own hidden state"),
-                "inkling2_text": ("attn.k_sconv", "a sink logit per query made from x_i"),
+NOT_FOLLOWED = {"inkling2_text": ("attn.k_sconv", "a sink logit per query made from x_i"),
                 "inkling2_loop_text": ("attn.k_sconv", "a sink logit per query made from x_i"),
                 "zaya": ("self_attn.qkv_proj.conv_qk", "half x_(i−1)·v_proj_delayed")}
 

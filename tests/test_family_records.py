@@ -87,9 +87,9 @@ def test_every_record_is_read_by_its_own_layout() -> None:
     way; the Llama line's records name no reading of their own."""
     for record in families.RECORDS:
         if record.model_type in ("llama4_text", "diffllama", "qwen4_exp_text", "dory", "beam",
-                                 "laguna", "doge") or record.read is drafter:
+                                 "laguna", "doge", "inkling_text") or record.read is drafter:
             # (Llama 4, DiffLlama, Qwen4-Exp, Dory, Beam, Laguna, Doge: the Llama line's
-            # reading, then their own; a
+            # reading, then their own; Inkling: its own, on the Llama line's names; a
             # drafter: refused)
             assert record.read is not None and record.tensors == "decoder"
         elif record.tensors in ("decoder", "phi3", "persimmon", "mixer", "modernbert", "attn",

@@ -83,7 +83,8 @@ OPTIONS: tuple[SettingOption, ...] = (
     SettingOption("temperature", "Llama 4's temperature tuning: each query at position p "
                   "multiplied by log(⌊(p + 1) / F⌋ + 1)·A + 1 (F floor_scale, A "
                   "attn_scale); F:A:0 for Ministral 3's log(⌊p / F⌋ + 1)·A + 1; F:A:power "
-                  "for Beam's (1 + (p + 1) / F)^A.",
+                  "for Beam's (1 + (p + 1) / F)^A; F:A:ratio for Inkling's "
+                  "1 + A·log(max((p + 1) / F, 1)).",
                   metavar="F:A"),
     SettingOption("alibi", "ALiBi: add −slope_h·|i − j| to the scores, slopes 2^(−8h/H) for "
                   "H a power of two, else ALiBi's own rule (the key alibi: in a file may "
@@ -105,6 +106,10 @@ OPTIONS: tuple[SettingOption, ...] = (
                   "clamp_len; rel_pos = (Q_h − b_q,h + r_r_bias_h)·R_h[i − j], R = PE·W_r "
                   "of a sinusoid of the distance, added to the scores before the scale.",
                   metavar="FILE"),
+    SettingOption("rel_logits", "A bias made from each query's own input (Inkling): a "
+                  "YAML/JSON file with w_r (d_model × H·d_rel) and profiles (d_rel × E); "
+                  "τ_i·(X[i]·W_R,h)·P[:, i − j] for 0 ≤ i − j < E, else 0, added to the "
+                  "scaled scores.", metavar="FILE"),
     SettingOption("differential", "Differential attention (DiffLlama): a YAML/JSON file "
                   "with lambda_q1, lambda_k1, lambda_q2, lambda_k2 (d_k numbers each), "
                   "lambda_init and eps; heads h and h + H/2 make one, A_h − λ·A_{h+H/2}.",
@@ -136,6 +141,10 @@ OPTIONS: tuple[SettingOption, ...] = (
     SettingOption("rotated_values", "Turn the values by RoPE as the keys are, and each "
                   "head's output back at its query's position (DeepSeek-V4, whose values "
                   "are its keys): a value enters turned by its distance; needs --rope."),
+    SettingOption("kv_conv", "A causal convolution of the keys and values over the "
+                  "tokens (Inkling): a YAML/JSON file with k (T × G·d_k) and v (T × G·d_v), "
+                  "a row a tap, the token itself first; K[i] + Σ_t w[t] ⊙ K[i − t].",
+                  metavar="FILE"),
     SettingOption("sub_norm", "Normalise each row of the joined heads by its root mean "
                   "square, √(mean(c²) + EPS), before W_O (BitNet's attn_sub_norm); its "
                   "weights in a file's sub_norm: key.", metavar="EPS"),

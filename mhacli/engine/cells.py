@@ -204,7 +204,7 @@ def _tau(tr: Any) -> np.ndarray:
     own ``tau_of``): (n,)."""
     f, a = tr.config.temperature
     return tau_of(f, a, tr.config.temperature_shift, tr.config.temperature_power,
-                  tr.config.n)
+                  tr.config.n, tr.config.temperature_ratio)
 
 
 def cell_tuned(e: Entry) -> list[Any]:

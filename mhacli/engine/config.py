@@ -65,6 +65,7 @@ class Config:
     temperature: tuple[float, float] | None = None  # (F, A): Llama 4's tuning of the queries
     temperature_shift: int = 1  # S of ⌊(p + S) / F⌋: 1 in Llama 4, 0 in Ministral 3
     temperature_power: bool = False  # (1 + (p + 1) / F)^A instead (Beam's NoPE layers)
+    temperature_ratio: bool = False  # 1 + A·log(max((p + 1) / F, 1)) instead (Inkling's)
     alibi: bool = False  # ALiBi: −slope_h·|i − j| added to the scores
     bias: bool = False  # an additive bias on the scores (PyTorch's float attn_mask)
     relative: tuple[bool, int, int] | None = None  # T5's bias: (bidirectional, B, distance)
@@ -84,6 +85,12 @@ class Config:
     qk_layer: bool = False  # the q/k norm a LayerNorm: the mean removed first
     qk_after_rope: bool = False  # the q/k norm after RoPE (Hunyuan), not before
     v_norm: float | None = None  # eps: the values divided by their rms over each head
+    kv_conv: int | None = None  # T: the keys and/or values plus a causal convolution of
+    # them over the last T tokens (token_conv.py)
+    conv_sides: tuple[str, ...] = ()  # which of k and v it convolves
+    rel_logits: int | None = None  # E: a bias of each query's own making for the
+    # distances 0 … E − 1 (query_bias.py)
+    rel_dim: int = 0  # its d_rel: each head's numbers of each query's mix
     exclusive: bool = False  # each head's output less tanh α_h times its part along v̂_i
     q_head_norm: float | None = None  # eps: each head's queries over their rms (no weights)
     rotated_values: bool = False  # V turned by RoPE as K is; each head's output turned back
@@ -205,6 +212,10 @@ class Prepared:
     rel_bucket: npt.NDArray[np.int64] | None = None  # (n, m) each entry's bucket
     key_padding: npt.NDArray[np.bool_] | None = None  # (m,) True = a real key
     sinks: Array | None = None  # (H,) one extra logit per head
+    conv_k: Array | None = None  # (T, G·d_k) kv_conv's weights of the keys, a row a tap
+    conv_v: Array | None = None  # (T, G·d_v) of the values
+    rel_w: Array | None = None  # (d_model, H·d_rel) rel_logits' projection of each input
+    rel_profile: Array | None = None  # (d_rel, E) its profiles, a column a distance
     exclusive_alpha: Array | None = None  # (H,) exclusive self-attention's α, per head
     pe: Array | None = None  # (n, d_model) positional encoding of the query-side input
     pe_kv: Array | None = None  # (m, d_kv) of the key/value-side input (cross-attention)

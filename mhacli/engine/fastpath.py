@@ -351,15 +351,20 @@ def gated(p: Prepared, work: Work) -> Array | None:
     return act(gate_of(p, src), p.config.gate_fn)
 
 
+def table_work(c: Any) -> bool:
+    """Does the problem take the stage table's work on the fast path (and the small and
+    lean routes)? Two maps a head, DeBERTa's or Transformer-XL's position terms, each
+    head's output less its part along its token's value, turned back after the softmax
+    (rotated values), each token's own experts, value embeddings added to the values,
+    keys and values convolved over the tokens, or a bias of each query's making."""
+    return c.differential is not None or c.disentangled is not None or \
+        c.relative_xl is not None or c.exclusive or c.rotated_values or c.experts or \
+        c.value_embedded or c.kv_conv is not None or c.rel_logits is not None
+
+
 def fast(p: Prepared, progress: Progress | None = None) -> Array:
     """The fast path on validated inputs: the n × d_out output, nothing recorded."""
-    if p.config.differential is not None or p.config.disentangled is not None or \
-            p.config.relative_xl is not None or p.config.exclusive or \
-            p.config.rotated_values or p.config.experts or p.config.value_embedded:
-        # two maps a head, DeBERTa's or Transformer-XL's position terms, each head's
-        # output less its part along its token's value, turned back after the softmax
-        # (rotated values), each token's own experts, or value embeddings added to the
-        # values: the stage table's work
+    if table_work(p.config):  # the stage table's work
         from .table_run import run
 
         warn_dead(p)

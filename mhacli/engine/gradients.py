@@ -21,6 +21,7 @@ from .work import Work, tuned, turned
 from .gradient_cells import cell_d_masked, cell_d_scores, cell_with_formula
 from .latent_gradients import d_input as latent_d_input, d_input_text as latent_text
 from .latent_gradients import latent_gradients
+from . import bias_gradients as bias_grads, conv_gradients as conv_grads
 from . import disentangled_gradients as dis_grads, xl_gradients as xl_grads
 from . import dynamic_gradients as dyn_grads
 from . import expert_gradients as moa_grads
@@ -120,6 +121,8 @@ def _back(t: Chains, w: Work, side: str, name: str) -> Array:
         return qk_norms.back(w[name], w.p, side, w.parts[r]["rms"], g)
     if r.endswith("_rot"):
         return turned(g, w.p, back=True)
+    if r.endswith("_conv"):  # kv_conv's backward (conv_gradients.py)
+        return conv_grads.back(w, side)
     assert r == "q_tuned", r
     return tuned(g, w.p)
 
@@ -152,6 +155,8 @@ def _back_text(t: Chains, f: Formula, name: str) -> str:
                 f"d{_symbol(r)}{f.i}, D the numbers the rms is over{centred}")
     if r.endswith("_rot"):
         return f"{me}{f.i} = d{_symbol(r)}{f.i} turned back: each pair by −p·θ_i"
+    if r.endswith("_conv"):
+        return conv_grads.back_text(f, name[0])
     return f"{me}{f.i} = dQ_tuned{f.i} × τ_p: each row by its position's factor"
 
 
@@ -189,7 +194,7 @@ def _d_input(t: Chains, w: Work) -> Array:
                 out = out + _through(t, w, "v") @ p.w_v.T  # type: ignore[union-attr]
     if w.c.gate and not w.c.q_latent_both:  # (in MLA too: the gate reads X, unless it
         out = out + w["d_gate"] @ p.w_gate.T  # reads the query latent, A.X K2's)
-    return out
+    return _plus(out, bias_grads.d_input(t, w))  # (rel_logits: X·W_R)
 
 
 def _exclusive_back(t: Chains, w: Work) -> tuple[Array, Array]:
@@ -200,20 +205,49 @@ def _exclusive_back(t: Chains, w: Work) -> tuple[Array, Array]:
                           w["d_head_exclusive"], c.groups)
 
 
-def _d_v_heads(t: Chains, w: Work) -> Array | None:
-    """dV_g: from the weighted sum (the heads that share g summed), turned back where the
-    values were turned (rotated_values: through d_v_rot)."""
-    if w.c.rotated_values:
-        return None if w.exact else turned(w["d_v_rot"], w.p, back=True)
-    return _d_values(t, w, ops.shared_sum(w["weights"].swapaxes(-1, -2) @
-                                          w["d_head_outputs"], w.c.groups))
-
-
 def _d_values(t: Chains, w: Work, base: Array | None) -> Array | None:
     """The values' gradient from the weighted sum, plus exclusive self-attention's."""
     if not w.c.exclusive or base is None:
         return base
     return base + _exclusive_back(t, w)[1]
+
+
+def _d_value_step(t: Chains, w: Work, name: str) -> Array | None:
+    """The gradient at ``name``, a step of the value chain (v_heads, v_conv), from the
+    stage that reads it: the weighted sum (and exclusive self-attention's share), the
+    values' norm (its backward, at the numbers it read) or the convolution's."""
+    c = w.c
+    r = t.reader(c, name)
+    if r == "v_normed":
+        return ops.rms_back(w[name], w.parts["v_normed"]["rms"], 1, w["d_v_normed"])
+    if r == "v_conv":
+        return conv_grads.back(w, "v")
+    if r == "v_rot":  # the values turned (rotated_values): dV_rot turned back
+        return None if w.exact else turned(w["d_v_rot"], w.p, back=True)
+    if c.differential is not None:
+        return dg.d_values(w)
+    return _d_values(t, w, ops.shared_sum(w["weights"].swapaxes(-1, -2) @
+                                          w["d_head_outputs"], c.groups))
+
+
+def _d_value_text(t: Chains, f: Formula, name: str) -> str:
+    c = f.c
+    me = "dV" + ("" if name == "v_heads" else "_conv")
+    r = t.reader(c, name)
+    if r == "v_normed":
+        return (f"{me}{f.i} = the norm's backward: g/rms − v·Σ(g⊙v)/(D·rms³), g = "
+                f"dV_normed{f.i}")
+    if r == "v_conv":
+        return conv_grads.back_text(f, "v")
+    if r == "v_rot":
+        return f"{me}{f.i} = dV_rot{f.i} turned back: each pair by −p·θ_i, p the key's position"
+    if c.differential is not None:
+        return ("dV_g and dV_(g+G/2) = the two halves of Σ D_hᵀ·dO_h over the differential "
+                "heads h that read them")
+    if c.groups == c.heads:
+        return f"{me}{f.i} = A{f.i}ᵀ·dO{f.i}" + _plus_exclusive(f)
+    return (f"{me}_g = Σ A_hᵀ·dO_h over the query heads h that share value head g"
+            + _plus_exclusive(f))
 
 
 def _d_head_outputs(t: Chains, w: Work) -> Array | None:
@@ -308,7 +342,8 @@ def _d_scaled_text(t: Chains, f: Formula) -> str:
 
 def _d_input_text(f: Formula) -> str:
     src = "(X + PE)" if f.c.positional else "X"
-    gate = " + dG·W_gateᵀ" if f.c.gate and not f.c.q_latent_both else ""
+    gate = (" + dG·W_gateᵀ" if f.c.gate and not f.c.q_latent_both else "") + (
+        " + dr·W_Rᵀ (rel_logits' mix)" if f.c.rel_logits is not None else "")
     if f.c.latent:
         return latent_text(src) + (f"{gate} (the gate reads X too)" if gate else "")
     if f.c.experts:
@@ -318,7 +353,8 @@ def _d_input_text(f: Formula) -> str:
     if f.c.d_xv:
         return (f"d{src} = dQ·W_Qᵀ + dK·W_Kᵀ{gate} ({src.strip('()')} feeds the queries and "
                 f"keys; the values read X_v){_clip_text(f)}")
-    feeds = "all four" if f.c.gate else "all three"
+    feeds = {3: "all three", 4: "all four", 5: "all five"}[
+        3 + bool(f.c.gate) + (f.c.rel_logits is not None)]
     return (f"d{src} = dQ·W_Qᵀ + dK·W_Kᵀ + dV·W_Vᵀ{gate} ({src.strip('()')} feeds {feeds})"
             + _clip_text(f))
 
@@ -476,19 +512,13 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
               else "dV_normed_g = Σ A_hᵀ·dO_h over the query heads h that share value head g"
               + _plus_exclusive(f),
               "V_{normed}", per_head=True, exists=lambda c: c.v_norm is not None),
+        _grad("d_v_conv", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,
+              lambda w: _d_value_step(t, w, "v_conv"),
+              lambda f: _d_value_text(t, f, "v_conv"), "V_{conv}", per_head=True,
+              exists=lambda c: "v" in c.conv_sides),
         _grad("d_v_heads", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,
-              lambda w: ops.rms_back(w["v_heads"], w.parts["v_normed"]["rms"], 1,
-                                     w["d_v_normed"]) if w.c.v_norm is not None else
-              dg.d_values(w) if w.c.differential is not None else _d_v_heads(t, w),
-              lambda f: f"dV{f.i} = the norm's backward: g/rms − v·Σ(g⊙v)/(D·rms³), g = "
-              f"dV_normed{f.i}" if f.c.v_norm is not None else
-              f"dV{f.i} = dV_rot{f.i} turned back: each pair by −p·θ_i, p the key's "
-              "position" if f.c.rotated_values else
-              "dV_g and dV_(g+G/2) = the two halves of Σ D_hᵀ·dO_h over the differential "
-              "heads h that read them" if f.c.differential is not None else
-              f"dV{f.i} = A{f.i}ᵀ·dO{f.i}" + _plus_exclusive(f) if f.c.groups == f.c.heads
-              else "dV_g = Σ A_hᵀ·dO_h over the query heads h that share value head g"
-              + _plus_exclusive(f), "V", per_head=True),
+              lambda w: _d_value_step(t, w, "v_heads"),
+              lambda f: _d_value_text(t, f, "v_heads"), "V", per_head=True),
         _grad("d_masked", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
               lambda w: ops.softmax_backward(w["weights"], w["d_weights"]),
               lambda f: f"d_masked{f.i} = A{f.i} ⊙ (dA{f.i} − rowsum(dA{f.i} ⊙ A{f.i})), the "
@@ -501,8 +531,10 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
               lambda w: _arriving(t, w, "biased"),
               lambda f: f"d_biased{f.i} = d_masked{f.i}: the mask passes the gradient where it "
                         "allows (0 where it blocks)", "B", per_head=True,
-              exists=lambda c: c.alibi or c.bias or bool(c.dynamic)),
+              exists=lambda c: c.alibi or c.bias or bool(c.dynamic) or
+              c.rel_logits is not None),
         *dyn_grads.dynamic_gradients(_grad)[0],  # d_dynamic_bias (Doge's dynamic mask)
+        *bias_grads.bias_gradients(t, _grad)[:1],  # d_rel_logits
         _grad("d_softcapped", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
               lambda w: _arriving(t, w, "softcapped"),
               lambda f: f"d_softcapped{f.i} = d_biased{f.i}: ALiBi and the bias are added "
@@ -550,6 +582,9 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
               "K_{normed}", per_head=True,
               exists=lambda c: c.qk_norm is not None and not (c.qk_after_rope and
                                                                c.rope is not None)),
+        _grad("d_k_conv", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
+              lambda w: _back(t, w, "k", "k_conv"), lambda f: _back_text(t, f, "k_conv"),
+              "K_{conv}", per_head=True, exists=lambda c: "k" in c.conv_sides),
         _grad("d_q_heads", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
               lambda w: _back(t, w, "q", "q_heads"), lambda f: _back_text(t, f, "q_heads"),
               "Q_h",
@@ -620,6 +655,8 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
         *moa_grads.after_w_q(_grad, lambda w: _source(t, w, False)),  # the router, W_Q,e
         *dis_grads.disentangled_gradients(t, _grad)[2:],  # its projections and table
         *xl_grads.xl_gradients(t, _grad)[1:],  # W_r and r_r_bias (Transformer-XL)
+        *conv_grads.conv_gradients(t, _grad),  # kv_conv's weights
+        *bias_grads.bias_gradients(t, _grad)[1:],  # rel_logits' W_R and profiles
         _grad("d_x_pos", "n × d_model", lambda c: (c.n, c.d_model), QUERY, NUMBERED,
               lambda w: _d_input(t, w),
               _d_input_text, "(X + PE)", exists=lambda c: c.positional is not None and not c.direct),

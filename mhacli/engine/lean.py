@@ -19,6 +19,7 @@ import numpy as np
 from ..errors import MhaError
 from . import ops
 from .checks import check_finite, warn_dead
+from .fastpath import table_work
 from .paths import Trace, traced
 from .stage import KEY, QUERY
 from .stages import FORWARD, present
@@ -124,10 +125,8 @@ def lean_trace(p: Prepared) -> Trace:
     The backward pass needs every head's weights at once, and a differential head two
     query heads' weights: with either, this is ``traced``."""
     c = p.config
-    if c.backward or c.differential is not None or c.disentangled is not None or \
-            c.relative_xl is not None or c.exclusive or c.dynamic or \
-            c.rotated_values or c.experts or c.value_embedded:
-        return traced(p)
+    if c.backward or table_work(c) or c.dynamic:  # (the stage table's work; a mask per
+        return traced(p)  # key/value head)
     warn_dead(p)
     work = Work(p, exact=False)
     stages: dict[str, Any] = {}

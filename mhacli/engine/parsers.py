@@ -59,8 +59,9 @@ def temperature_value(value: Any) -> tuple[Any, ...] | None:
     A, as {floor_scale: F, attn_scale: A}, [F, A] or ``F:A``; and the shift S of the
     position (1, Llama 4's ⌊(p + 1) / F⌋, unless given: Ministral 3's ⌊p / M⌋ is S = 0)
     as {…, shift: S}, [F, A, S] or ``F:A:S``; or Beam's power law (1 + (p + 1) / F)^A as
-    {size: F, power: A} or ``F:A:power``; None or false: none. Typed: (F, A), (F, A, S)
-    or (F, A, "power")."""
+    {size: F, power: A} or ``F:A:power``; or Inkling's 1 + A·log(max((p + 1) / F, 1)) as
+    {n_floor: F, alpha: A} or ``F:A:ratio``; None or false: none. Typed: (F, A),
+    (F, A, S), (F, A, "power") or (F, A, "ratio")."""
     import re
 
     if value is None or value is False or isinstance(value, str) and \
@@ -68,7 +69,7 @@ def temperature_value(value: Any) -> tuple[Any, ...] | None:
         return None
     if isinstance(value, tuple) and len(value) in (2, 3) and \
             all(type(v) is float for v in value[:2]) and \
-            (len(value) == 2 or value[2] in (0, 1, "power")):
+            (len(value) == 2 or value[2] in (0, 1, "power", "ratio")):
         return value  # typed already
     if isinstance(value, dict) and {"size", "power"} & set(value):
         unknown = sorted(set(value) - {"size", "power"})
@@ -77,6 +78,11 @@ def temperature_value(value: Any) -> tuple[Any, ...] | None:
                            f"{', '.join(map(str, unknown or sorted(value)))}",
                            key="temperature")
         parts = [value["size"], value["power"], "power"]
+    elif isinstance(value, dict) and {"n_floor", "alpha"} & set(value):
+        if set(value) != {"n_floor", "alpha"}:
+            raise MhaError(f"temperature's log ratio takes n_floor and alpha, got "
+                           f"{', '.join(map(str, sorted(value)))}", key="temperature")
+        parts = [value["n_floor"], value["alpha"], "ratio"]
     elif isinstance(value, dict):
         unknown = sorted(set(value) - {"floor_scale", "attn_scale", "shift"})
         if unknown or not {"floor_scale", "attn_scale"} <= set(value):
@@ -94,9 +100,13 @@ def temperature_value(value: Any) -> tuple[Any, ...] | None:
         parts = [value]
     if len(parts) not in (2, 3):
         raise MhaError(f"temperature takes F:A (floor_scale and attn_scale, positive "
-                       f"numbers), F:A:S (S the shift, 0 or 1) or F:A:power, got "
+                       f"numbers), F:A:S (S the shift, 0 or 1), F:A:power or F:A:ratio, got "
                        f"{given(value)}", key="temperature")
     power = len(parts) == 3 and isinstance(parts[2], str) and parts[2].strip() == "power"
+    ratio = len(parts) == 3 and isinstance(parts[2], str) and parts[2].strip() == "ratio"
+    if ratio:
+        return (float(positive("temperature.n_floor", parts[0])),  # type: ignore[return-value]
+                float(positive("temperature.alpha", parts[1])), "ratio")
     f = positive("temperature.size" if power else "temperature.floor_scale", parts[0])
     a = positive("temperature.power" if power else "temperature.attn_scale", parts[1])
     if power:
@@ -116,15 +126,17 @@ def temperature_value(value: Any) -> tuple[Any, ...] | None:
 def temperature(value: Any, s: Sizes) -> Fields:
     """The factor of each query position p (``tau_of``)."""
     if value is None:
-        return {"temperature": None, "temperature_shift": 1, "temperature_power": False}, \
-            {"tau": None}
+        return {"temperature": None, "temperature_shift": 1, "temperature_power": False,
+                "temperature_ratio": False}, {"tau": None}
     f, a = value[:2]
     power = len(value) == 3 and value[2] == "power"
-    shift = int(value[2]) if len(value) == 3 and not power else 1
-    tau = tau_of(f, a, shift, power, s.n)
+    ratio = len(value) == 3 and value[2] == "ratio"
+    shift = int(value[2]) if len(value) == 3 and not power and not ratio else 1
+    tau = tau_of(f, a, shift, power, s.n, ratio)
     # a logarithm is never rational: the exact path leaves q_tuned, and what follows it,
     # to the floats (as it does RoPE's), so its factors are floats there too
-    return {"temperature": (f, a), "temperature_shift": shift, "temperature_power": power}, \
+    return {"temperature": (f, a), "temperature_shift": shift, "temperature_power": power,
+            "temperature_ratio": ratio}, \
         {"tau": tau.astype(np.float64 if s.t is object else s.t)}
 
 

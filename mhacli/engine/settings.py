@@ -30,7 +30,8 @@ import numpy as np
 from ..errors import MhaError
 from . import clipping, disentangled, dynamic, experts, gating, local_blocks, value_embeds
 from . import parsers as read
-from . import qk_norms, relative, rope, sparse, sub_norm, turned_values, xl_relative
+from . import qk_norms, query_bias, relative, rope, sparse, sub_norm, token_conv, turned_values
+from . import xl_relative
 from .parsers import Fields
 from .values import (DTYPES, MASKS, choice, dtype_name, mask_value, positive, scale_rule,
                      whole)
@@ -110,15 +111,22 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("temperature", "Llama 4's temperature tuning of the queries: F:A (its "
             "floor_scale and attn_scale), each query at position p multiplied by "
             "log(⌊(p + 1) / F⌋ + 1)·A + 1; F:A:0 for Ministral 3's log(⌊p / F⌋ + 1)·A + 1; "
-            "F:A:power ({size: F, power: A}) for Beam's (1 + (p + 1) / F)^A.",
+            "F:A:power ({size: F, power: A}) for Beam's (1 + (p + 1) / F)^A; F:A:ratio "
+            "({n_floor: F, alpha: A}) for Inkling's 1 + A·log(max((p + 1) / F, 1)) (which "
+            "multiplies rel_logits too).",
             read=read.temperature_value, parse=read.temperature,
-            fields=("temperature", "temperature_shift", "temperature_power", "tau"),
+            fields=("temperature", "temperature_shift", "temperature_power",
+                    "temperature_ratio", "tau"),
             shown=lambda c: {"temperature": None if c.temperature is None else
+                             {"n_floor": c.temperature[0], "alpha": c.temperature[1]}
+                             if c.temperature_ratio else
                              {"size": c.temperature[0], "power": c.temperature[1]}
                              if c.temperature_power else
                              {"floor_scale": c.temperature[0], "attn_scale": c.temperature[1],
                               **({} if c.temperature_shift == 1 else {"shift": 0})}},
             write=lambda c, p, given: None if c.temperature is None else
+            f"{{n_floor: {read.written(c.temperature[0])}, alpha: "
+            f"{read.written(c.temperature[1])}}}" if c.temperature_ratio else
             f"{{size: {read.written(c.temperature[0])}, power: "
             f"{read.written(c.temperature[1])}}}" if c.temperature_power else
             f"{{floor_scale: {read.written(c.temperature[0])}, attn_scale: "
@@ -192,6 +200,19 @@ SETTINGS: tuple[Setting, ...] = (
                       ("clip_qkv", "relative_xl reads the queries as projected: it does not "
                                    "go with clip_qkv")),
             shown=xl_relative.shown, write=xl_relative.write),
+    Setting("rel_logits", "a bias made from each query's own input (Inkling's r_proj and "
+            "rel_logits_proj): {w_r, profiles}, W_R d_model × H·d_rel and P d_rel × E; "
+            "rel_logits[h, i, j] = τ_i·(X[i]·W_R,h)·P[:, i − j] for 0 ≤ i − j < E, else 0 "
+            "(τ_i the temperature's factor where given), added to the scaled scores "
+            "(query_bias.py).", kind="file", read=query_bias.value, parse=query_bias.parse,
+            fields=("rel_logits", "rel_dim", "rel_w", "rel_profile"),
+            excludes=(("tiles", "the tiled view does not follow rel_logits (a bias made from "
+                                "each query's input) yet"),
+                      ("decode", "the decoding view does not follow rel_logits (a bias made "
+                                 "from each query's input) yet"),
+                      ("differential", "rel_logits on differential attention's heads is not "
+                                       "followed")),
+            shown=query_bias.shown, write=query_bias.write),
     Setting("differential", "differential attention (DiffLlama): {lambda_q1, lambda_k1, "
             "lambda_q2, lambda_k2, lambda_init, eps}; query heads h and h + H/2 make one "
             "head, A_h − λ·A_{h+H/2} over the values of key/value heads g and g + G/2, "
@@ -264,6 +285,27 @@ SETTINGS: tuple[Setting, ...] = (
                                  "turned) is not followed yet")),
             shown=lambda c: {"rotated_values": c.rotated_values},
             write=lambda c, p, given: "true" if c.rotated_values else None),
+    Setting("kv_conv", "a causal convolution of the keys and values over the tokens "
+            "(Inkling's k_sconv, v_sconv): {k, v}, each T × (G·d_k or G·d_v) weights, a row "
+            "a tap (the token itself first); K_conv[i] = K[i] + Σ_t w[t] ⊙ K[i − t], a token "
+            "before the first counting 0, each head's columns their own (token_conv.py).",
+            kind="file", read=token_conv.value, parse=token_conv.parse,
+            fields=("kv_conv", "conv_sides", "conv_k", "conv_v"),
+            excludes=(("tiles", "the tiled view does not follow kv_conv (the keys and values "
+                                "convolved over the tokens) yet"),
+                      ("decode", "the decoding view does not follow kv_conv: each step would "
+                                 "need the last T − 1 keys and values before their "
+                                 "convolution in its cache, which it does not keep"),
+                      ("differential", "kv_conv on differential attention's heads is not "
+                                       "followed"),
+                      ("rotated_values", "kv_conv with rotated_values (the values convolved, "
+                                         "then turned) is not followed yet"),
+                      ("dynamic_mask", "the dynamic mask on convolved values is not "
+                                       "followed yet"),
+                      ("value_embeds", "value embeddings with kv_conv (added before or after "
+                                       "the convolution) are not followed yet"),
+                      ("experts", "kv_conv on the experts' heads is not followed yet")),
+            shown=token_conv.shown, write=token_conv.write),
     Setting("sub_norm", "the joined heads normed before W_O (BitNet's attn_sub_norm): each "
             "row of concat over its root mean square, times its weights: eps, or {eps, "
             "weight}.", read=sub_norm.value, parse=sub_norm.parse,

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import ops
 from . import sub_norm
-from .fastpath import _turned_heads, gated
+from .fastpath import _turned_heads, gated, table_work
 from .checks import check_finite, warn_dead
 from .config import Prepared
 from .work import started
@@ -32,10 +32,8 @@ def fits(p: Prepared) -> bool:
     path does (float64, whose blocks' products are not turned round)?"""
     c = p.config
     return c.dtype == "float64" and c.n <= MOST_QUERIES and \
-        c.heads * c.n * c.m <= MOST_SCORES and c.differential is None \
-        and c.disentangled is None and c.relative_xl is None and not c.dynamic \
-        and not c.experts  # (two maps a head; the position terms of DeBERTa and
-    # Transformer-XL; a mask per key/value head; each token's own experts)
+        c.heads * c.n * c.m <= MOST_SCORES and not table_work(c) and not c.dynamic  # (what the fast path leaves to the
+    # stage table; a mask per key/value head)
 
 
 def alike(p: Prepared) -> bool:
@@ -47,7 +45,7 @@ def alike(p: Prepared) -> bool:
         and c.temperature is None and not c.gate and c.clip_qkv is None and not c.backward \
         and not c.latent and c.differential is None and c.v_norm is None and c.sub_norm is None \
         and not c.exclusive and c.q_head_norm is None and not c.rotated_values \
-        and not c.value_embedded
+        and not c.value_embedded and c.kv_conv is None
 
 
 def small(p: Prepared) -> Array:

@@ -21,6 +21,8 @@ from ..errors import MhaError
 from . import disentangled, expert_stages as moa, latent_stages as mla, ops, xl_relative
 from .disentangled_cells import cell_scaled_terms, cell_term
 from .xl_cells import cell_rel_pos
+from .bias_cells import cell_rel_logits
+from .conv_cells import cell_conv
 from .gradients import gradient_stages
 from .cells import (
     cell_input, cell_projection, cell_split, cell_scores, cell_pos, cell_x_pos, cell_rot,
@@ -39,7 +41,7 @@ from .reach import Reach
 from .sparse_stages import cell_masked_kept, keep_mask, sparse_stages
 from . import dynamic_stages as dyn
 from .stage import KEY, NUMBERED, QUERY, Stage
-from . import exclusive, qk_norms, sub_norm, turned_values
+from . import exclusive, qk_norms, query_bias, sub_norm, token_conv, turned_values
 from .work import Work, tuned, turned
 from .recipe import Recipe, var
 from .writing import Entry, Formula, Record, sub
@@ -173,6 +175,28 @@ def _head_outputs_text(f: Formula) -> str:
         "side by side"
 
 
+def _conv(w: Work, side: str) -> Array:
+    """The keys (values) as split plus their causal convolution over the tokens."""
+    return token_conv.convolved(_read(w, f"{side}_conv"), getattr(w.p, f"conv_{side}"))
+
+
+def _conv_stage(side: str) -> Stage:
+    """k_conv or v_conv (kv_conv): a step of the key or value chain after the split."""
+    d = (lambda c: c.d_k) if side == "k" else (lambda c: c.d_v)
+    big = side.upper()
+    return Stage(f"{side}_conv", f"G × m × d_{side if side == 'v' else 'k'}",
+                 lambda c: (c.groups, c.m, d(c)), KEY, NUMBERED,
+                 compute=lambda w: _conv(w, side), chain=side,
+                 reads=_after(side, f"{side}_conv"),
+                 formula=lambda f: f"{big}_conv{f.i}[i] = {big}{f.i}[i] + Σ_t w_{big}[t] ⊙ "
+                 f"{big}{f.i}[i − t], t = 0 … {f.c.kv_conv - 1}: a causal convolution over "
+                 f"the last {f.c.kv_conv} tokens, each column its own weights (kv_conv "
+                 f"{side}; a row before the first counts 0)",
+                 latex=tex(rf"{big}_{{@h}} + \sum_t w_t \odot {big}_{{@h}}[i - t]"),
+                 cell=cell_conv, per_head=True, exact=True,
+                 exists=lambda c: side in c.conv_sides)
+
+
 def _v_normed(w: Work) -> Array | None:
     """Each value row divided by its root mean square over its head, no weights."""
     if w.exact:
@@ -285,6 +309,12 @@ def _scores_text(f: Formula) -> str:
     shared = "" if c.groups == c.heads or f.h is not None else \
         f" (query head h uses key head ⌈h·{c.groups}/{c.heads}⌉)"
     return f"Z{f.i} = " + f.pick(f"{q}·{k}ᵀ", f"{k}ᵀ·{q}") + shared
+
+
+def _rel_logits(w: Work) -> Array | None:
+    if w.exact and w.p.tau is not None:
+        return None  # the temperature's logarithm: not rational
+    return query_bias.logits(w.p, _read(w, "rel_logits"))  # (H, n, m)
 
 
 def _alibi(w: Work) -> Array:
@@ -523,6 +553,8 @@ FORWARD: tuple[Stage, ...] = (
           latex=tex("V_{@h}"), cell=_cell_or(mla.cell_v_heads, cell_split), per_head=True,
           exact=True, chain="v", reads=lambda c: mla.V_READS if c.latent else
           ("v_embedded",) if c.value_embedded else ("v",)),
+    _conv_stage("k"),
+    _conv_stage("v"),
     _norm_stage("q_normed", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), "q", False),
     _norm_stage("k_normed", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), "k", False),
     Stage("v_normed", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,
@@ -562,7 +594,8 @@ FORWARD: tuple[Stage, ...] = (
     Stage("q_tuned", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
           compute=_tuned, chain="q", reads=_after("q", "q_tuned"),
           formula=lambda f: f"Q{f.i}'s row p times τ_p = {tau_text(f.c)}, "
-          + ("Beam's scaling of the queries" if f.c.temperature_power else
+          + ("Inkling's log scaling of the queries" if f.c.temperature_ratio else
+             "Beam's scaling of the queries" if f.c.temperature_power else
              "Llama 4's temperature tuning" if f.c.temperature_shift else
              "Ministral 3's scaling of the queries"),
           latex=tex(r"\tau_p \, Q_{@h}"), cell=cell_tuned, per_head=True,
@@ -612,12 +645,23 @@ FORWARD: tuple[Stage, ...] = (
           latex=tex(r"-m_{@h} \lvert i - j \rvert"), cell=cell_alibi, per_head=True,
           exact=True, exists=lambda c: c.alibi),
     *dyn.dynamic_stages,  # Doge's bias of each key/value head and key (dynamic_stages.py)
+    Stage("rel_logits", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
+          compute=_rel_logits,
+          formula=lambda f: f"τ_i·r{f.i}[i]·P[:, i − j] for 0 ≤ i − j < {f.c.rel_logits}, else "
+          f"0: r{f.i}[i] = X[i]·W_R{f.i}, each query's own mix of the profiles P of the "
+          "distances" + (f", τ_i = {tau_text(f.c)} (the temperature's)" if f.c.temperature
+                         else " (τ_i = 1)"),
+          latex=tex(r"\tau_i\, r_{@h}[i] \cdot P[:, i - j]"), cell=cell_rel_logits,
+          per_head=True, exact=True, reads=lambda c: (latest(c, "x", "rel_logits"),),
+          exists=lambda c: c.rel_logits is not None),
     Stage("biased", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=_biased, formula=_biased_text,
           latex=tex(r"Z_{@h} + B_{@h}"), cell=cell_biased, per_head=True, chain="z",
-          exact=True, exists=lambda c: c.alibi or c.bias or bool(c.dynamic),
+          exact=True, exists=lambda c: c.alibi or c.bias or bool(c.dynamic) or
+          c.rel_logits is not None,
           reads=lambda c: (latest(c, "z", "biased"),) + (("alibi",) if c.alibi else ())
-          + (("dynamic_bias",) if c.dynamic else ())),
+          + (("dynamic_bias",) if c.dynamic else ())
+          + (("rel_logits",) if c.rel_logits is not None else ())),
     *sparse_stages(sys.modules[__name__]),  # the indexer's (sparse attention: sparse_stages.py)
     *dyn.keep_stages,  # the keys each query keeps per key/value head (Doge's dynamic mask)
     Stage("masked", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,

@@ -266,18 +266,13 @@ _LAYER_NAME = re.compile(r"(?:^|\.)(?:layers|blocks|h|layer)\.(\d+)\.(.+)$")
 # Softmax attention with steps of its own that mha does not compute, known by a tensor
 # (the name after the layer's number): refused by name, saying what the step is.
 NOT_FOLLOWED = (
-    (r"^self_attn\.k_sconv\.", "Inkling's attention: its keys and values each x·W plus a "
-     "causal convolution of it over the last sconv_kernel_size tokens (k_sconv, v_sconv), and "
-     "each query's scores a bias made from its own hidden state (x_i·r_proj, d_rel per head, "
-     "times rel_logits_proj's profile of the distance i − j, for 0 ≤ i − j < rel_extent), "
-     "both query and bias × 1 + log_scaling_alpha·log(max((i + 1) / log_scaling_n_floor, 1)) "
-     "on its full-attention layers"),
-    (r"^attn\.k_sconv\.", "Inkling 2's attention: its keys and values each x·W plus a causal "
-     "convolution of it over the last sconv_kernel_size tokens (k_sconv, v_sconv), each "
-     "query's scores a bias made from its own hidden state (x_i·wr_du, clipped in L2, times "
-     "rel_logits_proj's profile of the distance i − j, for 0 ≤ i − j < rel_extent), a sink "
-     "logit per query made from x_i (attn_sink_proj) and a sigmoid gate of x (gate_attn) on the "
-     "heads' outputs"),
+    (r"^attn\.k_sconv\.", "Inkling 2's attention: the causal convolution of its keys and "
+     "values (kv_conv's) divided by √(sconv_kernel_size + 1), and on its full-attention "
+     "layers taps made from each token's own input; its queries, keys and the bias's mix "
+     "(x_i·W, times rel_logits_proj's profile of the distance i − j) clipped in L2 "
+     "(qk_l2_clip_threshold, rel_l2_clip_threshold); a sink logit per query made from x_i "
+     "(sink_proj); on its full-attention layers keys and values made from inputs of their "
+     "own (key_hidden_states, value_hidden_states)"),
     (r"^self_attn\.qkv_proj\.conv_qk", "ZAYA's CCA projection: its queries and keys a "
      "causal convolution of x·[W_q W_k] over the last cca_time0 + cca_time1 − 1 tokens "
      "(depthwise, then grouped by head) plus (q + its key head's k) / 2, and for a key that "

@@ -1,0 +1,150 @@
+"""A causal convolution of the keys and values over the tokens (``kv_conv``; Inkling's
+k_sconv and v_sconv): each column of each key (value) head adds a weighted sum of itself
+at the token and the T − 1 tokens before it, one weight a column and a tap.
+
+    K_conv,g[i, c] = K_g[i, c] + Σ_{t=0}^{T−1} w_K[t, g·d_k + c] · K_g[i − t, c]
+
+a row i − t before the first token counting 0 (the model's zero padding). Tap t = 0
+weights the token itself, t = 1 the one before it … (PyTorch's depthwise Conv1d keeps
+them the other way round: its weight[c, 0, T − 1 − t]). The convolution is a sum of
+products: exact in fractions. Dimensions: G key/value heads, m keys, d = d_k or d_v,
+T taps.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import MhaError
+from .values import as_array, given, nested_numbers, shape_text
+
+if TYPE_CHECKING:
+    from .config import Prepared, Sizes
+
+Array = np.ndarray
+Fields = tuple[dict[str, Any], dict[str, Any]]
+SIDES = ("k", "v")
+
+
+# --------------------------------------------------------------------------- the math
+
+
+def taps(a: Array, count: int) -> Array:
+    """Each entry's inputs, tap by tap: out[g, i, c, t] = a[g, i − t, c] (0 before the
+    first row), (G, m, d, T) from a (G, m, d)."""
+    heads, rows, width = a.shape
+    out = np.zeros((heads, rows, width, count), dtype=a.dtype)  # (G, m, d, T)
+    for t in range(min(count, rows)):
+        out[:, t:, :, t] = a[:, :rows - t, :]
+    return out
+
+
+def weights(w: Array, heads: int) -> Array:
+    """A setting's weights (T, G·d) as each head's column's taps: (G, d, T)."""
+    count = w.shape[0]
+    return w.reshape(count, heads, -1).transpose(1, 2, 0)
+
+
+def convolved(a: Array, w: Array) -> Array:
+    """a + the causal convolution of a (G, m, d) over its rows with w (T, G·d): (G, m, d)."""
+    per = weights(w, a.shape[0]).astype(a.dtype)  # (G, d, T)
+    summed = (taps(a, w.shape[0]) * per[:, None, :, :]).sum(-1)  # (G, m, d)
+    return a + summed
+
+
+def back(grad: Array, w: Array) -> Array:
+    """The gradient at a (G, m, d) given that at a + conv(a): each row i gets its own
+    gradient and w[t]·grad[i + t] of the rows after it that read it."""
+    per = weights(w, grad.shape[0]).astype(grad.dtype)  # (G, d, T)
+    rows = grad.shape[1]
+    out = grad.copy()
+    for t in range(min(w.shape[0], rows)):
+        out[:, :rows - t, :] += per[:, None, :, t] * grad[:, t:, :]
+    return out
+
+
+def weight_grad(a: Array, grad: Array, count: int) -> Array:
+    """dL/dw (T, G·d): Σ_i grad[g, i, c]·a[g, i − t, c], tap by tap."""
+    per = (taps(a, count) * grad[..., None]).sum(1)  # (G, d, T)
+    return per.transpose(2, 0, 1).reshape(count, -1)  # (T, G·d)
+
+
+# --------------------------------------------------------------------------- the setting
+
+
+def numbers_of(name: str, v: Any, dtype: Any) -> Array:
+    """Weights as written (text by the number rule) as an array in the working type:
+    exact Fractions (``object``) from the numbers as written."""
+    if dtype is object:
+        from ..numbers import exact_array
+
+        return exact_array(v)
+    return as_array(name, nested_numbers(v, tuple(name.split("."))), dtype)
+
+
+def value(v: Any) -> dict[str, Any] | None:
+    """kv_conv as given: a mapping {k, v}, each T × (heads' width) weights (either may be
+    left out); read, their shapes checked when the problem is prepared. None or false:
+    none."""
+    if v is None or v is False:
+        return None
+    if not isinstance(v, dict):
+        raise MhaError(f"kv_conv must be a mapping {{k, v}} of weights (T × G·d_k, T × "
+                       f"G·d_v: a row a tap, the token itself first), got {given(v)}",
+                       key="kv_conv")
+    unknown = sorted(set(map(str, v)) - set(SIDES))
+    if unknown:
+        raise MhaError(f"kv_conv takes k and v, not {', '.join(unknown)}",
+                       key=("kv_conv", unknown[0]), on_key=True)
+    if all(v.get(side) is None for side in SIDES):
+        raise MhaError("kv_conv needs the weights of k or v (or both): T × G·d_k, T × G·d_v",
+                       key="kv_conv")
+    for side in SIDES:  # each entry checked by the number rule; kept as written (1/3
+        if v.get(side) is not None:  # stays a third in exact arithmetic)
+            nested_numbers(v[side], ("kv_conv", side))
+    return {side: v[side] for side in SIDES if v.get(side) is not None}
+
+
+def parse(v: Any, s: Sizes) -> Fields:
+    """Each side's weights, T × (G·d_k or G·d_v), the same T for both."""
+    if v is None:
+        return {"kv_conv": None, "conv_sides": ()}, {"conv_k": None, "conv_v": None}
+    arrays: dict[str, Any] = {"conv_k": None, "conv_v": None}
+    count = None
+    for side in SIDES:
+        if side not in v:
+            continue
+        width = s.groups * (s.d_k if side == "k" else s.d_v)
+        w = numbers_of(f"kv_conv.{side}", v[side], s.t)
+        if w.ndim != 2 or w.shape[1] != width or w.shape[0] < 1:
+            raise MhaError(f"kv_conv {side} is {shape_text(w)}: expected T × G·d_"
+                           f"{side if side == 'v' else 'k'} = T × {width} (a row a tap)",
+                           key=("kv_conv", side))
+        if count is not None and w.shape[0] != count:
+            raise MhaError(f"kv_conv v has {w.shape[0]} taps, k {count}: give both the same "
+                           "T", key=("kv_conv", "v"))
+        count = w.shape[0]
+        arrays[f"conv_{side}"] = w
+    return {"kv_conv": count, "conv_sides": tuple(side for side in SIDES if side in v)}, arrays
+
+
+def shown(c: Any) -> dict[str, Any]:
+    """The setting as the config JSON shows it (the taps and sides, not the numbers)."""
+    if c.kv_conv is None:
+        return {}
+    return {"kv_conv": {"taps": c.kv_conv, "sides": list(c.conv_sides)}}
+
+
+def write(c: Any, p: Prepared, given_value: Any) -> str | None:
+    """The setting as a problem file writes it (a YAML flow mapping)."""
+    if c.kv_conv is None:
+        return None
+    from ..numbers import written
+
+    def rows(a: Array) -> str:
+        return "[" + ", ".join("[" + ", ".join(written(x) for x in r) + "]" for r in a) + "]"
+
+    return "{" + ", ".join(f"{side}: {rows(getattr(p, 'conv_' + side))}"
+                           for side in c.conv_sides) + "}"
