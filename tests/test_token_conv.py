@@ -210,6 +210,10 @@ def test_the_backward_pass_agrees_with_autograd(extra: dict) -> None:
     {"kv_conv": {"k": [[0.5, 1], [2, -1]], "v": [[1, 0], [0.25, 2]]}},
     {"rel_logits": {"w_r": [[1], [-2]], "profiles": [[0.5, 3]]}},
     {"exclusive": [0.7]},
+    {"rope": "half", "rotated_values": True},
+    {"value_embeds": [[1, -1], [0.5, 2], [-1, 0]]},
+    {"rope": "half", "q_head_norm": 1e-6},
+    {"dynamic_mask": {"keep": 1, "a": [0.5], "w_dt": [[1], [-1]], "b_dt": [0.2]}},
 ])
 def test_a_stream_of_small_problems_follows_the_setting(tmp_path: Path, extra: dict) -> None:
     """run --jsonl computes small problems by a route of its own (engine/small.py): a
