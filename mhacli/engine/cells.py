@@ -31,8 +31,8 @@ def cell_input(e: Entry) -> list[Any]:
 
 
 def cell_projection(e: Entry) -> list[Any]:
-    if e.c.direct:
-        return [f"{e.name} = {e.result}, given"]
+    if e.c.direct or e.c.stored and e.stage in ("k", "v"):
+        return [f"{e.name} = {e.result}, given" + (" as stored" if e.c.stored else "")]
     src = e.reads[0]  # the input, with its positions where the problem has them
     w = e.inp(f"w_{e.stage}")
     has_b = getattr(e.p, f"b_{e.stage}") is not None

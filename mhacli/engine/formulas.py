@@ -58,6 +58,10 @@ def proj_text(letter: str, w: str, src: Callable[[Formula], str]) -> Callable[[F
     def text(f: Formula) -> str:
         if f.c.direct:
             return f"{letter}, given"
+        if f.c.stored and letter in ("K", "V"):
+            return (f"{letter}, given as stored by the model drafted for (after its norms "
+                    + ("and RoPE: not turned again)" if letter == "K" else "): not normed "
+                       "again)"))
         c = f.c.clip_qkv
         clamp = "" if c is None else f", each entry clamped to [−{c:g}, {c:g}]"
         return f"{letter} = {f.proj(w, src(f), b)}{clamp}"
@@ -66,7 +70,7 @@ def proj_text(letter: str, w: str, src: Callable[[Formula], str]) -> Callable[[F
 
 def proj_tex(letter: str, w: str, src: str) -> Callable[[Formula], str]:
     b = "b_" + letter.lower()
-    return lambda f: letter if f.c.direct else \
+    return lambda f: letter if f.c.direct or f.c.stored and letter in ("K", "V") else \
         f.tex(f"{letter} = {f.pick(f'{src} {w}', f'{w} {src}')}") + f.tex_bias(b)
 
 

@@ -131,6 +131,8 @@ def _x_pos(w: Work, kv: bool = False) -> Array | None:
 def _projected(w: Work) -> tuple[Array, Array, Array]:
     """Q, K and V, from the inputs they read (with their positions), or given."""
     c = w.c
+    if c.stored:  # (the keys and values as stored: read from nothing)
+        return w.projections(source(c, "q"))
     return w.projections(*(None if c.direct else source(c, name) for name in ("q", "k", "v")))
 
 
@@ -268,7 +270,8 @@ def _norm_stage(name: str, shape: str, dims: Callable[[Config], tuple[int, ...]]
                  latex=lambda f: tex(layer_tex if f.c.qk_layer else rms_tex)(f),
                  cell=cell_normed, per_head=True,
                  exists=lambda c: c.qk_norm is not None and
-                 (c.qk_after_rope and c.rope is not None) == after,
+                 (c.qk_after_rope and c.rope is not None) == after and
+                 not (side == "k" and c.stored),  # (stored keys: normed already)
                  parts=(("mean", "mean"), ("rms", "rms")),
                  parts_title="the root mean square of each row (a LayerNorm: of the row less "
                  "its mean)",
@@ -364,7 +367,7 @@ def _key_input(c: Config, name: str) -> tuple[str, ...]:
     """What K or V is projected from: X_kv (with its positions) in cross-attention, X
     (with its) otherwise, and V from X_v where the values have their own input;
     nothing when given."""
-    if c.direct:
+    if c.kv_given:
         return ()
     if name == "v" and c.d_xv:
         return ("x_v",)
@@ -550,7 +553,7 @@ FORWARD: tuple[Stage, ...] = (
           compute=lambda w: _rot(w, "k"), formula=rope_text("K"),
           chain="k", reads=_after("k", "k_rot"),
           latex=tex(r"\operatorname{RoPE}(K_{@h})"), cell=cell_rot, per_head=True,
-          exists=lambda c: c.rope is not None),
+          exists=lambda c: c.rope is not None and not c.stored),  # (stored: turned)
     Stage("v_rot", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,
           compute=lambda w: _rot(w, "v"),
           formula=lambda f: rope_text("V")(f) + ": the values turned as the keys are",
