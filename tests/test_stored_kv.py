@@ -95,3 +95,34 @@ def test_what_does_not_go_with_stored_keys_is_refused_by_name(change: dict, said
     p = {**_problem(), **change}
     with pytest.raises(MhaError, match=said):
         mhacli.attention(**p)
+
+
+def test_stored_keys_through_explain_cell_json_tiles_and_decoding(tmp_path) -> None:
+    """--cell writes a stored key as given and a score against it unturned; the JSON
+    config says stored_kv; the tiles give the output; decoding is refused by name."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from mhacli.cli import app
+
+    p = _problem(3)
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({k: (v.tolist() if isinstance(v, np.ndarray) else v)
+                                for k, v in p.items()}))
+    run = CliRunner().invoke
+    r = run(app, ["explain", str(path), "--cell", "k:2:3"])
+    assert r.exit_code == 0 and f"= {p['k'][1, 2]:.4f}, given as stored" in r.stdout, r.stdout
+    r = run(app, ["explain", str(path), "--cell", "scores:1:1:1"])
+    assert r.exit_code == 0 and "q_rot₁[t1] · k₁[kv1]" in r.stdout, r.stdout
+    r = run(app, ["explain", str(path), "--format", "json", "--tiles", "2",
+                  "--stage", "output", "--stage", "tiles"])
+    got = json.loads(r.stdout)
+    assert got["config"]["stored_kv"] is True
+    want = _loop(p)
+    np.testing.assert_allclose(got["stages"]["output"], want, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose([row for b in got["stages"]["tiles"] if b["head"] == 1
+                                for row in b["output"]],
+                               mhacli.trace(**p)["head_outputs"][0], rtol=1e-10, atol=1e-12)
+    r = run(app, ["explain", str(path), "--decode", "--stage", "decode"])
+    assert r.exit_code == 2 and "given as stored by the model drafted for" in r.stderr

@@ -86,8 +86,10 @@ def cell_scores(e: Entry) -> list[Any]:
     e.makes(fdot(e.row_of(q, h, e.row), e.row_of(k, g, e.col)))
     uses = f"; query head {h} uses key head {g}" if e.c.groups != e.c.heads else ""
     shown = "" if rot == "_heads" else rot
-    return [f"{e.name} = q{shown}{hs}[{e.row_label}] · k{shown}{gs}[{e.col_label}]  (row "
-            f"{e.row + 1} of Q{shown}{hs} times row {e.col + 1} of K{shown}{gs}{uses})",
+    k_rot = k.removeprefix("k")  # (the same as the queries', unless the keys are stored)
+    k_shown = "" if k_rot == "_heads" else k_rot
+    return [f"{e.name} = q{shown}{hs}[{e.row_label}] · k{k_shown}{gs}[{e.col_label}]  (row "
+            f"{e.row + 1} of Q{shown}{hs} times row {e.col + 1} of K{k_shown}{gs}{uses})",
             f"  = {e.dot(e.row_of(q, h, e.row), e.row_of(k, g, e.col))}",
             f"  = {e.result}"]
 

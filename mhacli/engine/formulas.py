@@ -59,9 +59,9 @@ def proj_text(letter: str, w: str, src: Callable[[Formula], str]) -> Callable[[F
         if f.c.direct:
             return f"{letter}, given"
         if f.c.stored and letter in ("K", "V"):
-            return (f"{letter}, given as stored by the model drafted for (after its norms "
-                    + ("and RoPE: not turned again)" if letter == "K" else "): not normed "
-                       "again)"))
+            return (f"{letter}, given as stored by the model drafted for (after its norm"
+                    + (" and RoPE: neither normed nor turned again)" if letter == "K" else
+                       ": not normed again)"))
         c = f.c.clip_qkv
         clamp = "" if c is None else f", each entry clamped to [−{c:g}, {c:g}]"
         return f"{letter} = {f.proj(w, src(f), b)}{clamp}"

@@ -283,8 +283,9 @@ def _scores_text(f: Formula) -> str:
     """Z = Q·Kᵀ, naming the key head a grouped query head uses, and the turned Q and K."""
     c = f.c
     g = sub(c.kv_of(f.h - 1) + 1) if f.h is not None and c.groups != c.heads else f.i
-    rot = reads(c, "scores")[0].removeprefix("q").replace("_heads", "")
-    q, k = f"Q{rot}{f.i}", f"K{rot}{g}"
+    q_name, k_name = reads(c, "scores")[:2]
+    rot, k_rot = (a[1:].replace("_heads", "") for a in (q_name, k_name))
+    q, k = f"Q{rot}{f.i}", f"K{k_rot}{g}"
     shared = "" if c.groups == c.heads or f.h is not None else \
         f" (query head h uses key head ⌈h·{c.groups}/{c.heads}⌉)"
     return f"Z{f.i} = " + f.pick(f"{q}·{k}ᵀ", f"{k}ᵀ·{q}") + shared

@@ -114,8 +114,10 @@ def on_layer(inputs: dict[str, Any], reading: Any, heads: int | None,
     if inputs.get("kv_heads") is None and width_k and width_k != width_q and width_q % h == 0 \
             and width_k % (width_q // h) == 0:
         inputs["kv_heads"] = width_k // (width_q // h)
-    origin = {k: v for k, v in reading.origin.items() if (k not in own or k == "x_v")
+    origin = {k: v for k, v in reading.origin.items()
+              if (k not in own or k == "x_v" or stored and k in ("k", "v"))
               and not (k == "heads" and heads is not None)}  # what the problem gave: its own
-    # (x_v's note says what the model's values read, whoever gives the numbers)
+    # (x_v's note says what the model's values read, whoever gives the numbers; a
+    # drafter's k and v what the model attends over)
     return {"checkpoint": reading.path, "layer": reading.layer, "family": reading.family,
             "settings": origin}

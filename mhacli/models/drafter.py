@@ -74,6 +74,7 @@ def drafter(f: Family, r: Reader, stem: str) -> Layer:
     heads, groups, d = heads_of(r, "num_attention_heads", "num_key_value_heads",
                                 r.count("hidden_size"))
     assert d is not None
+    r.note("heads", "config text_config.num_attention_heads")
     types = r.get("layer_types")
     kind = types[r.layer] if isinstance(types, list) and r.layer < len(types) else None
     if kind not in ("full_attention", "sliding_attention"):
