@@ -57,7 +57,11 @@ def proj_text(letter: str, w: str, src: Callable[[Formula], str]) -> Callable[[F
     b = "b_" + letter.lower()
     def text(f: Formula) -> str:
         if f.c.direct:
-            return f"{letter}, given"
+            steps = [what for what, on in (("normed", f.c.qk_norm is not None),
+                                           ("turned by RoPE", f.c.rope is not None))
+                     if on and letter in ("Q", "K")]
+            return f"{letter}, given" + (f" (then {' and '.join(steps)}, as projected ones "
+                                         "are)" if steps else "")
         if f.c.stored and letter in ("K", "V"):
             return (f"{letter}, given as stored by the model drafted for (after its norm"
                     + (" and RoPE: neither normed nor turned again)" if letter == "K" else
