@@ -96,8 +96,10 @@ def drafter(f: Family, r: Reader, stem: str) -> Layer:
         out["rope"] = turning
     out["scale"] = unscaled(r, d)
     r.note("k", f"the keys the target model stored for its {kind} layers (shared_kv_states, "
-           "after their norm and RoPE), given: m × G·d_k")
-    r.note("v", "the values it stored (after their norm), given: m × G·d_v")
+           "after their norm and RoPE), not in this checkpoint: m × G·d_k, given by the "
+           "problem (random tokens: drawn at random, as x is)")
+    r.note("v", "the values it stored (after their norm): m × G·d_v, given by the problem "
+           "(random tokens: drawn at random)")
     w = r.count("sliding_window")  # (read by the sliding layers' masks)
     if kind == "sliding_attention":
         if w is None:
