@@ -77,7 +77,7 @@ def prepare(
         if x_v is not None:
             raise MhaError(f"x_v (the values' own input) has no place in {latent.NAME}: "
                            "its values are made from the latent", key="x_v")
-        latent.check_latent_input(x_kv, direct, {"w_k": w_k, "w_v": w_v, "b_q": b_q,
+        latent.check_latent_input(x_kv, direct or stored, {"w_k": w_k, "w_v": w_v, "b_q": b_q,
                                                  "b_k": b_k, "b_v": b_v})
         if x is None:
             raise MhaError(f"{latent.NAME} needs x", key="x")
@@ -280,7 +280,8 @@ def prepare(
 # The settings that change keys or values after their projection: a stored k and v are
 # as the model drafted for left them (normed, turned), so these would apply twice
 _NOT_WITH_STORED = ("v_norm", "rotated_values", "value_embeds", "dynamic_mask", "positional",
-                    "clip_qkv", "experts")
+                    "clip_qkv", "experts", "indexer", "local_blocks")  # (the last two read
+# the keys' own tokens from x)
 
 
 def _stored_inputs(x: Any, w_q: Any, k: Any, v: Any, b_q: Any, t: Any, heads: int | None,
@@ -301,9 +302,10 @@ def _stored_inputs(x: Any, w_q: Any, k: Any, v: Any, b_q: Any, t: Any, heads: in
         raise MhaError(f"k and v go together: {missing[0]} is missing", key=missing[0])
     for name in _NOT_WITH_STORED:
         if settings.get(name) not in (None, False):
-            raise MhaError(f"{name} does not go with k and v given beside x: they are the "
-                           "keys and values as stored, already normed and turned, and mha "
-                           "changes them no further", key=name)
+            why = "its keys' tokens read from x, which holds the queries' alone" \
+                if name in ("indexer", "local_blocks") else "they are the keys and values " \
+                "as stored, already normed and turned, and mha changes them no further"
+            raise MhaError(f"{name} does not go with k and v given beside x: {why}", key=name)
     norm = settings.get("qk_norm")
     if isinstance(norm, dict) and any(norm.get(part) is not None for part in ("k", "k_bias")):
         raise MhaError("qk_norm k with k given beside x: the stored keys are normed already "
