@@ -263,6 +263,11 @@ def test_a_drafter_without_its_stored_keys_or_with_wrong_ones_is_refused(tmp_pat
                                    hf_zoo.text_types()["gemma4_assistant"])
     drawn = load_checkpoint(folder, 0, seed=1)
     assert drawn.inputs["k"].shape == (4, 32) and drawn.inputs["v"].shape == (4, 32)
+    from mhacli.io.on_model import load_text
+
+    with pytest.raises(mhacli.MhaError, match="--text: layer 0 of gemma4_assistant is a "
+                       "drafter's"):
+        load_text(folder, "the cat", 0)
     rows = lambda r, c: "[" + ", ".join("[" + ", ".join(["0.5"] * c) + "]"  # noqa: E731
                                         for _ in range(r)) + "]"
     for extra, words in (("", ["give k (m × G·d_k) and v", "shared_kv_states"]),

@@ -121,6 +121,14 @@ def load_text_layers(checkpoint: str | Path, text: str, layers: list[int], *,
 
     path = Path(checkpoint)
     found = {k: ckpt.read_layer(path, k) for k in layers}
+    drafting = [f for f in found.values() if f.stored]
+    if drafting:  # (a drafter runs on the target model's hidden states and cache)
+        raise MhaError(f"--text: layer {drafting[0].layer} of {drafting[0].family} is a "
+                       "drafter's: the model runs on the hidden states and the stored keys "
+                       "and values (shared_kv_states) of the model it drafts for, not on a "
+                       "text of its own; leave out --text for random tokens (k and v drawn "
+                       "at random), or give x, k and v in a problem file", key="text",
+                       source=str(path))
     _refuse_changes(path, text, found, settings, tuple(command))  # before the model loads
     shared = {k: re.sub(r"(^|\.)layers\.\d+\.", rf"\g<1>layers.{f.kv_layer}.",
                         f.module or f.stem, count=1)
