@@ -646,3 +646,62 @@ def layer_count(folder: str | Path) -> int:
                 top = max(top, int(m[1])) if m else top
     return top + 1
 
+
+
+def drafter_reference(model: torch.nn.Module, path: str, x: np.ndarray, k: np.ndarray,
+                      v: np.ndarray) -> dict[str, Any]:
+    """A drafter's attention module at ``path`` (Gemma 4's assistants) on ``x`` (n ×
+    width), its keys and values ``k`` (m × G·d_k) and ``v`` (m × G·d_v) as the target
+    model stored them: the drafter's own forward pass on random embeddings, with
+    shared_kv_states holding ``k`` and ``v`` for the module's layer type (and random
+    ones, m rows, for the other), positions 0 … n − 1, hands the module its mask (the
+    drafter's create_attention_masks) and rotary cos/sin (caught, the pass stopped
+    there); then the module itself on ``x`` with the same."""
+    module = model.get_submodule(path)
+    dtype = next(model.parameters()).dtype
+    n, m = len(x), len(k)
+    rng = np.random.default_rng(0)
+
+    def heads_of(a: np.ndarray, mod: Any) -> torch.Tensor:  # (m, G·d) -> (1, G, m, d)
+        g = a.shape[1] // mod.head_dim
+        return torch.from_numpy(a.reshape(m, g, mod.head_dim).transpose(1, 0, 2).copy()
+                                )[None].to(dtype)
+
+    states: dict[str, Any] = {}
+    for mod in model.modules():
+        kind = getattr(mod, "layer_type", None)
+        if kind is None or kind in states or not hasattr(mod, "q_proj"):
+            continue
+        if mod is module or kind == module.layer_type:
+            states[kind] = (heads_of(k, module), heads_of(v, module))
+        else:
+            g = mod.config.num_key_value_heads
+            states[kind] = tuple(torch.from_numpy(rng.standard_normal(
+                (1, g, m, mod.head_dim))).to(dtype) for _ in range(2))
+    caught: dict[str, Any] = {}
+
+    class Caught(Exception):
+        pass
+
+    def before(mod: Any, args: tuple, kwargs: dict) -> None:
+        caught["kwargs"] = kwargs
+        raise Caught
+
+    width = model.pre_projection.weight.shape[1]
+    embeds = torch.from_numpy(rng.standard_normal((1, n, width))).to(dtype)
+    handle = module.register_forward_pre_hook(before, with_kwargs=True)
+    try:
+        with torch.no_grad():
+            model(inputs_embeds=embeds, shared_kv_states=states,  # (hidden states asked:
+                  position_ids=torch.arange(n)[None], output_hidden_states=True)  # its
+            # slicing for the last token, which fails without per-layer inputs, is off)
+    except Caught:
+        pass
+    finally:
+        handle.remove()
+    kwargs = dict(caught["kwargs"])
+    kwargs["hidden_states"] = torch.from_numpy(np.asarray(x, dtype=np.float64))[None].to(dtype)
+    with torch.no_grad():
+        out = module(**kwargs)
+    out = out[0] if isinstance(out, tuple) else out
+    return {"output": out[0].double().numpy().copy(), "weights": None}

@@ -70,6 +70,12 @@ FILES = [
      ["line 5", "x_v has 1 rows but x has 2: the values' input needs one row per key"]),
     ("x_v with q, k, v", "q: [[1]]\nk: [[1]]\nv: [[1]]\nx_v: [[1]]\n", [],
      ["give either q, k, v or x and the weights, not both (found q/k/v and x_v)"]),
+    ("stored k width", "x: [[1, 0], [0, 1]]\nw_q: [[1, 0], [0, 1]]\nk: [[1, 2, 3]]\n"
+     "v: [[1, 2]]\n", [], ["line 3", "w_q has 2 columns but k has 3"]),
+    ("stored k beside w_k", with_("k: [[1, 2]]\nv: [[1, 2]]\n"), [],
+     ["line 3", "w_k with k and v given beside x"]),
+    ("stored v missing", "x: [[1, 0]]\nw_q: [[1, 0], [0, 1]]\nk: [[1, 2]]\n", [],
+     ["k and v go together: v is missing"]),
     ("x_v with positions", with_("x_v: [[1, 2], [3, 4]]\npositional: sinusoidal\n"), [],
      ["positional", "x_v (the values' own input)"]),
     ("w_q vs w_k width", OK.replace("w_k: [[1, 0], [0, 1]]", "w_k: [[1], [0]]"), [],

@@ -217,18 +217,69 @@ def test_a_step_mha_does_not_compute_is_refused_by_name(model_type: str, tmp_pat
 
 
 @pytest.mark.parametrize("model_type", ["gemma4_assistant", "gemma4_unified_assistant"])
-def test_a_drafter_whose_keys_are_the_target_models_is_refused_by_name(
-        model_type: str, tmp_path: Path) -> None:
+def test_a_drafter_agrees_with_its_attention_on_the_stored_keys(model_type: str,
+                                                                tmp_path: Path) -> None:
+    """Each layer of a tiny random drafter (every parameter random: q_norm's weights too),
+    its keys and values random tensors given to mha as k and v and to the model's own
+    attention module as shared_kv_states; the sliding layers' flipped window (n = 5 queries
+    over m = 9 keys, sliding_window 4) masks some keys, the full layer none."""
+    from mhacli.io.on_model import stored_widths
     from mhacli.models.layer import read_layer
 
     from . import hf_zoo
 
     folder = hf_zoo.make_zoo_model(model_type, tmp_path / model_type,
                                    hf_zoo.text_types()[model_type])
-    with pytest.raises(mhacli.MhaError, match=r"layers\.1\.self_attn\.q_proj\.weight: .* has "
-                       "q_proj and o_proj only: it attends over the keys and values of the "
-                       "target model"):
-        read_layer(folder, 1)
+    model = hf_zoo.load(folder)
+    rng = np.random.default_rng(4)
+    masked = []
+    for layer in range(6):
+        reading = read_layer(folder, layer)
+        assert reading.stored and "w_k" not in reading.weights
+        k_width, v_width = stored_widths(reading)
+        x, k, v = (rng.standard_normal((rows, w)) for rows, w in
+                   ((5, reading.width), (9, k_width), (9, v_width)))
+        prob = from_mapping({"x": x, "k": k, "v": v}, "test", reading=reading)
+        masked.append(prob.inputs.get("mask") is not None)
+        want = hf_zoo.drafter_reference(model, f"model.layers.{layer}.self_attn", x, k, v)
+        np.testing.assert_allclose(mhacli.attention(**prob.inputs), want["output"],
+                                   rtol=1e-5, atol=1e-6 * np.abs(want["output"]).max())
+    assert masked == [True] * 5 + [False]
+
+
+def test_a_drafter_without_its_stored_keys_or_with_wrong_ones_is_refused(tmp_path: Path
+                                                                          ) -> None:
+    """A problem file on a drafter must give k and v; k of the wrong width is one Error
+    line naming the file and k, exit 2; random tokens draw them."""
+    from typer.testing import CliRunner
+
+    from mhacli.cli import app
+    from mhacli.io.on_model import load_checkpoint
+
+    from . import hf_zoo
+
+    folder = hf_zoo.make_zoo_model("gemma4_assistant", tmp_path / "drafter",
+                                   hf_zoo.text_types()["gemma4_assistant"])
+    drawn = load_checkpoint(folder, 0, seed=1)
+    assert drawn.inputs["k"].shape == (4, 32) and drawn.inputs["v"].shape == (4, 32)
+    from mhacli.io.on_model import load_text
+
+    with pytest.raises(mhacli.MhaError, match="--text: layer 0 of gemma4_assistant is a "
+                       "drafter's"):
+        load_text(folder, "the cat", 0)
+    rows = lambda r, c: "[" + ", ".join("[" + ", ".join(["0.5"] * c) + "]"  # noqa: E731
+                                        for _ in range(r)) + "]"
+    for extra, words in (("", ["give k (m × G·d_k) and v", "shared_kv_states"]),
+                         (f"k: {rows(3, 30)}\nv: {rows(3, 32)}\n",
+                          ["k has 30 columns", "keys need G·d_k = 2·16 = 32"])):
+        path = tmp_path / "bad.yaml"
+        path.write_text(f"checkpoint: drafter\nlayer: 0\nx: {rows(2, 64)}\n{extra}")
+        r = CliRunner().invoke(app, ["run", str(path)])
+        assert r.exit_code == 2, (r.stdout, r.stderr)
+        assert r.stderr.startswith("Error: ") and r.stderr.count("\n") == 1, r.stderr
+        assert "Traceback" not in r.stderr and str(path) in r.stderr
+        for w in words:
+            assert w in r.stderr, (w, r.stderr)
 
 
 def test_a_shared_block_reads_each_layers_own_text(tmp_path: Path) -> None:

@@ -41,6 +41,7 @@ import torch
 import mhacli
 from mhacli.errors import MhaError
 from mhacli.io.problem import from_mapping
+from mhacli.io.on_model import stored_widths
 from mhacli.models.layer import NotAttention, read_layer
 
 from . import hf_zoo as zoo
@@ -107,6 +108,11 @@ def run_type(model_type: str, model_class: str, base: Path) -> Result:
             given["x_kv"] = rng.standard_normal((TOKENS, reading.weights["w_k"].shape[0]))
         if reading.values_input:  # the values' own input (MobileBERT's layer input)
             given["x_v"] = rng.standard_normal((TOKENS, reading.weights["w_v"].shape[0]))
+        if reading.stored:  # a drafter's: the target model's stored keys and values,
+            # drawn (m = n rows), given to mha and to the model's shared_kv_states alike
+            k_width, v_width = stored_widths(reading)
+            given["k"] = rng.standard_normal((TOKENS, k_width))
+            given["v"] = rng.standard_normal((TOKENS, v_width))
         own = {"x_kv": given.get("x_kv"), "x_v": given.get("x_v"),
                "values_input": reading.values_input or "value_tensor"}
         if reading.value_rows is not None:  # value embeddings: the rows of the ids the
@@ -124,7 +130,8 @@ def run_type(model_type: str, model_class: str, base: Path) -> Result:
             output = None  # (the module's own output: its o_proj is another layer's name)
         try:
             try:
-                want = zoo.module_reference(model, path, x, output, **own)
+                want = zoo.drafter_reference(model, path, x, given["k"], given["v"]) \
+                    if reading.stored else zoo.module_reference(model, path, x, output, **own)
             except RuntimeError:  # a model whose code fails in float64 (XGLM): float32
                 want = zoo.module_reference(zoo.load(folder, torch.float32), path, x, output,
                                             **own)

@@ -31,8 +31,8 @@ def cell_input(e: Entry) -> list[Any]:
 
 
 def cell_projection(e: Entry) -> list[Any]:
-    if e.c.direct:
-        return [f"{e.name} = {e.result}, given"]
+    if e.c.direct or e.c.stored and e.stage in ("k", "v"):
+        return [f"{e.name} = {e.result}, given" + (" as stored" if e.c.stored else "")]
     src = e.reads[0]  # the input, with its positions where the problem has them
     w = e.inp(f"w_{e.stage}")
     has_b = getattr(e.p, f"b_{e.stage}") is not None
@@ -86,8 +86,10 @@ def cell_scores(e: Entry) -> list[Any]:
     e.makes(fdot(e.row_of(q, h, e.row), e.row_of(k, g, e.col)))
     uses = f"; query head {h} uses key head {g}" if e.c.groups != e.c.heads else ""
     shown = "" if rot == "_heads" else rot
-    return [f"{e.name} = q{shown}{hs}[{e.row_label}] · k{shown}{gs}[{e.col_label}]  (row "
-            f"{e.row + 1} of Q{shown}{hs} times row {e.col + 1} of K{shown}{gs}{uses})",
+    k_rot = k.removeprefix("k")  # (the same as the queries', unless the keys are stored)
+    k_shown = "" if k_rot == "_heads" else k_rot
+    return [f"{e.name} = q{shown}{hs}[{e.row_label}] · k{k_shown}{gs}[{e.col_label}]  (row "
+            f"{e.row + 1} of Q{shown}{hs} times row {e.col + 1} of K{k_shown}{gs}{uses})",
             f"  = {e.dot(e.row_of(q, h, e.row), e.row_of(k, g, e.col))}",
             f"  = {e.result}"]
 

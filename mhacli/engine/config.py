@@ -28,7 +28,8 @@ VECTORS = ("b_q", "b_k", "b_v", "b_o", "q_latent_norm", "kv_latent_norm", "k_rop
 # The fields of Config and Prepared that no setting fills (each entry of the settings
 # table names those it fills): the sizes, the inputs, and what prepare works out from
 # them; a test holds the two lists to the dataclasses below
-DERIVED = ("n", "m", "d_k", "d_v", "d_out", "d_model", "d_kv", "d_xv", "cross", "direct", "biases",
+DERIVED = ("n", "m", "d_k", "d_v", "d_out", "d_model", "d_kv", "d_xv", "cross", "direct",
+           "stored", "biases",
            "has_w_o", "backward", "loss", "config", *MATRICES, *VECTORS, "dead_rows",
            "r_q", "r_kv", "d_rope", "rope_normed")
 
@@ -54,6 +55,8 @@ class Config:
     biases: tuple[str, ...]  # which of b_q, b_k, b_v, b_o are present
     has_w_o: bool
     masked_row: str
+    stored: bool = False  # k and v given beside x and w_q, as stored by the model drafted
+    # for (a drafter's): neither normed nor turned again
     d_xv: int = 0  # the width of x_v, the values' own input (0: none, V reads K's input)
     softcap: float | None = None  # c of c·tanh(z / c), or None
     kv_heads: int = 0  # G key/value heads (grouped-query); 0 is read as H
@@ -182,7 +185,12 @@ class Config:
     @property
     def key_labels(self) -> bool:
         """Do the key rows have labels of their own (x_kv, or k and v given)?"""
-        return self.cross or self.direct
+        return self.cross or self.direct or self.stored
+
+    @property
+    def kv_given(self) -> bool:
+        """Are K and V given (q, k, v all given, or k and v as stored beside x)?"""
+        return self.direct or self.stored
 
 
 @dataclass(frozen=True, eq=False, repr=False)  # arrays: no == or repr of its own

@@ -132,6 +132,11 @@ def check_decode(c: Config) -> None:
                        f"{'' if c.mask == 'causal' else ', and no causal mask'}), as a "
                        "cross-attention's do, all there before the first query",
                        key="x_kv")
+    if c.stored:  # (a drafter's: the target model's cache, whole before its queries)
+        raise MhaError("decoding needs keys and values made token by token with the "
+                       "queries: here k and v are given as stored by the model drafted for, "
+                       "its whole cache there before the first query, which mha does not "
+                       "decode", key="k")
     if c.n != c.m:
         raise MhaError(f"decoding needs self-attention, one key and value per query: q has "
                        f"{c.n} rows but k and v have {c.m}", key="k")

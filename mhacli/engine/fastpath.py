@@ -201,6 +201,8 @@ def _projections(p: Prepared) -> list[int]:
     c = p.config
     if c.direct:
         return []
+    if c.stored:  # X·W_Q alone: the keys and values as stored
+        return [c.n * p.x.shape[1] * c.heads * c.d_k]  # type: ignore[union-attr]
     q_cols, kv_cols = c.heads * c.d_k, c.groups * (c.d_k + c.d_v)
     if p.x_v is not None:  # V = X_v·W_V apart
         v = [c.m * c.d_xv * c.groups * c.d_v]
@@ -298,6 +300,10 @@ def _turned_heads(p: Prepared, work: Work, spread: Spread | None) -> tuple[Array
                          for a in heads_of(p, work.stages.get("x_pos", p.x)))
     elif c.direct:
         q, k, v = p.q.T.copy(), p.k.T.copy(), p.v.T.copy()  # type: ignore[union-attr]
+    elif c.stored:  # Qᵀ = W_Qᵀ·Xᵀ; the keys and values as stored, turned
+        mm = np.matmul if spread is None else _pieces(spread)
+        q = ops.project(p.x, p.w_q, p.b_q, True, mm)  # type: ignore[arg-type]
+        k, v = p.k.T.copy(), p.v.T.copy()  # type: ignore[union-attr]
     else:
         x = work.stages.get("x_pos", p.x)  # with positions added
         x_kv = work.stages.get("x_kv_pos", p.x_kv)
@@ -313,15 +319,16 @@ def _turned_heads(p: Prepared, work: Work, spread: Spread | None) -> tuple[Array
                          for a, heads in ((q, c.heads), (k, c.groups), (v, c.groups)))
     after = c.qk_after_rope and c.rope is not None  # the norm after RoPE (Hunyuan)
     if c.qk_norm is not None and not after:  # each row normed, times the weights
-        q_t, k_t = _normed_heads(p, q_t, k_t)
+        q_t, k_t = _normed_heads(p, q_t, k_t, c.stored)
     if c.q_head_norm is not None:  # each head's queries over their rms, no weights
         q_t = np.ascontiguousarray(q_normed(q_t.swapaxes(-1, -2), c.q_head_norm)[0]
                                    .swapaxes(-1, -2))
     if c.rope is not None:  # turned by position: O(n·d) new numbers, not O(n·m)
-        q_t, k_t = (np.ascontiguousarray(turned(a.swapaxes(-1, -2), p).swapaxes(-1, -2))
+        q_t, k_t = (a if a is k_t and c.stored else  # (stored keys: turned already)
+                    np.ascontiguousarray(turned(a.swapaxes(-1, -2), p).swapaxes(-1, -2))
                     for a in (q_t, k_t))
     if c.qk_norm is not None and after:
-        q_t, k_t = _normed_heads(p, q_t, k_t)
+        q_t, k_t = _normed_heads(p, q_t, k_t, c.stored)
     if c.v_norm is not None:  # each value row over its rms (its head's d_v numbers)
         v_t = np.ascontiguousarray(v_t / ops.rms(v_t.swapaxes(-1, -2), c.v_norm)
                                    .swapaxes(-1, -2))
@@ -331,9 +338,12 @@ def _turned_heads(p: Prepared, work: Work, spread: Spread | None) -> tuple[Array
     return q_t, k_t, v_t
 
 
-def _normed_heads(p: Prepared, q_t: Array, k_t: Array) -> tuple[Array, Array]:
-    """Qᵀ and Kᵀ head by head, (H, d_k, n) and (G, d_k, m), normed as qk_norm says."""
-    q_t, k_t = (np.ascontiguousarray(normed(a.swapaxes(-1, -2), p, side)[0].swapaxes(-1, -2))
+def _normed_heads(p: Prepared, q_t: Array, k_t: Array, stored: bool = False
+                  ) -> tuple[Array, Array]:
+    """Qᵀ and Kᵀ head by head, (H, d_k, n) and (G, d_k, m), normed as qk_norm says (the
+    queries alone where the keys are ``stored``: normed already)."""
+    q_t, k_t = (a if side == "k" and stored else
+                np.ascontiguousarray(normed(a.swapaxes(-1, -2), p, side)[0].swapaxes(-1, -2))
                 for a, side in ((q_t, "q"), (k_t, "k")))
     return q_t, k_t
 

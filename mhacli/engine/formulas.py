@@ -57,7 +57,15 @@ def proj_text(letter: str, w: str, src: Callable[[Formula], str]) -> Callable[[F
     b = "b_" + letter.lower()
     def text(f: Formula) -> str:
         if f.c.direct:
-            return f"{letter}, given"
+            steps = [what for what, on in (("normed", f.c.qk_norm is not None),
+                                           ("turned by RoPE", f.c.rope is not None))
+                     if on and letter in ("Q", "K")]
+            return f"{letter}, given" + (f" (then {' and '.join(steps)}, as projected ones "
+                                         "are)" if steps else "")
+        if f.c.stored and letter in ("K", "V"):
+            return (f"{letter}, given as stored by the model drafted for (after its norm"
+                    + (" and RoPE: neither normed nor turned again)" if letter == "K" else
+                       ": not normed again)"))
         c = f.c.clip_qkv
         clamp = "" if c is None else f", each entry clamped to [−{c:g}, {c:g}]"
         return f"{letter} = {f.proj(w, src(f), b)}{clamp}"
@@ -66,7 +74,7 @@ def proj_text(letter: str, w: str, src: Callable[[Formula], str]) -> Callable[[F
 
 def proj_tex(letter: str, w: str, src: str) -> Callable[[Formula], str]:
     b = "b_" + letter.lower()
-    return lambda f: letter if f.c.direct else \
+    return lambda f: letter if f.c.direct or f.c.stored and letter in ("K", "V") else \
         f.tex(f"{letter} = {f.pick(f'{src} {w}', f'{w} {src}')}") + f.tex_bias(b)
 
 

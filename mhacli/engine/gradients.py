@@ -188,7 +188,7 @@ def _d_input(t: Chains, w: Work) -> Array:
                 _through(t, w, "v") @ p.w_v.T  # type: ignore[union-attr]
     else:
         out = _through(t, w, "q") @ p.w_q.T  # type: ignore[union-attr]
-        if not w.c.cross:
+        if not w.c.cross and not w.c.stored:  # (stored keys and values read no input)
             out = out + _through(t, w, "k") @ p.w_k.T  # type: ignore[union-attr]
             if not w.c.d_xv:  # (the values' own input takes dV)
                 out = out + _through(t, w, "v") @ p.w_v.T  # type: ignore[union-attr]
@@ -350,6 +350,8 @@ def _d_input_text(f: Formula) -> str:
         return moa_grads.d_input_text(src)
     if f.c.cross:
         return f"d{src} = dQ·W_Qᵀ{gate}"
+    if f.c.stored:
+        return f"d{src} = dQ·W_Qᵀ{gate} (the keys and values are given as stored)"
     if f.c.d_xv:
         return (f"d{src} = dQ·W_Qᵀ + dK·W_Kᵀ{gate} ({src.strip('()')} feeds the queries and "
                 f"keys; the values read X_v){_clip_text(f)}")
@@ -561,13 +563,13 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
               lambda w: _back(t, w, "k", "k_rot_normed"),
               lambda f: _back_text(t, f, "k_rot_normed"), "K_{rot,normed}", per_head=True,
               exists=lambda c: c.qk_norm is not None and c.qk_after_rope and
-              c.rope is not None),
+              c.rope is not None and not c.stored),
         _grad("d_q_rot", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
               lambda w: _back(t, w, "q", "q_rot"), lambda f: _back_text(t, f, "q_rot"),
               "Q_{rot}", per_head=True, exists=lambda c: c.rope is not None),
         _grad("d_k_rot", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
               lambda w: _back(t, w, "k", "k_rot"), lambda f: _back_text(t, f, "k_rot"),
-              "K_{rot}", per_head=True, exists=lambda c: c.rope is not None),
+              "K_{rot}", per_head=True, exists=lambda c: c.rope is not None and not c.stored),
         _grad("d_q_head_normed", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY,
               NUMBERED, lambda w: _back(t, w, "q", "q_head_normed"),
               lambda f: _back_text(t, f, "q_head_normed"), "Q_{head,normed}", per_head=True,
@@ -581,7 +583,8 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
               lambda w: _back(t, w, "k", "k_normed"), lambda f: _back_text(t, f, "k_normed"),
               "K_{normed}", per_head=True,
               exists=lambda c: c.qk_norm is not None and not (c.qk_after_rope and
-                                                               c.rope is not None)),
+                                                               c.rope is not None) and
+              not c.stored),
         _grad("d_k_conv", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
               lambda w: _back(t, w, "k", "k_conv"), lambda f: _back_text(t, f, "k_conv"),
               "K_{conv}", per_head=True, exists=lambda c: "k" in c.conv_sides),
@@ -621,12 +624,12 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
                                         dis_grads.to_shared(t, w, "k", False)),
               lambda f: f"dW_K = {_src(f, True)}ᵀ·dK{_clip_text(f)}{_shared_text(f, 'K')}",
               "W_K",
-              exists=lambda c: not c.direct and not c.latent),
+              exists=lambda c: not c.kv_given and not c.latent),
         _grad("d_w_v", "d_kv × G·d_v", lambda c: (c.d_vin, c.groups * c.d_v), NUMBERED,
               NUMBERED, lambda w: w[t.source(w.c, "v")].T @ _through(t, w, "v"),
               lambda f: f"dW_V = {'X_v' if f.c.d_xv else _src(f, True)}ᵀ·dV{_clip_text(f)}",
               "W_V",
-              exists=lambda c: not c.direct and not c.latent),
+              exists=lambda c: not c.kv_given and not c.latent),
         _grad("d_b_q", "H·d_k", lambda c: (c.heads * c.d_k,), NUMBERED, NUMBERED,
               lambda w: _plus(_plus(_sums(_through(t, w, "q")), dis_grads.to_shared(
                   t, w, "q", True)), xl_grads.off_b_q(t, w)),

@@ -102,10 +102,10 @@ PROJECTIONS: tuple[Stage, ...] = (
            lambda c: not c.direct and not c.r_q and not c.experts),  # (MLA without a query latent: its W_Q)
     _stage("w_k", "G × d_kv × d_k", lambda c: (c.groups, c.d_kv, c.d_k),
            lambda w: ops.split_heads(w.p.w_k, w.c.groups),  # (G, d_kv, d_k)
-           lambda c: not c.direct and not c.latent),
+           lambda c: not c.kv_given and not c.latent),
     _stage("w_v", "G × d_kv × d_v", lambda c: (c.groups, c.d_vin, c.d_v),
            lambda w: ops.split_heads(w.p.w_v, w.c.groups),  # (G, d_kv, d_v)
-           lambda c: not c.direct and not c.latent),
+           lambda c: not c.kv_given and not c.latent),
 )
 OUTPUT: tuple[Stage, ...] = (
     _stage("w_o", "H × d_v × d_out", lambda c: (c.heads, c.d_v, c.d_out),

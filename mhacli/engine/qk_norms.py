@@ -138,10 +138,11 @@ def write(c: Config, p: Prepared, given_: Any) -> Any:
 
     extra = (", norm: layer" if c.qk_layer else "") + \
         (", after_rope: true" if c.qk_after_rope else "")
-    biases = f", q_bias: {listed(p.q_norm_bias)}, k_bias: {listed(p.k_norm_bias)}" \
-        if c.qk_layer else ""
-    return (f"{{over: {c.qk_norm}{extra}, eps: {written(c.qk_eps)}, q: {listed(p.q_norm)}, "
-            f"k: {listed(p.k_norm)}{biases}}}")
+    biases = f", q_bias: {listed(p.q_norm_bias)}" + (
+        "" if c.stored else f", k_bias: {listed(p.k_norm_bias)}") if c.qk_layer else ""
+    keys = "" if c.stored else f", k: {listed(p.k_norm)}"  # (stored keys: normed already)
+    return (f"{{over: {c.qk_norm}{extra}, eps: {written(c.qk_eps)}, q: {listed(p.q_norm)}"
+            f"{keys}{biases}}}")
 
 
 def shown(c: Config) -> dict[str, Any]:

@@ -133,6 +133,8 @@ def _x_pos(w: Work, kv: bool = False) -> Array | None:
 def _projected(w: Work) -> tuple[Array, Array, Array]:
     """Q, K and V, from the inputs they read (with their positions), or given."""
     c = w.c
+    if c.stored:  # (the keys and values as stored: read from nothing)
+        return w.projections(source(c, "q"))
     return w.projections(*(None if c.direct else source(c, name) for name in ("q", "k", "v")))
 
 
@@ -292,7 +294,8 @@ def _norm_stage(name: str, shape: str, dims: Callable[[Config], tuple[int, ...]]
                  latex=lambda f: tex(layer_tex if f.c.qk_layer else rms_tex)(f),
                  cell=cell_normed, per_head=True,
                  exists=lambda c: c.qk_norm is not None and
-                 (c.qk_after_rope and c.rope is not None) == after,
+                 (c.qk_after_rope and c.rope is not None) == after and
+                 not (side == "k" and c.stored),  # (stored keys: normed already)
                  parts=(("mean", "mean"), ("rms", "rms")),
                  parts_title="the root mean square of each row (a LayerNorm: of the row less "
                  "its mean)",
@@ -304,8 +307,9 @@ def _scores_text(f: Formula) -> str:
     """Z = Q·Kᵀ, naming the key head a grouped query head uses, and the turned Q and K."""
     c = f.c
     g = sub(c.kv_of(f.h - 1) + 1) if f.h is not None and c.groups != c.heads else f.i
-    rot = reads(c, "scores")[0].removeprefix("q").replace("_heads", "")
-    q, k = f"Q{rot}{f.i}", f"K{rot}{g}"
+    q_name, k_name = reads(c, "scores")[:2]
+    rot, k_rot = (a[1:].replace("_heads", "") for a in (q_name, k_name))
+    q, k = f"Q{rot}{f.i}", f"K{k_rot}{g}"
     shared = "" if c.groups == c.heads or f.h is not None else \
         f" (query head h uses key head ⌈h·{c.groups}/{c.heads}⌉)"
     return f"Z{f.i} = " + f.pick(f"{q}·{k}ᵀ", f"{k}ᵀ·{q}") + shared
@@ -394,7 +398,7 @@ def _key_input(c: Config, name: str) -> tuple[str, ...]:
     """What K or V is projected from: X_kv (with its positions) in cross-attention, X
     (with its) otherwise, and V from X_v where the values have their own input;
     nothing when given."""
-    if c.direct:
+    if c.kv_given:
         return ()
     if name == "v" and c.d_xv:
         return ("x_v",)
@@ -582,7 +586,7 @@ FORWARD: tuple[Stage, ...] = (
           compute=lambda w: _rot(w, "k"), formula=rope_text("K"),
           chain="k", reads=_after("k", "k_rot"),
           latex=tex(r"\operatorname{RoPE}(K_{@h})"), cell=cell_rot, per_head=True,
-          exists=lambda c: c.rope is not None),
+          exists=lambda c: c.rope is not None and not c.stored),  # (stored: turned)
     Stage("v_rot", "G × m × d_v", lambda c: (c.groups, c.m, c.d_v), KEY, NUMBERED,
           compute=lambda w: _rot(w, "v"),
           formula=lambda f: rope_text("V")(f) + ": the values turned as the keys are",

@@ -69,14 +69,15 @@ def prepare(
            "kv_latent_norm": kv_latent_norm, "w_uk": w_uk, "w_uv": w_uv,
            "k_rope_norm": k_rope_norm}
     latent_shapes = None
-    direct = q is not None or k is not None or v is not None
+    stored = x is not None and q is None and (k is not None or v is not None)
+    direct = not stored and (q is not None or k is not None or v is not None)
     if any(a is not None for a in mla.values()):
         from . import latent
 
         if x_v is not None:
             raise MhaError(f"x_v (the values' own input) has no place in {latent.NAME}: "
                            "its values are made from the latent", key="x_v")
-        latent.check_latent_input(x_kv, direct, {"w_k": w_k, "w_v": w_v, "b_q": b_q,
+        latent.check_latent_input(x_kv, direct or stored, {"w_k": w_k, "w_v": w_v, "b_q": b_q,
                                                  "b_k": b_k, "b_v": b_v})
         if x is None:
             raise MhaError(f"{latent.NAME} needs x", key="x")
@@ -95,6 +96,14 @@ def prepare(
         wq = latent_shapes.arrays.pop("w_q")
         width_qk = width_k = heads * latent_shapes.d_k
         width_v = heads * latent_shapes.d_v
+    elif stored:
+        x_a, wq, k_a, v_a, bq, h_q = _stored_inputs(x, w_q, k, v, b_q, t, heads, settings, {
+            "x_kv": x_kv, "x_v": x_v, "w_k": w_k, "w_v": w_v, "b_k": b_k, "b_v": b_v})
+        heads = heads or h_q or 1
+        n, d_model = x_a.shape
+        m, width_k = k_a.shape
+        d_kv, width_qk, width_v = d_model, wq.shape[1], v_a.shape[1]
+        xkv_a = xv_a = wk = wv = bk = bv = q_a = None
     elif direct:
         extra = [nm for nm, val in (("x", x), ("x_kv", x_kv), ("x_v", x_v), ("w_q", w_q),
                                     ("w_k", w_k), ("w_v", w_v)) if val is not None]
@@ -170,7 +179,8 @@ def prepare(
                                key=nm)
         q_a = k_a = v_a = None
 
-    qk_name, k_name, v_name = ("q", "k", "v") if direct else ("w_q", "w_k", "w_v")
+    qk_name, k_name, v_name = ("q", "k", "v") if direct else ("w_q", "k", "v") if stored \
+        else ("w_q", "w_k", "w_v")
     groups = groups_given or heads
     if heads % groups:
         raise MhaError(f"kv_heads = {groups} does not divide heads = {heads} (each key/value "
@@ -251,7 +261,7 @@ def prepare(
         "target" if upstream["target"] is not None else "sum"
     config = Config(
         n=n, m=m, heads=heads, d_k=d_k, d_v=d_v, d_out=d_out, d_model=d_model, d_kv=d_kv,
-        cross=xkv_a is not None, direct=direct, dtype=dtype_name,
+        cross=xkv_a is not None, direct=direct, stored=stored, dtype=dtype_name,
         d_xv=0 if xv_a is None else xv_a.shape[1],
         biases=tuple(nm for nm, b in (("b_q", bq), ("b_k", bk), ("b_v", bv), ("b_o", bo))
                      if b is not None),
@@ -265,6 +275,56 @@ def prepare(
     return Prepared(config, x_a, xkv_a, wq, wk, wv, wo, bq, bk, bv, bo, q_a, k_a, v_a,
                     dead_rows=dead, grad_output=upstream["grad_output"],
                     target=upstream["target"], x_v=xv_a, **arrays)
+
+
+# The settings that change keys or values after their projection: a stored k and v are
+# as the model drafted for left them (normed, turned), so these would apply twice
+_NOT_WITH_STORED = ("v_norm", "rotated_values", "value_embeds", "dynamic_mask", "positional",
+                    "clip_qkv", "experts", "kv_conv", "indexer", "local_blocks",
+                    "rel_logits")  # (the last three read the keys' own tokens from x)
+
+
+def _stored_inputs(x: Any, w_q: Any, k: Any, v: Any, b_q: Any, t: Any, heads: int | None,
+                   settings: dict[str, Any], others: dict[str, Any]) -> tuple[Any, ...]:
+    """x, w_q and the keys and values given as stored by the model a drafter drafts for
+    (Gemma 4's assistants): x (n, d_model), W_Q (d_model, H·d_k), K (m, G·d_k), V
+    (m, G·d_v) and b_q; MhaError naming what does not go with them."""
+    extra = [nm for nm, val in others.items() if val is not None]
+    if extra:
+        raise MhaError(f"{extra[0]} with k and v given beside x: the keys and values are "
+                       "given as stored, not projected (give x, w_q, k and v; or x, w_q, w_k "
+                       "and w_v)", key=extra[0])
+    if w_q is None:
+        raise MhaError("k and v given beside x need w_q, the queries' weights (x·W_Q)",
+                       key="w_q")
+    missing = [nm for nm, val in (("k", k), ("v", v)) if val is None]
+    if missing:
+        raise MhaError(f"k and v go together: {missing[0]} is missing", key=missing[0])
+    for name in _NOT_WITH_STORED:
+        if settings.get(name) not in (None, False):
+            why = "its keys' tokens read from x, which holds the queries' alone" \
+                if name in ("indexer", "local_blocks", "rel_logits") else "they are the keys and values " \
+                "as stored, already normed and turned, and mha changes them no further"
+            raise MhaError(f"{name} does not go with k and v given beside x: {why}", key=name)
+    norm = settings.get("qk_norm")
+    if isinstance(norm, dict) and any(norm.get(part) is not None for part in ("k", "k_bias")):
+        raise MhaError("qk_norm k with k given beside x: the stored keys are normed already "
+                       "(qk_norm norms the queries only)", key=("qk_norm", "k"))
+    x_a = matrix("x", x, t)
+    wq, h_q = _stack_heads("w_q", matrix("w_q", w_q, t, per_head=True), heads)
+    k_a, v_a = matrix("k", k, t), matrix("v", v, t)
+    assert x_a is not None and wq is not None and k_a is not None and v_a is not None
+    if wq.shape[0] != x_a.shape[1]:
+        raise MhaError(f"w_q has {wq.shape[0]} rows but x has {x_a.shape[1]} columns",
+                       key="w_q")
+    if v_a.shape[0] != k_a.shape[0]:
+        raise MhaError(f"k has {k_a.shape[0]} rows but v has {v_a.shape[0]}: one value row "
+                       "per key", key="v")
+    bq = _join_bias("b_q", vector("b_q", b_q, t), heads or h_q or 1)
+    if bq is not None and bq.shape[0] != wq.shape[1]:
+        raise MhaError(f"b_q has {bq.shape[0]} entries but w_q has {wq.shape[1]} columns",
+                       key="b_q")
+    return x_a, wq, k_a, v_a, bq, h_q
 
 
 def _check_values_input(xv: np.ndarray, wv: np.ndarray, m: int, kv_name: str) -> None:

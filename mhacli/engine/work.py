@@ -41,6 +41,10 @@ class Work:
             p = self.p
             if self.c.direct:
                 self._qkv = (p.q, p.k, p.v)  # type: ignore[assignment]
+            elif self.c.stored:  # the queries projected, the keys and values as stored
+                assert x is not None
+                self._qkv = (ops.project(self.stages[x], p.w_q, p.b_q), p.k,  # type: ignore
+                             p.v)
             elif self.c.experts:  # each token's queries through its chosen experts
                 from .experts import queries
 

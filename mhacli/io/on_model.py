@@ -57,6 +57,11 @@ def load_checkpoint(checkpoint: str | Path, layer: int | None, *, file: str | No
         given["x_kv"] = np.round(rng.standard_normal((n, reading.weights["w_k"].shape[0])), 2)
     if reading.values_input:  # the values' own input (MobileBERT's layer input)
         given["x_v"] = np.round(rng.standard_normal((n, reading.weights["w_v"].shape[0])), 2)
+    if reading.stored:  # a drafter's: the keys and values the target model stored, drawn
+        k_width, v_width = stored_widths(reading)
+        given["k"] = np.round(rng.standard_normal((n, k_width)), 2)
+        given["v"] = np.round(rng.standard_normal((n, v_width)), 2)
+        source += " (k and v, the target model's stored keys and values, drawn at random)"
     rows = reading.value_rows
     if rows is None:
         return from_mapping(given, source, None, layout, heads=heads, reading=reading)
@@ -64,6 +69,16 @@ def load_checkpoint(checkpoint: str | Path, layer: int | None, *, file: str | No
     given["value_embeds"] = rows(ids)
     prob = from_mapping(given, source, None, layout, heads=heads, reading=reading)
     return _value_rows_said(prob, reading, ids, "random token ids")
+
+
+def stored_widths(reading: Any) -> tuple[int, int]:
+    """G·d_k and G·d_v of a drafter's stored keys and values: d_k from w_q's columns
+    over the heads, d_v from w_o's rows over them."""
+    heads = int(reading.settings["heads"])
+    groups = int(reading.settings.get("kv_heads") or heads)
+    d_k = reading.weights["w_q"].shape[1] // heads
+    d_v = reading.weights["w_o"].shape[0] // heads
+    return groups * d_k, groups * d_v
 
 
 def _value_rows_said(prob: Problem, layer: Any, ids: list[int], whose: str) -> Problem:
@@ -106,6 +121,14 @@ def load_text_layers(checkpoint: str | Path, text: str, layers: list[int], *,
 
     path = Path(checkpoint)
     found = {k: ckpt.read_layer(path, k) for k in layers}
+    drafting = [f for f in found.values() if f.stored]
+    if drafting:  # (a drafter runs on the target model's hidden states and cache)
+        raise MhaError(f"--text: layer {drafting[0].layer} of {drafting[0].family} is a "
+                       "drafter's: the model runs on the hidden states and the stored keys "
+                       "and values (shared_kv_states) of the model it drafts for, not on a "
+                       "text of its own; leave out --text for random tokens (k and v drawn "
+                       "at random), or give x, k and v in a problem file", key="text",
+                       source=str(path))
     _refuse_changes(path, text, found, settings, tuple(command))  # before the model loads
     shared = {k: re.sub(r"(^|\.)layers\.\d+\.", rf"\g<1>layers.{f.kv_layer}.",
                         f.module or f.stem, count=1)

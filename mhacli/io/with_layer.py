@@ -22,10 +22,20 @@ def on_layer(inputs: dict[str, Any], reading: Any, heads: int | None,
     of its settings the problem does not give itself (``heads``: --heads, before the
     config's). The key/value heads of a grouped layer are counted from the widths when no
     config says. Returns what heads the problem's output: where each setting came from."""
-    clash = [k for k in WEIGHTS if inputs.get(k) is not None]
+    stored = getattr(reading, "stored", False)  # (a drafter's: k and v the problem's)
+    clash = [k for k in WEIGHTS if inputs.get(k) is not None
+             and not (stored and k in ("k", "v"))]
     if clash:
         raise MhaError(f"the problem gives {', '.join(clash)} and a checkpoint too: one or "
                        "the other", key=clash[0])
+    if stored:
+        missing = [k for k in ("k", "v") if inputs.get(k) is None]
+        if missing:
+            raise MhaError(f"--layer {reading.layer} attends over the keys and values the "
+                           f"model it drafts for stored ({reading.family}: shared_kv_states, "
+                           "after their norm and RoPE), which are not in its checkpoint; give "
+                           f"k (m × G·d_k) and v (m × G·d_v) in the problem (or leave out the "
+                           "file for random tokens, which draws them)", key=missing[0])
     source = getattr(reading, "kv_layer", None)
     if source is not None and inputs.get("x_kv") is None:
         raise MhaError(f"--layer {reading.layer} takes its keys and values from layer "
@@ -82,7 +92,8 @@ def on_layer(inputs: dict[str, Any], reading: Any, heads: int | None,
     if getattr(reading, "position_mask", None) is not None and inputs.get("mask") is None:
         # (BigBird's block-sparse attention: its blocks made into the mask of these n and m)
         n = np.shape(inputs["x"])[0] if inputs.get("x") is not None else 0
-        mask = reading.position_mask(n, n)
+        m = np.shape(inputs["k"])[0] if stored else n  # (a drafter's: the stored keys)
+        mask = reading.position_mask(n, m)
         if mask is not None:
             inputs["mask"] = mask
     inputs.update(reading.weights)
@@ -103,8 +114,10 @@ def on_layer(inputs: dict[str, Any], reading: Any, heads: int | None,
     if inputs.get("kv_heads") is None and width_k and width_k != width_q and width_q % h == 0 \
             and width_k % (width_q // h) == 0:
         inputs["kv_heads"] = width_k // (width_q // h)
-    origin = {k: v for k, v in reading.origin.items() if (k not in own or k == "x_v")
+    origin = {k: v for k, v in reading.origin.items()
+              if (k not in own or k == "x_v" or stored and k in ("k", "v"))
               and not (k == "heads" and heads is not None)}  # what the problem gave: its own
-    # (x_v's note says what the model's values read, whoever gives the numbers)
+    # (x_v's note says what the model's values read, whoever gives the numbers; a
+    # drafter's k and v what the model attends over)
     return {"checkpoint": reading.path, "layer": reading.layer, "family": reading.family,
             "settings": origin}

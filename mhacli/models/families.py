@@ -24,7 +24,8 @@ from .windows import (both_ways_by_layer_types, by_layer_types as types_or, ever
                       pattern_if_window, refusing_kind, sliding_from, sliding_if_set,
                       twice_on_sliding, window_one_more_than)
 from .reading import Reader, window_of
-from .layouts import (albert, approximate, bert, bloom, codegen, drafter, falcon,
+from .drafter import drafter
+from .layouts import (albert, approximate, bert, bloom, codegen, falcon,
                       gpt2, gpt_bigcode, gpt_neo, gptj, mpt, neox)
 from .encoders import convbert, ibert, jina, luke, mobilebert, roformer, squeezebert
 from .bigbird import big_bird, bigbird_pegasus

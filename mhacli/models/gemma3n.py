@@ -55,8 +55,9 @@ def unscaled(r: Reader, d: int) -> float:
 
 def kv_source(r: Reader, key: str) -> int | None:
     """The layer whose keys and values this layer takes (config ``key``: the last layers
-    share), or None where it makes its own. Every layer sharing (a drafter's) is refused:
-    the keys and values are another model's."""
+    share), or None where it makes its own. A text model whose every layer shares is
+    refused: its keys and values are another model's (a drafter's layers, read by
+    ``drafter.py``, take them given as k and v)."""
     layers = r.count("num_hidden_layers")
     if layers is not None and _shared_count(r, key) >= layers:
         raise MhaError(f"--layer {r.layer}: every layer takes the keys and values of another "

@@ -138,6 +138,8 @@ class LayerReading:
     # not the stem (a block shared by several layers, saved under another's name)
     position_bias: Any = None  # (n, m) -> the bias H × n × m, when it depends on them (T5)
     position_mask: Any = None  # (n, m) -> the mask n × m (or None), when it depends on them
+    stored: bool = False  # its keys and values another model's, as that model stored
+    # them: given as k and v beside x (a drafter's, Gemma 4's assistants)
     value_rows: Any = None  # token ids -> value_embeds (n × G·d_v), where the layer adds
     # value embeddings looked up by the ids (NeoMME's, neomme.ValueRows)
 
@@ -221,6 +223,7 @@ def read_layer(path: str | Path, layer: int | str = 0, dtype: Any = np.float64
     kv_layer = out.pop("kv_layer", None)  # (Gemma 3n's, Gemma 4's KV-shared layers)
     values_input = out.pop("values_input", "")  # (MobileBERT's values on the layer's input)
     value_rows = out.pop("value_rows", None)  # (NeoMME's value embeddings, by token id)
+    stored = bool(out.pop("stored", False))  # (a drafter's: the keys and values given)
     weights = {k: v for k, v in out.items() if k in WEIGHTS}
     settings = {k: v for k, v in out.items() if k not in WEIGHTS}
     return LayerReading(str(ckpt.path), layer if part is None else part.name, family, stem,
@@ -230,7 +233,7 @@ def read_layer(path: str | Path, layer: int | str = 0, dtype: Any = np.float64
                         kv_layer=kv_layer, values_input=values_input, most_tokens=most,
                         most_said=most_said, most_whole=most_whole,
                         module=module, position_bias=bias, position_mask=mask,
-                        value_rows=value_rows)
+                        value_rows=value_rows, stored=stored)
 
 
 # Layers that are not softmax attention, known by their tensors (the name after the

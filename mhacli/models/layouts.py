@@ -359,33 +359,3 @@ def approximate(f: Family, r: Reader, stem: str) -> Layer:
            "mra": "MRA's multiresolution approximation of softmax attention"}[f.model_type]
     raise NotAttention(f"--layer {r.layer}: layer {r.layer} is {how}, not softmax attention; "
                        "this model has no softmax attention layer", source=r.config_file)
-
-
-@said("q_proj and o_proj only: the keys and values are the target model's (refused)")
-def drafter(f: Family, r: Reader, stem: str) -> Layer:
-    """Gemma 4's drafters (its assistants for speculative decoding): every layer shares the
-    key/value cache of the model it drafts for (text_config's num_kv_shared_layers is all of
-    them), so a layer holds its queries' and output's projections only, and its keys and
-    values are not in its checkpoint."""
-    name = f"{stem}k_proj.weight"
-    if r.has(name):
-        raise MhaError(f"{name}: a drafter's layer with keys of its own, which mha does not "
-                       "expect", source=r.ckpt.source_of(name), key=name)
-    text = r.get("text_config")
-    text = text if isinstance(text, dict) else {}
-    types = text.get("layer_types")
-    kind = types[r.layer] if isinstance(types, list) and r.layer < len(types) else None
-    seen = {"full_attention": "over the whole of that cache",
-            "sliding_attention": "over its last sliding_window positions"}.get(kind, "")
-    raise MhaError(f"{stem}q_proj.weight: {f.model_type}'s layer {r.layer} has q_proj and "
-                   "o_proj only: it attends over the keys and values of the target model it "
-                   "drafts for, as that model's last "
-                   + (f"{kind} layer stored them ({seen}" if kind else "layer of its type "
-                      "stored them (")
-                   + "; keys after their norm and RoPE, values after their norm: "
-                   "shared_kv_states, every layer sharing, text_config num_kv_shared_layers = "
-                   f"{text.get('num_kv_shared_layers')}). They are not in this checkpoint, and "
-                   "mha makes keys and values through a layer's own weights (or takes q, k "
-                   "and v all given), not another model's: read the target Gemma 4 model's "
-                   "layers, which mha follows", source=r.ckpt.source_of(f"{stem}q_proj.weight"),
-                   key=f"{stem}q_proj.weight")

@@ -116,6 +116,7 @@ def config_dict(c: Config, rows: list[str], cols: list[str], layout: str = "rows
 
     return {"n": c.n, "m": c.m, "heads": c.heads, "d_model": c.d_model, "d_kv": c.d_kv,
             **({"d_xv": c.d_xv} if c.d_xv else {}),  # x_v's width, where V has its own
+            **({"stored_kv": True} if c.stored else {}),  # k and v given beside x
             "d_k": c.d_k, "d_v": c.d_v, "d_out": c.d_out, "cross_attention": c.cross,
             **config_shown(c), "tokens": rows, "kv_tokens": cols, "layout": layout,
             **({"checkpoint": dict(read)} if read else {})}
