@@ -80,6 +80,10 @@ OPTIONS: tuple[SettingOption, ...] = (
                   "encoder): the first G rows of x global (seeing and seen by every row), "
                   "the rest in blocks of B shifted by P (the first B − P long), a token "
                   "seeing only its own block and the global rows.", metavar="B[:G[:P]]"),
+    SettingOption("ngram", "ProphetNet's n-gram attention: x's rows the main stream then "
+                  "N predicting streams of as many rows; the main stream causal, stream s at "
+                  "position i seeing the main stream's keys up to i − s + 1 (and the first) "
+                  "and its own key at i.", metavar="N"),
     SettingOption("temperature", "Llama 4's temperature tuning: each query at position p "
                   "multiplied by log(⌊(p + 1) / F⌋ + 1)·A + 1 (F floor_scale, A "
                   "attn_scale); F:A:0 for Ministral 3's log(⌊p / F⌋ + 1)·A + 1; F:A:power "
