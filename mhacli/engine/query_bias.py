@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from .config import Config, Prepared, Sizes
 
 Fields = tuple[dict[str, Any], dict[str, Any]]
-KEYS = ("weight", "bias", "max_distance")
+ORDERS = ("rows", "model")
+KEYS = ("weight", "bias", "max_distance", "order")
 
 
 def _numbers(v: Any, key: tuple[Any, ...]) -> Any:
@@ -64,7 +65,19 @@ def value(v: Any) -> dict[str, Any] | None:
                        "of x to each bucket's bias for each head)", key=("query_bias", "weight"))
     return {"weight": _numbers(v["weight"], ("query_bias", "weight")),
             "bias": None if v.get("bias") is None else _numbers(v["bias"], ("query_bias", "bias")),
-            "max_distance": whole("query_bias.max_distance", v.get("max_distance", 128))}
+            "max_distance": whole("query_bias.max_distance", v.get("max_distance", 128)),
+            "order": _order(v.get("order", "rows"))}
+
+
+def _order(v: Any) -> str:
+    """How the predicting streams' rows of P are read: "rows" (each query its own) or
+    "model" (as transformers' ProphetNet reads them)."""
+    if not isinstance(v, str) or v.strip().lower() not in ORDERS:
+        raise MhaError(f"query_bias order must be rows (each query's bias from its own row "
+                       "of P) or model (the predicting streams' rows read position-major, "
+                       f"as ProphetNet's code reads them), got {given(v)}",
+                       key=("query_bias", "order"))
+    return v.strip().lower()
 
 
 def distances(n: int, m: int, ngram: int | None) -> np.ndarray:
@@ -103,9 +116,13 @@ def parse(v: dict[str, Any] | None, s: Sizes) -> Fields:
                        f"its {count} buckets count one by one, got {distance}",
                        key=("query_bias", "max_distance"))
     bucket = relative.bucketed(-distances(s.n, s.m, s.ngram), count, False, distance)  # (n, m)
-    out = made(s.x, weight, bias, bucket, s.heads)
+    model_order = v["order"] == "model"
+    if model_order and not s.ngram:
+        raise MhaError("query_bias order model reads the predicting streams' rows of P as "
+                       "ProphetNet's code does: it goes with ngram", key=("query_bias", "order"))
+    out = made(s.x, weight, bias, bucket, s.heads, s.ngram, model_order)
     bucket.flags.writeable = out.flags.writeable = False
-    return ({"query_bias": (count, distance), "bias": True},
+    return ({"query_bias": (count, distance, v["order"]), "bias": True},
             {"qb_weight": weight, "qb_bias": bias, "qb_bucket": bucket, "bias": out})
 
 
@@ -115,20 +132,37 @@ def projected(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None) -> np.
     return out if bias is None else out + bias
 
 
+def table(p: np.ndarray, heads: int, ngram: int | None = None, model_order: bool = False
+          ) -> np.ndarray:
+    """Each head's row of each query: (H, n, B), P[i, k·H + h] at [h, i, k]; with
+    ``model_order`` the predicting streams' rows as the model reads them (its N·L·H rows
+    position-major, (position, stream, head), into places stream-major, (stream, head,
+    position))."""
+    n = p.shape[0]
+    out = p.reshape(n, -1, heads).transpose(2, 0, 1)  # (H, n, B)
+    if not model_order or not ngram:
+        return out
+    size = n // (1 + ngram)
+    pred = p[size:].reshape(ngram, size, -1, heads)  # (N, L, B, H)
+    read = pred.transpose(1, 0, 3, 2).reshape(ngram, heads, size, -1)  # (N, H, L, B)
+    return np.concatenate([out[:, :size], read.transpose(1, 0, 2, 3).reshape(
+        heads, ngram * size, -1)], axis=1)
+
+
 def made(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, bucket: np.ndarray,
-         heads: int) -> np.ndarray:
-    """The bias (H, n, m): P[i, bucket(i, j)·H + h]."""
-    p = projected(x, weight, bias)  # (n, B·H)
-    cols = bucket[None, :, :] * heads + np.arange(heads)[:, None, None]  # (H, n, m)
+         heads: int, ngram: int | None = None, model_order: bool = False) -> np.ndarray:
+    """The bias (H, n, m): P[i, bucket(i, j)·H + h] (``table``'s row of each query)."""
+    rows = table(projected(x, weight, bias), heads, ngram, model_order)  # (H, n, B)
     return np.ascontiguousarray(np.take_along_axis(
-        np.broadcast_to(p[None], (heads,) + p.shape), cols, axis=2))
+        rows, np.broadcast_to(bucket[None], (heads,) + bucket.shape), axis=2))
 
 
 def shown(c: Config) -> dict[str, Any]:
     """In the config JSON."""
     if c.query_bias is None:
         return {}
-    return {"query_bias": {"buckets": c.query_bias[0], "max_distance": c.query_bias[1]}}
+    count, distance, order = c.query_bias
+    return {"query_bias": {"buckets": count, "max_distance": distance, "order": order}}
 
 
 def write(c: Config, p: Prepared, given_: Any) -> str | None:
@@ -140,4 +174,5 @@ def write(c: Config, p: Prepared, given_: Any) -> str | None:
     rows = ", ".join("[" + ", ".join(written(a) for a in row) + "]" for row in p.qb_weight)
     more = "" if p.qb_bias is None else \
         "bias: [" + ", ".join(written(a) for a in p.qb_bias) + "], "
-    return f"{{max_distance: {c.query_bias[1]}, {more}weight: [{rows}]}}"
+    return (f"{{max_distance: {c.query_bias[1]}, order: {c.query_bias[2]}, {more}"
+            f"weight: [{rows}]}}")
