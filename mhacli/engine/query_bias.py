@@ -176,3 +176,28 @@ def write(c: Config, p: Prepared, given_: Any) -> str | None:
         "bias: [" + ", ".join(written(a) for a in p.qb_bias) + "], "
     return (f"{{max_distance: {c.query_bias[1]}, order: {c.query_bias[2]}, {more}"
             f"weight: [{rows}]}}")
+
+
+def origin(c: Config, bucket: Any, h: int, i: Any, j: Any) -> Any:
+    """Where query_bias's entry of head h (1-based), query i and key j (0-based; a
+    recipe's variables too) comes from: the row of P = X·W + b and its column, and the
+    entry's bucket (``bucket``: the cell's array of them)."""
+    from .recipe import when
+
+    count, distance, order = c.query_bias
+    k = bucket.at(i, j)
+    plain = (f"  bias[{i + 1}, {j + 1}] = P[{i + 1}, {k}·{c.heads} + {h}], P = X·W + b "
+             f"(query_bias): bucket {k} (from 0, of {count}, max_distance {distance}) "
+             f"of head {h}")
+    if order != "model" or not c.ngram:
+        return plain
+    size, streams = c.n // (1 + c.ngram), c.ngram  # the predicting streams' rows as read
+    flat = ((i - size) // size * c.heads + h - 1) * size + (i - size) % size
+    row = size + flat // c.heads % streams * size + flat // (c.heads * streams)
+    head = flat % c.heads + 1
+    read = (f"  bias[{i + 1}, {j + 1}] = P[{row + 1}, {k}·{c.heads} + {head}], P = X·W + b "
+            f"(query_bias): bucket {k} (from 0, of {count}, max_distance {distance}); a "
+            "predicting stream's query reads P's row and head as ProphetNet's code reads "
+            "them (its streams' rows position-major)")
+    return when(i >= size, read, plain) if not isinstance(i, int) else \
+        read if i >= size else plain

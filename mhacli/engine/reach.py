@@ -273,24 +273,26 @@ class Ngram(Rule):
         return main | ((a > 0) & (b == a) & (j == i))
 
     def said(self, reason: Reason, key: str) -> str:
+        # (i and j may be a recipe's variables: the streams counted with arithmetic, the
+        # cases chosen with ``when``)
+        from .recipe import when
+
+        pick = (lambda c, a, b: a if c else b) if isinstance(reason.i, int) else when
         size = self.length
         a, i, b, j = reason.i // size, reason.i % size, reason.j // size, reason.j % size
-        if a == 0:
-            why = ("a predicting stream's row: the main stream sees only its own keys"
-                   if b else f"its position {j + 1} is after the query's {i + 1}")
-        elif b == 0:
-            why = (f"predicting stream {a} sees the main stream's keys up to position "
-                   f"{max(i - a + 2, 1)}, and {key} is at {j + 1}")
-        else:
-            why = (f"predicting stream {a} sees only its own stream's key at its position "
-                   f"{i + 1}, and {key} is at position {j + 1} of "
-                   + ("its stream" if a == b else f"stream {b}"))
-        return f"the n-gram streams ({why})"
+        main = pick(b == 0, f"its position {j + 1} is after the query's {i + 1}",
+                    "a predicting stream's row: the main stream sees only its own keys")
+        early = (f"predicting stream {a} sees the main stream's keys up to position "
+                 f"{i - a + 2} (and the first), and {key} is at {j + 1}")
+        own = (f"predicting stream {a} sees only its own stream's key at its position "
+               f"{i + 1}, and {key} is at position {j + 1} of stream {b}")
+        return f"the n-gram streams ({pick(a == 0, main, pick(b == 0, early, own))})"
 
     tile_said = "the n-gram streams (no query of the tile sees any key of it)"
 
     def text(self, alone: bool) -> str:
-        return (f"n-gram streams (main stream then {self.streams} predicting streams of "
+        return (f"n-gram streams (main stream then {self.streams} predicting "
+                f"stream{'s' if self.streams > 1 else ''} of "
                 f"{self.length} rows): the main stream causal over its own keys, stream s "
                 "at position i over the main stream's keys up to i − s + 1 (and the first) "
                 "and its own key at i")
