@@ -293,16 +293,22 @@ def test_longt5s_local_attention_is_a_window_with_t5s_bias(tmp_path: Path) -> No
     assert read_layer(other, "decoder.0.cross").cross
 
 
-def test_prophetnets_encoder_and_cross_attention_agree(tmp_path: Path) -> None:
-    """Its encoder and its decoder's cross-attention are read; its decoder's n-gram
-    self-attention is refused by name."""
+@pytest.mark.parametrize("n", [9, 12])
+def test_prophetnets_layers_agree_its_decoders_streams_too(n: int, tmp_path: Path) -> None:
+    """Its encoder, its decoder's cross-attention and its decoder's n-gram self-attention:
+    x the main stream then 2 predicting streams (n / 3 rows each), both streams' outputs
+    and the weights (the model's two maps joined) against the model's own module, whose
+    softmax is in float32 (1e-6); every parameter random."""
     folder = hf.make_model("prophetnet", tmp_path / "prophetnet")
-    assert agrees(folder, skip=("decoder.0", "decoder.1")) == [
-        "encoder.0", "encoder.1", "decoder.0.cross", "decoder.1.cross"]
-    assert read_layer(folder, "decoder.1.cross").settings["heads"] == 2
-    with pytest.raises(MhaError, match="ngram is 2: ProphetNet's decoder self-attention is "
-                       "n-gram attention: .* a bias made from its own hidden state "
-                       r"\(relative_pos_embeddings: .* which mha does not compute"):
+    assert agrees(folder, tol=1e-6, n=n) == ["encoder.0", "encoder.1", "decoder.0",
+                                             "decoder.0.cross", "decoder.1", "decoder.1.cross"]
+    decoder = read_layer(folder, "decoder.1")
+    assert decoder.settings["ngram"] == 2 and decoder.settings["query_bias"]["order"] == "model"
+    assert decoder.settings["query_bias"]["weight"].shape == (32, 8 * 2)
+    assert "relative_pos_embeddings.weight" in decoder.origin["query_bias"]
+    assert "ngram" not in read_layer(folder, "decoder.1.cross").settings
+    _edit_config(folder, ngram=0)
+    with pytest.raises(MhaError, match="ngram is 0: expected a whole number of 1 or more"):
         read_layer(folder, "decoder.0")
 
 
