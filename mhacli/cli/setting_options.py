@@ -99,6 +99,11 @@ OPTIONS: tuple[SettingOption, ...] = (
                   "i and key j is the table's row of the bucket of j − i; buckets (the rows the "
                   "rule uses), prefix P and across [row, row] (the first P positions a "
                   "segment of their own) if given.", metavar="FILE"),
+    SettingOption("query_bias", "A bias made from each query's own row of x (ProphetNet's "
+                  "relative position embeddings): a YAML/JSON file with weight (d_model × "
+                  "B·H), bias, max_distance and order (rows, or model: ProphetNet's reading "
+                  "of its predicting streams' rows); query i and key j gain P[i, bucket(i − "
+                  "j)·H + h], P = X·W + b; forward only.", metavar="FILE"),
     SettingOption("disentangled", "DeBERTa's disentangled attention: a YAML/JSON file "
                   "with table (2k × d_model relative embeddings), terms (c2p, p2c), "
                   "max_relative_positions, position_buckets, share_att_key and w_pos_k, "
