@@ -312,6 +312,27 @@ def test_prophetnets_layers_agree_its_decoders_streams_too(n: int, tmp_path: Pat
         read_layer(folder, "decoder.0")
 
 
+def test_prophetnets_decoder_on_a_text_and_on_random_tokens(tmp_path: Path) -> None:
+    """On a text, x is the decoder's hidden state for its start token in each stream (3
+    rows, the model's own), agreeing with the model's own output; random tokens make 1 + 2
+    streams of them, labelled by stream."""
+    from typer.testing import CliRunner
+
+    from mhacli.cli import app
+
+    folder = hf.make_model("prophetnet", tmp_path / "prophetnet", tokenizer=True)
+    r = CliRunner().invoke(app, ["explain", "--checkpoint", str(folder), "--layer",
+                                 "decoder.1", "--text", "the cat sat", "--stage", "output",
+                                 "--format", "plain"])
+    assert r.exit_code == 0, r.output
+    assert "mha's output agrees with the model's attention output" in r.stdout
+    assert "\n<unk>+2 " in r.stdout or "+2 " in r.stdout
+    r = CliRunner().invoke(app, ["run", "--checkpoint", str(folder), "--layer", "decoder.0",
+                                 "--tokens", "4", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["shape"] == [12, 32]
+
+
 def test_t5gemma_reads_each_part_from_its_own_config(tmp_path: Path) -> None:
     """Gemma 2's settings from the part's config (softcap, scale, windows both ways in the
     encoder, causal in the decoder), none of RoPE or window in the cross-attention; its
