@@ -201,3 +201,24 @@ def test_a_problem_file_keeps_both_and_bad_values_are_one_line(tmp_path: Path) -
         lines = r.output.strip().splitlines()
         assert r.exit_code == 2 and len(lines) == 1 and lines[0].startswith("Error: "), r.output
         assert words in lines[0] and str(wrong) in lines[0], r.output
+
+
+def test_the_bias_in_json_and_in_a_cell(tmp_path: Path) -> None:
+    w = np.random.default_rng(2).standard_normal((8, 8)).round(2)
+    spec = tmp_path / "qb.yaml"
+    spec.write_text(f"weight: {w.tolist()}\nmax_distance: 8\norder: model\n")
+    base = ["explain", "--random", "--tokens", "6", "--seed", "1", "--ngram", "1",
+            "--query-bias", str(spec)]
+    r = runner.invoke(app, base + ["--format", "json", "--stage", "output"])
+    assert r.exit_code == 0, r.output
+    assert '"query_bias": {"buckets": 4, "max_distance": 8, "order": "model"}' in r.stdout
+    r = runner.invoke(app, base + ["--cell", "biased:2:5:1", "--format", "plain"])
+    assert r.exit_code == 0, r.output
+    # row 5 is stream 1's position 1 (from 0), head 2: its place stream-major is
+    # (0·H + 1)·L + 1 = 4, which position-major is position 2, stream 1, head 1: P's row 6
+    size, heads, streams = 3, 2, 1
+    flat = (0 * heads + 1) * size + 1
+    pos, rest = divmod(flat, streams * heads)
+    s, head = divmod(rest, heads)
+    assert f"bias[5, 1] = P[{size + s * size + pos + 1}, 2·2 + {head + 1}], P = X·W + b " \
+        "(query_bias): bucket 2" in r.stdout, r.stdout
