@@ -101,8 +101,8 @@ def encoders(recipe: Callable[..., Any]) -> dict[str, Any]:
             num_encoder_layers=2, num_decoder_layers=2, num_encoder_attention_heads=4,
             num_decoder_attention_heads=2, max_position_embeddings=64, ngram=2, num_buckets=8,
             relative_max_distance=16, pad_token_id=0, bos_token_id=1, eos_token_id=2,
-            decoder_start_token_id=0), notes="encoder.N and decoder.N.cross read; the "
-            "decoder's n-gram self-attention refused"),
+            decoder_start_token_id=0), notes="encoder.N, decoder.N (n-gram "
+            "self-attention: ngram, query_bias) and decoder.N.cross read"),
         "t5gemma": recipe("T5GemmaConfig", "T5GemmaForConditionalGeneration", dict(
             encoder=_gemma(), decoder=_gemma(num_attention_heads=2, num_key_value_heads=1,
                                              rope_parameters={**ROPE, "rope_theta": 20000.0}),

@@ -400,7 +400,10 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
     languages = getattr(model.config, "languages", None)
     if languages and hasattr(model, "set_default_language"):  # X-MOD's adapters need one
         model.set_default_language(languages[0])
-    ids = torch.from_numpy(reference_ids(model, n, seed))
+    streams = _ngram_streams(model.get_submodule(path))  # (ProphetNet's decoder: x holds
+    ids = torch.from_numpy(reference_ids(model, n // (1 + streams), seed))  # 1 + N streams)
+    if streams:  # (its out_proj is called once per stream: the module's own output)
+        output = None
     stores: dict[str, tuple[Any, tuple, dict]] = {}  # a layer type's module storing the
     # keys and values its KV-shared layers take, and its call
 
@@ -507,9 +510,33 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
              if isinstance(t, torch.Tensor) and t.ndim == 4]
     if xlnet and isinstance(result, tuple) and isinstance(result[-1], torch.Tensor):
         found = [result[-1].permute(2, 3, 0, 1)]  # (its weights i × j × B × H)
+    if streams and isinstance(result, tuple):  # the streams' maps as one H × n × n
+        found = [_ngram_weights(result[1], result[2], streams)]
     if found:
         weights = found[-1][0].double().numpy().copy()
     return {"output": out[0].double().numpy().copy(), "weights": weights}
+
+
+def _ngram_streams(module: torch.nn.Module) -> int:
+    """ProphetNet's n-gram self-attention: its predicting streams N (x holds 1 + N
+    streams of the tokens' rows; the model runs on a stream's worth of ids); else 0."""
+    if hasattr(module, "relative_pos_embeddings") and hasattr(module, "ngram"):
+        return int(module.ngram)
+    return 0
+
+
+def _ngram_weights(main: torch.Tensor, predict: torch.Tensor, streams: int) -> torch.Tensor:
+    """ProphetNet's weights (the main stream's B × H × L × L, the predicting streams' B ×
+    N × H × L × 2L over the main stream's keys then their own) as one B × H × n × n map
+    of x's rows (1 + N streams of L), zeros where a stream's row sees no key."""
+    b, h, size, _ = main.shape
+    out = main.new_zeros((b, h, (1 + streams) * size, (1 + streams) * size))
+    out[:, :, :size, :size] = main
+    for s in range(streams):
+        rows = slice((1 + s) * size, (2 + s) * size)
+        out[:, :, rows, :size] = predict[:, s, :, :, :size]
+        out[:, :, rows, rows] = predict[:, s, :, :, size:]
+    return out
 
 
 def _two_streams(model: torch.nn.Module, path: str, x: np.ndarray) -> dict[str, Any]:

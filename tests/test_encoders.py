@@ -293,17 +293,44 @@ def test_longt5s_local_attention_is_a_window_with_t5s_bias(tmp_path: Path) -> No
     assert read_layer(other, "decoder.0.cross").cross
 
 
-def test_prophetnets_encoder_and_cross_attention_agree(tmp_path: Path) -> None:
-    """Its encoder and its decoder's cross-attention are read; its decoder's n-gram
-    self-attention is refused by name."""
+@pytest.mark.parametrize("n", [9, 12])
+def test_prophetnets_layers_agree_its_decoders_streams_too(n: int, tmp_path: Path) -> None:
+    """Its encoder, its decoder's cross-attention and its decoder's n-gram self-attention:
+    x the main stream then 2 predicting streams (n / 3 rows each), both streams' outputs
+    and the weights (the model's two maps joined) against the model's own module, whose
+    softmax is in float32 (1e-6); every parameter random."""
     folder = hf.make_model("prophetnet", tmp_path / "prophetnet")
-    assert agrees(folder, skip=("decoder.0", "decoder.1")) == [
-        "encoder.0", "encoder.1", "decoder.0.cross", "decoder.1.cross"]
-    assert read_layer(folder, "decoder.1.cross").settings["heads"] == 2
-    with pytest.raises(MhaError, match="ngram is 2: ProphetNet's decoder self-attention is "
-                       "n-gram attention: .* a bias made from its own hidden state "
-                       r"\(relative_pos_embeddings: .* which mha does not compute"):
+    assert agrees(folder, tol=1e-6, n=n) == ["encoder.0", "encoder.1", "decoder.0",
+                                             "decoder.0.cross", "decoder.1", "decoder.1.cross"]
+    decoder = read_layer(folder, "decoder.1")
+    assert decoder.settings["ngram"] == 2 and decoder.settings["query_bias"]["order"] == "model"
+    assert decoder.settings["query_bias"]["weight"].shape == (32, 8 * 2)
+    assert "relative_pos_embeddings.weight" in decoder.origin["query_bias"]
+    assert "ngram" not in read_layer(folder, "decoder.1.cross").settings
+    _edit_config(folder, ngram=0)
+    with pytest.raises(MhaError, match="ngram is 0: expected a whole number of 1 or more"):
         read_layer(folder, "decoder.0")
+
+
+def test_prophetnets_decoder_on_a_text_and_on_random_tokens(tmp_path: Path) -> None:
+    """On a text, x is the decoder's hidden state for its start token in each stream (3
+    rows, the model's own), agreeing with the model's own output; random tokens make 1 + 2
+    streams of them, labelled by stream."""
+    from typer.testing import CliRunner
+
+    from mhacli.cli import app
+
+    folder = hf.make_model("prophetnet", tmp_path / "prophetnet", tokenizer=True)
+    r = CliRunner().invoke(app, ["explain", "--checkpoint", str(folder), "--layer",
+                                 "decoder.1", "--text", "the cat sat", "--stage", "output",
+                                 "--format", "plain"])
+    assert r.exit_code == 0, r.output
+    assert "mha's output agrees with the model's attention output" in r.stdout
+    assert "\n<unk>+2 " in r.stdout or "+2 " in r.stdout
+    r = CliRunner().invoke(app, ["run", "--checkpoint", str(folder), "--layer", "decoder.0",
+                                 "--tokens", "4", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["shape"] == [12, 32]
 
 
 def test_t5gemma_reads_each_part_from_its_own_config(tmp_path: Path) -> None:

@@ -80,6 +80,10 @@ OPTIONS: tuple[SettingOption, ...] = (
                   "encoder): the first G rows of x global (seeing and seen by every row), "
                   "the rest in blocks of B shifted by P (the first B − P long), a token "
                   "seeing only its own block and the global rows.", metavar="B[:G[:P]]"),
+    SettingOption("ngram", "ProphetNet's n-gram attention: x's rows the main stream then "
+                  "N predicting streams of as many rows; the main stream causal, stream s at "
+                  "position i seeing the main stream's keys up to i − s + 1 (and the first) "
+                  "and its own key at i.", metavar="N"),
     SettingOption("temperature", "Llama 4's temperature tuning: each query at position p "
                   "multiplied by log(⌊(p + 1) / F⌋ + 1)·A + 1 (F floor_scale, A "
                   "attn_scale); F:A:0 for Ministral 3's log(⌊p / F⌋ + 1)·A + 1; F:A:power "
@@ -96,6 +100,11 @@ OPTIONS: tuple[SettingOption, ...] = (
                   "i and key j is the table's row of the bucket of j − i; buckets (the rows the "
                   "rule uses), prefix P and across [row, row] (the first P positions a "
                   "segment of their own) if given.", metavar="FILE"),
+    SettingOption("query_bias", "A bias made from each query's own row of x (ProphetNet's "
+                  "relative position embeddings): a YAML/JSON file with weight (d_model × "
+                  "B·H), bias, max_distance and order (rows, or model: ProphetNet's reading "
+                  "of its predicting streams' rows); query i and key j gain P[i, bucket(i − "
+                  "j)·H + h], P = X·W + b; forward only.", metavar="FILE"),
     SettingOption("disentangled", "DeBERTa's disentangled attention: a YAML/JSON file "
                   "with table (2k × d_model relative embeddings), terms (c2p, p2c), "
                   "max_relative_positions, position_buckets, share_att_key and w_pos_k, "

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from . import ops
+from . import bucket_bias, ops
 from .recipe import each, fdot, op, rms_line, rms_of, squares, when
 from .tuning import tau_of, tau_text
 from .writing import Entry, sub
@@ -320,6 +320,9 @@ def cell_biased(e: Entry) -> list[Any]:
                         "distance")
             origin = [when(i < pre[0], when(j < pre[0], normal, across(0)),
                            when(j < pre[0], across(1), normal))]
+    if e.c.query_bias is not None:  # from the query's own row of x
+        origin = [bucket_bias.origin(e.c, e.derive("qb_bucket", lambda t: t.prepared.qb_bucket),
+                                   h, i, j)]
     if e.c.dynamic:  # Doge's: the bias of the head's key/value head for the key
         g = kv(e.c, h)
         e.mark("dynamic_bias", None, {j}, {g - 1})
@@ -658,3 +661,4 @@ def cell_v_embedded(e: Entry) -> list[Any]:
             "(the token's value embedding)",
             f"  = {e.num(v)} + {e.factor(e.inp('value_embeds').at(i, j))}",
             f"  = {e.result}"]
+

@@ -65,6 +65,8 @@ class Config:
     local_blocks: int | None = None  # B: the tokens in blocks of B, each seeing its own
     block_globals: int = 0  # G: the first G rows global, seeing and seen by every row
     block_shift: int = 0  # P: the blocks shifted by P (the first B − P tokens long)
+    ngram: int | None = None  # N: ProphetNet's n-gram streams, x = 1 + N blocks of rows
+    query_bias: tuple[int, int, str] | None = None  # (B, D, order): a bias from each query's row
     temperature: tuple[float, float] | None = None  # (F, A): Llama 4's tuning of the queries
     temperature_shift: int = 1  # S of ⌊(p + S) / F⌋: 1 in Llama 4, 0 in Ministral 3
     temperature_power: bool = False  # (1 + (p + 1) / F)^A instead (Beam's NoPE layers)
@@ -217,6 +219,9 @@ class Prepared:
     slopes: Array | None = None  # (H,) ALiBi slopes
     bias: Array | None = None  # (n, m) or (H, n, m), added to the scores
     rel_table: Array | None = None  # (B, H) relative_bias's table, B buckets
+    qb_weight: Array | None = None  # (d_model, B·H) query_bias's weight
+    qb_bias: Array | None = None  # (B·H,) and bias
+    qb_bucket: Array | None = None  # (n, m) each entry's bucket
     rel_bucket: npt.NDArray[np.int64] | None = None  # (n, m) each entry's bucket
     key_padding: npt.NDArray[np.bool_] | None = None  # (m,) True = a real key
     sinks: Array | None = None  # (H,) one extra logit per head
@@ -317,3 +322,4 @@ class Sizes:
     r_q: int = 0  # MLA: the query latent's width (the indexer reads it)
     x_v: Array | None = None  # (m, d_xv): the values' own input, when they have one
     q_both: bool = False  # MLA: the gate reads [C_Q normed | C_Q] (2·r_q rows), not X
+    ngram: int | None = None  # ProphetNet's predicting streams (query_bias reads them)

@@ -48,6 +48,7 @@ class Settings(Protocol):
     block_globals: int
     block_shift: int
     padding: bool
+    ngram: int | None
 
 
 Bools = Any  # npt.NDArray[np.bool_], (rows, keys) or broadcast against them
@@ -252,6 +253,51 @@ class LocalBlocks(Rule):
                 "a token sees its own block")
 
 
+class Ngram(Rule):
+    """ProphetNet's n-gram attention: the rows are the main stream (L tokens) then N
+    predicting streams of L rows each. A main-stream row i sees the main stream's keys
+    0 … i; a row at position i of predicting stream s (1 … N) sees the main stream's keys
+    0 … i − s + 1 (key 0 always, as the model keeps it) and its own stream's key at i."""
+
+    name = "ngram"
+    the = "the n-gram streams"
+
+    def __init__(self, streams: int, length: int) -> None:
+        self.streams, self.length = streams, length  # N predicting streams of L rows
+
+    def allowed(self, lo: int, hi: int, k0: int, k1: int) -> Bools:
+        rows, cols = np.arange(lo, hi)[:, None], np.arange(k0, k1)[None, :]
+        a, i = rows // self.length, rows % self.length  # (rows, 1) stream, position
+        b, j = cols // self.length, cols % self.length  # (1, keys)
+        main = (b == 0) & ((j <= i - np.maximum(a - 1, 0)) | ((a > 0) & (j == 0)))
+        return main | ((a > 0) & (b == a) & (j == i))
+
+    def said(self, reason: Reason, key: str) -> str:
+        # (i and j may be a recipe's variables: the streams counted with arithmetic, the
+        # cases chosen with ``when``)
+        from .recipe import when
+
+        pick = (lambda c, a, b: a if c else b) if isinstance(reason.i, int) else when
+        size = self.length
+        a, i, b, j = reason.i // size, reason.i % size, reason.j // size, reason.j % size
+        main = pick(b == 0, f"its position {j + 1} is after the query's {i + 1}",
+                    "a predicting stream's row: the main stream sees only its own keys")
+        early = (f"predicting stream {a} sees the main stream's keys up to position "
+                 f"{i - a + 2} (and the first), and {key} is at {j + 1}")
+        own = (f"predicting stream {a} sees only its own stream's key at its position "
+               f"{i + 1}, and {key} is at position {j + 1} of stream {b}")
+        return f"the n-gram streams ({pick(a == 0, main, pick(b == 0, early, own))})"
+
+    tile_said = "the n-gram streams (no query of the tile sees any key of it)"
+
+    def text(self, alone: bool) -> str:
+        return (f"n-gram streams (main stream then {self.streams} predicting "
+                f"stream{'s' if self.streams > 1 else ''} of "
+                f"{self.length} rows): the main stream causal over its own keys, stream s "
+                "at position i over the main stream's keys up to i − s + 1 (and the first) "
+                "and its own key at i")
+
+
 class Matrix(Rule):
     """A mask matrix: n × m booleans, True = may attend."""
 
@@ -405,6 +451,8 @@ class Reach:
             rules.append(Chunk(c.chunk))
         if c.local_blocks is not None:  # (PEGASUS-X's blocks and global rows)
             rules.append(LocalBlocks(c.local_blocks, c.block_globals, c.block_shift))
+        if c.ngram is not None:  # (ProphetNet's main and predicting streams)
+            rules.append(Ngram(c.ngram, c.n // (1 + c.ngram)))
         if c.padding:
             rules.append(Padding(key_padding))  # type: ignore[arg-type]
         if top_k is not None:

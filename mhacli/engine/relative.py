@@ -29,8 +29,14 @@ def buckets(n: int, m: int, count: int, bidirectional: bool, max_distance: int
             ) -> npt.NDArray[np.int64]:
     """Each (query, key)'s bucket: (n, m), queries and keys at positions 0 … n − 1 and
     0 … m − 1."""
-    relative = np.arange(m)[None, :] - np.arange(n)[:, None]  # (n, m): j − i
-    out = np.zeros((n, m), dtype=np.int64)
+    return bucketed(np.arange(m)[None, :] - np.arange(n)[:, None], count, bidirectional,
+                    max_distance)
+
+
+def bucketed(relative: npt.NDArray[np.int64], count: int, bidirectional: bool,
+             max_distance: int) -> npt.NDArray[np.int64]:
+    """The bucket of each distance j − i of ``relative`` (any shape): T5's rule."""
+    out = np.zeros(relative.shape, dtype=np.int64)
     if bidirectional:
         count //= 2
         out += (relative > 0) * count  # the keys after the query: the upper half

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from ..errors import MhaError
-from . import clipping, disentangled, dynamic, experts, gating, local_blocks, value_embeds
+from . import bucket_bias, clipping, disentangled, dynamic, experts, gating, local_blocks, ngram
+from . import value_embeds
 from . import parsers as read
 from . import qk_norms, query_bias, relative, rope, sparse, sub_norm, token_conv, turned_values
 from . import xl_relative
@@ -108,6 +109,12 @@ SETTINGS: tuple[Setting, ...] = (
             parse=local_blocks.parse,
             fields=("local_blocks", "block_globals", "block_shift"),
             shown=local_blocks.shown, write=local_blocks.write),
+    Setting("ngram", "ProphetNet's n-gram attention (its decoder's self-attention): N "
+            "predicting streams; x's rows are the main stream then N streams of as many "
+            "rows; the main stream causal over its own keys, stream s at position i seeing "
+            "the main stream's keys up to i − s + 1 (and the first) and its own key at i "
+            "(self-attention).", read=ngram.value, parse=ngram.parse, fields=("ngram",),
+            shown=ngram.shown, write=ngram.write),
     Setting("temperature", "Llama 4's temperature tuning of the queries: F:A (its "
             "floor_scale and attn_scale), each query at position p multiplied by "
             "log(⌊(p + 1) / F⌋ + 1)·A + 1; F:A:0 for Ministral 3's log(⌊p / F⌋ + 1)·A + 1; "
@@ -140,7 +147,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("bias", "an n × m or H × n × m array added to the scores.", kind="file",
             array=(2, 3), parse=read.bias, fields=("bias",),
             shown=lambda c: {"bias": c.bias},
-            write=lambda c, p, given: None if c.relative else p.bias),
+            write=lambda c, p, given: None if c.relative or c.query_bias else p.bias),
     Setting("relative_bias", "T5's relative position bias: {table, bidirectional, "
             "max_distance}, the table B buckets × H; the bias of query i and key j is the "
             "table's row of the bucket of j − i (relative.py), added to the scores; buckets "
@@ -153,6 +160,21 @@ SETTINGS: tuple[Setting, ...] = (
             shown=lambda c: {} if c.relative is None else
             {"relative_bias": relative.shown(c.relative, c.rel_prefix)},
             write=read.write_relative_bias),
+    Setting("query_bias", "a bias made from each query's own row of x (ProphetNet's "
+            "relative position embeddings): {weight, bias, max_distance}, weight d_model × "
+            "B·H; P = X·W + b, and the score of query i and key j in head h gains "
+            "P[i, bucket(i − j)·H + h], the bucket by T5's rule for the keys before "
+            "(relative.py; with ngram, each stream's positions, a predicting stream's query "
+            "one position after the main stream's); forward only.", kind="file",
+            read=bucket_bias.value, parse=bucket_bias.parse,
+            fields=("query_bias", "qb_weight", "qb_bias", "qb_bucket"),
+            excludes=(("bias", "query_bias and bias both add to the scores: give one or the "
+                               "other"),
+                      ("relative_bias", "query_bias and relative_bias both add to the "
+                                        "scores: give one or the other"),
+                      ("rel_logits", "query_bias and rel_logits both add a bias of each "
+                                     "query's making: give one or the other")),
+            shown=bucket_bias.shown, write=bucket_bias.write),
     Setting("disentangled", "DeBERTa's disentangled attention: {table, terms, "
             "max_relative_positions, position_buckets, share_att_key, w_pos_k, b_pos_k, "
             "w_pos_q, b_pos_q}; the table (2k × d_model, the relative embeddings as the "

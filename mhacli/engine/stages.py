@@ -360,6 +360,12 @@ def _biased_text(f: Formula) -> str:
     if f.c.relative is not None:  # T5's: the table's row of each entry's bucket
         terms[-1] = f"bias, bias[i, j] = table[bucket(j − i), h] ({f.c.relative[1]} buckets" \
             f"{', both ways' if f.c.relative[0] else ', keys before'})"
+    if f.c.query_bias is not None:  # a bias from each query's own row of x
+        count, distance, order = f.c.query_bias
+        terms[-1] = (f"bias, bias[i, j] = P[i, bucket(i − j)·H + h], P = X·W + b (query_bias: "
+                     f"{count} buckets for the keys before, max_distance {distance}"
+                     + ("; the predicting streams' rows of P read position-major, as "
+                        "ProphetNet's code reads them" if order == "model" else "") + ")")
     if f.c.dynamic:
         g = sub(f.c.kv_of(f.h - 1) + 1) if f.h is not None else "_g"
         terms.append(f"dynamic_bias[j, {'g' if f.h is None else f.c.kv_of(f.h - 1) + 1}] "

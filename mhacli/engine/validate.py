@@ -225,7 +225,7 @@ def prepare(
     r_q = 0 if latent_shapes is None else latent_shapes.r_q
     q_both = latent_shapes is not None and latent_shapes.both
     sizes = Sizes(n, m, heads, groups, d_k, d_v, d_model, t, x_a, xkv_a, d_rope, r_q, xv_a,
-                  q_both)
+                  q_both, BY_KEY["ngram"].read(settings.get("ngram")))
     if latent_shapes is not None and settings.get("dynamic_mask") not in (None, False):
         raise MhaError("the dynamic mask reads the values V = X·W_V: multi-head latent "
                        "attention makes them from its latent (w_dkv, w_uv), which it does "
@@ -257,6 +257,11 @@ def prepare(
         raise MhaError("give grad_output or target, not both (each sets dL/d output)",
                        key="target")
     backward = bool(backward) or any(a is not None for a in upstream.values())
+    if backward and fields.get("query_bias") is not None:
+        raise MhaError("query_bias is made from each query's row of x (P = X·W + b): the "
+                       "backward pass takes the scores' bias as a constant and does not "
+                       "follow its gradient into x and the bias's weight; mha computes "
+                       "query_bias forward only", key="query_bias")
     loss = "given" if upstream["grad_output"] is not None else \
         "target" if upstream["target"] is not None else "sum"
     config = Config(

@@ -250,7 +250,7 @@ MISTAKES: tuple[Mistake, ...] = (
             f"{'are' if len(p.reach.rules) > 1 else 'is'} left out: every query attends to "
             "every key, the blocked ones too", _unmasked),
     *(_one_left_out(rule) for rule in ("causal", "mask", "window", "chunk", "local_blocks",
-                                       "padding", "top_k", "dynamic")),
+                                       "ngram", "padding", "top_k", "dynamic")),
     Mistake("weights", "the softmax is taken down each column instead of along each row",
             _columns),
     Mistake("weights", "the mask is applied after the softmax (blocked weights set to 0, "

@@ -49,6 +49,11 @@ def load_checkpoint(checkpoint: str | Path, layer: int | None, *, file: str | No
     if front:
         labels = front + (labels or [f"t{i + 1}" for i in range(n)])
         n += len(front)
+    streams = reading.settings.get("ngram")  # (ProphetNet's decoder: 1 + N streams of them)
+    if streams:
+        labels = labels or [f"t{i + 1}" for i in range(n)]
+        labels = labels + [f"{t}+{s}" for s in range(1, 1 + streams) for t in labels]
+        n *= 1 + streams
     rng = np.random.default_rng(seed)
     x = np.round(rng.standard_normal((n, reading.width)), 2)
     source = f"random tokens on {path.name}" + (f" (seed {seed})" if seed is not None else "")

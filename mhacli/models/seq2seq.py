@@ -57,34 +57,49 @@ def bart(f: Family, r: Reader, stem: str) -> Layer:
     return out
 
 
-@said("encoder: no mask; decoder: its cross-attention over the encoder's output (x_kv); "
-      "its n-gram self-attention refused by name")
+@said("encoder: no mask; decoder: n-gram self-attention (ngram: x the main stream then "
+      "the predicting streams; query_bias from relative_pos_embeddings) and its "
+      "cross-attention over the encoder's output (x_kv)")
 def prophetnet(f: Family, r: Reader, stem: str) -> Layer:
     """ProphetNet: query_proj, key_proj, value_proj and out_proj with biases, the
     queries ÷ √d_k; its encoder sees every token, its decoder's cross-attention every
-    token of the encoder's output. Its decoder's self-attention is n-gram attention (a
-    main stream and ngram streams predicting further tokens, each with relative position
-    buckets of its own): refused by name."""
+    token of the encoder's output. Its decoder's self-attention is n-gram attention: x
+    holds the main stream then ``ngram`` predicting streams of as many rows (``ngram``,
+    the rule of who sees whom), and each query's scores gain a bias made from its own
+    row (``query_bias``: relative_pos_embeddings, x_i to num_buckets × heads, the column
+    of the bucket of i − j, relative_max_distance)."""
     part = r.part.part if r.part is not None else "decoder"
     cross = r.part is not None and r.part.cross
-    for key in ("ngram", "num_buckets", "relative_max_distance", "disable_ngram_loss", "eps",
-                "num_encoder_layers", "num_decoder_layers"):
-        r.get(key)  # (the decoder's n-gram streams; the layers and the loss around them)
-    if part == "decoder" and not cross:
-        raise r.error("ngram", f"{shown(r.cfg.get('ngram'))}: ProphetNet's decoder "
-                      "self-attention is n-gram attention: its x holds the main stream and "
-                      "ngram predicting streams (1 + ngram blocks of rows), each query's "
-                      "scores gain a bias made from its own hidden state (relative_pos_"
-                      "embeddings: x_i to num_buckets × heads, the row of the bucket of "
-                      "i − j), and each predicting stream attends over the main stream's "
-                      "keys and its own, which mha does not compute; its encoder.N and "
-                      "decoder.N.cross layers are read")
+    for key in ("disable_ngram_loss", "eps", "num_encoder_layers", "num_decoder_layers"):
+        r.get(key)  # (the loss and the layers around the attention)
+    streams, buckets = r.get("ngram", 2), r.get("num_buckets", 32)
+    distance = r.get("relative_max_distance", 128)
     r.get(f"num_{'encoder' if part == 'decoder' else 'decoder'}_attention_heads")
     heads, _, _ = heads_of(r, f"num_{part}_attention_heads", None, r.count("hidden_size"))
     out: dict[str, Any] = {"heads": heads}
     for ours, theirs in (("q", "query_proj"), ("k", "key_proj"), ("v", "value_proj"),
                          ("o", "out_proj")):
         linear(r, stem, theirs, out, ours)
+    if part == "decoder" and not cross:
+        for key, v in (("ngram", streams), ("num_buckets", buckets),
+                       ("relative_max_distance", distance)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise r.error(key, f"{shown(v)}: expected a whole number of 1 or more")
+        out["ngram"] = streams
+        r.note("ngram", f"config ngram {streams}: x holds the main stream's tokens, then "
+               f"{streams} predicting streams of as many rows (the model's hidden states "
+               "of its n-gram self-attention, in its order)")
+        name = f"{stem}relative_pos_embeddings"
+        rows, cols = r.shape(f"{name}.weight", 2)
+        if rows != buckets * heads:
+            raise r.error("num_buckets", f"{buckets}: {name}.weight has {rows} rows, not "
+                          f"num_buckets × heads = {buckets * heads}")
+        weight = r.tensor(f"{name}.weight", 2).T  # (d_model, B·H)
+        bias = r.tensor(f"{name}.bias", 1) if r.has(f"{name}.bias") else None
+        out["query_bias"] = {"weight": weight, "bias": bias, "max_distance": distance,
+                             "order": "model"}
+        r.note("query_bias", f"tensor {name}.weight (transposed) and .bias; config "
+               f"num_buckets {buckets}, relative_max_distance {distance}")
     return out
 
 

@@ -78,8 +78,15 @@ class Reading:
 
     def rows(self, layer: Any) -> list[str]:
         """The labels of a layer's query rows: the text's tokens, or in an encoder-decoder
-        model's decoder its start token."""
-        return self.start_labels if str(layer).startswith("decoder.") else self.labels
+        model's decoder its start token; where the layer's x holds 1 + N streams of them
+        (ProphetNet's n-gram self-attention), the main stream's, then each predicting
+        stream's s as ``token+s``."""
+        base = self.start_labels if str(layer).startswith("decoder.") else self.labels
+        rows = len(self.x[layer]) if layer in self.x else len(base)
+        if base and rows > len(base) and rows % len(base) == 0 and \
+                str(layer).startswith("decoder."):
+            return base + [f"{t}+{s}" for s in range(1, rows // len(base)) for t in base]
+        return base
 
 
 def read_text(folder: str | Path, text: str, layers: dict[Any, str],
