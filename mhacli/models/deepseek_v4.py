@@ -32,23 +32,12 @@ from typing import Any
 import numpy as np
 
 from ..errors import MhaError, shown
-from .reading import Reader, _dtype, frozen, linear, rope_of
+from .reading import Reader, _dtype, frozen, layer_kind, linear, rope_of
 from .rules import said
 
 Layer = dict[str, Any]
 KINDS = {"sliding_attention": None, "compressed_sparse_attention": "CSA",
          "heavily_compressed_attention": "HCA"}
-
-
-def _kind(r: Reader) -> str:
-    types = r.get("layer_types")
-    if not isinstance(types, list) or r.layer >= len(types):
-        raise r.error("layer_types", f"{shown(types)}: expected one type for each layer")
-    kind = types[r.layer]
-    if kind not in KINDS:
-        raise r.error("layer_types", f"{shown(kind)} at layer {r.layer}: an attention mha "
-                      f"does not compute (it reads {', '.join(KINDS)})")
-    return str(kind)
 
 
 def _output(r: Reader, stem: str, heads: int, d: int, out: Layer) -> None:
@@ -117,7 +106,7 @@ def _compressor(r: Reader, stem: str, kind: str, out: Layer) -> None:
       "key (fewer tokens than compress_rates), more refused by name")
 def deepseek_v4(f: Any, r: Reader, stem: str) -> Layer:
     """One layer of DeepSeek-V4: its attention without the compressor's keys."""
-    kind = _kind(r)
+    kind = layer_kind(r, KINDS)
     heads, d = r.count("num_attention_heads"), r.count("head_dim")
     r_q, hidden = r.count("q_lora_rank"), r.count("hidden_size")
     for key, value in (("num_attention_heads", heads), ("head_dim", d),

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import shown
 from .latent import latent_attention
-from .reading import Reader, window_of
+from .reading import Reader, layer_kind, window_of
 from .rules import said
 
 Layer = dict[str, Any]
@@ -45,17 +45,6 @@ class ByLayer(Reader):
         return {**self.ckpt.config, **(self.overrides or {})}
 
 
-def _kind(r: Reader) -> str:
-    types = r.get("layer_types")
-    if not isinstance(types, list) or r.layer >= len(types):
-        raise r.error("layer_types", f"{shown(types)}: expected one type for each layer")
-    kind = types[r.layer]
-    if kind not in KINDS:
-        raise r.error("layer_types", f"{shown(kind)} at layer {r.layer}: an attention mha "
-                      f"does not compute (it reads {', '.join(KINDS)})")
-    return str(kind)
-
-
 def _overrides(r: Reader) -> dict[str, Any]:
     """This layer's entry of per_layer_config (keyed by its index, as a string in JSON)."""
     table = r.get("per_layer_config") or {}
@@ -75,7 +64,7 @@ def _overrides(r: Reader) -> dict[str, Any]:
       "every key of a problem of at most index_topk tokens (dense), more refused by name")
 def dots3(f: Any, r: Reader, stem: str) -> Layer:
     """A dots3 layer: its type's reading, with its own sizes over the model's."""
-    kind = _kind(r)
+    kind = layer_kind(r, KINDS)
     for key in ("sliding_window", "index_topk", "index_n_heads", "index_head_dim"):
         r.get(key)  # (the sliding layers' window; the indexed layers' indexer)
     over = _overrides(r)

@@ -380,6 +380,19 @@ def _positive(r: Reader, key: str, value: Any) -> float:
     return float(value)
 
 
+def layer_kind(r: Reader, kinds: Any) -> str:
+    """This layer's entry of the config's layer_types, which must be one of ``kinds``
+    (the attention kinds a family's reader computes)."""
+    types = r.get("layer_types")
+    if not isinstance(types, list) or r.layer >= len(types):
+        raise r.error("layer_types", f"{shown(types)}: expected one type for each layer")
+    kind = types[r.layer]
+    if kind not in kinds:
+        raise r.error("layer_types", f"{shown(kind)} at layer {r.layer}: an attention mha "
+                      f"does not compute (it reads {', '.join(kinds)})")
+    return str(kind)
+
+
 def window_of(r: Reader, default_types: Callable[[int], str] | None = None,
               every_layer: bool = False) -> tuple[int | None, str | None]:
     """This layer's sliding window (None: full attention) and its type."""
