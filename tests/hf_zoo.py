@@ -635,11 +635,13 @@ def layer_count(folder: str | Path) -> int:
     """The number of layers of a saved model, as its tensors' names number them."""
     from safetensors import safe_open
 
-    top = -1
+    top, funnel = -1, set()
     for file in Path(folder).glob("*.safetensors"):
         with safe_open(str(file), "np") as handle:
             for name in handle.keys():
+                if m := re.search(r"(?:^|\.)encoder\.blocks\.(\d+)\.(\d+)\.", name):
+                    funnel.add((m[1], m[2]))  # (Funnel's blocks: every layer of each)
                 m = re.search(r"(?:^|\.)(?:layers|blocks|h|layer|attentions)\.(\d+)\.", name)
                 top = max(top, int(m[1])) if m else top
-    return top + 1
+    return len(funnel) or top + 1
 

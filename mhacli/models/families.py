@@ -29,6 +29,7 @@ from .layouts import (albert, approximate, bert, bloom, codegen, drafter, falcon
 from .encoders import convbert, ibert, jina, luke, mobilebert, roformer, squeezebert
 from .bigbird import big_bird, bigbird_pegasus
 from .deberta import deberta, deberta_v2
+from .funnel import funnel
 from .xlnet import xlnet
 from .differential import diffllama
 from .dory import dory, paired_types
@@ -485,6 +486,7 @@ RECORDS: tuple[Family, ...] = (
     Family("deberta-v2", tensors="deberta", read=deberta_v2),
     Family("deberta", tensors="deberta_v1", read=deberta),
     Family("xlnet", tensors="xlnet", read=xlnet, causal=False),
+    Family("funnel", tensors="funnel", read=funnel, causal=False),
     *(Family(name, tensors="xlm", qkv=("q_lin", "k_lin", "v_lin"), o_proj="out_lin",
              causal=False, causal_key="causal", rope=no_rope, keys=("n_heads", "", "emb_dim"),
              unread=XLM_OUTSIDE) for name in ("xlm", "flaubert")),
