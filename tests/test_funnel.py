@@ -207,3 +207,111 @@ def test_the_first_block_agrees_with_the_model(kind: str, cls: bool, tmp_path: P
     with pytest.raises(MhaError, match=r"encoder\.blocks\.1\.0\.attention\.r_kernel is a "
                        r"layer of block 1 of Funnel Transformer, its queries pooled"):
         read_layer(folder, 2)
+
+
+def _module_call(model: object, path: str, n: int) -> tuple[object, tuple, dict]:
+    """The attention module at ``path`` and its call in the model's own forward pass on
+    n random token ids (its attention_inputs: positions, token types, mask, cls_mask)."""
+    torch = pytest.importorskip("torch")
+    from . import hf_zoo as zoo
+
+    module = model.get_submodule(path)  # type: ignore[attr-defined]
+    caught: dict = {}
+
+    class Caught(Exception):
+        pass
+
+    def before(mod: object, args: tuple, kwargs: dict) -> None:
+        caught["args"], caught["kwargs"] = args, kwargs
+        raise Caught
+
+    handle = module.register_forward_pre_hook(before, with_kwargs=True)
+    try:
+        with torch.no_grad():
+            model(input_ids=torch.from_numpy(zoo.reference_ids(model, n)))  # type: ignore
+    except Caught:
+        pass
+    finally:
+        handle.remove()
+    return module, caught["args"], caught["kwargs"]
+
+
+def test_the_backward_pass_is_torchs_autograd(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """d_x and every parameter's gradient against autograd through the model's own module
+    (L = the sum of post_proj's output; the model's float32 cast of the scores left out)."""
+    torch = pytest.importorskip("torch")
+    from mhacli.io.problem import from_mapping
+
+    from . import hf_zoo as zoo
+
+    folder = build(tmp_path / "funnel", block_sizes=[2, 1], block_repeats=[1, 1])
+    model = zoo.load(folder)
+    path = "encoder.blocks.0.1.attention"
+    module, args, kwargs = _module_call(model, path, 7)
+    x = np.random.default_rng(5).standard_normal((7, 64))
+    hidden = torch.from_numpy(x)[None].clone().requires_grad_(True)
+    seen: dict = {}
+    hook = module.post_proj.register_forward_hook(  # type: ignore[attr-defined]
+        lambda mod, a, out: seen.setdefault("out", out))
+    with monkeypatch.context() as m:
+        m.setattr(torch.Tensor, "float", lambda self: self)
+        module(hidden, hidden, hidden, *args[3:], **kwargs)  # type: ignore[operator]
+    hook.remove()
+    seen["out"].sum().backward()
+    prob = from_mapping({"x": x, "checkpoint": folder, "layer": 1}, "test")
+    tr = mhacli.trace(**prob.inputs, backward=True)
+    att = module
+    want = {"d_x": hidden.grad[0], "d_w_q": att.q_head.weight.grad.T,  # type: ignore
+            "d_b_q": att.r_w_bias.grad.reshape(-1), "d_w_k": att.k_head.weight.grad.T,
+            "d_b_k": att.k_head.bias.grad, "d_w_v": att.v_head.weight.grad.T,
+            "d_w_o": att.post_proj.weight.grad.T, "d_b_o": att.post_proj.bias.grad,
+            "d_w_r": att.r_kernel.grad.reshape(64, -1), "d_r_r_bias": att.r_r_bias.grad,
+            "d_r_s_bias": att.r_s_bias.grad, "d_seg_embed": att.seg_embed.grad[1]}
+    assert float(att.seg_embed.grad[0].abs().max()) == 0.0  # (one segment: never "other")
+    for name, value in want.items():
+        w = value.detach().double().numpy()
+        np.testing.assert_allclose(tr[name], w, rtol=1e-9, err_msg=name,
+                                   atol=max(1e-9 * np.abs(w).max(), 1e-13))  # (d_b_k: 0)
+
+
+def test_generate_writes_the_setting_back(tmp_path: Path) -> None:
+    """generate --checkpoint writes relative_xl with Funnel's keys, which reads back to the
+    same numbers as the layer itself."""
+    pytest.importorskip("torch")
+    from typer.testing import CliRunner
+
+    from mhacli.cli import app
+    from mhacli.io.problem import from_mapping
+
+    folder = build(tmp_path / "funnel", block_sizes=[2, 1], block_repeats=[1, 1])
+    r = CliRunner().invoke(app, ["generate", "--checkpoint", str(folder), "--layer", "1",
+                                 "--tokens", "6", "--seed", "2"])
+    assert r.exit_code == 0, r.output
+    assert "separate_cls: true" in r.stdout and "seg_embed: [[" in r.stdout
+    (tmp_path / "p.yaml").write_text(r.stdout)
+    written = mhacli.load(str(tmp_path / "p.yaml"))
+    x = np.asarray(written.inputs["x"], dtype=np.float64)
+    layer = from_mapping({"x": x, "checkpoint": folder, "layer": 1}, "test")
+    np.testing.assert_allclose(mhacli.attention(**written.inputs),
+                               mhacli.attention(**layer.inputs), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("attention_type", "shifted", "attention_type is 'shifted': expected relative_shift or "
+                                  "factorized"),
+    ("separate_cls", "yes", "separate_cls is 'yes': expected true or false")])
+def test_a_hostile_config_is_one_error_line(key: str, value: object, words: str,
+                                            tmp_path: Path) -> None:
+    import json
+    folder = build(tmp_path / "funnel", block_sizes=[2, 1], block_repeats=[1, 1])
+    config = json.loads((folder / "config.json").read_text())
+    config[key] = value
+    (folder / "config.json").write_text(json.dumps(config))
+    out = mha("explain", "--checkpoint", str(folder), "--layer", "0")
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert out.stderr.startswith("Error: ") and "config.json" in out.stderr, out.stderr
+    assert words in out.stderr, out.stderr
+    later = mha("explain", "--checkpoint", str(folder), "--layer", "2")
+    assert later.returncode == 2 and len(later.stderr.strip().splitlines()) == 1
