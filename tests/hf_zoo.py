@@ -397,14 +397,18 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
     languages = getattr(model.config, "languages", None)
     if languages and hasattr(model, "set_default_language"):  # X-MOD's adapters need one
         model.set_default_language(languages[0])
-    ids = torch.from_numpy(reference_ids(model, n, seed))
     stores: dict[str, tuple[Any, tuple, dict]] = {}  # a layer type's module storing the
     # keys and values its KV-shared layers take, and its call
 
     def store(mod: Any, args: tuple, kwargs: dict) -> None:
         stores[mod.layer_type] = (mod, args, dict(kwargs))
 
-    for _ in range(2):  # (BigBird's forward may swap its attention module: then again)
+    length, missed = n, 0
+    while missed < 2 and length <= 8 * n:  # (BigBird's forward may swap its attention
+        # module: then again; Funnel's pools its tokens, handing a later block's layer
+        # fewer rows: then on more ids, until the layer gets n)
+        ids = torch.from_numpy(reference_ids(model, length, seed))
+        missed += 1
         module = model.get_submodule(path)
         handle = module.register_forward_pre_hook(before, with_kwargs=True)
         keeps = [m.register_forward_pre_hook(store, with_kwargs=True)
@@ -416,7 +420,12 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
                     inputs["decoder_input_ids"] = ids
                 model(**inputs, use_cache=False)
         except Caught:
-            break
+            got = caught["args"][:1] or (None,)
+            if not (isinstance(got[0], torch.Tensor) and got[0].ndim == 3 and
+                    got[0].shape[1] < n and getattr(model.config, "model_type", "") ==
+                    "funnel"):
+                break
+            length, missed = length + 1, 0  # (the layer got fewer rows than n: pooled)
         finally:
             handle.remove()
             for keep in keeps:

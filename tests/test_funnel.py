@@ -1,10 +1,12 @@
 """Funnel Transformer read as it ships (``mhacli/models/funnel.py``) and relative_xl's
 Funnel keys (``engine/xl_relative.py``: the segment term r_s_bias, seg_embed and
 separate_cls): tiny random Funnel models, every parameter random, attention_type
-relative_shift and factorized, separate_cls true and false; each layer of the first block
-against the model's own attention module (its output projection's output, before the
+relative_shift and factorized, separate_cls and pool_q_only true and false; each layer of
+each block (block b's tokens pooled 2^b to one: relative_xl's stride) against the model's
+own attention module (its output projection's output, before the
 norm of the residual), to 1e-5 relative as it runs (it takes its scores to float32
-before the softmax) and to 1e-9 with that cast left out; the later blocks refused by name; rel_pos against
+before the softmax) and to 1e-9 with that cast left out; a later block's first layer under
+pool_q_only refused by name; rel_pos against
 a plain loop of its formula, the fast and traced paths, its cell, and the backward pass
 against central differences. Needs torch and transformers for the model's numbers."""
 
@@ -57,9 +59,10 @@ def write(p: dict, f: Path) -> Path:
     return f
 
 
-@pytest.mark.parametrize("cls", [True, False])
-def test_rel_pos_is_its_formula_entry_by_entry(cls: bool) -> None:
+@pytest.mark.parametrize("cls, stride", [(True, 1), (False, 1), (True, 4)])
+def test_rel_pos_is_its_formula_entry_by_entry(cls: bool, stride: int) -> None:
     p = problem(cls)
+    p["relative_xl"]["stride"] = stride
     tr = mhacli.trace(**p)
     spec, heads = p["relative_xl"], p["heads"]
     w_r, rr, rs, seg = (spec[k] for k in ("w_r", "r_r_bias", "r_s_bias", "seg_embed"))
@@ -69,7 +72,7 @@ def test_rel_pos_is_its_formula_entry_by_entry(cls: bool) -> None:
         for i in range(n):
             q = p["x"][i] @ p["w_q"][:, cols]  # (b_q taken off: each bias in its place)
             for j in range(n):
-                delta = i - j
+                delta = (i - j) * stride
                 pe = [math.sin(delta / 10000 ** (2 * t / width)) for t in range(width // 2)] \
                     + [math.cos(delta / 10000 ** (2 * t / width)) for t in range(width // 2)]
                 want = float((q + rr[h]) @ (np.array(pe) @ w_r[:, cols]) + (q + rs[h]) @ seg[h])
@@ -102,6 +105,13 @@ def test_json_and_the_formula_say_the_keys(tmp_path: Path) -> None:
     data = json.loads(mha("explain", str(f), "--format", "json").stdout)
     assert data["config"]["relative_xl"] == {"clamp_len": 0, "base": 10000.0,
                                              "separate_cls": True}
+    p = problem()
+    p["relative_xl"]["stride"] = 2
+    f = write(p, tmp_path / "pooled.yaml")
+    data = json.loads(mha("explain", str(f), "--format", "json").stdout)
+    assert data["config"]["relative_xl"]["stride"] == 2
+    cell = mha("explain", str(f), "--cell", "rel_pos:1:4:2").stdout
+    assert "δ = (i − j)·stride = (3 − 1)·2 = 4 (positions from 0, pooled 2 to one)" in cell
 
 
 def test_the_backward_pass_is_central_differences_of_the_plain_formula() -> None:
@@ -137,7 +147,8 @@ def test_the_backward_pass_is_central_differences_of_the_plain_formula() -> None
     ({"seg_embed": None}, "takes r_s_bias and seg_embed together: r_s_bias is given "
                           "without seg_embed"),
     ({"separate_cls": "yes"}, "separate_cls must be true or false"),
-    ({"seg_embed": np.zeros((3, 4))}, "relative_xl seg_embed is 3 × 4: expected H × d_k")])
+    ({"seg_embed": np.zeros((3, 4))}, "relative_xl seg_embed is 3 × 4: expected H × d_k"),
+    ({"stride": 0}, "relative_xl stride must be a whole number of 1 or more, got 0")])
 def test_a_bad_file_is_one_error_line(change: dict, words: str, tmp_path: Path) -> None:
     p = problem()
     p["relative_xl"] = {k: v for k, v in {**p["relative_xl"], **change}.items()
@@ -170,10 +181,15 @@ def build(folder: Path, **changes: object) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("kind, cls", [("relative_shift", True), ("relative_shift", False),
-                                       ("factorized", True)])
-def test_the_first_block_agrees_with_the_model(kind: str, cls: bool, tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("kind, cls, pool_q_only", [
+    ("relative_shift", True, True), ("relative_shift", False, False),
+    ("factorized", True, False), ("relative_shift", True, False)])
+def test_each_layer_agrees_with_the_model(kind: str, cls: bool, pool_q_only: bool,
+                                          tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks of 2, 2 and 1 layers (layers 0–4): block b's layers read tokens pooled 2^b
+    to one (the model run on as many ids as give the layer 9 rows); under pool_q_only the
+    first layer of blocks 1 and 2 is refused by name."""
     torch = pytest.importorskip("torch")
     from mhacli.io.problem import from_mapping
     from mhacli.models.layer import read_layer
@@ -181,14 +197,21 @@ def test_the_first_block_agrees_with_the_model(kind: str, cls: bool, tmp_path: P
     from . import hf_zoo as zoo
 
     folder = build(tmp_path / "funnel", attention_type=kind, separate_cls=cls,
-                   block_sizes=[2, 1], block_repeats=[1, 1])
+                   pool_q_only=pool_q_only, block_sizes=[2, 2, 1], block_repeats=[1, 1, 1])
     model = zoo.load(folder)
     rng = np.random.default_rng(3)
-    for layer in (0, 1):
+    stems = ["0.0", "0.1", "1.0", "1.1", "2.0"]
+    for layer, where in enumerate(stems):
+        if pool_q_only and where in ("1.0", "2.0"):
+            with pytest.raises(MhaError, match=rf"pool_q_only is true: encoder\.blocks\."
+                               rf"{where}\.attention\.r_kernel is the first layer of block "
+                               rf"{where[0]} of Funnel Transformer: its queries pooled"):
+                read_layer(folder, layer)
+            continue
         reading = read_layer(folder, layer)
-        assert reading.stem == f"encoder.blocks.0.{layer}.attention."
+        assert reading.stem == f"encoder.blocks.{where}.attention."
         x = rng.standard_normal((9, reading.width))
-        out = f"encoder.blocks.0.{layer}.attention.post_proj"
+        out = f"encoder.blocks.{where}.attention.post_proj"
         want = zoo.module_reference(model, reading.stem.rstrip("."), x, out)
         prob = from_mapping({"x": x, "checkpoint": folder, "layer": layer}, "test")
         traced = mhacli.trace(**prob.inputs)["output"]
@@ -199,14 +222,14 @@ def test_the_first_block_agrees_with_the_model(kind: str, cls: bool, tmp_path: P
         with monkeypatch.context() as m:
             m.setattr(torch.Tensor, "float", lambda self: self)
             exact = zoo.module_reference(model, reading.stem.rstrip("."), x, out)
-        np.testing.assert_allclose(traced, exact["output"], rtol=1e-9, atol=1e-9 * top)
+        np.testing.assert_allclose(traced, exact["output"], rtol=1e-9, atol=1e-9 * top,
+                                   err_msg=f"layer {layer}")
         np.testing.assert_allclose(mhacli.attention(**prob.inputs), traced, rtol=1e-12,
                                    atol=1e-12 * top)  # the fast path, the traced one
-    assert reading.origin["relative_xl"].startswith("tensors encoder.blocks.0.1.attention."
-                                                    "r_kernel (W_r)")
-    with pytest.raises(MhaError, match=r"encoder\.blocks\.1\.0\.attention\.r_kernel is a "
-                       r"layer of block 1 of Funnel Transformer, its queries pooled"):
-        read_layer(folder, 2)
+        stride = 2 ** int(where[0])
+        assert prob.inputs["relative_xl"]["stride"] == stride
+        if stride > 1:
+            assert f"δ = (i − j)·{stride}" in reading.origin["relative_xl"]
 
 
 def _module_call(model: object, path: str, n: int) -> tuple[object, tuple, dict]:

@@ -106,7 +106,7 @@ OPTIONS: tuple[SettingOption, ...] = (
                   "of a sinusoid of the distance, added to the scores before the scale; "
                   "Funnel's r_s_bias and seg_embed (H × d_k) add (Q_h − b_q,h + "
                   "r_s_bias_h)·S_h, separate_cls: true zeroes both in the first token's row "
-                  "and column.",
+                  "and column, stride: s makes δ = (i − j)·s.",
                   metavar="FILE"),
     SettingOption("differential", "Differential attention (DiffLlama): a YAML/JSON file "
                   "with lambda_q1, lambda_k1, lambda_q2, lambda_k2 (d_k numbers each), "

@@ -27,12 +27,15 @@ def cell_rel_pos(e: Entry) -> list[Any]:
     query = e.derive("xl_query", lambda tr: xl_relative.query_side(
         tr.prepared, tr.stages[src])).row(h - 1, i)
     clamp = c.relative_xl
+    stride = c.xl_stride
     clamped = "" if not clamp else when(
-        abs(i - j) > clamp, f", clamped to ±clamp_len = ±{clamp}: δ = {delta}",
+        abs(i - j) * stride > clamp, f", clamped to ±clamp_len = ±{clamp}: δ = {delta}",
         f" (within ±clamp_len = {clamp})")
     less_b = " − b_q" + str(e.hs) if e.p.b_q is not None else ""
     made = fdot(query, pos)
-    lines = [f"  δ = i − j = {i} − {j} = {i - j} (positions from 0){clamped}",
+    lines = [f"  δ = i − j = {i} − {j} = {i - j} (positions from 0){clamped}" if stride == 1
+             else f"  δ = (i − j)·stride = ({i} − {j})·{stride} = {(i - j) * stride} "
+                  f"(positions from 0, pooled {stride} to one){clamped}",
              f"  PE(δ) = [sin(δ·f_t) | cos(δ·f_t)], f_t = 10000^(−2t/{c.d_model}), "
              f"t = 0 … {c.d_model // 2 - 1}",
              f"  R{e.hs}[δ] = PE(δ)·W_r{e.hs} = [{_vector(e, pos)}]",

@@ -28,6 +28,8 @@ Funnel Transformer's first block adds two optional keys' worth:
   Funnel's seg_embed[1], its same-segment row.
 * ``separate_cls: true``: the first token (<cls>) is apart: both terms are 0 in its row
   and its column (Funnel's cls_mask).
+* ``stride`` (a whole number, 1 unless given): δ = (i − j)·stride, the distance of tokens
+  pooled stride to one (Funnel's block b: 2^b).
 """
 
 from __future__ import annotations
@@ -44,16 +46,16 @@ if TYPE_CHECKING:
 
 Array = np.ndarray
 Fields = tuple[dict[str, Any], dict[str, Any]]
-KEYS = ("w_r", "r_r_bias", "clamp_len", "r_s_bias", "seg_embed", "separate_cls")
+KEYS = ("w_r", "r_r_bias", "clamp_len", "r_s_bias", "seg_embed", "separate_cls", "stride")
 BASE = 10000.0
 
 
 # --------------------------------------------------------------------------- the rule
 
 
-def distances(n: int, m: int, clamp_len: int) -> Array:
-    """δ(i, j) = i − j, clamped to ±clamp_len when clamp_len > 0: (n, m)."""
-    rel = np.arange(n)[:, None] - np.arange(m)[None, :]
+def distances(n: int, m: int, clamp_len: int, stride: int = 1) -> Array:
+    """δ(i, j) = (i − j)·stride, clamped to ±clamp_len when clamp_len > 0: (n, m)."""
+    rel = (np.arange(n)[:, None] - np.arange(m)[None, :]) * stride
     return np.clip(rel, -clamp_len, clamp_len) if clamp_len > 0 else rel
 
 
@@ -161,17 +163,25 @@ def value(v: Any) -> dict[str, Any] | None:
     if not isinstance(cls, (bool, np.bool_)):
         raise MhaError(f"relative_xl separate_cls must be true or false, got {given(cls)}",
                        key=("relative_xl", "separate_cls"))
+    stride = v.get("stride", 1)
+    if isinstance(stride, str) and stride.strip().isdigit():
+        stride = int(stride)
+    if isinstance(stride, (bool, np.bool_)) or not isinstance(stride, (int, np.integer)) or \
+            stride < 1:
+        raise MhaError(f"relative_xl stride must be a whole number of 1 or more, got "
+                       f"{given(stride)}", key=("relative_xl", "stride"))
     seg = {k: nested_numbers(v[k], ("relative_xl", k)) for k in ("r_s_bias", "seg_embed")
            if v.get(k) is not None}
     return {"w_r": nested_numbers(v["w_r"], ("relative_xl", "w_r")),
             "r_r_bias": nested_numbers(v["r_r_bias"], ("relative_xl", "r_r_bias")),
-            "clamp_len": max(int(clamp), 0), "separate_cls": bool(cls), **seg}
+            "clamp_len": max(int(clamp), 0), "separate_cls": bool(cls),
+            "stride": int(stride), **seg}
 
 
 def parse(v: Any, s: Sizes) -> Fields:
     """W_R, r_r_bias and each (query, key)'s distance, checked against the sizes."""
     if v is None:
-        return ({"relative_xl": None, "xl_cls": False, "xl_segment": False},
+        return ({"relative_xl": None, "xl_cls": False, "xl_segment": False, "xl_stride": 1},
                 {"w_r": None, "xl_r_bias": None, "xl_delta": None, "xl_s_bias": None,
                  "xl_seg": None})
     if s.x_kv is not None:
@@ -192,10 +202,10 @@ def parse(v: Any, s: Sizes) -> Fields:
                        f"{s.d_model} × {s.heads * s.d_k}", key=("relative_xl", "w_r"))
     bias, s_bias, seg = (None if v.get(k) is None else _per_head(v[k], k, s)
                          for k in ("r_r_bias", "r_s_bias", "seg_embed"))
-    delta = distances(s.n, s.m, v["clamp_len"])
+    delta = distances(s.n, s.m, v["clamp_len"], v.get("stride", 1))
     delta.flags.writeable = False
     return ({"relative_xl": v["clamp_len"], "xl_cls": bool(v.get("separate_cls")),
-             "xl_segment": seg is not None},
+             "xl_segment": seg is not None, "xl_stride": v.get("stride", 1)},
             {"w_r": w_r, "xl_r_bias": bias, "xl_delta": delta, "xl_s_bias": s_bias,
              "xl_seg": seg})
 
@@ -216,6 +226,8 @@ def shown(c: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"clamp_len": c.relative_xl, "base": BASE}
     if c.xl_cls:
         out["separate_cls"] = True
+    if c.xl_stride != 1:
+        out["stride"] = c.xl_stride
     return {"relative_xl": out}
 
 
@@ -233,5 +245,6 @@ def write(c: Any, p: Prepared, given_value: Any) -> str | None:
                    if a is not None)
     return ("{" + f"clamp_len: {c.relative_xl}, "
             + ("separate_cls: true, " if c.xl_cls else "")
+            + (f"stride: {c.xl_stride}, " if c.xl_stride != 1 else "")
             + "w_r: [" + ", ".join(vec(r) for r in p.w_r) + "], "
             + "r_r_bias: [" + ", ".join(vec(r) for r in p.xl_r_bias) + "]" + more + "}")

@@ -16,9 +16,11 @@ Without token_type_ids the model takes them all 0: every pair is of the same seg
 seg_embed[1]. The module's output is layer_norm(x + post_proj(·)): the norm is outside.
 
 mha numbers the encoder's layers in order, block after block (layer N of block_sizes
-[4, 4, 4] is block N // 4). The later blocks are refused by name: their first layer's
-queries are pooled over the unpooled keys, and their distances are those of the pooled
-positions.
+[4, 4, 4] is block N // 4). A layer of block b reads tokens pooled 2^b to one: their
+positions (<cls> at 1 − 2^b under separate_cls, the rest 1, 1 + 2^b, …) are 2^b apart, so
+δ = (i − j)·2^b (relative_xl's stride; <cls>'s own distances are zeroed by separate_cls,
+or it is pooled as the others). Under pool_q_only the first layer of a later block pools
+its queries only, over the unpooled keys: that layer is refused by name.
 """
 
 from __future__ import annotations
@@ -36,34 +38,36 @@ UNREAD = ("d_inner", "hidden_act", "hidden_dropout", "attention_dropout",
           "activation_dropout", "initializer_range", "initializer_std", "layer_norm_eps",
           "num_decoder_layers", "block_sizes", "block_repeats", "pad_token_id", "bos_token_id",
           "eos_token_id")
-# (the later blocks' pooling: those blocks are refused)
-POOLING = ("pool_q_only", "pooling_type", "truncate_seq")
+# (how the tokens are pooled between blocks: a layer reads them pooled, as given)
+POOLING = ("pooling_type", "truncate_seq")
 BLOCK = re.compile(r"(?:^|\.)blocks\.(\d+)\.(\d+)\.attention\.$")
 
 
-def _block(r: Reader, stem: str) -> None:
-    """A layer of a block after the first is refused, saying what it does."""
+def _block(r: Reader, stem: str) -> int:
+    """The layer's block b (its distances are those of tokens pooled 2^b to one); the first
+    layer of a later block under pool_q_only (its queries pooled, its keys not) is refused,
+    saying what it does."""
     m = BLOCK.search(stem)
     if m is None or int(m[1]) == 0:
-        return
-    sizes = r.get("block_sizes")
-    first = f"{stem}r_kernel"
-    pooled = "its queries pooled (pooling_type " \
-        f"{shown(r.get('pooling_type', 'mean'))}) over the unpooled keys, and " \
-        if int(m[2]) == 0 else ""
-    raise r.error("block_sizes", f"{shown(sizes)}: {first} is a layer of block {m[1]} of "
-                  f"Funnel Transformer, {pooled}the distances those of the pooled positions "
-                  f"(strided by 2^{m[1]}, <cls> at 1 − 2^{m[1]}), which mha does not "
-                  "compute; the first block's layers are read")
+        return 0
+    block = int(m[1])
+    if int(m[2]) == 0 and r.flag("pool_q_only"):
+        raise r.error("pool_q_only", f"true: {stem}r_kernel is the first layer of block "
+                      f"{block} of Funnel Transformer: its queries pooled (pooling_type "
+                      f"{shown(r.get('pooling_type', 'mean'))}) over the unpooled keys, "
+                      "which mha does not compute; the block's other layers are read")
+    return block
 
 
-@said("Funnel Transformer's first block: the scores with b_q = r_w_bias, plus relative_xl's "
+@said("Funnel Transformer: the scores with b_q = r_w_bias, plus relative_xl's "
       "position term (the sinusoid of i − j, unclamped) and its segment term (r_s_bias, "
       "seg_embed of one segment), both 0 in the <cls> token's row and column "
-      "(separate_cls); ÷ √d_head; the later blocks (pooled queries) refused by name")
+      "(separate_cls); ÷ √d_head; block b's distances (i − j)·2^b; a later block's first "
+      "layer under pool_q_only (queries pooled, keys not) refused by name")
 def funnel(f: Family, r: Reader, stem: str) -> Layer:
-    """A layer of the Funnel Transformer's first block."""
-    _block(r, stem)
+    """A layer of the Funnel Transformer's encoder (a later block's first under
+    pool_q_only refused)."""
+    block = _block(r, stem)
     width = r.count("d_model")
     heads = r.setting("heads", "n_head")
     d = r.count("d_head")
@@ -75,7 +79,7 @@ def funnel(f: Family, r: Reader, stem: str) -> Layer:
     if kind not in ("relative_shift", "factorized"):
         raise r.error("attention_type", f"{shown(kind)}: expected relative_shift or "
                       "factorized")
-    for key in UNREAD + POOLING:
+    for key in UNREAD + POOLING + ("pool_q_only",):
         r.get(key)
     out: dict[str, Any] = {"heads": heads}
     linear(r, stem, "q_head", out, "q", bias=False)
@@ -98,12 +102,14 @@ def funnel(f: Family, r: Reader, stem: str) -> Layer:
             "r_r_bias": r.tensor(f"{stem}r_r_bias", 2), "clamp_len": 0,
             "r_s_bias": r.tensor(f"{stem}r_s_bias", 2),
             "seg_embed": frozen(r.tensor(f"{stem}seg_embed", 3)[1]),
-            "separate_cls": cls}
+            "separate_cls": cls, "stride": 2 ** block}
     out["relative_xl"] = r.read("relative_xl", "attention_type", spec)
     r.note("relative_xl", f"tensors {stem}r_kernel (W_r), {stem}r_r_bias, {stem}r_s_bias "
            f"and {stem}seg_embed[1] (the same segment: no token_type_ids, all 0); config "
            f"attention_type {kind} (the sinusoid of i − j, unclamped, over d_model {width}), "
            f"separate_cls {str(cls).lower()}"
+           + (f"; block {block} (block_sizes): tokens pooled 2^{block} to one, "
+              f"δ = (i − j)·{2 ** block}" if block else "")
            + (" (both terms 0 in the <cls> token's row and column)" if cls else ""))
     out["scale"] = float(d) ** 0.5
     r.note("scale", f"Funnel: × 1/√d_head = 1/√{d}")
