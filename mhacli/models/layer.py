@@ -262,9 +262,8 @@ NOT_ATTENTION = (
     (r"^mixer\.(up_proj|down_proj)\.", "a feed-forward layer"),
 )
 # Softmax attention laid out in a way mha does not read yet, known by a tensor: refused by
-# name, saying what it is (never "no attention layer found").
-NOT_READ_YET = (
-)
+# name, saying what it is (never "no attention layer found"); none at present.
+NOT_READ_YET: tuple[tuple[str, str], ...] = ()
 _LAYER_NAME = re.compile(r"(?:^|\.)(?:layers|blocks|h|layer)\.(\d+)\.(.+)$")
 
 # Softmax attention with steps of its own that mha does not compute, known by a tensor
