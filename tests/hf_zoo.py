@@ -401,7 +401,7 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
     if languages and hasattr(model, "set_default_language"):  # X-MOD's adapters need one
         model.set_default_language(languages[0])
     streams = _ngram_streams(model.get_submodule(path))  # (ProphetNet's decoder: x holds
-    ids = torch.from_numpy(reference_ids(model, n // (1 + streams), seed))  # 1 + N streams)
+    # 1 + N streams)
     if streams:  # (its out_proj is called once per stream: the module's own output)
         output = None
     stores: dict[str, tuple[Any, tuple, dict]] = {}  # a layer type's module storing the
@@ -410,7 +410,12 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
     def store(mod: Any, args: tuple, kwargs: dict) -> None:
         stores[mod.layer_type] = (mod, args, dict(kwargs))
 
-    for _ in range(2):  # (BigBird's forward may swap its attention module: then again)
+    length, missed = n // (1 + streams), 0
+    while missed < 2 and length <= 8 * n:  # (BigBird's forward may swap its attention
+        # module: then again; Funnel's pools its tokens, handing a later block's layer
+        # fewer rows: then on more ids, until the layer gets n)
+        ids = torch.from_numpy(reference_ids(model, length, seed))
+        missed += 1
         module = model.get_submodule(path)
         handle = module.register_forward_pre_hook(before, with_kwargs=True)
         keeps = [m.register_forward_pre_hook(store, with_kwargs=True)
@@ -422,7 +427,12 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
                     inputs["decoder_input_ids"] = ids
                 model(**inputs, use_cache=False)
         except Caught:
-            break
+            got = caught["args"][:1] or (None,)
+            if not (isinstance(got[0], torch.Tensor) and got[0].ndim == 3 and
+                    got[0].shape[1] < n and getattr(model.config, "model_type", "") ==
+                    "funnel"):
+                break
+            length, missed = length + 1, 0  # (the layer got fewer rows than n: pooled)
         finally:
             handle.remove()
             for keep in keeps:
@@ -665,13 +675,15 @@ def layer_count(folder: str | Path) -> int:
     """The number of layers of a saved model, as its tensors' names number them."""
     from safetensors import safe_open
 
-    top = -1
+    top, funnel = -1, set()
     for file in Path(folder).glob("*.safetensors"):
         with safe_open(str(file), "np") as handle:
             for name in handle.keys():
+                if m := re.search(r"(?:^|\.)encoder\.blocks\.(\d+)\.(\d+)\.", name):
+                    funnel.add((m[1], m[2]))  # (Funnel's blocks: every layer of each)
                 m = re.search(r"(?:^|\.)(?:layers|blocks|h|layer|attentions)\.(\d+)\.", name)
                 top = max(top, int(m[1])) if m else top
-    return top + 1
+    return len(funnel) or top + 1
 
 
 

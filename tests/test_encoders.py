@@ -475,16 +475,21 @@ def test_reformers_local_layers_are_a_mask_of_chunks(family: str, tmp_path: Path
         assert mask[0].tolist() == [True] * 8 + [False] * 4 + [True] * 4
 
 
-@pytest.mark.parametrize("model_type, model_class, words", [
-    ("funnel", "FunnelForMaskedLM", "attention.r_kernel: Funnel Transformer's relative "
-                                    "attention")])
-def test_relative_attention_not_read_yet_is_named(model_type: str, model_class: str, words: str,
-                                                  tmp_path: Path) -> None:
+def test_funnels_pooled_queries_are_refused_by_name(tmp_path: Path) -> None:
+    """The registry's tiny Funnel (block_sizes [4, 4, 4], pool_q_only): layer 3, the first
+    block's last, is read; layer 4, the next block's first, whose queries are pooled and
+    keys not, is refused saying so; layer 5 is read, its distances (i − j)·2 (the numbers
+    are test_funnel.py's)."""
     from .hf_zoo import make_zoo_model
 
-    folder = make_zoo_model(model_type, tmp_path / model_type, model_class)
-    with pytest.raises(MhaError, match=words):
-        read_layer(folder, 0)
+    folder = make_zoo_model("funnel", tmp_path / "funnel", "FunnelForMaskedLM")
+    assert read_layer(folder, 3).stem == "funnel.encoder.blocks.0.3.attention."
+    with pytest.raises(MhaError, match=r"pool_q_only is true: funnel\.encoder\.blocks\.1\.0\."
+                       r"attention\.r_kernel is the first layer of block 1 of Funnel "
+                       r"Transformer: its queries pooled \(pooling_type 'mean'\) over the "
+                       r"unpooled keys"):
+        read_layer(folder, 4)
+    assert read_layer(folder, 5).settings["relative_xl"]["stride"] == 2
 
 
 def test_esm_cs_layernorm_of_q_and_k_is_over_the_width(tmp_path: Path) -> None:

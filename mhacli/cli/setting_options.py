@@ -113,7 +113,10 @@ OPTIONS: tuple[SettingOption, ...] = (
     SettingOption("relative_xl", "Transformer-XL's relative attention (XLNet's): a "
                   "YAML/JSON file with w_r (d_model × H·d_k), r_r_bias (H × d_k) and "
                   "clamp_len; rel_pos = (Q_h − b_q,h + r_r_bias_h)·R_h[i − j], R = PE·W_r "
-                  "of a sinusoid of the distance, added to the scores before the scale.",
+                  "of a sinusoid of the distance, added to the scores before the scale; "
+                  "Funnel's r_s_bias and seg_embed (H × d_k) add (Q_h − b_q,h + "
+                  "r_s_bias_h)·S_h, separate_cls: true zeroes both in the first token's row "
+                  "and column, stride: s makes δ = (i − j)·s.",
                   metavar="FILE"),
     SettingOption("rel_logits", "A bias made from each query's own input (Inkling): a "
                   "YAML/JSON file with w_r (d_model × H·d_rel) and profiles (d_rel × E); "

@@ -119,6 +119,9 @@ class Config:
     share_att_key: bool = False  # its positions projected by W_K and W_Q themselves
     pos_biases: tuple[str, ...] = ()  # which of b_pos_k, b_pos_q it has
     relative_xl: int | None = None  # Transformer-XL's position term: its clamp_len (0: none)
+    xl_cls: bool = False  # its terms 0 in the first token's row and column (Funnel's <cls>)
+    xl_segment: bool = False  # Funnel's segment term (r_s_bias, seg_embed) added to it
+    xl_stride: int = 1  # its distances (i − j)·stride (Funnel's pooled blocks: 2^b)
     indexer: int | None = None  # sparse attention (sparse.py): top_k, the keys a query keeps
     index_heads: int = 0  # E, the indexer's heads
     index_dim: int = 0  # d_I, their width
@@ -259,6 +262,8 @@ class Prepared:
     w_r: Array | None = None  # (d_model, H·d_k) Transformer-XL's positions' projection
     xl_r_bias: Array | None = None  # (H, d_k) its r_r_bias
     xl_delta: npt.NDArray[np.int64] | None = None  # (n, m) each entry's clamped i − j
+    xl_s_bias: Array | None = None  # (H, d_k) Funnel's r_s_bias (the segment term)
+    xl_seg: Array | None = None  # (H, d_k) its same-segment embedding, seg_embed[1]
     w_iq: Array | None = None  # the indexer (sparse.py): (r_q, E·d_I)
     w_ik: Array | None = None  # (d_model, d_I)
     ik_norm: Array | None = None  # (d_I,) its key LayerNorm's weight

@@ -141,7 +141,9 @@ def _back_text(t: Chains, f: Formula, name: str) -> str:
         q, k = t.reads(c, "scores")
         more = dis_grads.to_content_text(c, name[0])
         if name.startswith("q") and c.relative_xl is not None:
-            more += " + Σ_j d_rel_pos[i, j]·R[δ(i, j)]"
+            more += " + Σ_j d_rel_pos[i, j]·R[δ(i, j)]" + (
+                " + Σ_j d_rel_pos[i, j]·S" if c.xl_segment else "") + (
+                " (d_rel_pos 0 in the first token's row and column)" if c.xl_cls else "")
         if name.startswith("q"):
             return f"{me}{f.i} = dZ{f.i}·{_symbol(k)}{f.g}{more}"
         return f"{me}{f.i} = dZ{f.i}ᵀ·{_symbol(q)}{f.i}{more}" if c.groups == c.heads else \

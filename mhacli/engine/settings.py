@@ -201,8 +201,13 @@ SETTINGS: tuple[Setting, ...] = (
             "clamp_len}; δ = i − j (clamped to ±clamp_len when > 0), its sinusoid PE(δ) = "
             "[sin(δ·f) | cos(δ·f)], f_t = 10000^(−2t/d_model), projected to R = PE·W_r and "
             "split into heads; rel_pos = (Q_h[i] − b_q,h + r_r_bias_h)·R_h[δ], added to the "
-            "scores before the scale (xl_relative.py).", kind="file", read=xl_relative.value,
-            parse=xl_relative.parse, fields=("relative_xl", "w_r", "xl_r_bias", "xl_delta"),
+            "scores before the scale; Funnel's: r_s_bias and seg_embed (H × d_k) add the "
+            "segment term (Q_h[i] − b_q,h + r_s_bias_h)·S_h (one segment), separate_cls: "
+            "true zeroes both terms in the first token's row and column, stride: s makes "
+            "δ = (i − j)·s (xl_relative.py).",
+            kind="file", read=xl_relative.value, parse=xl_relative.parse,
+            fields=("relative_xl", "xl_cls", "xl_segment", "xl_stride", "w_r", "xl_r_bias", "xl_delta", "xl_s_bias",
+                    "xl_seg"),
             excludes=(("tiles", "the tiled view does not follow relative_xl: its position "
                                 "term would gather each tile's distances (not a kernel it "
                                 "runs)"),

@@ -109,9 +109,13 @@ def _rel_pos(w: Work) -> Array | None:
 def _rel_pos_text(f: Formula) -> str:
     c = f.c
     clamp = f", clamped to ±{c.relative_xl}" if c.relative_xl else ""
-    return (f"rel_pos{f.i}[i, j] = (Q{f.i}[i] − b_q{f.i} + r_r_bias{f.i})·R{f.i}[δ], "
-            f"δ = i − j{clamp}, R = PE(δ)·W_r, PE(δ) = [sin(δ·f) | cos(δ·f)], "
-            f"f_t = 10000^(−2t/d_model): Transformer-XL's position term")
+    seg = f" + (Q{f.i}[i] − b_q{f.i} + r_s_bias{f.i})·S{f.i}" if c.xl_segment else ""
+    cls = ", 0 in the first token's row and column (separate_cls)" if c.xl_cls else ""
+    return (f"rel_pos{f.i}[i, j] = (Q{f.i}[i] − b_q{f.i} + r_r_bias{f.i})·R{f.i}[δ]{seg}, "
+            f"δ = {'i − j' if c.xl_stride == 1 else f'(i − j)·{c.xl_stride}'}{clamp}, "
+            f"R = PE(δ)·W_r, PE(δ) = [sin(δ·f) | cos(δ·f)], "
+            f"f_t = 10000^(−2t/d_model){cls}: Transformer-XL's position term"
+            + (" and Funnel's segment term (S: seg_embed, one segment)" if seg else ""))
 
 
 def _weights(w: Work) -> Array:

@@ -27,16 +27,38 @@ def cell_rel_pos(e: Entry) -> list[Any]:
     query = e.derive("xl_query", lambda tr: xl_relative.query_side(
         tr.prepared, tr.stages[src])).row(h - 1, i)
     clamp = c.relative_xl
+    stride = c.xl_stride
     clamped = "" if not clamp else when(
-        abs(i - j) > clamp, f", clamped to ±clamp_len = ±{clamp}: δ = {delta}",
+        abs(i - j) * stride > clamp, f", clamped to ±clamp_len = ±{clamp}: δ = {delta}",
         f" (within ±clamp_len = {clamp})")
     less_b = " − b_q" + str(e.hs) if e.p.b_q is not None else ""
-    e.makes(fdot(query, pos))
-    return [f"{e.name} = (q{e.hs}[{e.row_label}]{less_b} + r_r_bias{e.hs}) · R{e.hs}[δ]  "
-            "(Transformer-XL's position term)",
-            f"  δ = i − j = {i} − {j} = {i - j} (positions from 0){clamped}",
-            f"  PE(δ) = [sin(δ·f_t) | cos(δ·f_t)], f_t = 10000^(−2t/{c.d_model}), "
-            f"t = 0 … {c.d_model // 2 - 1}",
-            f"  R{e.hs}[δ] = PE(δ)·W_r{e.hs} = [{_vector(e, pos)}]",
-            f"  q{e.hs}[{e.row_label}]{less_b} + r_r_bias{e.hs} = [{_vector(e, query)}]",
-            f"  = {e.dot(query, pos)}", f"  = {e.result}"]
+    made = fdot(query, pos)
+    lines = [f"  δ = i − j = {i} − {j} = {i - j} (positions from 0){clamped}" if stride == 1
+             else f"  δ = (i − j)·stride = ({i} − {j})·{stride} = {(i - j) * stride} "
+                  f"(positions from 0, pooled {stride} to one){clamped}",
+             f"  PE(δ) = [sin(δ·f_t) | cos(δ·f_t)], f_t = 10000^(−2t/{c.d_model}), "
+             f"t = 0 … {c.d_model // 2 - 1}",
+             f"  R{e.hs}[δ] = PE(δ)·W_r{e.hs} = [{_vector(e, pos)}]",
+             f"  q{e.hs}[{e.row_label}]{less_b} + r_r_bias{e.hs} = [{_vector(e, query)}]"]
+    head = f"{e.name} = (q{e.hs}[{e.row_label}]{less_b} + r_r_bias{e.hs}) · R{e.hs}[δ]"
+    dots = e.dot(query, pos)
+    if c.xl_segment:  # Funnel's segment term: the query with r_s_bias against S
+        side = e.derive("xl_s_query", lambda tr: xl_relative.query_side(
+            tr.prepared, tr.stages[src], tr.prepared.xl_s_bias)).row(h - 1, i)
+        seg = e.derive("xl_seg", lambda tr: tr.prepared.xl_seg).row(h - 1)
+        made = made + fdot(side, seg)
+        head += f" + (q{e.hs}[{e.row_label}]{less_b} + r_s_bias{e.hs}) · S{e.hs}"
+        lines += [f"  S{e.hs} = seg_embed{e.hs} (one segment) = [{_vector(e, seg)}]",
+                  f"  q{e.hs}[{e.row_label}]{less_b} + r_s_bias{e.hs} = [{_vector(e, side)}]"]
+        dots = f"{dots} + {e.dot(side, seg)}"
+    if c.xl_cls:  # Funnel's <cls>: both terms 0 in its row and column
+        first = (i == 0) | (j == 0)
+        made = when(first, 0.0, made)
+        after = ["  " + when(first, "but the first token (<cls>, separate_cls): 0 in its row "
+                         "and column", "neither is the first token (<cls>, separate_cls)")]
+    else:
+        after = []
+    e.makes(made)
+    return [head + "  (Transformer-XL's position term" +
+            (", Funnel's segment term" if c.xl_segment else "") + ")",
+            *lines, f"  = {dots}", *after, f"  = {e.result}"]

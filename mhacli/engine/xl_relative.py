@@ -18,6 +18,18 @@ Q_h[i] − b_q,h is the query without its bias: XLNet's content term (q_i + r_w_
 is the scores with b_q = r_w_bias, and its position term adds r_r_bias in its place.
 The scaled scores are (Z + rel_pos) / s. Dimensions: n queries, m keys, H heads, d_k,
 U the distinct distances the problem reaches.
+
+Funnel Transformer's first block adds two optional keys' worth:
+
+* ``r_s_bias`` and ``seg_embed`` (both H × d_k): the segment term, the query with r_s_bias
+  in place of b_q against the segment embedding of a key of its own segment, added to
+  every entry: (Q_h[i] − b_q,h + r_s_bias_h)·S_h. Every token is of one segment (the
+  token type ids all 0, as Funnel takes them when given none), so ``seg_embed`` is
+  Funnel's seg_embed[1], its same-segment row.
+* ``separate_cls: true``: the first token (<cls>) is apart: both terms are 0 in its row
+  and its column (Funnel's cls_mask).
+* ``stride`` (a whole number, 1 unless given): δ = (i − j)·stride, the distance of tokens
+  pooled stride to one (Funnel's block b: 2^b).
 """
 
 from __future__ import annotations
@@ -34,16 +46,16 @@ if TYPE_CHECKING:
 
 Array = np.ndarray
 Fields = tuple[dict[str, Any], dict[str, Any]]
-KEYS = ("w_r", "r_r_bias", "clamp_len")
+KEYS = ("w_r", "r_r_bias", "clamp_len", "r_s_bias", "seg_embed", "separate_cls", "stride")
 BASE = 10000.0
 
 
 # --------------------------------------------------------------------------- the rule
 
 
-def distances(n: int, m: int, clamp_len: int) -> Array:
-    """δ(i, j) = i − j, clamped to ±clamp_len when clamp_len > 0: (n, m)."""
-    rel = np.arange(n)[:, None] - np.arange(m)[None, :]
+def distances(n: int, m: int, clamp_len: int, stride: int = 1) -> Array:
+    """δ(i, j) = (i − j)·stride, clamped to ±clamp_len when clamp_len > 0: (n, m)."""
+    rel = (np.arange(n)[:, None] - np.arange(m)[None, :]) * stride
     return np.clip(rel, -clamp_len, clamp_len) if clamp_len > 0 else rel
 
 
@@ -61,11 +73,33 @@ def sinusoid(delta: Array, width: int) -> Array:
 # --------------------------------------------------------------------------- the term
 
 
-def query_side(p: Prepared, q: Array) -> Array:
-    """Q_h − b_q,h + r_r_bias_h: the queries the position term reads, (H, n, d_k)."""
+def query_side(p: Prepared, q: Array, bias: Array | None = None) -> Array:
+    """Q_h − b_q,h + r_r_bias_h: the queries the position term reads, (H, n, d_k); with
+    ``bias`` (r_s_bias) in place of r_r_bias, the ones the segment term reads."""
     heads = p.config.heads
     out = q if p.b_q is None else q - p.b_q.reshape(heads, 1, -1).astype(q.dtype)
-    return out + p.xl_r_bias.reshape(heads, 1, -1).astype(q.dtype)
+    own = p.xl_r_bias if bias is None else bias
+    return out + own.reshape(heads, 1, -1).astype(q.dtype)
+
+
+def kept(p: Prepared) -> Array | None:
+    """c(i, j): 0 in the first token's row and column under separate_cls, else 1, (n, m);
+    None without separate_cls."""
+    if not p.config.xl_cls:
+        return None
+    n, m = p.xl_delta.shape
+    out = np.ones((n, m))
+    out[0, :] = out[:, 0] = 0.0
+    return out
+
+
+def segment(p: Prepared, q: Array) -> Array | None:
+    """(Q_h[i] − b_q,h + r_s_bias_h)·S_h: the segment term of each query, (H, n, 1);
+    None without it."""
+    if p.xl_seg is None:
+        return None
+    side = query_side(p, q, p.xl_s_bias)  # (H, n, d_k)
+    return np.einsum("hid,hd->hi", side, p.xl_seg.astype(q.dtype))[..., None]
 
 
 def positions(p: Prepared) -> tuple[Array, Array]:
@@ -82,8 +116,13 @@ def rel_pos(p: Prepared, q: Array) -> Array:
     """(Q_h[i] − b_q,h + r_r_bias_h) · R_h[δ(i, j)], (H, n, m); q is (H, n, d_k)."""
     r, place = positions(p)
     full = query_side(p, q) @ r.swapaxes(-1, -2)  # (H, n, U)
-    return np.take_along_axis(full, np.broadcast_to(place, full.shape[:1] + place.shape),
-                              axis=-1)
+    out = np.take_along_axis(full, np.broadcast_to(place, full.shape[:1] + place.shape),
+                             axis=-1)  # (H, n, m)
+    seg = segment(p, q)
+    if seg is not None:
+        out = out + seg
+    mask = kept(p)
+    return out if mask is None else out * mask.astype(out.dtype)
 
 
 # --------------------------------------------------------------------------- the setting
@@ -111,15 +150,40 @@ def value(v: Any) -> dict[str, Any] | None:
     if isinstance(clamp, (bool, np.bool_)) or not isinstance(clamp, (int, np.integer)):
         raise MhaError(f"relative_xl clamp_len must be a whole number (0 or less: no clamp), "
                        f"got {given(clamp)}", key=("relative_xl", "clamp_len"))
+    if (v.get("r_s_bias") is None) != (v.get("seg_embed") is None):
+        have, need = ("r_s_bias", "seg_embed") if v.get("seg_embed") is None else \
+            ("seg_embed", "r_s_bias")
+        raise MhaError(f"relative_xl's segment term takes r_s_bias and seg_embed together: "
+                       f"{have} is given without {need}", key=("relative_xl", need))
+    cls = v.get("separate_cls", False)
+    if cls is None:
+        cls = False
+    if isinstance(cls, str) and cls.strip().lower() in ("true", "false"):
+        cls = cls.strip().lower() == "true"  # (a file's plain scalar)
+    if not isinstance(cls, (bool, np.bool_)):
+        raise MhaError(f"relative_xl separate_cls must be true or false, got {given(cls)}",
+                       key=("relative_xl", "separate_cls"))
+    stride = v.get("stride", 1)
+    if isinstance(stride, str) and stride.strip().isdigit():
+        stride = int(stride)
+    if isinstance(stride, (bool, np.bool_)) or not isinstance(stride, (int, np.integer)) or \
+            stride < 1:
+        raise MhaError(f"relative_xl stride must be a whole number of 1 or more, got "
+                       f"{given(stride)}", key=("relative_xl", "stride"))
+    seg = {k: nested_numbers(v[k], ("relative_xl", k)) for k in ("r_s_bias", "seg_embed")
+           if v.get(k) is not None}
     return {"w_r": nested_numbers(v["w_r"], ("relative_xl", "w_r")),
             "r_r_bias": nested_numbers(v["r_r_bias"], ("relative_xl", "r_r_bias")),
-            "clamp_len": max(int(clamp), 0)}
+            "clamp_len": max(int(clamp), 0), "separate_cls": bool(cls),
+            "stride": int(stride), **seg}
 
 
 def parse(v: Any, s: Sizes) -> Fields:
     """W_R, r_r_bias and each (query, key)'s distance, checked against the sizes."""
     if v is None:
-        return {"relative_xl": None}, {"w_r": None, "xl_r_bias": None, "xl_delta": None}
+        return ({"relative_xl": None, "xl_cls": False, "xl_segment": False, "xl_stride": 1},
+                {"w_r": None, "xl_r_bias": None, "xl_delta": None, "xl_s_bias": None,
+                 "xl_seg": None})
     if s.x_kv is not None:
         raise MhaError("relative_xl is self-attention (the distances of one sequence): it "
                        "does not go with x_kv", key="relative_xl")
@@ -136,22 +200,35 @@ def parse(v: Any, s: Sizes) -> Fields:
     if w_r.shape != (s.d_model, s.heads * s.d_k):
         raise MhaError(f"relative_xl w_r is {shape_text(w_r)}: expected d_model × H·d_k = "
                        f"{s.d_model} × {s.heads * s.d_k}", key=("relative_xl", "w_r"))
-    bias = as_array("relative_xl.r_r_bias", v["r_r_bias"], s.t)
-    if bias.size != s.heads * s.d_k or bias.ndim > 2 or \
-            bias.ndim == 2 and bias.shape != (s.heads, s.d_k):
-        raise MhaError(f"relative_xl r_r_bias is {shape_text(bias)}: expected H × d_k = "
-                       f"{s.heads} × {s.d_k}", key=("relative_xl", "r_r_bias"))
-    delta = distances(s.n, s.m, v["clamp_len"])
+    bias, s_bias, seg = (None if v.get(k) is None else _per_head(v[k], k, s)
+                         for k in ("r_r_bias", "r_s_bias", "seg_embed"))
+    delta = distances(s.n, s.m, v["clamp_len"], v.get("stride", 1))
     delta.flags.writeable = False
-    return ({"relative_xl": v["clamp_len"]},
-            {"w_r": w_r, "xl_r_bias": bias.reshape(s.heads, s.d_k), "xl_delta": delta})
+    return ({"relative_xl": v["clamp_len"], "xl_cls": bool(v.get("separate_cls")),
+             "xl_segment": seg is not None, "xl_stride": v.get("stride", 1)},
+            {"w_r": w_r, "xl_r_bias": bias, "xl_delta": delta, "xl_s_bias": s_bias,
+             "xl_seg": seg})
+
+
+def _per_head(value: Any, name: str, s: Sizes) -> Array:
+    """One of relative_xl's H × d_k numbers (r_r_bias, r_s_bias, seg_embed), checked."""
+    a = as_array(f"relative_xl.{name}", value, s.t)
+    if a.size != s.heads * s.d_k or a.ndim > 2 or a.ndim == 2 and a.shape != (s.heads, s.d_k):
+        raise MhaError(f"relative_xl {name} is {shape_text(a)}: expected H × d_k = "
+                       f"{s.heads} × {s.d_k}", key=("relative_xl", name))
+    return a.reshape(s.heads, s.d_k)
 
 
 def shown(c: Any) -> dict[str, Any]:
     """The setting as the config JSON shows it (the rule, not the numbers)."""
     if c.relative_xl is None:
         return {}
-    return {"relative_xl": {"clamp_len": c.relative_xl, "base": BASE}}
+    out: dict[str, Any] = {"clamp_len": c.relative_xl, "base": BASE}
+    if c.xl_cls:
+        out["separate_cls"] = True
+    if c.xl_stride != 1:
+        out["stride"] = c.xl_stride
+    return {"relative_xl": out}
 
 
 def write(c: Any, p: Prepared, given_value: Any) -> str | None:
@@ -163,6 +240,11 @@ def write(c: Any, p: Prepared, given_value: Any) -> str | None:
     def vec(a: Array) -> str:
         return "[" + ", ".join(written(x) for x in a) + "]"
 
+    more = "".join(f", {k}: [" + ", ".join(vec(r) for r in a) + "]"
+                   for k, a in (("r_s_bias", p.xl_s_bias), ("seg_embed", p.xl_seg))
+                   if a is not None)
     return ("{" + f"clamp_len: {c.relative_xl}, "
+            + ("separate_cls: true, " if c.xl_cls else "")
+            + (f"stride: {c.xl_stride}, " if c.xl_stride != 1 else "")
             + "w_r: [" + ", ".join(vec(r) for r in p.w_r) + "], "
-            + "r_r_bias: [" + ", ".join(vec(r) for r in p.xl_r_bias) + "]}")
+            + "r_r_bias: [" + ", ".join(vec(r) for r in p.xl_r_bias) + "]" + more + "}")

@@ -30,6 +30,7 @@ from .layouts import (albert, approximate, bert, bloom, codegen, falcon,
 from .encoders import convbert, ibert, jina, luke, mobilebert, roformer, squeezebert
 from .bigbird import big_bird, bigbird_pegasus
 from .deberta import deberta, deberta_v2
+from .funnel import funnel
 from .xlnet import xlnet
 from .differential import diffllama
 from .dory import dory, paired_types
@@ -488,6 +489,7 @@ RECORDS: tuple[Family, ...] = (
     Family("deberta", tensors="deberta_v1", read=deberta),
     Family("xlnet", tensors="xlnet", read=xlnet, causal=False),
     Family("inkling_text", read=inkling, qk_norm="head"),
+    Family("funnel", tensors="funnel", read=funnel, causal=False),
     *(Family(name, tensors="xlm", qkv=("q_lin", "k_lin", "v_lin"), o_proj="out_lin",
              causal=False, causal_key="causal", rope=no_rope, keys=("n_heads", "", "emb_dim"),
              unread=XLM_OUTSIDE) for name in ("xlm", "flaubert")),

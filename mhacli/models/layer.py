@@ -70,6 +70,8 @@ LAYOUTS = (
     ("deberta_v1", r"(?:^|\.)layer\.(\d+)\.attention\.self\.in_proj\.weight$",
      "self.in_proj.weight"),
     ("xlnet", r"(?:^|\.)layer\.(\d+)\.rel_attn\.r_w_bias$", "r_w_bias"),
+    ("funnel", r"(?:^|\.)encoder\.blocks\.(\d+)\.(\d+)\.attention\.r_kernel$", "r_kernel"),
+    # (Funnel Transformer's blocks: its layers numbered in order, block after block)
     ("albert", r"(?:^|\.)albert_layer_groups\.(\d+)\.albert_layers\.0\.attention\.query\."
      r"weight$", "query.weight"),
     ("longt5", r"(?:^|\.)block\.(\d+)\.layer\.0\.(?:Local|TransientGlobal)SelfAttention\.q\."
@@ -167,9 +169,17 @@ def _attention(names: tuple[str, ...], cross: bool = False
         rx = re.compile(pattern)
         found = {_number(m): n for n in names if (m := rx.search(n)) and
                  not n.startswith(other.get(int(m[1]), ("", "\0"))[1])}
+        if kind == "funnel":  # (blocks.B.L: numbered in order, block after block)
+            found = _in_order(rx, [n for n in names if rx.search(n)])
         if found:
             return kind, found
     return None, {}
+
+
+def _in_order(rx: re.Pattern[str], names: Any) -> dict[int, str]:
+    """Funnel's layers, blocks.B.L, numbered in order: block after block."""
+    keyed = sorted((tuple(map(int, rx.search(n).groups())), n) for n in names)  # type: ignore[union-attr]
+    return {number: name for number, (_, name) in enumerate(keyed)}
 
 
 def _number(m: re.Match[str]) -> int:
@@ -255,15 +265,8 @@ NOT_ATTENTION = (
     (r"^mixer\.(up_proj|down_proj)\.", "a feed-forward layer"),
 )
 # Softmax attention laid out in a way mha does not read yet, known by a tensor: refused by
-# name, saying what it is (never "no attention layer found").
-NOT_READ_YET = (
-    (r"(?:^|\.)attention\.r_kernel$", "Funnel Transformer's relative attention: "
-     "Transformer-XL's position term (r_w_bias, r_r_bias, r_kernel: the setting relative_xl) "
-     "with the <cls> token's row and column of it zeroed (separate_cls), the queries pooled "
-     "(pooling_type) at the first layer of each block after the first, over the unpooled "
-     "keys, and the distances of block b strided by 2^b (its encoder.blocks.B.L layers; the "
-     "decoder's full-length layers among them), which mha does not compute yet"),
-)
+# name, saying what it is (never "no attention layer found"); none at present.
+NOT_READ_YET: tuple[tuple[str, str], ...] = ()
 _LAYER_NAME = re.compile(r"(?:^|\.)(?:layers|blocks|h|layer)\.(\d+)\.(.+)$")
 
 # Softmax attention with steps of its own that mha does not compute, known by a tensor
