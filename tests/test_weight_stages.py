@@ -269,7 +269,7 @@ def test_help_lists_the_blocks() -> None:
     r = runner.invoke(app, ["explain", "--help"], env={"COLUMNS": "400"})
     assert r.exit_code == 0
     text = " ".join(r.stdout.split())
-    assert "x_kv_pos, x_v, w_q, w_k, w_v, q, k, v" in text and "concat, concat_normed, w_o, output" in text
+    assert "x_kv_pos, x_v, router_logits, router_choice, w_q, w_k, w_v, q, k, v" in text and "concat, concat_normed, expert_outputs, router_gates, w_o, output" in text
     assert "each head's block of the weights" in text
 
 

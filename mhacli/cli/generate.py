@@ -141,7 +141,7 @@ def _header(prob: Any, checkpoint: Any, seed: int, what: str) -> str:
             f"x: the model's own hidden state entering layer {read.get('layer', 0)}'s "
             "attention for this text (nothing random: no seed)\n"
             + (f"x_kv: {read['kv_input']}\n" if "kv_input" in read else "")
-            + (f"{read['global_input']}\n" if "global_input" in read else "") +
+            + (f"{read['global_input']}\n" if "global_input" in read else "")
             + (f"x_v: {read['v_input']}\n" if "v_input" in read else "") +
             "mha's output agrees with the model's own attention output (largest difference "
             f"{read['agreement']:.1e}, relative)")

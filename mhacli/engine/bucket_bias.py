@@ -165,12 +165,10 @@ def shown(c: Config) -> dict[str, Any]:
     return {"query_bias": {"buckets": count, "max_distance": distance, "order": order}}
 
 
-def write(c: Config, p: Prepared, given_: Any) -> str | None:
-    """In a problem file."""
+def write(c: Config, p: Prepared, written: Any) -> str | None:
+    """In a problem file (``written``: a number as a file writes it, parsers.written)."""
     if c.query_bias is None:
         return None
-    from .parsers import written
-
     rows = ", ".join("[" + ", ".join(written(a) for a in row) + "]" for row in p.qb_weight)
     more = "" if p.qb_bias is None else \
         "bias: [" + ", ".join(written(a) for a in p.qb_bias) + "], "

@@ -174,7 +174,8 @@ SETTINGS: tuple[Setting, ...] = (
                                         "scores: give one or the other"),
                       ("rel_logits", "query_bias and rel_logits both add a bias of each "
                                      "query's making: give one or the other")),
-            shown=bucket_bias.shown, write=bucket_bias.write),
+            shown=bucket_bias.shown,
+            write=lambda c, p, given: bucket_bias.write(c, p, read.written)),
     Setting("disentangled", "DeBERTa's disentangled attention: {table, terms, "
             "max_relative_positions, position_buckets, share_att_key, w_pos_k, b_pos_k, "
             "w_pos_q, b_pos_q}; the table (2k × d_model, the relative embeddings as the "

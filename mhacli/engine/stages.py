@@ -505,12 +505,12 @@ FORWARD: tuple[Stage, ...] = (
           latex=tex("X_{kv} + PE"), cell=cell_x_pos, exact=True, chain="x_kv",
           reads=_after("x_kv", "x_kv_pos"),
           exists=lambda c: c.positional is not None and c.cross),
-    *moa.before_queries(lambda c, name: latest(c, "x", name)),  # the router's (a mixture
-    # of attention heads, expert_stages.py)
     Stage("x_v", "m × d_xv", lambda c: (c.m, c.d_xv), KEY, NUMBERED,
           compute=lambda w: w.p.x_v, formula=input_text("X_v, the values' own input"),
           latex=tex("X_{v}"), cell=cell_input, exact=True, given=True, chain="x_v",
           exists=lambda c: c.d_xv > 0),
+    *moa.before_queries(lambda c, name: latest(c, "x", name)),  # the router's (a mixture
+    # of attention heads, expert_stages.py)
     *PROJECTIONS,  # w_q, w_k, w_v: each head's block, shown on request
     Stage("q", "n × H·d_k", lambda c: (c.n, c.heads * c.d_k), QUERY, NUMBERED,
           compute=lambda w: _projected(w)[0],
