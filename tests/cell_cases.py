@@ -78,6 +78,7 @@ CASES: dict[str, tuple[dict[str, Any], int, bool]] = {
     "experts-tiles": (dict(file=str(FIXTURES / "experts.yaml"), tiles="2:3"), 4, False),
     "experts-decode": (dict(file=str(FIXTURES / "experts.yaml"), decode=True, splits=2), 4,
                        False),
+    "ngram-query-bias": (dict(file=str(FIXTURES / "ngram.yaml"), backward=True), 4, False),
     "inkling": (dict(file=str(FIXTURES / "inkling.yaml")), 4, False),
     "inkling-backward": (dict(file=str(FIXTURES / "inkling.yaml"), backward=True), 4, False),
     "kv-conv-fractions": (dict(file=str(FIXTURES / "kv-conv.yaml")), 4, True),

@@ -2,9 +2,9 @@
 and a bias made from each query's own row (``query_bias``). Checked against the
 plain-loop reference given the mask and the bias written here from the model's words
 (entry by entry, T5's bucket rule with math.log), on the fast path in small blocks, the
-traced path, the tiles, --cell, the backward pass against autograd (ngram) or refused by
-name (query_bias), a problem file written and read back, and bad values; the model's own
-decoder self-attention (both streams, the weights) in ``test_encoders.py``."""
+traced path, the tiles, --cell, the backward pass against autograd (both), a problem
+file written and read back, and bad values; the model's own decoder self-attention (both
+streams, the weights) in ``test_encoders.py``."""
 
 from __future__ import annotations
 
@@ -129,17 +129,32 @@ def test_query_bias_alone_counts_the_rows_as_positions() -> None:
     np.testing.assert_allclose(mhacli.attention(**kw), want, rtol=1e-12, atol=1e-12)
 
 
-def test_the_backward_pass_follows_the_streams_and_refuses_the_bias() -> None:
+@pytest.mark.parametrize("bias", [None, "rows", "model", "no b"])
+def test_the_backward_pass_follows_the_streams_and_the_bias(bias: str | None) -> None:
+    """Against autograd; the bias read from P entry by entry by this file's loop (run on
+    P's flat indices: x the identity, W the indices)."""
     torch = pytest.importorskip("torch")
-    size, streams = 3, 2
+    size, streams, heads, count, far = 3, 2, 2, 4, 5
     n = (1 + streams) * size
-    kw = problem(n, seed=3, ngram=streams)
+    rng = np.random.default_rng(11)
+    w_p, b_p = rng.standard_normal((6, count * heads)), rng.standard_normal(count * heads)
+    extra: dict[str, Any] = {} if bias is None else {"query_bias": {
+        "weight": w_p, "max_distance": far, "order": "model" if bias == "model" else "rows",
+        **({} if bias == "no b" else {"bias": b_p})}}
+    kw = problem(n, seed=3, ngram=streams, **extra)
     tr = mhacli.trace(**kw, backward=True)
     names = ("x", "w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o")
     t = {k: torch.tensor(kw[k], requires_grad=True) for k in names}
+    tw, tb = (torch.tensor(a, requires_grad=True) for a in (w_p, b_p))
     q, k, v = ((t["x"] @ t[f"w_{a}"] + t[f"b_{a}"]).reshape(n, 2, 4).transpose(0, 1)
                for a in "qkv")
     z = q @ k.transpose(-1, -2) / 2.0
+    if bias is not None:
+        where = np.arange(n * count * heads, dtype=float).reshape(n, -1)
+        read = query_bias(np.eye(n), where, np.zeros(count * heads), heads, far, size,
+                          bias == "model").astype(int)  # (H, n, n): the entry of P read
+        made = t["x"] @ tw + (0 if bias == "no b" else tb)
+        z = z + made.reshape(-1)[torch.tensor(read)]
     blocked = torch.tensor(ngram_mask(size, streams) == 0)
     a = torch.softmax(z.masked_fill(blocked, float("-inf")), dim=-1)
     out = (a @ v).transpose(0, 1).reshape(n, 8) @ t["w_o"] + t["b_o"]
@@ -148,10 +163,14 @@ def test_the_backward_pass_follows_the_streams_and_refuses_the_bias() -> None:
     for name in names:
         np.testing.assert_allclose(tr[f"d_{name}"], t[name].grad.numpy(), rtol=1e-10,
                                    atol=1e-10, err_msg=name)
-    with pytest.raises(mhacli.MhaError, match="query_bias is made from each query's row of "
-                       "x .* the backward pass takes the scores' bias as a constant"):
-        mhacli.trace(**problem(n, ngram=streams, query_bias={"weight": np.ones((6, 8))}),
-                     backward=True)
+    if bias is None:
+        assert "d_query_bias_w" not in tr.stages
+        return
+    np.testing.assert_allclose(tr["d_query_bias_w"], tw.grad.numpy(), rtol=1e-10, atol=1e-10)
+    assert ("d_query_bias_b" in tr.stages) == (bias != "no b")
+    if bias != "no b":
+        np.testing.assert_allclose(tr["d_query_bias_b"], tb.grad.numpy(), rtol=1e-10,
+                                   atol=1e-10)
 
 
 def test_cell_and_json_say_the_streams_and_the_bias() -> None:

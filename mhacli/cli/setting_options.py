@@ -104,7 +104,7 @@ OPTIONS: tuple[SettingOption, ...] = (
                   "relative position embeddings): a YAML/JSON file with weight (d_model × "
                   "B·H), bias, max_distance and order (rows, or model: ProphetNet's reading "
                   "of its predicting streams' rows); query i and key j gain P[i, bucket(i − "
-                  "j)·H + h], P = X·W + b; forward only.", metavar="FILE"),
+                  "j)·H + h], P = X·W + b.", metavar="FILE"),
     SettingOption("disentangled", "DeBERTa's disentangled attention: a YAML/JSON file "
                   "with table (2k × d_model relative embeddings), terms (c2p, p2c), "
                   "max_relative_positions, position_buckets, share_att_key and w_pos_k, "

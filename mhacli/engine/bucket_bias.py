@@ -12,8 +12,8 @@ position further, i − j + 1, as the model does (its predicting stream stands o
 position after the main stream's token); its own stream's key is at distance 0.
 
 The bias is made when the problem is prepared (H × n × m, added at ``biased`` as the
-problem's bias is). It depends on x, so the backward pass, which takes the bias as a
-constant, is refused with it.
+problem's bias is). It depends on x: the backward pass follows it into x, the weight and
+the bias (``bucket_gradients.py``).
 
 Written ``query_bias: {weight: d_model × B·H, bias: B·H, max_distance: D}`` (bias
 optional, D 128 unless given); typed, a mapping of the same keys.
@@ -122,7 +122,8 @@ def parse(v: dict[str, Any] | None, s: Sizes) -> Fields:
                        "ProphetNet's code does: it goes with ngram", key=("query_bias", "order"))
     out = made(s.x, weight, bias, bucket, s.heads, s.ngram, model_order)
     bucket.flags.writeable = out.flags.writeable = False
-    return ({"query_bias": (count, distance, v["order"]), "bias": True},
+    return ({"query_bias": (count, distance, v["order"]), "query_bias_b": bias is not None,
+             "bias": True},
             {"qb_weight": weight, "qb_bias": bias, "qb_bucket": bucket, "bias": out})
 
 

@@ -67,6 +67,7 @@ class Config:
     block_shift: int = 0  # P: the blocks shifted by P (the first B − P tokens long)
     ngram: int | None = None  # N: ProphetNet's n-gram streams, x = 1 + N blocks of rows
     query_bias: tuple[int, int, str] | None = None  # (B, D, order): a bias from each query's row
+    query_bias_b: bool = False  # query_bias has its b (P = X·W + b)
     temperature: tuple[float, float] | None = None  # (F, A): Llama 4's tuning of the queries
     temperature_shift: int = 1  # S of ⌊(p + S) / F⌋: 1 in Llama 4, 0 in Ministral 3
     temperature_power: bool = False  # (1 + (p + 1) / F)^A instead (Beam's NoPE layers)

@@ -23,7 +23,7 @@ from .latent_gradients import d_input as latent_d_input, d_input_text as latent_
 from .latent_gradients import latent_gradients
 from . import bias_gradients as bias_grads, conv_gradients as conv_grads
 from . import disentangled_gradients as dis_grads, xl_gradients as xl_grads
-from . import dynamic_gradients as dyn_grads
+from . import bucket_gradients as qb_grads, dynamic_gradients as dyn_grads
 from . import expert_gradients as moa_grads
 from .writing import Entry, Formula
 
@@ -345,9 +345,11 @@ def _d_scaled_text(t: Chains, f: Formula) -> str:
 def _d_input_text(f: Formula) -> str:
     src = "(X + PE)" if f.c.positional else "X"
     gate = (" + dG·W_gateᵀ" if f.c.gate and not f.c.q_latent_both else "") + (
-        " + dr·W_Rᵀ (rel_logits' mix)" if f.c.rel_logits is not None else "")
+        " + dr·W_Rᵀ (rel_logits' mix)" if f.c.rel_logits is not None else "") + (
+        "" if f.c.positional else qb_grads.d_input_text(f.c))  # (query_bias reads X)
     if f.c.latent:
-        return latent_text(src) + (f"{gate} (the gate reads X too)" if gate else "")
+        return latent_text(src) + (f"{gate} (the gate reads X too)" if f.c.gate and
+                                   not f.c.q_latent_both else gate)
     if f.c.experts:
         return moa_grads.d_input_text(src)
     if f.c.cross:
@@ -358,14 +360,16 @@ def _d_input_text(f: Formula) -> str:
         return (f"d{src} = dQ·W_Qᵀ + dK·W_Kᵀ{gate} ({src.strip('()')} feeds the queries and "
                 f"keys; the values read X_v){_clip_text(f)}")
     feeds = {3: "all three", 4: "all four", 5: "all five"}[
-        3 + bool(f.c.gate) + (f.c.rel_logits is not None)]
+        3 + bool(f.c.gate) + (f.c.rel_logits is not None) +
+        (f.c.query_bias is not None and not f.c.positional)]
     return (f"d{src} = dQ·W_Qᵀ + dK·W_Kᵀ + dV·W_Vᵀ{gate} ({src.strip('()')} feeds {feeds})"
             + _clip_text(f))
 
 
 def _d_x_text(f: Formula) -> str:
     if f.c.positional:
-        return "dX = d(X + PE): adding the positions passes the gradient on unchanged"
+        return "dX = d(X + PE): adding the positions passes the gradient on unchanged" + \
+            qb_grads.d_input_text(f.c)
     return _d_input_text(f)
 
 
@@ -662,11 +666,13 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
         *xl_grads.xl_gradients(t, _grad)[1:],  # W_r and r_r_bias (Transformer-XL)
         *conv_grads.conv_gradients(t, _grad),  # kv_conv's weights
         *bias_grads.bias_gradients(t, _grad)[1:],  # rel_logits' W_R and profiles
+        *qb_grads.bucket_gradients(_grad),  # query_bias's W_P and b_P (ProphetNet)
         _grad("d_x_pos", "n × d_model", lambda c: (c.n, c.d_model), QUERY, NUMBERED,
               lambda w: _d_input(t, w),
               _d_input_text, "(X + PE)", exists=lambda c: c.positional is not None and not c.direct),
         _grad("d_x", "n × d_model", lambda c: (c.n, c.d_model), QUERY, NUMBERED,
-              lambda w: w["d_x_pos"] if w.c.positional else _d_input(t, w),
+              lambda w: _plus(w["d_x_pos"] if w.c.positional else _d_input(t, w),
+                              qb_grads.d_input(w)),  # (query_bias reads X itself)
               _d_x_text, "X", exists=lambda c: not c.direct),
         _grad("d_x_kv_pos", "m × d_kv", lambda c: (c.m, c.d_kv), KEY, NUMBERED,
               lambda w: _d_kv_input(t, w),

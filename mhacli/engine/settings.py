@@ -165,9 +165,9 @@ SETTINGS: tuple[Setting, ...] = (
             "B·H; P = X·W + b, and the score of query i and key j in head h gains "
             "P[i, bucket(i − j)·H + h], the bucket by T5's rule for the keys before "
             "(relative.py; with ngram, each stream's positions, a predicting stream's query "
-            "one position after the main stream's); forward only.", kind="file",
+            "one position after the main stream's).", kind="file",
             read=bucket_bias.value, parse=bucket_bias.parse,
-            fields=("query_bias", "qb_weight", "qb_bias", "qb_bucket"),
+            fields=("query_bias", "query_bias_b", "qb_weight", "qb_bias", "qb_bucket"),
             excludes=(("bias", "query_bias and bias both add to the scores: give one or the "
                                "other"),
                       ("relative_bias", "query_bias and relative_bias both add to the "

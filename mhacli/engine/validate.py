@@ -257,11 +257,6 @@ def prepare(
         raise MhaError("give grad_output or target, not both (each sets dL/d output)",
                        key="target")
     backward = bool(backward) or any(a is not None for a in upstream.values())
-    if backward and fields.get("query_bias") is not None:
-        raise MhaError("query_bias is made from each query's row of x (P = X·W + b): the "
-                       "backward pass takes the scores' bias as a constant and does not "
-                       "follow its gradient into x and the bias's weight; mha computes "
-                       "query_bias forward only", key="query_bias")
     loss = "given" if upstream["grad_output"] is not None else \
         "target" if upstream["target"] is not None else "sum"
     config = Config(
