@@ -103,10 +103,20 @@ def test_cell_and_file(tmp_path: Path) -> None:
     assert mhacli.trace(**p.inputs).config.rel_logits == 2
 
 
-def test_refused_where_not_followed() -> None:
-    kw = problem()
-    for extra, words in (({"tiles": (2, 3)}, "tiled view does not follow rel_logits"),
-                         ({"decode": True}, "decoding view does not follow rel_logits"),
+def test_the_tiles_follow_the_bias_and_decoding_refuses_it() -> None:
+    """The tiles' online softmax, block by block, gives the plain loop's heads."""
+    kw = problem(temperature="2:0.3:ratio")
+    p = np.arange(N)
+    tau = 1 + 0.3 * np.log(np.maximum((p + 1) / 2, 1))
+    tr = mhacli.trace(**kw, tiles=(2, 3))
+    heads = np.zeros((N, H * DK))
+    for block in tr.kernels["tiles"]:
+        heads[block.rows.start:block.rows.stop, block.head * DK:(block.head + 1) * DK] = \
+            block.output
+    np.testing.assert_allclose(heads @ kw["w_o"], loop_attention(kw, tau), rtol=1e-11,
+                               atol=1e-12)
+    assert sum(step.skipped for block in tr.kernels["tiles"] for step in block.steps) > 0
+    for extra, words in (({"decode": True}, "decoding view does not follow rel_logits"),
                          ({"x_kv": np.ones((N, D))}, "does not go with x_kv")):
         with pytest.raises(mhacli.MhaError, match=words):
             mhacli.trace(**kw, **extra)

@@ -127,12 +127,24 @@ def test_generate_writes_it_and_reads_it_back(tmp_path: Path) -> None:
     np.testing.assert_array_equal(tr.prepared.conv_k, [[1, 2, 0, 1], [3, 4, 1, 1]])
 
 
-def test_refused_where_not_followed() -> None:
+def test_the_tiles_follow_the_convolved_keys_and_values() -> None:
+    """The tiles' online softmax, block by block, against attention written as a loop
+    over the loop's convolved keys and values (grouped: head h reads group h // 2)."""
     kw = problem()
-    for extra, words in (({"tiles": (2, 3)}, "tiled view does not follow kv_conv"),
-                         ({"decode": True}, "last T − 1 keys and values")):
-        with pytest.raises(mhacli.MhaError, match=words):
-            mhacli.trace(**kw, **extra)
+    tr = mhacli.trace(**kw, tiles=(2, 3))
+    q = kw["x"] @ kw["w_q"]
+    k = loop_conv(kw["x"] @ kw["w_k"] + kw["b_k"], kw["kv_conv"]["k"])
+    v = loop_conv(kw["x"] @ kw["w_v"], kw["kv_conv"]["v"])
+    for block in tr.kernels["tiles"]:
+        h, g = block.head, block.head // (H // G)
+        for row, i in enumerate(block.rows):
+            z = np.array([q[i, h * DK:(h + 1) * DK] @ k[j, g * DK:(g + 1) * DK]
+                          for j in range(i + 1)]) / np.sqrt(DK)
+            a = np.exp(z - z.max())
+            want = (a / a.sum()) @ v[:i + 1, g * DV:(g + 1) * DV]
+            np.testing.assert_allclose(block.output[row], want, rtol=1e-11, atol=1e-12)
+    with pytest.raises(mhacli.MhaError, match="last T − 1 keys and values"):
+        mhacli.trace(**kw, decode=True)
 
 
 @pytest.mark.parametrize("text, words", [

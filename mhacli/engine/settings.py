@@ -234,9 +234,7 @@ SETTINGS: tuple[Setting, ...] = (
             "(τ_i the temperature's factor where given), added to the scaled scores "
             "(query_bias.py).", kind="file", read=query_bias.value, parse=query_bias.parse,
             fields=("rel_logits", "rel_dim", "rel_w", "rel_profile"),
-            excludes=(("tiles", "the tiled view does not follow rel_logits (a bias made from "
-                                "each query's input) yet"),
-                      ("decode", "the decoding view does not follow rel_logits (a bias made "
+            excludes=(("decode", "the decoding view does not follow rel_logits (a bias made "
                                  "from each query's input) yet"),
                       ("differential", "rel_logits on differential attention's heads is not "
                                        "followed")),
@@ -319,9 +317,7 @@ SETTINGS: tuple[Setting, ...] = (
             "before the first counting 0, each head's columns their own (token_conv.py).",
             kind="file", read=token_conv.value, parse=token_conv.parse,
             fields=("kv_conv", "conv_sides", "conv_k", "conv_v"),
-            excludes=(("tiles", "the tiled view does not follow kv_conv (the keys and values "
-                                "convolved over the tokens) yet"),
-                      ("decode", "the decoding view does not follow kv_conv: each step would "
+            excludes=(("decode", "the decoding view does not follow kv_conv: each step would "
                                  "need the last T − 1 keys and values before their "
                                  "convolution in its cache, which it does not keep"),
                       ("differential", "kv_conv on differential attention's heads is not "

@@ -173,8 +173,9 @@ def _differential(c: Config) -> bool:
 
 
 def _head_outputs_text(f: Formula) -> str:
-    if f.c.differential is None:
-        return f"O{f.i} = " + f.pick(f"A{f.i}·V{f.g}", f"V{f.g}·A{f.i}")
+    if f.c.differential is None:  # (V as the heads read it: V_conv, V_normed …)
+        v = "V" + reads(f.c, "head_outputs")[1][1:].replace("_heads", "") + f.g
+        return f"O{f.i} = " + f.pick(f"A{f.i}·{v}", f"{v}·A{f.i}")
     g = sub(f.c.kv_of(f.h - 1) + 1) if f.h is not None else "_g"
     other = sub(f.c.kv_of(f.h - 1) + 1 + f.c.groups // 2) if f.h is not None else "_{g+G/2}"
     return f"O{f.i} = D{f.i}·[V{g} | V{other}], the values of key/value heads g and g + G/2 " \
