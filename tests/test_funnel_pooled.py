@@ -125,3 +125,217 @@ def test_tiles_and_decoding_are_refused_by_name() -> None:
         mhacli.trace(**problem(), tiles=2)
     with pytest.raises(MhaError, match="the decoding view does not follow relative_xl"):
         mhacli.trace(**problem(), decode=True)
+
+
+# --------------------------------------------------------------------------- the model
+
+
+def _call(model: object, path: str, keys: int) -> tuple[object, tuple, dict]:
+    """The attention module at ``path`` and its call in the model's own forward pass, on
+    as many token ids as hand its keys ``keys`` rows (its attention_inputs: positions,
+    token types, mask, cls_mask made for them)."""
+    torch = pytest.importorskip("torch")
+    from . import hf_zoo as zoo
+
+    module = model.get_submodule(path)  # type: ignore[attr-defined]
+    caught: dict = {}
+
+    class Caught(Exception):
+        pass
+
+    def before(mod: object, args: tuple, kwargs: dict) -> None:
+        caught["args"], caught["kwargs"] = args, kwargs
+        raise Caught
+
+    handle = module.register_forward_pre_hook(before, with_kwargs=True)
+    try:
+        for length in range(keys, 4 * keys + 4):
+            try:
+                with torch.no_grad():
+                    model(input_ids=torch.from_numpy(  # type: ignore[operator]
+                        zoo.reference_ids(model, length)))
+            except Caught:
+                if caught["args"][1].shape[1] == keys:
+                    return module, caught["args"], caught["kwargs"]
+    finally:
+        handle.remove()
+    raise AssertionError(f"no length gives {path} {keys} keys")
+
+
+def _run(module: object, args: tuple, kwargs: dict, x: object, x_kv: object
+         ) -> tuple[object, object]:
+    """The module on x (queries) and x_kv (keys and values) with the model's own
+    attention_inputs: post_proj's output (before the norm of the residual) and the
+    weights (H × n × m)."""
+    seen: dict = {}
+    hook = module.post_proj.register_forward_hook(  # type: ignore[attr-defined]
+        lambda mod, a, out: seen.setdefault("out", out))
+    try:
+        _, weights = module(x, x_kv, x_kv, *args[3:], **{  # type: ignore[operator]
+            **kwargs, "output_attentions": True})
+    finally:
+        hook.remove()
+    return seen["out"][0], weights[0]
+
+
+@pytest.mark.parametrize("kind", ["relative_shift", "factorized"])
+@pytest.mark.parametrize("cls, truncate", [(True, True), (True, False), (False, True),
+                                           (False, False)])
+def test_pooled_layers_agree_with_the_model(kind: str, cls: bool, truncate: bool,
+                                            tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks of 2, 2 and 1 layers under pool_q_only: layers 2 and 4 (blocks 1 and 2's
+    first) on 9 and on 10 keys, every other layer of the model as before; the output and
+    the weights against the module's own, called with the model's attention_inputs."""
+    torch = pytest.importorskip("torch")
+    from mhacli.io.problem import from_mapping
+    from mhacli.models.layer import read_layer
+
+    from . import hf_zoo as zoo
+    from .test_funnel import build
+
+    folder = build(tmp_path / "funnel", attention_type=kind, separate_cls=cls,
+                   truncate_seq=truncate, pool_q_only=True, block_sizes=[2, 2, 1],
+                   block_repeats=[1, 1, 1])
+    model = zoo.load(folder)
+    rng = np.random.default_rng(4)
+    for layer, block in ((2, 1), (4, 2)):
+        reading = read_layer(folder, layer)
+        path = f"encoder.blocks.{block}.0.attention"
+        assert reading.stem == path + "." and reading.cross and reading.keys_input == "key"
+        spec = reading.settings["relative_xl"]
+        assert (spec["query_pool"], spec["stride"]) == (2, 2 ** (block - 1))
+        for m in (9, 10):
+            module, args, kwargs = _call(model, path, m)
+            n = args[0].shape[1]
+            assert reading.pooling.count(m) == n
+            x, x_kv = rng.standard_normal((n, 64)), rng.standard_normal((m, 64))
+            prob = from_mapping({"x": x, "x_kv": x_kv, "checkpoint": folder,
+                                 "layer": layer}, "test")
+            tr = mhacli.trace(**prob.inputs)
+            q, kv = torch.from_numpy(x)[None], torch.from_numpy(x_kv)[None]
+            with torch.no_grad():
+                out, weights = _run(module, args, kwargs, q, kv)
+                with monkeypatch.context() as patch:
+                    patch.setattr(torch.Tensor, "float", lambda self: self)
+                    exact, exact_weights = _run(module, args, kwargs, q, kv)
+            top = float(exact.abs().max())
+            where = f"layer {layer}, {m} keys"
+            # as it runs (its scores taken to float32 before the softmax), to 1e-5; with
+            # that one cast left out, to 1e-9
+            np.testing.assert_allclose(tr["output"], out.numpy(), rtol=1e-5,
+                                       atol=1e-5 * top, err_msg=where)
+            np.testing.assert_allclose(tr["weights"], weights.numpy(), rtol=1e-5,
+                                       atol=1e-6, err_msg=where)
+            np.testing.assert_allclose(tr["output"], exact.numpy(), rtol=1e-9,
+                                       atol=1e-9 * top, err_msg=where)
+            np.testing.assert_allclose(tr["weights"], exact_weights.numpy(), rtol=1e-9,
+                                       atol=1e-12, err_msg=where)
+            np.testing.assert_allclose(mhacli.attention(**prob.inputs), tr["output"],
+                                       rtol=1e-12, atol=1e-12 * top)  # fast, traced
+
+
+@pytest.mark.parametrize("mode", ["mean", "max"])
+@pytest.mark.parametrize("cls, truncate", [(True, True), (True, False), (False, False)])
+def test_the_rows_are_pooled_as_the_model_pools_them(mode: str, cls: bool,
+                                                      truncate: bool) -> None:
+    """Pooling.pool and count against the model's own pool_tensor, 5 to 10 rows."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from mhacli.models.funnel import Pooling
+
+    from . import hf_zoo as zoo
+
+    config = zoo.tiny_config("funnel")
+    config.separate_cls, config.truncate_seq, config.pooling_type = cls, truncate, mode
+    structure = transformers.models.funnel.modeling_funnel.FunnelAttentionStructure(config)
+    pooling = Pooling(0, True, cls, cls and truncate, mode)
+    rng = np.random.default_rng(2)
+    for m in range(5, 11):
+        rows = rng.standard_normal((m, 3))
+        want = structure.pool_tensor(torch.from_numpy(rows)[None], mode=mode)[0].numpy()
+        np.testing.assert_allclose(pooling.pool(rows), want, rtol=1e-15, atol=1e-15)
+        assert pooling.count(m) == len(want)
+    assert pooling.once(["c", "a", "b", "d", "e"]) == (
+        (["c", "a+b", "d"] if truncate else ["c", "a+b", "d+e"]) if cls else ["c+a", "b+d", "e"])
+
+
+def test_the_backward_pass_is_torchs_autograd(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """d_x, d_x_kv and every parameter's gradient against autograd through the module
+    (L = the sum of post_proj's output; the model's float32 cast left out), layer 2 on 9
+    keys."""
+    torch = pytest.importorskip("torch")
+    from mhacli.io.problem import from_mapping
+
+    from . import hf_zoo as zoo
+    from .test_funnel import build
+
+    folder = build(tmp_path / "funnel", pool_q_only=True, block_sizes=[2, 2],
+                   block_repeats=[1, 1])
+    model = zoo.load(folder)
+    module, args, kwargs = _call(model, "encoder.blocks.1.0.attention", 9)
+    rng = np.random.default_rng(6)
+    x, x_kv = rng.standard_normal((args[0].shape[1], 64)), rng.standard_normal((9, 64))
+    q = torch.from_numpy(x)[None].clone().requires_grad_(True)
+    kv = torch.from_numpy(x_kv)[None].clone().requires_grad_(True)
+    with monkeypatch.context() as patch:
+        patch.setattr(torch.Tensor, "float", lambda self: self)
+        out, _ = _run(module, args, kwargs, q, kv)
+    out.sum().backward()  # type: ignore[attr-defined]
+    prob = from_mapping({"x": x, "x_kv": x_kv, "checkpoint": folder, "layer": 2}, "test")
+    tr = mhacli.trace(**prob.inputs, backward=True)
+    att = module
+    want = {"d_x": q.grad[0], "d_x_kv": kv.grad[0],  # type: ignore[index]
+            "d_w_q": att.q_head.weight.grad.T,  # type: ignore[attr-defined]
+            "d_b_q": att.r_w_bias.grad.reshape(-1), "d_w_k": att.k_head.weight.grad.T,
+            "d_b_k": att.k_head.bias.grad, "d_w_v": att.v_head.weight.grad.T,
+            "d_b_v": att.v_head.bias.grad,
+            "d_w_o": att.post_proj.weight.grad.T, "d_b_o": att.post_proj.bias.grad,
+            "d_w_r": att.r_kernel.grad.reshape(64, -1), "d_r_r_bias": att.r_r_bias.grad,
+            "d_r_s_bias": att.r_s_bias.grad, "d_seg_embed": att.seg_embed.grad[1]}
+    for name, value in want.items():
+        w = value.detach().double().numpy()
+        np.testing.assert_allclose(tr[name], w, rtol=1e-9, err_msg=name,
+                                   atol=max(1e-9 * np.abs(w).max(), 1e-13))  # (d_b_k: 0)
+
+
+def test_a_text_through_a_pooling_model(tmp_path: Path) -> None:
+    """--text on every layer of a pool_q_only model: x and x_kv the model's own hidden
+    states (the pooled layer's queries its keys' rows pooled as the model pools them), the
+    rows labelled by the text's tokens pooled alike, the output the model's (load_text
+    refuses past 1e-5); random tokens make x of x_kv's rows pooled."""
+    pytest.importorskip("torch")
+    from mhacli.io.on_model import load_checkpoint, load_text_layers
+    from mhacli.models.funnel import Pooling
+
+    from .hf_reference import save_tokenizer
+    from .test_funnel import build
+
+    folder = build(tmp_path / "funnel", pool_q_only=True, block_sizes=[2, 2, 1],
+                   block_repeats=[1, 1, 1])
+    save_tokenizer(folder)
+    text = "Mary followed a little lamb to school."
+    probs = load_text_layers(folder, text, [0, 1, 2, 3, 4])
+    for layer, prob in enumerate(probs):
+        assert prob.read["agreement"] <= 1e-5, layer
+    tokens = list(probs[0].tokens)
+    once = Pooling(0, True, True, True)
+    pooled = probs[2]
+    assert list(pooled.kv_tokens) == tokens and list(pooled.tokens) == once.once(tokens)
+    assert pooled.tokens[1] == tokens[1] + "+" + tokens[2]
+    np.testing.assert_allclose(pooled.inputs["x"], once.pool(pooled.inputs["x_kv"]),
+                               rtol=1e-12, atol=1e-12)  # (pooling_type mean)
+    assert list(probs[3].tokens) == once.once(tokens)  # (block 1's other layer: pooled once)
+    assert list(probs[4].kv_tokens) == once.once(tokens)
+    assert list(probs[4].tokens) == once.once(once.once(tokens))
+    drawn = load_checkpoint(folder, 2, tokens=7, seed=1)
+    assert list(drawn.tokens) == ["t1", "t2+t3", "t4+t5", "t6"]  # (truncate_seq: t7 out)
+    assert list(drawn.kv_tokens) == [f"t{i}" for i in range(1, 8)]
+    np.testing.assert_allclose(drawn.inputs["x"], once.pool(drawn.inputs["x_kv"]),
+                               rtol=1e-15)
+    out = mha("explain", "--checkpoint", str(folder), "--layer", "2", "--tokens", "5",
+              "--cell", "rel_pos:1:3:4")
+    assert out.returncode == 0, out.stderr
+    assert "δ = p_i − j = 3 − 3 = 0 (p_i = 3: the first key query i pools, 2 to one past " \
+        "<cls>; positions from 0)" in out.stdout

@@ -60,9 +60,9 @@ def load_checkpoint(checkpoint: str | Path, layer: int | None, *, file: str | No
     given: dict[str, Any] = {"x": x, "tokens": labels}
     if reading.keys_input and reading.pooling is not None:  # queries pooled from the
         # keys' tokens (Funnel's): the random tokens the keys', pooled as the model does
-        given["x_kv"], given["kv_tokens"] = x, labels
-        given["x"] = reading.pooling.pool(x)
-        given["tokens"] = reading.pooling.once(labels or [f"t{i + 1}" for i in range(n)])
+        keys = labels or [f"t{i + 1}" for i in range(n)]
+        given["x_kv"], given["kv_tokens"] = x, keys
+        given["x"], given["tokens"] = reading.pooling.pool(x), reading.pooling.once(keys)
         source += " (x: x_kv's rows pooled as the model pools them)"
     elif reading.cross:  # a cross-attention: the encoder's output, as many random rows
         given["x_kv"] = np.round(rng.standard_normal((n, reading.weights["w_k"].shape[0])), 2)
