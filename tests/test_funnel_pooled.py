@@ -339,3 +339,34 @@ def test_a_text_through_a_pooling_model(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert "δ = p_i − j = 3 − 3 = 0 (p_i = 3: the first key query i pools, 2 to one past " \
         "<cls>; positions from 0)" in out.stdout
+
+
+def test_generate_writes_the_pooled_layer_back(tmp_path: Path) -> None:
+    """generate --checkpoint on a pooled layer writes x, x_kv, both labels and query_pool,
+    which read back to the layer's own numbers; a problem file on that layer without x_kv
+    is one error line saying what x and x_kv are."""
+    pytest.importorskip("torch")
+    from mhacli.io.problem import from_mapping
+
+    from .test_funnel import build
+
+    folder = build(tmp_path / "funnel", pool_q_only=True, block_sizes=[2, 2],
+                   block_repeats=[1, 1])
+    out = mha("generate", "--checkpoint", str(folder), "--layer", "2", "--tokens", "6",
+              "--seed", "2", "-o", str(tmp_path / "p.yaml"))
+    assert out.returncode == 0, out.stderr
+    text = (tmp_path / "p.yaml").read_text()
+    assert "query_pool: 2" in text and "tokens: [t1, \"t2+t3\", \"t4+t5\"]" in text
+    assert "kv_tokens: [t1, t2, t3, t4, t5, t6]" in text
+    written = mhacli.load(str(tmp_path / "p.yaml"))
+    x, x_kv = (np.asarray(written.inputs[k], dtype=np.float64) for k in ("x", "x_kv"))
+    layer = from_mapping({"x": x, "x_kv": x_kv, "checkpoint": folder, "layer": 2}, "test")
+    np.testing.assert_allclose(mhacli.attention(**written.inputs),
+                               mhacli.attention(**layer.inputs), rtol=1e-12, atol=1e-12)
+    bad = folder / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"checkpoint": ".", "layer": 2, "x": x.tolist()}))
+    out = mha("explain", str(bad))
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "--layer 2's queries are its keys' tokens pooled (the block's tokens: x_kv's " \
+        "pooled 2 to one" in out.stderr and "give x (the pooled tokens, the queries') and " \
+        "x_kv" in out.stderr, out.stderr
