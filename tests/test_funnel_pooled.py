@@ -370,3 +370,29 @@ def test_generate_writes_the_pooled_layer_back(tmp_path: Path) -> None:
     assert "--layer 2's queries are its keys' tokens pooled (the block's tokens: x_kv's " \
         "pooled 2 to one" in out.stderr and "give x (the pooled tokens, the queries') and " \
         "x_kv" in out.stderr, out.stderr
+
+
+def test_a_text_through_a_model_pooling_all_it_reads(tmp_path: Path) -> None:
+    """--text on every layer of a model without pool_q_only (factorized, no separate_cls):
+    a later block's every layer reads its block's tokens, pooled from the first (x the
+    module's query, key and value alike), labelled by the text's tokens pooled in pairs."""
+    pytest.importorskip("torch")
+    from mhacli.io.on_model import load_text_layers
+    from mhacli.models.funnel import Pooling
+
+    from .hf_reference import save_tokenizer
+    from .test_funnel import build
+
+    folder = build(tmp_path / "funnel", attention_type="factorized", separate_cls=False,
+                   pool_q_only=False, block_sizes=[1, 2, 1], block_repeats=[1, 1, 1])
+    save_tokenizer(folder)
+    probs = load_text_layers(folder, "A little lamb followed Mary to school one day.",
+                             [0, 1, 2, 3])
+    tokens = list(probs[0].tokens)
+    once = Pooling(0, True, False, False)
+    for layer, prob in enumerate(probs):
+        assert prob.read["agreement"] <= 1e-5, layer
+        assert prob.kv_tokens is None and "x_kv" not in prob.inputs
+    assert list(probs[1].tokens) == list(probs[2].tokens) == once.once(tokens)
+    assert list(probs[3].tokens) == once.once(once.once(tokens))
+    assert probs[1].tokens[0] == tokens[0] + "+" + tokens[1]
