@@ -202,6 +202,10 @@ def from_reading(checkpoint: str | Path, text: str, reading: Any, layers: list[i
             read["kv_input"] = (f"the model's own hidden state entering layer "
                                 f"{layer.kv_layer}'s attention, whose keys and values "
                                 f"layer {k} takes")
+        if layer.keys_input:  # queries pooled from the keys' tokens: x_kv the model's too
+            read["kv_input"] = (f"the model's own hidden state its attention is called with "
+                                f"as {layer.keys_input} (the tokens x pools: "
+                                f"{len(reading.x_kv[k])} rows, x {len(reading.x[k])})")
         if global_labels(layer):  # the global tokens' rows: the model's own stream
             g = len(global_labels(layer))
             first = str(k) == "encoder.0"
