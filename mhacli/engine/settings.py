@@ -209,8 +209,8 @@ SETTINGS: tuple[Setting, ...] = (
             "pools stands, p·i (past <cls>: p·(i − 1) + 1), Funnel's pool_q_only "
             "(xl_relative.py).",
             kind="file", read=xl_relative.value, parse=xl_relative.parse,
-            fields=("relative_xl", "xl_cls", "xl_segment", "xl_stride", "xl_pool", "w_r", "xl_r_bias", "xl_delta", "xl_s_bias",
-                    "xl_seg"),
+            fields=("relative_xl", "xl_cls", "xl_segment", "xl_stride", "xl_pool", "w_r",
+                    "xl_r_bias", "xl_delta", "xl_s_bias", "xl_seg"),
             excludes=(("tiles", "the tiled view does not follow relative_xl: its position "
                                 "term would gather each tile's distances (not a kernel it "
                                 "runs)"),
