@@ -103,6 +103,9 @@ CASES: dict[str, tuple[dict[str, Any], int, bool]] = {
     "relative-xl": (dict(file=str(FIXTURES / "relative_xl.yaml")), 4, False),
     "relative-xl-backward": (dict(file=str(FIXTURES / "relative_xl.yaml"), backward=True), 4,
                              False),
+    "relative-xl-pooled": (dict(file=str(FIXTURES / "relative_xl_pooled.yaml")), 4, False),
+    "relative-xl-pooled-backward": (dict(file=str(FIXTURES / "relative_xl_pooled.yaml"),
+                                         backward=True), 4, False),
     "disentangled-fractions": (dict(file=str(FIXTURES / "disentangled.yaml")), 4, True),
     "disentangled-shared-backward": (dict(**RANDOM, heads=2, backward=True, disentangled=str(
         FIXTURES / "disentangled-shared.yaml")), 4, False),

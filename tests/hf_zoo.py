@@ -366,7 +366,9 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
     mask, rotary cos/sin and the rest (caught, the pass stopped there), then the module
     itself on ``x`` with the same (a cross-attention's keys and values on ``x_kv``, as many
     rows as ``x``, in place of the encoder's output; a KV-shared layer's, Gemma 3n's and
-    Gemma 4's, as the model's own layer that stores them makes them from ``x_kv``; the
+    Gemma 4's, as the model's own layer that stores them makes them from ``x_kv``; Funnel's
+    layer that pools its queries, on ``x_kv``'s rows, the model run until its keys get as
+    many, its queries then ``x``'s; the
     values' own input ``x_v`` as the module's argument ``values_input``, MobileBERT's).
     Returns ``output``: what ``output`` (the output
     projection's module path) gives in that call, else the module's own output; and
@@ -428,8 +430,11 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
                 model(**inputs, use_cache=False)
         except Caught:
             got = caught["args"][:1] or (None,)
+            rows = n
+            if x_kv is not None and len(caught["args"]) > 1:  # (Funnel's pooled queries:
+                got, rows = caught["args"][1:2], len(x_kv)  # until its keys get x_kv's rows)
             if not (isinstance(got[0], torch.Tensor) and got[0].ndim == 3 and
-                    got[0].shape[1] < n and getattr(model.config, "model_type", "") ==
+                    got[0].shape[1] < rows and getattr(model.config, "model_type", "") ==
                     "funnel"):
                 break
             length, missed = length + 1, 0  # (the layer got fewer rows than n: pooled)
@@ -460,6 +465,11 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
         kwargs["hidden_states"] = hidden
     if x_kv is not None and getattr(module, "is_kv_shared_layer", False):
         _shared_keys(stores[module.layer_type], x_kv, dtype, kwargs)
+    elif x_kv is not None and len(args) > 2 and args[1] is args[2] and \
+            getattr(model.config, "model_type", "") == "funnel":  # (its pooled queries:
+        # called (query, key, value, …), the keys and values on the block's tokens)
+        kv = torch.from_numpy(np.asarray(x_kv, dtype=np.float64))[None].to(dtype)
+        args = (args[0], kv, kv) + tuple(args[3:])
     elif x_kv is not None:
         names = [k for k in ("key_value_states", "encoder_hidden_states") if k in kwargs]
         if time_first:

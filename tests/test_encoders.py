@@ -475,20 +475,21 @@ def test_reformers_local_layers_are_a_mask_of_chunks(family: str, tmp_path: Path
         assert mask[0].tolist() == [True] * 8 + [False] * 4 + [True] * 4
 
 
-def test_funnels_pooled_queries_are_refused_by_name(tmp_path: Path) -> None:
+def test_funnels_pooled_queries_are_read_as_queries_of_their_own(tmp_path: Path) -> None:
     """The registry's tiny Funnel (block_sizes [4, 4, 4], pool_q_only): layer 3, the first
     block's last, is read; layer 4, the next block's first, whose queries are pooled and
-    keys not, is refused saying so; layer 5 is read, its distances (i − j)·2 (the numbers
-    are test_funnel.py's)."""
+    keys not, reads x (the pooled tokens) and x_kv (relative_xl's query_pool 2 at the first
+    block's stride); layer 5 its distances (i − j)·2 (the numbers are
+    test_funnel_pooled.py's)."""
     from .hf_zoo import make_zoo_model
 
     folder = make_zoo_model("funnel", tmp_path / "funnel", "FunnelForMaskedLM")
     assert read_layer(folder, 3).stem == "funnel.encoder.blocks.0.3.attention."
-    with pytest.raises(MhaError, match=r"pool_q_only is true: funnel\.encoder\.blocks\.1\.0\."
-                       r"attention\.r_kernel is the first layer of block 1 of Funnel "
-                       r"Transformer: its queries pooled \(pooling_type 'mean'\) over the "
-                       r"unpooled keys"):
-        read_layer(folder, 4)
+    pooled = read_layer(folder, 4)
+    assert pooled.cross and pooled.keys_input == "key"
+    spec = pooled.settings["relative_xl"]
+    assert (spec["query_pool"], spec["stride"]) == (2, 1)
+    assert "x_kv's pooled 2 to one (config pooling_type mean" in pooled.origin["x"]
     assert read_layer(folder, 5).settings["relative_xl"]["stride"] == 2
 
 

@@ -95,7 +95,7 @@ def test_check_carries_a_wrong_rel_pos_into_scaled(tmp_path: Path) -> None:
      "relative_xl w_r is 7 × 8: expected d_model × H·d_k = 8 × 8"),
     (dict(relative_xl={"w_r": np.zeros((8, 8)), "r_r_bias": np.zeros((2, 4)), "bias": 1}),
      "relative_xl takes w_r, r_r_bias, clamp_len, r_s_bias, seg_embed, separate_cls, stride, "
-     "not bias"),
+     "query_pool, not bias"),
     (dict(kv_heads=1), "does not go with kv_heads"),
     (dict(tiles=2), "the tiled view does not follow relative_xl"),
     (dict(decode=True), "the decoding view does not follow relative_xl"),

@@ -104,7 +104,12 @@ def run_type(model_type: str, model_class: str, base: Path) -> Result:
             return out
         x = rng.standard_normal((TOKENS, reading.width))
         given = {"x": x}
-        if reading.cross:  # the encoder's output, as many rows
+        if reading.keys_input and reading.pooling is not None:  # queries pooled from the
+            # keys' tokens (Funnel's): x_kv the block's TOKENS rows, x as many as it pools
+            given["x_kv"] = rng.standard_normal((TOKENS, reading.weights["w_k"].shape[0]))
+            given["x"] = x = rng.standard_normal((reading.pooling.count(TOKENS),
+                                                  reading.width))
+        elif reading.cross:  # the encoder's output, as many rows
             given["x_kv"] = rng.standard_normal((TOKENS, reading.weights["w_k"].shape[0]))
         if reading.values_input:  # the values' own input (MobileBERT's layer input)
             given["x_v"] = rng.standard_normal((TOKENS, reading.weights["w_v"].shape[0]))

@@ -116,7 +116,8 @@ OPTIONS: tuple[SettingOption, ...] = (
                   "of a sinusoid of the distance, added to the scores before the scale; "
                   "Funnel's r_s_bias and seg_embed (H × d_k) add (Q_h − b_q,h + "
                   "r_s_bias_h)·S_h, separate_cls: true zeroes both in the first token's row "
-                  "and column, stride: s makes δ = (i − j)·s.",
+                  "and column, stride: s makes δ = (i − j)·s, query_pool: p (with x_kv) "
+                  "puts query i where the first key it pools stands.",
                   metavar="FILE"),
     SettingOption("rel_logits", "A bias made from each query's own input (Inkling): a "
                   "YAML/JSON file with w_r (d_model × H·d_rel) and profiles (d_rel × E); "

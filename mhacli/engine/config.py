@@ -123,6 +123,7 @@ class Config:
     xl_cls: bool = False  # its terms 0 in the first token's row and column (Funnel's <cls>)
     xl_segment: bool = False  # Funnel's segment term (r_s_bias, seg_embed) added to it
     xl_stride: int = 1  # its distances (i − j)·stride (Funnel's pooled blocks: 2^b)
+    xl_pool: int = 1  # the queries (x) the keys' tokens (x_kv) pooled so many to one
     indexer: int | None = None  # sparse attention (sparse.py): top_k, the keys a query keeps
     index_heads: int = 0  # E, the indexer's heads
     index_dim: int = 0  # d_I, their width

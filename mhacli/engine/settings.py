@@ -205,10 +205,12 @@ SETTINGS: tuple[Setting, ...] = (
             "scores before the scale; Funnel's: r_s_bias and seg_embed (H × d_k) add the "
             "segment term (Q_h[i] − b_q,h + r_s_bias_h)·S_h (one segment), separate_cls: "
             "true zeroes both terms in the first token's row and column, stride: s makes "
-            "δ = (i − j)·s (xl_relative.py).",
+            "δ = (i − j)·s; query_pool: p (with x_kv) puts query i where the first key it "
+            "pools stands, p·i (past <cls>: p·(i − 1) + 1), Funnel's pool_q_only "
+            "(xl_relative.py).",
             kind="file", read=xl_relative.value, parse=xl_relative.parse,
-            fields=("relative_xl", "xl_cls", "xl_segment", "xl_stride", "w_r", "xl_r_bias", "xl_delta", "xl_s_bias",
-                    "xl_seg"),
+            fields=("relative_xl", "xl_cls", "xl_segment", "xl_stride", "xl_pool", "w_r",
+                    "xl_r_bias", "xl_delta", "xl_s_bias", "xl_seg"),
             excludes=(("tiles", "the tiled view does not follow relative_xl: its position "
                                 "term would gather each tile's distances (not a kernel it "
                                 "runs)"),

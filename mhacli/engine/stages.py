@@ -112,7 +112,7 @@ def _rel_pos_text(f: Formula) -> str:
     seg = f" + (Q{f.i}[i] − b_q{f.i} + r_s_bias{f.i})·S{f.i}" if c.xl_segment else ""
     cls = ", 0 in the first token's row and column (separate_cls)" if c.xl_cls else ""
     return (f"rel_pos{f.i}[i, j] = (Q{f.i}[i] − b_q{f.i} + r_r_bias{f.i})·R{f.i}[δ]{seg}, "
-            f"δ = {'i − j' if c.xl_stride == 1 else f'(i − j)·{c.xl_stride}'}{clamp}, "
+            f"δ = {xl_relative.distance_text(c.xl_stride, c.xl_pool, c.xl_cls)}{clamp}, "
             f"R = PE(δ)·W_r, PE(δ) = [sin(δ·f) | cos(δ·f)], "
             f"f_t = 10000^(−2t/d_model){cls}: Transformer-XL's position term"
             + (" and Funnel's segment term (S: seg_embed, one segment)" if seg else ""))

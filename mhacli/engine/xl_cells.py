@@ -15,6 +15,28 @@ def _vector(e: Entry, v: Any) -> Any:
     return each(", ", lambda x: e.num(x), v, most=8)
 
 
+def _place(i: Any, pool: int, cls: bool) -> Any:
+    """Where query i stands among the keys (``xl_relative.query_positions``' rule, as a
+    recipe): i, or pooled p to one the first key it pools, p·i (past <cls>: p·(i − 1) + 1,
+    <cls> at 0)."""
+    if pool == 1:
+        return i
+    return when(i == 0, 0, pool * (i - 1) + 1) if cls else pool * i
+
+
+def _distance(i: Any, j: Any, at: Any, stride: int, pool: int, cls: bool) -> str:
+    """The line of δ: i − j, times the stride; a pooled query's from where it stands."""
+    if pool > 1:
+        how = f"(p_i − j)·stride = ({at} − {j})·{stride}" if stride != 1 else \
+            f"p_i − j = {at} − {j}"
+        return (f"  δ = {how} = {(at - j) * stride} (p_i = {at}: the first key query i "
+                f"pools, {pool} to one{' past <cls>' if cls else ''}; positions from 0)")
+    if stride == 1:
+        return f"  δ = i − j = {i} − {j} = {i - j} (positions from 0)"
+    return (f"  δ = (i − j)·stride = ({i} − {j})·{stride} = {(i - j) * stride} "
+            f"(positions from 0, pooled {stride} to one)")
+
+
 def cell_rel_pos(e: Entry) -> list[Any]:
     """rel_pos_h[i, j] = (q_h[i] − b_q,h + r_r_bias_h) · R_h[δ(i, j)]."""
     c = e.c
@@ -28,14 +50,13 @@ def cell_rel_pos(e: Entry) -> list[Any]:
         tr.prepared, tr.stages[src])).row(h - 1, i)
     clamp = c.relative_xl
     stride = c.xl_stride
+    at = _place(i, c.xl_pool, c.xl_cls)  # (where query i stands among the keys)
     clamped = "" if not clamp else when(
-        abs(i - j) * stride > clamp, f", clamped to ±clamp_len = ±{clamp}: δ = {delta}",
+        abs(at - j) * stride > clamp, f", clamped to ±clamp_len = ±{clamp}: δ = {delta}",
         f" (within ±clamp_len = {clamp})")
     less_b = " − b_q" + str(e.hs) if e.p.b_q is not None else ""
     made = fdot(query, pos)
-    lines = [f"  δ = i − j = {i} − {j} = {i - j} (positions from 0){clamped}" if stride == 1
-             else f"  δ = (i − j)·stride = ({i} − {j})·{stride} = {(i - j) * stride} "
-                  f"(positions from 0, pooled {stride} to one){clamped}",
+    lines = [_distance(i, j, at, stride, c.xl_pool, c.xl_cls) + clamped,
              f"  PE(δ) = [sin(δ·f_t) | cos(δ·f_t)], f_t = 10000^(−2t/{c.d_model}), "
              f"t = 0 … {c.d_model // 2 - 1}",
              f"  R{e.hs}[δ] = PE(δ)·W_r{e.hs} = [{_vector(e, pos)}]",

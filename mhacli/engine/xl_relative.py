@@ -30,6 +30,12 @@ Funnel Transformer's first block adds two optional keys' worth:
   and its column (Funnel's cls_mask).
 * ``stride`` (a whole number, 1 unless given): δ = (i − j)·stride, the distance of tokens
   pooled stride to one (Funnel's block b: 2^b).
+* ``query_pool`` (a whole number, 1 unless given): the queries are an input of their own
+  (x; the keys and values read x_kv), each the keys' tokens pooled query_pool to one
+  (Funnel's pool_q_only: the first layer of a later block reads its block's tokens, pooled
+  2 to one, over the previous block's, unpooled). Query i stands where the first key it
+  pools does: key p·i, or under separate_cls key p·(i − 1) + 1 past <cls> (query 1 is
+  <cls> itself, key 1), so δ(i, j) = (p·i − j)·stride, or (p·(i − 1) + 1 − j)·stride.
 """
 
 from __future__ import annotations
@@ -46,17 +52,38 @@ if TYPE_CHECKING:
 
 Array = np.ndarray
 Fields = tuple[dict[str, Any], dict[str, Any]]
-KEYS = ("w_r", "r_r_bias", "clamp_len", "r_s_bias", "seg_embed", "separate_cls", "stride")
+KEYS = ("w_r", "r_r_bias", "clamp_len", "r_s_bias", "seg_embed", "separate_cls", "stride",
+        "query_pool")
 BASE = 10000.0
 
 
 # --------------------------------------------------------------------------- the rule
 
 
-def distances(n: int, m: int, clamp_len: int, stride: int = 1) -> Array:
-    """δ(i, j) = (i − j)·stride, clamped to ±clamp_len when clamp_len > 0: (n, m)."""
-    rel = (np.arange(n)[:, None] - np.arange(m)[None, :]) * stride
+def query_positions(n: int, pool: int = 1, cls: bool = False) -> Array:
+    """Where each query stands among the keys (0-based): i; pooled p to one, the first key
+    it pools, p·i, or past <cls> p·(i − 1) + 1 (<cls> itself at 0): (n,)."""
+    i = np.arange(n)
+    if pool == 1:
+        return i
+    return np.where(i == 0, 0, pool * (i - 1) + 1) if cls else pool * i
+
+
+def distances(n: int, m: int, clamp_len: int, stride: int = 1, pool: int = 1,
+              cls: bool = False) -> Array:
+    """δ(i, j) = (i − j)·stride, with query i where ``query_positions`` puts it (the
+    queries pooled ``pool`` to one), clamped to ±clamp_len when clamp_len > 0: (n, m)."""
+    rel = (query_positions(n, pool, cls)[:, None] - np.arange(m)[None, :]) * stride
     return np.clip(rel, -clamp_len, clamp_len) if clamp_len > 0 else rel
+
+
+def distance_text(stride: int, pool: int, cls: bool) -> str:
+    """δ as the formula writes it: i − j, times the stride, from a pooled query's place."""
+    if pool == 1:
+        return "i − j" if stride == 1 else f"(i − j)·{stride}"
+    at = f"{pool}·(i − 1) + 1 (<cls>: 0)" if cls else f"{pool}·i"
+    diff = f"p_i − j" if stride == 1 else f"(p_i − j)·{stride}"
+    return f"{diff}, p_i = {at}: query i where the first key it pools stands"
 
 
 def frequencies(width: int) -> Array:
@@ -163,30 +190,44 @@ def value(v: Any) -> dict[str, Any] | None:
     if not isinstance(cls, (bool, np.bool_)):
         raise MhaError(f"relative_xl separate_cls must be true or false, got {given(cls)}",
                        key=("relative_xl", "separate_cls"))
-    stride = v.get("stride", 1)
-    if isinstance(stride, str) and stride.strip().isdigit():
-        stride = int(stride)
-    if isinstance(stride, (bool, np.bool_)) or not isinstance(stride, (int, np.integer)) or \
-            stride < 1:
-        raise MhaError(f"relative_xl stride must be a whole number of 1 or more, got "
-                       f"{given(stride)}", key=("relative_xl", "stride"))
+    stride, pool = _whole(v, "stride"), _whole(v, "query_pool")
     seg = {k: nested_numbers(v[k], ("relative_xl", k)) for k in ("r_s_bias", "seg_embed")
            if v.get(k) is not None}
     return {"w_r": nested_numbers(v["w_r"], ("relative_xl", "w_r")),
             "r_r_bias": nested_numbers(v["r_r_bias"], ("relative_xl", "r_r_bias")),
             "clamp_len": max(int(clamp), 0), "separate_cls": bool(cls),
-            "stride": int(stride), **seg}
+            "stride": int(stride), "query_pool": int(pool), **seg}
+
+
+def _whole(v: dict[str, Any], name: str) -> int:
+    """One of the keys of a whole number of 1 or more (stride, query_pool), 1 unless
+    given."""
+    got = v.get(name, 1)
+    if isinstance(got, str) and got.strip().isdigit():
+        got = int(got)  # (a file's plain scalar)
+    if isinstance(got, (bool, np.bool_)) or not isinstance(got, (int, np.integer)) or got < 1:
+        raise MhaError(f"relative_xl {name} must be a whole number of 1 or more, got "
+                       f"{given(got)}", key=("relative_xl", name))
+    return int(got)
 
 
 def parse(v: Any, s: Sizes) -> Fields:
     """W_R, r_r_bias and each (query, key)'s distance, checked against the sizes."""
     if v is None:
-        return ({"relative_xl": None, "xl_cls": False, "xl_segment": False, "xl_stride": 1},
+        return ({"relative_xl": None, "xl_cls": False, "xl_segment": False, "xl_stride": 1,
+                 "xl_pool": 1},
                 {"w_r": None, "xl_r_bias": None, "xl_delta": None, "xl_s_bias": None,
                  "xl_seg": None})
-    if s.x_kv is not None:
+    pool = v.get("query_pool", 1)
+    if s.x_kv is None and pool > 1:
+        raise MhaError(f"relative_xl query_pool {pool}: the queries pooled {pool} to one are "
+                       "an input of their own: give x (the pooled tokens, the queries') and "
+                       "x_kv (the tokens they pool, the keys' and values')",
+                       key=("relative_xl", "query_pool"))
+    if s.x_kv is not None and pool == 1:
         raise MhaError("relative_xl is self-attention (the distances of one sequence): it "
-                       "does not go with x_kv", key="relative_xl")
+                       "does not go with x_kv, unless the queries are the keys' tokens "
+                       "pooled (query_pool: 2, Funnel's pool_q_only)", key="relative_xl")
     if s.groups != s.heads:
         raise MhaError("relative_xl (Transformer-XL's) gives every query head its own key "
                        "head: it does not go with kv_heads", key="relative_xl")
@@ -202,10 +243,11 @@ def parse(v: Any, s: Sizes) -> Fields:
                        f"{s.d_model} × {s.heads * s.d_k}", key=("relative_xl", "w_r"))
     bias, s_bias, seg = (None if v.get(k) is None else _per_head(v[k], k, s)
                          for k in ("r_r_bias", "r_s_bias", "seg_embed"))
-    delta = distances(s.n, s.m, v["clamp_len"], v.get("stride", 1))
+    cls = bool(v.get("separate_cls"))
+    delta = distances(s.n, s.m, v["clamp_len"], v.get("stride", 1), pool, cls)
     delta.flags.writeable = False
-    return ({"relative_xl": v["clamp_len"], "xl_cls": bool(v.get("separate_cls")),
-             "xl_segment": seg is not None, "xl_stride": v.get("stride", 1)},
+    return ({"relative_xl": v["clamp_len"], "xl_cls": cls,
+             "xl_segment": seg is not None, "xl_stride": v.get("stride", 1), "xl_pool": pool},
             {"w_r": w_r, "xl_r_bias": bias, "xl_delta": delta, "xl_s_bias": s_bias,
              "xl_seg": seg})
 
@@ -228,6 +270,8 @@ def shown(c: Any) -> dict[str, Any]:
         out["separate_cls"] = True
     if c.xl_stride != 1:
         out["stride"] = c.xl_stride
+    if c.xl_pool != 1:
+        out["query_pool"] = c.xl_pool
     return {"relative_xl": out}
 
 
@@ -246,5 +290,6 @@ def write(c: Any, p: Prepared, given_value: Any) -> str | None:
     return ("{" + f"clamp_len: {c.relative_xl}, "
             + ("separate_cls: true, " if c.xl_cls else "")
             + (f"stride: {c.xl_stride}, " if c.xl_stride != 1 else "")
+            + (f"query_pool: {c.xl_pool}, " if c.xl_pool != 1 else "")
             + "w_r: [" + ", ".join(vec(r) for r in p.w_r) + "], "
             + "r_r_bias: [" + ", ".join(vec(r) for r in p.xl_r_bias) + "]" + more + "}")

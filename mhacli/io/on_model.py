@@ -58,7 +58,13 @@ def load_checkpoint(checkpoint: str | Path, layer: int | None, *, file: str | No
     x = np.round(rng.standard_normal((n, reading.width)), 2)
     source = f"random tokens on {path.name}" + (f" (seed {seed})" if seed is not None else "")
     given: dict[str, Any] = {"x": x, "tokens": labels}
-    if reading.cross:  # a cross-attention: the encoder's output, as many random rows
+    if reading.keys_input and reading.pooling is not None:  # queries pooled from the
+        # keys' tokens (Funnel's): the random tokens the keys', pooled as the model does
+        keys = labels or [f"t{i + 1}" for i in range(n)]
+        given["x_kv"], given["kv_tokens"] = x, keys
+        given["x"], given["tokens"] = reading.pooling.pool(x), reading.pooling.once(keys)
+        source += " (x: x_kv's rows pooled as the model pools them)"
+    elif reading.cross:  # a cross-attention: the encoder's output, as many random rows
         given["x_kv"] = np.round(rng.standard_normal((n, reading.weights["w_k"].shape[0])), 2)
     if reading.values_input:  # the values' own input (MobileBERT's layer input)
         given["x_v"] = np.round(rng.standard_normal((n, reading.weights["w_v"].shape[0])), 2)
@@ -140,7 +146,8 @@ def load_text_layers(checkpoint: str | Path, text: str, layers: list[int], *,
               for k, f in found.items() if f.kv_layer is not None}
     reading = read_text(path, text, {k: f.module or f.stem for k, f in found.items()},
                         kv_from=shared,
-                        values={k: f.values_input for k, f in found.items() if f.values_input})
+                        values={k: f.values_input for k, f in found.items() if f.values_input},
+                        keys={k: f.keys_input for k, f in found.items() if f.keys_input})
     return from_reading(path, text, reading, layers, layout=layout, found=found, **settings)
 
 
@@ -160,12 +167,15 @@ def from_reading(checkpoint: str | Path, text: str, reading: Any, layers: list[i
     out = []
     for k in layers:
         layer = found[k] if found is not None else read_layer(path, k)
-        given = {"x": reading.x[k], "tokens": global_labels(layer) + reading.rows(k)}
+        rows, kv_rows = reading.rows(k), reading.labels
+        if layer.pooling is not None:  # (Funnel's pooled blocks: the tokens pooled too)
+            rows, kv_rows = layer.pooling.labels(reading.labels)
+        given = {"x": reading.x[k], "tokens": global_labels(layer) + rows}
         if layer.value_rows is not None:  # value embeddings: the rows of the text's ids
             given["value_embeds"] = layer.value_rows(reading.ids)
         if k in reading.x_kv:  # a cross-attention: the encoder's output on the text (a
             # KV-shared layer: the input of the layer it shares from)
-            given.update(x_kv=reading.x_kv[k], kv_tokens=reading.labels)
+            given.update(x_kv=reading.x_kv[k], kv_tokens=kv_rows)
         if k in reading.x_v:  # the values' own input, as the model called the module
             given["x_v"] = reading.x_v[k]
         prob = from_mapping(given, f"the text on {path}", None, layout, reading=layer)
@@ -192,6 +202,10 @@ def from_reading(checkpoint: str | Path, text: str, reading: Any, layers: list[i
             read["kv_input"] = (f"the model's own hidden state entering layer "
                                 f"{layer.kv_layer}'s attention, whose keys and values "
                                 f"layer {k} takes")
+        if layer.keys_input:  # queries pooled from the keys' tokens: x_kv the model's too
+            read["kv_input"] = (f"the model's own hidden state its attention is called with "
+                                f"as {layer.keys_input} (the tokens x pools: "
+                                f"{len(reading.x_kv[k])} rows, x {len(reading.x[k])})")
         if global_labels(layer):  # the global tokens' rows: the model's own stream
             g = len(global_labels(layer))
             first = str(k) == "encoder.0"

@@ -42,6 +42,13 @@ def on_layer(inputs: dict[str, Any], reading: Any, heads: int | None,
                        f"{source}: layer {source}'s projections of its own input, x_kv; give "
                        "x_kv in the problem (or --text, which runs the model, or leave out "
                        "the file for random tokens of both)", key="x_kv")
+    if getattr(reading, "keys_input", "") and inputs.get("x_kv") is None:
+        raise MhaError(f"--layer {reading.layer}'s queries are its keys' tokens pooled "
+                       f"({reading.origin.get('x', 'an input of their own')}): give x (the "
+                       "pooled tokens, the queries') and x_kv (the tokens they pool, the keys' "
+                       "and values') in the problem (or --text, which runs the model, or "
+                       "leave out the file for random tokens, pooled as the model pools them)",
+                       key="x_kv")
     if getattr(reading, "cross", False) and inputs.get("x_kv") is None:
         raise MhaError(f"--layer {reading.layer} is a cross-attention: its keys and values "
                        "read the encoder's output, x_kv; give x_kv in the problem (or leave "
@@ -115,9 +122,10 @@ def on_layer(inputs: dict[str, Any], reading: Any, heads: int | None,
             and width_k % (width_q // h) == 0:
         inputs["kv_heads"] = width_k // (width_q // h)
     origin = {k: v for k, v in reading.origin.items()
-              if (k not in own or k == "x_v" or stored and k in ("k", "v"))
+              if (k not in own or k in ("x_v", "x", "x_kv") or stored and k in ("k", "v"))
               and not (k == "heads" and heads is not None)}  # what the problem gave: its own
-    # (x_v's note says what the model's values read, whoever gives the numbers; a
+    # (x_v's note says what the model's values read, whoever gives the numbers, as x's and
+    # x_kv's where a layer's queries and keys read inputs of their own; a
     # drafter's k and v what the model attends over)
     return {"checkpoint": reading.path, "layer": reading.layer, "family": reading.family,
             "settings": origin}

@@ -132,6 +132,10 @@ class LayerReading:
     # takes, made by that layer's weights from that layer's input, x_kv (cross is true)
     values_input: str = ""  # the argument of the attention module the values read, where
     # they have an input of their own, x_v (MobileBERT's value_tensor); "": x or x_kv
+    keys_input: str = ""  # the argument of the attention module the keys and values read,
+    # x_kv, where the queries' x is another (Funnel's pooled queries: key); cross is true
+    pooling: Any = None  # how the layer's rows are the text's tokens pooled (Funnel's:
+    # funnel.Pooling; its query rows of m keys, and their labels)
     most_tokens: int | None = None  # the most tokens the layer is read for (an indexer that
     # keeps every key up to its index_topk: past it, refused; glm_moe_dsa's shared layers)
     most_said: str = ""  # why not past it, in words
@@ -232,6 +236,8 @@ def read_layer(path: str | Path, layer: int | str = 0, dtype: Any = np.float64
     mask = out.pop("position_mask", None)  # (BigBird's blocks: the same)
     kv_layer = out.pop("kv_layer", None)  # (Gemma 3n's, Gemma 4's KV-shared layers)
     values_input = out.pop("values_input", "")  # (MobileBERT's values on the layer's input)
+    keys_input = out.pop("keys_input", "")  # (Funnel's pooled queries: keys on another)
+    pooling = out.pop("pooling", None)  # (Funnel's pooled blocks: the rows' rule)
     value_rows = out.pop("value_rows", None)  # (NeoMME's value embeddings, by token id)
     stored = bool(out.pop("stored", False))  # (a drafter's: the keys and values given)
     weights = {k: v for k, v in out.items() if k in WEIGHTS}
@@ -239,8 +245,10 @@ def read_layer(path: str | Path, layer: int | str = 0, dtype: Any = np.float64
     return LayerReading(str(ckpt.path), layer if part is None else part.name, family, stem,
                         MappingProxyType(weights), MappingProxyType(settings),
                         MappingProxyType(dict(r.origin)), r.dtype,
-                        cross=part is not None and part.cross or kv_layer is not None,
-                        kv_layer=kv_layer, values_input=values_input, most_tokens=most,
+                        cross=part is not None and part.cross or kv_layer is not None
+                        or bool(keys_input),
+                        kv_layer=kv_layer, values_input=values_input, keys_input=keys_input,
+                        pooling=pooling, most_tokens=most,
                         most_said=most_said, most_whole=most_whole,
                         module=module, position_bias=bias, position_mask=mask,
                         value_rows=value_rows, stored=stored)
