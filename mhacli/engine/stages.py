@@ -23,6 +23,7 @@ from .disentangled_cells import cell_scaled_terms, cell_term
 from .xl_cells import cell_rel_pos
 from .bias_cells import cell_rel_logits
 from .conv_cells import cell_conv
+from .cca_cells import cell_cca, cell_delayed, cell_depthwise
 from .gradients import gradient_stages
 from .cells import (
     cell_input, cell_projection, cell_split, cell_scores, cell_pos, cell_x_pos, cell_rot,
@@ -41,7 +42,7 @@ from .reach import Reach
 from .sparse_stages import cell_masked_kept, keep_mask, sparse_stages
 from . import dynamic_stages as dyn
 from .stage import KEY, NUMBERED, QUERY, Stage
-from . import exclusive, qk_norms, query_bias, sub_norm, token_conv, turned_values
+from . import cca, exclusive, qk_norms, query_bias, sub_norm, token_conv, turned_values
 from .work import Work, tuned, turned
 from .recipe import Recipe, var
 from .writing import Entry, Formula, Record, sub
@@ -201,6 +202,59 @@ def _conv_stage(side: str) -> Stage:
                  latex=tex(rf"{big}_{{@h}} + \sum_t w_t \odot {big}_{{@h}}[i - t]"),
                  cell=cell_conv, per_head=True, exact=True,
                  exists=lambda c: side in c.conv_sides)
+
+
+def _depthwise(w: Work, side: str) -> Array:
+    """The heads of Q (K) through cca's depthwise convolution over the tokens."""
+    ch = cca.channels(w.p, side)
+    return cca.depthwise(_read(w, f"{side}_depthwise"), w.p.cca_dw[:, ch], w.p.cca_db[ch])
+
+
+def _cca(w: Work, side: str) -> Array:
+    """q_cca or k_cca: the grouped convolution of the depthwise rows plus the side's
+    share of Q and K."""
+    dw, q, k = reads(w.c, f"{side}_cca")
+    return cca.mixed(w.p, side, w[dw], w[q], w[k])
+
+
+def _cca_stages() -> tuple[Stage, ...]:
+    """q_depthwise, k_depthwise, q_cca, k_cca (ZAYA's CCA projection, cca.py)."""
+    out = []
+    for side in "qk":
+        big, who = side.upper(), ("H", "n") if side == "q" else ("G", "m")
+        dims = (lambda c: (c.heads, c.n, c.d_k)) if side == "q" else \
+            (lambda c: (c.groups, c.m, c.d_k))
+        rows = QUERY if side == "q" else KEY
+        out.append(Stage(
+            f"{side}_depthwise", f"{who[0]} × {who[1]} × d_k", dims, rows, NUMBERED,
+            compute=lambda w, side=side: _depthwise(w, side),
+            reads=lambda c, side=side: (latest(c, side, f"{side}_depthwise"),),
+            formula=lambda f, big=big: f"D{f.i}[i] = b_dw + Σ_t w_dw[t] ⊙ {big}{f.i}[i − t], "
+            f"t = 0 … {f.c.cca[0] - 1}: cca's depthwise causal convolution over the last "
+            f"{f.c.cca[0]} tokens, each channel its own taps and bias (a row before the "
+            "first counts 0)",
+            latex=tex(rf"b_{{dw}} + \sum_t w_t \odot {big}_{{@h}}[i - t]"),
+            cell=cell_depthwise, per_head=True, exact=True,
+            exists=lambda c: c.cca is not None))
+    for side in "qk":
+        big, who = side.upper(), ("H", "n") if side == "q" else ("G", "m")
+        dims = (lambda c: (c.heads, c.n, c.d_k)) if side == "q" else \
+            (lambda c: (c.groups, c.m, c.d_k))
+        rows = QUERY if side == "q" else KEY
+        share = "(Q_h[i] + K_g[i]) / 2, g the key/value head of h" if side == "q" else \
+            "the mean over the query heads h of g of (Q_h[i] + K_g[i]) / 2"
+        out.append(Stage(
+            f"{side}_cca", f"{who[0]} × {who[1]} × d_k", dims, rows, NUMBERED,
+            compute=lambda w, side=side: _cca(w, side), chain=side,
+            reads=lambda c, side=side: (f"{side}_depthwise", "q_heads", "k_heads"),
+            formula=lambda f, side=side, big=big, share=share:
+            f"{big}_cca{f.i}[i] = b_gr + Σ_t D{f.i}[i − t]·M_t, t = 0 … {f.c.cca[1] - 1} "
+            f"(M_t: the head's d_k × d_k block of the grouped taps; D before the first row: "
+            f"b_dw) + {share}: ZAYA's CCA {'queries' if side == 'q' else 'keys'}",
+            latex=tex(rf"b_{{gr}} + \sum_t D_{{@h}}[i - t] M_t + \tfrac{{1}}{{2}}(Q + K)"),
+            cell=cell_cca, per_head=True, exact=True,
+            exists=lambda c: c.cca is not None))
+    return tuple(out)
 
 
 def _v_normed(w: Work) -> Array | None:
@@ -540,6 +594,12 @@ FORWARD: tuple[Stage, ...] = (
           "of the model's table by its token id) added to its values",
           latex=tex("V + E"), cell=cell_v_embedded, exact=True, reads=lambda c: ("v",),
           exists=lambda c: c.value_embedded and not c.latent),
+    Stage("v_delayed", "m × G·d_v", lambda c: (c.m, c.groups * c.d_v), KEY, NUMBERED,
+          compute=lambda w: cca.delayed(w["v"], w.p.b_v, w.c.v_delayed),
+          formula=lambda f: f"V's last {f.c.v_delayed} columns the token before's, "
+          f"V[i − 1] (the first token's: b_v, a zero row projected); the others V[i]",
+          latex=tex(r"[V_i \mid V_{i-1}]"), cell=cell_delayed, exact=True,
+          reads=lambda c: ("v",), exists=lambda c: c.v_delayed is not None and not c.latent),
     *mla.latent_stages(sys.modules[__name__]),  # MLA's latents (latent_stages.py)
     # (the gate after the latents: with q_latent_both it reads the query latent)
     Stage("gate", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,
@@ -566,7 +626,8 @@ FORWARD: tuple[Stage, ...] = (
           formula=_latent_or(mla.v_text, split_text("V", lambda c: c.d_v, "d_v")),
           latex=tex("V_{@h}"), cell=_cell_or(mla.cell_v_heads, cell_split), per_head=True,
           exact=True, chain="v", reads=lambda c: mla.V_READS if c.latent else
-          ("v_embedded",) if c.value_embedded else ("v",)),
+          ("v_embedded",) if c.value_embedded else ("v_delayed",) if c.v_delayed else ("v",)),
+    *_cca_stages(),  # ZAYA's queries and keys convolved over the tokens (cca.py)
     _conv_stage("k"),
     _conv_stage("v"),
     _norm_stage("q_normed", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), "q", False),

@@ -262,6 +262,10 @@ def prepare(
                        "backward pass takes the scores' bias as a constant and does not "
                        "follow its gradient into x and the bias's weight; mha computes "
                        "query_bias forward only", key="query_bias")
+    for key, what in (("cca", "cca (the queries and keys convolved over the tokens)"),
+                      ("v_delayed", "v_delayed (values made of the token before)")):
+        if backward and fields.get(key) is not None:
+            raise MhaError(f"the backward pass does not follow {what} yet", key=key)
     loss = "given" if upstream["grad_output"] is not None else \
         "target" if upstream["target"] is not None else "sum"
     config = Config(
@@ -285,7 +289,7 @@ def prepare(
 # The settings that change keys or values after their projection: a stored k and v are
 # as the model drafted for left them (normed, turned), so these would apply twice
 _NOT_WITH_STORED = ("v_norm", "rotated_values", "value_embeds", "dynamic_mask", "positional",
-                    "clip_qkv", "experts", "kv_conv", "indexer", "local_blocks",
+                    "clip_qkv", "experts", "kv_conv", "cca", "v_delayed", "indexer", "local_blocks",
                     "rel_logits")  # (the last three read the keys' own tokens from x)
 
 
