@@ -26,7 +26,6 @@ v_proj_delayed reads x_{i−1}), the first token's those of a zero row: b_v alon
 
 from __future__ import annotations
 
-from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -103,7 +102,11 @@ def residual(q: Array, k: Array, side: str) -> Array:
 
 def _over(a: Array, count: int) -> Array:
     """a / count: in fractions (a whole number over a whole number is not a float)."""
-    return a * Fraction(1, count) if a.dtype == object else a / count
+    if a.dtype != object:
+        return a / count
+    from fractions import Fraction  # (only exact problems: run does not import it)
+
+    return a * Fraction(1, count)
 
 
 def mixed(p: Prepared, side: str, dw: Array, q: Array, k: Array) -> Array:
