@@ -302,13 +302,9 @@ def test_refused_where_not_followed() -> None:
     kw = problem()
     for extra, words in (({"tiles": (2, 3)}, "tiled view does not follow cca"),
                          ({"decode": True}, "last T0 \\+ T1 − 2 queries and keys"),
-                         ({"backward": True}, "backward pass does not follow cca"),
                          ({"kv_conv": {"k": np.ones((2, G * DK))}}, "give one")):
         with pytest.raises(mhacli.MhaError, match=words):
             mhacli.trace(**kw, **extra)
-    kw = problem(cca=None)
-    with pytest.raises(mhacli.MhaError, match="backward pass does not follow v_delayed"):
-        mhacli.trace(**kw, backward=True)
     x_kv = np.ones((N, D))
     with pytest.raises(mhacli.MhaError, match="does not go with x_kv"):
         mhacli.trace(**problem(v_delayed=None), x_kv=x_kv)
@@ -340,3 +336,69 @@ def test_bad_files_are_one_error_line(text: str, words: str, tmp_path: Path) -> 
     import re
 
     assert re.search(words, err), err
+
+
+def test_backward_agrees_with_torch_autograd() -> None:
+    """Every gradient, cca's four weights and the delayed values' bias among them, against
+    PyTorch's autograd through ZAYA's layer written with its own Conv1d calls (zero padding
+    of T0 + T1 − 2 rows, depthwise then grouped), the q/k norm, RoPE on half of each head
+    and a window; a target's loss."""
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    temp = np.array([0.7, -1.3])
+    kw = problem(seed=7, qk_norm={"over": "head", "eps": 0, "q": np.ones(DK),
+                                  "k": np.repeat(temp, DK)},
+                 rope={"style": "half", "dims": DK // 2, "base": 10000.0}, window=3,
+                 target=np.random.default_rng(8).normal(size=(N, D)))
+    tr = mhacli.trace(**kw, backward=True)
+    leaf = {name: torch.tensor(np.asarray(kw[name]), requires_grad=True)
+            for name in ("x", "w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v")}
+    spec = kw["cca"]
+    conv = {"dw": torch.tensor(spec["depthwise"][::-1].T.copy()[:, None, :], requires_grad=True),
+            "db": torch.tensor(spec["depthwise_bias"], requires_grad=True),
+            "gw": torch.tensor(spec["grouped"][::-1].transpose(2, 1, 0).copy(),
+                               requires_grad=True),
+            "gb": torch.tensor(spec["grouped_bias"], requires_grad=True)}
+    x = leaf["x"]
+    q = x @ leaf["w_q"] + leaf["b_q"]
+    k = x @ leaf["w_k"] + leaf["b_k"]
+    v = x @ leaf["w_v"] + leaf["b_v"]
+    u = F.pad(torch.cat([q, k], 1).T[None], (T0 + T1 - 2, 0))  # (1, C, n + reach)
+    u = F.conv1d(u, conv["dw"], conv["db"], groups=C)
+    u = F.conv1d(u, conv["gw"], conv["gb"], groups=H + G)[0].T  # (n, C)
+    qh, kh = q.reshape(N, H, DK), k.reshape(N, G, DK)
+    res = (qh + kh.repeat_interleave(H // G, 1)) / 2
+    qc = u[:, :H * DK].reshape(N, H, DK) + res
+    kc = u[:, H * DK:].reshape(N, G, DK) + res.reshape(N, G, H // G, DK).mean(2)
+    half = G * DK // 2
+    late = torch.cat([leaf["b_v"][half:][None], v[:-1, half:]], 0)
+    vd = torch.cat([v[:, :half], late], 1).reshape(N, G, DK)
+    qn = qc * DK ** 0.5 / qc.norm(dim=-1, keepdim=True)
+    kn = kc * DK ** 0.5 / kc.norm(dim=-1, keepdim=True) * torch.tensor(temp)[None, :, None]
+
+    def turned(a: torch.Tensor) -> torch.Tensor:
+        inv = 1.0 / 10000.0 ** (torch.arange(0, DK // 2, 2, dtype=torch.float64) / (DK // 2))
+        ang = torch.arange(N, dtype=torch.float64)[:, None] * inv  # (n, dims/2)
+        cos, sin = torch.cos(ang)[:, None], torch.sin(ang)[:, None]
+        a1, a2, rest = a[..., :DK // 4], a[..., DK // 4:DK // 2], a[..., DK // 2:]
+        return torch.cat([a1 * cos - a2 * sin, a1 * sin + a2 * cos, rest], -1)
+
+    qr, kr = turned(qn).transpose(0, 1), turned(kn).transpose(0, 1)
+    kr, vr = kr.repeat_interleave(H // G, 0), vd.transpose(0, 1).repeat_interleave(H // G, 0)
+    i, j = torch.arange(N)[:, None], torch.arange(N)[None]
+    allowed = (j <= i) & (i - j < 3)
+    z = (qr @ kr.transpose(1, 2)) / DK ** 0.5
+    a = torch.softmax(z.masked_fill(~allowed, -torch.inf), -1)
+    y = (a @ vr).transpose(0, 1).reshape(N, -1) @ leaf["w_o"]
+    (0.5 * ((y - torch.tensor(kw["target"])) ** 2).sum()).backward()
+    np.testing.assert_allclose(tr["output"], y.detach().numpy(), rtol=1e-12, atol=1e-12)
+    for name, t in leaf.items():
+        np.testing.assert_allclose(tr[f"d_{name}"], t.grad.numpy(), rtol=1e-10, atol=1e-11,
+                                   err_msg=name)
+    np.testing.assert_allclose(tr["d_cca_dw"], conv["dw"].grad.numpy()[:, 0, ::-1].T,
+                               rtol=1e-10, atol=1e-11)
+    np.testing.assert_allclose(tr["d_cca_db"], conv["db"].grad.numpy(), rtol=1e-10, atol=1e-11)
+    np.testing.assert_allclose(
+        tr["d_cca_gw"], conv["gw"].grad.numpy()[:, :, ::-1].transpose(2, 1, 0).reshape(
+            T1 * DK, C), rtol=1e-10, atol=1e-11)
+    np.testing.assert_allclose(tr["d_cca_gb"], conv["gb"].grad.numpy(), rtol=1e-10, atol=1e-11)

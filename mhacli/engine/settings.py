@@ -366,7 +366,8 @@ SETTINGS: tuple[Setting, ...] = (
                       ("decode", "the decoding view does not follow v_delayed (values made "
                                  "of the token before) yet"),
                       ("value_embeds", "value embeddings with v_delayed (added before or "
-                                       "after the shift) are not followed")),
+                                       "after the shift) are not followed"),
+                      ("dynamic_mask", "the dynamic mask on delayed values is not followed")),
             shown=lambda c: {"v_delayed": c.v_delayed} if c.v_delayed else {},
             write=lambda c, p, given: c.v_delayed),
     Setting("sub_norm", "the joined heads normed before W_O (BitNet's attn_sub_norm): each "

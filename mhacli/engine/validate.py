@@ -262,10 +262,6 @@ def prepare(
                        "backward pass takes the scores' bias as a constant and does not "
                        "follow its gradient into x and the bias's weight; mha computes "
                        "query_bias forward only", key="query_bias")
-    for key, what in (("cca", "cca (the queries and keys convolved over the tokens)"),
-                      ("v_delayed", "v_delayed (values made of the token before)")):
-        if backward and fields.get(key) is not None:
-            raise MhaError(f"the backward pass does not follow {what} yet", key=key)
     loss = "given" if upstream["grad_output"] is not None else \
         "target" if upstream["target"] is not None else "sum"
     config = Config(
