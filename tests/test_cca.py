@@ -402,3 +402,36 @@ def test_backward_agrees_with_torch_autograd() -> None:
         tr["d_cca_gw"], conv["gw"].grad.numpy()[:, :, ::-1].transpose(2, 1, 0).reshape(
             T1 * DK, C), rtol=1e-10, atol=1e-11)
     np.testing.assert_allclose(tr["d_cca_gb"], conv["gb"].grad.numpy(), rtol=1e-10, atol=1e-11)
+
+
+def test_run_jsonl_and_check(tmp_path: Path) -> None:
+    """A stream of problems with cca takes the stage table's way (as the fast path); check
+    grades q_cca, k_depthwise and v_delayed as answered."""
+    def plain(a: object) -> object:
+        if isinstance(a, np.ndarray):
+            return a.tolist()
+        return {k: plain(v) for k, v in a.items()} if isinstance(a, dict) else a
+
+    kws = [problem(seed=3), problem(seed=4, qk_norm="head", window=2)]
+    stream = tmp_path / "p.jsonl"
+    stream.write_text("".join(json.dumps(plain(kw)) + "\n" for kw in kws))
+    r = runner.invoke(app, ["run", "--jsonl", str(stream)])
+    assert r.exit_code == 0, r.output
+    for line, kw in zip(r.stdout.splitlines(), kws):
+        np.testing.assert_allclose(json.loads(line)["output"], mhacli.attention(**kw),
+                                   rtol=1e-13, atol=1e-13)
+    path = tmp_path / "p.yaml"
+    path.write_text(FILE)
+    tr = mhacli.trace(**mhacli.load(path).inputs)
+    answers = {"q_cca": tr["q_cca"].round(4).tolist(),
+               "k_depthwise": tr["k_depthwise"][0].round(4).tolist(),
+               "v_delayed": tr["v_delayed"].tolist()}
+    good = tmp_path / "good.yaml"
+    good.write_text(FILE + "answers: " + json.dumps(answers) + "\n")
+    r = runner.invoke(app, ["check", str(good), "--format", "plain"])
+    assert r.exit_code == 0, r.output
+    answers["v_delayed"][1][1] = 6  # the token's own value, not the token before's
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(FILE + "answers: " + json.dumps(answers) + "\n")
+    r = runner.invoke(app, ["check", str(bad), "--format", "plain"])
+    assert r.exit_code == 1 and "v_delayed" in r.stdout, r.output
