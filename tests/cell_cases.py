@@ -84,6 +84,7 @@ CASES: dict[str, tuple[dict[str, Any], int, bool]] = {
     "zaya": (dict(file=str(FIXTURES / "zaya.yaml")), 4, False),
     "zaya-fractions": (dict(file=str(FIXTURES / "zaya.yaml")), 4, True),
     "zaya-backward": (dict(file=str(FIXTURES / "zaya.yaml"), backward=True), 4, False),
+    "zaya-tiles": (dict(file=str(FIXTURES / "zaya.yaml"), tiles="2:3"), 4, False),
     "temperature-power": (dict(**RANDOM, heads=2, mask="causal", temperature="2:0.5:power",
                                backward=True), 4, False),
     "qk-layer": (dict(file=str(FIXTURES / "qk-layer.yaml")), 4, False),

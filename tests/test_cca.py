@@ -298,10 +298,22 @@ def test_generate_writes_it_and_reads_it_back(tmp_path: Path) -> None:
     assert again.read_text() == path.read_text()
 
 
+def test_the_tiles_end_where_the_plain_trace_does() -> None:
+    """The tiled view reads the masked scores and the values as the stage table made them
+    (after cca and v_delayed): its blocks' outputs are head_outputs, some tiles skipped by
+    the window."""
+    kw = problem(seed=1, window=3)
+    tr = mhacli.trace(**kw, tiles=(3, 2))
+    out = np.zeros_like(tr["head_outputs"])
+    for block in tr.kernels["tiles"]:
+        out[block.head, block.rows.start:block.rows.stop] = block.output
+    np.testing.assert_allclose(out, tr["head_outputs"], rtol=1e-12, atol=1e-13)
+    assert sum(block.skipped for block in tr.kernels["tiles"]) > 0
+
+
 def test_refused_where_not_followed() -> None:
     kw = problem()
-    for extra, words in (({"tiles": (2, 3)}, "tiled view does not follow cca"),
-                         ({"decode": True}, "last T0 \\+ T1 − 2 queries and keys"),
+    for extra, words in (({"decode": True}, "last T0 \\+ T1 − 2 queries and keys"),
                          ({"kv_conv": {"k": np.ones((2, G * DK))}}, "give one")):
         with pytest.raises(mhacli.MhaError, match=words):
             mhacli.trace(**kw, **extra)

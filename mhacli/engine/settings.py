@@ -342,9 +342,7 @@ SETTINGS: tuple[Setting, ...] = (
             "plus its mean over the key head's queries (cca.py); self-attention.",
             kind="file", read=cca.value, parse=cca.parse,
             fields=("cca", "cca_dw", "cca_db", "cca_gw", "cca_gb"),
-            excludes=(("tiles", "the tiled view does not follow cca (the queries and keys "
-                                "convolved over the tokens) yet"),
-                      ("decode", "the decoding view does not follow cca: each step would "
+            excludes=(("decode", "the decoding view does not follow cca: each step would "
                                  "need the last T0 + T1 − 2 queries and keys before their "
                                  "convolution in its cache, which it does not keep"),
                       ("kv_conv", "cca and kv_conv both convolve the keys over the tokens: "
@@ -361,9 +359,7 @@ SETTINGS: tuple[Setting, ...] = (
             "(ZAYA's v_proj_delayed of x_(i−1)), the first token's b_v alone (a zero row "
             "projected).", kind="whole", read=cca.delayed_value, parse=cca.delayed_parse,
             fields=("v_delayed",),
-            excludes=(("tiles", "the tiled view does not follow v_delayed (values made of "
-                                "the token before) yet"),
-                      ("decode", "the decoding view does not follow v_delayed (values made "
+            excludes=(("decode", "the decoding view does not follow v_delayed (values made "
                                  "of the token before) yet"),
                       ("value_embeds", "value embeddings with v_delayed (added before or "
                                        "after the shift) are not followed"),
