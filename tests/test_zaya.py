@@ -3,8 +3,8 @@ attention module: its output and its attention weights on both layers (one hybri
 hybrid_sliding with a window of 4), every parameter random (the convolutions' weights
 and biases, the delayed values' bias, qk_norm.temp, which start at 0), on more tokens than
 the convolutions reach and the window; the model's RoPE and softmax put in float64 for
-the 1e-9 comparison (as it ships, both in float32: 1e-6). With a step knocked out the model is another,
-so the test can fail. A config that lies is one error line."""
+the 1e-9 comparison (as it ships, both in float32: 1e-6). With a step knocked out the
+model is another, so the test can fail. A config that lies is one error line."""
 
 from __future__ import annotations
 

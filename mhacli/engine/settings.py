@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from ..errors import MhaError
-from . import bucket_bias, cca, clipping, disentangled, dynamic, experts, gating, local_blocks, ngram
+from . import bucket_bias, cca, clipping, disentangled, dynamic, experts, gating
+from . import local_blocks, ngram
 from . import value_embeds
 from . import parsers as read
 from . import qk_norms, query_bias, relative, rope, sparse, sub_norm, token_conv, turned_values
