@@ -138,6 +138,7 @@ def test_explain_says_where_each_setting_came_from(folder: Path) -> None:
     assert "v_proj_delayed" in read["v_delayed"]
     assert "qk_norm.temp" in read["qk_norm"]
     assert "hybrid_sliding" in read["window"]
+    assert "v_proj_current.bias" in read["b_v"] and "w_now" not in read
     assert data["config"]["cca"] == {"depthwise_taps": 2, "grouped_taps": 3}
 
 
@@ -168,3 +169,26 @@ def test_a_config_that_lies_is_one_error_line(folder: Path, tmp_path: Path, chan
     assert r.exit_code == 2 and r.stdout == "", r.output
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error:") and words in lines[0], r.stderr
+
+
+def test_on_a_text_it_agrees_with_the_models_own_forward_pass(folder: Path,
+                                                              tmp_path: Path) -> None:
+    """--text: x is the model's own hidden state at the layer, and mha's output is held
+    to the model's attention output (its float32 RoPE and softmax: within 1e-5)."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from mhacli.cli import app
+
+    from . import hf_reference
+
+    texted = tmp_path / "texted"
+    shutil.copytree(folder, texted)
+    hf_reference.save_tokenizer(texted)
+    for layer in ("0", "1"):
+        r = CliRunner().invoke(app, ["explain", "--checkpoint", str(texted), "--layer", layer,
+                                     "--text", "the cat sat on the mat and the dog sat on it",
+                                     "--stage", "output", "--format", "plain", "--no-pager"])
+        assert r.exit_code == 0, r.output
+        assert "mha's output agrees with the model's attention output" in r.stdout, r.stdout

@@ -96,6 +96,8 @@ def zaya(f: Family, r: Reader, stem: str) -> Layer:
     halves: dict[str, Any] = {}
     linear(r, proj, "v_proj_current", halves, "now")
     linear(r, proj, "v_proj_delayed", halves, "before")
+    for key in ("w_now", "b_now", "w_before", "b_before"):  # (their origins: w_v's, b_v's)
+        r.origin.pop(key, None)
     now, before = halves["w_now"], halves["w_before"]
     if now.shape[1] + before.shape[1] != g * d or now.shape[1] != before.shape[1]:
         raise r.error("head_dim", f"{d}, but {proj}v_proj_current and v_proj_delayed give "
