@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from .cells import kv
-from .recipe import each, factor, fdot, op, when
+from .recipe import each, factor, fdot, op, sub, when
 from .writing import Entry
 
 
@@ -58,12 +58,16 @@ def cell_cca(e: Entry) -> list[Any]:
     ch = _channel(e, side, j)
     first = _channel(e, side, 0)  # the head's first channel: its block of b_dw and M_t
     b, b_float = e.inp("cca_gb").at(ch), e.inp("cca_gb", exact=False).at(ch)
+    at = f"[{e.row_label}, {j + 1}]"
+    if side == "q":
+        share_words = f"({q_src}{e.hs}{at} + {k_src}{sub(kv(c, h))}{at}) / 2"
+    else:
+        per = c.heads // c.groups
+        share_words = (f"the mean over query heads {(h - 1) * per + 1}–{h * per} of "
+                       f"({q_src}_h{at} + {k_src}{e.hs}{at}) / 2")
     lines = [f"{e.name} = b_gr[{ch + 1}] + Σ_t {dw}{e.hs}[{e.row_label} − t]·M_t[:, {ch + 1}]"
-             f", t = 0 … {count - 1}, + " + (
-                 f"(Q_h[i, j] + K_g[i, j]) / 2 (g = h's key/value head)" if side == "q" else
-                 "the mean over the key/value head's query heads h of (Q_h[i, j] + K_g[i, j])"
-                 " / 2") + f"  (cca's grouped channel {ch + 1}; a row before the first: "
-             "b_dw alone)"]
+             f", t = 0 … {count - 1}, + {share_words}  (cca's grouped channel {ch + 1}, M_t "
+             "the grouped taps' matrix t; a row before the first: b_dw alone)"]
     made = b_float
     terms = [factor(b)]
     for t in range(count):
