@@ -128,7 +128,7 @@ def cca_gradients(grad: Callable[..., Stage]) -> tuple[Stage, ...]:
             f"d_{side}_depthwise", ("H × n" if side == "q" else "G × m") + " × d_k", dims,
             QUERY if side == "q" else KEY, NUMBERED,
             lambda w, side=side: d_depthwise(w, side),
-            lambda f, big=big: f"dD{f.i}[i] = Σ_t d{big}_cca{f.i}[i + t]·M_tᵀ, t = 0 … "
+            lambda f, big=big: f"dD_{big}{f.i}[i] = Σ_t d{big}_cca{f.i}[i + t]·M_tᵀ, t = 0 … "
             f"{f.c.cca[1] - 1} (rows past the last count 0): the grouped step's backward",
             f"D_{{{big}}}", per_head=True, exists=lambda c: c.cca is not None))
     return tuple(out)

@@ -229,10 +229,10 @@ def _cca_stages() -> tuple[Stage, ...]:
             f"{side}_depthwise", f"{who[0]} × {who[1]} × d_k", dims, rows, NUMBERED,
             compute=lambda w, side=side: _depthwise(w, side),
             reads=lambda c, side=side: (latest(c, side, f"{side}_depthwise"),),
-            formula=lambda f, big=big: f"D{f.i}[i] = b_dw + Σ_t w_dw[t] ⊙ {big}{f.i}[i − t], "
-            f"t = 0 … {f.c.cca[0] - 1}: cca's depthwise causal convolution over the last "
-            f"{f.c.cca[0]} tokens, each channel its own taps and bias (a row before the "
-            "first counts 0)",
+            formula=lambda f, big=big: f"D_{big}{f.i}[i] = b_dw + Σ_t w_dw[t] ⊙ "
+            f"{big}{f.i}[i − t], t = 0 … {f.c.cca[0] - 1}: cca's depthwise causal "
+            f"convolution over the last {f.c.cca[0]} tokens, each channel its own taps and "
+            "bias (a row before the first counts 0)",
             latex=tex(rf"b_{{dw}} + \sum_t w_t \odot {big}_{{@h}}[i - t]"),
             cell=cell_depthwise, per_head=True, exact=True,
             exists=lambda c: c.cca is not None))
@@ -248,9 +248,10 @@ def _cca_stages() -> tuple[Stage, ...]:
             compute=lambda w, side=side: _cca(w, side), chain=side,
             reads=lambda c, side=side: (f"{side}_depthwise", "q_heads", "k_heads"),
             formula=lambda f, side=side, big=big, share=share:
-            f"{big}_cca{f.i}[i] = b_gr + Σ_t D{f.i}[i − t]·M_t, t = 0 … {f.c.cca[1] - 1} "
-            f"(M_t: the head's d_k × d_k block of the grouped taps; D before the first row: "
-            f"b_dw) + {share}: ZAYA's CCA {'queries' if side == 'q' else 'keys'}",
+            f"{big}_cca{f.i}[i] = b_gr + Σ_t D_{big}{f.i}[i − t]·M_t, t = 0 … "
+            f"{f.c.cca[1] - 1} (M_t: the head's d_k × d_k block of the grouped taps; D "
+            f"before the first row: b_dw) + {share}: ZAYA's CCA "
+            f"{'queries' if side == 'q' else 'keys'}",
             latex=tex(rf"b_{{gr}} + \sum_t D_{{@h}}[i - t] M_t + \tfrac{{1}}{{2}}(Q + K)"),
             cell=cell_cca, per_head=True, exact=True,
             exists=lambda c: c.cca is not None))
