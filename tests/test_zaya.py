@@ -192,3 +192,23 @@ def test_on_a_text_it_agrees_with_the_models_own_forward_pass(folder: Path,
                                      "--stage", "output", "--format", "plain", "--no-pager"])
         assert r.exit_code == 0, r.output
         assert "mha's output agrees with the model's attention output" in r.stdout, r.stdout
+
+
+def test_a_layer_written_as_a_problem_file_reads_back_the_same(folder: Path,
+                                                              tmp_path: Path) -> None:
+    """generate --checkpoint writes the layer's weights and settings (cca's four arrays,
+    v_delayed, the q/k norm with temp, RoPE, the window) into a problem file; read back,
+    it computes the same numbers as the layer read from the model."""
+    from typer.testing import CliRunner
+
+    from mhacli.cli import app
+
+    path = tmp_path / "layer.yaml"
+    r = CliRunner().invoke(app, ["generate", "--checkpoint", str(folder), "--layer", "1",
+                                 "--tokens", "6", "--seed", "2", "-o", str(path)])
+    assert r.exit_code == 0, r.output
+    written = mhacli.load(path)
+    read = from_mapping({"x": written.inputs["x"], "checkpoint": folder, "layer": 1}, "test")
+    assert written.config.cca == (2, 3) and written.config.v_delayed == 16
+    np.testing.assert_array_equal(mhacli.attention(**written.inputs),
+                                  mhacli.attention(**read.inputs))
