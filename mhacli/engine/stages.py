@@ -23,7 +23,8 @@ from .disentangled_cells import cell_scaled_terms, cell_term
 from .xl_cells import cell_rel_pos
 from .bias_cells import cell_rel_logits
 from .conv_cells import cell_conv
-from .cca_cells import cell_cca, cell_delayed, cell_depthwise
+from .cca_cells import cell_delayed
+from .cca_stages import cca_stages
 from .gradients import gradient_stages
 from .cells import (
     cell_input, cell_projection, cell_split, cell_scores, cell_pos, cell_x_pos, cell_rot,
@@ -202,60 +203,6 @@ def _conv_stage(side: str) -> Stage:
                  latex=tex(rf"{big}_{{@h}} + \sum_t w_t \odot {big}_{{@h}}[i - t]"),
                  cell=cell_conv, per_head=True, exact=True,
                  exists=lambda c: side in c.conv_sides)
-
-
-def _depthwise(w: Work, side: str) -> Array:
-    """The heads of Q (K) through cca's depthwise convolution over the tokens."""
-    ch = cca.channels(w.p, side)
-    return cca.depthwise(_read(w, f"{side}_depthwise"), w.p.cca_dw[:, ch], w.p.cca_db[ch])
-
-
-def _cca(w: Work, side: str) -> Array:
-    """q_cca or k_cca: the grouped convolution of the depthwise rows plus the side's
-    share of Q and K."""
-    dw, q, k = reads(w.c, f"{side}_cca")
-    return cca.mixed(w.p, side, w[dw], w[q], w[k])
-
-
-def _cca_stages() -> tuple[Stage, ...]:
-    """q_depthwise, k_depthwise, q_cca, k_cca (ZAYA's CCA projection, cca.py)."""
-    out = []
-    for side in "qk":
-        big, who = side.upper(), ("H", "n") if side == "q" else ("G", "m")
-        dims = (lambda c: (c.heads, c.n, c.d_k)) if side == "q" else \
-            (lambda c: (c.groups, c.m, c.d_k))
-        rows = QUERY if side == "q" else KEY
-        out.append(Stage(
-            f"{side}_depthwise", f"{who[0]} × {who[1]} × d_k", dims, rows, NUMBERED,
-            compute=lambda w, side=side: _depthwise(w, side),
-            reads=lambda c, side=side: (latest(c, side, f"{side}_depthwise"),),
-            formula=lambda f, big=big: f"D_{big}{f.i}[i] = b_dw + Σ_t w_dw[t] ⊙ "
-            f"{big}{f.i}[i − t], t = 0 … {f.c.cca[0] - 1}: cca's depthwise causal "
-            f"convolution over the last {f.c.cca[0]} tokens, each channel its own taps and "
-            "bias (a row before the first counts 0)",
-            latex=tex(rf"b_{{dw}} + \sum_t w_t \odot {big}_{{@h}}[i - t]"),
-            cell=cell_depthwise, per_head=True, exact=True,
-            exists=lambda c: c.cca is not None))
-    for side in "qk":
-        big, who = side.upper(), ("H", "n") if side == "q" else ("G", "m")
-        dims = (lambda c: (c.heads, c.n, c.d_k)) if side == "q" else \
-            (lambda c: (c.groups, c.m, c.d_k))
-        rows = QUERY if side == "q" else KEY
-        share = "(Q_h[i] + K_g[i]) / 2, g the key/value head of h" if side == "q" else \
-            "the mean over the query heads h of g of (Q_h[i] + K_g[i]) / 2"
-        out.append(Stage(
-            f"{side}_cca", f"{who[0]} × {who[1]} × d_k", dims, rows, NUMBERED,
-            compute=lambda w, side=side: _cca(w, side), chain=side,
-            reads=lambda c, side=side: (f"{side}_depthwise", "q_heads", "k_heads"),
-            formula=lambda f, side=side, big=big, share=share:
-            f"{big}_cca{f.i}[i] = b_gr + Σ_t D_{big}{f.i}[i − t]·M_t, t = 0 … "
-            f"{f.c.cca[1] - 1} (M_t: the head's d_k × d_k block of the grouped taps; D "
-            f"before the first row: b_dw) + {share}: ZAYA's CCA "
-            f"{'queries' if side == 'q' else 'keys'}",
-            latex=tex(rf"b_{{gr}} + \sum_t D_{{@h}}[i - t] M_t + \tfrac{{1}}{{2}}(Q + K)"),
-            cell=cell_cca, per_head=True, exact=True,
-            exists=lambda c: c.cca is not None))
-    return tuple(out)
 
 
 def _v_normed(w: Work) -> Array | None:
@@ -628,7 +575,8 @@ FORWARD: tuple[Stage, ...] = (
           latex=tex("V_{@h}"), cell=_cell_or(mla.cell_v_heads, cell_split), per_head=True,
           exact=True, chain="v", reads=lambda c: mla.V_READS if c.latent else
           ("v_embedded",) if c.value_embedded else ("v_delayed",) if c.v_delayed else ("v",)),
-    *_cca_stages(),  # ZAYA's queries and keys convolved over the tokens (cca.py)
+    *cca_stages(sys.modules[__name__]),  # ZAYA's queries and keys convolved over the
+    # tokens (cca_stages.py)
     _conv_stage("k"),
     _conv_stage("v"),
     _norm_stage("q_normed", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), "q", False),
