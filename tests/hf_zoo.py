@@ -159,7 +159,9 @@ OVERRIDES: dict[str, dict[str, Any]] = {
                      max_position_embeddings=64, attn_layers=["local", "lsh"]),
     "zamba": dict(num_hidden_layers=4, layers_block_type=[
         "linear_attention", "hybrid", "linear_attention", "hybrid"]),
-    "zaya": dict(num_experts_per_tok=1),
+    "zaya": dict(num_experts_per_tok=1, layer_types=["hybrid", "hybrid_sliding"],  # (a
+        sliding_window=4, cca_time0=2, cca_time1=3, attention_bias=True),  # window and a
+    # reach of 4 tokens that 12 reach; taps of two lengths; the projections' biases)
     "inkling_text": dict(sliding_window_size=4, rel_extent=6, log_scaling_n_floor=2,
                          log_scaling_alpha=0.3),  # (a window, distances and a log scaling
     # that 12 tokens reach: the defaults, 512 and 1024 tokens and no scaling, do not)

@@ -158,6 +158,12 @@ OPTIONS: tuple[SettingOption, ...] = (
                   "tokens (Inkling): a YAML/JSON file with k (T × G·d_k) and v (T × G·d_v), "
                   "a row a tap, the token itself first; K[i] + Σ_t w[t] ⊙ K[i − t].",
                   metavar="FILE"),
+    SettingOption("cca", "ZAYA's CCA projection of the queries and keys: a YAML/JSON file "
+                  "with depthwise (T0 × (H + G)·d_k), grouped (T1 matrices d_k × (H + G)·"
+                  "d_k) and their biases; q_cca = conv + (Q_h + K_g) / 2.",
+                  metavar="FILE"),
+    SettingOption("v_delayed", "The last K columns of V are the previous token's (ZAYA's "
+                  "v_proj_delayed), the first token's b_v alone.", metavar="K"),
     SettingOption("sub_norm", "Normalise each row of the joined heads by its root mean "
                   "square, √(mean(c²) + EPS), before W_O (BitNet's attn_sub_norm); its "
                   "weights in a file's sub_norm: key.", metavar="EPS"),

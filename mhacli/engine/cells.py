@@ -57,7 +57,7 @@ def cell_projection(e: Entry) -> list[Any]:
 
 def cell_split(e: Entry) -> list[Any]:
     whole = e.reads[0]
-    d = e.c.d_v if whole in ("v", "v_embedded") else e.c.d_k
+    d = e.c.d_v if whole in ("v", "v_embedded", "v_delayed") else e.c.d_k
     h = e.head
     col = (h - 1) * d + e.col
     e.mark(whole, None, {e.row}, {col})

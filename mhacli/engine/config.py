@@ -94,6 +94,9 @@ class Config:
     kv_conv: int | None = None  # T: the keys and/or values plus a causal convolution of
     # them over the last T tokens (token_conv.py)
     conv_sides: tuple[str, ...] = ()  # which of k and v it convolves
+    cca: tuple[int, int] | None = None  # (T0, T1): ZAYA's CCA projection of q and k, a
+    # depthwise then a grouped causal convolution over the tokens plus halves (cca.py)
+    v_delayed: int | None = None  # K: V's last K columns the previous token's (ZAYA's)
     rel_logits: int | None = None  # E: a bias of each query's own making for the
     # distances 0 … E − 1 (query_bias.py)
     rel_dim: int = 0  # its d_rel: each head's numbers of each query's mix
@@ -231,6 +234,10 @@ class Prepared:
     key_padding: npt.NDArray[np.bool_] | None = None  # (m,) True = a real key
     sinks: Array | None = None  # (H,) one extra logit per head
     conv_k: Array | None = None  # (T, G·d_k) kv_conv's weights of the keys, a row a tap
+    cca_dw: Array | None = None  # (T0, (H + G)·d_k) cca's depthwise taps, a row a tap
+    cca_db: Array | None = None  # ((H + G)·d_k,) its bias
+    cca_gw: Array | None = None  # (T1, d_k, (H + G)·d_k) cca's grouped taps, a matrix a tap
+    cca_gb: Array | None = None  # ((H + G)·d_k,) its bias
     conv_v: Array | None = None  # (T, G·d_v) of the values
     rel_w: Array | None = None  # (d_model, H·d_rel) rel_logits' projection of each input
     rel_profile: Array | None = None  # (d_rel, E) its profiles, a column a distance

@@ -22,6 +22,7 @@ from .gradient_cells import cell_d_masked, cell_d_scores, cell_with_formula
 from .latent_gradients import d_input as latent_d_input, d_input_text as latent_text
 from .latent_gradients import latent_gradients
 from . import bias_gradients as bias_grads, conv_gradients as conv_grads
+from . import cca_gradients as cca_grads
 from . import disentangled_gradients as dis_grads, xl_gradients as xl_grads
 from . import bucket_gradients as qb_grads, dynamic_gradients as dyn_grads
 from . import expert_gradients as moa_grads
@@ -123,6 +124,8 @@ def _back(t: Chains, w: Work, side: str, name: str) -> Array:
         return turned(g, w.p, back=True)
     if r.endswith("_conv"):  # kv_conv's backward (conv_gradients.py)
         return conv_grads.back(w, side)
+    if r.endswith("_depthwise"):  # cca's backward (cca_gradients.py)
+        return cca_grads.back(w, side)
     assert r == "q_tuned", r
     return tuned(g, w.p)
 
@@ -159,6 +162,8 @@ def _back_text(t: Chains, f: Formula, name: str) -> str:
         return f"{me}{f.i} = d{_symbol(r)}{f.i} turned back: each pair by −p·θ_i"
     if r.endswith("_conv"):
         return conv_grads.back_text(f, name[0])
+    if r.endswith("_depthwise"):
+        return cca_grads.back_text(f, name[0])
     return f"{me}{f.i} = dQ_tuned{f.i} × τ_p: each row by its position's factor"
 
 
@@ -594,6 +599,13 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
         _grad("d_k_conv", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
               lambda w: _back(t, w, "k", "k_conv"), lambda f: _back_text(t, f, "k_conv"),
               "K_{conv}", per_head=True, exists=lambda c: "k" in c.conv_sides),
+        _grad("d_q_cca", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
+              lambda w: _back(t, w, "q", "q_cca"), lambda f: _back_text(t, f, "q_cca"),
+              "Q_{cca}", per_head=True, exists=lambda c: c.cca is not None),
+        _grad("d_k_cca", "G × m × d_k", lambda c: (c.groups, c.m, c.d_k), KEY, NUMBERED,
+              lambda w: _back(t, w, "k", "k_cca"), lambda f: _back_text(t, f, "k_cca"),
+              "K_{cca}", per_head=True, exists=lambda c: c.cca is not None),
+        *cca_grads.cca_gradients(_grad),  # d_q_depthwise, d_k_depthwise
         _grad("d_q_heads", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), QUERY, NUMBERED,
               lambda w: _back(t, w, "q", "q_heads"), lambda f: _back_text(t, f, "q_heads"),
               "Q_h",
@@ -609,9 +621,15 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
         _grad("d_k", "m × G·d_k", lambda c: (c.m, c.groups * c.d_k), KEY, NUMBERED,
               lambda w: ops.merge_heads(w["d_k_heads"]), _text("the heads' dK side by side"), "K",
               exists=lambda c: not c.latent),
+        _grad("d_v_delayed", "m × G·d_v", lambda c: (c.m, c.groups * c.d_v), KEY, NUMBERED,
+              lambda w: ops.merge_heads(w["d_v_heads"]), _text("the heads' dV side by side"),
+              "V_{delayed}", exists=lambda c: c.v_delayed is not None and not c.latent),
         _grad("d_v", "m × G·d_v", lambda c: (c.m, c.groups * c.d_v), KEY, NUMBERED,
-              lambda w: _plus(ops.merge_heads(w["d_v_heads"]), dyn_grads.to_values(w)),
-              lambda f: "the heads' dV side by side" + dyn_grads.to_values_text(f.c), "V",
+              lambda w: cca_grads.delayed_back(w) if w.c.v_delayed else
+              _plus(ops.merge_heads(w["d_v_heads"]), dyn_grads.to_values(w)),
+              lambda f: f"dV = dV_delayed, its last {f.c.v_delayed} columns a row up (row i "
+              "takes row i + 1's; the last row's 0: no token reads it)" if f.c.v_delayed else
+              "the heads' dV side by side" + dyn_grads.to_values_text(f.c), "V",
               exists=lambda c: not c.latent),
         _grad("d_value_embeds", "m × G·d_v", lambda c: (c.m, c.groups * c.d_v), KEY,
               NUMBERED, lambda w: w["d_v"],
@@ -648,7 +666,10 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
               lambda f: "db_k = the column sums of dK" + _shared_text(f, "K"), "b_k",
               exists=lambda c: "b_k" in c.biases),
         _grad("d_b_v", "G·d_v", lambda c: (c.groups * c.d_v,), NUMBERED, NUMBERED,
-              lambda w: _sums(_through(t, w, "v")), _text("db_v = the column sums of dV"), "b_v",
+              lambda w: _plus(_sums(_through(t, w, "v")), cca_grads.first_bias(w)),
+              lambda f: "db_v = the column sums of dV" + (
+                  f", plus dV_delayed's first row in the last {f.c.v_delayed} columns (there "
+                  "the value is b_v alone)" if f.c.v_delayed else ""), "b_v",
               exists=lambda c: "b_v" in c.biases),
         *dyn_grads.dynamic_gradients(_grad)[1],  # W_dt, b_dt, A (Doge's dynamic mask)
         _grad("d_w_gate", "d_model × H·d_v", lambda c: (2 * c.r_q if c.q_latent_both else
@@ -665,6 +686,7 @@ def gradient_stages(t: Chains) -> tuple[Stage, ...]:
         *dis_grads.disentangled_gradients(t, _grad)[2:],  # its projections and table
         *xl_grads.xl_gradients(t, _grad)[1:],  # W_r and r_r_bias (Transformer-XL)
         *conv_grads.conv_gradients(t, _grad),  # kv_conv's weights
+        *cca_grads.weight_gradients(_grad),  # cca's weights
         *bias_grads.bias_gradients(t, _grad)[1:],  # rel_logits' W_R and profiles
         *qb_grads.bucket_gradients(_grad),  # query_bias's W_P and b_P (ProphetNet)
         _grad("d_x_pos", "n × d_model", lambda c: (c.n, c.d_model), QUERY, NUMBERED,

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from ..errors import MhaError
-from . import bucket_bias, clipping, disentangled, dynamic, experts, gating, local_blocks, ngram
+from . import bucket_bias, cca, clipping, disentangled, dynamic, experts, gating
+from . import local_blocks, ngram
 from . import value_embeds
 from . import parsers as read
 from . import qk_norms, query_bias, relative, rope, sparse, sub_norm, token_conv, turned_values
@@ -332,6 +333,38 @@ SETTINGS: tuple[Setting, ...] = (
                                        "the convolution) are not followed yet"),
                       ("experts", "kv_conv on the experts' heads is not followed yet")),
             shown=token_conv.shown, write=token_conv.write),
+    Setting("cca", "ZAYA's CCA projection of the queries and keys: {depthwise, "
+            "depthwise_bias, grouped, grouped_bias}; the heads of Q then K, (H + G)·d_k "
+            "channels, convolved over the tokens, depthwise (T0 × C, a row a tap, the token "
+            "itself first) then grouped by head (T1 matrices d_k × C, head h's d_k columns "
+            "its own), each with a bias; then the queries plus (Q_h + K_g) / 2 and the keys "
+            "plus its mean over the key head's queries (cca.py); self-attention.",
+            kind="file", read=cca.value, parse=cca.parse,
+            fields=("cca", "cca_dw", "cca_db", "cca_gw", "cca_gb"),
+            excludes=(("decode", "the decoding view does not follow cca: each step would "
+                                 "need the last T0 + T1 − 2 queries and keys before their "
+                                 "convolution in its cache, which it does not keep"),
+                      ("kv_conv", "cca and kv_conv both convolve the keys over the tokens: "
+                                  "give one"),
+                      ("differential", "cca on differential attention's heads is not "
+                                       "followed"),
+                      ("experts", "cca on the experts' heads is not followed"),
+                      ("relative_xl", "relative_xl reads the queries as projected: it does "
+                                      "not go with cca"),
+                      ("disentangled", "disentangled attention reads the queries as "
+                                       "projected: it does not go with cca")),
+            shown=cca.shown, write=cca.write),
+    Setting("v_delayed", "K: the last K columns of V are the previous token's, V[i − 1] "
+            "(ZAYA's v_proj_delayed of x_(i−1)), the first token's b_v alone (a zero row "
+            "projected).", kind="whole", read=cca.delayed_value, parse=cca.delayed_parse,
+            fields=("v_delayed",),
+            excludes=(("decode", "the decoding view does not follow v_delayed (values made "
+                                 "of the token before) yet"),
+                      ("value_embeds", "value embeddings with v_delayed (added before or "
+                                       "after the shift) are not followed"),
+                      ("dynamic_mask", "the dynamic mask on delayed values is not followed")),
+            shown=lambda c: {"v_delayed": c.v_delayed} if c.v_delayed else {},
+            write=lambda c, p, given: c.v_delayed),
     Setting("sub_norm", "the joined heads normed before W_O (BitNet's attn_sub_norm): each "
             "row of concat over its root mean square, times its weights: eps, or {eps, "
             "weight}.", read=sub_norm.value, parse=sub_norm.parse,

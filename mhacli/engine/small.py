@@ -45,7 +45,8 @@ def alike(p: Prepared) -> bool:
         and c.temperature is None and not c.gate and c.clip_qkv is None and not c.backward \
         and not c.latent and c.differential is None and c.v_norm is None and c.sub_norm is None \
         and not c.exclusive and c.q_head_norm is None and not c.rotated_values \
-        and not c.value_embedded and c.kv_conv is None and not c.stored
+        and not c.value_embedded and c.kv_conv is None and not c.stored \
+        and c.cca is None and c.v_delayed is None
 
 
 def small(p: Prepared) -> Array:

@@ -23,6 +23,8 @@ from .disentangled_cells import cell_scaled_terms, cell_term
 from .xl_cells import cell_rel_pos
 from .bias_cells import cell_rel_logits
 from .conv_cells import cell_conv
+from .cca_cells import cell_delayed
+from .cca_stages import cca_stages
 from .gradients import gradient_stages
 from .cells import (
     cell_input, cell_projection, cell_split, cell_scores, cell_pos, cell_x_pos, cell_rot,
@@ -41,7 +43,7 @@ from .reach import Reach
 from .sparse_stages import cell_masked_kept, keep_mask, sparse_stages
 from . import dynamic_stages as dyn
 from .stage import KEY, NUMBERED, QUERY, Stage
-from . import exclusive, qk_norms, query_bias, sub_norm, token_conv, turned_values
+from . import cca, exclusive, qk_norms, query_bias, sub_norm, token_conv, turned_values
 from .work import Work, tuned, turned
 from .recipe import Recipe, var
 from .writing import Entry, Formula, Record, sub
@@ -541,6 +543,12 @@ FORWARD: tuple[Stage, ...] = (
           "of the model's table by its token id) added to its values",
           latex=tex("V + E"), cell=cell_v_embedded, exact=True, reads=lambda c: ("v",),
           exists=lambda c: c.value_embedded and not c.latent),
+    Stage("v_delayed", "m × G·d_v", lambda c: (c.m, c.groups * c.d_v), KEY, NUMBERED,
+          compute=lambda w: cca.delayed(w["v"], w.p.b_v, w.c.v_delayed),
+          formula=lambda f: f"V's last {f.c.v_delayed} columns the token before's, "
+          f"V[i − 1] (the first token's: b_v, a zero row projected); the others V[i]",
+          latex=tex(r"[V_i \mid V_{i-1}]"), cell=cell_delayed, exact=True,
+          reads=lambda c: ("v",), exists=lambda c: c.v_delayed is not None and not c.latent),
     *mla.latent_stages(sys.modules[__name__]),  # MLA's latents (latent_stages.py)
     # (the gate after the latents: with q_latent_both it reads the query latent)
     Stage("gate", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,
@@ -567,7 +575,9 @@ FORWARD: tuple[Stage, ...] = (
           formula=_latent_or(mla.v_text, split_text("V", lambda c: c.d_v, "d_v")),
           latex=tex("V_{@h}"), cell=_cell_or(mla.cell_v_heads, cell_split), per_head=True,
           exact=True, chain="v", reads=lambda c: mla.V_READS if c.latent else
-          ("v_embedded",) if c.value_embedded else ("v",)),
+          ("v_embedded",) if c.value_embedded else ("v_delayed",) if c.v_delayed else ("v",)),
+    *cca_stages(sys.modules[__name__]),  # ZAYA's queries and keys convolved over the
+    # tokens (cca_stages.py)
     _conv_stage("k"),
     _conv_stage("v"),
     _norm_stage("q_normed", "H × n × d_k", lambda c: (c.heads, c.n, c.d_k), "q", False),

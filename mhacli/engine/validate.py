@@ -280,8 +280,9 @@ def prepare(
 # The settings that change keys or values after their projection: a stored k and v are
 # as the model drafted for left them (normed, turned), so these would apply twice
 _NOT_WITH_STORED = ("v_norm", "rotated_values", "value_embeds", "dynamic_mask", "positional",
-                    "clip_qkv", "experts", "kv_conv", "indexer", "local_blocks",
-                    "rel_logits")  # (the last three read the keys' own tokens from x)
+                    "clip_qkv", "experts", "kv_conv", "cca", "v_delayed", "indexer",
+                    "local_blocks", "rel_logits")  # (the last three read the keys' own
+# tokens from x)
 
 
 def _stored_inputs(x: Any, w_q: Any, k: Any, v: Any, b_q: Any, t: Any, heads: int | None,

@@ -41,6 +41,8 @@ LAYOUTS = (
     ("codegen", r"(?:^|\.)h\.(\d+)\.attn\.qkv_proj\.weight$", "qkv_proj.weight"),
     ("gptj", r"(?:^|\.)h\.(\d+)\.attn\.q_proj\.weight$", "q_proj.weight"),
     ("phi3", r"(?:^|\.)layers\.(\d+)\.self_attn\.qkv_proj\.weight$", "qkv_proj.weight"),
+    ("zaya", r"(?:^|\.)layers\.(\d+)\.self_attn\.qkv_proj\.q_proj\.weight$",
+     "qkv_proj.q_proj.weight"),  # (ZAYA's: q, k and v inside its CCA projection)
     ("latent", r"(?:^|\.)layers\.(\d+)\.self_attn\.kv_a_proj_with_mqa\.weight$",
      "kv_a_proj_with_mqa.weight"),  # (multi-head latent attention: before q_proj's)
     ("attention_latent", r"(?:^|\.)layers\.(\d+)\.attention\.kv_a_proj_with_mqa\.weight$",
@@ -287,11 +289,6 @@ NOT_FOLLOWED = (
      "(qk_l2_clip_threshold, rel_l2_clip_threshold); a sink logit per query made from x_i "
      "(sink_proj); on its full-attention layers keys and values made from inputs of their "
      "own (key_hidden_states, value_hidden_states)"),
-    (r"^self_attn\.qkv_proj\.conv_qk", "ZAYA's CCA projection: its queries and keys a "
-     "causal convolution of x·[W_q W_k] over the last cca_time0 + cca_time1 − 1 tokens "
-     "(depthwise, then grouped by head) plus (q + its key head's k) / 2, and for a key that "
-     "averaged over the key head's queries; its values half x_i·v_proj_current and half "
-     "x_(i−1)·v_proj_delayed, the previous token's"),
 )
 
 
