@@ -155,7 +155,8 @@ OPTIONS: tuple[SettingOption, ...] = (
                   "are its keys): a value enters turned by its distance; needs --rope."),
     SettingOption("kv_conv", "A causal convolution of the keys and values over the "
                   "tokens (Inkling): a YAML/JSON file with k (T × G·d_k) and v (T × G·d_v), "
-                  "a row a tap, the token itself first; K[i] + Σ_t w[t] ⊙ K[i − t].",
+                  "a row a tap, the token itself first, and a divisor D (Inkling 2's √(T + "
+                  "1)); (K[i] + Σ_t w[t] ⊙ K[i − t]) / D.",
                   metavar="FILE"),
     SettingOption("sub_norm", "Normalise each row of the joined heads by its root mean "
                   "square, √(mean(c²) + EPS), before W_O (BitNet's attn_sub_norm); its "

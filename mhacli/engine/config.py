@@ -93,6 +93,7 @@ class Config:
     kv_conv: int | None = None  # T: the keys and/or values plus a causal convolution of
     # them over the last T tokens (token_conv.py)
     conv_sides: tuple[str, ...] = ()  # which of k and v it convolves
+    conv_divisor: float = 1.0  # what the sum is divided by (Inkling 2's √(T + 1))
     rel_logits: int | None = None  # E: a bias of each query's own making for the
     # distances 0 … E − 1 (query_bias.py)
     rel_dim: int = 0  # its d_rel: each head's numbers of each query's mix

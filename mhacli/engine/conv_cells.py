@@ -34,11 +34,19 @@ def cell_conv(e: Entry) -> list[Any]:
         return op("if", op(">=", back, 0), op("f*", wt, e.value(src, g, back, j)), 0.0)
 
     summed = op("fsum", op("fmap", made(op("it", 0), op("it", 1)), taps, w_float))
-    e.makes(op("f+", e.value(src, g, i, j), summed))
+    total = op("f+", e.value(src, g, i, j), summed)
+    divisor = e.c.conv_divisor
+    e.makes(total if divisor == 1 else op("f/", total, divisor))
     letter = side.upper()
-    return [f"{e.name} = {src}{e.hs}[{e.row_label}, {j + 1}] + Σ_t w_{letter}[t, "
-            f"{column + 1}]·{src}{e.hs}[{i + 1} − t, {j + 1}], t = 0 … {count - 1}  "
+    sum_text = f"{src}{e.hs}[{e.row_label}, {j + 1}] + Σ_t w_{letter}[t, {column + 1}]·" \
+        f"{src}{e.hs}[{i + 1} − t, {j + 1}]"
+    written = f"{e.factor(e.value(src, g, i, j))} + " + each(" + ", term, taps, w)
+    if divisor != 1:
+        return [f"{e.name} = ({sum_text}) / D, t = 0 … {count - 1}, D = {e.num(divisor)}  "
+                f"(kv_conv {side}'s column {column + 1} and divisor; a row before the first "
+                "counts 0)", f"  = ({written}) / {e.num(divisor)}",
+                f"  = {e.num(total)} / {e.num(divisor)}", f"  = {e.result}"]
+    return [f"{e.name} = {sum_text}, t = 0 … {count - 1}  "
             f"(kv_conv {side}'s column {column + 1}; a row before the first counts 0)",
-            f"  = {e.factor(e.value(src, g, i, j))} + "
-            + each(" + ", term, taps, w), f"  = {e.result}"]
+            f"  = {written}", f"  = {e.result}"]
 

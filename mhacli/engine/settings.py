@@ -314,11 +314,12 @@ SETTINGS: tuple[Setting, ...] = (
             shown=lambda c: {"rotated_values": c.rotated_values},
             write=lambda c, p, given: "true" if c.rotated_values else None),
     Setting("kv_conv", "a causal convolution of the keys and values over the tokens "
-            "(Inkling's k_sconv, v_sconv): {k, v}, each T × (G·d_k or G·d_v) weights, a row "
-            "a tap (the token itself first); K_conv[i] = K[i] + Σ_t w[t] ⊙ K[i − t], a token "
-            "before the first counting 0, each head's columns their own (token_conv.py).",
+            "(Inkling's k_sconv, v_sconv): {k, v, divisor}, each of k and v T × (G·d_k or "
+            "G·d_v) weights, a row a tap (the token itself first); K_conv[i] = (K[i] + Σ_t "
+            "w[t] ⊙ K[i − t]) / D, a token before the first counting 0, each head's columns "
+            "their own, D the divisor (1 unless given; Inkling 2's √(T + 1)) (token_conv.py).",
             kind="file", read=token_conv.value, parse=token_conv.parse,
-            fields=("kv_conv", "conv_sides", "conv_k", "conv_v"),
+            fields=("kv_conv", "conv_sides", "conv_divisor", "conv_k", "conv_v"),
             excludes=(("tiles", "the tiled view does not follow kv_conv (the keys and values "
                                 "convolved over the tokens) yet"),
                       ("decode", "the decoding view does not follow kv_conv: each step would "

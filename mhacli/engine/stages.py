@@ -181,9 +181,23 @@ def _head_outputs_text(f: Formula) -> str:
         "side by side"
 
 
-def _conv(w: Work, side: str) -> Array:
-    """The keys (values) as split plus their causal convolution over the tokens."""
-    return token_conv.convolved(_read(w, f"{side}_conv"), getattr(w.p, f"conv_{side}"))
+def _conv(w: Work, side: str) -> Array | None:
+    """The keys (values) as split plus their causal convolution over the tokens, over
+    the divisor."""
+    if w.exact and w.c.conv_divisor != 1:
+        return None  # a divisor given as a float (√(T + 1)): not kept exact
+    return token_conv.convolved(_read(w, f"{side}_conv"), getattr(w.p, f"conv_{side}"),
+                                w.c.conv_divisor)
+
+
+def _conv_text(f: Formula, side: str) -> str:
+    big = side.upper()
+    c = f.c
+    made = f"{big}{f.i}[i] + Σ_t w_{big}[t] ⊙ {big}{f.i}[i − t]"
+    made = made if c.conv_divisor == 1 else f"({made}) / D, D = {c.conv_divisor:g}"
+    return (f"{big}_conv{f.i}[i] = {made}, t = 0 … {c.kv_conv - 1}: a causal convolution over "
+            f"the last {c.kv_conv} tokens, each column its own weights (kv_conv {side}; a row "
+            "before the first counts 0)")
 
 
 def _conv_stage(side: str) -> Stage:
@@ -194,10 +208,7 @@ def _conv_stage(side: str) -> Stage:
                  lambda c: (c.groups, c.m, d(c)), KEY, NUMBERED,
                  compute=lambda w: _conv(w, side), chain=side,
                  reads=_after(side, f"{side}_conv"),
-                 formula=lambda f: f"{big}_conv{f.i}[i] = {big}{f.i}[i] + Σ_t w_{big}[t] ⊙ "
-                 f"{big}{f.i}[i − t], t = 0 … {f.c.kv_conv - 1}: a causal convolution over "
-                 f"the last {f.c.kv_conv} tokens, each column its own weights (kv_conv "
-                 f"{side}; a row before the first counts 0)",
+                 formula=lambda f: _conv_text(f, side),
                  latex=tex(rf"{big}_{{@h}} + \sum_t w_t \odot {big}_{{@h}}[i - t]"),
                  cell=cell_conv, per_head=True, exact=True,
                  exists=lambda c: side in c.conv_sides)

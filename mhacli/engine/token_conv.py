@@ -2,9 +2,10 @@
 k_sconv and v_sconv): each column of each key (value) head adds a weighted sum of itself
 at the token and the T − 1 tokens before it, one weight a column and a tap.
 
-    K_conv,g[i, c] = K_g[i, c] + Σ_{t=0}^{T−1} w_K[t, g·d_k + c] · K_g[i − t, c]
+    K_conv,g[i, c] = (K_g[i, c] + Σ_{t=0}^{T−1} w_K[t, g·d_k + c] · K_g[i − t, c]) / D
 
-a row i − t before the first token counting 0 (the model's zero padding). Tap t = 0
+a row i − t before the first token counting 0 (the model's zero padding); D the divisor
+(1 unless given: Inkling 2 divides by √(T + 1)). Tap t = 0
 weights the token itself, t = 1 the one before it … (PyTorch's depthwise Conv1d keeps
 them the other way round: its weight[c, 0, T − 1 − t]). The convolution is a sum of
 products: exact in fractions. Dimensions: G key/value heads, m keys, d = d_k or d_v,
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import MhaError
-from .values import as_array, given, nested_numbers, shape_text
+from .values import as_array, given, nested_numbers, positive, shape_text
 
 if TYPE_CHECKING:
     from .config import Prepared, Sizes
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 Array = np.ndarray
 Fields = tuple[dict[str, Any], dict[str, Any]]
 SIDES = ("k", "v")
+KEYS = SIDES + ("divisor",)
 
 
 # --------------------------------------------------------------------------- the math
@@ -47,16 +49,19 @@ def weights(w: Array, heads: int) -> Array:
     return w.reshape(count, heads, -1).transpose(1, 2, 0)
 
 
-def convolved(a: Array, w: Array) -> Array:
-    """a + the causal convolution of a (G, m, d) over its rows with w (T, G·d): (G, m, d)."""
+def convolved(a: Array, w: Array, divisor: float = 1.0) -> Array:
+    """(a + the causal convolution of a (G, m, d) over its rows with w (T, G·d)) / the
+    divisor: (G, m, d)."""
     per = weights(w, a.shape[0]).astype(a.dtype)  # (G, d, T)
     summed = (taps(a, w.shape[0]) * per[:, None, :, :]).sum(-1)  # (G, m, d)
-    return a + summed
+    return a + summed if divisor == 1 else (a + summed) / divisor
 
 
-def back(grad: Array, w: Array) -> Array:
-    """The gradient at a (G, m, d) given that at a + conv(a): each row i gets its own
-    gradient and w[t]·grad[i + t] of the rows after it that read it."""
+def back(grad: Array, w: Array, divisor: float = 1.0) -> Array:
+    """The gradient at a (G, m, d) given that at (a + conv(a)) / D: each row i gets its
+    own gradient and w[t]·grad[i + t] of the rows after it that read it, over D."""
+    if divisor != 1:
+        grad = grad / divisor
     per = weights(w, grad.shape[0]).astype(grad.dtype)  # (G, d, T)
     rows = grad.shape[1]
     out = grad.copy()
@@ -65,8 +70,10 @@ def back(grad: Array, w: Array) -> Array:
     return out
 
 
-def weight_grad(a: Array, grad: Array, count: int) -> Array:
-    """dL/dw (T, G·d): Σ_i grad[g, i, c]·a[g, i − t, c], tap by tap."""
+def weight_grad(a: Array, grad: Array, count: int, divisor: float = 1.0) -> Array:
+    """dL/dw (T, G·d): Σ_i grad[g, i, c]·a[g, i − t, c] / D, tap by tap."""
+    if divisor != 1:
+        grad = grad / divisor
     per = (taps(a, count) * grad[..., None]).sum(1)  # (G, d, T)
     return per.transpose(2, 0, 1).reshape(count, -1)  # (T, G·d)
 
@@ -85,18 +92,18 @@ def numbers_of(name: str, v: Any, dtype: Any) -> Array:
 
 
 def value(v: Any) -> dict[str, Any] | None:
-    """kv_conv as given: a mapping {k, v}, each T × (heads' width) weights (either may be
-    left out); read, their shapes checked when the problem is prepared. None or false:
-    none."""
+    """kv_conv as given: a mapping {k, v, divisor}, each of k and v T × (heads' width)
+    weights (either may be left out), the divisor a positive number (1 if not given);
+    read, their shapes checked when the problem is prepared. None or false: none."""
     if v is None or v is False:
         return None
     if not isinstance(v, dict):
         raise MhaError(f"kv_conv must be a mapping {{k, v}} of weights (T × G·d_k, T × "
                        f"G·d_v: a row a tap, the token itself first), got {given(v)}",
                        key="kv_conv")
-    unknown = sorted(set(map(str, v)) - set(SIDES))
+    unknown = sorted(set(map(str, v)) - set(KEYS))
     if unknown:
-        raise MhaError(f"kv_conv takes k and v, not {', '.join(unknown)}",
+        raise MhaError(f"kv_conv takes k, v and divisor, not {', '.join(unknown)}",
                        key=("kv_conv", unknown[0]), on_key=True)
     if all(v.get(side) is None for side in SIDES):
         raise MhaError("kv_conv needs the weights of k or v (or both): T × G·d_k, T × G·d_v",
@@ -104,13 +111,18 @@ def value(v: Any) -> dict[str, Any] | None:
     for side in SIDES:  # each entry checked by the number rule; kept as written (1/3
         if v.get(side) is not None:  # stays a third in exact arithmetic)
             nested_numbers(v[side], ("kv_conv", side))
-    return {side: v[side] for side in SIDES if v.get(side) is not None}
+    out = {side: v[side] for side in SIDES if v.get(side) is not None}
+    if v.get("divisor") is not None:
+        out["divisor"] = positive("kv_conv.divisor", v["divisor"], "a positive number (what "
+                                  "the sum is divided by: Inkling 2's √(T + 1))")
+    return out
 
 
 def parse(v: Any, s: Sizes) -> Fields:
     """Each side's weights, T × (G·d_k or G·d_v), the same T for both."""
     if v is None:
-        return {"kv_conv": None, "conv_sides": ()}, {"conv_k": None, "conv_v": None}
+        return {"kv_conv": None, "conv_sides": (), "conv_divisor": 1.0}, \
+            {"conv_k": None, "conv_v": None}
     arrays: dict[str, Any] = {"conv_k": None, "conv_v": None}
     count = None
     for side in SIDES:
@@ -127,14 +139,16 @@ def parse(v: Any, s: Sizes) -> Fields:
                            "T", key=("kv_conv", "v"))
         count = w.shape[0]
         arrays[f"conv_{side}"] = w
-    return {"kv_conv": count, "conv_sides": tuple(side for side in SIDES if side in v)}, arrays
+    return {"kv_conv": count, "conv_sides": tuple(side for side in SIDES if side in v),
+            "conv_divisor": float(v.get("divisor", 1.0))}, arrays
 
 
 def shown(c: Any) -> dict[str, Any]:
     """The setting as the config JSON shows it (the taps and sides, not the numbers)."""
     if c.kv_conv is None:
         return {}
-    return {"kv_conv": {"taps": c.kv_conv, "sides": list(c.conv_sides)}}
+    return {"kv_conv": {"taps": c.kv_conv, "sides": list(c.conv_sides),
+                        **({} if c.conv_divisor == 1 else {"divisor": c.conv_divisor})}}
 
 
 def write(c: Any, p: Prepared, given_value: Any) -> str | None:
@@ -146,5 +160,6 @@ def write(c: Any, p: Prepared, given_value: Any) -> str | None:
     def rows(a: Array) -> str:
         return "[" + ", ".join("[" + ", ".join(written(x) for x in r) + "]" for r in a) + "]"
 
-    return "{" + ", ".join(f"{side}: {rows(getattr(p, 'conv_' + side))}"
-                           for side in c.conv_sides) + "}"
+    divisor = [] if c.conv_divisor == 1 else [f"divisor: {written(c.conv_divisor)}"]
+    return "{" + ", ".join([f"{side}: {rows(getattr(p, 'conv_' + side))}"
+                            for side in c.conv_sides] + divisor) + "}"
