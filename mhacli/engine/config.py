@@ -89,6 +89,8 @@ class Config:
     diff_eps: float = 0.0  # the eps of its norm of each head's output
     qk_layer: bool = False  # the q/k norm a LayerNorm: the mean removed first
     qk_after_rope: bool = False  # the q/k norm after RoPE (Hunyuan), not before
+    qk_clip: float | None = None  # c: the q/k norm an L2 clip of each head's row (after
+    # its weights) at the length c (Inkling 2's), not an RMS norm
     v_norm: float | None = None  # eps: the values divided by their rms over each head
     kv_conv: int | None = None  # T: the keys and/or values plus a causal convolution of
     # them over the last T tokens (token_conv.py)

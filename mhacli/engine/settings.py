@@ -281,11 +281,12 @@ SETTINGS: tuple[Setting, ...] = (
             shown=lambda c: {"positional": c.positional}, write=read.write_positional),
     Setting("qk_norm", "each query and key normed (Qwen 3, OLMo 2, Gemma 3; a LayerNorm in "
             'Persimmon, Phi, StableLM, Cohere): "head" (over its head\'s d_k numbers), '
-            '"width" (the whole row), or a mapping {over, norm: rms | layer, eps, '
-            "after_rope, q, k, q_bias, k_bias} (q, k: the weights; before RoPE unless "
-            "after_rope).", read=qk_norms.value, parse=qk_norms.parse,
-            fields=("qk_norm", "qk_eps", "qk_layer", "qk_after_rope", "q_norm", "k_norm",
-                    "q_norm_bias", "k_norm_bias"),
+            '"width" (the whole row), or a mapping {over, norm: rms | layer | clip, eps, '
+            "after_rope, q, k, q_bias, k_bias, clip} (q, k: the weights; before RoPE unless "
+            "after_rope; clip: Inkling 2's L2 clip, u = x ⊙ w times min(c / (‖u‖ + eps), "
+            "1)).", read=qk_norms.value, parse=qk_norms.parse,
+            fields=("qk_norm", "qk_eps", "qk_layer", "qk_after_rope", "qk_clip", "q_norm",
+                    "k_norm", "q_norm_bias", "k_norm_bias"),
             shown=qk_norms.shown, write=qk_norms.write),
     Setting("v_norm", "eps: each value divided by its root mean square over its head's d_v "
             "numbers, √(mean(v²) + eps), no weights (Gemma 3n, Gemma 4).",

@@ -22,6 +22,7 @@ from . import disentangled, expert_stages as moa, latent_stages as mla, ops, xl_
 from .disentangled_cells import cell_scaled_terms, cell_term
 from .xl_cells import cell_rel_pos
 from .bias_cells import cell_rel_logits
+from .clip_cells import cell_clipped
 from .conv_cells import cell_conv
 from .gradients import gradient_stages
 from .cells import (
@@ -291,6 +292,10 @@ def _normed(w: Work, name: str) -> Array | None:
     """The q/k norm of the queries or keys as the chain has them (split, or turned)."""
     if w.exact:
         return None  # a square root: not rational
+    if w.c.qk_clip is not None:  # an L2 clip: each row's length and factor
+        out, length, factor = qk_norms.clip_normed(_read(w, name), w.p, name[0])
+        w.parts[name] = {"length": length, "factor": factor}
+        return out
     out, r, mean = qk_norms.normed(_read(w, name), w.p, name[0])
     w.parts[name] = {"rms": r} if mean is None else {"mean": mean, "rms": r}
     return out
@@ -307,15 +312,19 @@ def _norm_stage(name: str, shape: str, dims: Callable[[Config], tuple[int, ...]]
                  formula=norm_text(side.upper() + ("_rot" if after else "")),
                  chain=side, reads=_after(side, name),
                  latex=lambda f: tex(layer_tex if f.c.qk_layer else rms_tex)(f),
-                 cell=cell_normed, per_head=True,
+                 cell=lambda e: cell_clipped(e) if e.c.qk_clip is not None else cell_normed(e),
+                 per_head=True,
                  exists=lambda c: c.qk_norm is not None and
                  (c.qk_after_rope and c.rope is not None) == after and
                  not (side == "k" and c.stored),  # (stored keys: normed already)
-                 parts=(("mean", "mean"), ("rms", "rms")),
+                 parts=(("mean", "mean"), ("rms", "rms"), ("length", "‖u‖"),
+                        ("factor", "factor")),
                  parts_title="the root mean square of each row (a LayerNorm: of the row less "
-                 "its mean)",
+                 "its mean; an L2 clip: the length of each row times its weights, and its "
+                 "factor)",
                  parts_formula="rms = √(mean of the row's squares + eps); then x / rms × "
-                 "weight (a LayerNorm: the mean taken off first, then + bias)")
+                 "weight (a LayerNorm: the mean taken off first, then + bias; an L2 clip: "
+                 "u = x ⊙ weight, factor = min(c / (‖u‖ + eps), 1), then u × factor)")
 
 
 def _scores_text(f: Formula) -> str:

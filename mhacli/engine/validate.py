@@ -262,6 +262,9 @@ def prepare(
                        "backward pass takes the scores' bias as a constant and does not "
                        "follow its gradient into x and the bias's weight; mha computes "
                        "query_bias forward only", key="query_bias")
+    if backward and fields.get("qk_clip") is not None:
+        raise MhaError("qk_norm's L2 clip (norm: clip, Inkling 2's) has no backward pass in "
+                       "mha yet: mha computes it forward only", key=("qk_norm", "norm"))
     loss = "given" if upstream["grad_output"] is not None else \
         "target" if upstream["target"] is not None else "sum"
     config = Config(
