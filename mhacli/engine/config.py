@@ -99,6 +99,9 @@ class Config:
     rel_logits: int | None = None  # E: a bias of each query's own making for the
     # distances 0 … E − 1 (query_bias.py)
     rel_dim: int = 0  # its d_rel: each head's numbers of each query's mix
+    rel_scaled: bool = False  # each mix times a scale of its own (Inkling 2's)
+    rel_clip: float | None = None  # c: each mix clipped in L2 at c (Inkling 2's), or None
+    rel_eps: float = 0.0  # that clip's eps: min(c / (‖u‖ + eps), 1)
     exclusive: bool = False  # each head's output less tanh α_h times its part along v̂_i
     q_head_norm: float | None = None  # eps: each head's queries over their rms (no weights)
     rotated_values: bool = False  # V turned by RoPE as K is; each head's output turned back
@@ -235,6 +238,7 @@ class Prepared:
     conv_v: Array | None = None  # (T, G·d_v) of the values
     rel_w: Array | None = None  # (d_model, H·d_rel) rel_logits' projection of each input
     rel_profile: Array | None = None  # (d_rel, E) its profiles, a column a distance
+    rel_scale: Array | None = None  # (H·d_rel,) its scale of each head's mix (Inkling 2's)
     exclusive_alpha: Array | None = None  # (H,) exclusive self-attention's α, per head
     pe: Array | None = None  # (n, d_model) positional encoding of the query-side input
     pe_kv: Array | None = None  # (m, d_kv) of the key/value-side input (cross-attention)

@@ -229,11 +229,14 @@ SETTINGS: tuple[Setting, ...] = (
                                    "go with clip_qkv")),
             shown=xl_relative.shown, write=xl_relative.write),
     Setting("rel_logits", "a bias made from each query's own input (Inkling's r_proj and "
-            "rel_logits_proj): {w_r, profiles}, W_R d_model × H·d_rel and P d_rel × E; "
-            "rel_logits[h, i, j] = τ_i·(X[i]·W_R,h)·P[:, i − j] for 0 ≤ i − j < E, else 0 "
-            "(τ_i the temperature's factor where given), added to the scaled scores "
-            "(query_bias.py).", kind="file", read=query_bias.value, parse=query_bias.parse,
-            fields=("rel_logits", "rel_dim", "rel_w", "rel_profile"),
+            "rel_logits_proj): {w_r, profiles, scale, clip, eps}, W_R d_model × H·d_rel and "
+            "P d_rel × E; rel_logits[h, i, j] = τ_i·r_h[i]·P[:, i − j] for 0 ≤ i − j < E, "
+            "else 0, r_h[i] = X[i]·W_R,h (τ_i the temperature's factor where given), added "
+            "to the scaled scores; Inkling 2's r_h[i] times scale (H × d_rel) and clipped in "
+            "L2 at clip, u · min(c / (‖u‖ + eps), 1) (query_bias.py).", kind="file",
+            read=query_bias.value, parse=query_bias.parse,
+            fields=("rel_logits", "rel_dim", "rel_scaled", "rel_clip", "rel_eps", "rel_w",
+                    "rel_profile", "rel_scale"),
             excludes=(("tiles", "the tiled view does not follow rel_logits (a bias made from "
                                 "each query's input) yet"),
                       ("decode", "the decoding view does not follow rel_logits (a bias made "

@@ -340,9 +340,18 @@ def _scores_text(f: Formula) -> str:
 
 
 def _rel_logits(w: Work) -> Array | None:
-    if w.exact and w.p.tau is not None:
-        return None  # the temperature's logarithm: not rational
+    if w.exact and (w.p.tau is not None or w.c.rel_clip is not None):
+        return None  # the temperature's logarithm, the clip's square root: not rational
     return query_bias.logits(w.p, _read(w, "rel_logits"))  # (H, n, m)
+
+
+def _rel_made(f: Formula) -> str:
+    """How rel_logits' mix is made past X·W_R: times its scale, clipped (Inkling 2's)."""
+    scale = " ⊙ s (rel_logits' scale)" if f.c.rel_scaled else ""
+    if f.c.rel_clip is None:
+        return scale
+    return (f"{scale}, then clipped in L2: u · min({f.c.rel_clip:g} / (‖u‖ + {f.c.rel_eps:g}), "
+            "1)")
 
 
 def _alibi(w: Work) -> Array:
@@ -682,9 +691,9 @@ FORWARD: tuple[Stage, ...] = (
     Stage("rel_logits", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=_rel_logits,
           formula=lambda f: f"τ_i·r{f.i}[i]·P[:, i − j] for 0 ≤ i − j < {f.c.rel_logits}, else "
-          f"0: r{f.i}[i] = X[i]·W_R{f.i}, each query's own mix of the profiles P of the "
-          "distances" + (f", τ_i = {tau_text(f.c)} (the temperature's)" if f.c.temperature
-                         else " (τ_i = 1)"),
+          f"0: r{f.i}[i] = X[i]·W_R{f.i}" + _rel_made(f) + ", each query's own mix of the "
+          "profiles P of the distances" + (f", τ_i = {tau_text(f.c)} (the temperature's)"
+                                           if f.c.temperature else " (τ_i = 1)"),
           latex=tex(r"\tau_i\, r_{@h}[i] \cdot P[:, i - j]"), cell=cell_rel_logits,
           per_head=True, exact=True, reads=lambda c: (latest(c, "x", "rel_logits"),),
           exists=lambda c: c.rel_logits is not None),

@@ -262,6 +262,11 @@ def prepare(
                        "backward pass takes the scores' bias as a constant and does not "
                        "follow its gradient into x and the bias's weight; mha computes "
                        "query_bias forward only", key="query_bias")
+    if backward and (fields.get("rel_clip") is not None or fields.get("rel_scaled")):
+        raise MhaError("rel_logits' scale and L2 clip of each mix (Inkling 2's) have no "
+                       "backward pass in mha yet: mha computes them forward only",
+                       key=("rel_logits", "clip" if fields.get("rel_clip") is not None
+                            else "scale"))
     if backward and fields.get("qk_clip") is not None:
         raise MhaError("qk_norm's L2 clip (norm: clip, Inkling 2's) has no backward pass in "
                        "mha yet: mha computes it forward only", key=("qk_norm", "norm"))
