@@ -115,7 +115,7 @@ def test_refused_where_not_followed() -> None:
 @pytest.mark.parametrize("text, words", [
     ("rel_logits: 3", "rel_logits must be a mapping {w_r, profiles}"),
     ("rel_logits: {w_r: [[1, 2], [3, 4]], table: [[1]]}", "rel_logits takes w_r, profiles, "
-     "not table"),
+     "scale, clip, eps, not table"),
     ("rel_logits: {w_r: [[1, 2], [3, 4]]}", "rel_logits needs profiles"),
     ("rel_logits: {w_r: [[1, 2, 3]], profiles: [[1]]}", "rel_logits w_r is 1 × 3: expected "
      "d_model × H·d_rel = 2 × 1·d_rel"),
