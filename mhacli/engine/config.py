@@ -77,6 +77,7 @@ class Config:
     rel_prefix: tuple[int, int, int] | None = None  # its prefix: (P, row P → after, after → P)
     padding: bool = False  # key_padding: some keys blocked for every query
     sinks: bool = False  # an extra logit per head in the softmax, its weight dropped
+    sink_made: bool = False  # that logit made from each query's input, one a query
     rope: str | None = None  # "half", "interleaved" or "half-reversed": RoPE of q and k
     rope_base: float = 10000.0
     rope_dims: int = 0  # the leading dimensions of each head that RoPE turns
@@ -234,6 +235,7 @@ class Prepared:
     rel_bucket: npt.NDArray[np.int64] | None = None  # (n, m) each entry's bucket
     key_padding: npt.NDArray[np.bool_] | None = None  # (m,) True = a real key
     sinks: Array | None = None  # (H,) one extra logit per head
+    sink_w: Array | None = None  # (d_model, H) the sinks made from x: s_h[i] = X[i]·W_S[:, h]
     conv_k: Array | None = None  # (T, G·d_k) kv_conv's weights of the keys, a row a tap
     conv_v: Array | None = None  # (T, G·d_v) of the values
     rel_w: Array | None = None  # (d_model, H·d_rel) rel_logits' projection of each input

@@ -29,6 +29,7 @@ import numpy as np
 
 from ..errors import MhaError
 from . import bucket_bias, clipping, disentangled, dynamic, experts, gating, local_blocks, ngram
+from . import made_sinks
 from . import value_embeds
 from . import parsers as read
 from . import qk_norms, query_bias, relative, rope, sparse, sub_norm, token_conv, turned_values
@@ -264,10 +265,11 @@ SETTINGS: tuple[Setting, ...] = (
             write=lambda c, p, given: None if p.key_padding is None
             else p.key_padding.astype(np.int8)),
     Setting("sinks", "H attention sinks: one extra logit per head in the softmax, its "
-            "weight dropped (gpt-oss).", array=(1,),
-            read=lambda v: read.numbers_value("sinks", v), parse=read.sinks,
-            fields=("sinks",), shown=lambda c: {"sinks": c.sinks},
-            write=lambda c, p, given: p.sinks),
+            "weight dropped (gpt-oss); or {w_s}, W_S d_model × H, each query's own sink "
+            "s_h[i] = X[i]·W_S[:, h] (Inkling 2's sink_proj; made_sinks.py).", array=(1,),
+            read=made_sinks.value, parse=made_sinks.parse,
+            fields=("sinks", "sink_made", "sink_w"), shown=made_sinks.shown,
+            write=made_sinks.write),
     Setting("rope", 'rotary embedding of each head\'s queries and keys: "half" (pairs '
             '(i, i + d/2), as Llama), "interleaved" (pairs (2i, 2i+1), as GPT-J) or '
             '"half-reversed" (pairs (i + d/2, i), as NanoChat), or a '

@@ -42,7 +42,7 @@ from .reach import Reach
 from .sparse_stages import cell_masked_kept, keep_mask, sparse_stages
 from . import dynamic_stages as dyn
 from .stage import KEY, NUMBERED, QUERY, Stage
-from . import exclusive, qk_norms, query_bias, sub_norm, token_conv, turned_values
+from . import exclusive, made_sinks, qk_norms, query_bias, sub_norm, token_conv, turned_values
 from .work import Work, tuned, turned
 from .recipe import Recipe, var
 from .writing import Entry, Formula, Record, sub
@@ -120,7 +120,8 @@ def _rel_pos_text(f: Formula) -> str:
 
 
 def _weights(w: Work) -> Array:
-    parts = ops.softmax_parts(_read(w, "weights"), w.c.masked_row, w.p.sinks)
+    sinks = w["sinks"][:, :, 0] if w.c.sink_made else w.p.sinks  # (H, n), or (H,)
+    parts = ops.softmax_parts(_read(w, "weights"), w.c.masked_row, sinks)
     w.parts["weights"] = {k: v for k, v in parts.items() if k != "weights"}
     return parts["weights"]  # (H, n, m)
 
@@ -718,6 +719,12 @@ FORWARD: tuple[Stage, ...] = (
           reads=lambda c: (latest(c, "z", "masked"),) + (("index_keep",) if c.indexer
                                                           else ("dynamic_keep",) if c.dynamic
                                                           else ())),
+    Stage("sinks", "H × n × 1", lambda c: (c.heads, c.n, 1), QUERY, NUMBERED,
+          compute=lambda w: made_sinks.logits(w.p, _read(w, "sinks")),
+          formula=lambda f: f"s{f.i}[i] = X[i]·W_S[:, h]: each query's own sink logit in "
+          "head h (sinks made from x), in its row's softmax, its weight dropped",
+          latex=tex(r"X W_{S}[:, @h]"), cell=made_sinks.cell_sink, per_head=True, exact=True,
+          reads=lambda c: (latest(c, "x", "sinks"),), exists=lambda c: c.sink_made),
     Stage("weights", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=_weights,
           formula=lambda f: f"A{f.i} = softmax of each {f.pick('row', 'column')} of masked{f.i}"
@@ -726,7 +733,7 @@ FORWARD: tuple[Stage, ...] = (
           latex=tex("A_{@h}", r"\operatorname{softmax}_{\text{rows}}",
                      r"\operatorname{softmax}_{\text{columns}}"),
           cell=cell_weights, per_head=True, heat=True, aliases=("attention", "a"),
-          reads=_after("z", "weights"),
+          reads=lambda c: _after("z", "weights")(c) + (("sinks",) if c.sink_made else ()),
           parts=(("max", "max"), ("exp", "exp {key}"), ("sink", "exp sink"), ("sum", "sum")),
           parts_title="softmax step by step",
           parts_formula="z = masked: its row max, then exp(z − max) for each key, then "

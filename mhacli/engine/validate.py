@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import MhaError, shown
 from .config import Config, Prepared, Sizes
-from . import turned_values
+from . import made_sinks, turned_values
 from .reach import Reach
 from .settings import BY_KEY, counts, parse_all, unknown_setting
 from .values import matrix, shape_text, vector
@@ -267,6 +267,7 @@ def prepare(
                        "backward pass in mha yet: mha computes them forward only",
                        key=("rel_logits", "clip" if fields.get("rel_clip") is not None
                             else "scale"))
+    made_sinks.check_views({**fields, "backward": backward}, settings)
     if backward and fields.get("qk_clip") is not None:
         raise MhaError("qk_norm's L2 clip (norm: clip, Inkling 2's) has no backward pass in "
                        "mha yet: mha computes it forward only", key=("qk_norm", "norm"))
