@@ -61,6 +61,8 @@ LAYOUTS = (
     ("dsv4", r"(?:^|\.)layers\.(\d+)\.attn\.wkv\.weight$", "wkv.weight"),  # (DeepSeek-V4's,
     # as its checkpoints store it)
     ("attn", r"(?:^|\.)layers\.(\d+)\.attn\.q_proj\.weight$", "q_proj.weight"),
+    ("inkling2", r"(?:^|\.)layers\.(\d+)\.attn\.wq_du\.weight$", "wq_du.weight"),  # (Inkling 2's
+    # checkpoint names, which transformers renames as it loads them)
     ("hrm", r"(?:^|\.)layers\.(\d+)\.attn\.gqkv_proj\.weight$", "gqkv_proj.weight"),
     ("distilbert", r"(?:^|\.)layer\.(\d+)\.attention\.q_lin\.weight$", "q_lin.weight"),
     ("mpnet", r"(?:^|\.)layer\.(\d+)\.attention\.attn\.q\.weight$", "q.weight"),
@@ -272,13 +274,6 @@ _LAYER_NAME = re.compile(r"(?:^|\.)(?:layers|blocks|h|layer)\.(\d+)\.(.+)$")
 # Softmax attention with steps of its own that mha does not compute, known by a tensor
 # (the name after the layer's number): refused by name, saying what the step is.
 NOT_FOLLOWED = (
-    (r"^attn\.k_sconv\.", "Inkling 2's attention: the causal convolution of its keys and "
-     "values (kv_conv's) divided by √(sconv_kernel_size + 1), and on its full-attention "
-     "layers taps made from each token's own input; its queries, keys and the bias's mix "
-     "(x_i·W, times rel_logits_proj's profile of the distance i − j) clipped in L2 "
-     "(qk_l2_clip_threshold, rel_l2_clip_threshold); a sink logit per query made from x_i "
-     "(sink_proj); on its full-attention layers keys and values made from inputs of their "
-     "own (key_hidden_states, value_hidden_states)"),
     (r"^self_attn\.qkv_proj\.conv_qk", "ZAYA's CCA projection: its queries and keys a "
      "causal convolution of x·[W_q W_k] over the last cca_time0 + cca_time1 − 1 tokens "
      "(depthwise, then grouped by head) plus (q + its key head's k) / 2, and for a key that "
