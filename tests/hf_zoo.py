@@ -466,7 +466,9 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
     if x_kv is not None and getattr(module, "is_kv_shared_layer", False):
         _shared_keys(stores[module.layer_type], x_kv, dtype, kwargs)
     elif x_kv is not None:
-        names = [k for k in ("key_value_states", "encoder_hidden_states") if k in kwargs]
+        names = [k for k in ("key_value_states", "encoder_hidden_states",
+                             "key_hidden_states") if k in kwargs]  # (the last: Inkling 2's
+        # full layers' keys' own input)
         if time_first:
             names = ["key"]
         if not names:

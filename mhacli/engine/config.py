@@ -97,6 +97,7 @@ class Config:
     # them over the last T tokens (token_conv.py)
     conv_sides: tuple[str, ...] = ()  # which of k and v it convolves
     conv_divisor: float = 1.0  # what the sum is divided by (Inkling 2's √(T + 1))
+    conv_made: tuple[str, ...] = ()  # the sides whose taps each token's input adds to
     rel_logits: int | None = None  # E: a bias of each query's own making for the
     # distances 0 … E − 1 (query_bias.py)
     rel_dim: int = 0  # its d_rel: each head's numbers of each query's mix
@@ -238,6 +239,8 @@ class Prepared:
     sink_w: Array | None = None  # (d_model, H) the sinks made from x: s_h[i] = X[i]·W_S[:, h]
     conv_k: Array | None = None  # (T, G·d_k) kv_conv's weights of the keys, a row a tap
     conv_v: Array | None = None  # (T, G·d_v) of the values
+    conv_k_taps: Array | None = None  # (d_in, G·T) the keys' taps made from their input
+    conv_v_taps: Array | None = None  # (d_in, G·T) the values'
     rel_w: Array | None = None  # (d_model, H·d_rel) rel_logits' projection of each input
     rel_profile: Array | None = None  # (d_rel, E) its profiles, a column a distance
     rel_scale: Array | None = None  # (H·d_rel,) its scale of each head's mix (Inkling 2's)

@@ -11,7 +11,8 @@ head) and clipped in L2 at a length c (``qk_norms.clipped``),
 r_h[i] = u · min(c / (‖u‖ + eps), 1), u = (X[i]·W_R,h) ⊙ s_h.
 P is d_rel × E, column δ the profile of distance δ; τ_i is the query's factor of the
 ``temperature`` setting where the problem has one (Inkling scales its bias with its
-queries), else 1. Positions count from 0 on both sides: self-attention. Added to the
+queries), else 1. Positions count from 0 on both sides: self-attention, or keys made
+from an input of their own of as many rows (Inkling 2's full layers), token j at j. Added to the
 scores after the scale, at ``biased``. Dimensions: H heads, n queries, m keys, d_rel, E.
 """
 
@@ -113,9 +114,10 @@ def parse(v: Any, s: Sizes) -> Fields:
         return {"rel_logits": None, "rel_dim": 0, "rel_clip": None, "rel_eps": 0.0,
                 "rel_scaled": False}, \
             {"rel_w": None, "rel_profile": None, "rel_scale": None}
-    if s.x_kv is not None:
-        raise MhaError("rel_logits is self-attention (the distances of one sequence): it "
-                       "does not go with x_kv", key="rel_logits")
+    if s.x_kv is not None and s.x_kv.shape[0] != s.n:
+        raise MhaError("rel_logits reads the distances of one sequence: with x_kv (keys of "
+                       "their own input, as Inkling 2's full layers make them) x_kv needs as "
+                       f"many rows as x ({s.n}), its token j at position j", key="rel_logits")
     if s.d_model is None or s.x is None:
         raise MhaError("rel_logits is made from each query's input x: give x and the weights, "
                        "not q, k and v", key="rel_logits")

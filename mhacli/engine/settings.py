@@ -323,9 +323,12 @@ SETTINGS: tuple[Setting, ...] = (
             "(Inkling's k_sconv, v_sconv): {k, v, divisor}, each of k and v T × (G·d_k or "
             "G·d_v) weights, a row a tap (the token itself first); K_conv[i] = (K[i] + Σ_t "
             "w[t] ⊙ K[i − t]) / D, a token before the first counting 0, each head's columns "
-            "their own, D the divisor (1 unless given; Inkling 2's √(T + 1)) (token_conv.py).",
+            "their own, D the divisor (1 unless given; Inkling 2's √(T + 1)); k_taps, v_taps "
+            "(d_in × G·T, Inkling 2's full layers): each token's own taps X_in[i]·W_taps added "
+            "to the weights, shared by its key/value head's columns (token_conv.py).",
             kind="file", read=token_conv.value, parse=token_conv.parse,
-            fields=("kv_conv", "conv_sides", "conv_divisor", "conv_k", "conv_v"),
+            fields=("kv_conv", "conv_sides", "conv_divisor", "conv_made", "conv_k", "conv_v",
+                    "conv_k_taps", "conv_v_taps"),
             excludes=(("tiles", "the tiled view does not follow kv_conv (the keys and values "
                                 "convolved over the tokens) yet"),
                       ("decode", "the decoding view does not follow kv_conv: each step would "

@@ -188,18 +188,23 @@ def _conv(w: Work, side: str) -> Array | None:
     the divisor."""
     if w.exact and w.c.conv_divisor != 1:
         return None  # a divisor given as a float (√(T + 1)): not kept exact
-    return token_conv.convolved(_read(w, f"{side}_conv"), getattr(w.p, f"conv_{side}"),
-                                w.c.conv_divisor)
+    a, *given = (w[name] for name in reads(w.c, f"{side}_conv"))
+    made = token_conv.made_taps(given[0], getattr(w.p, f"conv_{side}_taps"), w.c.groups) \
+        if given else None  # (G, m, T) each token's own taps
+    return token_conv.convolved(a, getattr(w.p, f"conv_{side}"), w.c.conv_divisor, made)
 
 
 def _conv_text(f: Formula, side: str) -> str:
     big = side.upper()
     c = f.c
-    made = f"{big}{f.i}[i] + Σ_t w_{big}[t] ⊙ {big}{f.i}[i − t]"
+    tap = f"(w_{big}[t] + X_in[i]·W_taps[:, t])" if side in c.conv_made else f"w_{big}[t]"
+    made = f"{big}{f.i}[i] + Σ_t {tap} ⊙ {big}{f.i}[i − t]"
     made = made if c.conv_divisor == 1 else f"({made}) / D, D = {c.conv_divisor:g}"
     return (f"{big}_conv{f.i}[i] = {made}, t = 0 … {c.kv_conv - 1}: a causal convolution over "
             f"the last {c.kv_conv} tokens, each column its own weights (kv_conv {side}; a row "
-            "before the first counts 0)")
+            "before the first counts 0" + (f"; X_in[i]·W_taps the token's own taps, X_in "
+                                           f"{_key_input(c, side)[0]}, shared by the head's "
+                                           "columns" if side in c.conv_made else "") + ")")
 
 
 def _conv_stage(side: str) -> Stage:
@@ -209,7 +214,8 @@ def _conv_stage(side: str) -> Stage:
     return Stage(f"{side}_conv", f"G × m × d_{side if side == 'v' else 'k'}",
                  lambda c: (c.groups, c.m, d(c)), KEY, NUMBERED,
                  compute=lambda w: _conv(w, side), chain=side,
-                 reads=_after(side, f"{side}_conv"),
+                 reads=lambda c: _after(side, f"{side}_conv")(c) + (
+                     _key_input(c, side) if side in c.conv_made else ()),
                  formula=lambda f: _conv_text(f, side),
                  latex=tex(rf"{big}_{{@h}} + \sum_t w_t \odot {big}_{{@h}}[i - t]"),
                  cell=cell_conv, per_head=True, exact=True,

@@ -268,6 +268,10 @@ def prepare(
                        key=("rel_logits", "clip" if fields.get("rel_clip") is not None
                             else "scale"))
     made_sinks.check_views({**fields, "backward": backward}, settings)
+    if backward and fields.get("conv_made"):
+        raise MhaError("kv_conv's taps made from each token's input (k_taps, v_taps: Inkling "
+                       "2's) have no backward pass in mha yet: mha computes them forward only",
+                       key=("kv_conv", f"{fields['conv_made'][0]}_taps"))
     if backward and fields.get("qk_clip") is not None:
         raise MhaError("qk_norm's L2 clip (norm: clip, Inkling 2's) has no backward pass in "
                        "mha yet: mha computes it forward only", key=("qk_norm", "norm"))

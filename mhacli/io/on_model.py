@@ -140,7 +140,8 @@ def load_text_layers(checkpoint: str | Path, text: str, layers: list[int], *,
               for k, f in found.items() if f.kv_layer is not None}
     reading = read_text(path, text, {k: f.module or f.stem for k, f in found.items()},
                         kv_from=shared,
-                        values={k: f.values_input for k, f in found.items() if f.values_input})
+                        values={k: f.values_input for k, f in found.items() if f.values_input},
+                        keys={k: f.keys_input for k, f in found.items() if f.keys_input})
     return from_reading(path, text, reading, layers, layout=layout, found=found, **settings)
 
 
@@ -203,8 +204,11 @@ def from_reading(checkpoint: str | Path, text: str, reading: Any, layers: list[i
                 + ", normed by the layer's global_self_attn_layer_norm")
         if layer.values_input:  # the values' own input: the model's too
             read["v_input"] = (f"the model's own {layer.values_input} its attention is called "
-                               f"with for the text (the values' input; x its queries' and "
-                               "keys')")
+                               f"with for the text (the values' input; x its queries'"
+                               + ("" if layer.keys_input else " and keys'") + ")")
+        if layer.keys_input:  # the keys' own input: the model's too
+            read["k_input"] = (f"the model's own {layer.keys_input} its attention is called "
+                               "with for the text (x_kv: the keys' input, after its own norm)")
         if str(k).startswith("decoder."):  # what the decoder read: said, as it is not the text
             read["decoder_input"] = (f"the decoder's start token {reading.start_labels[0]} "
                                      f"(id {reading.start[0]}, config decoder_start_token_id)"

@@ -42,6 +42,11 @@ def on_layer(inputs: dict[str, Any], reading: Any, heads: int | None,
                        f"{source}: layer {source}'s projections of its own input, x_kv; give "
                        "x_kv in the problem (or --text, which runs the model, or leave out "
                        "the file for random tokens of both)", key="x_kv")
+    if getattr(reading, "keys_input", "") and inputs.get("x_kv") is None:
+        raise MhaError(f"--layer {reading.layer}'s keys read an input of their own, x_kv "
+                       f"({reading.family}'s {reading.keys_input}, as many rows as x), not x; "
+                       "give x_kv in the problem (or --text, which runs the model, or leave "
+                       "out the file for random tokens of each)", key="x_kv")
     if getattr(reading, "cross", False) and inputs.get("x_kv") is None:
         raise MhaError(f"--layer {reading.layer} is a cross-attention: its keys and values "
                        "read the encoder's output, x_kv; give x_kv in the problem (or leave "

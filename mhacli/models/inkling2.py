@@ -20,10 +20,16 @@ tokens. No RoPE. Its attention:
 * a sink logit per query, x_i·attn_sink_proj (sinks made from x);
 * each head's output times σ(x·gate_attn) (w_gate), then wo_ud (w_o).
 
+A ``hybrid`` layer (full attention) has the sizes without swa_, no window, and
+rel_extent distances; its keys and values read inputs of their own (key_hidden_states
+and value_hidden_states, each after its own input norm: x_kv and x_v, as many rows as
+x); its convolutions' taps are static_w plus each token's own, its input times
+weight_proj (kv_conv's k_taps, v_taps), the sum divided by √(2T + 1); its queries and
+bias × 1 + log_scaling_alpha·log(max((i + 1) / log_scaling_n_floor, 1)) after their
+clips (the temperature's ratio).
+
 The model computes its clips, norms, convolutions, gate and softmax in float32, so it
-agrees with mha to about 1e-7 relative. A ``hybrid`` layer (full attention) is refused
-by name: its keys and values are made from inputs of their own, and its convolution's
-taps partly from each token's own input.
+agrees with mha to about 1e-7 relative.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import MhaError, shown
+from ..errors import shown
 from .family import Family, Layer
 from .reading import Reader, frozen, heads_of, linear
 from .rules import said
@@ -75,39 +81,30 @@ def _threshold(r: Reader, key: str) -> float:
     return float(value)
 
 
-def _full(r: Reader, stem: str) -> MhaError:
-    """A full-attention (hybrid) layer, refused naming what mha does not compute of it."""
-    name = f"{stem}k_sconv.static_w"
-    return MhaError(f"{name}: Inkling 2's full-attention layer (layer_types[{r.layer}] = "
-                    "hybrid): its keys and values made from inputs of their own "
-                    "(key_hidden_states, value_hidden_states, each after its own norm), and "
-                    "its convolution's taps static_w plus taps made from each token's own "
-                    "input (weight_proj), the sum divided by √(2·sconv_kernel_size + 1), "
-                    "which mha does not compute", source=r.ckpt.source_of(name)
-                    if r.has(name) else str(r.ckpt.path), key=name)
-
-
-@said("causal; on its hybrid_sliding layers (the others refused by name) a window of "
-      "sliding_window_size and their own sizes (swa_*); no RoPE; q times its scale and "
-      "clipped in L2; keys and values each plus a causal convolution over the last "
-      "sconv_kernel_size tokens, over √(T + 1); k clipped in L2, v RMS-normed; a bias of "
-      "each query's own making (its mix scaled and clipped); a sink logit per query made "
-      "from x; each head's output gated by σ(x·gate_attn)")
+@said("causal; on its hybrid_sliding layers a window of sliding_window_size and their "
+      "own sizes (swa_*); no RoPE; q times its scale and clipped in L2; keys and values "
+      "each plus a causal convolution over the last T = sconv_kernel_size tokens, over "
+      "√(T + 1) (on its hybrid layers taps made from each token's input added, over "
+      "√(2T + 1)); k clipped in L2, v RMS-normed; a bias of each query's own making (its "
+      "mix scaled and clipped); a sink logit per query made from x; each head's output "
+      "gated by σ(x·gate_attn); on its hybrid layers keys and values made from inputs of "
+      "their own (x_kv, x_v) and queries and bias × 1 + α·log(max((i + 1) / "
+      "log_scaling_n_floor, 1))")
 def inkling2(f: Family, r: Reader, stem: str) -> Layer:
-    """An Inkling 2 layer's attention (its sliding layers)."""
+    """An Inkling 2 layer's attention."""
     kind = _kind(r)
     sliding = kind == "hybrid_sliding"
-    if not sliding:
-        raise _full(r, stem)
-    for key in UNREAD + ("num_attention_heads", "num_key_value_heads", "head_dim",
-                         "rel_extent", "log_scaling_n_floor", "log_scaling_alpha"):
-        r.get(key)  # (the full layers' sizes, extent and log scaling: read off here)
+    pre = "swa_" if sliding else ""
+    other = "" if sliding else "swa_"  # (the other kind of layer's sizes: read off)
+    for key in UNREAD + tuple(other + k for k in ("num_attention_heads", "num_key_value_heads",
+                                                  "head_dim")):
+        r.get(key)
     width = r.count("hidden_size")
-    heads, groups, _ = heads_of(r, "swa_num_attention_heads", "swa_num_key_value_heads",
+    heads, groups, _ = heads_of(r, f"{pre}num_attention_heads", f"{pre}num_key_value_heads",
                                 width)
-    d = r.count("swa_head_dim")
+    d = r.count(f"{pre}head_dim")
     if d is None:
-        raise r.error("swa_head_dim", "missing: the width of a head is needed")
+        raise r.error(f"{pre}head_dim", "missing: the width of a head is needed")
     g = groups or heads
     out: Layer = {"heads": heads, "mask": "causal"}
     r.note("mask", f"{f.model_type}: causal (layer {r.layer}: {kind})")
@@ -118,18 +115,58 @@ def inkling2(f: Family, r: Reader, stem: str) -> Layer:
     for letter, count in (("q", heads), ("k", g), ("v", g)):
         cols = out[f"w_{letter}"].shape[1]
         if cols != count * d:
-            raise r.error("swa_head_dim", f"{d}, but {stem}w{letter}_d{'u' if letter == 'q' else 'v'}"
-                          f".weight has {cols} rows, not {count} × {d}")
+            raise r.error(f"{pre}head_dim", f"{d}, but {stem}w{letter}_d"
+                          f"{'u' if letter == 'q' else 'v'}.weight has {cols} rows, not "
+                          f"{count} × {d}")
     gate: dict[str, Any] = {}
     linear(r, stem, "gate_attn", gate, "gate", bias=False)
     out["w_gate"] = gate["w_gate"]
     r.note("w_gate", f"tensor {stem}gate_attn.weight (transposed): σ of it times each "
            "head's output")
-    # queries and keys clipped in L2 (the queries times their scale first)
+    _norms(r, stem, out, heads, g, d, pre)
+    out["kv_conv"] = _kv_conv(r, stem, g * d, g, width, sliding)
+    if sliding:
+        window = r.count("sliding_window_size")
+        if window is None:
+            raise r.error("sliding_window_size", "missing: a hybrid_sliding layer's window")
+        out["window"] = window
+        r.note("window", f"config sliding_window_size (layer {r.layer}: {kind})")
+        extent, where = window, "sliding_window_size"
+        for key in ("rel_extent", "log_scaling_n_floor", "log_scaling_alpha"):
+            r.get(key)  # (the full layers')
+    else:
+        r.get("sliding_window_size")
+        extent, where = r.count("rel_extent"), "rel_extent"
+        if extent is None:
+            raise r.error("rel_extent", "missing: the distances the bias reaches")
+        floor, alpha = r.get("log_scaling_n_floor"), r.get("log_scaling_alpha")
+        if floor is not None and alpha not in (None, 0):
+            out["temperature"] = r.read("temperature", "log_scaling_n_floor",
+                                        {"n_floor": floor, "alpha": alpha})
+            r.note("temperature", "config log_scaling_n_floor and log_scaling_alpha (the "
+                   "queries and rel_logits × 1 + α·log(max((p + 1) / F, 1)), after their "
+                   "clips, in float32 in the model)")
+        out["keys_input"] = "key_hidden_states"  # x_kv: k_input_norm of the keys' input
+        out["values_input"] = "value_hidden_states"  # x_v: v_input_norm of the values'
+    out["rel_logits"] = _rel_logits(r, stem, heads, extent, where)
+    sink = r.tensor(f"{stem}attn_sink_proj.weight", 2)  # (H, d_model)
+    if sink.shape != (heads, width):
+        raise r.error(f"{pre}num_attention_heads", f"{heads}, but {stem}attn_sink_proj."
+                      f"weight has shape {sink.shape}, not ({heads}, {width})")
+    out["sinks"] = r.read("sinks", f"{pre}num_attention_heads",
+                          {"w_s": frozen(np.ascontiguousarray(sink.T))})
+    r.note("sinks", f"tensor {stem}attn_sink_proj.weight (transposed): a sink logit per "
+           "query and head, x_i·W_S")
+    r.note("scale", f"{f.model_type}: × 1/√{pre}head_dim = 1/√{d} (the default, √d_k)")
+    return out
+
+
+def _norms(r: Reader, stem: str, out: Layer, heads: int, g: int, d: int, pre: str) -> None:
+    """q and k clipped in L2 (q times its scale first), v RMS-normed without weights."""
     clip = _threshold(r, "qk_l2_clip_threshold")
     scale = r.tensor(f"{stem}q_l2_clip.scale", 2)  # (H, d)
     if scale.shape != (heads, d):
-        raise r.error("swa_head_dim", f"{d}, but {stem}q_l2_clip.scale has shape "
+        raise r.error(f"{pre}head_dim", f"{d}, but {stem}q_l2_clip.scale has shape "
                       f"{scale.shape}, not ({heads}, {d})")
     out["qk_norm"] = r.read("qk_norm", "qk_l2_clip_threshold", {
         "over": "head", "norm": "clip", "clip": clip, "eps": EPS,
@@ -139,44 +176,55 @@ def inkling2(f: Family, r: Reader, stem: str) -> Layer:
            "(‖u‖ + 1e-6), 1), in float32 in the model")
     out["v_norm"] = r.read("v_norm", "rms_norm_eps", r.get("rms_norm_eps", 1e-6))
     r.note("v_norm", "config rms_norm_eps (the values' weightless RMS norm)")
+
+
+def _kv_conv(r: Reader, stem: str, columns: int, g: int, width: int, sliding: bool) -> Any:
+    """k_sconv and v_sconv as kv_conv: a Conv1d's weight on a sliding layer, divided by
+    √(T + 1); on a full layer static_w and weight_proj (each token's own taps), divided
+    by √(2T + 1)."""
     taps_key = "sconv_kernel_size" if r.get("sconv_kernel_size") is not None \
         else "conv_kernel_size"
     taps = r.count(taps_key)
     if taps is None:
         raise r.error("conv_kernel_size", "missing (nor sconv_kernel_size): the keys' and "
                       "values' convolution needs it")
-    spec: dict[str, Any] = {side: _conv(r, f"{stem}{side}_sconv.weight", g * d, taps)
-                            for side in "kv"}
-    spec["divisor"] = math.sqrt(taps + 1)
-    out["kv_conv"] = r.read("kv_conv", taps_key, spec)
-    r.note("kv_conv", f"tensors {stem}k_sconv.weight and {stem}v_sconv.weight (each "
-           f"column's {taps} taps, reversed: the token itself first), config {taps_key}; "
-           f"(K + the convolution) / √({taps} + 1), in float32 in the model")
-    window = r.count("sliding_window_size")
-    if window is None:
-        raise r.error("sliding_window_size", "missing: a hybrid_sliding layer's window")
-    out["window"] = window
-    r.note("window", f"config sliding_window_size (layer {r.layer}: {kind})")
-    out["rel_logits"] = _rel_logits(r, stem, heads, window)
-    sink = r.tensor(f"{stem}attn_sink_proj.weight", 2)  # (H, d_model)
-    if sink.shape != (heads, width):
-        raise r.error("swa_num_attention_heads", f"{heads}, but {stem}attn_sink_proj.weight "
-                      f"has shape {sink.shape}, not ({heads}, {width})")
-    out["sinks"] = r.read("sinks", "swa_num_attention_heads",
-                          {"w_s": frozen(np.ascontiguousarray(sink.T))})
-    r.note("sinks", f"tensor {stem}attn_sink_proj.weight (transposed): a sink logit per "
-           "query and head, x_i·W_S")
-    r.note("scale", f"{f.model_type}: × 1/√swa_head_dim = 1/√{d} (the default, √d_k)")
-    return out
+    spec: dict[str, Any] = {}
+    for side in "kv":
+        if sliding:
+            spec[side] = _conv(r, f"{stem}{side}_sconv.weight", columns, taps)
+            continue
+        static = r.tensor(f"{stem}{side}_sconv.static_w", 2)  # (T, C): tap t, t back
+        if static.shape != (taps, columns):
+            raise r.error(taps_key, f"{taps}, but {stem}{side}_sconv.static_w has shape "
+                          f"{static.shape}, not ({taps}, {columns})")
+        made = r.tensor(f"{stem}{side}_sconv.weight_proj", 2)  # (G·T, d_in)
+        if made.shape != (g * taps, width):
+            raise r.error(taps_key, f"{taps}, but {stem}{side}_sconv.weight_proj has shape "
+                          f"{made.shape}, not ({g} × {taps}, {width})")
+        spec[side] = static
+        spec[f"{side}_taps"] = frozen(np.ascontiguousarray(made.T))
+    spec["divisor"] = math.sqrt((taps if sliding else 2 * taps) + 1)
+    value = r.read("kv_conv", taps_key, spec)
+    if sliding:
+        r.note("kv_conv", f"tensors {stem}k_sconv.weight and {stem}v_sconv.weight (each "
+               f"column's {taps} taps, reversed: the token itself first), config "
+               f"{taps_key}; (K + the convolution) / √({taps} + 1), in float32 in the model")
+    else:
+        r.note("kv_conv", f"tensors {stem}k_sconv.static_w, {stem}v_sconv.static_w (a row "
+               f"a tap, the token itself first) and {stem}k_sconv.weight_proj, "
+               f"{stem}v_sconv.weight_proj (transposed: each token's own taps from its "
+               f"input, x_kv or x_v), config {taps_key}; (K + the convolution) / √(2·{taps} "
+               "+ 1), in float32 in the model")
+    return value
 
 
-def _rel_logits(r: Reader, stem: str, heads: int, extent: int) -> Any:
+def _rel_logits(r: Reader, stem: str, heads: int, extent: int, where: str) -> Any:
     """wr_du, rel_l2_clip.scale and rel_logits_proj.proj as rel_logits (its scale and clip)."""
     d_rel = r.count("d_rel")
     profile = r.tensor(f"{stem}rel_logits_proj.proj", 2)  # (d_rel, E)
     if profile.shape != (d_rel, extent):
         raise r.error("d_rel", f"{d_rel}, but {stem}rel_logits_proj.proj has shape "
-                      f"{profile.shape}, not d_rel × sliding_window_size = ({d_rel}, {extent})")
+                      f"{profile.shape}, not d_rel × {where} = ({d_rel}, {extent})")
     r_rows, _ = r.shape(f"{stem}wr_du.weight", 2)
     if r_rows != heads * (d_rel or 0):
         raise r.error("d_rel", f"{d_rel}, but {stem}wr_du.weight has {r_rows} rows, not "
@@ -189,5 +237,5 @@ def _rel_logits(r: Reader, stem: str, heads: int, extent: int) -> Any:
                                            "scale": scale, "clip": clip, "eps": EPS})
     r.note("rel_logits", f"tensors {stem}wr_du.weight (transposed), {stem}rel_l2_clip.scale "
            f"and {stem}rel_logits_proj.proj; config d_rel, rel_l2_clip_threshold and "
-           "sliding_window_size (the distances it reaches)")
+           f"{where} (the distances it reaches)")
     return value

@@ -134,6 +134,8 @@ class LayerReading:
     # takes, made by that layer's weights from that layer's input, x_kv (cross is true)
     values_input: str = ""  # the argument of the attention module the values read, where
     # they have an input of their own, x_v (MobileBERT's value_tensor); "": x or x_kv
+    keys_input: str = ""  # the argument the keys read, where a self-attention's keys have
+    # an input of their own, x_kv, as many rows as x (Inkling 2's key_hidden_states)
     most_tokens: int | None = None  # the most tokens the layer is read for (an indexer that
     # keeps every key up to its index_topk: past it, refused; glm_moe_dsa's shared layers)
     most_said: str = ""  # why not past it, in words
@@ -234,6 +236,7 @@ def read_layer(path: str | Path, layer: int | str = 0, dtype: Any = np.float64
     mask = out.pop("position_mask", None)  # (BigBird's blocks: the same)
     kv_layer = out.pop("kv_layer", None)  # (Gemma 3n's, Gemma 4's KV-shared layers)
     values_input = out.pop("values_input", "")  # (MobileBERT's values on the layer's input)
+    keys_input = out.pop("keys_input", "")  # (Inkling 2's full layers' keys' own input)
     value_rows = out.pop("value_rows", None)  # (NeoMME's value embeddings, by token id)
     stored = bool(out.pop("stored", False))  # (a drafter's: the keys and values given)
     weights = {k: v for k, v in out.items() if k in WEIGHTS}
@@ -241,8 +244,9 @@ def read_layer(path: str | Path, layer: int | str = 0, dtype: Any = np.float64
     return LayerReading(str(ckpt.path), layer if part is None else part.name, family, stem,
                         MappingProxyType(weights), MappingProxyType(settings),
                         MappingProxyType(dict(r.origin)), r.dtype,
-                        cross=part is not None and part.cross or kv_layer is not None,
-                        kv_layer=kv_layer, values_input=values_input, most_tokens=most,
+                        cross=part is not None and part.cross or kv_layer is not None or
+                        bool(keys_input), kv_layer=kv_layer, values_input=values_input,
+                        keys_input=keys_input, most_tokens=most,
                         most_said=most_said, most_whole=most_whole,
                         module=module, position_bias=bias, position_mask=mask,
                         value_rows=value_rows, stored=stored)

@@ -91,12 +91,14 @@ class Reading:
 
 def read_text(folder: str | Path, text: str, layers: dict[Any, str],
               kv_from: dict[Any, str] | None = None,
-              values: dict[Any, str] | None = None) -> Reading:
+              values: dict[Any, str] | None = None,
+              keys: dict[Any, str] | None = None) -> Reading:
     """``text`` through the model in ``folder``: ``layers`` maps each layer to read to
     its attention module's tensor prefix (as the checkpoint names it, with its dot);
     ``kv_from`` a KV-shared layer to the module whose input its x_kv is (the layer whose
     keys and values it takes); ``values`` a layer whose values read an input of their
-    own to the argument of its attention module that holds it (its x_v)."""
+    own to the argument of its attention module that holds it (its x_v); ``keys`` a
+    layer whose keys read an input of their own to that argument (its x_kv)."""
     folder = Path(folder)
     if not folder.is_dir():
         folder = folder.parent  # a .safetensors file or an index: the folder it is in
@@ -144,6 +146,9 @@ def read_text(folder: str | Path, text: str, layers: dict[Any, str],
         if layer in (values or {}):  # the values' own input, from the same call
             handles.append(before.register_forward_pre_hook(
                 _argument(caught, layer, values[layer]), with_kwargs=True))
+        if layer in (keys or {}):  # the keys' own input, from the same call
+            handles.append(before.register_forward_pre_hook(
+                _argument(caught, layer, keys[layer], "x_kv"), with_kwargs=True))
         handles.append(after.register_forward_hook(_catch(caught, "out", layer,
                                                           stop=set(layers))))
     start = _start(model, folder) if any(str(k).startswith("decoder.") for k in layers) else []
@@ -229,9 +234,9 @@ def _catch(caught: dict, what: str, layer: Any, stop: set[Any] | None = None) ->
     return after if what == "out" else before
 
 
-def _argument(caught: dict, layer: Any, name: str) -> Any:
+def _argument(caught: dict, layer: Any, name: str, what: str = "x_v") -> Any:
     """A hook keeping the argument ``name`` of the module's call (as given by position or
-    by keyword): the values' own input, ``x_v``."""
+    by keyword): the values' own input, ``x_v`` (or the keys', ``x_kv``)."""
     import inspect
 
     def before(module: Any, args: tuple, kwargs: dict) -> None:
@@ -239,8 +244,9 @@ def _argument(caught: dict, layer: Any, name: str) -> Any:
         value = bound.get(name)
         if value is None:
             raise MhaError(f"the model called {type(module).__name__} without {name}, the "
-                           "values' input mha reads as x_v")
-        caught[("x_v", layer)] = value[0].detach().double().numpy().copy()
+                           f"{'keys' if what == 'x_kv' else 'values'}' input mha reads as "
+                           f"{what}")
+        caught[(what, layer)] = value[0].detach().double().numpy().copy()
 
     return before
 
