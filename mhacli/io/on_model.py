@@ -189,6 +189,9 @@ def from_reading(checkpoint: str | Path, text: str, reading: Any, layers: list[i
         if layer.value_rows is not None:
             prob = _value_rows_said(prob, layer, reading.ids, "text's token ids")
         read = {**prob.read, "text": text, "ids": reading.ids, "agreement": diff}
+        if reading.precision != "float64":  # (its code fails in float64: its own precision)
+            read["model_precision"] = (f"{reading.precision}: the model's code fails in "
+                                       "float64, so the model read the text in float32")
         if layer.kv_layer is not None:  # a KV-shared layer: x_kv from the model too
             read["kv_input"] = (f"the model's own hidden state entering layer "
                                 f"{layer.kv_layer}'s attention, whose keys and values "

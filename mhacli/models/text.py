@@ -75,6 +75,7 @@ class Reading:
     start: list[int] = field(default_factory=list)  # the decoder's ids (its start token)
     start_labels: list[str] = field(default_factory=list)
     x_v: dict[Any, np.ndarray] = field(default_factory=dict)  # the values' own input (m, d_xv)
+    precision: str = "float64"  # the model's: float32 where its code fails in float64
 
     def rows(self, layer: Any) -> list[str]:
         """The labels of a layer's query rows: the text's tokens, or in an encoder-decoder
@@ -162,9 +163,18 @@ def read_text(folder: str | Path, text: str, layers: dict[Any, str],
     inputs = {"input_ids": torch.tensor([ids], dtype=torch.long)}
     if start:
         inputs["decoder_input_ids"] = torch.tensor([start], dtype=torch.long)
+    precision = "float64"
     try:
-        with torch.no_grad():
-            model(**inputs)
+        try:
+            with torch.no_grad():
+                model(**inputs)
+        except RuntimeError as exc:  # code that keeps a part in float32 and fails on a
+            if "dtype" not in str(exc):  # float64 model (Inkling 2's router): the model
+                raise  # in float32, its own precision, said
+            caught.clear()
+            precision = "float32"
+            with torch.no_grad():
+                model.to(torch.float32)(**inputs)
     except _Enough:  # every layer asked for is read: the rest of the model need not run
         pass
     except Exception as exc:  # the model's own refusal (a text too long for a table …)
@@ -178,7 +188,8 @@ def read_text(folder: str | Path, text: str, layers: dict[Any, str],
                    {k: caught.get(("x_kv", k), caught.get(("x_in", k))) for k in layers
                     if ("x_kv", k) in caught or ("x_in", k) in caught},
                    start, labels(tokenizer, start) if start else [],
-                   x_v={k: caught[("x_v", k)] for k in layers if ("x_v", k) in caught})
+                   x_v={k: caught[("x_v", k)] for k in layers if ("x_v", k) in caught},
+                   precision=precision)
 
 
 def _start(model: Any, folder: Path) -> list[int]:
