@@ -164,7 +164,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
                          log_scaling_alpha=0.3),  # (a window, distances and a log scaling
     # that 12 tokens reach: the defaults, 512 and 1024 tokens and no scaling, do not)
     **{name: dict(sliding_window_size=4, rel_extent=6, log_scaling_n_floor=2,
-                  log_scaling_alpha=0.3, qk_l2_clip_threshold=3.0, rel_l2_clip_threshold=1.0)
+                  log_scaling_alpha=0.3, qk_l2_clip_threshold=1.5, rel_l2_clip_threshold=1.0)
        for name in ("inkling2_text", "inkling2_loop_text")},  # (a window and distances 12
     # tokens reach, and clips that cut some rows and keep others: the defaults, 22.6 and 8,
     # cut none of a tiny model's)

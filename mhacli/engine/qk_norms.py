@@ -5,8 +5,8 @@ Two norms, as the models have them: RMS (Qwen 3, OLMo 2, Gemma 3 …: x / √(me
 eps)) and LayerNorm (Persimmon, Phi, StableLM, Cohere: the mean removed first, (x − μ) /
 √(mean((x − μ)²) + eps)); before RoPE (most) or after it (Hunyuan). A third keeps a row's
 direction and only caps its length (Inkling 2's L2 clip): the row times its weights first,
-u = x ⊙ w, then u · min(c / (‖u‖ + eps), 1), a row longer than c shortened to c. Weights over a head
-are d_k numbers shared by the heads, or each head's own (H·d_k, or G·d_k for the keys).
+u = x ⊙ w, then u · min(c / (‖u‖ + eps), 1), a row longer than c shortened to c.
+Weights over a head are d_k numbers shared by the heads, or each head's own (H·d_k, or G·d_k for the keys).
 Its reader, parser and writer, and the norm itself (``normed``) and its backward, shared
 by the stage table, the fast path and the gradients. Dimensions are named in ``ops.py``.
 """

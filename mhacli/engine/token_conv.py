@@ -9,8 +9,9 @@ a row i − t before the first token counting 0 (the model's zero padding); D th
 weight a tap made from the token's own input (the keys' input for K, the values' for V),
 shared by the columns of its key/value head:
 
-    w[t, g·d + c] + X_in[i]·W_taps[:, g·T + t]      (W_taps d_in × G·T; D = √(2T + 1)) Tap t = 0
-weights the token itself, t = 1 the one before it … (PyTorch's depthwise Conv1d keeps
+    w[t, g·d + c] + X_in[i]·W_taps[:, g·T + t]      (W_taps d_in × G·T; D = √(2T + 1))
+
+Tap t = 0 weights the token itself, t = 1 the one before it … (PyTorch's depthwise Conv1d keeps
 them the other way round: its weight[c, 0, T − 1 − t]). The convolution is a sum of
 products: exact in fractions. Dimensions: G key/value heads, m keys, d = d_k or d_v,
 T taps.
