@@ -107,7 +107,7 @@ def test_refused_where_not_followed() -> None:
     kw = problem()
     for extra, words in (({"tiles": (2, 3)}, "tiled view does not follow rel_logits"),
                          ({"decode": True}, "decoding view does not follow rel_logits"),
-                         ({"x_kv": np.ones((N, D))}, "does not go with x_kv")):
+                         ({"x_kv": np.ones((N + 1, D))}, "x_kv needs as many rows as x")):
         with pytest.raises(mhacli.MhaError, match=words):
             mhacli.trace(**kw, **extra)
 

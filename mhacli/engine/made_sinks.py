@@ -30,14 +30,10 @@ def logits(p: Prepared, x: Array) -> Array:
     return made.T[:, :, None]  # (H, n, 1)
 
 
-def value(v: Any) -> Any:
-    """sinks as given: H numbers (text, or a list), or a mapping {w_s} (d_model × H: each
-    query's sinks made from its input), read; the shapes are checked when the problem is
-    prepared."""
-    if not isinstance(v, dict):
-        from .parsers import numbers_value
-
-        return numbers_value("sinks", v)
+def value(v: dict[str, Any]) -> dict[str, Any]:
+    """sinks as a mapping {w_s} (d_model × H: each query's sinks made from its input),
+    read; the shape is checked when the problem is prepared. (H numbers, a sink a head,
+    are the parsers'.)"""
     unknown = sorted(set(map(str, v)) - {"w_s"})
     if unknown:
         raise MhaError(f"sinks takes H numbers, or a mapping {{w_s}} (d_model × H), not "
@@ -49,14 +45,8 @@ def value(v: Any) -> Any:
     return {"w_s": v["w_s"]}
 
 
-def parse(v: Any, s: Sizes) -> Fields:
-    """A sink a head (``parsers.per_head``), or W_S (d_model × H) checked against x."""
-    if not isinstance(v, dict):
-        from .parsers import per_head
-
-        sinks = per_head("sinks", v, s.heads, s.t)
-        return {"sinks": sinks is not None, "sink_made": False}, {"sinks": sinks,
-                                                                   "sink_w": None}
+def parse(v: dict[str, Any], s: Sizes) -> Fields:
+    """W_S (d_model × H) checked against x."""
     if s.d_model is None or s.x is None:
         raise MhaError("sinks made from x (w_s) need x and the weights, not q, k and v",
                        key=("sinks", "w_s"))

@@ -65,6 +65,12 @@ class Setting:
     excludes: tuple[tuple[str, str], ...] = ()  # (another setting, why) it cannot go with
 
 
+def _sinks(v: Any, s: Sizes) -> read.Fields:
+    """A sink a head (or none): the parsers' per-head numbers, no sinks made from x."""
+    config, arrays = read.sinks(v, s)
+    return {**config, "sink_made": False}, {**arrays, "sink_w": None}
+
+
 # --------------------------------------------------------------------------- the table
 
 SETTINGS: tuple[Setting, ...] = (
@@ -267,7 +273,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("sinks", "H attention sinks: one extra logit per head in the softmax, its "
             "weight dropped (gpt-oss); or {w_s}, W_S d_model × H, each query's own sink "
             "s_h[i] = X[i]·W_S[:, h] (Inkling 2's sink_proj; made_sinks.py).", array=(1,),
-            read=made_sinks.value, parse=made_sinks.parse,
+            read=lambda v: made_sinks.value(v) if isinstance(v, dict)
+            else read.numbers_value("sinks", v), parse=lambda v, s: made_sinks.parse(v, s)
+            if isinstance(v, dict) else _sinks(v, s),
             fields=("sinks", "sink_made", "sink_w"), shown=made_sinks.shown,
             write=made_sinks.write),
     Setting("rope", 'rotary embedding of each head\'s queries and keys: "half" (pairs '

@@ -491,9 +491,8 @@ RECORDS: tuple[Family, ...] = (
     Family("xlnet", tensors="xlnet", read=xlnet, causal=False),
     Family("inkling_text", read=inkling, qk_norm="head"),
     *(Family(name, tensors="inkling2", read=inkling2, loaded_as=(
-        r"(^|\.)llm\.layers\.(\d+)\.attn\.$", r"\1layers.\2.self_attn."),
-        others="its hybrid layers (full attention, keys and values made from inputs of their "
-        "own) refused by name") for name in ("inkling2_text", "inkling2_loop_text")),
+        r"(^|\.)llm\.layers\.(\d+)\.attn\.$", r"\1layers.\2.self_attn."))
+      for name in ("inkling2_text", "inkling2_loop_text")),
     Family("funnel", tensors="funnel", read=funnel, causal=False),
     *(Family(name, tensors="xlm", qkv=("q_lin", "k_lin", "v_lin"), o_proj="out_lin",
              causal=False, causal_key="causal", rope=no_rope, keys=("n_heads", "", "emb_dim"),
