@@ -81,6 +81,7 @@ CASES: dict[str, tuple[dict[str, Any], int, bool]] = {
     "inkling": (dict(file=str(FIXTURES / "inkling.yaml")), 4, False),
     "inkling-backward": (dict(file=str(FIXTURES / "inkling.yaml"), backward=True), 4, False),
     "inkling2": (dict(file=str(FIXTURES / "inkling2.yaml")), 4, False),
+    "inkling2-full": (dict(file=str(FIXTURES / "inkling2-full.yaml")), 4, False),
     "kv-conv-fractions": (dict(file=str(FIXTURES / "kv-conv.yaml")), 4, True),
     "temperature-power": (dict(**RANDOM, heads=2, mask="causal", temperature="2:0.5:power",
                                backward=True), 4, False),
