@@ -265,7 +265,7 @@ def _replayed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     calls: list[str] = []
 
     def read_text(folder: object, asked: str, layers: dict, kv_from: dict | None = None,
-                  values: dict | None = None) -> Reading:
+                  values: dict | None = None, keys: dict | None = None) -> Reading:
         calls.append(asked)
         assert asked == text
         return reading
