@@ -120,9 +120,10 @@ def on_layer(inputs: dict[str, Any], reading: Any, heads: int | None,
             and width_k % (width_q // h) == 0:
         inputs["kv_heads"] = width_k // (width_q // h)
     origin = {k: v for k, v in reading.origin.items()
-              if (k not in own or k == "x_v" or stored and k in ("k", "v"))
+              if (k not in own or k == "x_v" or k == "x_kv" and reading.keys_input or
+                  stored and k in ("k", "v"))
               and not (k == "heads" and heads is not None)}  # what the problem gave: its own
-    # (x_v's note says what the model's values read, whoever gives the numbers; a
-    # drafter's k and v what the model attends over)
+    # (x_v's note says what the model's values read, whoever gives the numbers, as x_kv's
+    # for keys of an input of their own; a drafter's k and v what the model attends over)
     return {"checkpoint": reading.path, "layer": reading.layer, "family": reading.family,
             "settings": origin}

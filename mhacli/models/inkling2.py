@@ -148,6 +148,11 @@ def inkling2(f: Family, r: Reader, stem: str) -> Layer:
                    "clips, in float32 in the model)")
         out["keys_input"] = "key_hidden_states"  # x_kv: k_input_norm of the keys' input
         out["values_input"] = "value_hidden_states"  # x_v: v_input_norm of the values'
+        r.note("x_kv", f"the keys' own input (layer {r.layer}: hybrid), key_hidden_states: "
+               "the layer's k_input_norm of its own mix of the earlier blocks, as many rows "
+               "as x, token j at position j")
+        r.note("x_v", f"the values' own input, value_hidden_states: the layer's "
+               "v_input_norm of its own mix")
     out["rel_logits"] = _rel_logits(r, stem, heads, extent, where)
     sink = r.tensor(f"{stem}attn_sink_proj.weight", 2)  # (H, d_model)
     if sink.shape != (heads, width):
