@@ -255,6 +255,10 @@ def test_the_backward_pass_agrees_with_autograd(extra: dict) -> None:
     {"value_embeds": [[1, -1], [0.5, 2], [-1, 0]]},
     {"rope": "half", "q_head_norm": 1e-6},
     {"dynamic_mask": {"keep": 1, "a": [0.5], "w_dt": [[1], [-1]], "b_dt": [0.2]}},
+    {"kv_conv": {"k": [[0.5, 1], [2, -1]], "k_taps": [[1, 0.5], [-1, 2]], "divisor": 3}},
+    {"qk_norm": {"norm": "clip", "clip": 1.5, "q": [2, 1], "k": [1, -1]}},
+    {"rel_logits": {"w_r": [[1], [-2]], "profiles": [[0.5, 3]], "scale": [2], "clip": 1}},
+    {"sinks": {"w_s": [[1], [-0.5]]}},
 ])
 def test_a_stream_of_small_problems_follows_the_setting(tmp_path: Path, extra: dict) -> None:
     """run --jsonl computes small problems by a route of its own (engine/small.py): a
