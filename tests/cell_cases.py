@@ -81,6 +81,8 @@ CASES: dict[str, tuple[dict[str, Any], int, bool]] = {
     "ngram-query-bias": (dict(file=str(FIXTURES / "ngram.yaml"), backward=True), 4, False),
     "inkling": (dict(file=str(FIXTURES / "inkling.yaml")), 4, False),
     "inkling-backward": (dict(file=str(FIXTURES / "inkling.yaml"), backward=True), 4, False),
+    "inkling2": (dict(file=str(FIXTURES / "inkling2.yaml")), 4, False),
+    "inkling2-full": (dict(file=str(FIXTURES / "inkling2-full.yaml")), 4, False),
     "kv-conv-fractions": (dict(file=str(FIXTURES / "kv-conv.yaml")), 4, True),
     "zaya": (dict(file=str(FIXTURES / "zaya.yaml")), 4, False),
     "zaya-fractions": (dict(file=str(FIXTURES / "zaya.yaml")), 4, True),

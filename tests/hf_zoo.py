@@ -165,6 +165,11 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "inkling_text": dict(sliding_window_size=4, rel_extent=6, log_scaling_n_floor=2,
                          log_scaling_alpha=0.3),  # (a window, distances and a log scaling
     # that 12 tokens reach: the defaults, 512 and 1024 tokens and no scaling, do not)
+    **{name: dict(sliding_window_size=4, rel_extent=6, log_scaling_n_floor=2,
+                  log_scaling_alpha=0.3, qk_l2_clip_threshold=1.5, rel_l2_clip_threshold=1.0)
+       for name in ("inkling2_text", "inkling2_loop_text")},  # (a window and distances 12
+    # tokens reach, and clips that cut some rows and keep others: the defaults, 22.6 and 8,
+    # cut none of a tiny model's)
     "cpmant": dict(prompt_length=0),  # (x here holds the text alone; its prompt rows before
     # the text, the layer's input with them: tests/test_cpmant.py)
     "qwen4_exp_text": dict(indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=16,
@@ -473,7 +478,9 @@ def module_reference(model: torch.nn.Module, path: str, x: np.ndarray,
         kv = torch.from_numpy(np.asarray(x_kv, dtype=np.float64))[None].to(dtype)
         args = (args[0], kv, kv) + tuple(args[3:])
     elif x_kv is not None:
-        names = [k for k in ("key_value_states", "encoder_hidden_states") if k in kwargs]
+        names = [k for k in ("key_value_states", "encoder_hidden_states",
+                             "key_hidden_states") if k in kwargs]  # (the last: Inkling 2's
+        # full layers' keys' own input)
         if time_first:
             names = ["key"]
         if not names:

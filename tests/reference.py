@@ -44,7 +44,9 @@ def reference(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, 
     """Every stage as nested lists; per-head stages are lists of H matrices (G for the
     key/value heads of grouped-query attention). The variants follow the contract's
     table: ALiBi and bias added after the softcap, then mask ∧ window ∧ key padding,
-    then a softmax whose row holds one more logit per head (the sink), dropped after.
+    then a softmax whose row holds one more logit per head (the sink; or per query,
+    X[i]·W_S[:, h], made from x), dropped after. A q/k norm of kind clip: each row
+    times its weights, then times min(c / (length + eps), 1).
     A setting that changes the numbers and is not written here is refused, never left
     out silently."""
     unknown = sorted(key for key, value in rest.items()
@@ -155,9 +157,17 @@ def reference(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, 
             for i in range(rows):
                 over = [t for g in range(count) for t in heads_rows[g][i]] if whole \
                     else heads_rows[h][i]
-                r = math.sqrt(math.fsum(t * t for t in over) / len(over) + eps)
+                own = weights is not None and len(weights) != d_k  # each head its own
                 w = [1.0] * d_k if weights is None else \
-                    [float(t) for t in (weights[h * d_k:(h + 1) * d_k] if whole else weights)]
+                    [float(t) for t in (weights[h * d_k:(h + 1) * d_k] if whole or own
+                                        else weights)]
+                if norm.get("norm") == "clip":  # the row times its weights, its length
+                    u = [heads_rows[h][i][j] * w[j] for j in range(d_k)]  # capped at c
+                    length = math.sqrt(math.fsum(t * t for t in u))
+                    f = min(float(norm["clip"]) / (length + eps), 1.0)
+                    mat.append([t * f for t in u])
+                    continue
+                r = math.sqrt(math.fsum(t * t for t in over) / len(over) + eps)
                 mat.append([heads_rows[h][i][j] / r * w[j] for j in range(d_k)])
             out.append(mat)
         return out
@@ -202,7 +212,9 @@ def reference(x: Any = None, w_q: Any = None, w_k: Any = None, w_v: Any = None, 
         a = []
         for i in range(n):
             live = [zm[i][j] for j in range(m) if allowed[i][j]]
-            sink = None if sinks is None else float(sinks[h])
+            sink = None if sinks is None else float(sinks[h]) if not isinstance(sinks, dict) \
+                else math.fsum(float(x[i][t]) * float(sinks["w_s"][t][h])  # (made from x)
+                               for t in range(len(x[i])))
             if not live and sink is None:
                 a.append([0.0] * m)
                 continue

@@ -117,7 +117,7 @@ def test_the_tiles_follow_the_bias_and_decoding_refuses_it() -> None:
                                atol=1e-12)
     assert sum(step.skipped for block in tr.kernels["tiles"] for step in block.steps) > 0
     for extra, words in (({"decode": True}, "decoding view does not follow rel_logits"),
-                         ({"x_kv": np.ones((N, D))}, "does not go with x_kv")):
+                         ({"x_kv": np.ones((N + 1, D))}, "x_kv needs as many rows as x")):
         with pytest.raises(mhacli.MhaError, match=words):
             mhacli.trace(**kw, **extra)
 
@@ -125,7 +125,7 @@ def test_the_tiles_follow_the_bias_and_decoding_refuses_it() -> None:
 @pytest.mark.parametrize("text, words", [
     ("rel_logits: 3", "rel_logits must be a mapping {w_r, profiles}"),
     ("rel_logits: {w_r: [[1, 2], [3, 4]], table: [[1]]}", "rel_logits takes w_r, profiles, "
-     "not table"),
+     "scale, clip, eps, not table"),
     ("rel_logits: {w_r: [[1, 2], [3, 4]]}", "rel_logits needs profiles"),
     ("rel_logits: {w_r: [[1, 2, 3]], profiles: [[1]]}", "rel_logits w_r is 1 × 3: expected "
      "d_model × H·d_rel = 2 × 1·d_rel"),

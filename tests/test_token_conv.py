@@ -90,6 +90,41 @@ def test_one_side_alone_and_more_taps_than_tokens() -> None:
     np.testing.assert_allclose(tr["v_conv"], want, rtol=1e-13, atol=1e-13)
 
 
+def test_the_divisor_is_a_plain_loop_over_d() -> None:
+    """Inkling 2's (K + conv(K)) / √(T + 1): the loop's sum over the divisor, on both
+    sides, fast equal to traced, and the file written reads back the same."""
+    kw = problem(seed=2)
+    kw["kv_conv"] = {**kw["kv_conv"], "divisor": (T + 1) ** 0.5}
+    tr = mhacli.trace(**kw)
+    k = kw["x"] @ kw["w_k"] + kw["b_k"]
+    want = loop_conv(k, kw["kv_conv"]["k"]) / (T + 1) ** 0.5
+    np.testing.assert_allclose(tr["k_conv"], want.reshape(N, G, DK).transpose(1, 0, 2),
+                               rtol=1e-13, atol=1e-13)
+    np.testing.assert_array_equal(mhacli.attention(**kw), tr["output"])
+    assert tr.config.conv_divisor == (T + 1) ** 0.5
+    from mhacli.engine.token_conv import shown, write
+
+    assert shown(tr.config)["kv_conv"]["divisor"] == (T + 1) ** 0.5
+    import yaml
+
+    back = yaml.safe_load(write(tr.config, tr.prepared, None))
+    assert float(back["divisor"]) == (T + 1) ** 0.5
+
+
+def test_cell_writes_the_divisor_out(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text("x: [[1, 0, 2], [0, 1, 1], [2, 1, 0], [1, 1, 1]]\nheads: 1\n"
+                    "w_q: [[1, 0], [0, 1], [1, 1]]\nw_k: [[1, 2], [0, 1], [1, 0]]\n"
+                    "w_v: [[0, 1], [1, 0], [1, 1]]\nmask: causal\n"
+                    "kv_conv:\n  k: [[0.5, -1], [0.25, 2], [3, 1]]\n  divisor: 2\n")
+    r = runner.invoke(app, ["explain", str(path), "--cell", "k_conv:1:3:2", "--format",
+                            "plain"])
+    assert r.exit_code == 0, r.output
+    # (5 + (−1)×5 + 2×1 + 1×2) / 2 = 2
+    assert "k_conv₁[t3, 2] = (k_heads₁[t3, 2] + Σ_t w_K[t, 2]" in r.stdout, r.stdout
+    assert "  = (5 + (-1)×5 + 2×1 + 1×2) / 2\n  = 4 / 2\n  = 2" in r.stdout, r.stdout
+
+
 def test_cell_writes_the_sum_out(tmp_path: Path) -> None:
     path = tmp_path / "p.yaml"
     path.write_text("x: [[1, 0, 2], [0, 1, 1], [2, 1, 0], [1, 1, 1]]\nheads: 1\n"
@@ -149,7 +184,9 @@ def test_the_tiles_follow_the_convolved_keys_and_values() -> None:
 
 @pytest.mark.parametrize("text, words", [
     ("kv_conv: 3", "kv_conv must be a mapping {k, v}"),
-    ("kv_conv: {w: [[1, 2]]}", "kv_conv takes k and v, not w"),
+    ("kv_conv: {w: [[1, 2]]}", "kv_conv takes k, v and divisor, not w"),
+    ("kv_conv: {k: [[1, 2]], divisor: 0}", "kv_conv.divisor"),
+    ("kv_conv: {k: [[1, 2]], divisor: -2}", "kv_conv.divisor"),
     ("kv_conv: {k: [[1, 2, 3]]}", "kv_conv k is 1 × 3: expected T × G·d_k = T × 2"),
     ("kv_conv: {k: [[1, 2]], v: [[1, 2], [3, 4]]}", "kv_conv v has 2 taps, k 1"),
     ("kv_conv: {k: [[1, zz]]}", "kv_conv.k[1][2] is 'zz'"),
@@ -166,7 +203,7 @@ def test_a_bad_file_is_one_error_line(tmp_path: Path, text: str, words: str) -> 
 
 
 @pytest.mark.parametrize("extra", [{}, {"qk_norm": "head", "v_norm": 1e-6},
-                                   {"kv_heads": None, "sides": "v"}])
+                                   {"kv_heads": None, "sides": "v"}, {"divisor": 5 ** 0.5}])
 def test_the_backward_pass_agrees_with_autograd(extra: dict) -> None:
     """Every parameter's gradient against PyTorch's autograd of the same layer (grouped
     heads; with q/k and value norms after the convolution; the values alone)."""
@@ -174,6 +211,7 @@ def test_the_backward_pass_agrees_with_autograd(extra: dict) -> None:
     F = torch.nn.functional
     extra = dict(extra)
     sides = extra.pop("sides", "kv")
+    divisor = extra.pop("divisor", 1.0)
     kw = problem(seed=11, **extra)
     groups = kw["kv_heads"] or H
     rng = np.random.default_rng(12)
@@ -181,6 +219,8 @@ def test_the_backward_pass_agrees_with_autograd(extra: dict) -> None:
     kw["w_v"] = rng.normal(size=(D, groups * DV))
     kw["b_k"] = rng.normal(size=groups * DK)
     kw["kv_conv"] = {s: rng.normal(size=(T, groups * (DK if s == "k" else DV))) for s in sides}
+    if divisor != 1:
+        kw["kv_conv"]["divisor"] = divisor
     if kw.get("qk_norm"):
         kw["qk_norm"] = {"over": "head", "eps": 1e-6, "q": rng.normal(size=DK),
                          "k": rng.normal(size=DK)}
@@ -191,7 +231,8 @@ def test_the_backward_pass_agrees_with_autograd(extra: dict) -> None:
 
     def convolve(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         weight = w.flip(0).T[:, None, :]  # (C, 1, T)
-        return a + F.conv1d(a.T[None], weight, padding=T - 1, groups=a.shape[1])[0, :, :N].T
+        return (a + F.conv1d(a.T[None], weight, padding=T - 1,
+                             groups=a.shape[1])[0, :, :N].T) / divisor
 
     def rms(a: torch.Tensor, eps: float) -> torch.Tensor:
         return a / torch.sqrt((a * a).mean(-1, keepdim=True) + eps)
@@ -226,6 +267,10 @@ def test_the_backward_pass_agrees_with_autograd(extra: dict) -> None:
     {"value_embeds": [[1, -1], [0.5, 2], [-1, 0]]},
     {"rope": "half", "q_head_norm": 1e-6},
     {"dynamic_mask": {"keep": 1, "a": [0.5], "w_dt": [[1], [-1]], "b_dt": [0.2]}},
+    {"kv_conv": {"k": [[0.5, 1], [2, -1]], "k_taps": [[1, 0.5], [-1, 2]], "divisor": 3}},
+    {"qk_norm": {"norm": "clip", "clip": 1.5, "q": [2, 1], "k": [1, -1]}},
+    {"rel_logits": {"w_r": [[1], [-2]], "profiles": [[0.5, 3]], "scale": [2], "clip": 1}},
+    {"sinks": {"w_s": [[1], [-0.5]]}},
 ])
 def test_a_stream_of_small_problems_follows_the_setting(tmp_path: Path, extra: dict) -> None:
     """run --jsonl computes small problems by a route of its own (engine/small.py): a

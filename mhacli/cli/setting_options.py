@@ -122,7 +122,8 @@ OPTIONS: tuple[SettingOption, ...] = (
     SettingOption("rel_logits", "A bias made from each query's own input (Inkling): a "
                   "YAML/JSON file with w_r (d_model × H·d_rel) and profiles (d_rel × E); "
                   "τ_i·(X[i]·W_R,h)·P[:, i − j] for 0 ≤ i − j < E, else 0, added to the "
-                  "scaled scores.", metavar="FILE"),
+                  "scaled scores; Inkling 2's scale (H × d_rel) and L2 clip (clip, eps) of "
+                  "each mix.", metavar="FILE"),
     SettingOption("differential", "Differential attention (DiffLlama): a YAML/JSON file "
                   "with lambda_q1, lambda_k1, lambda_q2, lambda_k2 (d_k numbers each), "
                   "lambda_init and eps; heads h and h + H/2 make one, A_h − λ·A_{h+H/2}.",
@@ -130,7 +131,8 @@ OPTIONS: tuple[SettingOption, ...] = (
     SettingOption("key_padding", "One 1/0 per key: 0 marks a padding key, blocked for every "
                   "query.", metavar="'1 1 0'"),
     SettingOption("sinks", "Attention sinks: one extra logit per head in the softmax, its "
-                  "weight dropped (gpt-oss).", metavar="'s1 s2 …'"),
+                  "weight dropped (gpt-oss); a file's sinks: {w_s} (d_model × H) makes one "
+                  "for each query from its input (Inkling 2).", metavar="'s1 s2 …'"),
     SettingOption("rope", "Rotary embedding of each head's queries and keys: pairs "
                   "(i, i + d/2) as Llama (half), (2i, 2i+1) as GPT-J (interleaved) or "
                   "(i + d/2, i) as NanoChat (half-reversed); base, "
@@ -142,8 +144,9 @@ OPTIONS: tuple[SettingOption, ...] = (
                   metavar="sinusoidal|FILE"),
     SettingOption("qk_norm", "Normalise each query and key by its root mean square before "
                   "RoPE (Qwen 3, OLMo 2, Gemma 3): over each head's d_k numbers (head) or "
-                  "the whole row (width); eps, weights, a LayerNorm (norm: layer) or the "
-                  "norm after RoPE (after_rope: true) in a file's qk_norm: key.",
+                  "the whole row (width); eps, weights, a LayerNorm (norm: layer), an L2 clip "
+                  "(norm: clip, clip: c; Inkling 2's) or the norm after RoPE (after_rope: "
+                  "true) in a file's qk_norm: key.",
                   metavar="head|width"),
     SettingOption("v_norm", "Divide each value by its root mean square over its head's "
                   "d_v numbers, √(mean(v²) + EPS), no weights (Gemma 3n, Gemma 4).",
@@ -156,7 +159,8 @@ OPTIONS: tuple[SettingOption, ...] = (
                   "are its keys): a value enters turned by its distance; needs --rope."),
     SettingOption("kv_conv", "A causal convolution of the keys and values over the "
                   "tokens (Inkling): a YAML/JSON file with k (T × G·d_k) and v (T × G·d_v), "
-                  "a row a tap, the token itself first; K[i] + Σ_t w[t] ⊙ K[i − t].",
+                  "a row a tap, the token itself first, and a divisor D (Inkling 2's √(T + "
+                  "1)); (K[i] + Σ_t w[t] ⊙ K[i − t]) / D.",
                   metavar="FILE"),
     SettingOption("cca", "ZAYA's CCA projection of the queries and keys: a YAML/JSON file "
                   "with depthwise (T0 × (H + G)·d_k), grouped (T1 matrices d_k × (H + G)·"

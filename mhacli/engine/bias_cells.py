@@ -17,6 +17,14 @@ def _states(e: Entry, src: str) -> Any:
     return e.derive("rel_states", lambda tr: query_bias.states(tr.prepared, tr.stages[src]))
 
 
+def _made(e: Entry) -> str:
+    """What becomes of the mix past X·W_R (Inkling 2's scale and L2 clip)."""
+    c = e.c
+    return (" ⊙ head's rel_logits.scale" if c.rel_scaled else "") + (
+        "" if c.rel_clip is None else f", clipped in L2 at {c.rel_clip:g} (u · min(c / "
+        f"(‖u‖ + {c.rel_eps:g}), 1))")
+
+
 def cell_rel_logits(e: Entry) -> list[Any]:
     """rel_logits_h[i, j] = τ_i·r_h[i]·P[:, i − j] where 0 ≤ i − j < E, else 0."""
     from .cells import _tau
@@ -42,7 +50,7 @@ def cell_rel_logits(e: Entry) -> list[Any]:
                   f"{j} = {delta} (positions from 0; the profile of distance δ, column "
                   f"{delta + 1} of {extent})",
                   f"  r{e.hs}[{e.row_label}] = row {i + 1} of {src} · head {h}'s columns of "
-                  f"rel_logits.w_r = [{each(', ', e.num, r, most=8)}]",
+                  f"rel_logits.w_r{_made(e)} = [{each(', ', e.num, r, most=8)}]",
                   f"  = {e.dot(r, shown_column)}"
                   + (f" = {e.num(fdot(r, column))}, × τ_p {e.factor(tau)}" if tuned else ""),
                   f"  = {e.result}"],

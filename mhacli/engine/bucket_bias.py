@@ -92,7 +92,8 @@ def distances(n: int, m: int, ngram: int | None) -> np.ndarray:
 def parse(v: dict[str, Any] | None, s: Sizes) -> Fields:
     """The Config's fields and the bias (H, n, m) from x."""
     if v is None:
-        return {"query_bias": None}, {"qb_weight": None, "qb_bias": None, "qb_bucket": None}
+        return ({"query_bias": None, "query_bias_b": False},
+                {"qb_weight": None, "qb_bias": None, "qb_bucket": None})
     if s.x is None:
         raise MhaError("query_bias is made from each query's row of x: this problem gives "
                        "q, k, v directly (no x)", key="query_bias")

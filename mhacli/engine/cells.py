@@ -438,9 +438,9 @@ def cell_weights(e: Entry) -> list[Any]:
     _softmax_value(e, z_of)
     sink = ""
     if e.c.sinks:
-        s_h = e.num(e.inp("sinks", exact=False).at(h - 1))
-        exps = f"{exps} + {e.num(op('at', 'weights.sink', h - 1, 0, 0))}"
-        sink = f" and the sink s{e.hs} = {s_h}"
+        s_h = e.num(_sink(e))
+        exps = f"{exps} + {e.num(op('at', 'weights.sink', h - 1, i if e.c.sink_made else 0, 0))}"
+        sink = f" and the sink s{e.hs}{f'[{e.row_label}]' if e.c.sink_made else ''} = {s_h}"
     return [when(op("isneginf", top),
                  f"{e.name} = 0: every key of the query {e.row_label} is blocked",
                  [f"{e.name} = exp(z − max) / Σ exp(z − max), z the row {e.row_label} "
@@ -452,6 +452,14 @@ def cell_weights(e: Entry) -> list[Any]:
                   f"  {exp_j} / {total} = {e.result}"])]
 
 
+def _sink(e: Entry) -> Any:
+    """The sink logit of the entry's row: its head's (sinks), or its query's own (made
+    from x: stage sinks)."""
+    if e.c.sink_made:
+        return e.value("sinks", e.head, e.row, 0)
+    return e.inp("sinks", exact=False).at(e.head - 1)
+
+
 def _softmax_value(e: Entry, z_of: str) -> None:
     """The weight as the engine's softmax makes it (``ops.softmax_parts``): exp(z − max)
     over the row's sum of them (with the sink's logit in the max and its exp in the sum);
@@ -461,7 +469,7 @@ def _softmax_value(e: Entry, z_of: str) -> None:
     top = op("fmax", row)
     sink = None
     if e.c.sinks:  # max(row max, s_h)
-        sink = e.inp("sinks", exact=False).at(h - 1)
+        sink = _sink(e)
         top = op("if", op(">", top, sink), top, sink)
     exps = op("fmap", op("exp", op("f-", op("it", 0), top)), row)
     total = op("fsum", exps)

@@ -78,6 +78,7 @@ class Config:
     rel_prefix: tuple[int, int, int] | None = None  # its prefix: (P, row P → after, after → P)
     padding: bool = False  # key_padding: some keys blocked for every query
     sinks: bool = False  # an extra logit per head in the softmax, its weight dropped
+    sink_made: bool = False  # that logit made from each query's input, one a query
     rope: str | None = None  # "half", "interleaved" or "half-reversed": RoPE of q and k
     rope_base: float = 10000.0
     rope_dims: int = 0  # the leading dimensions of each head that RoPE turns
@@ -90,6 +91,8 @@ class Config:
     diff_eps: float = 0.0  # the eps of its norm of each head's output
     qk_layer: bool = False  # the q/k norm a LayerNorm: the mean removed first
     qk_after_rope: bool = False  # the q/k norm after RoPE (Hunyuan), not before
+    qk_clip: float | None = None  # c: the q/k norm an L2 clip of each head's row (after
+    # its weights) at the length c (Inkling 2's), not an RMS norm
     v_norm: float | None = None  # eps: the values divided by their rms over each head
     kv_conv: int | None = None  # T: the keys and/or values plus a causal convolution of
     # them over the last T tokens (token_conv.py)
@@ -97,9 +100,14 @@ class Config:
     cca: tuple[int, int] | None = None  # (T0, T1): ZAYA's CCA projection of q and k, a
     # depthwise then a grouped causal convolution over the tokens plus halves (cca.py)
     v_delayed: int | None = None  # K: V's last K columns the previous token's (ZAYA's)
+    conv_divisor: float = 1.0  # what the sum is divided by (Inkling 2's √(T + 1))
+    conv_made: tuple[str, ...] = ()  # the sides whose taps each token's input adds to
     rel_logits: int | None = None  # E: a bias of each query's own making for the
     # distances 0 … E − 1 (query_bias.py)
     rel_dim: int = 0  # its d_rel: each head's numbers of each query's mix
+    rel_scaled: bool = False  # each mix times a scale of its own (Inkling 2's)
+    rel_clip: float | None = None  # c: each mix clipped in L2 at c (Inkling 2's), or None
+    rel_eps: float = 0.0  # that clip's eps: min(c / (‖u‖ + eps), 1)
     exclusive: bool = False  # each head's output less tanh α_h times its part along v̂_i
     q_head_norm: float | None = None  # eps: each head's queries over their rms (no weights)
     rotated_values: bool = False  # V turned by RoPE as K is; each head's output turned back
@@ -233,14 +241,18 @@ class Prepared:
     rel_bucket: npt.NDArray[np.int64] | None = None  # (n, m) each entry's bucket
     key_padding: npt.NDArray[np.bool_] | None = None  # (m,) True = a real key
     sinks: Array | None = None  # (H,) one extra logit per head
+    sink_w: Array | None = None  # (d_model, H) the sinks made from x: s_h[i] = X[i]·W_S[:, h]
     conv_k: Array | None = None  # (T, G·d_k) kv_conv's weights of the keys, a row a tap
     cca_dw: Array | None = None  # (T0, (H + G)·d_k) cca's depthwise taps, a row a tap
     cca_db: Array | None = None  # ((H + G)·d_k,) its bias
     cca_gw: Array | None = None  # (T1, d_k, (H + G)·d_k) cca's grouped taps, a matrix a tap
     cca_gb: Array | None = None  # ((H + G)·d_k,) its bias
     conv_v: Array | None = None  # (T, G·d_v) of the values
+    conv_k_taps: Array | None = None  # (d_in, G·T) the keys' taps made from their input
+    conv_v_taps: Array | None = None  # (d_in, G·T) the values'
     rel_w: Array | None = None  # (d_model, H·d_rel) rel_logits' projection of each input
     rel_profile: Array | None = None  # (d_rel, E) its profiles, a column a distance
+    rel_scale: Array | None = None  # (H·d_rel,) its scale of each head's mix (Inkling 2's)
     exclusive_alpha: Array | None = None  # (H,) exclusive self-attention's α, per head
     pe: Array | None = None  # (n, d_model) positional encoding of the query-side input
     pe_kv: Array | None = None  # (m, d_kv) of the key/value-side input (cross-attention)

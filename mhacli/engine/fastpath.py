@@ -366,12 +366,12 @@ def table_work(c: Any) -> bool:
     lean routes)? Two maps a head, DeBERTa's or Transformer-XL's position terms, each
     head's output less its part along its token's value, turned back after the softmax
     (rotated values), each token's own experts, value embeddings added to the values,
-    keys and values convolved over the tokens, or a bias of each query's making, or
-    ZAYA's queries, keys and values made over the tokens (cca, v_delayed)."""
+    keys and values convolved over the tokens, a bias of each query's making, sinks made
+    from x, or ZAYA's queries, keys and values made over the tokens (cca, v_delayed)."""
     return c.differential is not None or c.disentangled is not None or \
         c.relative_xl is not None or c.exclusive or c.rotated_values or c.experts or \
         c.value_embedded or c.kv_conv is not None or c.rel_logits is not None or \
-        c.cca is not None or c.v_delayed is not None
+        c.cca is not None or c.v_delayed is not None or c.sink_made
 
 
 def fast(p: Prepared, progress: Progress | None = None) -> Array:

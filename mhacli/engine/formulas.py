@@ -34,6 +34,10 @@ def norm_text(letter: str) -> Callable[[Formula], str]:
     def text(f: Formula) -> str:
         c = f.c
         over = "its head's d_k numbers" if c.qk_norm == "head" else "the whole row, every head"
+        if c.qk_clip is not None:
+            return (f"u · min(c / (‖u‖ + {c.qk_eps:g}), 1), u = {letter}{f.i} ⊙ w, c = "
+                    f"{c.qk_clip:g}: each row times its weights, then an L2 clip (a row "
+                    "longer than c cut to c, a shorter one kept)")
         if c.qk_layer:
             return (f"({letter}{f.i} − μ) / rms × w + b, a LayerNorm: each row less its mean "
                     f"μ over {over}, divided by √(mean((x − μ)²) + {c.qk_eps:g}), times the "

@@ -178,9 +178,12 @@ def softmax_parts(z: Array, masked_row: str = "zero", sinks: Array | None = None
                   ) -> dict[str, Array]:
     """Row-wise softmax in the parts a person computes by hand: the row maximum, each
     exp(z − max), the row sum, and the weights; ``z`` itself is left alone. With
-    ``sinks`` (one logit per head, z being H × n × m) the parts hold the sink's exp too."""
+    ``sinks`` (one logit per head, z being H × n × m; or one per head and query, H × n)
+    the parts hold the sink's exp too."""
     e = z.copy()
-    sink = None if sinks is None else np.asarray(sinks, dtype=z.dtype)[:, None, None]
+    sink = None if sinks is None else np.asarray(sinks, dtype=z.dtype)
+    if sink is not None:
+        sink = sink[:, :, None] if sink.ndim == 2 else sink[:, None, None]  # (H, n | 1, 1)
     row_max, dead = exp_shifted(e, sink)
     total = row_sums(e, row_max, sink)
     weights = normalise(e.copy(), total, dead, masked_row)

@@ -3,8 +3,10 @@ numbers or over the whole row, then multiplied by weights (and a bias added).
 
 Two norms, as the models have them: RMS (Qwen 3, OLMo 2, Gemma 3 …: x / √(mean(x²) +
 eps)) and LayerNorm (Persimmon, Phi, StableLM, Cohere: the mean removed first, (x − μ) /
-√(mean((x − μ)²) + eps)); before RoPE (most) or after it (Hunyuan). Weights over a head
-are d_k numbers shared by the heads, or each head's own (H·d_k, or G·d_k for the keys).
+√(mean((x − μ)²) + eps)); before RoPE (most) or after it (Hunyuan). A third keeps a row's
+direction and only caps its length (Inkling 2's L2 clip): the row times its weights first,
+u = x ⊙ w, then u · min(c / (‖u‖ + eps), 1), a row longer than c shortened to c.
+Weights over a head are d_k numbers shared by the heads, or each head's own (H·d_k, or G·d_k for the keys).
 Its reader, parser and writer, and the norm itself (``normed``) and its backward, shared
 by the stage table, the fast path and the gradients. Dimensions are named in ``ops.py``.
 """
@@ -24,8 +26,8 @@ if TYPE_CHECKING:
 
 Array = np.ndarray
 Fields = tuple[dict[str, Any], dict[str, Any]]
-KEYS = ("over", "norm", "eps", "after_rope", "q", "k", "q_bias", "k_bias")
-NORMS = ("rms", "layer")
+KEYS = ("over", "norm", "eps", "after_rope", "q", "k", "q_bias", "k_bias", "clip")
+NORMS = ("rms", "layer", "clip")
 
 
 def value(v: Any) -> dict[str, Any] | None:
@@ -50,8 +52,9 @@ def value(v: Any) -> dict[str, Any] | None:
                        f"whole row, every head), got {given(over)}", key=("qk_norm", "over"))
     norm = v.get("norm", "rms")
     if not isinstance(norm, str) or norm.strip().lower() not in NORMS:
-        raise MhaError(f"qk_norm norm must be rms (x / √(mean(x²) + eps)) or layer (a "
-                       f"LayerNorm: the mean removed first), got {given(norm)}",
+        raise MhaError(f"qk_norm norm must be rms (x / √(mean(x²) + eps)), layer (a "
+                       f"LayerNorm: the mean removed first) or clip (an L2 clip of each "
+                       f"head's row at its length c), got {given(norm)}",
                        key=("qk_norm", "norm"))
     after = v.get("after_rope", False)
     if isinstance(after, str) and after.strip().lower() in ("true", "false", "yes", "no"):
@@ -74,10 +77,23 @@ def value(v: Any) -> dict[str, Any] | None:
             numbers = [parse(t, ("qk_norm", part, i)) if isinstance(t, str) else t
                        for i, t in enumerate(numbers)]
         out[part] = numbers
-    if out["norm"] == "rms" and (out["q_bias"] is not None or out["k_bias"] is not None):
-        raise MhaError("qk_norm q_bias and k_bias belong to a LayerNorm (norm: layer); an "
-                       "RMS norm has none", key=("qk_norm", "q_bias" if out["q_bias"]
-                                                 is not None else "k_bias"))
+    if out["norm"] != "layer" and (out["q_bias"] is not None or out["k_bias"] is not None):
+        raise MhaError(f"qk_norm q_bias and k_bias belong to a LayerNorm (norm: layer); "
+                       f"{'an RMS norm' if out['norm'] == 'rms' else 'a clip'} has none",
+                       key=("qk_norm", "q_bias" if out["q_bias"] is not None else "k_bias"))
+    out["clip"] = None
+    if out["norm"] == "clip":
+        if v.get("clip") is None:
+            raise MhaError("qk_norm norm clip needs clip: the length c each head's row is "
+                           "cut to", key=("qk_norm", "clip"))
+        if out["over"] != "head" or out["after_rope"]:
+            raise MhaError("qk_norm norm clip is over each head's row, before RoPE (over: "
+                           "head, after_rope: false)", key=("qk_norm", "norm"))
+        out["clip"] = positive("qk_norm.clip", v["clip"], "a positive number (the longest "
+                               "a head's row may be)")
+    elif v.get("clip") is not None:
+        raise MhaError("qk_norm clip is the length of norm clip's rows: give norm: clip",
+                       key=("qk_norm", "clip"))
     return out
 
 
@@ -86,7 +102,8 @@ def parse(v: Any, s: Sizes) -> Fields:
     given) and a LayerNorm's biases (zeros), each d_k numbers over a head (shared by the
     heads), H·d_k (G·d_k for the keys: each head its own, or the width's)."""
     if v is None:
-        return ({"qk_norm": None, "qk_eps": 0.0, "qk_layer": False, "qk_after_rope": False},
+        return ({"qk_norm": None, "qk_eps": 0.0, "qk_layer": False, "qk_after_rope": False,
+                 "qk_clip": None},
                 {"q_norm": None, "k_norm": None, "q_norm_bias": None, "k_norm_bias": None})
     over = v["over"]
     arrays: dict[str, Any] = {}
@@ -108,7 +125,7 @@ def parse(v: Any, s: Sizes) -> Fields:
                                f"{shape_text(arr)}", key=("qk_norm", part))
             arrays[field] = arr
     return ({"qk_norm": over, "qk_eps": float(v["eps"]), "qk_layer": v["norm"] == "layer",
-             "qk_after_rope": v["after_rope"]}, arrays)
+             "qk_after_rope": v["after_rope"], "qk_clip": v.get("clip")}, arrays)
 
 
 def eps(v: Any, key: str = "qk_norm") -> float:
@@ -137,6 +154,7 @@ def write(c: Config, p: Prepared, given_: Any) -> Any:
         return "[" + ", ".join(written(x) for x in a) + "]"
 
     extra = (", norm: layer" if c.qk_layer else "") + \
+        (f", norm: clip, clip: {written(c.qk_clip)}" if c.qk_clip is not None else "") + \
         (", after_rope: true" if c.qk_after_rope else "")
     biases = f", q_bias: {listed(p.q_norm_bias)}" + (
         "" if c.stored else f", k_bias: {listed(p.k_norm_bias)}") if c.qk_layer else ""
@@ -149,8 +167,10 @@ def shown(c: Config) -> dict[str, Any]:
     """qk_norm in the config JSON."""
     if c.qk_norm is None:
         return {"qk_norm": None}
-    return {"qk_norm": {"over": c.qk_norm, "norm": "layer" if c.qk_layer else "rms",
-                        "eps": c.qk_eps, "after_rope": c.qk_after_rope}}
+    norm = "layer" if c.qk_layer else "clip" if c.qk_clip is not None else "rms"
+    return {"qk_norm": {"over": c.qk_norm, "norm": norm, "eps": c.qk_eps,
+                        "after_rope": c.qk_after_rope,
+                        **({} if c.qk_clip is None else {"clip": c.qk_clip})}}
 
 
 # --------------------------------------------------------------------------- the norm
@@ -164,6 +184,22 @@ def _shaped(a: Array, numbers: Array | None) -> Array | None:
     return numbers.reshape(a.shape[0], 1, -1)
 
 
+def clipped(u: Array, c: float, eps: float) -> tuple[Array, Array, Array]:
+    """Each row of u (heads, rows, d) times min(c / (‖row‖ + eps), 1): a row longer than
+    c cut to c, a shorter one kept; with each row's length and factor (heads, rows, 1)."""
+    length = np.sqrt((u * u).sum(-1, keepdims=True))  # (heads, rows, 1)
+    factor = np.minimum(c / (length + eps), 1.0)  # (heads, rows, 1)
+    return u * factor, length, factor
+
+
+def clip_normed(a: Array, p: Prepared, side: str) -> tuple[Array, Array, Array]:
+    """Queries or keys (heads, rows, d_k) times their weights, then clipped (norm clip):
+    with each row's length and factor (heads, rows, 1)."""
+    w = _shaped(a, p.q_norm if side == "q" else p.k_norm)
+    c = p.config
+    return clipped(a * w, c.qk_clip, c.qk_eps)  # type: ignore[arg-type]
+
+
 def normed(a: Array, p: Prepared, side: str) -> tuple[Array, Array, Array | None]:
     """Queries (``side`` "q") or keys ("k"), (heads, rows, d_k), normed as the problem
     says (RMS, or LayerNorm with its mean removed; over each head or each row's width),
@@ -173,6 +209,9 @@ def normed(a: Array, p: Prepared, side: str) -> tuple[Array, Array, Array | None
     whole = c.qk_norm == "width"
     w = _shaped(a, p.q_norm if side == "q" else p.k_norm)
     mean = None
+    if c.qk_clip is not None:  # the weights first, then the row's length capped (its
+        out, _, factor = clip_normed(a, p, side)  # factor in the place of the rms: each
+        return out, factor, None  # row times it)
     if c.qk_layer:
         axes = (0, 2) if whole else (2,)
         mean = np.broadcast_to(np.mean(a, axis=axes, keepdims=True), (*a.shape[:2], 1))

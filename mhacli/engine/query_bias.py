@@ -6,9 +6,13 @@ distance δ = i − j, 0 ≤ δ < E; the bias is 0 for any other key.
     r_h[i] = X[i]·W_R,h                           (d_rel numbers: head h's columns)
     rel_logits[h, i, j] = τ_i · r_h[i]·P[:, i − j]   for 0 ≤ i − j < E, else 0
 
+Inkling 2 makes the mix its own way before it meets P: times a scale (d_rel numbers a
+head) and clipped in L2 at a length c (``qk_norms.clipped``),
+r_h[i] = u · min(c / (‖u‖ + eps), 1), u = (X[i]·W_R,h) ⊙ s_h.
 P is d_rel × E, column δ the profile of distance δ; τ_i is the query's factor of the
 ``temperature`` setting where the problem has one (Inkling scales its bias with its
-queries), else 1. Positions count from 0 on both sides: self-attention. Added to the
+queries), else 1. Positions count from 0 on both sides: self-attention, or keys made
+from an input of their own of as many rows (Inkling 2's full layers), token j at j. Added to the
 scores after the scale, at ``biased``. Dimensions: H heads, n queries, m keys, d_rel, E.
 """
 
@@ -20,24 +24,33 @@ import numpy as np
 
 from ..errors import MhaError
 from .token_conv import numbers_of
-from .values import given, nested_numbers, shape_text
+from .values import given, nested_numbers, positive, shape_text
 
 if TYPE_CHECKING:
     from .config import Prepared, Sizes
 
 Array = np.ndarray
 Fields = tuple[dict[str, Any], dict[str, Any]]
-KEYS = ("w_r", "profiles")
+KEYS = ("w_r", "profiles", "scale", "clip", "eps")
+NEEDED = ("w_r", "profiles")
 
 
 # --------------------------------------------------------------------------- the math
 
 
 def states(p: Prepared, x: Array) -> Array:
-    """r_h[i] = X[i]·W_R,h for each head: (H, n, d_rel) from x (n, d_model)."""
-    heads = p.config.heads
+    """r_h[i] = X[i]·W_R,h for each head (times the scale and clipped, where given):
+    (H, n, d_rel) from x (n, d_model)."""
+    c = p.config
     made = x @ p.rel_w.astype(x.dtype)  # (n, H·d_rel)
-    return made.reshape(x.shape[0], heads, -1).transpose(1, 0, 2)
+    out = made.reshape(x.shape[0], c.heads, -1).transpose(1, 0, 2)  # (H, n, d_rel)
+    if p.rel_scale is not None:
+        out = out * p.rel_scale.astype(x.dtype).reshape(c.heads, 1, -1)
+    if c.rel_clip is not None:
+        from .qk_norms import clipped
+
+        out = clipped(out, c.rel_clip, c.rel_eps)[0]
+    return out
 
 
 def distances(n: int, m: int) -> Array:
@@ -63,8 +76,9 @@ def logits(p: Prepared, x: Array) -> Array:
 
 
 def value(v: Any) -> dict[str, Any] | None:
-    """rel_logits as given: a mapping {w_r, profiles}, read; the shapes are checked when
-    the problem is prepared. None or false: none."""
+    """rel_logits as given: a mapping {w_r, profiles, scale, clip, eps} (the last three
+    optional: Inkling 2's scale and L2 clip of each mix, eps 1e-6 unless given), read;
+    the shapes are checked when the problem is prepared. None or false: none."""
     if v is None or v is False:
         return None
     if not isinstance(v, dict):
@@ -78,18 +92,32 @@ def value(v: Any) -> dict[str, Any] | None:
                        ("profiles", "d_rel × E: the bias of each distance 0 … E − 1")):
         if v.get(name) is None:
             raise MhaError(f"rel_logits needs {name} ({what})", key=("rel_logits", name))
-    for name in KEYS:  # each entry checked by the number rule; kept as written
-        nested_numbers(v[name], ("rel_logits", name))
-    return {name: v[name] for name in KEYS}
+    out = {}
+    for name in NEEDED + ("scale",):  # each entry checked by the number rule; as written
+        if v.get(name) is not None:
+            nested_numbers(v[name], ("rel_logits", name))
+            out[name] = v[name]
+    if v.get("clip") is not None:
+        out["clip"] = positive("rel_logits.clip", v["clip"], "a positive number (the longest "
+                               "a head's mix may be)")
+        from .qk_norms import eps
+
+        out["eps"] = eps(v.get("eps", 1e-6), "rel_logits.eps")
+    elif v.get("eps") is not None:
+        raise MhaError("rel_logits eps belongs to its clip: give clip", key=("rel_logits", "eps"))
+    return out
 
 
 def parse(v: Any, s: Sizes) -> Fields:
     """W_R and the profiles, checked against the sizes: self-attention, made from x."""
     if v is None:
-        return {"rel_logits": None, "rel_dim": 0}, {"rel_w": None, "rel_profile": None}
-    if s.x_kv is not None:
-        raise MhaError("rel_logits is self-attention (the distances of one sequence): it "
-                       "does not go with x_kv", key="rel_logits")
+        return {"rel_logits": None, "rel_dim": 0, "rel_clip": None, "rel_eps": 0.0,
+                "rel_scaled": False}, \
+            {"rel_w": None, "rel_profile": None, "rel_scale": None}
+    if s.x_kv is not None and s.x_kv.shape[0] != s.n:
+        raise MhaError("rel_logits reads the distances of one sequence: with x_kv (keys of "
+                       "their own input, as Inkling 2's full layers make them) x_kv needs as "
+                       f"many rows as x ({s.n}), its token j at position j", key="rel_logits")
     if s.d_model is None or s.x is None:
         raise MhaError("rel_logits is made from each query's input x: give x and the weights, "
                        "not q, k and v", key="rel_logits")
@@ -102,13 +130,27 @@ def parse(v: Any, s: Sizes) -> Fields:
     if profile.ndim != 2 or profile.shape[0] != d_rel or profile.shape[1] < 1:
         raise MhaError(f"rel_logits profiles is {shape_text(profile)}: expected d_rel × E = "
                        f"{d_rel} × E (a column a distance)", key=("rel_logits", "profiles"))
-    return {"rel_logits": profile.shape[1], "rel_dim": d_rel}, \
-        {"rel_w": w, "rel_profile": profile}
+    scale = None
+    if v.get("scale") is not None:
+        scale = numbers_of("rel_logits.scale", v["scale"], s.t)
+        if scale.size != s.heads * d_rel or scale.ndim not in (1, 2) or \
+                scale.ndim == 2 and scale.shape != (s.heads, d_rel):
+            raise MhaError(f"rel_logits scale is {shape_text(scale)}: expected H × d_rel = "
+                           f"{s.heads} × {d_rel} (or H·d_rel = {s.heads * d_rel} numbers)",
+                           key=("rel_logits", "scale"))
+        scale = scale.reshape(-1)
+    return {"rel_logits": profile.shape[1], "rel_dim": d_rel, "rel_clip": v.get("clip"),
+            "rel_scaled": scale is not None,
+            "rel_eps": float(v.get("eps", 0.0))}, \
+        {"rel_w": w, "rel_profile": profile, "rel_scale": scale}
 
 
 def shown(c: Any) -> dict[str, Any]:
     """The setting as the config JSON shows it: the distances it reaches."""
-    return {} if c.rel_logits is None else {"rel_logits": {"extent": c.rel_logits}}
+    if c.rel_logits is None:
+        return {}
+    clip = {} if c.rel_clip is None else {"clip": c.rel_clip, "eps": c.rel_eps}
+    return {"rel_logits": {"extent": c.rel_logits, **clip}}
 
 
 def write(c: Any, p: Prepared, given_value: Any) -> str | None:
@@ -120,7 +162,11 @@ def write(c: Any, p: Prepared, given_value: Any) -> str | None:
     def rows(a: Array) -> str:
         return "[" + ", ".join("[" + ", ".join(written(x) for x in r) + "]" for r in a) + "]"
 
-    return f"{{w_r: {rows(p.rel_w)}, profiles: {rows(p.rel_profile)}}}"
+    extra = "" if p.rel_scale is None else \
+        f", scale: [{', '.join(written(x) for x in p.rel_scale)}]"
+    if c.rel_clip is not None:
+        extra += f", clip: {written(c.rel_clip)}, eps: {written(c.rel_eps)}"
+    return f"{{w_r: {rows(p.rel_w)}, profiles: {rows(p.rel_profile)}{extra}}}"
 
 
 def back(p: Prepared, x: Array, grad: Array) -> tuple[Array, Array]:

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..errors import MhaError
 from . import bucket_bias, cca, clipping, disentangled, dynamic, experts, gating
-from . import local_blocks, ngram
+from . import local_blocks, made_sinks, ngram
 from . import value_embeds
 from . import parsers as read
 from . import qk_norms, query_bias, relative, rope, sparse, sub_norm, token_conv, turned_values
@@ -63,6 +63,12 @@ class Setting:
     engine: bool = True  # the API and prepare take it (layout: how a file is written)
     needs: str | None = None  # another setting it goes with (splits: decode), or None
     excludes: tuple[tuple[str, str], ...] = ()  # (another setting, why) it cannot go with
+
+
+def _sinks(v: Any, s: Sizes) -> read.Fields:
+    """A sink a head (or none): the parsers' per-head numbers, no sinks made from x."""
+    config, arrays = read.sinks(v, s)
+    return {**config, "sink_made": False}, {**arrays, "sink_w": None}
 
 
 # --------------------------------------------------------------------------- the table
@@ -232,11 +238,14 @@ SETTINGS: tuple[Setting, ...] = (
                                    "go with clip_qkv")),
             shown=xl_relative.shown, write=xl_relative.write),
     Setting("rel_logits", "a bias made from each query's own input (Inkling's r_proj and "
-            "rel_logits_proj): {w_r, profiles}, W_R d_model × H·d_rel and P d_rel × E; "
-            "rel_logits[h, i, j] = τ_i·(X[i]·W_R,h)·P[:, i − j] for 0 ≤ i − j < E, else 0 "
-            "(τ_i the temperature's factor where given), added to the scaled scores "
-            "(query_bias.py).", kind="file", read=query_bias.value, parse=query_bias.parse,
-            fields=("rel_logits", "rel_dim", "rel_w", "rel_profile"),
+            "rel_logits_proj): {w_r, profiles, scale, clip, eps}, W_R d_model × H·d_rel and "
+            "P d_rel × E; rel_logits[h, i, j] = τ_i·r_h[i]·P[:, i − j] for 0 ≤ i − j < E, "
+            "else 0, r_h[i] = X[i]·W_R,h (τ_i the temperature's factor where given), added "
+            "to the scaled scores; Inkling 2's r_h[i] times scale (H × d_rel) and clipped in "
+            "L2 at clip, u · min(c / (‖u‖ + eps), 1) (query_bias.py).", kind="file",
+            read=query_bias.value, parse=query_bias.parse,
+            fields=("rel_logits", "rel_dim", "rel_scaled", "rel_clip", "rel_eps", "rel_w",
+                    "rel_profile", "rel_scale"),
             excludes=(("decode", "the decoding view does not follow rel_logits (a bias made "
                                  "from each query's input) yet"),
                       ("differential", "rel_logits on differential attention's heads is not "
@@ -262,10 +271,13 @@ SETTINGS: tuple[Setting, ...] = (
             write=lambda c, p, given: None if p.key_padding is None
             else p.key_padding.astype(np.int8)),
     Setting("sinks", "H attention sinks: one extra logit per head in the softmax, its "
-            "weight dropped (gpt-oss).", array=(1,),
-            read=lambda v: read.numbers_value("sinks", v), parse=read.sinks,
-            fields=("sinks",), shown=lambda c: {"sinks": c.sinks},
-            write=lambda c, p, given: p.sinks),
+            "weight dropped (gpt-oss); or {w_s}, W_S d_model × H, each query's own sink "
+            "s_h[i] = X[i]·W_S[:, h] (Inkling 2's sink_proj; made_sinks.py).", array=(1,),
+            read=lambda v: made_sinks.value(v) if isinstance(v, dict)
+            else read.numbers_value("sinks", v), parse=lambda v, s: made_sinks.parse(v, s)
+            if isinstance(v, dict) else _sinks(v, s),
+            fields=("sinks", "sink_made", "sink_w"), shown=made_sinks.shown,
+            write=made_sinks.write),
     Setting("rope", 'rotary embedding of each head\'s queries and keys: "half" (pairs '
             '(i, i + d/2), as Llama), "interleaved" (pairs (2i, 2i+1), as GPT-J) or '
             '"half-reversed" (pairs (i + d/2, i), as NanoChat), or a '
@@ -282,11 +294,12 @@ SETTINGS: tuple[Setting, ...] = (
             shown=lambda c: {"positional": c.positional}, write=read.write_positional),
     Setting("qk_norm", "each query and key normed (Qwen 3, OLMo 2, Gemma 3; a LayerNorm in "
             'Persimmon, Phi, StableLM, Cohere): "head" (over its head\'s d_k numbers), '
-            '"width" (the whole row), or a mapping {over, norm: rms | layer, eps, '
-            "after_rope, q, k, q_bias, k_bias} (q, k: the weights; before RoPE unless "
-            "after_rope).", read=qk_norms.value, parse=qk_norms.parse,
-            fields=("qk_norm", "qk_eps", "qk_layer", "qk_after_rope", "q_norm", "k_norm",
-                    "q_norm_bias", "k_norm_bias"),
+            '"width" (the whole row), or a mapping {over, norm: rms | layer | clip, eps, '
+            "after_rope, q, k, q_bias, k_bias, clip} (q, k: the weights; before RoPE unless "
+            "after_rope; clip: Inkling 2's L2 clip, u = x ⊙ w times min(c / (‖u‖ + eps), "
+            "1)).", read=qk_norms.value, parse=qk_norms.parse,
+            fields=("qk_norm", "qk_eps", "qk_layer", "qk_after_rope", "qk_clip", "q_norm",
+                    "k_norm", "q_norm_bias", "k_norm_bias"),
             shown=qk_norms.shown, write=qk_norms.write),
     Setting("v_norm", "eps: each value divided by its root mean square over its head's d_v "
             "numbers, √(mean(v²) + eps), no weights (Gemma 3n, Gemma 4).",
@@ -315,11 +328,15 @@ SETTINGS: tuple[Setting, ...] = (
             shown=lambda c: {"rotated_values": c.rotated_values},
             write=lambda c, p, given: "true" if c.rotated_values else None),
     Setting("kv_conv", "a causal convolution of the keys and values over the tokens "
-            "(Inkling's k_sconv, v_sconv): {k, v}, each T × (G·d_k or G·d_v) weights, a row "
-            "a tap (the token itself first); K_conv[i] = K[i] + Σ_t w[t] ⊙ K[i − t], a token "
-            "before the first counting 0, each head's columns their own (token_conv.py).",
+            "(Inkling's k_sconv, v_sconv): {k, v, divisor}, each of k and v T × (G·d_k or "
+            "G·d_v) weights, a row a tap (the token itself first); K_conv[i] = (K[i] + Σ_t "
+            "w[t] ⊙ K[i − t]) / D, a token before the first counting 0, each head's columns "
+            "their own, D the divisor (1 unless given; Inkling 2's √(T + 1)); k_taps, v_taps "
+            "(d_in × G·T, Inkling 2's full layers): each token's own taps X_in[i]·W_taps added "
+            "to the weights, shared by its key/value head's columns (token_conv.py).",
             kind="file", read=token_conv.value, parse=token_conv.parse,
-            fields=("kv_conv", "conv_sides", "conv_k", "conv_v"),
+            fields=("kv_conv", "conv_sides", "conv_divisor", "conv_made", "conv_k", "conv_v",
+                    "conv_k_taps", "conv_v_taps"),
             excludes=(("decode", "the decoding view does not follow kv_conv: each step would "
                                  "need the last T − 1 keys and values before their "
                                  "convolution in its cache, which it does not keep"),

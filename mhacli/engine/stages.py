@@ -22,6 +22,7 @@ from . import disentangled, expert_stages as moa, latent_stages as mla, ops, xl_
 from .disentangled_cells import cell_scaled_terms, cell_term
 from .xl_cells import cell_rel_pos
 from .bias_cells import cell_rel_logits
+from .clip_cells import cell_clipped
 from .conv_cells import cell_conv
 from .cca_cells import cell_delayed
 from .cca_stages import cca_stages
@@ -43,7 +44,8 @@ from .reach import Reach
 from .sparse_stages import cell_masked_kept, keep_mask, sparse_stages
 from . import dynamic_stages as dyn
 from .stage import KEY, NUMBERED, QUERY, Stage
-from . import cca, exclusive, qk_norms, query_bias, sub_norm, token_conv, turned_values
+from . import cca, exclusive, made_sinks, qk_norms, query_bias, sub_norm, token_conv
+from . import turned_values
 from .work import Work, tuned, turned
 from .recipe import Recipe, var
 from .writing import Entry, Formula, Record, sub
@@ -121,7 +123,8 @@ def _rel_pos_text(f: Formula) -> str:
 
 
 def _weights(w: Work) -> Array:
-    parts = ops.softmax_parts(_read(w, "weights"), w.c.masked_row, w.p.sinks)
+    sinks = w["sinks"][:, :, 0] if w.c.sink_made else w.p.sinks  # (H, n), or (H,)
+    parts = ops.softmax_parts(_read(w, "weights"), w.c.masked_row, sinks)
     w.parts["weights"] = {k: v for k, v in parts.items() if k != "weights"}
     return parts["weights"]  # (H, n, m)
 
@@ -184,9 +187,28 @@ def _head_outputs_text(f: Formula) -> str:
         "side by side"
 
 
-def _conv(w: Work, side: str) -> Array:
-    """The keys (values) as split plus their causal convolution over the tokens."""
-    return token_conv.convolved(_read(w, f"{side}_conv"), getattr(w.p, f"conv_{side}"))
+def _conv(w: Work, side: str) -> Array | None:
+    """The keys (values) as split plus their causal convolution over the tokens, over
+    the divisor."""
+    if w.exact and w.c.conv_divisor != 1:
+        return None  # a divisor given as a float (√(T + 1)): not kept exact
+    a, *given = (w[name] for name in reads(w.c, f"{side}_conv"))
+    made = token_conv.made_taps(given[0], getattr(w.p, f"conv_{side}_taps"), w.c.groups) \
+        if given else None  # (G, m, T) each token's own taps
+    return token_conv.convolved(a, getattr(w.p, f"conv_{side}"), w.c.conv_divisor, made)
+
+
+def _conv_text(f: Formula, side: str) -> str:
+    big = side.upper()
+    c = f.c
+    tap = f"(w_{big}[t] + X_in[i]·W_taps[:, t])" if side in c.conv_made else f"w_{big}[t]"
+    made = f"{big}{f.i}[i] + Σ_t {tap} ⊙ {big}{f.i}[i − t]"
+    made = made if c.conv_divisor == 1 else f"({made}) / D, D = {c.conv_divisor:g}"
+    return (f"{big}_conv{f.i}[i] = {made}, t = 0 … {c.kv_conv - 1}: a causal convolution over "
+            f"the last {c.kv_conv} tokens, each column its own weights (kv_conv {side}; a row "
+            "before the first counts 0" + (f"; X_in[i]·W_taps the token's own taps, X_in "
+                                           f"{_key_input(c, side)[0]}, shared by the head's "
+                                           "columns" if side in c.conv_made else "") + ")")
 
 
 def _conv_stage(side: str) -> Stage:
@@ -196,11 +218,9 @@ def _conv_stage(side: str) -> Stage:
     return Stage(f"{side}_conv", f"G × m × d_{side if side == 'v' else 'k'}",
                  lambda c: (c.groups, c.m, d(c)), KEY, NUMBERED,
                  compute=lambda w: _conv(w, side), chain=side,
-                 reads=_after(side, f"{side}_conv"),
-                 formula=lambda f: f"{big}_conv{f.i}[i] = {big}{f.i}[i] + Σ_t w_{big}[t] ⊙ "
-                 f"{big}{f.i}[i − t], t = 0 … {f.c.kv_conv - 1}: a causal convolution over "
-                 f"the last {f.c.kv_conv} tokens, each column its own weights (kv_conv "
-                 f"{side}; a row before the first counts 0)",
+                 reads=lambda c: _after(side, f"{side}_conv")(c) + (
+                     _key_input(c, side) if side in c.conv_made else ()),
+                 formula=lambda f: _conv_text(f, side),
                  latex=tex(rf"{big}_{{@h}} + \sum_t w_t \odot {big}_{{@h}}[i - t]"),
                  cell=cell_conv, per_head=True, exact=True,
                  exists=lambda c: side in c.conv_sides)
@@ -283,6 +303,10 @@ def _normed(w: Work, name: str) -> Array | None:
     """The q/k norm of the queries or keys as the chain has them (split, or turned)."""
     if w.exact:
         return None  # a square root: not rational
+    if w.c.qk_clip is not None:  # an L2 clip: each row's length and factor
+        out, length, factor = qk_norms.clip_normed(_read(w, name), w.p, name[0])
+        w.parts[name] = {"length": length, "factor": factor}
+        return out
     out, r, mean = qk_norms.normed(_read(w, name), w.p, name[0])
     w.parts[name] = {"rms": r} if mean is None else {"mean": mean, "rms": r}
     return out
@@ -299,15 +323,19 @@ def _norm_stage(name: str, shape: str, dims: Callable[[Config], tuple[int, ...]]
                  formula=norm_text(side.upper() + ("_rot" if after else "")),
                  chain=side, reads=_after(side, name),
                  latex=lambda f: tex(layer_tex if f.c.qk_layer else rms_tex)(f),
-                 cell=cell_normed, per_head=True,
+                 cell=lambda e: cell_clipped(e) if e.c.qk_clip is not None else cell_normed(e),
+                 per_head=True,
                  exists=lambda c: c.qk_norm is not None and
                  (c.qk_after_rope and c.rope is not None) == after and
                  not (side == "k" and c.stored),  # (stored keys: normed already)
-                 parts=(("mean", "mean"), ("rms", "rms")),
+                 parts=(("mean", "mean"), ("rms", "rms"), ("length", "‖u‖"),
+                        ("factor", "factor")),
                  parts_title="the root mean square of each row (a LayerNorm: of the row less "
-                 "its mean)",
+                 "its mean; an L2 clip: the length of each row times its weights, and its "
+                 "factor)",
                  parts_formula="rms = √(mean of the row's squares + eps); then x / rms × "
-                 "weight (a LayerNorm: the mean taken off first, then + bias)")
+                 "weight (a LayerNorm: the mean taken off first, then + bias; an L2 clip: "
+                 "u = x ⊙ weight, factor = min(c / (‖u‖ + eps), 1), then u × factor)")
 
 
 def _scores_text(f: Formula) -> str:
@@ -323,9 +351,18 @@ def _scores_text(f: Formula) -> str:
 
 
 def _rel_logits(w: Work) -> Array | None:
-    if w.exact and w.p.tau is not None:
-        return None  # the temperature's logarithm: not rational
+    if w.exact and (w.p.tau is not None or w.c.rel_clip is not None):
+        return None  # the temperature's logarithm, the clip's square root: not rational
     return query_bias.logits(w.p, _read(w, "rel_logits"))  # (H, n, m)
+
+
+def _rel_made(f: Formula) -> str:
+    """How rel_logits' mix is made past X·W_R: times its scale, clipped (Inkling 2's)."""
+    scale = " ⊙ s (rel_logits' scale)" if f.c.rel_scaled else ""
+    if f.c.rel_clip is None:
+        return scale
+    return (f"{scale}, then clipped in L2: u · min({f.c.rel_clip:g} / (‖u‖ + {f.c.rel_eps:g}), "
+            "1)")
 
 
 def _alibi(w: Work) -> Array:
@@ -673,9 +710,9 @@ FORWARD: tuple[Stage, ...] = (
     Stage("rel_logits", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=_rel_logits,
           formula=lambda f: f"τ_i·r{f.i}[i]·P[:, i − j] for 0 ≤ i − j < {f.c.rel_logits}, else "
-          f"0: r{f.i}[i] = X[i]·W_R{f.i}, each query's own mix of the profiles P of the "
-          "distances" + (f", τ_i = {tau_text(f.c)} (the temperature's)" if f.c.temperature
-                         else " (τ_i = 1)"),
+          f"0: r{f.i}[i] = X[i]·W_R{f.i}" + _rel_made(f) + ", each query's own mix of the "
+          "profiles P of the distances" + (f", τ_i = {tau_text(f.c)} (the temperature's)"
+                                           if f.c.temperature else " (τ_i = 1)"),
           latex=tex(r"\tau_i\, r_{@h}[i] \cdot P[:, i - j]"), cell=cell_rel_logits,
           per_head=True, exact=True, reads=lambda c: (latest(c, "x", "rel_logits"),),
           exists=lambda c: c.rel_logits is not None),
@@ -700,6 +737,12 @@ FORWARD: tuple[Stage, ...] = (
           reads=lambda c: (latest(c, "z", "masked"),) + (("index_keep",) if c.indexer
                                                           else ("dynamic_keep",) if c.dynamic
                                                           else ())),
+    Stage("sinks", "H × n × 1", lambda c: (c.heads, c.n, 1), QUERY, NUMBERED,
+          compute=lambda w: made_sinks.logits(w.p, _read(w, "sinks")),
+          formula=lambda f: f"s{f.i}[i] = X[i]·W_S[:, h]: each query's own sink logit in "
+          "head h (sinks made from x), in its row's softmax, its weight dropped",
+          latex=tex(r"X W_{S}[:, @h]"), cell=made_sinks.cell_sink, per_head=True, exact=True,
+          reads=lambda c: (latest(c, "x", "sinks"),), exists=lambda c: c.sink_made),
     Stage("weights", "H × n × m", lambda c: (c.heads, c.n, c.m), QUERY, KEY,
           compute=_weights,
           formula=lambda f: f"A{f.i} = softmax of each {f.pick('row', 'column')} of masked{f.i}"
@@ -708,7 +751,7 @@ FORWARD: tuple[Stage, ...] = (
           latex=tex("A_{@h}", r"\operatorname{softmax}_{\text{rows}}",
                      r"\operatorname{softmax}_{\text{columns}}"),
           cell=cell_weights, per_head=True, heat=True, aliases=("attention", "a"),
-          reads=_after("z", "weights"),
+          reads=lambda c: _after("z", "weights")(c) + (("sinks",) if c.sink_made else ()),
           parts=(("max", "max"), ("exp", "exp {key}"), ("sink", "exp sink"), ("sum", "sum")),
           parts_title="softmax step by step",
           parts_formula="z = masked: its row max, then exp(z − max) for each key, then "

@@ -2,10 +2,16 @@
 k_sconv and v_sconv): each column of each key (value) head adds a weighted sum of itself
 at the token and the T − 1 tokens before it, one weight a column and a tap.
 
-    K_conv,g[i, c] = K_g[i, c] + Σ_{t=0}^{T−1} w_K[t, g·d_k + c] · K_g[i − t, c]
+    K_conv,g[i, c] = (K_g[i, c] + Σ_{t=0}^{T−1} w_K[t, g·d_k + c] · K_g[i − t, c]) / D
 
-a row i − t before the first token counting 0 (the model's zero padding). Tap t = 0
-weights the token itself, t = 1 the one before it … (PyTorch's depthwise Conv1d keeps
+a row i − t before the first token counting 0 (the model's zero padding); D the divisor
+(1 unless given: Inkling 2 divides by √(T + 1)). Inkling 2's full layers add to each
+weight a tap made from the token's own input (the keys' input for K, the values' for V),
+shared by the columns of its key/value head:
+
+    w[t, g·d + c] + X_in[i]·W_taps[:, g·T + t]      (W_taps d_in × G·T; D = √(2T + 1))
+
+Tap t = 0 weights the token itself, t = 1 the one before it … (PyTorch's depthwise Conv1d keeps
 them the other way round: its weight[c, 0, T − 1 − t]). The convolution is a sum of
 products: exact in fractions. Dimensions: G key/value heads, m keys, d = d_k or d_v,
 T taps.
@@ -18,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import MhaError
-from .values import as_array, given, nested_numbers, shape_text
+from .values import as_array, given, nested_numbers, positive, shape_text
 
 if TYPE_CHECKING:
     from .config import Prepared, Sizes
@@ -26,6 +32,7 @@ if TYPE_CHECKING:
 Array = np.ndarray
 Fields = tuple[dict[str, Any], dict[str, Any]]
 SIDES = ("k", "v")
+KEYS = SIDES + ("divisor", "k_taps", "v_taps")
 
 
 # --------------------------------------------------------------------------- the math
@@ -47,16 +54,29 @@ def weights(w: Array, heads: int) -> Array:
     return w.reshape(count, heads, -1).transpose(1, 2, 0)
 
 
-def convolved(a: Array, w: Array) -> Array:
-    """a + the causal convolution of a (G, m, d) over its rows with w (T, G·d): (G, m, d)."""
-    per = weights(w, a.shape[0]).astype(a.dtype)  # (G, d, T)
-    summed = (taps(a, w.shape[0]) * per[:, None, :, :]).sum(-1)  # (G, m, d)
-    return a + summed
+def made_taps(x_in: Array, w_taps: Array, heads: int) -> Array:
+    """Each token's own taps, X_in[i]·W_taps[:, g·T + t]: (G, m, T) from x_in (m, d_in)
+    and W_taps (d_in, G·T)."""
+    made = x_in @ w_taps.astype(x_in.dtype)  # (m, G·T)
+    return made.reshape(x_in.shape[0], heads, -1).transpose(1, 0, 2)  # (G, m, T)
 
 
-def back(grad: Array, w: Array) -> Array:
-    """The gradient at a (G, m, d) given that at a + conv(a): each row i gets its own
-    gradient and w[t]·grad[i + t] of the rows after it that read it."""
+def convolved(a: Array, w: Array, divisor: float = 1.0, made: Array | None = None) -> Array:
+    """(a + the causal convolution of a (G, m, d) over its rows with w (T, G·d), each
+    token's own taps ``made`` (G, m, T) added to the weights where given) / the divisor:
+    (G, m, d)."""
+    per = weights(w, a.shape[0]).astype(a.dtype)[:, None, :, :]  # (G, 1, d, T)
+    if made is not None:
+        per = per + made[:, :, None, :]  # (G, m, d, T)
+    summed = (taps(a, w.shape[0]) * per).sum(-1)  # (G, m, d)
+    return a + summed if divisor == 1 else (a + summed) / divisor
+
+
+def back(grad: Array, w: Array, divisor: float = 1.0) -> Array:
+    """The gradient at a (G, m, d) given that at (a + conv(a)) / D: each row i gets its
+    own gradient and w[t]·grad[i + t] of the rows after it that read it, over D."""
+    if divisor != 1:
+        grad = grad / divisor
     per = weights(w, grad.shape[0]).astype(grad.dtype)  # (G, d, T)
     rows = grad.shape[1]
     out = grad.copy()
@@ -65,8 +85,10 @@ def back(grad: Array, w: Array) -> Array:
     return out
 
 
-def weight_grad(a: Array, grad: Array, count: int) -> Array:
-    """dL/dw (T, G·d): Σ_i grad[g, i, c]·a[g, i − t, c], tap by tap."""
+def weight_grad(a: Array, grad: Array, count: int, divisor: float = 1.0) -> Array:
+    """dL/dw (T, G·d): Σ_i grad[g, i, c]·a[g, i − t, c] / D, tap by tap."""
+    if divisor != 1:
+        grad = grad / divisor
     per = (taps(a, count) * grad[..., None]).sum(1)  # (G, d, T)
     return per.transpose(2, 0, 1).reshape(count, -1)  # (T, G·d)
 
@@ -85,33 +107,43 @@ def numbers_of(name: str, v: Any, dtype: Any) -> Array:
 
 
 def value(v: Any) -> dict[str, Any] | None:
-    """kv_conv as given: a mapping {k, v}, each T × (heads' width) weights (either may be
-    left out); read, their shapes checked when the problem is prepared. None or false:
-    none."""
+    """kv_conv as given: a mapping {k, v, divisor}, each of k and v T × (heads' width)
+    weights (either may be left out), the divisor a positive number (1 if not given);
+    read, their shapes checked when the problem is prepared. None or false: none."""
     if v is None or v is False:
         return None
     if not isinstance(v, dict):
         raise MhaError(f"kv_conv must be a mapping {{k, v}} of weights (T × G·d_k, T × "
                        f"G·d_v: a row a tap, the token itself first), got {given(v)}",
                        key="kv_conv")
-    unknown = sorted(set(map(str, v)) - set(SIDES))
+    unknown = sorted(set(map(str, v)) - set(KEYS))
     if unknown:
-        raise MhaError(f"kv_conv takes k and v, not {', '.join(unknown)}",
+        raise MhaError(f"kv_conv takes k, v and divisor, not {', '.join(unknown)}",
                        key=("kv_conv", unknown[0]), on_key=True)
     if all(v.get(side) is None for side in SIDES):
         raise MhaError("kv_conv needs the weights of k or v (or both): T × G·d_k, T × G·d_v",
                        key="kv_conv")
     for side in SIDES:  # each entry checked by the number rule; kept as written (1/3
-        if v.get(side) is not None:  # stays a third in exact arithmetic)
-            nested_numbers(v[side], ("kv_conv", side))
-    return {side: v[side] for side in SIDES if v.get(side) is not None}
+        for name in (side, f"{side}_taps"):  # stays a third in exact arithmetic)
+            if v.get(name) is not None:
+                nested_numbers(v[name], ("kv_conv", name))
+        if v.get(f"{side}_taps") is not None and v.get(side) is None:
+            raise MhaError(f"kv_conv {side}_taps adds to {side}'s weights: give {side} too",
+                           key=("kv_conv", f"{side}_taps"))
+    out = {name: v[name] for name in KEYS[:2] + KEYS[3:] if v.get(name) is not None}
+    if v.get("divisor") is not None:
+        out["divisor"] = positive("kv_conv.divisor", v["divisor"], "a positive number (what "
+                                  "the sum is divided by: Inkling 2's √(T + 1))")
+    return out
 
 
 def parse(v: Any, s: Sizes) -> Fields:
     """Each side's weights, T × (G·d_k or G·d_v), the same T for both."""
     if v is None:
-        return {"kv_conv": None, "conv_sides": ()}, {"conv_k": None, "conv_v": None}
-    arrays: dict[str, Any] = {"conv_k": None, "conv_v": None}
+        return {"kv_conv": None, "conv_sides": (), "conv_divisor": 1.0, "conv_made": ()}, \
+            {"conv_k": None, "conv_v": None, "conv_k_taps": None, "conv_v_taps": None}
+    arrays: dict[str, Any] = {"conv_k": None, "conv_v": None, "conv_k_taps": None,
+                              "conv_v_taps": None}
     count = None
     for side in SIDES:
         if side not in v:
@@ -127,14 +159,37 @@ def parse(v: Any, s: Sizes) -> Fields:
                            "T", key=("kv_conv", "v"))
         count = w.shape[0]
         arrays[f"conv_{side}"] = w
-    return {"kv_conv": count, "conv_sides": tuple(side for side in SIDES if side in v)}, arrays
+    for side in SIDES:
+        if f"{side}_taps" in v:
+            arrays[f"conv_{side}_taps"] = _taps(v[f"{side}_taps"], side, count, s)
+    return {"kv_conv": count, "conv_sides": tuple(side for side in SIDES if side in v),
+            "conv_divisor": float(v.get("divisor", 1.0)),
+            "conv_made": tuple(side for side in SIDES if f"{side}_taps" in v)}, arrays
+
+
+def _taps(value: Any, side: str, count: int, s: Sizes) -> Array:
+    """W_taps (d_in × G·T): each token's own taps, made from the side's input (x_v for
+    the values where they have their own, else x_kv in cross-attention, else x)."""
+    if s.x is None and s.x_kv is None:
+        raise MhaError(f"kv_conv {side}_taps are made from each token's input: give x and the "
+                       "weights, not q, k and v", key=("kv_conv", f"{side}_taps"))
+    d_in = s.x_v.shape[1] if side == "v" and s.x_v is not None else \
+        (s.x_kv.shape[1] if s.x_kv is not None else s.d_model)
+    w = numbers_of(f"kv_conv.{side}_taps", value, s.t)
+    if w.shape != (d_in, s.groups * count):
+        raise MhaError(f"kv_conv {side}_taps is {shape_text(w)}: expected d_in × G·T = "
+                       f"{d_in} × {s.groups}·{count} (the {'values' if side == 'v' else 'keys'}' "
+                       "input, a column a key/value head's tap)", key=("kv_conv", f"{side}_taps"))
+    return w
 
 
 def shown(c: Any) -> dict[str, Any]:
     """The setting as the config JSON shows it (the taps and sides, not the numbers)."""
     if c.kv_conv is None:
         return {}
-    return {"kv_conv": {"taps": c.kv_conv, "sides": list(c.conv_sides)}}
+    return {"kv_conv": {"taps": c.kv_conv, "sides": list(c.conv_sides),
+                        **({} if c.conv_divisor == 1 else {"divisor": c.conv_divisor}),
+                        **({"made": list(c.conv_made)} if c.conv_made else {})}}
 
 
 def write(c: Any, p: Prepared, given_value: Any) -> str | None:
@@ -146,5 +201,7 @@ def write(c: Any, p: Prepared, given_value: Any) -> str | None:
     def rows(a: Array) -> str:
         return "[" + ", ".join("[" + ", ".join(written(x) for x in r) + "]" for r in a) + "]"
 
-    return "{" + ", ".join(f"{side}: {rows(getattr(p, 'conv_' + side))}"
-                           for side in c.conv_sides) + "}"
+    divisor = [] if c.conv_divisor == 1 else [f"divisor: {written(c.conv_divisor)}"]
+    made = [f"{side}_taps: {rows(getattr(p, f'conv_{side}_taps'))}" for side in c.conv_made]
+    return "{" + ", ".join([f"{side}: {rows(getattr(p, 'conv_' + side))}"
+                            for side in c.conv_sides] + made + divisor) + "}"

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import MhaError, shown
 from .config import Config, Prepared, Sizes
-from . import turned_values
+from . import made_sinks, turned_values
 from .reach import Reach
 from .settings import BY_KEY, counts, parse_all, unknown_setting
 from .values import matrix, shape_text, vector
@@ -257,6 +257,19 @@ def prepare(
         raise MhaError("give grad_output or target, not both (each sets dL/d output)",
                        key="target")
     backward = bool(backward) or any(a is not None for a in upstream.values())
+    if backward and (fields.get("rel_clip") is not None or fields.get("rel_scaled")):
+        raise MhaError("rel_logits' scale and L2 clip of each mix (Inkling 2's) have no "
+                       "backward pass in mha yet: mha computes them forward only",
+                       key=("rel_logits", "clip" if fields.get("rel_clip") is not None
+                            else "scale"))
+    made_sinks.check_views({**fields, "backward": backward}, settings)
+    if backward and fields.get("conv_made"):
+        raise MhaError("kv_conv's taps made from each token's input (k_taps, v_taps: Inkling "
+                       "2's) have no backward pass in mha yet: mha computes them forward only",
+                       key=("kv_conv", f"{fields['conv_made'][0]}_taps"))
+    if backward and fields.get("qk_clip") is not None:
+        raise MhaError("qk_norm's L2 clip (norm: clip, Inkling 2's) has no backward pass in "
+                       "mha yet: mha computes it forward only", key=("qk_norm", "norm"))
     loss = "given" if upstream["grad_output"] is not None else \
         "target" if upstream["target"] is not None else "sum"
     config = Config(

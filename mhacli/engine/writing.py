@@ -100,8 +100,8 @@ PARAMETERS = ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o", "bias", "p
               "k_norm_bias", "w_gate", "b_gate", "lambdas", "w_dq", "w_uq", "w_dkv", "w_uk",
               "w_uv", "q_latent_norm", "kv_latent_norm", "k_rope_norm", "sub_norm_weight",
               "exclusive_alpha", "dyn_a", "w_dt", "b_dt", "value_embeds",
-              "conv_k", "conv_v", "rel_w", "rel_profile", "cca_dw", "cca_db", "cca_gw",
-              "cca_gb",
+              "conv_k", "conv_v", "conv_k_taps", "conv_v_taps", "rel_w", "rel_profile",
+              "sink_w", "cca_dw", "cca_db", "cca_gw", "cca_gb",
               "w_iq", "w_ik", "ik_norm", "ik_bias", "w_iw",
               "w_router", "w_eq", "w_eo")  # the inputs a recipe reads
 

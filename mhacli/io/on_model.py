@@ -198,6 +198,9 @@ def from_reading(checkpoint: str | Path, text: str, reading: Any, layers: list[i
         if layer.value_rows is not None:
             prob = _value_rows_said(prob, layer, reading.ids, "text's token ids")
         read = {**prob.read, "text": text, "ids": reading.ids, "agreement": diff}
+        if reading.precision != "float64":  # (its code fails in float64: its own precision)
+            read["model_precision"] = (f"{reading.precision}: the model's code fails in "
+                                       "float64, so the model read the text in float32")
         if layer.kv_layer is not None:  # a KV-shared layer: x_kv from the model too
             read["kv_input"] = (f"the model's own hidden state entering layer "
                                 f"{layer.kv_layer}'s attention, whose keys and values "
@@ -217,8 +220,11 @@ def from_reading(checkpoint: str | Path, text: str, reading: Any, layers: list[i
                 + ", normed by the layer's global_self_attn_layer_norm")
         if layer.values_input:  # the values' own input: the model's too
             read["v_input"] = (f"the model's own {layer.values_input} its attention is called "
-                               f"with for the text (the values' input; x its queries' and "
-                               "keys')")
+                               f"with for the text (the values' input; x its queries'"
+                               + ("" if layer.keys_input else " and keys'") + ")")
+        if layer.keys_input:  # the keys' own input: the model's too
+            read["k_input"] = (f"the model's own {layer.keys_input} its attention is called "
+                               "with for the text (x_kv: the keys' input, after its own norm)")
         if str(k).startswith("decoder."):  # what the decoder read: said, as it is not the text
             read["decoder_input"] = (f"the decoder's start token {reading.start_labels[0]} "
                                      f"(id {reading.start[0]}, config decoder_start_token_id)"

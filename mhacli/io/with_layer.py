@@ -43,12 +43,17 @@ def on_layer(inputs: dict[str, Any], reading: Any, heads: int | None,
                        "x_kv in the problem (or --text, which runs the model, or leave out "
                        "the file for random tokens of both)", key="x_kv")
     if getattr(reading, "keys_input", "") and inputs.get("x_kv") is None:
-        raise MhaError(f"--layer {reading.layer}'s queries are its keys' tokens pooled "
-                       f"({reading.origin.get('x', 'an input of their own')}): give x (the "
-                       "pooled tokens, the queries') and x_kv (the tokens they pool, the keys' "
-                       "and values') in the problem (or --text, which runs the model, or "
-                       "leave out the file for random tokens, pooled as the model pools them)",
-                       key="x_kv")
+        if getattr(reading, "pooling", None) is not None:
+            raise MhaError(f"--layer {reading.layer}'s queries are its keys' tokens pooled "
+                           f"({reading.origin.get('x', 'an input of their own')}): give x "
+                           "(the pooled tokens, the queries') and x_kv (the tokens they pool, "
+                           "the keys' and values') in the problem (or --text, which runs the "
+                           "model, or leave out the file for random tokens, pooled as the "
+                           "model pools them)", key="x_kv")
+        raise MhaError(f"--layer {reading.layer}'s keys read an input of their own, x_kv "
+                       f"({reading.family}'s {reading.keys_input}, as many rows as x), not "
+                       "x; give x_kv in the problem (or --text, which runs the model, or leave "
+                       "out the file for random tokens of each)", key="x_kv")
     if getattr(reading, "cross", False) and inputs.get("x_kv") is None:
         raise MhaError(f"--layer {reading.layer} is a cross-attention: its keys and values "
                        "read the encoder's output, x_kv; give x_kv in the problem (or leave "
@@ -122,10 +127,11 @@ def on_layer(inputs: dict[str, Any], reading: Any, heads: int | None,
             and width_k % (width_q // h) == 0:
         inputs["kv_heads"] = width_k // (width_q // h)
     origin = {k: v for k, v in reading.origin.items()
-              if (k not in own or k in ("x_v", "x", "x_kv") or stored and k in ("k", "v"))
+              if (k not in own or k == "x_v" or k in ("x", "x_kv") and reading.keys_input or
+                  stored and k in ("k", "v"))
               and not (k == "heads" and heads is not None)}  # what the problem gave: its own
     # (x_v's note says what the model's values read, whoever gives the numbers, as x's and
-    # x_kv's where a layer's queries and keys read inputs of their own; a
-    # drafter's k and v what the model attends over)
+    # x_kv's where a layer's queries and keys read inputs of their own; a drafter's k and v
+    # what the model attends over)
     return {"checkpoint": reading.path, "layer": reading.layer, "family": reading.family,
             "settings": origin}

@@ -44,6 +44,7 @@ from .deepseek_v4 import deepseek_v4
 from .neomme import per_layer_window, value_embeddings
 from .doge import doge
 from .inkling import inkling
+from .inkling2 import inkling2
 from .zaya import zaya
 from .latent import doubled_query_latent, latent_attention
 from .gemma3n import GEMMA3N_AROUND, unscaled
@@ -491,6 +492,9 @@ RECORDS: tuple[Family, ...] = (
     Family("xlnet", tensors="xlnet", read=xlnet, causal=False),
     Family("inkling_text", read=inkling, qk_norm="head"),
     Family("zaya", tensors="zaya", read=zaya),
+    *(Family(name, tensors="inkling2", read=inkling2, loaded_as=(
+        r"(^|\.)llm\.layers\.(\d+)\.attn\.$", r"\1layers.\2.self_attn."))
+      for name in ("inkling2_text", "inkling2_loop_text")),
     Family("funnel", tensors="funnel", read=funnel, causal=False),
     *(Family(name, tensors="xlm", qkv=("q_lin", "k_lin", "v_lin"), o_proj="out_lin",
              causal=False, causal_key="causal", rope=no_rope, keys=("n_heads", "", "emb_dim"),

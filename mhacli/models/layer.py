@@ -63,6 +63,8 @@ LAYOUTS = (
     ("dsv4", r"(?:^|\.)layers\.(\d+)\.attn\.wkv\.weight$", "wkv.weight"),  # (DeepSeek-V4's,
     # as its checkpoints store it)
     ("attn", r"(?:^|\.)layers\.(\d+)\.attn\.q_proj\.weight$", "q_proj.weight"),
+    ("inkling2", r"(?:^|\.)layers\.(\d+)\.attn\.wq_du\.weight$", "wq_du.weight"),  # (Inkling 2's
+    # checkpoint names, which transformers renames as it loads them)
     ("hrm", r"(?:^|\.)layers\.(\d+)\.attn\.gqkv_proj\.weight$", "gqkv_proj.weight"),
     ("distilbert", r"(?:^|\.)layer\.(\d+)\.attention\.q_lin\.weight$", "q_lin.weight"),
     ("mpnet", r"(?:^|\.)layer\.(\d+)\.attention\.attn\.q\.weight$", "q.weight"),
@@ -135,7 +137,9 @@ class LayerReading:
     values_input: str = ""  # the argument of the attention module the values read, where
     # they have an input of their own, x_v (MobileBERT's value_tensor); "": x or x_kv
     keys_input: str = ""  # the argument of the attention module the keys and values read,
-    # x_kv, where the queries' x is another (Funnel's pooled queries: key); cross is true
+    # x_kv: where the queries' x is another (Funnel's pooled queries; cross is true), or
+    # where a self-attention's keys have an input of their own, as many rows as x
+    # (Inkling 2's key_hidden_states)
     pooling: Any = None  # how the layer's rows are the text's tokens pooled (Funnel's:
     # funnel.Pooling; its query rows of m keys, and their labels)
     most_tokens: int | None = None  # the most tokens the layer is read for (an indexer that
@@ -238,7 +242,7 @@ def read_layer(path: str | Path, layer: int | str = 0, dtype: Any = np.float64
     mask = out.pop("position_mask", None)  # (BigBird's blocks: the same)
     kv_layer = out.pop("kv_layer", None)  # (Gemma 3n's, Gemma 4's KV-shared layers)
     values_input = out.pop("values_input", "")  # (MobileBERT's values on the layer's input)
-    keys_input = out.pop("keys_input", "")  # (Funnel's pooled queries: keys on another)
+    keys_input = out.pop("keys_input", "")  # (Funnel's pooled queries; Inkling 2's keys)
     pooling = out.pop("pooling", None)  # (Funnel's pooled blocks: the rows' rule)
     value_rows = out.pop("value_rows", None)  # (NeoMME's value embeddings, by token id)
     stored = bool(out.pop("stored", False))  # (a drafter's: the keys and values given)
@@ -280,16 +284,9 @@ NOT_READ_YET: tuple[tuple[str, str], ...] = ()
 _LAYER_NAME = re.compile(r"(?:^|\.)(?:layers|blocks|h|layer)\.(\d+)\.(.+)$")
 
 # Softmax attention with steps of its own that mha does not compute, known by a tensor
-# (the name after the layer's number): refused by name, saying what the step is.
-NOT_FOLLOWED = (
-    (r"^attn\.k_sconv\.", "Inkling 2's attention: the causal convolution of its keys and "
-     "values (kv_conv's) divided by √(sconv_kernel_size + 1), and on its full-attention "
-     "layers taps made from each token's own input; its queries, keys and the bias's mix "
-     "(x_i·W, times rel_logits_proj's profile of the distance i − j) clipped in L2 "
-     "(qk_l2_clip_threshold, rel_l2_clip_threshold); a sink logit per query made from x_i "
-     "(sink_proj); on its full-attention layers keys and values made from inputs of their "
-     "own (key_hidden_states, value_hidden_states)"),
-)
+# (the name after the layer's number): refused by name, saying what the step is; none at
+# present (every softmax attention of the zoo is followed).
+NOT_FOLLOWED: tuple[tuple[str, str], ...] = ()
 
 
 def _not_followed(ckpt: Any, layer: int) -> None:

@@ -75,6 +75,7 @@ class Reading:
     start: list[int] = field(default_factory=list)  # the decoder's ids (its start token)
     start_labels: list[str] = field(default_factory=list)
     x_v: dict[Any, np.ndarray] = field(default_factory=dict)  # the values' own input (m, d_xv)
+    precision: str = "float64"  # the model's: float32 where its code fails in float64
 
     def rows(self, layer: Any) -> list[str]:
         """The labels of a layer's query rows: the text's tokens, or in an encoder-decoder
@@ -98,8 +99,8 @@ def read_text(folder: str | Path, text: str, layers: dict[Any, str],
     ``kv_from`` a KV-shared layer to the module whose input its x_kv is (the layer whose
     keys and values it takes); ``values`` a layer whose values read an input of their
     own to the argument of its attention module that holds it (its x_v); ``keys`` a layer
-    whose keys and values read another input than its queries to the argument that holds
-    it (its x_kv: Funnel's pooled queries' layer)."""
+    whose keys read another input than its queries to the argument that holds it (its
+    x_kv: Funnel's pooled queries' layer, Inkling 2's full layers)."""
     folder = Path(folder)
     if not folder.is_dir():
         folder = folder.parent  # a .safetensors file or an index: the folder it is in
@@ -147,7 +148,7 @@ def read_text(folder: str | Path, text: str, layers: dict[Any, str],
         if layer in (values or {}):  # the values' own input, from the same call
             handles.append(before.register_forward_pre_hook(
                 _argument(caught, layer, values[layer]), with_kwargs=True))
-        if layer in (keys or {}):  # the keys' and values' input, from the same call
+        if layer in (keys or {}):  # the keys' own input, from the same call
             handles.append(before.register_forward_pre_hook(
                 _argument(caught, layer, keys[layer], "x_kv"), with_kwargs=True))
         handles.append(after.register_forward_hook(_catch(caught, "out", layer,
@@ -163,9 +164,18 @@ def read_text(folder: str | Path, text: str, layers: dict[Any, str],
     inputs = {"input_ids": torch.tensor([ids], dtype=torch.long)}
     if start:
         inputs["decoder_input_ids"] = torch.tensor([start], dtype=torch.long)
+    precision = "float64"
     try:
-        with torch.no_grad():
-            model(**inputs)
+        try:
+            with torch.no_grad():
+                model(**inputs)
+        except RuntimeError as exc:  # code that keeps a part in float32 and fails on a
+            if "dtype" not in str(exc):  # float64 model (Inkling 2's router): the model
+                raise  # in float32, its own precision, said
+            caught.clear()
+            precision = "float32"
+            with torch.no_grad():
+                model.to(torch.float32)(**inputs)
     except _Enough:  # every layer asked for is read: the rest of the model need not run
         pass
     except Exception as exc:  # the model's own refusal (a text too long for a table …)
@@ -179,7 +189,8 @@ def read_text(folder: str | Path, text: str, layers: dict[Any, str],
                    {k: caught.get(("x_kv", k), caught.get(("x_in", k))) for k in layers
                     if ("x_kv", k) in caught or ("x_in", k) in caught},
                    start, labels(tokenizer, start) if start else [],
-                   x_v={k: caught[("x_v", k)] for k in layers if ("x_v", k) in caught})
+                   x_v={k: caught[("x_v", k)] for k in layers if ("x_v", k) in caught},
+                   precision=precision)
 
 
 def _start(model: Any, folder: Path) -> list[int]:
@@ -235,9 +246,9 @@ def _catch(caught: dict, what: str, layer: Any, stop: set[Any] | None = None) ->
     return after if what == "out" else before
 
 
-def _argument(caught: dict, layer: Any, name: str, into: str = "x_v") -> Any:
+def _argument(caught: dict, layer: Any, name: str, what: str = "x_v") -> Any:
     """A hook keeping the argument ``name`` of the module's call (as given by position or
-    by keyword): the values' own input, ``x_v``, or the keys' and values', ``x_kv``."""
+    by keyword): the values' own input, ``x_v`` (or the keys', ``x_kv``)."""
     import inspect
 
     def before(module: Any, args: tuple, kwargs: dict) -> None:
@@ -245,8 +256,9 @@ def _argument(caught: dict, layer: Any, name: str, into: str = "x_v") -> Any:
         value = bound.get(name)
         if value is None:
             raise MhaError(f"the model called {type(module).__name__} without {name}, the "
-                           f"input mha reads as {into}")
-        caught[(into, layer)] = value[0].detach().double().numpy().copy()
+                           f"{'keys' if what == 'x_kv' else 'values'}' input mha reads as "
+                           f"{what}")
+        caught[(what, layer)] = value[0].detach().double().numpy().copy()
 
     return before
 
