@@ -1,10 +1,12 @@
 """DeepSeek-V4 read from its checkpoint as transformers saves it (attn.wq_a …), tiny, every
 parameter random, one layer of each type (sliding, heavily compressed in blocks of 8,
 compressed sparse in blocks of 4), against the model's own attention module on the same
-x (tests/hf_zoo.py): its output and its weights. The compressed layers agree on fewer
-tokens than a block (no key pooled); a block's worth is refused naming the compressor.
-1e-5 relative: the model computes RoPE's cos and sin in float32. Skipped where transformers
-(and torch) are not installed."""
+x (tests/hf_zoo.py): its output and its weights. The heavily compressed layer agrees on
+more tokens than two blocks, its compressor's pooled keys among them (the compressor
+setting); the sparse layer on fewer tokens than a block (no key pooled), a block's worth
+refused naming the compressor and its indexer.
+1e-5 relative: the model computes RoPE's cos and sin in float32 (measured ~1e-7).
+Skipped where transformers (and torch) are not installed."""
 
 from __future__ import annotations
 
@@ -30,6 +32,8 @@ from . import hf_zoo as zoo  # noqa: E402
 RATES = {"compressed_sparse_attention": 4, "heavily_compressed_attention": 8}
 # (layer, tokens): the sliding layer past its window, each compressed one a block less one
 LAYERS = [(0, 12), (1, 7), (2, 3)]
+# the heavily compressed layer past two blocks of 8: three whole, and two and a part
+POOLED = [(1, 24), (1, 21)]
 
 
 def _build(folder: Path, **over: Any) -> Path:
@@ -85,19 +89,19 @@ def _compare(folder: Path, layer: int, n: int) -> tuple[float, float]:
         zoo.relative(tr["weights"], want["weights"])
 
 
-@pytest.mark.parametrize("layer, n", LAYERS)
+@pytest.mark.parametrize("layer, n", LAYERS + POOLED)
 def test_each_layer_type_agrees_with_the_model(model_dir: Path, layer: int, n: int) -> None:
     out, weights = _compare(model_dir, layer, n)
     assert out < 1e-5 and weights < 1e-5, (out, weights)
 
 
-@pytest.mark.parametrize("layer, n", LAYERS)
+@pytest.mark.parametrize("layer, n", LAYERS + POOLED)
 def test_four_output_groups_agree(four_groups_dir: Path, layer: int, n: int) -> None:
     out, weights = _compare(four_groups_dir, layer, n)
     assert out < 1e-5 and weights < 1e-5, (out, weights)
 
 
-@pytest.mark.parametrize("layer, n", LAYERS[1:])
+@pytest.mark.parametrize("layer, n", LAYERS[1:] + POOLED)
 def test_the_compressed_layers_yarn_agrees(yarn_dir: Path, layer: int, n: int) -> None:
     assert read_layer(yarn_dir, layer).settings["rope"]["scaling"]["type"] == "yarn"
     out, weights = _compare(yarn_dir, layer, n)
@@ -118,19 +122,36 @@ def test_the_layer_reads_its_steps_with_their_origins(model_dir: Path) -> None:
     np.testing.assert_array_equal(reading.weights["w_uk"], eye)
 
 
-@pytest.mark.parametrize("layer, n, kind, rate", [
-    (1, 8, "heavily_compressed_attention", 8), (2, 4, "compressed_sparse_attention", 4)])
-def test_a_block_of_tokens_is_refused_naming_the_compressor(
-        model_dir: Path, layer: int, n: int, kind: str, rate: int) -> None:
-    reading = read_layer(model_dir, layer)
-    x = np.zeros((n, reading.width))
+def test_the_sparse_layers_block_is_refused_naming_the_compressor(model_dir: Path) -> None:
+    reading = read_layer(model_dir, 2)
+    x = np.zeros((4, reading.width))
     with pytest.raises(mhacli.MhaError) as caught:
         from_mapping({"x": x}, "dsv4", reading=reading)
     said = str(caught.value)
-    assert f"--layer {layer}: layer {layer} is {kind}: its compressor" in said
-    assert f"compress_rates.{kind} = {rate} tokens into one more key" in said
-    assert f"give at most {rate - 1} tokens (here {n})" in said
-    assert ("indexer" in said) == (kind == "compressed_sparse_attention")
+    kind = "compressed_sparse_attention"
+    assert f"--layer 2: layer 2 is {kind}: its compressor" in said
+    assert f"compress_rates.{kind} = 4 tokens into one more key" in said
+    assert "give at most 3 tokens (here 4)" in said and "indexer" in said
+
+
+def test_the_heavily_compressed_layer_reads_its_compressor(model_dir: Path) -> None:
+    """The compressor's tensors as the setting's arrays (transposed), their origins, and
+    the pooled keys: m = n + ⌊n / 8⌋, the weights of a pooled key 0 before its block
+    ends and its rows summing to 1 with the tokens' own."""
+    reading = read_layer(model_dir, 1)
+    comp = reading.settings["compressor"]
+    assert comp["rate"] == 8 and np.shape(comp["w_kv"]) == (64, 16)
+    assert np.shape(comp["position_bias"]) == (8, 16) and np.shape(comp["norm"]) == (16,)
+    assert "compressor.ape" in reading.origin["compressor"]
+    assert reading.most_tokens is None
+    x = np.random.default_rng(3).standard_normal((21, reading.width))
+    tr = mhacli.trace(**from_mapping({"x": x}, "dsv4", reading=reading).inputs)
+    assert tr["weights"].shape == (4, 21, 23) and tr["comp_normed"].shape == (2, 16)
+    assert tr["comp_kv"].shape == (16, 16)
+    pooled = tr["weights"][:, :, 21:]  # (H, n, T)
+    assert not pooled[:, :7].any() and pooled[:, 7:, 0].all()
+    assert not pooled[:, :15, 1].any() and pooled[:, 15:, 1].all()
+    np.testing.assert_allclose(tr["comp_weights"].reshape(2, 8, 16).sum(axis=1), 1.0)
 
 
 def test_explain_json_shows_where_each_step_came_from(model_dir: Path) -> None:

@@ -128,6 +128,8 @@ class Config:
     index_dim: int = 0  # d_I, their width
     index_rope: str = "half"  # the pairs its RoPE turns: "half" or "interleaved"
     index_eps: float = 0.0  # its key LayerNorm's eps
+    compressor: int | None = None  # a compressor (compressed.py): rate, the tokens a block
+    pooled: int = 0  # T: its pooled keys, after the tokens' (m = tokens + T)
     dynamic: int | None = None  # Doge's dynamic mask (dynamic.py): keep, the keys a query
     # keeps for each key/value head
     dynamic_b: bool = False  # its projection has the bias b_dt
@@ -270,6 +272,10 @@ class Prepared:
     ik_norm: Array | None = None  # (d_I,) its key LayerNorm's weight
     ik_bias: Array | None = None  # (d_I,) and bias
     w_iw: Array | None = None  # (d_model, E) the index heads' weights
+    w_ckv: Array | None = None  # the compressor (compressed.py): (d_model, r_kv)
+    w_cgate: Array | None = None  # (d_model, r_kv) its gates' weights
+    c_bias: Array | None = None  # (rate, r_kv) its gates' bias of each place in a block
+    c_norm: Array | None = None  # (r_kv,) its pooled rows' norm's weight
     dyn_a: Array | None = None  # Doge's dynamic mask (dynamic.py): (G,) A
     w_dt: Array | None = None  # (G·d_v, G) its projection of the values
     b_dt: Array | None = None  # (G,) and bias
@@ -329,3 +335,4 @@ class Sizes:
     x_v: Array | None = None  # (m, d_xv): the values' own input, when they have one
     q_both: bool = False  # MLA: the gate reads [C_Q normed | C_Q] (2·r_q rows), not X
     ngram: int | None = None  # ProphetNet's predicting streams (query_bias reads them)
+    r_kv: int = 0  # MLA: the key/value latent's width (the compressor pools its rows)

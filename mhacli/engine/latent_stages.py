@@ -143,21 +143,35 @@ def q_heads(w: Work, src: Array) -> Array:
     return latent.q_heads(src, p.w_uq if c.r_q else p.w_q, c.heads)
 
 
+def _latent_rows(w: Work) -> Array:
+    """The rows the heads read: c_KV normed (n, r_kv), and a compressor's pooled rows
+    after them ((n + T, r_kv), ``compressed.py``)."""
+    rows = w["kv_latent_normed"]
+    return np.concatenate((rows, w["comp_normed"])) if w.c.pooled else rows
+
+
 def k_heads(w: Work) -> Array:
+    if w.c.pooled:  # (no k_R with a compressor: refused when read)
+        return latent.k_heads(_latent_rows(w), np.zeros((w.c.m, 0)), w.p.w_uk, w.c.heads)
     k_r = w["k_rope_normed"] if w.c.rope_normed else \
         latent.split_latent(w["kv_latent"], w.c.r_kv)[1]  # (m, d_R)
     return latent.k_heads(w["kv_latent_normed"], k_r, w.p.w_uk, w.c.heads)
 
 
 def v_heads(w: Work) -> Array:
-    return latent.v_heads(w["kv_latent_normed"], w.p.w_uv, w.c.heads)
+    return latent.v_heads(_latent_rows(w), w.p.w_uv, w.c.heads)
 
 
-V_READS = ("kv_latent_normed",)
+def v_reads(c: Config) -> tuple[str, ...]:
+    """What v_heads reads: c_KV normed (and a compressor's pooled rows)."""
+    return ("kv_latent_normed", "comp_normed") if c.pooled else ("kv_latent_normed",)
 
 
 def k_reads(c: Config) -> tuple[str, ...]:
-    """What k_heads reads: c_KV normed, and k_R (normed, or kv_latent's last columns)."""
+    """What k_heads reads: c_KV normed, and k_R (normed, or kv_latent's last columns);
+    with a compressor, c_KV normed and its pooled rows."""
+    if c.pooled:
+        return v_reads(c)
     return ("kv_latent_normed", "k_rope_normed" if c.rope_normed else "kv_latent")
 
 
@@ -174,6 +188,9 @@ def q_text(f: Formula) -> str:
 
 
 def k_text(f: Formula) -> str:
+    if f.c.pooled:
+        return (f"K{f.i} = [c_KV; comp_normed]·W_UK{f.i}: c_KV normed ({f.c.m - f.c.pooled} "
+                f"tokens), then the compressor's {f.c.pooled} pooled rows")
     rope = "k_R normed" if f.c.rope_normed else "k_R"
     own = f.c.d_k - f.c.d_rope
     return (f"K{f.i} = [c_KV·W_UK{f.i} | {rope}]: {own} column{'s' if own != 1 else ''} of "
@@ -181,6 +198,9 @@ def k_text(f: Formula) -> str:
 
 
 def v_text(f: Formula) -> str:
+    if f.c.pooled:
+        return (f"V{f.i} = [c_KV; comp_normed]·W_UV{f.i}: c_KV normed, then the "
+                f"compressor's {f.c.pooled} pooled rows")
     return f"V{f.i} = c_KV·W_UV{f.i}, c_KV normed"
 
 
@@ -216,7 +236,7 @@ def latent_stages(t: Any) -> tuple[Stage, ...]:
               latex=tex(r"[C_Q' \mid C_Q]"), cell=_cell_both,
               reads=lambda c: ("q_latent_normed", "q_latent"),
               exists=lambda c: c.q_latent_both),
-        Stage("kv_latent", "m × (r_kv + d_R)", lambda c: (c.m, c.r_kv + c.d_rope), KEY,
+        Stage("kv_latent", "m × (r_kv + d_R)", lambda c: (c.m - c.pooled, c.r_kv + c.d_rope), KEY,
               NUMBERED,
               compute=lambda w: w[x(w.c, "kv_latent")[0]] @ w.p.w_dkv,
               formula=lambda f: f"[C_KV | k_R] = X·W_DKV: the latent ({f.c.r_kv} columns), "
@@ -224,7 +244,7 @@ def latent_stages(t: Any) -> tuple[Stage, ...]:
               latex=tex("[C_{KV} \\mid k_R]", "X W_{DKV}", "W_{DKV}^{\\top} X"),
               cell=_cell_down, exact=True, reads=lambda c: x(c, "kv_latent"),
               exists=lambda c: c.latent),
-        Stage("kv_latent_normed", "m × r_kv", lambda c: (c.m, c.r_kv), KEY, NUMBERED,
+        Stage("kv_latent_normed", "m × r_kv", lambda c: (c.m - c.pooled, c.r_kv), KEY, NUMBERED,
               compute=lambda w: _normed(w, "kv_latent_normed", w.p.kv_latent_norm),
               formula=lambda f: "C_KV / rms × kv_latent_norm: c_KV's rows (not k_R) divided "
               f"by their root mean square, √(mean(x²) + {f.c.latent_eps:g}), times the weights",

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from ..errors import MhaError
-from . import bucket_bias, clipping, disentangled, dynamic, experts, gating, local_blocks, ngram
+from . import bucket_bias, clipping, compressed, disentangled, dynamic, experts, gating, local_blocks, ngram
 from . import value_embeds
 from . import parsers as read
 from . import qk_norms, query_bias, relative, rope, sparse, sub_norm, token_conv, turned_values
@@ -395,6 +395,17 @@ SETTINGS: tuple[Setting, ...] = (
             fields=("indexer", "index_heads", "index_dim", "index_rope", "index_eps",
                     "w_iq", "w_ik", "ik_norm", "ik_bias", "w_iw"),
             shown=sparse.shown, write=lambda c, p, given: sparse.write(c, p, read.written)),
+    Setting("compressor", "a compressor (DeepSeek-V4's compressed attention, with multi-head "
+            "latent attention): {rate, w_kv, w_gate, position_bias, norm}; each block of "
+            "rate tokens pooled into one more key/value row, Σ_t softmax(X·W_CG + B)_t ⊙ "
+            "X·W_CKV over the block's rows (each column its own softmax; B rate × r_kv, a "
+            "row a place in the block), RMS-normed (weight norm, eps latent_eps), read by "
+            "the heads as a row of the latent, turned by RoPE at the block's first "
+            "position; query i sees pooled key w once i ≥ (w + 1)·rate − 1. m = n + ⌊n / "
+            "rate⌋ keys.", kind="file", read=compressed.value, parse=compressed.parse,
+            fields=("compressor", "pooled", "w_ckv", "w_cgate", "c_bias", "c_norm"),
+            shown=compressed.shown,
+            write=lambda c, p, given: compressed.write(c, p, read.written)),
     Setting("dynamic_mask", "Doge's dynamic mask: {keep, a, w_dt, b_dt}; the bias of "
             "key/value head g and key j, exp(A_g·softplus(V_j·W_dt + b_dt)_g) (V_j key j's "
             "values, its G heads side by side; W_dt G·d_v × G), added to the scores of the "

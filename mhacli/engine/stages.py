@@ -39,6 +39,7 @@ from .tuning import tau_text
 from .head_weights import OUTPUT, PROJECTIONS
 from .reach import Reach
 from .sparse_stages import cell_masked_kept, keep_mask, sparse_stages
+from .compressed_stages import compressed_stages
 from . import dynamic_stages as dyn
 from .stage import KEY, NUMBERED, QUERY, Stage
 from . import exclusive, qk_norms, query_bias, sub_norm, token_conv, turned_values
@@ -542,6 +543,7 @@ FORWARD: tuple[Stage, ...] = (
           latex=tex("V + E"), cell=cell_v_embedded, exact=True, reads=lambda c: ("v",),
           exists=lambda c: c.value_embedded and not c.latent),
     *mla.latent_stages(sys.modules[__name__]),  # MLA's latents (latent_stages.py)
+    *compressed_stages(sys.modules[__name__]),  # a compressor's (compressed_stages.py)
     # (the gate after the latents: with q_latent_both it reads the query latent)
     Stage("gate", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,
           compute=lambda w: gate_of(w.p, w[reads(w.c, "gate")[0]]), formula=_gate_text,
@@ -566,7 +568,7 @@ FORWARD: tuple[Stage, ...] = (
           else ops.split_heads(_read(w, "v_heads"), w.c.groups),
           formula=_latent_or(mla.v_text, split_text("V", lambda c: c.d_v, "d_v")),
           latex=tex("V_{@h}"), cell=_cell_or(mla.cell_v_heads, cell_split), per_head=True,
-          exact=True, chain="v", reads=lambda c: mla.V_READS if c.latent else
+          exact=True, chain="v", reads=lambda c: mla.v_reads(c) if c.latent else
           ("v_embedded",) if c.value_embedded else ("v",)),
     _conv_stage("k"),
     _conv_stage("v"),

@@ -67,32 +67,66 @@ def _output(r: Reader, stem: str, heads: int, d: int, out: Layer) -> None:
                   f"o_lora_rank {rank}) times wo_b, as one product")
 
 
-def _compressor(r: Reader, stem: str, kind: str, out: Layer) -> None:
-    """A compressed layer's compressor (and indexer): read where it pools no key, fewer
-    tokens than its compress_rate; more refused by name."""
+def _rate(r: Reader, kind: str) -> int:
+    """compress_rates' entry for ``kind``: a whole number of tokens a block."""
     rates = r.get("compress_rates")
     rate = rates.get(kind) if isinstance(rates, dict) else None
     if isinstance(rate, bool) or not isinstance(rate, int) or rate < 1:
         raise r.error("compress_rates", f"{shown(rates)}: expected a whole number of tokens "
                       f"a block for {kind}")
+    return rate
+
+
+def _pool(r: Reader, prefix: str, width: int, rate: int) -> dict[str, Any]:
+    """A compressor's tensors (``{prefix}wkv``, ``wgate``, ``ape``, ``norm``) as the
+    setting's arrays: W_CKV and W_CG (d_model × width, transposed), B (rate × width),
+    the norm's weight."""
+    got: dict[str, Any] = {}
+    for name, key in (("wkv", "w_kv"), ("wgate", "w_gate")):
+        full = f"{prefix}{name}.weight"
+        if r.shape(full, 2)[0] != width:
+            raise MhaError(f"{full} has {r.shape(full, 2)[0]} rows: the compressor pools "
+                           f"rows of {width}", source=r.ckpt.source_of(full), key=full)
+        got[key] = r.tensor(full, 2).T
+    bias = f"{prefix}ape"
+    if r.shape(bias, 2) != (rate, width):
+        raise MhaError(f"{bias} has shape {r.shape(bias, 2)}: a row of {width} for each of "
+                       f"the {rate} places of a block", source=r.ckpt.source_of(bias),
+                       key=bias)
+    got["position_bias"] = r.tensor(bias, 2)
+    got["norm"] = r.tensor(f"{prefix}norm.weight", 1)
+    return got
+
+
+def _compressor(r: Reader, stem: str, kind: str, out: Layer) -> None:
+    """A compressed layer's compressor: the heavily compressed one's read as the
+    compressor setting; the sparse one's (its overlapping blocks and its indexer) read
+    where it pools no key, fewer tokens than its compress_rate, more refused by name."""
+    rate = _rate(r, kind)
     names = sorted(n for n in r.ckpt.names
                    if n.startswith((f"{stem}compressor.", f"{stem}indexer.")))
     if not names:
         raise MhaError(f"{stem}compressor.wkv.weight: missing, but layer_types says this "
                        f"layer is {kind}", source=str(r.ckpt.path), key=f"{stem}compressor")
-    r.taken.update(names)
     for key in ("index_n_heads", "index_head_dim", "index_topk"):
         r.get(key)  # (the sparse layers' indexer, which picks among the pooled keys)
+    if kind == "heavily_compressed_attention":
+        d = out["w_dkv"].shape[1]
+        out["compressor"] = {"rate": rate, **_pool(r, f"{stem}compressor.", d, rate)}
+        r.note("compressor", f"tensors {stem}compressor.wkv, wgate (transposed), {stem}"
+                             f"compressor.ape (the "
+                             f"gates' bias of each place), norm (eps rms_norm_eps); config "
+                             f"compress_rates.{kind} = {rate} tokens a block")
+        return
+    r.taken.update(names)
     out["most_tokens"] = rate - 1
     out["most_whole"] = True
     out["most_said"] = (f"layer {r.layer} is {kind}: its compressor ({stem}compressor.) pools "
                         f"each block of compress_rates.{kind} = {rate} tokens into one more "
                         "key and value (softmax-gated over the block, RMS-normed, turned "
-                        "at the block's first position)"
-                        + (", and its indexer picks each query's top index_topk of them"
-                           if kind == "compressed_sparse_attention" else "")
-                        + f", which mha does not compute: with fewer than {rate} tokens it "
-                        "pools none")
+                        "at the block's first position), and its indexer picks each query's "
+                        "top index_topk of them, which mha does not compute: with fewer "
+                        f"than {rate} tokens it pools none")
     r.note("most_tokens", f"config compress_rates.{kind} = {rate}: its compressor pools no "
                           f"key from fewer tokens; more refused by name")
 

@@ -1,0 +1,174 @@
+"""A compressor (DeepSeek-V4's compressed attention): each block of ``rate`` tokens pooled
+into one more key/value row, which every query after the block sees beside the tokens'
+own keys.
+
+With multi-head latent attention (``latent.py``; r = r_kv, the latent's width), X the
+layer's input and T = ⌊n / rate⌋ whole blocks (the tokens of a last, unfinished block
+pool nothing):
+
+    comp_kv       = X·W_CKV, the first T·rate tokens                  (T·rate, r)
+    comp_gates    = X·W_CG + B[t mod rate] (B: a row for each place in a block)
+                                                                       (T·rate, r)
+    comp_weights  = the softmax of the gates over each block's rows, column by column
+                                                                       (T·rate, r)
+    comp_pooled   = Σ over each block's rows of comp_weights ⊙ comp_kv (T, r)
+    comp_normed   = rmsnorm(comp_pooled) ⊙ norm                        (T, r)
+
+The pooled rows join the latent's: the heads read [c_KV normed; comp_normed] through
+W_UK and W_UV, so there are m = n + T keys. RoPE turns pooled key w at its block's first
+position, w·rate (``key_positions``). Query i sees pooled key w once the block is whole,
+i ≥ (w + 1)·rate − 1 (``reach.Pooled``); the mask, window and chunks hold among the
+tokens' own keys (``reach.Tokens``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import MhaError
+from . import ops
+from .values import as_array, given, nested_numbers
+
+Config = Prepared = Sizes = Any  # (config.py's)
+
+Array = np.ndarray
+Fields = tuple[dict[str, Any], dict[str, Any]]
+KEYS = ("rate", "w_kv", "w_gate", "position_bias", "norm")
+ARRAYS = {"w_kv": "w_ckv", "w_gate": "w_cgate", "position_bias": "c_bias",
+          "norm": "c_norm"}  # a file's key -> the Prepared field
+NAME = "the compressor"
+
+
+# --------------------------------------------------------------------------- the setting
+
+
+def value(v: Any) -> dict[str, Any] | None:
+    """compressor as given: a mapping {rate, w_kv, w_gate, position_bias, norm}, read;
+    the arrays' shapes are checked when the problem is prepared."""
+    if v is None or v is False:
+        return None
+    if not isinstance(v, dict):
+        raise MhaError("compressor must be a mapping {rate, w_kv, w_gate, position_bias, "
+                       f"norm}}, got {given(v)}", key="compressor")
+    unknown = sorted(set(map(str, v)) - set(KEYS))
+    if unknown:
+        raise MhaError(f"compressor takes {', '.join(KEYS)}, not {', '.join(unknown)}",
+                       key=("compressor", unknown[0]), on_key=True)
+    missing = [k for k in KEYS if v.get(k) is None]
+    if missing:
+        raise MhaError(f"compressor needs {', '.join(missing)}",
+                       key=("compressor", missing[0]))
+    from .values import whole
+
+    out = dict(v)
+    out["rate"] = whole("compressor.rate", v["rate"])
+    for name in ARRAYS:
+        out[name] = nested_numbers(v[name], ("compressor", name))
+    return out
+
+
+def parse(v: Any, s: Sizes) -> Fields:
+    """The compressor (read), its arrays checked against the problem: W_CKV and W_CG
+    (d_model × r_kv), B (rate × r_kv), the norm's weight (r_kv); T = ⌊n / rate⌋."""
+    off = {"compressor": None, "pooled": 0}
+    if v is None:
+        return off, {name: None for name in ARRAYS.values()}
+    if not s.r_kv:
+        raise MhaError(f"{NAME} pools rows of multi-head latent attention's key/value "
+                       "latent (w_dkv, kv_latent_norm, w_uk, w_uv): this problem has none",
+                       key="compressor")
+    if s.x_kv is not None:
+        raise MhaError(f"{NAME} pools the keys' own tokens: it is self-attention's (no "
+                       "x_kv)", key="compressor")
+    if s.d_rope:
+        raise MhaError(f"{NAME} with a shared k_R (d_R = {s.d_rope} columns of w_dkv) is "
+                       "not followed: its pooled rows have no k_R", key="compressor")
+    a = {name: as_array(f"compressor.{name}", v[name], s.t) for name in ARRAYS}
+    rate, r = v["rate"], s.r_kv
+    want = {"w_kv": (s.d_model, r), "w_gate": (s.d_model, r), "position_bias": (rate, r),
+            "norm": (r,)}
+    for name, shape in want.items():
+        if a[name].shape != shape:
+            raise MhaError(f"compressor {name} is {' × '.join(map(str, a[name].shape))}: "
+                           f"expected {' × '.join(map(str, shape))} (d_model = {s.d_model}, "
+                           f"r_kv = {r}, rate = {rate})", key=("compressor", name))
+    for arr in a.values():
+        arr.flags.writeable = False
+    return ({"compressor": rate, "pooled": s.n // rate},
+            {ARRAYS[name]: arr for name, arr in a.items()})
+
+
+def shown(c: Config) -> dict[str, Any]:
+    if not c.compressor:
+        return {}
+    return {"compressor": {"rate": c.compressor, "pooled": c.pooled}}
+
+
+def write(c: Config, p: Prepared, written: Any) -> Any:
+    """A problem file's compressor: {rate, w_kv, …} in flow style."""
+    if not c.compressor:
+        return None
+
+    def rows(a: Array) -> str:
+        if a.ndim == 1:
+            return "[" + ", ".join(written(x) for x in a) + "]"
+        return "[" + ", ".join(rows(r) for r in a) + "]"
+    parts = [f"rate: {c.compressor}"]
+    parts += [f"{key}: {rows(getattr(p, field))}" for key, field in ARRAYS.items()]
+    return "{" + ", ".join(parts) + "}"
+
+
+# --------------------------------------------------------------------------- the math
+
+
+def key_positions(c: Config) -> Array:
+    """Each key's position, as RoPE turns it: the tokens' 0 … n − 1, then each pooled
+    key's block's first, w·rate: (m,)."""
+    tokens = c.m - c.pooled
+    return np.concatenate((np.arange(tokens), np.arange(c.pooled) * c.compressor))
+
+
+def kv(x: Array, p: Prepared) -> Array:
+    """X·W_CKV over the tokens of the whole blocks: (T·rate, r)."""
+    c = p.config
+    return x[:c.pooled * c.compressor] @ p.w_ckv
+
+
+def gates(x: Array, p: Prepared) -> Array:
+    """X·W_CG + B[t mod rate] over the tokens of the whole blocks: (T·rate, r)."""
+    c = p.config
+    return x[:c.pooled * c.compressor] @ p.w_cgate + np.tile(p.c_bias, (c.pooled, 1))
+
+
+def _blocks(a: Array, rate: int) -> Array:
+    """(T·rate, r) as (T, rate, r): each block's rows."""
+    return a.reshape(-1, rate, a.shape[-1])
+
+
+def weights(g: Array, rate: int) -> Array:
+    """The softmax of the gates over each block's rows, each column its own:
+    (T·rate, r)."""
+    b = _blocks(g, rate)  # (T, rate, r)
+    e = np.exp(b - b.max(axis=1, keepdims=True))
+    return (e / e.sum(axis=1, keepdims=True)).reshape(g.shape)
+
+
+def pooled(w: Array, kv_rows: Array, rate: int) -> Array:
+    """Σ over each block's rows of weights ⊙ kv: (T, r)."""
+    return _blocks(w * kv_rows, rate).sum(axis=1)
+
+
+def normed(a: Array, p: Prepared) -> tuple[Array, Array]:
+    """Each pooled row over its root mean square, times the norm's weight; and the root
+    mean square (T, 1)."""
+    r = ops.rms(a[None], p.config.latent_eps)[0]  # (T, 1)
+    return a / r * p.c_norm, r
+
+
+def rows_of(x: Array, p: Prepared) -> Array:
+    """The pooled latent rows from X (with its positions): (T, r), as the stages make
+    them one at a time."""
+    rate = p.config.compressor
+    return normed(pooled(weights(gates(x, p), rate), kv(x, p), rate), p)[0]
