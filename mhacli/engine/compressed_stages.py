@@ -55,7 +55,7 @@ def cell_kv(e: Entry) -> list[Any]:
     name, big = ("w_cgate", "W_CG") if gate else ("w_ckv", "W_CKV")
     e.mark(src, None, {i})
     row, col = e.row_of(src, None, i), e.inp(name, exact=False).col(j)
-    place = op("mod", i, e.c.compressor)
+    place = i % e.c.compressor
     bias = e.inp("c_bias", exact=False).at(place, j)
     e.makes(op("f+", fdot(row, col), bias) if gate else fdot(row, col))
     tail = f" + B[{place + 1}, {j + 1}]  (B's row of the token's place in its block)" \
@@ -69,15 +69,15 @@ def cell_kv(e: Entry) -> list[Any]:
 
 def cell_weights(e: Entry) -> list[Any]:
     i, j, rate = e.row, e.col, e.c.compressor
-    first = op("times", op("floor", i, rate), rate)  # the block's first token
-    e.mark("comp_gates", None, {op("plus", first, t) for t in range(rate)}, {j})
-    gates = op("slice", e.col_of("comp_gates", None, j), first, op("plus", first, rate))
+    first = i // rate * rate  # the block's first token
+    e.mark("comp_gates", None, {first + t for t in range(rate)}, {j})
+    gates = op("slice", e.col_of("comp_gates", None, j), first, first + rate)
     top = op("fmax", gates)
     num = op("exp", op("f-", e.value("comp_gates", None, i, j), top))
     total = op("fsum", op("fmap", op("exp", op("f-", op("it", 0), top)), gates))
     e.makes(op("f/", num, total))
     return [f"{e.name} = exp(g − max) / Σ exp(g_t − max) over the {rate} gates of column "
-            f"{j + 1} of its block, tokens {op('plus', first, 1)}…{op('plus', first, rate)}",
+            f"{j + 1} of its block, tokens {first + 1}…{first + rate}",
             f"  max = {e.num(top)}, exp(g − max) = {e.num(num)}, Σ = {e.num(total)}",
             f"  = {e.result}"]
 
@@ -85,7 +85,7 @@ def cell_weights(e: Entry) -> list[Any]:
 def cell_pooled(e: Entry) -> list[Any]:
     b, j, rate = e.row, e.col, e.c.compressor
     first = b * rate
-    rows = {op("plus", first, t) for t in range(rate)}
+    rows = {first + t for t in range(rate)}
     e.mark("comp_weights", None, rows, {j})
     e.mark("comp_kv", None, rows, {j})
     weights = op("slice", e.col_of("comp_weights", None, j), first, first + rate)

@@ -105,8 +105,27 @@ def cell_q_heads(e: Entry) -> list[Any]:
             f"  = {e.dot(e.row_of(src, None, e.row), w.col(col))}", f"  = {e.result}"]
 
 
+def _cell_pooled(e: Entry, w_name: str, width: int) -> list[Any]:
+    """An entry of k_heads or v_heads with a compressor: row i of [c_KV normed;
+    comp_normed] (its pooled rows after the tokens') · head h's column of W_UK or W_UV."""
+    c, h, i, j = e.c, e.head, e.row, e.col
+    tokens = c.m - c.pooled
+    col = (h - 1) * width + j
+    e.mark("kv_latent_normed", None, {i})  # (a row past the tokens' marks none)
+    e.mark("comp_normed", None, {i - tokens})  # (nor one before the pooled rows)
+    row = op("if", i < tokens, e.row_of("kv_latent_normed", None, i),
+             e.row_of("comp_normed", None, i - tokens))
+    e.makes(fdot(row, e.inp(w_name, exact=False).col(col)))
+    src = when(i < tokens, f"row {i + 1} of kv_latent_normed",
+               f"row {i - tokens + 1} of comp_normed (pooled)")
+    return [f"{e.name} = {src} · column {col + 1} of {w_name.upper()}",
+            f"  = {e.dot(row, e.inp(w_name).col(col))}", f"  = {e.result}"]
+
+
 def cell_k_heads(e: Entry) -> list[Any]:
     c, h, i, j = e.c, e.head, e.row, e.col
+    if c.pooled:
+        return _cell_pooled(e, "w_uk", c.d_k)
     d_nope = c.d_k - c.d_rope
     src, whole = e.reads  # c_KV normed, and kv_latent (k_R its last d_R) or k_R normed
     at = j - d_nope + (0 if c.rope_normed else c.r_kv)  # k_R's column in ``whole``
@@ -125,6 +144,8 @@ def cell_k_heads(e: Entry) -> list[Any]:
 
 def cell_v_heads(e: Entry) -> list[Any]:
     c, h = e.c, e.head
+    if c.pooled:
+        return _cell_pooled(e, "w_uv", c.d_v)
     src = e.reads[0]
     col = (h - 1) * c.d_v + e.col
     e.mark(src, None, {e.row})
