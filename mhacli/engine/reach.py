@@ -428,7 +428,7 @@ class Pooled(Rule):
                 f"{(w + 1) * self.rate}, the last after the query)")
 
     def text(self, alone: bool) -> str:
-        return (f"pooled key w seen from query (w + 1)·{self.rate} on"
+        return (f"pooled key c_w seen from query w·{self.rate} on (its block's last token)"
                 + (" (the rest set to −∞)" if alone else ""))
 
 
