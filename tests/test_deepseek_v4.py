@@ -1,10 +1,11 @@
 """DeepSeek-V4 read from its checkpoint as transformers saves it (attn.wq_a …), tiny, every
 parameter random, one layer of each type (sliding, heavily compressed in blocks of 8,
 compressed sparse in blocks of 4), against the model's own attention module on the same
-x (tests/hf_zoo.py): its output and its weights. The heavily compressed layer agrees on
-more tokens than two blocks, its compressor's pooled keys among them (the compressor
-setting); the sparse layer on fewer tokens than a block (no key pooled), a block's worth
-refused naming the compressor and its indexer.
+x (tests/hf_zoo.py): its output and its weights. Each compressed layer agrees on more
+tokens than two blocks, its compressor's pooled keys among them (the compressor setting):
+the heavily compressed layer's blocks, the sparse layer's overlapping blocks and its
+indexer's top index_topk pooled keys for each query (4 index heads: no tie at a query's
+k-th index score, which torch.topk breaks its own way, checked).
 1e-5 relative: the model computes RoPE's cos and sin in float32 (measured ~1e-7).
 Skipped where transformers (and torch) are not installed."""
 
@@ -23,6 +24,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 
 import mhacli  # noqa: E402
+from mhacli.engine import sparse  # noqa: E402
 from mhacli.io.problem import from_mapping  # noqa: E402
 from mhacli.models.layer import read_layer  # noqa: E402
 
@@ -32,13 +34,14 @@ from . import hf_zoo as zoo  # noqa: E402
 RATES = {"compressed_sparse_attention": 4, "heavily_compressed_attention": 8}
 # (layer, tokens): the sliding layer past its window, each compressed one a block less one
 LAYERS = [(0, 12), (1, 7), (2, 3)]
-# the heavily compressed layer past two blocks of 8: three whole, and two and a part
-POOLED = [(1, 24), (1, 21)]
+# each compressed layer past two blocks: three whole, and two and a part (8 tokens a
+# block); five and six whole blocks and a part (4 a block: more than index_topk = 4)
+POOLED = [(1, 24), (1, 21), (2, 24), (2, 21), (2, 9)]
 
 
 def _build(folder: Path, **over: Any) -> Path:
     config = zoo.tiny_config("deepseek_v4")
-    for key, value in {"compress_rates": RATES, **over}.items():
+    for key, value in {"compress_rates": RATES, "index_n_heads": 4, **over}.items():
         setattr(config, key, value)
     config._attn_implementation = "eager"
     torch.manual_seed(0)
@@ -83,6 +86,10 @@ def _compare(folder: Path, layer: int, n: int) -> tuple[float, float]:
     inputs = from_mapping({"x": x}, "dsv4", reading=reading).inputs
     tr = mhacli.trace(**inputs)
     np.testing.assert_array_equal(mhacli.attention(**inputs), tr["output"])  # fast = traced
+    if "comp_index_scores" in tr.stages:  # no tie at a query's k-th index score
+        s, k = tr["comp_index_scores"], tr.config.comp_top_k
+        kth = sparse.kth(s, k)[:, None]  # (n, 1)
+        assert (((s == kth) & np.isfinite(kth)).sum(axis=1) <= 1).all()
     model = zoo.load(folder)
     want = zoo.module_reference(model, (reading.module or reading.stem).rstrip("."), x)
     return zoo.relative(tr["output"], want["output"]), \
@@ -115,23 +122,32 @@ def test_the_layer_reads_its_steps_with_their_origins(model_dir: Path) -> None:
     assert s["rope"]["style"] == "interleaved" and s["rope"]["dims"] == 8
     assert s["rope"]["base"] == 160000.0  # (compress_rope_theta: a compressed layer's)
     assert read_layer(model_dir, 0).settings["rope"]["base"] == 10000.0  # (main's)
-    assert s["window"] == 4 and reading.most_tokens == 3
+    assert s["window"] == 4 and reading.most_tokens is None
     assert "wo_a.weight" in o["w_o"] and "wo_b.weight" in o["w_o"]
     assert "identity" in o["w_uk"] and "q_b_norm" in o["q_head_norm"]
     eye = np.tile(np.eye(16), 4)
     np.testing.assert_array_equal(reading.weights["w_uk"], eye)
 
 
-def test_the_sparse_layers_block_is_refused_naming_the_compressor(model_dir: Path) -> None:
+def test_the_sparse_layer_reads_its_overlapping_compressor_and_indexer(
+        model_dir: Path) -> None:
+    """The sparse layer's compressor (2·head_dim wide: [C_a | C_b]) and its indexer's
+    tensors, and each query's pooled keys: the top index_topk = 4 of those whose block
+    has ended, every one while it sees fewer."""
     reading = read_layer(model_dir, 2)
-    x = np.zeros((4, reading.width))
-    with pytest.raises(mhacli.MhaError) as caught:
-        from_mapping({"x": x}, "dsv4", reading=reading)
-    said = str(caught.value)
-    kind = "compressed_sparse_attention"
-    assert f"--layer 2: layer 2 is {kind}: its compressor" in said
-    assert f"compress_rates.{kind} = 4 tokens into one more key" in said
-    assert "give at most 3 tokens (here 4)" in said and "indexer" in said
+    comp = reading.settings["compressor"]
+    assert comp["rate"] == 4 and comp["overlap"] is True
+    assert np.shape(comp["w_kv"]) == (64, 32) and np.shape(comp["position_bias"]) == (4, 32)
+    index = comp["indexer"]
+    assert index["top_k"] == 4 and np.shape(index["w_q"]) == (24, 64)
+    assert np.shape(index["w_weights"]) == (64, 4) and np.shape(index["w_kv"]) == (64, 32)
+    assert "indexer.wq_b" in reading.origin["compressor"]
+    x = np.random.default_rng(5).standard_normal((23, reading.width))
+    tr = mhacli.trace(**from_mapping({"x": x}, "dsv4", reading=reading).inputs)
+    seen = (tr["weights"][0, :, 23:] > 0)  # (n, T = 5)
+    ended = (np.arange(5)[None] + 1) * 4 - 1 <= np.arange(23)[:, None]
+    assert (seen <= ended).all() and (seen.sum(axis=1) == np.minimum(ended.sum(axis=1), 4)).all()
+    np.testing.assert_array_equal(seen, tr["comp_index_keep"] > 0)
 
 
 def test_the_heavily_compressed_layer_reads_its_compressor(model_dir: Path) -> None:

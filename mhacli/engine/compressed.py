@@ -35,7 +35,7 @@ Config = Prepared = Sizes = Any  # (config.py's)
 
 Array = np.ndarray
 Fields = tuple[dict[str, Any], dict[str, Any]]
-KEYS = ("rate", "w_kv", "w_gate", "position_bias", "norm")
+KEYS = ("rate", "overlap", "w_kv", "w_gate", "position_bias", "norm", "indexer")
 ARRAYS = {"w_kv": "w_ckv", "w_gate": "w_cgate", "position_bias": "c_bias",
           "norm": "c_norm"}  # a file's key -> the Prepared field
 NAME = "the compressor"
@@ -56,7 +56,7 @@ def value(v: Any) -> dict[str, Any] | None:
     if unknown:
         raise MhaError(f"compressor takes {', '.join(KEYS)}, not {', '.join(unknown)}",
                        key=("compressor", unknown[0]), on_key=True)
-    missing = [k for k in KEYS if v.get(k) is None]
+    missing = [k for k in KEYS if v.get(k) is None and k not in ("overlap", "indexer")]
     if missing:
         raise MhaError(f"compressor needs {', '.join(missing)}",
                        key=("compressor", missing[0]))
@@ -64,17 +64,38 @@ def value(v: Any) -> dict[str, Any] | None:
 
     out = dict(v)
     out["rate"] = whole("compressor.rate", v["rate"])
+    out["overlap"] = _flag(v.get("overlap", False))
     for name in ARRAYS:
         out[name] = nested_numbers(v[name], ("compressor", name))
+    if v.get("indexer") is not None:
+        from .compressed_index import value as index_value
+
+        out["indexer"] = index_value(v["indexer"])
     return out
+
+
+def _flag(v: Any) -> bool:
+    from .turned_values import FLAGS
+
+    if isinstance(v, str) and v.strip().lower() in FLAGS:
+        return FLAGS[v.strip().lower()]
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    raise MhaError(f"compressor overlap must be true or false, got {given(v)}",
+                   key=("compressor", "overlap"))
 
 
 def parse(v: Any, s: Sizes) -> Fields:
     """The compressor (read), its arrays checked against the problem: W_CKV and W_CG
-    (d_model × r_kv), B (rate × r_kv), the norm's weight (r_kv); T = ⌊n / rate⌋."""
-    off = {"compressor": None, "pooled": 0}
+    (d_model × r_kv, or × 2·r_kv with overlap), B (rate × as many), the norm's weight
+    (r_kv); T = ⌊n / rate⌋; and its indexer's (``compressed_index.py``)."""
+    from . import compressed_index
+
+    off = {"compressor": None, "pooled": 0, "comp_overlap": False}
     if v is None:
-        return off, {name: None for name in ARRAYS.values()}
+        return ({**off, **compressed_index.parse(None, s, 0)[0]},
+                {**{name: None for name in ARRAYS.values()},
+                 **compressed_index.parse(None, s, 0)[1]})
     if not s.r_kv:
         raise MhaError(f"{NAME} pools rows of multi-head latent attention's key/value "
                        "latent (w_dkv, kv_latent_norm, w_uk, w_uv): this problem has none",
@@ -87,23 +108,30 @@ def parse(v: Any, s: Sizes) -> Fields:
                        "not followed: its pooled rows have no k_R", key="compressor")
     a = {name: as_array(f"compressor.{name}", v[name], s.t) for name in ARRAYS}
     rate, r = v["rate"], s.r_kv
-    want = {"w_kv": (s.d_model, r), "w_gate": (s.d_model, r), "position_bias": (rate, r),
-            "norm": (r,)}
+    wide = 2 * r if v["overlap"] else r
+    why = f"2·r_kv = {wide}: [C_a | C_b] with overlap" if v["overlap"] else f"r_kv = {r}"
+    want = {"w_kv": (s.d_model, wide), "w_gate": (s.d_model, wide),
+            "position_bias": (rate, wide), "norm": (r,)}
     for name, shape in want.items():
         if a[name].shape != shape:
             raise MhaError(f"compressor {name} is {' × '.join(map(str, a[name].shape))}: "
                            f"expected {' × '.join(map(str, shape))} (d_model = {s.d_model}, "
-                           f"r_kv = {r}, rate = {rate})", key=("compressor", name))
+                           f"{why}, rate = {rate})", key=("compressor", name))
     for arr in a.values():
         arr.flags.writeable = False
-    return ({"compressor": rate, "pooled": s.n // rate},
-            {ARRAYS[name]: arr for name, arr in a.items()})
+    fields, arrays = compressed_index.parse(v.get("indexer"), s, rate, v["overlap"])
+    return ({"compressor": rate, "pooled": s.n // rate, "comp_overlap": v["overlap"],
+             **fields}, {**{ARRAYS[name]: arr for name, arr in a.items()}, **arrays})
 
 
 def shown(c: Config) -> dict[str, Any]:
     if not c.compressor:
         return {}
-    return {"compressor": {"rate": c.compressor, "pooled": c.pooled}}
+    from .compressed_index import shown as index_shown
+
+    return {"compressor": {"rate": c.compressor, "pooled": c.pooled,
+                           **({"overlap": True} if c.comp_overlap else {}),
+                           **index_shown(c)}}
 
 
 def write(c: Config, p: Prepared, written: Any) -> Any:
@@ -115,8 +143,11 @@ def write(c: Config, p: Prepared, written: Any) -> Any:
         if a.ndim == 1:
             return "[" + ", ".join(written(x) for x in a) + "]"
         return "[" + ", ".join(rows(r) for r in a) + "]"
-    parts = [f"rate: {c.compressor}"]
+    from .compressed_index import write as index_write
+
+    parts = [f"rate: {c.compressor}"] + (["overlap: true"] if c.comp_overlap else [])
     parts += [f"{key}: {rows(getattr(p, field))}" for key, field in ARRAYS.items()]
+    parts += index_write(c, p, rows)
     return "{" + ", ".join(parts) + "}"
 
 
@@ -130,16 +161,20 @@ def key_positions(c: Config) -> Array:
     return np.concatenate((np.arange(tokens), np.arange(c.pooled) * c.compressor))
 
 
-def kv(x: Array, p: Prepared) -> Array:
-    """X·W_CKV over the tokens of the whole blocks: (T·rate, r)."""
+def kv(x: Array, p: Prepared, w: Array | None = None) -> Array:
+    """X·W_CKV (or ·``w``, the indexer's) over the tokens of the whole blocks:
+    (T·rate, r)."""
     c = p.config
-    return x[:c.pooled * c.compressor] @ p.w_ckv
+    return x[:c.pooled * c.compressor] @ (p.w_ckv if w is None else w)
 
 
-def gates(x: Array, p: Prepared) -> Array:
-    """X·W_CG + B[t mod rate] over the tokens of the whole blocks: (T·rate, r)."""
+def gates(x: Array, p: Prepared, w: Array | None = None, bias: Array | None = None
+          ) -> Array:
+    """X·W_CG + B[t mod rate] (or the indexer's ``w`` and ``bias``) over the tokens of
+    the whole blocks: (T·rate, r)."""
     c = p.config
-    return x[:c.pooled * c.compressor] @ p.w_cgate + np.tile(p.c_bias, (c.pooled, 1))
+    w, bias = (p.w_cgate, p.c_bias) if w is None else (w, bias)
+    return x[:c.pooled * c.compressor] @ w + np.tile(bias, (c.pooled, 1))
 
 
 def _blocks(a: Array, rate: int) -> Array:
@@ -147,28 +182,51 @@ def _blocks(a: Array, rate: int) -> Array:
     return a.reshape(-1, rate, a.shape[-1])
 
 
-def weights(g: Array, rate: int) -> Array:
+def weights(g: Array, rate: int, overlap: bool = False) -> Array:
     """The softmax of the gates over each block's rows, each column its own:
-    (T·rate, r)."""
-    b = _blocks(g, rate)  # (T, rate, r)
-    e = np.exp(b - b.max(axis=1, keepdims=True))
-    return (e / e.sum(axis=1, keepdims=True)).reshape(g.shape)
+    (T·rate, r). With overlap (the gates [Z_a | Z_b], 2·r columns) pooled row w takes
+    the C_a half of block w − 1's tokens and the C_b half of block w's, 2·rate slots a
+    column: the softmax runs over those, so an entry (t, j < r) is token t's weight in
+    the next block's row (0 in the last block: there is none) and (t, r + j) its weight
+    in its own block's."""
+    if not overlap:
+        b = _blocks(g, rate)  # (T, rate, r)
+        e = np.exp(b - b.max(axis=1, keepdims=True))
+        return (e / e.sum(axis=1, keepdims=True)).reshape(g.shape)
+    r = g.shape[-1] // 2
+    a, b = _blocks(g[:, :r], rate), _blocks(g[:, r:], rate)  # (T, rate, r) each
+    slots = np.full((b.shape[0], 2 * rate, r), -np.inf, dtype=g.dtype)  # (T, 2·rate, r)
+    slots[1:, :rate], slots[:, rate:] = a[:-1], b
+    e = np.exp(slots - slots.max(axis=1, keepdims=True))
+    s = e / e.sum(axis=1, keepdims=True)  # (T, 2·rate, r)
+    out = np.zeros_like(g)
+    out[:-rate or None, :r] = s[1:, :rate].reshape(-1, r)  # (the last block's: none)
+    out[:, r:] = s[:, rate:].reshape(-1, r)
+    return out
 
 
-def pooled(w: Array, kv_rows: Array, rate: int) -> Array:
-    """Σ over each block's rows of weights ⊙ kv: (T, r)."""
-    return _blocks(w * kv_rows, rate).sum(axis=1)
+def pooled(w: Array, kv_rows: Array, rate: int, overlap: bool = False) -> Array:
+    """Σ over each block's rows of weights ⊙ kv: (T, r); with overlap, pooled row w
+    the C_b half's sum over block w plus the C_a half's over block w − 1."""
+    if not overlap:
+        return _blocks(w * kv_rows, rate).sum(axis=1)
+    r = w.shape[-1] // 2
+    both = w * kv_rows  # (T·rate, 2·r)
+    out = _blocks(both[:, r:], rate).sum(axis=1)  # (T, r) each block's own
+    out[1:] += _blocks(both[:, :r], rate).sum(axis=1)[:-1]  # and the block before's
+    return out
 
 
-def normed(a: Array, p: Prepared) -> tuple[Array, Array]:
-    """Each pooled row over its root mean square, times the norm's weight; and the root
-    mean square (T, 1)."""
+def normed(a: Array, p: Prepared, weight: Array | None = None) -> tuple[Array, Array]:
+    """Each pooled row over its root mean square, times the norm's weight (the
+    compressor's, or ``weight``); and the root mean square (T, 1)."""
     r = ops.rms(a[None], p.config.latent_eps)[0]  # (T, 1)
-    return a / r * p.c_norm, r
+    return a / r * (p.c_norm if weight is None else weight), r
 
 
 def rows_of(x: Array, p: Prepared) -> Array:
     """The pooled latent rows from X (with its positions): (T, r), as the stages make
     them one at a time."""
-    rate = p.config.compressor
-    return normed(pooled(weights(gates(x, p), rate), kv(x, p), rate), p)[0]
+    c = p.config
+    rate, both = c.compressor, c.comp_overlap
+    return normed(pooled(weights(gates(x, p), rate, both), kv(x, p), rate, both), p)[0]

@@ -10,19 +10,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import compressed
+from .compressed_cells import cell_kv, cell_normed, cell_pooled, cell_weights
 from .formulas import tex
-from .recipe import fdot, op, rms_line, rms_of, squares, when
 from .stage import NUMBERED, Stage
-from .writing import Entry, Formula
+from .writing import Formula
 
 if TYPE_CHECKING:
     from .config import Config
     from .work import Work
 
 Array = np.ndarray
-INPUTS = {"x": "X", "x_pos": "(X + PE)"}
-
-
 def _on(c: Config) -> bool:
     return c.pooled > 0
 
@@ -33,11 +30,12 @@ def _on(c: Config) -> bool:
 def _weights(w: Work) -> Array | None:
     if w.exact:
         return None  # exponentials: not rational
-    return compressed.weights(w["comp_gates"], w.c.compressor)
+    return compressed.weights(w["comp_gates"], w.c.compressor, w.c.comp_overlap)
 
 
 def _pooled(w: Work) -> Array | None:
-    return compressed.pooled(w["comp_weights"], w["comp_kv"], w.c.compressor)
+    return compressed.pooled(w["comp_weights"], w["comp_kv"], w.c.compressor,
+                             w.c.comp_overlap)
 
 
 def _normed(w: Work) -> Array | None:
@@ -46,76 +44,16 @@ def _normed(w: Work) -> Array | None:
     return out
 
 
-# --------------------------------------------------------------------------- cells
-
-
-def cell_kv(e: Entry) -> list[Any]:
-    src, i, j = e.reads[0], e.row, e.col
-    gate = e.stage == "comp_gates"
-    name, big = ("w_cgate", "W_CG") if gate else ("w_ckv", "W_CKV")
-    e.mark(src, None, {i})
-    row, col = e.row_of(src, None, i), e.inp(name, exact=False).col(j)
-    place = i % e.c.compressor
-    bias = e.inp("c_bias", exact=False).at(place, j)
-    e.makes(op("f+", fdot(row, col), bias) if gate else fdot(row, col))
-    tail = f" + B[{place + 1}, {j + 1}]  (B's row of the token's place in its block)" \
-        if gate else ""
-    return [f"{e.name} = row {i + 1} of {INPUTS.get(src, src)} · column {j + 1} of "
-            f"{big}{tail}",
-            f"  = {e.dot(row, e.inp(name).col(j))}" + (f" + {e.factor(bias)}" if gate
-                                                       else ""),
-            f"  = {e.result}"]
-
-
-def cell_weights(e: Entry) -> list[Any]:
-    i, j, rate = e.row, e.col, e.c.compressor
-    first = i // rate * rate  # the block's first token
-    e.mark("comp_gates", None, {first + t for t in range(rate)}, {j})
-    gates = op("slice", e.col_of("comp_gates", None, j), first, first + rate)
-    top = op("fmax", gates)
-    num = op("exp", op("f-", e.value("comp_gates", None, i, j), top))
-    total = op("fsum", op("fmap", op("exp", op("f-", op("it", 0), top)), gates))
-    e.makes(op("f/", num, total))
-    return [f"{e.name} = exp(g − max) / Σ exp(g_t − max) over the {rate} gates of column "
-            f"{j + 1} of its block, tokens {first + 1}…{first + rate}",
-            f"  max = {e.num(top)}, exp(g − max) = {e.num(num)}, Σ = {e.num(total)}",
-            f"  = {e.result}"]
-
-
-def cell_pooled(e: Entry) -> list[Any]:
-    b, j, rate = e.row, e.col, e.c.compressor
-    first = b * rate
-    rows = {first + t for t in range(rate)}
-    e.mark("comp_weights", None, rows, {j})
-    e.mark("comp_kv", None, rows, {j})
-    weights = op("slice", e.col_of("comp_weights", None, j), first, first + rate)
-    kv = op("slice", e.col_of("comp_kv", None, j), first, first + rate)
-    e.makes(fdot(weights, kv))
-    return [f"{e.name} = Σ over block {b + 1}'s {rate} tokens of comp_weights ⊙ comp_kv, "
-            f"column {j + 1}",
-            f"  = {e.dot(weights, kv)}", f"  = {e.result}"]
-
-
-def cell_normed(e: Entry) -> list[Any]:
-    c, i, j = e.c, e.row, e.col
-    e.mark("comp_pooled", None, {i})
-    r = op("at", "comp_normed.rms", i, 0)
-    weight = e.inp("c_norm", exact=False).at(j)
-    x = e.value("comp_pooled", None, i, j)
-    row = e.row_of("comp_pooled", None, i)
-    rms = rms_of(squares(row), c.r_kv, c.latent_eps)
-    e.makes(op("f*", op("f/", x, rms), weight))
-    return [f"{e.name} = comp_pooled[{i + 1}, {j + 1}] / rms × norm_{j + 1}, rms = √(mean of "
-            "the squares of its row + eps)",
-            rms_line(row, c.r_kv, c.latent_eps, r),
-            f"  {e.factor(x)} / {e.num(r)} × {e.factor(weight)}", f"  = {e.result}"]
-
-
 # --------------------------------------------------------------------------- stages
 
 
 def _used(c: Config) -> int:
     return c.pooled * (c.compressor or 0)
+
+
+def _wide(c: Config) -> int:
+    """The compressor's kv and gates' columns: r_kv, or [C_a | C_b] with overlap."""
+    return 2 * c.r_kv if c.comp_overlap else c.r_kv
 
 
 def compressed_stages(t: Any) -> tuple[Stage, ...]:
@@ -130,19 +68,19 @@ def compressed_stages(t: Any) -> tuple[Stage, ...]:
                 f"{f.c.compressor}")
 
     return (
-        Stage("comp_kv", "T·rate × r_kv", lambda c: (_used(c), c.r_kv), NUMBERED, NUMBERED,
+        Stage("comp_kv", "T·rate × r_kv", lambda c: (_used(c), _wide(c)), NUMBERED, NUMBERED,
               compute=lambda w: compressed.kv(w[x(w.c, "comp_kv")[0]], w.p),
               formula=lambda f: f"X·W_CKV over {blocks(f)}: what the compressor pools",
               latex=tex("C", "X W_{CKV}", "W_{CKV}^{\\top} X"), cell=cell_kv, exact=True,
               reads=lambda c: x(c, "comp_kv"), exists=_on),
-        Stage("comp_gates", "T·rate × r_kv", lambda c: (_used(c), c.r_kv), NUMBERED,
+        Stage("comp_gates", "T·rate × r_kv", lambda c: (_used(c), _wide(c)), NUMBERED,
               NUMBERED,
               compute=lambda w: compressed.gates(w[x(w.c, "comp_gates")[0]], w.p),
               formula=lambda f: f"X·W_CG + B[t mod {f.c.compressor}] over {blocks(f)}: each "
               "token's gates, B's row of its place in its block added",
               latex=tex("Z", "X W_{CG} + B", "W_{CG}^{\\top} X + B"), cell=cell_kv,
               exact=True, reads=lambda c: x(c, "comp_gates"), exists=_on),
-        Stage("comp_weights", "T·rate × r_kv", lambda c: (_used(c), c.r_kv), NUMBERED,
+        Stage("comp_weights", "T·rate × r_kv", lambda c: (_used(c), _wide(c)), NUMBERED,
               NUMBERED, compute=_weights,
               formula=lambda f: f"the softmax of the gates over each block's "
               f"{f.c.compressor} rows, each column its own: how much of each token a "

@@ -432,6 +432,33 @@ class Pooled(Rule):
                 + (" (the rest set to −∞)" if alone else ""))
 
 
+class PooledTopK(Rule):
+    """A compressor's indexer (``compressed_index.py``): query i sees only the pooled
+    keys of its top_k index scores; the tokens' own keys are left to the other rules."""
+
+    name = "pooled_top_k"
+    the = "the compressor's indexer"
+    tile_said = "the compressor's indexer (no query of the tile keeps any of its keys)"
+
+    def __init__(self, tokens: int, keep: npt.NDArray[np.bool_], top_k: int) -> None:
+        self.tokens, self.keep, self.top_k = tokens, keep, top_k  # keep: (n, T)
+
+    def allowed(self, lo: int, hi: int, k0: int, k1: int) -> Bools:
+        out = np.ones((hi - lo, k1 - k0), dtype=bool)  # (rows, keys)
+        first = max(k0, self.tokens)
+        if first < k1:
+            out[:, first - k0:] = self.keep[lo:hi, first - self.tokens:k1 - self.tokens]
+        return out
+
+    def said(self, reason: Reason, key: str) -> str:
+        return (f"the compressor's indexer ({key} is not among the query's {self.top_k} "
+                "pooled keys of largest index score: --cell comp_index_keep says its rank)")
+
+    def text(self, alone: bool) -> str:
+        return ("comp_index_keep 0 (not among the query's top-k pooled keys)"
+                + (" set to −∞" if alone else ""))
+
+
 class Padding(KeySet):
     """Key padding: the keys marked 0 are blocked for every query."""
 
@@ -490,7 +517,8 @@ class Reach:
     def of(cls, c: Settings, matrix: npt.NDArray[np.bool_] | None = None,
            key_padding: npt.NDArray[np.bool_] | None = None,
            top_k: tuple[Any, Any] | None = None,
-           dynamic: tuple[Any, Any] | None = None) -> Reach:
+           dynamic: tuple[Any, Any] | None = None,
+           pooled_keep: npt.NDArray[np.bool_] | None = None) -> Reach:
         """The rules of the problem ``c``: its mask (causal, or the ``matrix``), its
         window, its chunks, its local blocks, its ``key_padding``, the indexer's ``top_k``
         (keep, scores), Doge's ``dynamic`` (keep (G, n, m), bias (G, m)), in that order.
@@ -520,6 +548,8 @@ class Reach:
             tokens = c.m - pooled
             rules = [Tokens(r, tokens) if isinstance(r, Run) else r for r in rules]
             rules.append(Pooled(tokens, c.compressor))  # type: ignore[attr-defined]
+            if pooled_keep is not None:  # (its indexer: each query's top-k pooled keys)
+                rules.append(PooledTopK(tokens, pooled_keep, c.comp_top_k))  # type: ignore[attr-defined]
         return cls(c.n, c.m, tuple(rules))
 
     @property

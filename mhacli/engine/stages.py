@@ -40,6 +40,7 @@ from .head_weights import OUTPUT, PROJECTIONS
 from .reach import Reach
 from .sparse_stages import cell_masked_kept, keep_mask, sparse_stages
 from .compressed_stages import compressed_stages
+from .compressed_index_stages import compressed_index_stages
 from . import dynamic_stages as dyn
 from .stage import KEY, NUMBERED, QUERY, Stage
 from . import exclusive, qk_norms, query_bias, sub_norm, token_conv, turned_values
@@ -544,6 +545,7 @@ FORWARD: tuple[Stage, ...] = (
           exists=lambda c: c.value_embedded and not c.latent),
     *mla.latent_stages(sys.modules[__name__]),  # MLA's latents (latent_stages.py)
     *compressed_stages(sys.modules[__name__]),  # a compressor's (compressed_stages.py)
+    *compressed_index_stages(sys.modules[__name__]),  # its indexer's
     # (the gate after the latents: with q_latent_both it reads the query latent)
     Stage("gate", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,
           compute=lambda w: gate_of(w.p, w[reads(w.c, "gate")[0]]), formula=_gate_text,

@@ -276,6 +276,10 @@ def prepare(
         has_w_o=wo is not None, masked_row=masked_row,
         kv_heads=groups if groups != heads else 0, backward=backward, loss=loss, **fields)
     turned_values.check(config)
+    if config.comp_top_k:
+        from .compressed_index import check
+
+        check(config)
     dead = Reach.of(config, arrays["mask"], arrays["key_padding"]).dead_rows()
     if dead and masked_row == "error":
         rows = ", ".join(str(r) for r in dead)

@@ -77,10 +77,12 @@ def _rate(r: Reader, kind: str) -> int:
     return rate
 
 
-def _pool(r: Reader, prefix: str, width: int, rate: int) -> dict[str, Any]:
+def _pool(r: Reader, prefix: str, d: int, rate: int, overlap: bool = False
+          ) -> dict[str, Any]:
     """A compressor's tensors (``{prefix}wkv``, ``wgate``, ``ape``, ``norm``) as the
     setting's arrays: W_CKV and W_CG (d_model × width, transposed), B (rate × width),
-    the norm's weight."""
+    the norm's weight (d); width d, or 2·d with overlapping blocks ([C_a | C_b])."""
+    width = 2 * d if overlap else d
     got: dict[str, Any] = {}
     for name, key in (("wkv", "w_kv"), ("wgate", "w_gate")):
         full = f"{prefix}{name}.weight"
@@ -95,13 +97,16 @@ def _pool(r: Reader, prefix: str, width: int, rate: int) -> dict[str, Any]:
                        key=bias)
     got["position_bias"] = r.tensor(bias, 2)
     got["norm"] = r.tensor(f"{prefix}norm.weight", 1)
+    if got["norm"].shape != (d,):
+        raise MhaError(f"{prefix}norm.weight has shape {got['norm'].shape}: one weight of "
+                       f"each of the {d} columns pooled", source=r.ckpt.source_of(
+                           f"{prefix}norm.weight"), key=f"{prefix}norm.weight")
     return got
 
 
 def _compressor(r: Reader, stem: str, kind: str, out: Layer) -> None:
-    """A compressed layer's compressor: the heavily compressed one's read as the
-    compressor setting; the sparse one's (its overlapping blocks and its indexer) read
-    where it pools no key, fewer tokens than its compress_rate, more refused by name."""
+    """A compressed layer's compressor as the compressor setting: the heavily compressed
+    one's blocks; the sparse one's overlapping blocks and its indexer."""
     rate = _rate(r, kind)
     names = sorted(n for n in r.ckpt.names
                    if n.startswith((f"{stem}compressor.", f"{stem}indexer.")))
@@ -110,25 +115,41 @@ def _compressor(r: Reader, stem: str, kind: str, out: Layer) -> None:
                        f"layer is {kind}", source=str(r.ckpt.path), key=f"{stem}compressor")
     for key in ("index_n_heads", "index_head_dim", "index_topk"):
         r.get(key)  # (the sparse layers' indexer, which picks among the pooled keys)
-    if kind == "heavily_compressed_attention":
-        d = out["w_dkv"].shape[1]
-        out["compressor"] = {"rate": rate, **_pool(r, f"{stem}compressor.", d, rate)}
-        r.note("compressor", f"tensors {stem}compressor.wkv, wgate (transposed), {stem}"
-                             f"compressor.ape (the "
-                             f"gates' bias of each place), norm (eps rms_norm_eps); config "
-                             f"compress_rates.{kind} = {rate} tokens a block")
-        return
-    r.taken.update(names)
-    out["most_tokens"] = rate - 1
-    out["most_whole"] = True
-    out["most_said"] = (f"layer {r.layer} is {kind}: its compressor ({stem}compressor.) pools "
-                        f"each block of compress_rates.{kind} = {rate} tokens into one more "
-                        "key and value (softmax-gated over the block, RMS-normed, turned "
-                        "at the block's first position), and its indexer picks each query's "
-                        "top index_topk of them, which mha does not compute: with fewer "
-                        f"than {rate} tokens it pools none")
-    r.note("most_tokens", f"config compress_rates.{kind} = {rate}: its compressor pools no "
-                          f"key from fewer tokens; more refused by name")
+    d, sparse = out["w_dkv"].shape[1], kind == "compressed_sparse_attention"
+    comp = {"rate": rate, "overlap": sparse,
+            **_pool(r, f"{stem}compressor.", d, rate, sparse)}
+    said = (f"tensors {stem}compressor.wkv, wgate (transposed), {stem}compressor.ape (the "
+            f"gates' bias of each place), norm (eps rms_norm_eps); config "
+            f"compress_rates.{kind} = {rate} tokens a block")
+    if sparse:
+        comp["indexer"] = _indexer(r, stem, rate)
+        said += (f"; overlapping blocks (wkv's first {d} rows pooled into the next block's "
+                 f"row, its last {d} into its own); the indexer: {stem}indexer.compressor.* "
+                 f"as the compressor's, {stem}indexer.wq_b, weights_proj (transposed), "
+                 f"config index_topk = {comp['indexer']['top_k']} (top_k)")
+    out["compressor"] = comp
+    r.note("compressor", said)
+
+
+def _indexer(r: Reader, stem: str, rate: int) -> dict[str, Any]:
+    """The sparse layers' indexer: its own overlapping compressor at index_head_dim, its
+    queries from the normed query latent (wq_b) and its heads' weights (weights_proj)."""
+    top, heads, dim = (r.count(k) for k in ("index_topk", "index_n_heads", "index_head_dim"))
+    for key, value in (("index_topk", top), ("index_n_heads", heads),
+                       ("index_head_dim", dim)):
+        if value is None:
+            raise r.error(key, "missing: the compressed sparse layers' indexer needs it")
+    got: dict[str, Any] = {"top_k": top, **_pool(r, f"{stem}indexer.compressor.", dim, rate,
+                                                  True)}
+    for name, key, rows in (("wq_b", "w_q", heads * dim), ("weights_proj", "w_weights",
+                                                            heads)):
+        full = f"{stem}indexer.{name}.weight"
+        if r.shape(full, 2)[0] != rows:
+            raise MhaError(f"{full} has {r.shape(full, 2)[0]} rows: index_n_heads = {heads} "
+                           f"heads of index_head_dim = {dim}", source=r.ckpt.source_of(full),
+                           key=full)
+        got[key] = r.tensor(full, 2).T
+    return got
 
 
 @said("DeepSeek-V4's attention: MLA's query latent (wq_a, q_norm, wq_b), each head's queries "
