@@ -352,6 +352,9 @@ def _mask_text(f: Formula) -> str:
     rules = Reach.of(c).rules  # named, not asked: the formula has no arrays
     top = [f"index_keep 0 (not among the query's top {c.indexer} keys by the indexer)"
            + (" set to −∞" if not rules else "")] if c.indexer else []
+    if c.comp_top_k and c.pooled:  # (the compressor's indexer: named, its keep not asked)
+        top.append(f"comp_index_keep 0 (not among the query's top {c.comp_top_k} pooled "
+                   "keys by the compressor's indexer)")
     if c.dynamic:
         top.append(f"dynamic_keep 0 (not among the query's {c.dynamic} keys of largest bias, "
                    "for its query head's key/value head)" + (" set to −∞" if not rules else ""))
