@@ -16,10 +16,13 @@
 * the grouped output projection (``wo_a``: o_groups blocks, each H·head_dim / o_groups →
   o_lora_rank, then ``wo_b``) read as one W_O, their product;
 * on the compressed layers (``compressed_sparse_attention``, ``heavily_compressed_attention``)
-  a compressor that pools each block of compress_rate tokens into one more key (and, on
-  the sparse ones, an indexer that picks among them): with fewer tokens than a block it
-  pools none and the layer is the attention above; more tokens are refused by name
-  (``most_tokens``).
+  a compressor (``compressor.``) that pools each block of compress_rate tokens into one
+  more key/value row, read as the compressor setting (``engine/compressed.py``): ``wkv``,
+  ``wgate`` (transposed), ``ape`` (the gates' bias of each place in a block), ``norm``;
+  the sparse layers' blocks overlap (wkv 2·head_dim wide: a block's first half pooled
+  into the next block's row) and their indexer (``indexer.``: its own compressor at
+  index_head_dim, ``wq_b`` from the normed query latent, ``weights_proj``) keeps each
+  query's top index_topk pooled keys.
 
 The hyper-connections (hc_*) are outside the attention: x is the normed input the module
 receives.
@@ -157,10 +160,11 @@ def _indexer(r: Reader, stem: str, rate: int) -> dict[str, Any]:
       "as its keys and, turned by RoPE (the last qk_rope_head_dim columns, interleaved, the "
       "layer type's base), as its values, each head's output turned back at its query's "
       "position; a sink logit a head; a sliding window on every layer; the grouped output "
-      "projection (wo_a, wo_b) as one W_O; the compressed layers read where they pool no "
-      "key (fewer tokens than compress_rates), more refused by name")
+      "projection (wo_a, wo_b) as one W_O; the compressed layers' compressor pooling each "
+      "block of compress_rates tokens into one more key (the sparse layers' blocks "
+      "overlapping, and their indexer keeping each query's top index_topk of them)")
 def deepseek_v4(f: Any, r: Reader, stem: str) -> Layer:
-    """One layer of DeepSeek-V4: its attention without the compressor's keys."""
+    """One layer of DeepSeek-V4: its attention, with its compressor's pooled keys."""
     kind = layer_kind(r, KINDS)
     heads, d = r.count("num_attention_heads"), r.count("head_dim")
     r_q, hidden = r.count("q_lora_rank"), r.count("hidden_size")
