@@ -72,6 +72,7 @@ CASES: dict[str, tuple[dict[str, Any], int, bool]] = {
     "dsv4-tiles": (dict(file=str(FIXTURES / "dsv4.yaml"), tiles="2:3"), 4, False),
     "dsv4-hca": (dict(file=str(FIXTURES / "dsv4-hca.yaml")), 4, False),
     "dsv4-csa": (dict(file=str(FIXTURES / "dsv4-csa.yaml")), 4, False),
+    "dsv4-csa-backward": (dict(file=str(FIXTURES / "dsv4-csa.yaml"), backward=True), 4, False),
     "q-head-norm-decode": (dict(**RANDOM, heads=2, rope="half", q_head_norm="1e-6",
                                 rotated_values=True, mask="causal", decode=True, splits=2),
                            4, False),

@@ -2,7 +2,8 @@
 one more row of the key/value latent, checked against a plain loop (block by block,
 column by column, in Python floats), its causal rule, its problem file written and read
 back, the command line's views of it, and what it refuses by name. The numbers of the
-whole attention against DeepSeek-V4's own module: tests/test_deepseek_v4.py."""
+whole attention and its backward pass against DeepSeek-V4's own module and autograd:
+tests/test_deepseek_v4.py."""
 
 from __future__ import annotations
 
@@ -173,8 +174,7 @@ def test_explain_shows_the_indexer_and_names_what_it_drops() -> None:
     assert "the C_a gates of block 1 and the C_b gates of block 2" in r.stdout
 
 
-@pytest.mark.parametrize("extra, key", [
-    (["--backward"], "compressor"), (["--tiles", "2"], "tiles"), (["--decode"], "decode")])
+@pytest.mark.parametrize("extra, key", [(["--tiles", "2"], "tiles"), (["--decode"], "decode")])
 def test_what_it_does_not_follow_is_refused_by_name(extra: list[str], key: str) -> None:
     r = CliRunner().invoke(app, ["explain", str(FILE), *extra])
     assert r.exit_code == 2

@@ -219,12 +219,13 @@ def _module_gradients(model: Any, path: str, x: np.ndarray) -> dict[str, np.ndar
     return {"x": hidden.grad[0].numpy().copy(), **grads}
 
 
-@pytest.mark.parametrize("layer, n", LAYERS)
+@pytest.mark.parametrize("layer, n", LAYERS + POOLED)
 def test_the_backward_pass_agrees_with_the_models_autograd(model_dir: Path, layer: int,
                                                            n: int) -> None:
     """dL/dx and the gradients of the weights mha reads as they are (the query latent's,
-    W_kv's, the two norms', the sinks), L = Σ output, against autograd through the model's
-    own module."""
+    W_kv's, the two norms', the sinks; the compressor's where it pools keys), L = Σ
+    output, against autograd through the model's own module (the indexer's top-k held
+    fixed: its weights get no gradient in either)."""
     reading = read_layer(model_dir, layer)
     x = np.random.default_rng(layer + 10).standard_normal((n, reading.width))
     inputs = from_mapping({"x": x}, "dsv4", reading=reading).inputs
@@ -235,5 +236,11 @@ def test_the_backward_pass_agrees_with_the_models_autograd(model_dir: Path, laye
              "d_q_latent_norm": want["q_a_norm.weight"], "d_w_uq": want["q_b_proj.weight"].T,
              "d_w_dkv": want["kv_proj.weight"].T, "d_kv_latent_norm": want["kv_norm.weight"],
              "d_sinks": want["sinks"]}
+    if tr.config.pooled:  # the compressor's
+        pairs.update({"d_w_ckv": want["compressor.kv_proj.weight"].T,
+                      "d_w_cgate": want["compressor.gate_proj.weight"].T,
+                      "d_c_bias": want["compressor.position_bias"],
+                      "d_c_norm": want["compressor.kv_norm.weight"]})
+        assert not any(name.startswith("compressor.indexer.") for name in want)
     for name, expected in pairs.items():
         assert zoo.relative(tr[name], expected) < 1e-5, name

@@ -217,6 +217,18 @@ def pooled(w: Array, kv_rows: Array, rate: int, overlap: bool = False) -> Array:
     return out
 
 
+def spread(a: Array, rate: int, overlap: bool = False) -> Array:
+    """Each pooled row's numbers (T, r) given back to the entries that pool into it
+    (T·rate, r; with overlap (T·rate, 2·r): a C_a entry the next block's row's, 0 in the
+    last block): the adjoint of ``pooled``'s sums, as its backward takes them."""
+    out = np.repeat(a, rate, axis=0)  # (T·rate, r): each block's own row
+    if not overlap:
+        return out
+    ahead = np.zeros_like(out)
+    ahead[:-rate or None] = out[rate:]  # (the next block's row)
+    return np.concatenate((ahead, out), axis=1)
+
+
 def normed(a: Array, p: Prepared, weight: Array | None = None) -> tuple[Array, Array]:
     """Each pooled row over its root mean square, times the norm's weight (the
     compressor's, or ``weight``); and the root mean square (T, 1)."""

@@ -262,10 +262,6 @@ def prepare(
         "target" if upstream["target"] is not None else "sum"
     if fields.get("pooled"):  # a compressor's pooled keys, after the tokens'
         compressed_check(settings, fields)
-        if backward:
-            raise MhaError("the backward pass through the compressor's pooled keys is not "
-                           "followed yet (give fewer tokens than compressor.rate, or no "
-                           "backward)", key="compressor")
         m += fields["pooled"]
     config = Config(
         n=n, m=m, heads=heads, d_k=d_k, d_v=d_v, d_out=d_out, d_model=d_model, d_kv=d_kv,
