@@ -30,7 +30,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import MhaError
-from . import compressed, ops, sparse
+from . import ops, pooling, sparse
 from .values import as_array, given, nested_numbers
 
 Config = Prepared = Sizes = Any
@@ -143,20 +143,20 @@ def _turned(a: Array, c: Config, at: Array) -> Array:
 
 def pooled_parts(x: Array, p: Prepared) -> tuple[Array, Array, Array, Array]:
     """The indexer's compressor: its kv, gates, weights and pooled rows, as the
-    compressor's (``compressed.py``) with its own weights."""
+    compressor's (``pooling.py``) with its own weights."""
     c = p.config
     rate, both = c.compressor, c.comp_overlap
-    kv = compressed.kv(x, p, p.ci_kv)  # (T·rate, d_I or 2·d_I)
-    g = compressed.gates(x, p, p.ci_gate, p.ci_bias)
-    w = compressed.weights(g, rate, both)
-    return kv, g, w, compressed.pooled(w, kv, rate, both)  # …, (T, d_I)
+    kv = pooling.kv(x, p, p.ci_kv)  # (T·rate, d_I or 2·d_I)
+    g = pooling.gates(x, p, p.ci_gate, p.ci_bias)
+    w = pooling.weights(g, rate, both)
+    return kv, g, w, pooling.pooled(w, kv, rate, both)  # …, (T, d_I)
 
 
 def index_k(pooled: Array, p: Prepared) -> tuple[Array, Array]:
     """The pooled rows normed (the indexer's norm), each turned at its block's first
     position: (T, d_I); and their root mean square (T, 1)."""
     c = p.config
-    k, r = compressed.normed(pooled, p, p.ci_norm)
+    k, r = pooling.normed(pooled, p, p.ci_norm)
     return _turned(k[None], c, np.arange(c.pooled) * c.compressor)[0], r
 
 

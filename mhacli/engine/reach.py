@@ -549,7 +549,8 @@ class Reach:
             rules = [Tokens(r, tokens) if isinstance(r, Run) else r for r in rules]
             rules.append(Pooled(tokens, c.compressor))  # type: ignore[attr-defined]
             if pooled_keep is not None:  # (its indexer: each query's top-k pooled keys)
-                rules.append(PooledTopK(tokens, pooled_keep, c.comp_top_k))  # type: ignore[attr-defined]
+                top_k = c.comp_top_k  # type: ignore[attr-defined]
+                rules.append(PooledTopK(tokens, pooled_keep, top_k))
         return cls(c.n, c.m, tuple(rules))
 
     @property

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from ..errors import MhaError
-from . import bucket_bias, clipping, compressed, disentangled, dynamic, experts, gating, local_blocks, ngram
+from . import bucket_bias, clipping, compressed, disentangled, dynamic, experts, gating
+from . import local_blocks, ngram
 from . import value_embeds
 from . import parsers as read
 from . import qk_norms, query_bias, relative, rope, sparse, sub_norm, token_conv, turned_values
@@ -408,7 +409,8 @@ SETTINGS: tuple[Setting, ...] = (
             "w's C_b (2·rate slots a column). indexer {top_k, w_q, w_weights, w_kv, w_gate, "
             "position_bias, norm}: its own compressor of the same blocks at d_I, and each "
             "query keeps its top_k pooled keys by Σ_e w_e·ReLU(q_e·k / √d_I), as "
-            "DeepSeek-V3.2's indexer (compressed_index.py).", kind="file", read=compressed.value, parse=compressed.parse,
+            "DeepSeek-V3.2's indexer (compressed_index.py).", kind="file",
+            read=compressed.value, parse=compressed.parse,
             fields=("compressor", "pooled", "comp_overlap", "comp_top_k", "comp_index_heads",
                     "comp_index_dim", "w_ckv", "w_cgate", "c_bias", "c_norm", "ci_q", "ci_w",
                     "ci_kv", "ci_gate", "ci_bias", "ci_norm"),
