@@ -210,15 +210,17 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "hy_v4": dict(num_key_value_heads=HEADS, head_dim=8, num_hidden_layers=3,  # (a layer
         index_n_heads=2, index_head_dim=16, index_topk=16, layer_types=None,  # that shares
         mlp_layer_types=None, indexer_types=["full", "full", "shared"]),  # the top-k)
-    # (DeepSeek-V4: one layer of each type, two output groups; its compressed layers read
-    # where they pool no key, fewer tokens than a block: blocks of 16 and 32 here, past the
-    # 12 tokens of the coverage; tests/test_deepseek_v4.py has blocks of 4 and 8)
+    # (DeepSeek-V4: one layer of each type, two output groups; its compressed layers pool
+    # keys from the 12 tokens of the coverage: 3 blocks of 4 (heavily compressed), 6
+    # overlapping blocks of 2 (sparse), of which the indexer keeps each query's top 4;
+    # 4 index heads, so that no score ties at a query's 4th; tests/test_deepseek_v4.py
+    # has blocks of 4 and 8)
     "deepseek_v4": dict(layer_types=["sliding_attention", "heavily_compressed_attention",
                                      "compressed_sparse_attention"], mlp_layer_types=None,
-                        num_hidden_layers=3, o_groups=2, o_lora_rank=8, index_n_heads=2,
+                        num_hidden_layers=3, o_groups=2, o_lora_rank=8, index_n_heads=4,
                         index_head_dim=16, index_topk=4,
-                        compress_rates={"compressed_sparse_attention": 16,
-                                        "heavily_compressed_attention": 32}),
+                        compress_rates={"compressed_sparse_attention": 2,
+                                        "heavily_compressed_attention": 4}),
     # (Gemma 4: layers of two head sizes, the full-attention layers' values from k_proj
     # and one key/value head, the last two layers KV-shared, one of each type)
     **{t: dict(global_head_dim=32, num_global_key_value_heads=1, attention_k_eq_v=True,

@@ -193,6 +193,13 @@ OPTIONS: tuple[SettingOption, ...] = (
                   "latent attention): a YAML/JSON file with top_k, rope (half or "
                   "interleaved), eps, w_q, w_k, k_norm, k_norm_bias and w_weights; each "
                   "query keeps only the keys of its top_k index scores.", metavar="FILE"),
+    SettingOption("compressor", "A compressor (DeepSeek-V4's compressed attention, with "
+                  "multi-head latent attention): a YAML/JSON file with rate, w_kv, w_gate, "
+                  "position_bias and norm (and overlap, indexer); each block of rate tokens "
+                  "pooled into one more key/value row (softmax-gated over the block, "
+                  "RMS-normed, turned at the block's first position), seen by the queries "
+                  "from the block's last token on; with indexer, each query's top_k of "
+                  "them.", metavar="FILE"),
     SettingOption("dynamic_mask", "Doge's dynamic mask: a YAML/JSON file with keep, a, w_dt "
                   "and b_dt; the bias exp(A_g·softplus(V·W_dt + b_dt)) of each key and "
                   "key/value head g added to the scores, and each query keeping, for each "

@@ -131,6 +131,22 @@ def cell_x_pos(e: Entry) -> list[Any]:
             f"  = {e.factor(x)} + {e.factor(value.at(e.row, e.col))}", f"  = {e.result}"]
 
 
+def _positions(c: Any, rows: int) -> np.ndarray:
+    """The position RoPE turns row r at: r, or with a compressor its pooled keys' blocks'
+    first (``compressed.key_positions``; the queries' rows are the tokens' first rows)."""
+    if not c.pooled:
+        return np.arange(rows)
+    from .compressed import key_positions
+
+    return key_positions(c)[:rows]
+
+
+def _rope_at(tr: Any) -> np.ndarray:
+    """Each row's position, as the cell writes it: (rows, 1)."""
+    c = tr.config
+    return _positions(c, max(c.n, c.m))[:, None].astype(np.float64)
+
+
 def _rope(part: str) -> Any:
     """The angle p·θ_i of each position p and pair i, or its cos or sin, as the cell
     writes them: (positions, dims/2)."""
@@ -138,9 +154,10 @@ def _rope(part: str) -> Any:
         c = tr.config
         theta = c.rope_theta
         out = np.zeros((max(c.n, c.m), c.rope_dims // 2))
+        at = _positions(c, out.shape[0])
         for i in range(out.shape[0]):
             for pair in range(out.shape[1]):
-                angle = i * float(theta[pair])
+                angle = int(at[i]) * float(theta[pair])
                 out[i, pair] = angle if part == "angle" else \
                     np.cos(angle) if part == "cos" else np.sin(angle)
         return out
@@ -163,15 +180,16 @@ def cell_rot(e: Entry, back: bool = False) -> list[Any]:
     a = op("pick", at, *(int(one[k]) + start for k in pairs)) if c.rope_dims else 0
     b = op("pick", at, *(int(two[k]) + start for k in pairs)) if c.rope_dims else 0
     angle = e.derive("rope_angle", _rope("angle")).at(i, pair)
+    p = i if not c.pooled else e.num(e.derive("rope_at", _rope_at).at(i, 0))  # its position
     x, y = e.value(src, h, i, a), e.value(src, h, i, b)
     cos = e.factor(e.derive("rope_cos", _rope("cos")).at(i, pair))
     sin = e.factor(e.derive("rope_sin", _rope("sin")).at(i, pair))
     if not c.rope_freqs:
-        theta = f"{e.num(angle)} = {i}·{c.rope_base:g}^(−{2 * pair}/{c.rope_dims})"
+        theta = f"{e.num(angle)} = {p}·{c.rope_base:g}^(−{2 * pair}/{c.rope_dims})"
     else:
         shown = op("pick", pair, *(f"{float(t):.6g}" if t else "0: this pair is not turned"
                                    for t in c.rope_theta))
-        theta = f"{e.num(angle)} = {i}·θ_{pair + 1}, θ_{pair + 1} = {shown} ({c.rope_scaling})"
+        theta = f"{e.num(angle)} = {p}·θ_{pair + 1}, θ_{pair + 1} = {shown} ({c.rope_scaling})"
     first = ("x·cos − y·sin", f"{e.factor(x)}×{cos} − {e.factor(y)}×{sin}")
     second = ("x·sin + y·cos", f"{e.factor(x)}×{sin} + {e.factor(y)}×{cos}")
     if back:  # turned by −p·θ: sin's sign changes
@@ -196,7 +214,7 @@ def cell_rot(e: Entry, back: bool = False) -> list[Any]:
                     f"(the first {start}, q_nope's and k_nope's, are not turned)"),
                  [f"{e.name}: dimensions {a + 1} and {b + 1} turn together (x, y) "
                   + ("back, by minus " if back else "by ")
-                  + f"the angle p·θ = {theta}  (p = {i}"
+                  + f"the angle p·θ = {theta}  (p = {p}"
                   + (", the query's position)" if back else ")"), f"  {rule}",
                   f"  = {e.result}"])]
 

@@ -22,9 +22,11 @@ def check_finite(p: Prepared, name: str, a: Array, head: int = 0) -> None:
     underflows is as near 0 as it prints.) ``head``: the 0-based head of a one-head
     slice ``a`` (1 × n × ·), for the message."""
     gradient = name.startswith("d_")  # made from weights that may underflow, as they do
-    if name not in ("masked", "weights", "index_scores") and not gradient and in_range(a):
+    if name not in ("masked", "weights", "index_scores", "comp_index_scores") and not gradient \
+            and in_range(a):
         return  # the common case of the plain rule, found without a mask
-    bad = out_of_range(a) & ~np.isneginf(a) if name in ("masked", "index_scores") else \
+    bad = out_of_range(a) & ~np.isneginf(a) if name in ("masked", "index_scores",
+                                                         "comp_index_scores") else \
         ~np.isfinite(a) if name == "weights" or gradient else out_of_range(a)
     if p.config.masked_row == "nan" and p.dead_rows and after_softmax(name):
         if gradient:  # NaN rows reach the gradients everywhere: refuse only an overflow

@@ -140,6 +140,13 @@ class Config:
     index_dim: int = 0  # d_I, their width
     index_rope: str = "half"  # the pairs its RoPE turns: "half" or "interleaved"
     index_eps: float = 0.0  # its key LayerNorm's eps
+    compressor: int | None = None  # a compressor (compressed.py): rate, the tokens a block
+    pooled: int = 0  # T: its pooled keys, after the tokens' (m = tokens + T)
+    comp_overlap: bool = False  # its pooled row w takes block w − 1's C_a and w's C_b
+    comp_top_k: int | None = None  # its indexer (compressed_index.py): the pooled keys a
+    # query keeps
+    comp_index_heads: int = 0  # E, the indexer's heads
+    comp_index_dim: int = 0  # d_I, their width
     dynamic: int | None = None  # Doge's dynamic mask (dynamic.py): keep, the keys a query
     # keeps for each key/value head
     dynamic_b: bool = False  # its projection has the bias b_dt
@@ -290,6 +297,16 @@ class Prepared:
     ik_norm: Array | None = None  # (d_I,) its key LayerNorm's weight
     ik_bias: Array | None = None  # (d_I,) and bias
     w_iw: Array | None = None  # (d_model, E) the index heads' weights
+    w_ckv: Array | None = None  # the compressor (compressed.py): (d_model, r_kv)
+    w_cgate: Array | None = None  # (d_model, r_kv) its gates' weights
+    c_bias: Array | None = None  # (rate, r_kv) its gates' bias of each place in a block
+    c_norm: Array | None = None  # (r_kv,) its pooled rows' norm's weight
+    ci_q: Array | None = None  # its indexer (compressed_index.py): (r_q, E·d_I)
+    ci_w: Array | None = None  # (d_model, E) the index heads' weights
+    ci_kv: Array | None = None  # (d_model, d_I or 2·d_I) its own compressor's W_CKV
+    ci_gate: Array | None = None  # (d_model, d_I or 2·d_I) W_CG
+    ci_bias: Array | None = None  # (rate, d_I or 2·d_I) B
+    ci_norm: Array | None = None  # (d_I,) its pooled rows' norm's weight
     dyn_a: Array | None = None  # Doge's dynamic mask (dynamic.py): (G,) A
     w_dt: Array | None = None  # (G·d_v, G) its projection of the values
     b_dt: Array | None = None  # (G,) and bias
@@ -306,6 +323,11 @@ class Prepared:
         object (``reach.py``), asked by everything that needs the rule."""
         from .reach import Reach
 
+        if self.config.comp_top_k and self.config.pooled:  # the compressor's indexer
+            from .compressed_index import keep_of as pooled_keep
+
+            return Reach.of(self.config, self.mask, self.key_padding,
+                            pooled_keep=pooled_keep(self))
         reach = Reach.of(self.config, self.mask, self.key_padding)
         top_k = dynamic = None
         if self.config.indexer:
@@ -349,3 +371,4 @@ class Sizes:
     x_v: Array | None = None  # (m, d_xv): the values' own input, when they have one
     q_both: bool = False  # MLA: the gate reads [C_Q normed | C_Q] (2·r_q rows), not X
     ngram: int | None = None  # ProphetNet's predicting streams (query_bias reads them)
+    r_kv: int = 0  # MLA: the key/value latent's width (the compressor pools its rows)

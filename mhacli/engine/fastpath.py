@@ -367,11 +367,12 @@ def table_work(c: Any) -> bool:
     head's output less its part along its token's value, turned back after the softmax
     (rotated values), each token's own experts, value embeddings added to the values,
     keys and values convolved over the tokens, a bias of each query's making, sinks made
-    from x, or ZAYA's queries, keys and values made over the tokens (cca, v_delayed)."""
+    from x, ZAYA's queries, keys and values made over the tokens (cca, v_delayed), or a
+    compressor's pooled keys."""
     return c.differential is not None or c.disentangled is not None or \
         c.relative_xl is not None or c.exclusive or c.rotated_values or c.experts or \
         c.value_embedded or c.kv_conv is not None or c.rel_logits is not None or \
-        c.cca is not None or c.v_delayed is not None or c.sink_made
+        c.cca is not None or c.v_delayed is not None or c.sink_made or c.pooled > 0
 
 
 def fast(p: Prepared, progress: Progress | None = None) -> Array:

@@ -353,7 +353,7 @@ def _d_input_text(f: Formula) -> str:
         " + dr·W_Rᵀ (rel_logits' mix)" if f.c.rel_logits is not None else "") + (
         "" if f.c.positional else qb_grads.d_input_text(f.c))  # (query_bias reads X)
     if f.c.latent:
-        return latent_text(src) + (f"{gate} (the gate reads X too)" if f.c.gate and
+        return latent_text(src, f.c.pooled > 0) + (f"{gate} (the gate reads X too)" if f.c.gate and
                                    not f.c.q_latent_both else gate)
     if f.c.experts:
         return moa_grads.d_input_text(src)

@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from . import ops
-from .latent_stages import q_reads
+from .compressed_gradients import compressed_gradients, d_input as compressed_d_input
+from .compressed_gradients import joined
+from .latent_stages import _latent_rows, q_reads
 from .stage import KEY, NUMBERED, QUERY, Stage
 
 if TYPE_CHECKING:
@@ -53,7 +55,8 @@ def _norm_weight(w: Work, normed: str) -> Array:
 def _d_rope(w: Work) -> Array:
     """The heads' sum of their last d_R columns of dK (k_R, or k_R normed, is every
     head's): (m, d_R)."""
-    return w["d_k_heads"][..., w.c.d_k - w.c.d_rope:].sum(axis=0)
+    tokens = w.c.m - w.c.pooled  # (a compressor's pooled rows have no k_R)
+    return w["d_k_heads"][:, :tokens, w.c.d_k - w.c.d_rope:].sum(axis=0)
 
 
 def _d_kv_latent(w: Work) -> Array:
@@ -88,12 +91,15 @@ def d_input(w: Work) -> Array:
     """The gradient arriving at X (or X + PE): through W_DQ (or W_Q) and W_DKV."""
     p, c = w.p, w.c
     q = w["d_q_latent"] @ p.w_dq.T if c.r_q else ops.merge_heads(w["d_q_heads"]) @ p.w_q.T
-    return q + w["d_kv_latent"] @ p.w_dkv.T  # (n, d_model)
+    out = q + w["d_kv_latent"] @ p.w_dkv.T  # (n, d_model)
+    pooled = compressed_d_input(w)  # (the compressor's, where it pools rows)
+    return out if pooled is None else out + pooled
 
 
-def d_input_text(src: str) -> str:
+def d_input_text(src: str, pooled: bool = False) -> str:
     return f"d{src} = dC_Q·W_DQᵀ (or dQ·W_Qᵀ) + d[C_KV | k_R]·W_DKVᵀ ({src.strip('()')} " \
-        "feeds both latents)"
+        "feeds both latents)" + (" + [dC·W_CKVᵀ + dZ·W_CGᵀ; 0] (the compressor's, over "
+                                 "the tokens of its whole blocks)" if pooled else "")
 
 
 def _x(t: Any, c: Config) -> str:
@@ -143,16 +149,20 @@ def latent_gradients(t: Any, grad: Callable[..., Stage]) -> tuple[Stage, ...]:
         grad("d_w_dq", "d_model × r_q", lambda c: (c.d_model, c.r_q), NUMBERED, NUMBERED,
              lambda w: w[_x(t, w.c)].T @ w["d_q_latent"], text("dW_DQ = Xᵀ·dC_Q"), "W_{DQ}",
              exists=q),
-        grad("d_kv_latent_normed", "m × r_kv", lambda c: (c.m, c.r_kv), KEY, NUMBERED,
-             lambda w: _nope(w) @ w.p.w_uk.T + ops.merge_heads(w["d_v_heads"]) @ w.p.w_uv.T,
-             text("dC_KV,normed = dK_nope·W_UKᵀ + dV·W_UVᵀ (the heads' own key columns and "
-                  "values, side by side)"), "C_{KV}'", exists=kv),
+        grad("d_kv_latent_normed", "m × r_kv", lambda c: (c.m - c.pooled, c.r_kv), KEY,
+             NUMBERED, lambda w: joined(w)[:w.c.m - w.c.pooled],
+             lambda f: "dC_KV,normed = dK_nope·W_UKᵀ + dV·W_UVᵀ (the heads' own key columns "
+             "and values, side by side)" + (", its first rows (the tokens'; the pooled rows' "
+             "after them)" if f.c.pooled else ""), "C_{KV}'", exists=kv),
+        *compressed_gradients(t, grad),  # a compressor's (compressed_gradients.py)
         grad("d_w_uk", "r_kv × H·d_nope", lambda c: (c.r_kv, c.heads * (c.d_k - c.d_rope)),
-             NUMBERED, NUMBERED, lambda w: w["kv_latent_normed"].T @ _nope(w),
-             text("dW_UK = C_KV,normedᵀ·dK_nope"), "W_{UK}", exists=kv),
+             NUMBERED, NUMBERED, lambda w: _latent_rows(w).T @ _nope(w),
+             lambda f: "dW_UK = [C_KV,normed; comp_normed]ᵀ·dK_nope" if f.c.pooled else
+             "dW_UK = C_KV,normedᵀ·dK_nope", "W_{UK}", exists=kv),
         grad("d_w_uv", "r_kv × H·d_v", lambda c: (c.r_kv, c.heads * c.d_v), NUMBERED,
-             NUMBERED, lambda w: w["kv_latent_normed"].T @ ops.merge_heads(w["d_v_heads"]),
-             text("dW_UV = C_KV,normedᵀ·dV"), "W_{UV}", exists=kv),
+             NUMBERED, lambda w: _latent_rows(w).T @ ops.merge_heads(w["d_v_heads"]),
+             lambda f: "dW_UV = [C_KV,normed; comp_normed]ᵀ·dV" if f.c.pooled else
+             "dW_UV = C_KV,normedᵀ·dV", "W_{UV}", exists=kv),
         grad("d_kv_latent_norm", "r_kv", lambda c: (c.r_kv,), NUMBERED, NUMBERED,
              lambda w: _norm_weight(w, "kv_latent_normed"),
              text("dw = Σ over the rows of dC_KV,normed ⊙ C_KV / rms"), "w_{KV}", exists=kv),
@@ -162,8 +172,8 @@ def latent_gradients(t: Any, grad: Callable[..., Stage]) -> tuple[Stage, ...]:
         grad("d_k_rope_norm", "d_R", lambda c: (c.d_rope,), NUMBERED, NUMBERED,
              lambda w: _norm_weight(w, "k_rope_normed"),
              text("dw = Σ over the rows of dk_R,normed ⊙ k_R / rms"), "w_R", exists=rope),
-        grad("d_kv_latent", "m × (r_kv + d_R)", lambda c: (c.m, c.r_kv + c.d_rope), KEY,
-             NUMBERED, _d_kv_latent,
+        grad("d_kv_latent", "m × (r_kv + d_R)",
+             lambda c: (c.m - c.pooled, c.r_kv + c.d_rope), KEY, NUMBERED, _d_kv_latent,
              text("[dC_KV | dk_R]: dC_KV the norm's backward of dC_KV,normed; dk_R = Σ over "
                   "the heads of their last d_R columns of dK (k_R is every head's), through "
                   "its norm where k_R is normed"),

@@ -105,8 +105,27 @@ def cell_q_heads(e: Entry) -> list[Any]:
             f"  = {e.dot(e.row_of(src, None, e.row), w.col(col))}", f"  = {e.result}"]
 
 
+def _cell_pooled(e: Entry, w_name: str, width: int) -> list[Any]:
+    """An entry of k_heads or v_heads with a compressor: row i of [c_KV normed;
+    comp_normed] (its pooled rows after the tokens') · head h's column of W_UK or W_UV."""
+    c, h, i, j = e.c, e.head, e.row, e.col
+    tokens = c.m - c.pooled
+    col = (h - 1) * width + j
+    e.mark("kv_latent_normed", None, {i})  # (a row past the tokens' marks none)
+    e.mark("comp_normed", None, {i - tokens})  # (nor one before the pooled rows)
+    row = op("if", i < tokens, e.row_of("kv_latent_normed", None, i),
+             e.row_of("comp_normed", None, i - tokens))
+    e.makes(fdot(row, e.inp(w_name, exact=False).col(col)))
+    src = when(i < tokens, f"row {i + 1} of kv_latent_normed",
+               f"row {i - tokens + 1} of comp_normed (pooled)")
+    return [f"{e.name} = {src} · column {col + 1} of {w_name.upper()}",
+            f"  = {e.dot(row, e.inp(w_name).col(col))}", f"  = {e.result}"]
+
+
 def cell_k_heads(e: Entry) -> list[Any]:
     c, h, i, j = e.c, e.head, e.row, e.col
+    if c.pooled:
+        return _cell_pooled(e, "w_uk", c.d_k)
     d_nope = c.d_k - c.d_rope
     src, whole = e.reads  # c_KV normed, and kv_latent (k_R its last d_R) or k_R normed
     at = j - d_nope + (0 if c.rope_normed else c.r_kv)  # k_R's column in ``whole``
@@ -125,6 +144,8 @@ def cell_k_heads(e: Entry) -> list[Any]:
 
 def cell_v_heads(e: Entry) -> list[Any]:
     c, h = e.c, e.head
+    if c.pooled:
+        return _cell_pooled(e, "w_uv", c.d_v)
     src = e.reads[0]
     col = (h - 1) * c.d_v + e.col
     e.mark(src, None, {e.row})
@@ -143,21 +164,35 @@ def q_heads(w: Work, src: Array) -> Array:
     return latent.q_heads(src, p.w_uq if c.r_q else p.w_q, c.heads)
 
 
+def _latent_rows(w: Work) -> Array:
+    """The rows the heads read: c_KV normed (n, r_kv), and a compressor's pooled rows
+    after them ((n + T, r_kv), ``compressed.py``)."""
+    rows = w["kv_latent_normed"]
+    return np.concatenate((rows, w["comp_normed"])) if w.c.pooled else rows
+
+
 def k_heads(w: Work) -> Array:
+    if w.c.pooled:  # (no k_R with a compressor: refused when read)
+        return latent.k_heads(_latent_rows(w), np.zeros((w.c.m, 0)), w.p.w_uk, w.c.heads)
     k_r = w["k_rope_normed"] if w.c.rope_normed else \
         latent.split_latent(w["kv_latent"], w.c.r_kv)[1]  # (m, d_R)
     return latent.k_heads(w["kv_latent_normed"], k_r, w.p.w_uk, w.c.heads)
 
 
 def v_heads(w: Work) -> Array:
-    return latent.v_heads(w["kv_latent_normed"], w.p.w_uv, w.c.heads)
+    return latent.v_heads(_latent_rows(w), w.p.w_uv, w.c.heads)
 
 
-V_READS = ("kv_latent_normed",)
+def v_reads(c: Config) -> tuple[str, ...]:
+    """What v_heads reads: c_KV normed (and a compressor's pooled rows)."""
+    return ("kv_latent_normed", "comp_normed") if c.pooled else ("kv_latent_normed",)
 
 
 def k_reads(c: Config) -> tuple[str, ...]:
-    """What k_heads reads: c_KV normed, and k_R (normed, or kv_latent's last columns)."""
+    """What k_heads reads: c_KV normed, and k_R (normed, or kv_latent's last columns);
+    with a compressor, c_KV normed and its pooled rows."""
+    if c.pooled:
+        return v_reads(c)
     return ("kv_latent_normed", "k_rope_normed" if c.rope_normed else "kv_latent")
 
 
@@ -174,6 +209,9 @@ def q_text(f: Formula) -> str:
 
 
 def k_text(f: Formula) -> str:
+    if f.c.pooled:
+        return (f"K{f.i} = [c_KV; comp_normed]·W_UK{f.i}: c_KV normed ({f.c.m - f.c.pooled} "
+                f"tokens), then the compressor's {f.c.pooled} pooled rows")
     rope = "k_R normed" if f.c.rope_normed else "k_R"
     own = f.c.d_k - f.c.d_rope
     return (f"K{f.i} = [c_KV·W_UK{f.i} | {rope}]: {own} column{'s' if own != 1 else ''} of "
@@ -181,6 +219,9 @@ def k_text(f: Formula) -> str:
 
 
 def v_text(f: Formula) -> str:
+    if f.c.pooled:
+        return (f"V{f.i} = [c_KV; comp_normed]·W_UV{f.i}: c_KV normed, then the "
+                f"compressor's {f.c.pooled} pooled rows")
     return f"V{f.i} = c_KV·W_UV{f.i}, c_KV normed"
 
 
@@ -216,7 +257,7 @@ def latent_stages(t: Any) -> tuple[Stage, ...]:
               latex=tex(r"[C_Q' \mid C_Q]"), cell=_cell_both,
               reads=lambda c: ("q_latent_normed", "q_latent"),
               exists=lambda c: c.q_latent_both),
-        Stage("kv_latent", "m × (r_kv + d_R)", lambda c: (c.m, c.r_kv + c.d_rope), KEY,
+        Stage("kv_latent", "m × (r_kv + d_R)", lambda c: (c.m - c.pooled, c.r_kv + c.d_rope), KEY,
               NUMBERED,
               compute=lambda w: w[x(w.c, "kv_latent")[0]] @ w.p.w_dkv,
               formula=lambda f: f"[C_KV | k_R] = X·W_DKV: the latent ({f.c.r_kv} columns), "
@@ -224,7 +265,7 @@ def latent_stages(t: Any) -> tuple[Stage, ...]:
               latex=tex("[C_{KV} \\mid k_R]", "X W_{DKV}", "W_{DKV}^{\\top} X"),
               cell=_cell_down, exact=True, reads=lambda c: x(c, "kv_latent"),
               exists=lambda c: c.latent),
-        Stage("kv_latent_normed", "m × r_kv", lambda c: (c.m, c.r_kv), KEY, NUMBERED,
+        Stage("kv_latent_normed", "m × r_kv", lambda c: (c.m - c.pooled, c.r_kv), KEY, NUMBERED,
               compute=lambda w: _normed(w, "kv_latent_normed", w.p.kv_latent_norm),
               formula=lambda f: "C_KV / rms × kv_latent_norm: c_KV's rows (not k_R) divided "
               f"by their root mean square, √(mean(x²) + {f.c.latent_eps:g}), times the weights",

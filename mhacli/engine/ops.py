@@ -292,17 +292,19 @@ def rope_angles(positions: Array, theta: Array) -> Array:
     return positions.astype(np.float64)[:, None] * theta[None, :]
 
 
-def rotate(a: Array, style: str, dims: int, theta: Array, first: int = 0,
+def rotate(a: Array, style: str, dims: int, theta: Array, first: int | Array = 0,
            back: bool = False, factor: float = 1.0, start: int = 0) -> Array:
     """Each head's rows turned by RoPE (a new array): pair (x, y) of row r becomes
-    factor·(x·cos − y·sin, x·sin + y·cos) at the angle p·θ_i, p = first + r; ``back``
+    factor·(x·cos − y·sin, x·sin + y·cos) at the angle p·θ_i, p = first + r (or
+    ``first[r]``, an array of each row's position: a compressor's pooled keys); ``back``
     turns by −p·θ_i (the rotation's transpose: how a gradient goes back through it).
     ``a`` is (heads, rows, d); dimensions past ``dims`` are left as they are; ``factor``
     (YaRN's and LongRoPE's attention factor) scales cos and sin, so the turned pairs.
     ``start``: the first dimension turned (MLA turns each head's last ``dims``)."""
     one, two = rope_pairs(style, dims)
     one, two = one + start, two + start
-    angle = rope_angles(np.arange(first, first + a.shape[-2]), theta)  # (rows, dims/2)
+    at = first if isinstance(first, np.ndarray) else np.arange(first, first + a.shape[-2])
+    angle = rope_angles(at, theta)  # (rows, dims/2)
     if back:
         angle = -angle
     cos, sin = np.cos(angle), np.sin(angle)

@@ -376,6 +376,89 @@ class Dynamic(Rule):
             "dynamic_keep 0 = not among the keep keys of largest bias (per key/value head)"
 
 
+class Tokens(Rule):
+    """A rule of runs (causal, window, chunks) that holds among the tokens' own keys
+    only, with a compressor's pooled keys after them (``compressed.py``): the pooled keys
+    have their own rule (``Pooled``)."""
+
+    def __init__(self, inner: Run, tokens: int) -> None:
+        self.inner, self.tokens = inner, tokens
+        self.name, self.the = inner.name, inner.the
+        self.tile_said = inner.tile_said
+
+    def allowed(self, lo: int, hi: int, k0: int, k1: int) -> Bools:
+        out = np.ones((hi - lo, k1 - k0), dtype=bool)  # (rows, keys)
+        upto = max(k0, min(k1, self.tokens))
+        if upto > k0:
+            out[:, :upto - k0] = self.inner.allowed(lo, hi, k0, upto)
+        return out
+
+    def blocks(self, i: int, j: int) -> bool:
+        return j < self.tokens and self.inner.blocks(i, j)
+
+    def said(self, reason: Reason, key: str) -> str:
+        return self.inner.said(reason, key)
+
+    def text(self, alone: bool) -> str:
+        return self.inner.text(alone) + (" (among the tokens' keys)" if alone else "")
+
+
+class Pooled(Rule):
+    """A compressor's pooled keys (``compressed.py``): pooled key w (of the block of
+    tokens w·rate … (w + 1)·rate − 1) is seen by the queries at or after the block's
+    last token, i ≥ (w + 1)·rate − 1; the tokens' own keys are left to the other rules."""
+
+    name = "pooled"
+    the = "the compressor's causal rule"
+    tile_said = "the compressor's causal rule (every pooled key's block ends after the " \
+        "tile's queries)"
+
+    def __init__(self, tokens: int, rate: int) -> None:
+        self.tokens, self.rate = tokens, rate
+
+    def allowed(self, lo: int, hi: int, k0: int, k1: int) -> Bools:
+        rows = np.arange(lo, hi)[:, None]  # (rows, 1)
+        cols = np.arange(k0, k1)[None, :]  # (1, keys)
+        ends = (cols - self.tokens + 1) * self.rate - 1  # each pooled key's block's last
+        return (cols < self.tokens) | (ends <= rows)
+
+    def said(self, reason: Reason, key: str) -> str:
+        w = reason.j - self.tokens
+        return (f"the compressor's causal rule ({key} pools tokens {w * self.rate + 1}…"
+                f"{(w + 1) * self.rate}, the last after the query)")
+
+    def text(self, alone: bool) -> str:
+        return (f"pooled key c_w seen from query w·{self.rate} on (its block's last token)"
+                + (" (the rest set to −∞)" if alone else ""))
+
+
+class PooledTopK(Rule):
+    """A compressor's indexer (``compressed_index.py``): query i sees only the pooled
+    keys of its top_k index scores; the tokens' own keys are left to the other rules."""
+
+    name = "pooled_top_k"
+    the = "the compressor's indexer"
+    tile_said = "the compressor's indexer (no query of the tile keeps any of its keys)"
+
+    def __init__(self, tokens: int, keep: npt.NDArray[np.bool_], top_k: int) -> None:
+        self.tokens, self.keep, self.top_k = tokens, keep, top_k  # keep: (n, T)
+
+    def allowed(self, lo: int, hi: int, k0: int, k1: int) -> Bools:
+        out = np.ones((hi - lo, k1 - k0), dtype=bool)  # (rows, keys)
+        first = max(k0, self.tokens)
+        if first < k1:
+            out[:, first - k0:] = self.keep[lo:hi, first - self.tokens:k1 - self.tokens]
+        return out
+
+    def said(self, reason: Reason, key: str) -> str:
+        return (f"the compressor's indexer ({key} is not among the query's {self.top_k} "
+                "pooled keys of largest index score: --cell comp_index_keep says its rank)")
+
+    def text(self, alone: bool) -> str:
+        return ("comp_index_keep 0 (not among the query's top-k pooled keys)"
+                + (" set to −∞" if alone else ""))
+
+
 class Padding(KeySet):
     """Key padding: the keys marked 0 are blocked for every query."""
 
@@ -434,7 +517,8 @@ class Reach:
     def of(cls, c: Settings, matrix: npt.NDArray[np.bool_] | None = None,
            key_padding: npt.NDArray[np.bool_] | None = None,
            top_k: tuple[Any, Any] | None = None,
-           dynamic: tuple[Any, Any] | None = None) -> Reach:
+           dynamic: tuple[Any, Any] | None = None,
+           pooled_keep: npt.NDArray[np.bool_] | None = None) -> Reach:
         """The rules of the problem ``c``: its mask (causal, or the ``matrix``), its
         window, its chunks, its local blocks, its ``key_padding``, the indexer's ``top_k``
         (keep, scores), Doge's ``dynamic`` (keep (G, n, m), bias (G, m)), in that order.
@@ -459,6 +543,14 @@ class Reach:
             rules.append(TopK(top_k[0], top_k[1], c.indexer))  # type: ignore[attr-defined]
         if dynamic is not None:
             rules.append(Dynamic(dynamic[0], dynamic[1], c.dynamic))  # type: ignore[attr-defined]
+        pooled = getattr(c, "pooled", 0)
+        if pooled:  # a compressor's keys after the tokens': the runs among the tokens'
+            tokens = c.m - pooled
+            rules = [Tokens(r, tokens) if isinstance(r, Run) else r for r in rules]
+            rules.append(Pooled(tokens, c.compressor))  # type: ignore[attr-defined]
+            if pooled_keep is not None:  # (its indexer: each query's top-k pooled keys)
+                top_k = c.comp_top_k  # type: ignore[attr-defined]
+                rules.append(PooledTopK(tokens, pooled_keep, top_k))
         return cls(c.n, c.m, tuple(rules))
 
     @property

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from ..errors import MhaError
-from . import bucket_bias, cca, clipping, disentangled, dynamic, experts, gating
-from . import local_blocks, made_sinks, ngram
+from . import bucket_bias, cca, clipping, compressed, disentangled, dynamic, experts
+from . import gating, local_blocks, made_sinks, ngram
 from . import value_embeds
 from . import parsers as read
 from . import qk_norms, query_bias, relative, rope, sparse, sub_norm, token_conv, turned_values
@@ -447,6 +447,26 @@ SETTINGS: tuple[Setting, ...] = (
             fields=("indexer", "index_heads", "index_dim", "index_rope", "index_eps",
                     "w_iq", "w_ik", "ik_norm", "ik_bias", "w_iw"),
             shown=sparse.shown, write=lambda c, p, given: sparse.write(c, p, read.written)),
+    Setting("compressor", "a compressor (DeepSeek-V4's compressed attention, with multi-head "
+            "latent attention): {rate, overlap, w_kv, w_gate, position_bias, norm, "
+            "indexer}; each block of "
+            "rate tokens pooled into one more key/value row, Σ_t softmax(X·W_CG + B)_t ⊙ "
+            "X·W_CKV over the block's rows (each column its own softmax; B rate × r_kv, a "
+            "row a place in the block), RMS-normed (weight norm, eps latent_eps), read by "
+            "the heads as a row of the latent, turned by RoPE at the block's first "
+            "position; query i sees pooled key w once i ≥ (w + 1)·rate − 1. m = n + ⌊n / "
+            "rate⌋ keys. overlap (compressed sparse attention): W_CKV, W_CG and B 2·r_kv "
+            "wide, [C_a | C_b], pooled row w the softmax over block w − 1's C_a and block "
+            "w's C_b (2·rate slots a column). indexer {top_k, w_q, w_weights, w_kv, w_gate, "
+            "position_bias, norm}: its own compressor of the same blocks at d_I, and each "
+            "query keeps its top_k pooled keys by Σ_e w_e·ReLU(q_e·k / √d_I), as "
+            "DeepSeek-V3.2's indexer (compressed_index.py).", kind="file",
+            read=compressed.value, parse=compressed.parse,
+            fields=("compressor", "pooled", "comp_overlap", "comp_top_k", "comp_index_heads",
+                    "comp_index_dim", "w_ckv", "w_cgate", "c_bias", "c_norm", "ci_q", "ci_w",
+                    "ci_kv", "ci_gate", "ci_bias", "ci_norm"),
+            shown=compressed.shown,
+            write=lambda c, p, given: compressed.write(c, p, read.written)),
     Setting("dynamic_mask", "Doge's dynamic mask: {keep, a, w_dt, b_dt}; the bias of "
             "key/value head g and key j, exp(A_g·softplus(V_j·W_dt + b_dt)_g) (V_j key j's "
             "values, its G heads side by side; W_dt G·d_v × G), added to the scores of the "

@@ -42,6 +42,8 @@ from .tuning import tau_text
 from .head_weights import OUTPUT, PROJECTIONS
 from .reach import Reach
 from .sparse_stages import cell_masked_kept, keep_mask, sparse_stages
+from .compressed_stages import compressed_stages
+from .compressed_index_stages import compressed_index_stages
 from . import dynamic_stages as dyn
 from .stage import KEY, NUMBERED, QUERY, Stage
 from . import cca, exclusive, made_sinks, qk_norms, query_bias, sub_norm, token_conv
@@ -389,6 +391,9 @@ def _mask_text(f: Formula) -> str:
     rules = Reach.of(c).rules  # named, not asked: the formula has no arrays
     top = [f"index_keep 0 (not among the query's top {c.indexer} keys by the indexer)"
            + (" set to −∞" if not rules else "")] if c.indexer else []
+    if c.comp_top_k and c.pooled:  # (the compressor's indexer: named, its keep not asked)
+        top.append(f"comp_index_keep 0 (not among the query's top {c.comp_top_k} pooled "
+                   "keys by the compressor's indexer)")
     if c.dynamic:
         top.append(f"dynamic_keep 0 (not among the query's {c.dynamic} keys of largest bias, "
                    "for its query head's key/value head)" + (" set to −∞" if not rules else ""))
@@ -587,6 +592,8 @@ FORWARD: tuple[Stage, ...] = (
           latex=tex(r"[V_i \mid V_{i-1}]"), cell=cell_delayed, exact=True,
           reads=lambda c: ("v",), exists=lambda c: c.v_delayed is not None and not c.latent),
     *mla.latent_stages(sys.modules[__name__]),  # MLA's latents (latent_stages.py)
+    *compressed_stages(sys.modules[__name__]),  # a compressor's (compressed_stages.py)
+    *compressed_index_stages(sys.modules[__name__]),  # its indexer's
     # (the gate after the latents: with q_latent_both it reads the query latent)
     Stage("gate", "n × H·d_v", lambda c: (c.n, c.heads * c.d_v), QUERY, NUMBERED,
           compute=lambda w: gate_of(w.p, w[reads(w.c, "gate")[0]]), formula=_gate_text,
@@ -611,7 +618,7 @@ FORWARD: tuple[Stage, ...] = (
           else ops.split_heads(_read(w, "v_heads"), w.c.groups),
           formula=_latent_or(mla.v_text, split_text("V", lambda c: c.d_v, "d_v")),
           latex=tex("V_{@h}"), cell=_cell_or(mla.cell_v_heads, cell_split), per_head=True,
-          exact=True, chain="v", reads=lambda c: mla.V_READS if c.latent else
+          exact=True, chain="v", reads=lambda c: mla.v_reads(c) if c.latent else
           ("v_embedded",) if c.value_embedded else ("v_delayed",) if c.v_delayed else ("v",)),
     *cca_stages(sys.modules[__name__]),  # ZAYA's queries and keys convolved over the
     # tokens (cca_stages.py)

@@ -225,7 +225,8 @@ def prepare(
     r_q = 0 if latent_shapes is None else latent_shapes.r_q
     q_both = latent_shapes is not None and latent_shapes.both
     sizes = Sizes(n, m, heads, groups, d_k, d_v, d_model, t, x_a, xkv_a, d_rope, r_q, xv_a,
-                  q_both, BY_KEY["ngram"].read(settings.get("ngram")))
+                  q_both, BY_KEY["ngram"].read(settings.get("ngram")),
+                  0 if latent_shapes is None else latent_shapes.r_kv)
     if latent_shapes is not None and settings.get("dynamic_mask") not in (None, False):
         raise MhaError("the dynamic mask reads the values V = X·W_V: multi-head latent "
                        "attention makes them from its latent (w_dkv, w_uv), which it does "
@@ -272,6 +273,9 @@ def prepare(
                        "mha yet: mha computes it forward only", key=("qk_norm", "norm"))
     loss = "given" if upstream["grad_output"] is not None else \
         "target" if upstream["target"] is not None else "sum"
+    if fields.get("pooled"):  # a compressor's pooled keys, after the tokens'
+        compressed_check(settings, fields)
+        m += fields["pooled"]
     config = Config(
         n=n, m=m, heads=heads, d_k=d_k, d_v=d_v, d_out=d_out, d_model=d_model, d_kv=d_kv,
         cross=xkv_a is not None, direct=direct, stored=stored, dtype=dtype_name,
@@ -281,6 +285,10 @@ def prepare(
         has_w_o=wo is not None, masked_row=masked_row,
         kv_heads=groups if groups != heads else 0, backward=backward, loss=loss, **fields)
     turned_values.check(config)
+    if config.comp_top_k:
+        from .compressed_index import check
+
+        check(config)
     dead = Reach.of(config, arrays["mask"], arrays["key_padding"]).dead_rows()
     if dead and masked_row == "error":
         rows = ", ".join(str(r) for r in dead)
@@ -350,6 +358,22 @@ def _check_values_input(xv: np.ndarray, wv: np.ndarray, m: int, kv_name: str) ->
     if xv.shape[1] != wv.shape[0]:
         raise MhaError(f"x_v has {xv.shape[1]} columns but w_v has {wv.shape[0]} rows: the "
                        "values' input must be as wide as w_v has rows", key="x_v")
+
+
+def compressed_check(settings: dict[str, Any], fields: dict[str, Any]) -> None:
+    """What does not go with a compressor's pooled keys (m = n + T keys): settings given
+    over the tokens' n keys alone, and views that walk the keys in order."""
+    mask = settings.get("mask")
+    if mask is not None and not isinstance(mask, str):
+        raise MhaError("a mask matrix with the compressor is not followed: its pooled keys "
+                       "have their own causal rule (give mask causal, or none)", key="mask")
+    for name in ("bias", "key_padding", "alibi", "relative_bias", "disentangled",
+                 "relative_xl", "rel_logits", "query_bias", "dynamic_mask", "indexer",
+                 "experts", "kv_conv", "value_embeds", "tiles", "decode", "local_blocks",
+                 "ngram", "exclusive", "differential", "positional"):
+        if settings.get(name) not in (None, False):
+            raise MhaError(f"{name} with the compressor is not followed: its pooled keys "
+                           f"(m = n + {fields['pooled']}) are not tokens", key=name)
 
 
 def check_progress(progress: Any) -> Callable[[int, int], None] | None:

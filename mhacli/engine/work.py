@@ -112,7 +112,13 @@ def tuned(a: Array, p: Prepared, first: int = 0) -> Array:
 
 def turned(a: Array, p: Prepared, first: int = 0, back: bool = False) -> Array:
     """Queries or keys (heads, rows, d_k) turned by RoPE from position ``first``, as the
-    problem's rope says (style, dims, frequencies, attention factor)."""
+    problem's rope says (style, dims, frequencies, attention factor). With a compressor
+    the keys (m rows) are the tokens' and the pooled ones, each at its own position
+    (``compressed.key_positions``)."""
     c = p.config
+    if c.pooled and a.shape[-2] == c.m and first == 0:
+        from .compressed import key_positions
+
+        first = key_positions(c)  # type: ignore[assignment]
     return ops.rotate(a, c.rope, c.rope_dims, c.rope_theta, first, back,  # type: ignore[arg-type]
                       c.rope_factor, c.rope_start)

@@ -103,6 +103,8 @@ PARAMETERS = ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o", "bias", "p
               "conv_k", "conv_v", "conv_k_taps", "conv_v_taps", "rel_w", "rel_profile",
               "sink_w", "cca_dw", "cca_db", "cca_gw", "cca_gb",
               "w_iq", "w_ik", "ik_norm", "ik_bias", "w_iw",
+              "w_ckv", "w_cgate", "c_bias", "c_norm", "ci_q", "ci_w", "ci_kv", "ci_gate",
+              "ci_bias", "ci_norm",
               "w_router", "w_eq", "w_eo")  # the inputs a recipe reads
 
 

@@ -119,11 +119,14 @@ class Problem:
 
     def labels(self) -> tuple[list[str], list[str]]:
         """Labels of the query rows and of the key rows as they are shown (t1, t2 … and
-        kv1, kv2 … by default; the key rows of self-attention are the query rows), a
+        kv1, kv2 … by default; the key rows of self-attention are the query rows, and a
+        compressor's pooled keys c1, c2 … after them), a
         repeated token numbered where it comes again (``the``, ``the₂``), so that each row
         is told from the others; ``tokens`` keeps them as given."""
         c = self.config
         rows = distinct(self.tokens) if self.tokens else [f"t{i}" for i in range(1, c.n + 1)]
+        if c.pooled:  # a compressor's pooled keys after the tokens': c1, c2 … (compressed)
+            return rows, rows + [f"c{w}" for w in range(1, c.pooled + 1)]
         if not c.key_labels:
             return rows, rows
         cols = distinct(self.kv_tokens) if self.kv_tokens else \

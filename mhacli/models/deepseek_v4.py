@@ -16,10 +16,13 @@
 * the grouped output projection (``wo_a``: o_groups blocks, each H·head_dim / o_groups →
   o_lora_rank, then ``wo_b``) read as one W_O, their product;
 * on the compressed layers (``compressed_sparse_attention``, ``heavily_compressed_attention``)
-  a compressor that pools each block of compress_rate tokens into one more key (and, on
-  the sparse ones, an indexer that picks among them): with fewer tokens than a block it
-  pools none and the layer is the attention above; more tokens are refused by name
-  (``most_tokens``).
+  a compressor (``compressor.``) that pools each block of compress_rate tokens into one
+  more key/value row, read as the compressor setting (``engine/compressed.py``): ``wkv``,
+  ``wgate`` (transposed), ``ape`` (the gates' bias of each place in a block), ``norm``;
+  the sparse layers' blocks overlap (wkv 2·head_dim wide: a block's first half pooled
+  into the next block's row) and their indexer (``indexer.``: its own compressor at
+  index_head_dim, ``wq_b`` from the normed query latent, ``weights_proj``) keeps each
+  query's top index_topk pooled keys.
 
 The hyper-connections (hc_*) are outside the attention: x is the normed input the module
 receives.
@@ -67,34 +70,89 @@ def _output(r: Reader, stem: str, heads: int, d: int, out: Layer) -> None:
                   f"o_lora_rank {rank}) times wo_b, as one product")
 
 
-def _compressor(r: Reader, stem: str, kind: str, out: Layer) -> None:
-    """A compressed layer's compressor (and indexer): read where it pools no key, fewer
-    tokens than its compress_rate; more refused by name."""
+def _rate(r: Reader, kind: str) -> int:
+    """compress_rates' entry for ``kind``: a whole number of tokens a block."""
     rates = r.get("compress_rates")
     rate = rates.get(kind) if isinstance(rates, dict) else None
     if isinstance(rate, bool) or not isinstance(rate, int) or rate < 1:
         raise r.error("compress_rates", f"{shown(rates)}: expected a whole number of tokens "
                       f"a block for {kind}")
+    return rate
+
+
+def _pool(r: Reader, prefix: str, d: int, rate: int, overlap: bool = False
+          ) -> dict[str, Any]:
+    """A compressor's tensors (``{prefix}wkv``, ``wgate``, ``ape``, ``norm``) as the
+    setting's arrays: W_CKV and W_CG (d_model × width, transposed), B (rate × width),
+    the norm's weight (d); width d, or 2·d with overlapping blocks ([C_a | C_b])."""
+    width = 2 * d if overlap else d
+    got: dict[str, Any] = {}
+    for name, key in (("wkv", "w_kv"), ("wgate", "w_gate")):
+        full = f"{prefix}{name}.weight"
+        if r.shape(full, 2)[0] != width:
+            raise MhaError(f"{full} has {r.shape(full, 2)[0]} rows: the compressor pools "
+                           f"rows of {width}", source=r.ckpt.source_of(full), key=full)
+        got[key] = r.tensor(full, 2).T
+    bias = f"{prefix}ape"
+    if r.shape(bias, 2) != (rate, width):
+        raise MhaError(f"{bias} has shape {r.shape(bias, 2)}: a row of {width} for each of "
+                       f"the {rate} places of a block", source=r.ckpt.source_of(bias),
+                       key=bias)
+    got["position_bias"] = r.tensor(bias, 2)
+    got["norm"] = r.tensor(f"{prefix}norm.weight", 1)
+    if got["norm"].shape != (d,):
+        raise MhaError(f"{prefix}norm.weight has shape {got['norm'].shape}: one weight of "
+                       f"each of the {d} columns pooled", source=r.ckpt.source_of(
+                           f"{prefix}norm.weight"), key=f"{prefix}norm.weight")
+    return got
+
+
+def _compressor(r: Reader, stem: str, kind: str, out: Layer) -> None:
+    """A compressed layer's compressor as the compressor setting: the heavily compressed
+    one's blocks; the sparse one's overlapping blocks and its indexer."""
+    rate = _rate(r, kind)
     names = sorted(n for n in r.ckpt.names
                    if n.startswith((f"{stem}compressor.", f"{stem}indexer.")))
     if not names:
         raise MhaError(f"{stem}compressor.wkv.weight: missing, but layer_types says this "
                        f"layer is {kind}", source=str(r.ckpt.path), key=f"{stem}compressor")
-    r.taken.update(names)
     for key in ("index_n_heads", "index_head_dim", "index_topk"):
         r.get(key)  # (the sparse layers' indexer, which picks among the pooled keys)
-    out["most_tokens"] = rate - 1
-    out["most_whole"] = True
-    out["most_said"] = (f"layer {r.layer} is {kind}: its compressor ({stem}compressor.) pools "
-                        f"each block of compress_rates.{kind} = {rate} tokens into one more "
-                        "key and value (softmax-gated over the block, RMS-normed, turned "
-                        "at the block's first position)"
-                        + (", and its indexer picks each query's top index_topk of them"
-                           if kind == "compressed_sparse_attention" else "")
-                        + f", which mha does not compute: with fewer than {rate} tokens it "
-                        "pools none")
-    r.note("most_tokens", f"config compress_rates.{kind} = {rate}: its compressor pools no "
-                          f"key from fewer tokens; more refused by name")
+    d, sparse = out["w_dkv"].shape[1], kind == "compressed_sparse_attention"
+    comp = {"rate": rate, "overlap": sparse,
+            **_pool(r, f"{stem}compressor.", d, rate, sparse)}
+    said = (f"tensors {stem}compressor.wkv, wgate (transposed), {stem}compressor.ape (the "
+            f"gates' bias of each place), norm (eps rms_norm_eps); config "
+            f"compress_rates.{kind} = {rate} tokens a block")
+    if sparse:
+        comp["indexer"] = _indexer(r, stem, rate)
+        said += (f"; overlapping blocks (wkv's first {d} rows pooled into the next block's "
+                 f"row, its last {d} into its own); the indexer: {stem}indexer.compressor.* "
+                 f"as the compressor's, {stem}indexer.wq_b, weights_proj (transposed), "
+                 f"config index_topk = {comp['indexer']['top_k']} (top_k)")
+    out["compressor"] = comp
+    r.note("compressor", said)
+
+
+def _indexer(r: Reader, stem: str, rate: int) -> dict[str, Any]:
+    """The sparse layers' indexer: its own overlapping compressor at index_head_dim, its
+    queries from the normed query latent (wq_b) and its heads' weights (weights_proj)."""
+    top, heads, dim = (r.count(k) for k in ("index_topk", "index_n_heads", "index_head_dim"))
+    for key, value in (("index_topk", top), ("index_n_heads", heads),
+                       ("index_head_dim", dim)):
+        if value is None:
+            raise r.error(key, "missing: the compressed sparse layers' indexer needs it")
+    got: dict[str, Any] = {"top_k": top, **_pool(r, f"{stem}indexer.compressor.", dim, rate,
+                                                  True)}
+    for name, key, rows in (("wq_b", "w_q", heads * dim), ("weights_proj", "w_weights",
+                                                            heads)):
+        full = f"{stem}indexer.{name}.weight"
+        if r.shape(full, 2)[0] != rows:
+            raise MhaError(f"{full} has {r.shape(full, 2)[0]} rows: index_n_heads = {heads} "
+                           f"heads of index_head_dim = {dim}", source=r.ckpt.source_of(full),
+                           key=full)
+        got[key] = r.tensor(full, 2).T
+    return got
 
 
 @said("DeepSeek-V4's attention: MLA's query latent (wq_a, q_norm, wq_b), each head's queries "
@@ -102,10 +160,11 @@ def _compressor(r: Reader, stem: str, kind: str, out: Layer) -> None:
       "as its keys and, turned by RoPE (the last qk_rope_head_dim columns, interleaved, the "
       "layer type's base), as its values, each head's output turned back at its query's "
       "position; a sink logit a head; a sliding window on every layer; the grouped output "
-      "projection (wo_a, wo_b) as one W_O; the compressed layers read where they pool no "
-      "key (fewer tokens than compress_rates), more refused by name")
+      "projection (wo_a, wo_b) as one W_O; the compressed layers' compressor pooling each "
+      "block of compress_rates tokens into one more key (the sparse layers' blocks "
+      "overlapping, and their indexer keeping each query's top index_topk of them)")
 def deepseek_v4(f: Any, r: Reader, stem: str) -> Layer:
-    """One layer of DeepSeek-V4: its attention without the compressor's keys."""
+    """One layer of DeepSeek-V4: its attention, with its compressor's pooled keys."""
     kind = layer_kind(r, KINDS)
     heads, d = r.count("num_attention_heads"), r.count("head_dim")
     r_q, hidden = r.count("q_lora_rank"), r.count("hidden_size")

@@ -65,7 +65,8 @@ def trace_html(tr: Any) -> str:
     before the weights, and the heat map's legend after the first weights."""
     c = tr.config
     queries = [f"t{i}" for i in range(1, c.n + 1)]
-    keys = [f"kv{j}" for j in range(1, c.m + 1)] if c.key_labels else queries
+    keys = [f"kv{j}" for j in range(1, c.m + 1)] if c.key_labels else \
+        queries + [f"c{w}" for w in range(1, c.pooled + 1)]
     parts = [STYLE, '<div class="mha-trace">']
     legend = False
     for v in views(tr, queries, keys):

@@ -71,11 +71,13 @@ def shape_text(v: View) -> str:
 
 
 def side(which: str, queries: list[str], keys: list[str], count: int) -> list[str]:
-    """The labels of one side of a matrix: the query tokens, the key tokens, or 1…count."""
+    """The labels of one side of a matrix: the query tokens, the key tokens, or 1…count
+    (the key tokens' first ``count``: the tokens' own rows, before a compressor pools
+    more keys)."""
     if which == QUERY:
         return queries
     if which == KEY:
-        return keys
+        return keys if count >= len(keys) else keys[:count]
     return [str(j) for j in range(1, count + 1)]
 
 
