@@ -170,6 +170,9 @@ def value(v: Any) -> dict[str, Any] | None:
             stride < 1:
         raise MhaError(f"relative_xl stride must be a whole number of 1 or more, got "
                        f"{given(stride)}", key=("relative_xl", "stride"))
+    if stride >= 10 ** 9:  # (δ = (i − j)·stride stays a machine integer)
+        raise MhaError(f"relative_xl stride must be a whole number from 1 to 999,999,999, "
+                       f"got {given(stride)}", key=("relative_xl", "stride"))
     seg = {k: nested_numbers(v[k], ("relative_xl", k)) for k in ("r_s_bias", "seg_embed")
            if v.get(k) is not None}
     return {"w_r": nested_numbers(v["w_r"], ("relative_xl", "w_r")),

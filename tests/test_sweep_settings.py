@@ -1,0 +1,59 @@
+"""The recent settings under hostile files and a new user's commands: each test is one
+way of breaking mha found by trying it, and the contract it must keep (exit 2, one
+`Error:` line naming the file, key and entry; no traceback; no silently wrong number)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from typer.testing import CliRunner
+
+from mhacli.cli import app
+
+runner = CliRunner()
+RNG = np.random.default_rng(11)
+
+
+def _m(*shape: int) -> list[Any]:
+    return np.round(RNG.normal(size=shape), 2).tolist()
+
+
+def base(n: int = 6, d: int = 4, heads: int = 2, **more: Any) -> dict[str, Any]:
+    """A small self-attention problem: n tokens of d numbers, heads of d / heads."""
+    return {"heads": heads, "x": _m(n, d), "w_q": _m(d, d), "w_k": _m(d, d),
+            "w_v": _m(d, d), "w_o": _m(d, d), **more}
+
+
+def write(tmp_path: Path, problem: dict[str, Any], name: str = "p.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(problem))
+    return str(path)
+
+
+def refused(args: list[str], *words: str) -> str:
+    """The contract for bad input: exit 2, one Error: line, nothing on stdout."""
+    r = runner.invoke(app, args)
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+    assert r.exit_code == 2, (r.exit_code, r.stdout, r.stderr)
+    assert r.stdout == "" and r.stderr.startswith("Error: ") and r.stderr.count("\n") == 1, \
+        r.stderr
+    assert "unexpected" not in r.stderr, r.stderr
+    for w in words:
+        assert w in r.stderr, (w, r.stderr)
+    return r.stderr
+
+
+def stages(args: list[str]) -> dict[str, Any]:
+    r = runner.invoke(app, [*args, "--format", "json"])
+    assert r.exit_code == 0, r.stderr
+    return json.loads(r.stdout)["stages"]
+
+
+def test_relative_xl_huge_stride_is_refused(tmp_path: Path) -> None:
+    xl = {"w_r": _m(4, 4), "r_r_bias": _m(2, 2), "clamp_len": 0, "stride": 10 ** 30}
+    f = write(tmp_path, base(relative_xl=xl))
+    refused(["run", f], f, "relative_xl", "stride", "999,999,999")
