@@ -57,3 +57,18 @@ def test_relative_xl_huge_stride_is_refused(tmp_path: Path) -> None:
     xl = {"w_r": _m(4, 4), "r_r_bias": _m(2, 2), "clamp_len": 0, "stride": 10 ** 30}
     f = write(tmp_path, base(relative_xl=xl))
     refused(["run", f], f, "relative_xl", "stride", "999,999,999")
+
+
+def test_generate_latent_with_q_latent_both(tmp_path: Path) -> None:
+    """generate --latent R --q-latent-both writes W_UQ of 2·R rows (it read R rows and
+    refused its own problem); the key it writes checks as right."""
+    for ints in ([], ["--ints", "-1:1"]):
+        out = tmp_path / "key.yaml"
+        r = runner.invoke(app, ["generate", "--latent", "4", "--q-latent-both", "--seed", "3",
+                                *ints, "--answers", "-o", str(out)])
+        assert r.exit_code == 0, r.stderr
+        p = yaml.safe_load(out.read_text())
+        assert p["q_latent_both"] is True and len(p["w_uq"]) == 8
+        assert len(p["answers"]["q_latent_both"][0]) == 8
+        r = runner.invoke(app, ["check", str(out)])
+        assert r.exit_code == 0, r.stdout + r.stderr
