@@ -72,3 +72,50 @@ def test_generate_latent_with_q_latent_both(tmp_path: Path) -> None:
         assert len(p["answers"]["q_latent_both"][0]) == 8
         r = runner.invoke(app, ["check", str(out)])
         assert r.exit_code == 0, r.stdout + r.stderr
+
+
+def _decode_key(tmp_path: Path, *options: str) -> dict[str, Any]:
+    out = tmp_path / "decode.yaml"
+    r = runner.invoke(app, ["generate", "--tokens", "4", "--d-model", "4", "--heads", "2",
+                            "--seed", "4", "--mask", "causal", *options, "--decode",
+                            "--answers", "-o", str(out)])
+    assert r.exit_code == 0, r.stderr
+    r = runner.invoke(app, ["check", str(out)])
+    assert r.exit_code == 0, r.stdout  # the key generate wrote checks as right
+    return yaml.safe_load(out.read_text())
+
+
+def _heads(a: np.ndarray, heads: int) -> np.ndarray:
+    return a.reshape(a.shape[0], heads, -1).transpose(1, 0, 2)  # (H, n, d)
+
+
+def test_decode_key_holds_the_values_and_queries_the_steps_read(tmp_path: Path) -> None:
+    """generate --decode --answers wrote each step's q, k and v from the heads as split,
+    not from the stage the scores and outputs read (v turned with rotated_values, v normed
+    with v_norm, q normed with q_head_norm, q tuned with temperature); its own check then
+    called the key wrong."""
+    def steps(p: dict[str, Any], field: str) -> np.ndarray:
+        return np.array([s[field] for s in p["answers"]["decode"]], dtype=float)  # (n, H, d)
+
+    p = _decode_key(tmp_path, "--rope", "half", "--rotated-values")
+    v = _heads(np.array(p["x"]) @ np.array(p["w_v"]), 2)  # (G, n, 2): one pair per head
+    pos = np.arange(4)[None, :]
+    turned = np.stack([v[..., 0] * np.cos(pos) - v[..., 1] * np.sin(pos),
+                       v[..., 1] * np.cos(pos) + v[..., 0] * np.sin(pos)], axis=-1)
+    np.testing.assert_allclose(steps(p, "v_new"), turned.transpose(1, 0, 2), atol=1e-4)
+
+    p = _decode_key(tmp_path, "--v-norm", "1e-6")
+    v = _heads(np.array(p["x"]) @ np.array(p["w_v"]), 2)
+    normed = v / np.sqrt((v ** 2).mean(-1, keepdims=True) + 1e-6)
+    np.testing.assert_allclose(steps(p, "v_new"), normed.transpose(1, 0, 2), atol=1e-4)
+
+    p = _decode_key(tmp_path, "--q-head-norm", "1e-6")
+    q = _heads(np.array(p["x"]) @ np.array(p["w_q"]), 2)
+    normed = q / np.sqrt((q ** 2).mean(-1, keepdims=True) + 1e-6)
+    np.testing.assert_allclose(steps(p, "q"), normed.transpose(1, 0, 2), atol=1e-4)
+
+    p = _decode_key(tmp_path, "--temperature", "2:0.5")
+    q = _heads(np.array(p["x"]) @ np.array(p["w_q"]), 2)
+    tau = np.log(np.floor((np.arange(4) + 1) / 2) + 1) * 0.5 + 1  # Llama 4's, p from 0
+    np.testing.assert_allclose(steps(p, "q"), (q * tau[None, :, None]).transpose(1, 0, 2),
+                               atol=1e-4)
