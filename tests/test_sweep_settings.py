@@ -119,3 +119,15 @@ def test_decode_key_holds_the_values_and_queries_the_steps_read(tmp_path: Path) 
     tau = np.log(np.floor((np.arange(4) + 1) / 2) + 1) * 0.5 + 1  # Llama 4's, p from 0
     np.testing.assert_allclose(steps(p, "q"), (q * tau[None, :, None]).transpose(1, 0, 2),
                                atol=1e-4)
+
+
+def test_nan_from_a_zero_row_normed_with_eps_0_is_not_called_an_overflow(tmp_path: Path) -> None:
+    """A query (or value) row of zeros normed with eps 0 is 0/0: the error said the numbers
+    were too large, with small inputs; it names the 0/0 (and still the overflow)."""
+    p = base()
+    p["x"][2] = [0, 0, 0, 0]  # its q and v rows are 0 (no biases)
+    f = write(tmp_path, p)
+    for args in (["run", "--q-head-norm", "0", f], ["explain", "--q-head-norm", "0", f],
+                 ["run", "--v-norm", "0", f]):
+        err = refused(args, f, "is nan", "0/0", "eps")
+    assert "q_head_normed[1][3][1]" in refused(["explain", "--q-head-norm", "0", f])
