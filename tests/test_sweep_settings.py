@@ -131,3 +131,26 @@ def test_nan_from_a_zero_row_normed_with_eps_0_is_not_called_an_overflow(tmp_pat
                  ["run", "--v-norm", "0", f]):
         err = refused(args, f, "is nan", "0/0", "eps")
     assert "q_head_normed[1][3][1]" in refused(["explain", "--q-head-norm", "0", f])
+
+
+def test_ngram_refuses_the_settings_that_count_rows_as_positions(tmp_path: Path) -> None:
+    """Under ngram a row's position is its stream's own (query_bias counts it so); RoPE,
+    ALiBi, a window … took x's row index instead (a predicting stream's first row turned
+    at position L, not 0): silently other numbers. Each is refused by name."""
+    f = write(tmp_path, base(ngram=1))
+    for option in (["--rope", "half"], ["--alibi"], ["--window", "2"], ["--chunk", "2"],
+                   ["--temperature", "2:0.5"], ["--positional", "sinusoidal"],
+                   ["--local-blocks", "2:1"]):
+        key = option[0][2:].replace("-", "_")
+        refused(["run", *option, f], f, f"ngram with {key}", "positions")
+    rope = write(tmp_path, base(ngram=1, rope="half"), "rope.yaml")
+    refused(["explain", rope], rope, "ngram with rope")
+    # ngram alone: the main stream causal, stream 1's row at position i sees main keys
+    # 0 … i and its own key (a plain loop of the rule)
+    w = np.array(stages(["explain", f])["weights"])  # (H, 6, 6)
+    seen = np.zeros((6, 6), dtype=bool)
+    for i in range(3):
+        seen[i, :i + 1] = True
+        seen[3 + i, :i + 1] = True
+        seen[3 + i, 0] = seen[3 + i, 3 + i] = True
+    assert ((w > 0) == seen[None]).all()
