@@ -154,3 +154,17 @@ def test_ngram_refuses_the_settings_that_count_rows_as_positions(tmp_path: Path)
         seen[3 + i, :i + 1] = True
         seen[3 + i, 0] = seen[3 + i, 3 + i] = True
     assert ((w > 0) == seen[None]).all()
+
+
+def _stored(**more: Any) -> dict[str, Any]:
+    p = base(**more)
+    del p["w_k"], p["w_v"]
+    return {**p, "k": _m(5, 4), "v": _m(5, 4)}
+
+
+def test_value_embeds_with_stored_keys_and_values_is_refused_by_name(tmp_path: Path) -> None:
+    """value_embeds (a matrix) beside stored k and v crashed on comparing an array with
+    None ("truth value of an array is ambiguous"); it is refused naming value_embeds."""
+    f = write(tmp_path, _stored(value_embeds=_m(5, 4)))
+    for args in (["run", f], ["explain", "--backward", f]):
+        refused(args, f, "value_embeds does not go with k and v given beside x")

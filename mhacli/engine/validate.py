@@ -301,7 +301,8 @@ def _stored_inputs(x: Any, w_q: Any, k: Any, v: Any, b_q: Any, t: Any, heads: in
     if missing:
         raise MhaError(f"k and v go together: {missing[0]} is missing", key=missing[0])
     for name in _NOT_WITH_STORED:
-        if settings.get(name) not in (None, False):
+        given_ = settings.get(name)  # (an array where a file gave one: not compared with ==)
+        if given_ is not None and given_ is not False:
             why = "its keys' tokens read from x, which holds the queries' alone" \
                 if name in ("indexer", "local_blocks", "rel_logits") else "they are the keys and values " \
                 "as stored, already normed and turned, and mha changes them no further"
