@@ -168,3 +168,18 @@ def test_value_embeds_with_stored_keys_and_values_is_refused_by_name(tmp_path: P
     f = write(tmp_path, _stored(value_embeds=_m(5, 4)))
     for args in (["run", f], ["explain", "--backward", f]):
         refused(args, f, "value_embeds does not go with k and v given beside x")
+
+
+def test_a_npy_option_file_of_the_wrong_kind_is_named(tmp_path: Path) -> None:
+    """--value-embeds (or --bias, --positional) FILE.npy of booleans or of 3 levels: the
+    error did not say which file."""
+    f = write(tmp_path, base())
+    flags = tmp_path / "flags.npy"
+    np.save(flags, np.ones((6, 4), dtype=bool))
+    deep = tmp_path / "deep.npy"
+    np.save(deep, np.zeros((6, 4, 1)))
+    refused(["run", "--value-embeds", str(flags), f], f"Error: {flags}: value_embeds",
+            "numbers")
+    refused(["run", "--value-embeds", str(deep), f], f"Error: {deep}: value_embeds",
+            "nesting")
+    refused(["run", "--bias", str(flags), f], f"Error: {flags}: bias")
