@@ -183,3 +183,22 @@ def test_a_npy_option_file_of_the_wrong_kind_is_named(tmp_path: Path) -> None:
     refused(["run", "--value-embeds", str(deep), f], f"Error: {deep}: value_embeds",
             "nesting")
     refused(["run", "--bias", str(flags), f], f"Error: {flags}: bias")
+
+
+def test_temperature_with_a_json_null_is_refused_by_name(tmp_path: Path) -> None:
+    """temperature: {"n_floor": null, …} in a JSON file (or a JSONL line) crashed with a
+    TypeError, and took the whole stream down; it is refused naming the entry."""
+    for value, key in (({"n_floor": None, "alpha": 0.5}, "temperature.n_floor"),
+                       ({"n_floor": 2, "alpha": None}, "temperature.alpha"),
+                       ({"floor_scale": 2, "attn_scale": None}, "temperature.attn_scale"),
+                       ({"size": None, "power": 1}, "temperature.size"),
+                       ([None, 1], "temperature.floor_scale")):
+        path = tmp_path / "p.json"
+        path.write_text(json.dumps(base(temperature=value)))
+        refused(["run", str(path)], str(path), key, "null")
+    lines = tmp_path / "lines.jsonl"
+    lines.write_text(json.dumps(base(temperature={"n_floor": None, "alpha": 1})) + "\n"
+                     + json.dumps(base()) + "\n")
+    r = runner.invoke(app, ["run", "--jsonl", str(lines)])
+    out = [json.loads(line) for line in r.stdout.splitlines()]
+    assert len(out) == 2 and "temperature.n_floor" in out[0]["error"] and "output" in out[1]

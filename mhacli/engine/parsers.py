@@ -104,11 +104,18 @@ def temperature_value(value: Any) -> tuple[Any, ...] | None:
                        f"{given(value)}", key="temperature")
     power = len(parts) == 3 and isinstance(parts[2], str) and parts[2].strip() == "power"
     ratio = len(parts) == 3 and isinstance(parts[2], str) and parts[2].strip() == "ratio"
+
+    def number(name: str, v: Any) -> float:  # (a JSON null is no number: positive passes it)
+        if v is None:
+            raise MhaError(f"{name} must be a positive number, got null",
+                           key=tuple(name.split(".")))
+        return float(positive(name, v))  # type: ignore[arg-type]
+
     if ratio:
-        return (float(positive("temperature.n_floor", parts[0])),  # type: ignore[return-value]
-                float(positive("temperature.alpha", parts[1])), "ratio")
-    f = positive("temperature.size" if power else "temperature.floor_scale", parts[0])
-    a = positive("temperature.power" if power else "temperature.attn_scale", parts[1])
+        return (number("temperature.n_floor", parts[0]),  # type: ignore[return-value]
+                number("temperature.alpha", parts[1]), "ratio")
+    f = number("temperature.size" if power else "temperature.floor_scale", parts[0])
+    a = number("temperature.power" if power else "temperature.attn_scale", parts[1])
     if power:
         return float(f), float(a), "power"  # type: ignore[arg-type]
     if len(parts) == 2:
