@@ -202,3 +202,15 @@ def test_temperature_with_a_json_null_is_refused_by_name(tmp_path: Path) -> None
     r = runner.invoke(app, ["run", "--jsonl", str(lines)])
     out = [json.loads(line) for line in r.stdout.splitlines()]
     assert len(out) == 2 and "temperature.n_floor" in out[0]["error"] and "output" in out[1]
+
+
+def test_relative_xl_config_says_whether_the_segment_term_is_on(tmp_path: Path) -> None:
+    """The config JSON showed clamp_len, separate_cls and stride but not Funnel's segment
+    term, which changes every score: two problems of other numbers showed one config."""
+    xl = {"w_r": _m(4, 4), "r_r_bias": _m(2, 2), "clamp_len": 0}
+    plain = write(tmp_path, base(relative_xl=xl), "plain.yaml")
+    seg = write(tmp_path, base(relative_xl={**xl, "r_s_bias": _m(2, 2),
+                                            "seg_embed": _m(2, 2)}), "seg.yaml")
+    configs = [json.loads(runner.invoke(app, ["explain", "--format", "json", f]).stdout)
+               ["config"]["relative_xl"] for f in (plain, seg)]
+    assert "segment" not in configs[0] and configs[1]["segment"] is True

@@ -227,6 +227,8 @@ def shown(c: Any) -> dict[str, Any]:
     if c.relative_xl is None:
         return {}
     out: dict[str, Any] = {"clamp_len": c.relative_xl, "base": BASE}
+    if c.xl_segment:  # (Funnel's segment term: r_s_bias and seg_embed given)
+        out["segment"] = True
     if c.xl_cls:
         out["separate_cls"] = True
     if c.xl_stride != 1:
