@@ -214,3 +214,40 @@ def test_relative_xl_config_says_whether_the_segment_term_is_on(tmp_path: Path) 
     configs = [json.loads(runner.invoke(app, ["explain", "--format", "json", f]).stdout)
                ["config"]["relative_xl"] for f in (plain, seg)]
     assert "segment" not in configs[0] and configs[1]["segment"] is True
+
+
+def _softmax(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z - z.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def test_dynamic_mask_reads_the_values_of_x_v(tmp_path: Path) -> None:
+    """Doge's dynamic mask with x_v (the values' own input): the keep rule made its bias
+    from X·W_V, a matmul of the wrong widths (a crash), where the values are X_v·W_V.
+    Checked against a plain loop of the rule."""
+    d_xv, keep = 3, 3
+    dm = {"keep": keep, "a": _m(2), "w_dt": _m(4, 2), "b_dt": _m(2)}
+    p = base(x_v=_m(6, d_xv), mask="causal", dynamic_mask=dm)
+    p["w_v"] = _m(d_xv, 4)
+    f = write(tmp_path, p)
+    x, xv = np.array(p["x"]), np.array(p["x_v"])
+    q, k = x @ np.array(p["w_q"]), x @ np.array(p["w_k"])
+    v = xv @ np.array(p["w_v"])  # (6, G·d_v)
+    u = v @ np.array(dm["w_dt"]) + np.array(dm["b_dt"])
+    bias = np.exp(np.array(dm["a"]) * np.log1p(np.exp(u)))  # (m, G)
+    heads = np.zeros((6, 4))
+    for h in range(2):
+        cols = slice(2 * h, 2 * h + 2)
+        for i in range(6):
+            seen = sorted(range(i + 1), key=lambda j: (-bias[j, h], j))[:keep]
+            z = np.full(6, -np.inf)
+            for j in seen:
+                z[j] = q[i, cols] @ k[j, cols] / np.sqrt(2) + bias[j, h]
+            heads[i, cols] = _softmax(z) @ v[:, cols]
+    want = heads @ np.array(p["w_o"])
+    got = np.array(stages(["explain", f])["output"])
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    r = runner.invoke(app, ["run", "--format", "json", f])
+    np.testing.assert_allclose(np.array(json.loads(r.stdout)["output"]), want, atol=1e-12)
+    np.testing.assert_allclose(np.array(stages(["explain", f])["dynamic_bias"]), bias,
+                               atol=1e-12)
