@@ -251,3 +251,44 @@ def test_dynamic_mask_reads_the_values_of_x_v(tmp_path: Path) -> None:
     np.testing.assert_allclose(np.array(json.loads(r.stdout)["output"]), want, atol=1e-12)
     np.testing.assert_allclose(np.array(stages(["explain", f])["dynamic_bias"]), bias,
                                atol=1e-12)
+
+
+def test_experts_with_x_v(tmp_path: Path) -> None:
+    """A mixture of attention heads whose values read x_v: the values were projected from
+    x (a crash of the wrong widths), and the backward pass sent dV·W_Vᵀ into dX (another).
+    Forward against a plain loop; dX and dX_v against central differences of run."""
+    E, top_k = 3, 1
+    ex = {"top_k": top_k, "router": _m(4, E), "w_q": _m(E, 4, 4), "w_o": _m(E, 4, 4)}
+    p = base(x_v=_m(6, 3), mask="causal", experts=ex)
+    del p["w_q"], p["w_o"]
+    p["w_v"] = _m(3, 4)
+    f = write(tmp_path, p)
+    x, xv = np.array(p["x"]), np.array(p["x_v"])
+
+    def forward(x: np.ndarray, xv: np.ndarray) -> np.ndarray:
+        k, v = x @ np.array(p["w_k"]), xv @ np.array(p["w_v"])
+        out = np.zeros((6, 4))
+        for i in range(6):
+            e = int(np.argmax(x[i] @ np.array(ex["router"])))  # top_k = 1: gate 1
+            q = x[i] @ np.array(ex["w_q"])[e]
+            heads = np.concatenate([_softmax(np.array(
+                [q[2 * h:2 * h + 2] @ k[j, 2 * h:2 * h + 2] / np.sqrt(2) for j in range(i + 1)]))
+                @ v[:i + 1, 2 * h:2 * h + 2] for h in range(2)])
+            out[i] = heads @ np.array(ex["w_o"])[e]
+        return out
+
+    got = stages(["explain", f])
+    np.testing.assert_allclose(np.array(got["output"]), forward(x, xv), atol=1e-12)
+    r = runner.invoke(app, ["run", "--format", "json", f])
+    np.testing.assert_allclose(np.array(json.loads(r.stdout)["output"]), forward(x, xv),
+                               atol=1e-12)
+    back = stages(["explain", "--backward", f])
+    for name, arr in (("d_x", x), ("d_x_v", xv)):
+        num = np.zeros_like(arr)
+        for idx in np.ndindex(arr.shape):
+            hi, lo = arr.copy(), arr.copy()
+            hi[idx] += 1e-6
+            lo[idx] -= 1e-6
+            args = ((hi, xv), (lo, xv)) if name == "d_x" else ((x, hi), (x, lo))
+            num[idx] = (forward(*args[0]).sum() - forward(*args[1]).sum()) / 2e-6
+        np.testing.assert_allclose(np.array(back[name]), num, atol=1e-6)
