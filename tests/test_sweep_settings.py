@@ -292,3 +292,26 @@ def test_experts_with_x_v(tmp_path: Path) -> None:
             args = ((hi, xv), (lo, xv)) if name == "d_x" else ((x, hi), (x, lo))
             num[idx] = (forward(*args[0]).sum() - forward(*args[1]).sum()) / 2e-6
         np.testing.assert_allclose(np.array(back[name]), num, atol=1e-6)
+
+
+def test_check_a_router_choice_naming_no_expert(tmp_path: Path) -> None:
+    """check on answers whose router_choice names expert 5 of 3 (or 1e300): the carried
+    rule followed that choice into W_Q and crashed (IndexError). It is graded wrong."""
+    ex = {"top_k": 1, "router": _m(4, 3), "w_q": _m(3, 4, 4), "w_o": _m(3, 4, 4)}
+    experts = tmp_path / "experts.yaml"
+    experts.write_text(yaml.safe_dump(ex))
+    key = tmp_path / "key.yaml"
+    r = runner.invoke(app, ["generate", "--tokens", "4", "--d-model", "4", "--heads", "2",
+                            "--seed", "2", "--experts", str(experts), "--answers", "-o",
+                            str(key)])
+    assert r.exit_code == 0, r.stderr
+    p = yaml.safe_load(key.read_text())
+    for bad in (5, 1e300, 0):
+        p["answers"]["router_choice"][0][0] = bad
+        f = write(tmp_path, p, "answers.yaml")
+        r = runner.invoke(app, ["check", "--format", "json", f])
+        assert r.exit_code == 1, (r.stdout, r.stderr)
+        report = json.loads(r.stdout)
+        assert report["stages"]["router_choice"]["status"] == "wrong"
+        assert [s for s, v in report["stages"].items() if v["status"] == "wrong"] == \
+            ["router_choice"]
