@@ -315,3 +315,26 @@ def test_check_a_router_choice_naming_no_expert(tmp_path: Path) -> None:
         assert report["stages"]["router_choice"]["status"] == "wrong"
         assert [s for s, v in report["stages"].items() if v["status"] == "wrong"] == \
             ["router_choice"]
+
+
+def test_value_embeds_in_the_column_layout(tmp_path: Path) -> None:
+    """generate --layout columns wrote value_embeds transposed (a column a token, as x),
+    and the reader read it as rows: the file it wrote was refused. Both layouts now give
+    the same numbers, V + E (checked from the rows file's own x, w_v and E)."""
+    table = tmp_path / "ve.yaml"
+    table.write_text(yaml.safe_dump(_m(6, 4)))
+    made = {}
+    for layout in ("rows", "columns"):
+        out = tmp_path / f"{layout}.yaml"
+        r = runner.invoke(app, ["generate", "--tokens", "6", "--d-model", "4", "--heads", "2",
+                                "--seed", "4", "--value-embeds", str(table), "--layout",
+                                layout, "--answers", "-o", str(out)])
+        assert r.exit_code == 0, r.stderr
+        assert runner.invoke(app, ["check", str(out)]).exit_code == 0
+        made[layout] = stages(["explain", str(out)])
+    p = yaml.safe_load((tmp_path / "rows.yaml").read_text())
+    want = np.array(p["x"]) @ np.array(p["w_v"]) + np.array(p["value_embeds"])
+    for layout in ("rows", "columns"):
+        np.testing.assert_allclose(np.array(made[layout]["v_embedded"]), want, atol=1e-12)
+    np.testing.assert_allclose(np.array(made["columns"]["output"]),
+                               np.array(made["rows"]["output"]), atol=1e-12)
