@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -338,3 +339,15 @@ def test_value_embeds_in_the_column_layout(tmp_path: Path) -> None:
         np.testing.assert_allclose(np.array(made[layout]["v_embedded"]), want, atol=1e-12)
     np.testing.assert_allclose(np.array(made["columns"]["output"]),
                                np.array(made["rows"]["output"]), atol=1e-12)
+
+
+def test_an_array_where_a_setting_mapping_belongs_beside_latents(tmp_path: Path) -> None:
+    """mhacli.attention(..., dynamic_mask=array) on multi-head latent attention compared
+    the array with None ("truth value of an array is ambiguous"): a MhaError now."""
+    import mhacli
+    key = tmp_path / "mla.yaml"
+    assert runner.invoke(app, ["generate", "--latent", "4", "--seed", "3", "-o",
+                               str(key)]).exit_code == 0
+    p = yaml.safe_load(key.read_text())
+    with pytest.raises(mhacli.MhaError, match="dynamic"):
+        mhacli.attention(**p, dynamic_mask=np.ones((2, 2)))

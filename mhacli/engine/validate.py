@@ -226,7 +226,8 @@ def prepare(
     q_both = latent_shapes is not None and latent_shapes.both
     sizes = Sizes(n, m, heads, groups, d_k, d_v, d_model, t, x_a, xkv_a, d_rope, r_q, xv_a,
                   q_both, BY_KEY["ngram"].read(settings.get("ngram")))
-    if latent_shapes is not None and settings.get("dynamic_mask") not in (None, False):
+    dyn = settings.get("dynamic_mask")  # (an array where one was given: not compared by ==)
+    if latent_shapes is not None and dyn is not None and dyn is not False:
         raise MhaError("the dynamic mask reads the values V = X·W_V: multi-head latent "
                        "attention makes them from its latent (w_dkv, w_uv), which it does "
                        "not follow", key="dynamic_mask")
