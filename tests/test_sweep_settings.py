@@ -351,3 +351,17 @@ def test_an_array_where_a_setting_mapping_belongs_beside_latents(tmp_path: Path)
     p = yaml.safe_load(key.read_text())
     with pytest.raises(mhacli.MhaError, match="dynamic"):
         mhacli.attention(**p, dynamic_mask=np.ones((2, 2)))
+
+
+def test_an_eps_of_numpy_zero(tmp_path: Path) -> None:
+    """mhacli.attention(..., q_head_norm=np.int64(0)) said "must be 0 or a positive
+    number, got 0"; a NumPy 0 is 0. The numbers: the queries over their plain RMS."""
+    import mhacli
+    p = base()
+    for zero in (np.int64(0), np.float32(0)):
+        got = mhacli.trace(**p, q_head_norm=zero)["q_head_normed"]
+        q = np.array(p["x"]) @ np.array(p["w_q"])
+        q = q.reshape(6, 2, 2).transpose(1, 0, 2)
+        np.testing.assert_allclose(got, q / np.sqrt((q ** 2).mean(-1, keepdims=True)),
+                                   atol=1e-12)
+        mhacli.attention(**p, v_norm=zero)

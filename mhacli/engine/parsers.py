@@ -611,7 +611,8 @@ def qk_eps(value: Any, key: str = "qk_norm.eps") -> float:
     number rule, or a number)."""
     if type(value) is float and 0 <= value < np.inf:  # typed already: trusted
         return value
-    if not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, float, str)):
+    if not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, float, str,
+                                                                   np.number)):
         from ..numbers import parse
 
         number = parse(value, tuple(key.split("."))) if isinstance(value, str) else value
