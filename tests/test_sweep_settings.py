@@ -365,3 +365,18 @@ def test_an_eps_of_numpy_zero(tmp_path: Path) -> None:
         np.testing.assert_allclose(got, q / np.sqrt((q ** 2).mean(-1, keepdims=True)),
                                    atol=1e-12)
         mhacli.attention(**p, v_norm=zero)
+
+
+def test_run_out_of_memory_on_the_stage_table_route(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """run on rotated_values (experts, kv_conv, rel_logits …) works out every stage whole,
+    H × n × m scores and all; a large problem ended in "unexpected MemoryError … please
+    report it". It is one Error line naming the settings and the size."""
+    import mhacli.engine.table_run as table_run
+
+    def no_room(*args: Any, **kw: Any) -> Any:
+        raise MemoryError("Unable to allocate")
+
+    monkeypatch.setattr(table_run, "run", no_room)
+    f = write(tmp_path, base(rope="half", rotated_values=True))
+    refused(["run", f], f, "out of memory", "rotated_values", "2 × 6 × 6")
