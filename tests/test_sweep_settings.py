@@ -380,3 +380,20 @@ def test_run_out_of_memory_on_the_stage_table_route(tmp_path: Path,
     monkeypatch.setattr(table_run, "run", no_room)
     f = write(tmp_path, base(rope="half", rotated_values=True))
     refused(["run", f], f, "out of memory", "rotated_values", "2 × 6 × 6")
+
+
+def test_a_ragged_matrix_inside_a_setting_names_its_entry(tmp_path: Path) -> None:
+    """kv_conv.k (experts.w_q, relative_xl.w_r …) with a short row: the error pointed at
+    line 1 and quoted NumPy ("setting an array element with a sequence …"); it names the
+    row, as a ragged x does."""
+    k = _m(2, 4)
+    k[1] = k[1][:3]
+    f = write(tmp_path, base(kv_conv={"k": k}))
+    err = refused(["run", f], f, "kv_conv.k is ragged: kv_conv.k[2] has 3 entries but "
+                  "kv_conv.k[1] has 4 entries")
+    assert "line 1," not in err and "sequence" not in err
+    ex = {"top_k": 1, "router": _m(4, 2), "w_q": [_m(4, 4), _m(3, 4)], "w_o": _m(2, 4, 4)}
+    p = base(experts=ex)
+    del p["w_q"], p["w_o"]
+    refused(["run", write(tmp_path, p, "ex.yaml")],
+            "experts.w_q[2] has shape 3 × 4 but experts.w_q[1] has shape 4 × 4")
