@@ -397,3 +397,14 @@ def test_a_ragged_matrix_inside_a_setting_names_its_entry(tmp_path: Path) -> Non
     del p["w_q"], p["w_o"]
     refused(["run", write(tmp_path, p, "ex.yaml")],
             "experts.w_q[2] has shape 3 × 4 but experts.w_q[1] has shape 4 × 4")
+
+
+def test_experts_with_stored_keys_names_experts(tmp_path: Path) -> None:
+    """experts beside stored k and v said "k and v given beside x need w_q", which experts
+    forbids: a user following it met the other refusal. It names experts."""
+    p = _stored(experts={"top_k": 1, "router": _m(4, 2), "w_q": _m(2, 4, 4),
+                         "w_o": _m(2, 4, 4)})
+    del p["w_q"], p["w_o"]
+    f = write(tmp_path, p)
+    err = refused(["run", f], f, "experts does not go with k and v given beside x")
+    assert "need w_q" not in err
