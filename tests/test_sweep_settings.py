@@ -408,3 +408,16 @@ def test_experts_with_stored_keys_names_experts(tmp_path: Path) -> None:
     f = write(tmp_path, p)
     err = refused(["run", f], f, "experts does not go with k and v given beside x")
     assert "need w_q" not in err
+
+
+def test_experts_d_x_formula_with_x_v(tmp_path: Path) -> None:
+    """With x_v, dX of a mixture of heads takes no dV·W_Vᵀ (see test_experts_with_x_v);
+    its formula said it did."""
+    ex = {"top_k": 1, "router": _m(4, 2), "w_q": _m(2, 4, 4), "w_o": _m(2, 4, 4)}
+    p = base(x_v=_m(6, 3), experts=ex)
+    del p["w_q"], p["w_o"]
+    p["w_v"] = _m(3, 4)
+    r = runner.invoke(app, ["explain", "--backward", "--stage", "d_x", "--format", "plain",
+                            write(tmp_path, p)])
+    head = r.stdout.splitlines()[0]
+    assert "dV·W_Vᵀ" not in head and "the values read X_v" in head

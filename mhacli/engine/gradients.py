@@ -352,7 +352,7 @@ def _d_input_text(f: Formula) -> str:
         return latent_text(src) + (f"{gate} (the gate reads X too)" if f.c.gate and
                                    not f.c.q_latent_both else gate)
     if f.c.experts:
-        return moa_grads.d_input_text(src)
+        return moa_grads.d_input_text(src, bool(f.c.d_xv))
     if f.c.cross:
         return f"d{src} = dQ·W_Qᵀ{gate}"
     if f.c.stored:
