@@ -104,7 +104,7 @@ def test_json_and_the_formula_say_the_keys(tmp_path: Path) -> None:
     f = write(problem(), tmp_path / "funnel.yaml")
     data = json.loads(mha("explain", str(f), "--format", "json").stdout)
     assert data["config"]["relative_xl"] == {"clamp_len": 0, "base": 10000.0,
-                                             "separate_cls": True}
+                                             "segment": True, "separate_cls": True}
     p = problem()
     p["relative_xl"]["stride"] = 2
     f = write(p, tmp_path / "pooled.yaml")

@@ -84,7 +84,7 @@ def test_the_cell_says_where_the_query_stands() -> None:
 def test_json_run_and_the_written_file(tmp_path: Path) -> None:
     data = json.loads(mha("explain", str(FILE), "--format", "json").stdout)
     assert data["config"]["relative_xl"] == {"clamp_len": 0, "base": 10000.0,
-                                             "separate_cls": True, "stride": 2,
+                                             "separate_cls": True, "segment": True, "stride": 2,
                                              "query_pool": 2}
     run = mha("run", str(FILE), "--format", "json")
     assert run.returncode == 0, run.stderr

@@ -42,6 +42,11 @@ def check_finite(p: Prepared, name: str, a: Array, head: int = 0) -> None:
             where = (where[0] + head, *where[1:])
         dtype = p.config.dtype
         size = "small" if np.isfinite(value) else "large"
+        if np.isnan(value):  # (∞ − ∞ of an overflow, or 0/0: a zero row normed with eps 0)
+            also = "" if dtype == "float64" else ", or use float64"
+            raise MhaError(f"{key_text((name,) + where)} is nan: undefined, from numbers too "
+                           f"large for {dtype} (scale the inputs down{also}) or a 0/0 on the "
+                           "way (such as a row of zeros normed with an eps of 0: give eps > 0)")
         raise MhaError(f"{key_text((name,) + where)} is {value}: the numbers are too "
                        f"{size} for {dtype} (scale the inputs {'up' if size == 'small' else 'down'}"
                        f"{'' if dtype == 'float64' else ', or use float64'})")

@@ -189,15 +189,15 @@ def bias_gradient(d_z: Array, keep_mask: Array) -> Array:
 
 
 def values_of(p: Prepared) -> Array:
-    """V (m × G·d_v) as the problem makes it: given, or (X_kv or X, with its positions)
-    ·W_V + b_v; in floats for an exact problem (the bias is not rational)."""
+    """V (m × G·d_v) as the problem makes it: given, or (X_v, or X_kv or X with its
+    positions)·W_V + b_v; in floats for an exact problem (the bias is not rational)."""
     def f(a: Any) -> Any:
         return None if a is None else np.asarray(a, dtype=np.float64) \
             if p.config.dtype == "exact" else a
     if p.v is not None:
         return f(p.v)
     x, pe = (p.x_kv, p.pe_kv) if p.x_kv is not None else (p.x, p.pe)
-    src = f(x) if pe is None else f(x) + f(pe)
+    src = f(p.x_v) if p.x_v is not None else f(x) if pe is None else f(x) + f(pe)
     out = src @ f(p.w_v)
     return out if p.b_v is None else out + f(p.b_v)
 

@@ -90,10 +90,11 @@ def d_input(w: Work, x: Array) -> Array:
     return out + w["d_router_logits"] @ w.p.w_router.T  # type: ignore[union-attr]
 
 
-def d_input_text(src: str) -> str:
-    return (f"d{src} = Σ_s dQ_s[i]·W_Q,e(i,s)ᵀ + dR·W_Rᵀ (+ dK·W_Kᵀ + dV·W_Vᵀ in "
-            "self-attention): each token's queries through its chosen experts, and the "
-            "router" + HELD)
+def d_input_text(src: str, values_apart: bool = False) -> str:
+    kv = "dK·W_Kᵀ in self-attention; the values read X_v" if values_apart else \
+        "dK·W_Kᵀ + dV·W_Vᵀ in self-attention"
+    return (f"d{src} = Σ_s dQ_s[i]·W_Q,e(i,s)ᵀ + dR·W_Rᵀ (+ {kv}): each token's queries "
+            "through its chosen experts, and the router" + HELD)
 
 
 def after_output(grad: Callable[..., Stage]) -> tuple[Stage, ...]:

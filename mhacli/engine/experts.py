@@ -178,15 +178,23 @@ def choose(logits: Array, k: int) -> Array:
     return (order + 1).astype(logits.dtype)
 
 
-def picked(choice: Array) -> Array:
-    """The chosen experts as 0-based indices: (n, k) ints."""
+def picked(choice: Array, count: int | None = None) -> Array:
+    """The chosen experts as 0-based indices: (n, k) ints; with ``count`` (E), a choice
+    given from outside (someone's own router_choice) that names no expert is an error."""
+    if count is not None:
+        bad = ~np.isfinite(np.asarray(choice, dtype=np.float64)) | (choice < 1) | \
+            (choice >= count + 1)
+        if bad.any():
+            i, s = (int(a) for a in np.argwhere(bad)[0])
+            raise MhaError(f"router_choice[{i + 1}][{s + 1}] is {choice[i, s]}: not one of "
+                           f"the {count} experts (1 … {count})", key=("router_choice", i, s))
     return choice.astype(np.int64) - 1
 
 
 def gates(logits: Array, choice: Array) -> tuple[Array, dict[str, Array]]:
     """The softmax of each token's chosen logits, and its parts (the row's largest
     chosen logit, exp(z − max), their sum): (n, k)."""
-    z = np.take_along_axis(logits, picked(choice), axis=-1)  # (n, k)
+    z = np.take_along_axis(logits, picked(choice, logits.shape[-1]), axis=-1)  # (n, k)
     top = z.max(axis=-1, keepdims=True)  # (n, 1): the first chosen
     e = np.exp(z - top)  # (n, k)
     total = e.sum(axis=-1, keepdims=True)
@@ -199,7 +207,7 @@ def query_weights(w_eq: Array, choice: Array, groups: int) -> Array:
     n, k = choice.shape
     e_count, d_model, width = w_eq.shape
     d_k = width // groups
-    w = w_eq[picked(choice)]  # (n, k, d_model, G·d_k)
+    w = w_eq[picked(choice, e_count)]  # (n, k, d_model, G·d_k)
     w = w.reshape(n, k, d_model, groups, d_k).transpose(0, 2, 3, 1, 4)  # (n, d_model, G, k, d_k)
     return w.reshape(n, d_model, groups * k * d_k)
 
@@ -220,7 +228,7 @@ def slot_inputs(concat: Array, k: int, groups: int) -> Array:
 
 def slot_weights(w_eo: Array, choice: Array) -> Array:
     """Each token's chosen experts' W_O, slot by slot: (n, k, G·d_v, d_out)."""
-    return w_eo[picked(choice)]
+    return w_eo[picked(choice, w_eo.shape[0])]
 
 
 def expert_outputs(concat: Array, w_eo: Array, choice: Array, groups: int) -> Array:

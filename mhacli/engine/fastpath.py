@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..errors import MhaError
 from . import ops
 from .checks import check_finite, warn_dead
 from .config import Prepared
@@ -375,14 +376,33 @@ def table_work(c: Any) -> bool:
         c.cca is not None or c.v_delayed is not None or c.sink_made or c.pooled > 0
 
 
+def _too_large(c: Any) -> str:
+    """Why a problem of the stage table's work did not fit in memory, naming its settings
+    (their work is not done in blocks of queries: every stage is held whole)."""
+    named = [k for k, on in (("differential", c.differential is not None),
+                             ("disentangled", c.disentangled is not None),
+                             ("relative_xl", c.relative_xl is not None),
+                             ("exclusive", c.exclusive), ("rotated_values", c.rotated_values),
+                             ("experts", c.experts), ("value_embeds", c.value_embedded),
+                             ("kv_conv", c.kv_conv is not None),
+                             ("rel_logits", c.rel_logits is not None)) if on]
+    gib = c.heads * c.n * c.m * 8 / 2 ** 30
+    return (f"out of memory: with {', '.join(named)} the output is worked out stage by "
+            f"stage, each held whole ({c.heads} × {c.n} × {c.m} scores, {gib:.2g} GiB "
+            "each in float64); give fewer tokens")
+
+
 def fast(p: Prepared, progress: Progress | None = None) -> Array:
     """The fast path on validated inputs: the n × d_out output, nothing recorded."""
     if table_work(p.config):  # the stage table's work
         from .table_run import run
 
         warn_dead(p)
-        with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused just below
-            out = run(p).stages["output"]
+        try:
+            with np.errstate(over="ignore", invalid="ignore"):  # overflow: refused below
+                out = run(p).stages["output"]
+        except MemoryError:  # (every stage held whole, the H × n × m ones too)
+            raise MhaError(_too_large(p.config)) from None
         check_finite(p, "output", out)
         return out
     warn_dead(p)

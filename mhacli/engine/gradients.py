@@ -191,8 +191,9 @@ def _d_input(t: Chains, w: Work) -> Array:
     elif w.c.experts:  # each token's queries through its experts, and the router
         out = moa_grads.d_input(w, _source(t, w, False))
         if not w.c.cross:
-            out = out + _through(t, w, "k") @ p.w_k.T + \
-                _through(t, w, "v") @ p.w_v.T  # type: ignore[union-attr]
+            out = out + _through(t, w, "k") @ p.w_k.T  # type: ignore[union-attr]
+            if not w.c.d_xv:  # (the values' own input takes dV)
+                out = out + _through(t, w, "v") @ p.w_v.T  # type: ignore[union-attr]
     else:
         out = _through(t, w, "q") @ p.w_q.T  # type: ignore[union-attr]
         if not w.c.cross and not w.c.stored:  # (stored keys and values read no input)
@@ -356,7 +357,7 @@ def _d_input_text(f: Formula) -> str:
         return latent_text(src, f.c.pooled > 0) + (f"{gate} (the gate reads X too)" if f.c.gate and
                                    not f.c.q_latent_both else gate)
     if f.c.experts:
-        return moa_grads.d_input_text(src)
+        return moa_grads.d_input_text(src, bool(f.c.d_xv))
     if f.c.cross:
         return f"d{src} = dQ·W_Qᵀ{gate}"
     if f.c.stored:

@@ -27,6 +27,14 @@ if TYPE_CHECKING:
 Fields = tuple[dict[str, Any], dict[str, Any]]
 OFF = ("", "none", "false", "no", "off")
 
+# the settings that take x's row index as a token's position: under ngram a row's position
+# is its stream's own (as query_bias counts it), which they would not follow
+BY_ROW = ("rope", "alibi", "positional", "relative_bias", "disentangled", "relative_xl",
+          "rel_logits", "temperature", "window", "chunk", "local_blocks", "kv_conv")
+EXCLUDES = tuple((key, f"ngram with {key}: x's rows are streams, each counting its own "
+                  f"positions (as query_bias does), and {key} would count x's rows as "
+                  "positions; mha does not follow it") for key in BY_ROW)
+
 
 def value(v: Any) -> int | None:
     """``ngram`` as given (N) → N; None, false or 0: none."""

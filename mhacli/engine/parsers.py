@@ -104,11 +104,18 @@ def temperature_value(value: Any) -> tuple[Any, ...] | None:
                        f"{given(value)}", key="temperature")
     power = len(parts) == 3 and isinstance(parts[2], str) and parts[2].strip() == "power"
     ratio = len(parts) == 3 and isinstance(parts[2], str) and parts[2].strip() == "ratio"
+
+    def number(name: str, v: Any) -> float:  # (a JSON null is no number: positive passes it)
+        if v is None:
+            raise MhaError(f"{name} must be a positive number, got null",
+                           key=tuple(name.split(".")))
+        return float(positive(name, v))  # type: ignore[arg-type]
+
     if ratio:
-        return (float(positive("temperature.n_floor", parts[0])),  # type: ignore[return-value]
-                float(positive("temperature.alpha", parts[1])), "ratio")
-    f = positive("temperature.size" if power else "temperature.floor_scale", parts[0])
-    a = positive("temperature.power" if power else "temperature.attn_scale", parts[1])
+        return (number("temperature.n_floor", parts[0]),  # type: ignore[return-value]
+                number("temperature.alpha", parts[1]), "ratio")
+    f = number("temperature.size" if power else "temperature.floor_scale", parts[0])
+    a = number("temperature.power" if power else "temperature.attn_scale", parts[1])
     if power:
         return float(f), float(a), "power"  # type: ignore[arg-type]
     if len(parts) == 2:
@@ -604,7 +611,8 @@ def qk_eps(value: Any, key: str = "qk_norm.eps") -> float:
     number rule, or a number)."""
     if type(value) is float and 0 <= value < np.inf:  # typed already: trusted
         return value
-    if not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, float, str)):
+    if not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, float, str,
+                                                                   np.number)):
         from ..numbers import parse
 
         number = parse(value, tuple(key.split("."))) if isinstance(value, str) else value

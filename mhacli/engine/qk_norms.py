@@ -133,7 +133,7 @@ def eps(v: Any, key: str = "qk_norm") -> float:
     a number)."""
     if type(v) is float and 0 <= v < np.inf:  # typed already: trusted
         return v
-    if not isinstance(v, (bool, np.bool_)) and isinstance(v, (int, float, str)):
+    if not isinstance(v, (bool, np.bool_)) and isinstance(v, (int, float, str, np.number)):
         from ..numbers import parse as number
 
         read = number(v, (key, "eps") if key == "qk_norm" else (key,)) \

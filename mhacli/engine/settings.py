@@ -121,7 +121,7 @@ SETTINGS: tuple[Setting, ...] = (
             "rows; the main stream causal over its own keys, stream s at position i seeing "
             "the main stream's keys up to i − s + 1 (and the first) and its own key at i "
             "(self-attention).", read=ngram.value, parse=ngram.parse, fields=("ngram",),
-            shown=ngram.shown, write=ngram.write),
+            excludes=ngram.EXCLUDES, shown=ngram.shown, write=ngram.write),
     Setting("temperature", "Llama 4's temperature tuning of the queries: F:A (its "
             "floor_scale and attn_scale), each query at position p multiplied by "
             "log(⌊(p + 1) / F⌋ + 1)·A + 1; F:A:0 for Ministral 3's log(⌊p / F⌋ + 1)·A + 1; "

@@ -227,7 +227,8 @@ def prepare(
     sizes = Sizes(n, m, heads, groups, d_k, d_v, d_model, t, x_a, xkv_a, d_rope, r_q, xv_a,
                   q_both, BY_KEY["ngram"].read(settings.get("ngram")),
                   0 if latent_shapes is None else latent_shapes.r_kv)
-    if latent_shapes is not None and settings.get("dynamic_mask") not in (None, False):
+    dyn = settings.get("dynamic_mask")  # (an array where one was given: not compared by ==)
+    if latent_shapes is not None and dyn is not None and dyn is not False:
         raise MhaError("the dynamic mask reads the values V = X·W_V: multi-head latent "
                        "attention makes them from its latent (w_dkv, w_uv), which it does "
                        "not follow", key="dynamic_mask")
@@ -316,18 +317,19 @@ def _stored_inputs(x: Any, w_q: Any, k: Any, v: Any, b_q: Any, t: Any, heads: in
         raise MhaError(f"{extra[0]} with k and v given beside x: the keys and values are "
                        "given as stored, not projected (give x, w_q, k and v; or x, w_q, w_k "
                        "and w_v)", key=extra[0])
+    for name in _NOT_WITH_STORED:
+        given_ = settings.get(name)  # (an array where a file gave one: not compared with ==)
+        if given_ is not None and given_ is not False:
+            why = "its keys' tokens read from x, which holds the queries' alone" \
+                if name in ("indexer", "local_blocks", "rel_logits") else "they are the keys and values " \
+                "as stored, already normed and turned, and mha changes them no further"
+            raise MhaError(f"{name} does not go with k and v given beside x: {why}", key=name)
     if w_q is None:
         raise MhaError("k and v given beside x need w_q, the queries' weights (x·W_Q)",
                        key="w_q")
     missing = [nm for nm, val in (("k", k), ("v", v)) if val is None]
     if missing:
         raise MhaError(f"k and v go together: {missing[0]} is missing", key=missing[0])
-    for name in _NOT_WITH_STORED:
-        if settings.get(name) not in (None, False):
-            why = "its keys' tokens read from x, which holds the queries' alone" \
-                if name in ("indexer", "local_blocks", "rel_logits") else "they are the keys and values " \
-                "as stored, already normed and turned, and mha changes them no further"
-            raise MhaError(f"{name} does not go with k and v given beside x: {why}", key=name)
     norm = settings.get("qk_norm")
     if isinstance(norm, dict) and any(norm.get(part) is not None for part in ("k", "k_bias")):
         raise MhaError("qk_norm k with k given beside x: the stored keys are normed already "

@@ -39,6 +39,28 @@ def nested_numbers(v: Any, key: tuple[Any, ...]) -> Any:
     return v
 
 
+def _ragged(v: Any, key: tuple[Any, ...]) -> tuple[tuple[Any, ...], str] | None:
+    """Where nested lists stop being rectangular: the entry and a sentence saying so
+    (``w_r[3]`` has 2 entries but ``w_r[1]`` has 4), or None."""
+    def shape(a: Any, at: tuple[Any, ...]) -> tuple[int, ...] | tuple[tuple[Any, ...], str]:
+        if not isinstance(a, (list, tuple)):
+            return np.shape(a)
+        inner = [shape(t, (*at, i)) for i, t in enumerate(a)]
+        for i, got in enumerate(inner):
+            if got and isinstance(got[0], tuple):
+                return got  # (ragged further in)
+            if i and got != inner[0]:
+                def said(s: Any) -> str:
+                    return "a single number" if s == () else f"{s[0]} entries" \
+                        if len(s) == 1 else "shape " + " × ".join(map(str, s))
+                return ((*at, i), f"{key_text((*at, i))} has {said(got)} but "
+                                  f"{key_text((*at, 0))} has {said(inner[0])}")
+        return (len(a), *(inner[0] if inner else ()))
+
+    found = shape(v, key)
+    return found if found and isinstance(found[0], tuple) else None  # type: ignore[return-value]
+
+
 def shape_text(a: np.ndarray) -> str:
     return " × ".join(str(s) for s in a.shape)
 
@@ -56,6 +78,9 @@ def as_array(name: str, value: Any, dtype: Any) -> np.ndarray:
         try:
             arr = value if held else np.array(value)
         except (ValueError, TypeError) as exc:  # ragged nested lists
+            where = _ragged(value, tuple(name.split(".")))
+            if where is not None:
+                raise MhaError(f"{name} is ragged: {where[1]}", key=where[0]) from None
             raise MhaError(f"{name} is not a rectangular array of numbers ({exc})",
                            key=name) from None
         if arr.dtype.kind not in "iuf":

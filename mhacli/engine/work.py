@@ -50,9 +50,10 @@ class Work:
 
                 assert x is not None and x_kv is not None
                 kv = self.stages[x_kv]
+                vin = self.stages[x_v] if x_v not in (None, x, x_kv) else kv  # (x_v's own)
                 self._qkv = (queries(self.stages[x], p.w_eq, self.stages["router_choice"],
                                      self.c.groups),
-                             ops.project(kv, p.w_k, p.b_k), ops.project(kv, p.w_v, p.b_v))
+                             ops.project(kv, p.w_k, p.b_k), ops.project(vin, p.w_v, p.b_v))
             else:
                 assert x is not None and x_kv is not None
                 kv = self.stages[x_kv] if x_kv != x else None  # self-attention: one product

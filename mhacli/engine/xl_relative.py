@@ -208,6 +208,9 @@ def _whole(v: dict[str, Any], name: str) -> int:
     if isinstance(got, (bool, np.bool_)) or not isinstance(got, (int, np.integer)) or got < 1:
         raise MhaError(f"relative_xl {name} must be a whole number of 1 or more, got "
                        f"{given(got)}", key=("relative_xl", name))
+    if got >= 10 ** 9:  # (δ = (i − j)·stride stays a machine integer)
+        raise MhaError(f"relative_xl {name} must be a whole number from 1 to 999,999,999, "
+                       f"got {given(got)}", key=("relative_xl", name))
     return int(got)
 
 
@@ -266,6 +269,8 @@ def shown(c: Any) -> dict[str, Any]:
     if c.relative_xl is None:
         return {}
     out: dict[str, Any] = {"clamp_len": c.relative_xl, "base": BASE}
+    if c.xl_segment:  # (Funnel's segment term: r_s_bias and seg_embed given)
+        out["segment"] = True
     if c.xl_cls:
         out["separate_cls"] = True
     if c.xl_stride != 1:

@@ -217,14 +217,18 @@ def _latent(*, rng_seed: int | None, ints: tuple[int, int] | None, n: int, d: in
     settings = {"rope": "interleaved", **({"latent_eps": 0.0} if ints else {}), **settings}
     source = "random problem" + (f" (seed {rng_seed})" if rng_seed is not None else "")
 
+    both = bool(settings.get("q_latent_both"))  # (W_UQ's rows depend on it: read at once)
+
     def build(inputs: dict) -> Problem:
-        prob = Problem.build({**inputs, "heads": h}, tokens=labels, source=source,
-                             written=dict(inputs))
+        prob = Problem.build({**inputs, "heads": h, **({"q_latent_both": True} if both
+                                                       else {})},
+                             tokens=labels, source=source, written=dict(inputs))
         return prob.with_overrides(backward=backward or None, **settings)
 
     bound = HAND_MAX_SCORE if max_score is None else max_score
     prob, notes = latent_problem(np.random.default_rng(rng_seed), ints, n, d, h, r, width,
-                                 d_rope, d_v, w_o, bound, build)
+                                 d_rope, d_v, w_o, bound, build,
+                                 q_both=both)
     if strict and ints is not None:
         import warnings
 

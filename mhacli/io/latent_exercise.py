@@ -47,13 +47,15 @@ def latent_sizes(d: int, h: int, r: int, d_k: int | None) -> tuple[int, int, int
 
 def latent_problem(rng: np.random.Generator, ints: tuple[int, int] | None, n: int, d: int,
                    h: int, r: int, d_k: int, d_rope: int, d_v: int, w_o: bool,
-                   bound: float, build: Callable[[dict], Problem]
+                   bound: float, build: Callable[[dict], Problem], q_both: bool = False
                    ) -> tuple[Problem, list[str]]:
     """An MLA problem (the queries through a latent too): decimals, or under ``ints``
     an exercise drawn until it is hand-sized and tells its mistakes apart; with the lines
-    that say which mistakes every draw tried leaves indistinguishable."""
+    that say which mistakes every draw tried leaves indistinguishable. With ``q_both``
+    (q_latent_both) W_UQ reads [C_Q normed | C_Q]: 2·r rows."""
     d_nope = d_k - d_rope
-    shapes = {"x": (n, d), "w_dq": (d, r), "w_uq": (r, h * d_k), "w_dkv": (d, r + d_rope),
+    shapes = {"x": (n, d), "w_dq": (d, r), "w_uq": ((2 if q_both else 1) * r, h * d_k),
+              "w_dkv": (d, r + d_rope),
               "w_uk": (r, h * d_nope), "w_uv": (r, h * d_v),
               **({"w_o": (h * d_v, d)} if w_o else {})}
     if ints is None:

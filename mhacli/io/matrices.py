@@ -16,7 +16,8 @@ from ..engine.config import MATRICES
 from ..errors import KeyPath, MhaError, key_text
 
 LAYOUTS = ("rows", "columns")
-TOKEN_KEYS = frozenset(MATRICES) | {"mask", "bias", "positional", "w_gate"}  # what a column layout writes transposed
+TOKEN_KEYS = frozenset(MATRICES) | {"mask", "bias", "positional", "w_gate", "value_embeds"}
+# (what a column layout writes transposed: every matrix of the file)
 
 
 def to_rows(key: str, arr: np.ndarray, layout: str) -> np.ndarray:

@@ -372,7 +372,10 @@ def read_bias(path: str | Path, key: str = "bias", dims: tuple[int, ...] = (2, 3
             arr = np.load(p, allow_pickle=False)
         except (OSError, ValueError) as exc:
             raise MhaError(f"cannot read it as .npy ({exc})", source=str(p)) from None
-        return read_array(arr, (key,), dims)
+        try:
+            return read_array(arr, (key,), dims)
+        except MhaError as exc:  # (named by its file, as a YAML one is)
+            raise exc.located(str(p)) from None
     data, locate, source, _ = document(p)
     if isinstance(data, dict):
         if set(data) != {key}:

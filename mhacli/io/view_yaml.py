@@ -49,21 +49,17 @@ class _Sources:
     step of the score chain before the mask), present only where it is exact."""
 
     def __init__(self, exact: Exact, config: Any) -> None:
-        from ..engine import BY_NAME
-
         self.exact = exact
 
-        def latest(names: tuple[str, ...]) -> str | None:
-            found = [n for n in names if config is not None and BY_NAME[n].exists(config)]
-            return found[-1] if found and found[-1] in exact else None
+        def read(field: str) -> str | None:  # (the stage table says which stage it holds)
+            from ..engine.decoding import field_stage
 
-        self.q = latest(("q_heads", "q_normed", "q_rot"))
-        self.k = latest(("k_heads", "k_normed", "k_rot"))
-        self.v = "v_heads" if "v_heads" in exact else None
+            name = field_stage(config, field) if config is not None else None
+            return name if name in exact else None
+
+        self.q, self.k, self.v = read("q"), read("k_new"), read("v_new")
         whole = "masked" in exact  # every step of the chain exact, the mask too
-        chain = [n for n in ("scores", "scaled", "softcapped", "biased")
-                 if config is not None and BY_NAME[n].exists(config)]
-        self.scores = chain[-1] if whole and chain and chain[-1] in exact else None
+        self.scores = read("scores") if whole else None
 
     def get(self, name: str | None, *at: Any) -> Any:
         return None if name is None else self.exact[name][at]
