@@ -121,7 +121,7 @@ def test_rope_errors_name_the_key(spec: dict, words: str) -> None:
     ({"over": "head", "q": [[1, 2, 3, 4]]}, "qk_norm q must be a list of numbers"),
     ({"over": "row"}, "qk_norm over must be head"),
     ({"over": "head", "q": [1, 2]}, "qk_norm q needs d_k = 16 numbers"),
-    ({"over": "head", "epsilon": 1}, "qk_norm takes over, norm, eps, after_rope, q, k, q_bias, k_bias, not epsilon"),
+    ({"over": "head", "epsilon": 1}, "qk_norm takes over, norm, eps, after_rope, q, k, q_bias, k_bias, clip, not epsilon"),
 ])
 def test_qk_norm_errors_name_the_key(spec: dict, words: str) -> None:
     rng = np.random.default_rng(0)
