@@ -8,8 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from . import compressed, ops, sparse
+from . import compressed, ops
 from .recipe import fdot, op, rms_line, rms_of, squares, when
+from .sparse_stages import keep_cell
 from .writing import Entry
 
 Array = np.ndarray
@@ -274,32 +275,8 @@ def cell_index_scores(e: Entry) -> list[Any]:
                  f"after the query {e.row_label}")]
 
 
-def _ranks(tr: Any) -> Array:
-    return sparse.rank(tr.stages["comp_index_scores"])  # (n, T) whole numbers
-
-
-def _kth(tr: Any) -> Array:
-    return sparse.kth(tr.stages["comp_index_scores"], tr.config.comp_top_k)[:, None]
-
-
 def cell_index_keep(e: Entry) -> list[Any]:
-    c, i, j = e.c, e.row, e.col
-    k = c.comp_top_k
-    e.mark("comp_index_scores", None, {i})
-    score = e.value("comp_index_scores", None, i, j)
-    place = e.derive("comp_index_rank", _ranks).at(i, j)
-    last = e.derive("comp_index_kth", _kth).at(i, 0)
-    blocked = op("isneginf", score)
-    e.makes(when(blocked, 0.0, when(place <= k, 1.0, 0.0)))
-    return [when(blocked,
-                 f"{e.name} = 0: pooled key {j + 1}'s block ends after the query (score −∞)",
-                 when(op("isneginf", last),
-                      f"{e.name} = 1: the query {e.row_label} may see fewer than top_k = {k} "
-                      "pooled keys, and keeps them all",
-                      [f"{e.name}: pooled key {j + 1}'s index score {e.num(score)} ranks "
-                       f"{place} among the query {e.row_label}'s; the k-th largest (k = {k}) "
-                       f"is {e.num(last)}",
-                       when(place <= k, f"  ranked {place} ≤ top_k = {k}: kept, {e.result}",
-                            f"  ranked {place} > top_k = {k}: dropped, {e.result}"
-                            + when(op("f-", score, last) == 0.0,
-                                   "  (a tie with the k-th: the earlier key kept)", ""))]))]
+    j = e.col
+    return keep_cell(e, "comp_index_scores", e.c.comp_top_k,
+                     f"{e.name} = 0: pooled key {j + 1}'s block ends after the query "
+                     "(score −∞)", "pooled keys", f"pooled key {j + 1}")

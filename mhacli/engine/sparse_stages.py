@@ -193,35 +193,37 @@ def cell_index_scores(e: Entry) -> list[Any]:
                  "(the indexer scores only the keys it may see)")]
 
 
-def _ranks(tr: Any) -> Array:
-    return sparse.rank(tr.stages["index_scores"])  # (n, m) whole numbers
-
-
-def _kth(tr: Any) -> Array:
-    return sparse.kth(tr.stages["index_scores"], tr.config.indexer)[:, None]
-
-
-def cell_index_keep(e: Entry) -> list[Any]:
-    c, i, j = e.c, e.row, e.col
-    k = c.indexer
-    e.mark("index_scores", None, {i})
-    score = e.value("index_scores", None, i, j)
-    place = e.derive("index_rank", _ranks).at(i, j)
-    last = e.derive("index_kth", _kth).at(i, 0)
-    blocked = op("isneginf", score)
-    e.makes(when(blocked, 0.0, when(place <= k, 1.0, 0.0)))
-    return [when(blocked,
-                 f"{e.name} = 0: the mask blocks {e.col_label} (index score −∞)",
+def keep_cell(e: Entry, scores: str, k: int, blocked: str, keys: str, key: Any
+              ) -> list[Any]:
+    """An entry of a top-k keep mask (``index_keep``, a compressor's ``comp_index_keep``):
+    its key's rank among the query's index ``scores`` against k; ``blocked`` the line for
+    a key the rules hide (score −∞), ``keys`` what the query keeps of, ``key`` the key."""
+    i, j = e.row, e.col
+    e.mark(scores, None, {i})
+    score = e.value(scores, None, i, j)
+    stem = scores.removesuffix("_scores")
+    place = e.derive(f"{stem}_rank", lambda tr: sparse.rank(tr.stages[scores])).at(i, j)
+    last = e.derive(f"{stem}_kth", lambda tr: sparse.kth(tr.stages[scores], k)[:, None]
+                    ).at(i, 0)  # (n, 1) each query's k-th largest score
+    is_blocked = op("isneginf", score)
+    e.makes(when(is_blocked, 0.0, when(place <= k, 1.0, 0.0)))
+    return [when(is_blocked, blocked,
                  when(op("isneginf", last),
                       f"{e.name} = 1: the query {e.row_label} may see fewer than top_k = {k} "
-                      f"keys, and keeps them all",
-                      [f"{e.name}: {e.col_label}'s index score {e.num(score)} ranks "
-                       f"{place} among the query {e.row_label}'s; the k-th largest (k = {k}) is "
+                      f"{keys}, and keeps them all",
+                      [f"{e.name}: {key}'s index score {e.num(score)} ranks {place} among "
+                       f"the query {e.row_label}'s; the k-th largest (k = {k}) is "
                        f"{e.num(last)}",
                        when(place <= k, f"  ranked {place} ≤ top_k = {k}: kept, {e.result}",
                             f"  ranked {place} > top_k = {k}: dropped, {e.result}"
                             + when(op("f-", score, last) == 0.0,
                                    "  (a tie with the k-th: the earlier key kept)", ""))]))]
+
+
+def cell_index_keep(e: Entry) -> list[Any]:
+    return keep_cell(e, "index_scores", e.c.indexer,
+                     f"{e.name} = 0: the mask blocks {e.col_label} (index score −∞)", "keys",
+                     e.col_label)
 
 
 def cell_masked_kept(e: Entry) -> list[Any]:

@@ -26,9 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import shown
 from .family import Family, Layer, qk_norm
-from .reading import Reader, frozen, heads_of, linear
+from .reading import Reader, frozen, heads_of, layer_kind, linear
 from .rules import said
 
 UNREAD = ("local_layer_ids", "mlp_layer_types", "max_position_embeddings",
@@ -39,16 +38,7 @@ UNREAD = ("local_layer_ids", "mlp_layer_types", "max_position_embeddings",
 # experts, its multi-token prediction, its logits)
 
 
-def _kind(r: Reader) -> str:
-    types = r.get("layer_types")
-    if not isinstance(types, list) or r.layer >= len(types) or \
-            types[r.layer] not in ("hybrid", "hybrid_sliding"):
-        raise r.error("layer_types", f"{shown(types)}: expected hybrid or hybrid_sliding for "
-                      f"layer {r.layer}")
-    return types[r.layer]
-
-
-def _conv(r: Reader, name: str, width: int, taps: int) -> np.ndarray:
+def conv_taps(r: Reader, name: str, width: int, taps: int) -> np.ndarray:
     """A depthwise Conv1d's weight (C, 1, T) as kv_conv's T × C, the token itself first."""
     shape = r.shape(name, 3)
     if shape != (width, 1, taps):
@@ -66,7 +56,7 @@ def _conv(r: Reader, name: str, width: int, taps: int) -> np.ndarray:
       "log_scaling_n_floor, 1))")
 def inkling(f: Family, r: Reader, stem: str) -> Layer:
     """An Inkling layer's attention."""
-    kind = _kind(r)
+    kind = layer_kind(r, ("hybrid", "hybrid_sliding"))
     sliding = kind == "hybrid_sliding"
     pre = "swa_" if sliding else ""
     other = "" if sliding else "swa_"  # (the other kind of layer's sizes: read off)
@@ -99,7 +89,7 @@ def inkling(f: Family, r: Reader, stem: str) -> Layer:
     if taps is None:
         raise r.error("conv_kernel_size", "missing (nor sconv_kernel_size): the keys' and "
                       "values' convolution needs it")
-    spec = {side: _conv(r, f"{stem}{side}_sconv.conv1d.weight", g * d, taps) for side in "kv"}
+    spec = {side: conv_taps(r, f"{stem}{side}_sconv.conv1d.weight", g * d, taps) for side in "kv"}
     out["kv_conv"] = r.read("kv_conv", taps_key, spec)
     r.note("kv_conv", f"tensors {stem}k_sconv.conv1d.weight and {stem}v_sconv.conv1d.weight "
            f"(each column's {taps} taps, reversed: the token itself first), config "

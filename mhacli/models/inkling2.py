@@ -41,7 +41,8 @@ import numpy as np
 
 from ..errors import shown
 from .family import Family, Layer
-from .reading import Reader, frozen, heads_of, linear
+from .inkling import conv_taps
+from .reading import Reader, frozen, heads_of, layer_kind, linear
 from .rules import said
 
 UNREAD = ("local_layer_ids", "mlp_layer_types", "max_position_embeddings",
@@ -52,25 +53,6 @@ UNREAD = ("local_layer_ids", "mlp_layer_types", "max_position_embeddings",
           "loop_gate_rank")  # (outside the attention: its experts, its block residuals,
 # its logits, its loop's passes)
 EPS = 1e-6  # Inkling2L2Clip's: threshold / (‖x‖ + 1e-6)
-
-
-def _kind(r: Reader) -> str:
-    types = r.get("layer_types")
-    if not isinstance(types, list) or r.layer >= len(types) or \
-            types[r.layer] not in ("hybrid", "hybrid_sliding"):
-        raise r.error("layer_types", f"{shown(types)}: expected hybrid or hybrid_sliding for "
-                      f"layer {r.layer}")
-    return types[r.layer]
-
-
-def _conv(r: Reader, name: str, width: int, taps: int) -> np.ndarray:
-    """A depthwise Conv1d's weight (C, 1, T) as kv_conv's T × C, the token itself first."""
-    shape = r.shape(name, 3)
-    if shape != (width, 1, taps):
-        raise r.error("conv_kernel_size", f"{taps}, but {name} has shape {shape}, not "
-                      f"({width}, 1, {taps})")
-    w = r.tensor(name, 3)[:, 0, ::-1]  # (C, T): tap t is index T − 1 − t
-    return frozen(np.ascontiguousarray(w.T))  # (T, C)
 
 
 def _threshold(r: Reader, key: str) -> float:
@@ -92,7 +74,7 @@ def _threshold(r: Reader, key: str) -> float:
       "log_scaling_n_floor, 1))")
 def inkling2(f: Family, r: Reader, stem: str) -> Layer:
     """An Inkling 2 layer's attention."""
-    kind = _kind(r)
+    kind = layer_kind(r, ("hybrid", "hybrid_sliding"))
     sliding = kind == "hybrid_sliding"
     pre = "swa_" if sliding else ""
     other = "" if sliding else "swa_"  # (the other kind of layer's sizes: read off)
@@ -196,7 +178,7 @@ def _kv_conv(r: Reader, stem: str, columns: int, g: int, width: int, sliding: bo
     spec: dict[str, Any] = {}
     for side in "kv":
         if sliding:
-            spec[side] = _conv(r, f"{stem}{side}_sconv.weight", columns, taps)
+            spec[side] = conv_taps(r, f"{stem}{side}_sconv.weight", columns, taps)
             continue
         static = r.tensor(f"{stem}{side}_sconv.static_w", 2)  # (T, C): tap t, t back
         if static.shape != (taps, columns):
